@@ -1,0 +1,16 @@
+//! Identifiers, attributes, names and limits shared by every Flotilla component.
+//!
+//! This crate does no I/O. It exists so that the namespace, the storage engine, the wire
+//! protocol and the client agree on one definition of a file id, a fork name or a limit.
+
+mod attr;
+mod ids;
+mod limits;
+mod name;
+
+pub use attr::{Attributes, FileKind, Layout, TimeNs};
+pub use ids::{FileId, SubfileIndex, TargetId};
+pub use limits::{Limits, LimitsError};
+pub use name::{
+    check_fork_name, check_name, split_path, NameError, NAME_BYTES_MAX, PATH_BYTES_MAX,
+};
