@@ -36,11 +36,7 @@ impl Default for Limits {
 #[non_exhaustive]
 pub enum LimitsError {
     #[error("request_bytes_max ({request}) plus {overhead} bytes of overhead must fit in frame_bytes_max ({frame})")]
-    RequestOverFrame {
-        request: u64,
-        frame: u32,
-        overhead: u64,
-    },
+    RequestOverFrame { request: u64, frame: u32, overhead: u64 },
     #[error("request_bytes_max ({request}) must not exceed in_flight_bytes_max ({in_flight})")]
     RequestOverCredit { request: u64, in_flight: u64 },
     #[error("{name} must be at least 1")]
@@ -51,14 +47,10 @@ impl Limits {
     /// Checks that the limits are consistent with each other.
     pub fn validate(&self) -> Result<(), LimitsError> {
         if self.request_bytes_max == 0 {
-            return Err(LimitsError::Zero {
-                name: "request_bytes_max",
-            });
+            return Err(LimitsError::Zero { name: "request_bytes_max" });
         }
         if self.pieces_per_request_max == 0 {
-            return Err(LimitsError::Zero {
-                name: "pieces_per_request_max",
-            });
+            return Err(LimitsError::Zero { name: "pieces_per_request_max" });
         }
         if self.request_bytes_max + FRAME_OVERHEAD_BYTES > u64::from(self.frame_bytes_max) {
             return Err(LimitsError::RequestOverFrame {
@@ -88,13 +80,7 @@ mod tests {
 
     #[test]
     fn request_larger_than_frame_is_refused() {
-        let limits = Limits {
-            request_bytes_max: 65 << 20,
-            ..Limits::default()
-        };
-        assert!(matches!(
-            limits.validate(),
-            Err(LimitsError::RequestOverFrame { .. })
-        ));
+        let limits = Limits { request_bytes_max: 65 << 20, ..Limits::default() };
+        assert!(matches!(limits.validate(), Err(LimitsError::RequestOverFrame { .. })));
     }
 }

@@ -31,20 +31,13 @@ pub fn check_name(name: &str) -> Result<(), NameError> {
         return Err(NameError::Empty);
     }
     if name.len() > NAME_BYTES_MAX {
-        return Err(NameError::TooLong {
-            name: name.chars().take(32).collect(),
-            length: name.len(),
-        });
+        return Err(NameError::TooLong { name: name.chars().take(32).collect(), length: name.len() });
     }
     if name.contains('\0') || name.contains('/') {
-        return Err(NameError::BadCharacter {
-            name: name.to_string(),
-        });
+        return Err(NameError::BadCharacter { name: name.to_string() });
     }
     if name == "." || name == ".." {
-        return Err(NameError::DotComponent {
-            path: name.to_string(),
-        });
+        return Err(NameError::DotComponent { path: name.to_string() });
     }
     Ok(())
 }
@@ -60,11 +53,7 @@ pub fn split_path(path: &str) -> Result<Vec<&str>, NameError> {
     if path.len() > PATH_BYTES_MAX {
         return Err(NameError::PathTooLong { length: path.len() });
     }
-    let rest = path
-        .strip_prefix('/')
-        .ok_or_else(|| NameError::NotAbsolute {
-            path: path.to_string(),
-        })?;
+    let rest = path.strip_prefix('/').ok_or_else(|| NameError::NotAbsolute { path: path.to_string() })?;
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.is_empty() {
         return Ok(Vec::new());
@@ -73,15 +62,9 @@ pub fn split_path(path: &str) -> Result<Vec<&str>, NameError> {
     for part in rest.split('/') {
         match check_name(part) {
             Ok(()) => parts.push(part),
-            Err(NameError::Empty) => {
-                return Err(NameError::EmptyComponent {
-                    path: path.to_string(),
-                })
-            }
+            Err(NameError::Empty) => return Err(NameError::EmptyComponent { path: path.to_string() }),
             Err(NameError::DotComponent { .. }) => {
-                return Err(NameError::DotComponent {
-                    path: path.to_string(),
-                })
+                return Err(NameError::DotComponent { path: path.to_string() })
             }
             Err(other) => return Err(other),
         }
@@ -102,22 +85,10 @@ mod tests {
 
     #[test]
     fn refuses_bad_paths() {
-        assert!(matches!(
-            split_path("a/b"),
-            Err(NameError::NotAbsolute { .. })
-        ));
-        assert!(matches!(
-            split_path("/a//b"),
-            Err(NameError::EmptyComponent { .. })
-        ));
-        assert!(matches!(
-            split_path("/a/../b"),
-            Err(NameError::DotComponent { .. })
-        ));
-        assert!(matches!(
-            split_path("/a/./b"),
-            Err(NameError::DotComponent { .. })
-        ));
+        assert!(matches!(split_path("a/b"), Err(NameError::NotAbsolute { .. })));
+        assert!(matches!(split_path("/a//b"), Err(NameError::EmptyComponent { .. })));
+        assert!(matches!(split_path("/a/../b"), Err(NameError::DotComponent { .. })));
+        assert!(matches!(split_path("/a/./b"), Err(NameError::DotComponent { .. })));
         let long = format!("/{}", "x".repeat(256));
         assert!(matches!(split_path(&long), Err(NameError::TooLong { .. })));
     }
