@@ -1,1 +1,38 @@
-//! placeholder
+//! Flotilla's wire protocol.
+//!
+//! Every message travels in a [`frame`]: a 32-byte header (magic, version, request id,
+//! lengths, a CRC32C of the header and one of the payload) followed by a body (the message,
+//! encoded with postcard) and raw data bytes (what a read returns or a write carries). The
+//! byte-level description is `docs/protocol.md`; keep the two in step.
+//!
+//! Invariants: a frame is never longer than the reader's `frame_bytes_max`, checked before
+//! any buffer is sized from a length field; both checksums are verified before the body is
+//! decoded; decoding never panics on any input (a fuzz target in `fuzz/` checks this).
+
+pub mod frame;
+mod io;
+mod meta;
+mod wire_error;
+
+pub use frame::{
+    decode_frame, read_frame, write_frame, Frame, FrameError, FrameHeader, HEADER_BYTES, MAGIC, VERSION,
+};
+pub use io::{ForkInfo, ForkRef, IoReply, IoRequest};
+pub use meta::{
+    CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, MetaReply, MetaRequest, SubfilePlace, TargetReport,
+    TargetState, TargetStatus,
+};
+pub use wire_error::{ErrorCode, WireError};
+
+/// Encodes a message body with postcard.
+pub fn encode_body<T: serde::Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
+    postcard::to_stdvec(message).map_err(|e| FrameError::Encode { message: e.to_string() })
+}
+
+/// Decodes a message body; any malformed input is an error naming what was expected.
+pub fn decode_body<'a, T: serde::Deserialize<'a>>(
+    body: &'a [u8],
+    what: &'static str,
+) -> Result<T, FrameError> {
+    postcard::from_bytes(body).map_err(|e| FrameError::Decode { what, message: e.to_string() })
+}

@@ -37,3 +37,14 @@ pub struct Attributes {
     pub mtime_ns: TimeNs,
     pub ctime_ns: TimeNs,
 }
+
+/// A change to an entry's attributes; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size_bytes: Option<u64>,
+    pub atime_ns: Option<TimeNs>,
+    pub mtime_ns: Option<TimeNs>,
+}

@@ -1,0 +1,288 @@
+//! Frames: the unit of transfer on every Flotilla connection.
+//!
+//! ```text
+//! offset size field
+//!  0     4    magic            b"FLOT"
+//!  4     2    version          u16 LE, 1
+//!  6     2    flags            u16 LE, 0 (reserved)
+//!  8     8    request_id       u64 LE, echoed by the reply
+//! 16     4    body_bytes       u32 LE
+//! 20     4    data_bytes       u32 LE
+//! 24     4    payload_crc32c   CRC32C of body then data
+//! 28     4    header_crc32c    CRC32C of bytes 0..28
+//! 32     body_bytes + data_bytes
+//! ```
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The four bytes every frame starts with.
+pub const MAGIC: [u8; 4] = *b"FLOT";
+/// The only protocol version this build speaks.
+pub const VERSION: u16 = 1;
+/// Length of the fixed frame header.
+pub const HEADER_BYTES: usize = 32;
+
+/// What was wrong with a frame.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    #[error("frame does not start with the magic bytes FLOT (found {found:02x?})")]
+    BadMagic { found: [u8; 4] },
+    #[error("frame header checksum mismatch (computed {computed:08x}, frame says {stored:08x})")]
+    HeaderChecksum { computed: u32, stored: u32 },
+    #[error("frame payload checksum mismatch (computed {computed:08x}, frame says {stored:08x})")]
+    PayloadChecksum { computed: u32, stored: u32 },
+    #[error("unsupported protocol version {found}; this build speaks version {VERSION}")]
+    UnsupportedVersion { found: u16 },
+    #[error("frame of {bytes} bytes is over the limit frame_bytes_max = {limit}")]
+    TooLarge { bytes: u64, limit: u32 },
+    #[error("frame is truncated: {needed} bytes needed, {available} available")]
+    Truncated { needed: u64, available: u64 },
+    #[error("cannot decode {what}: {message}")]
+    Decode { what: &'static str, message: String },
+    #[error("cannot encode message: {message}")]
+    Encode { message: String },
+    #[error("connection closed")]
+    Closed,
+    #[error("connection I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl FrameError {
+    /// Whether the byte stream can no longer be trusted to be at a frame boundary.
+    pub fn breaks_stream(&self) -> bool {
+        !matches!(
+            self,
+            FrameError::Decode { .. } | FrameError::Encode { .. } | FrameError::PayloadChecksum { .. }
+        )
+    }
+}
+
+/// The decoded fixed header of a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub version: u16,
+    pub flags: u16,
+    pub request_id: u64,
+    pub body_bytes: u32,
+    pub data_bytes: u32,
+    pub payload_crc32c: u32,
+}
+
+/// A received frame: its request id, the encoded message body and the raw data.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub request_id: u64,
+    pub body: Bytes,
+    pub data: Bytes,
+}
+
+impl FrameHeader {
+    /// Builds the header of a frame carrying `body` and `data`.
+    pub fn for_payload(request_id: u64, body: &[u8], data: &[u8]) -> Result<FrameHeader, FrameError> {
+        let too_large = |bytes: usize| FrameError::TooLarge { bytes: bytes as u64, limit: u32::MAX };
+        let body_bytes = u32::try_from(body.len()).map_err(|_| too_large(body.len()))?;
+        let data_bytes = u32::try_from(data.len()).map_err(|_| too_large(data.len()))?;
+        let payload_crc32c = crc32c::crc32c_append(crc32c::crc32c(body), data);
+        Ok(FrameHeader { version: VERSION, flags: 0, request_id, body_bytes, data_bytes, payload_crc32c })
+    }
+
+    /// The 32 header bytes, checksum included.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
+        out[0..4].copy_from_slice(&MAGIC);
+        out[4..6].copy_from_slice(&self.version.to_le_bytes());
+        out[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        out[8..16].copy_from_slice(&self.request_id.to_le_bytes());
+        out[16..20].copy_from_slice(&self.body_bytes.to_le_bytes());
+        out[20..24].copy_from_slice(&self.data_bytes.to_le_bytes());
+        out[24..28].copy_from_slice(&self.payload_crc32c.to_le_bytes());
+        let crc = crc32c::crc32c(&out[0..28]);
+        out[28..32].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Parses and checks a header: magic, header checksum, version and total length.
+    pub fn decode(bytes: &[u8; HEADER_BYTES], frame_bytes_max: u32) -> Result<FrameHeader, FrameError> {
+        let found = [bytes[0], bytes[1], bytes[2], bytes[3]];
+        if found != MAGIC {
+            return Err(FrameError::BadMagic { found });
+        }
+        let stored = le_u32(bytes, 28);
+        let computed = crc32c::crc32c(&bytes[0..28]);
+        if stored != computed {
+            return Err(FrameError::HeaderChecksum { computed, stored });
+        }
+        let header = FrameHeader {
+            version: le_u16(bytes, 4),
+            flags: le_u16(bytes, 6),
+            request_id: le_u64(bytes, 8),
+            body_bytes: le_u32(bytes, 16),
+            data_bytes: le_u32(bytes, 20),
+            payload_crc32c: le_u32(bytes, 24),
+        };
+        if header.version != VERSION {
+            return Err(FrameError::UnsupportedVersion { found: header.version });
+        }
+        let total = header.frame_bytes();
+        if total > u64::from(frame_bytes_max) {
+            return Err(FrameError::TooLarge { bytes: total, limit: frame_bytes_max });
+        }
+        Ok(header)
+    }
+
+    /// Length of the whole frame, header included.
+    pub fn frame_bytes(&self) -> u64 {
+        HEADER_BYTES as u64 + u64::from(self.body_bytes) + u64::from(self.data_bytes)
+    }
+
+    fn check_payload(&self, body: &[u8], data: &[u8]) -> Result<(), FrameError> {
+        let computed = crc32c::crc32c_append(crc32c::crc32c(body), data);
+        if computed != self.payload_crc32c {
+            return Err(FrameError::PayloadChecksum { computed, stored: self.payload_crc32c });
+        }
+        Ok(())
+    }
+}
+
+fn le_u16(bytes: &[u8; HEADER_BYTES], at: usize) -> u16 {
+    u16::from_le_bytes([bytes[at], bytes[at + 1]])
+}
+
+fn le_u32(bytes: &[u8; HEADER_BYTES], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+fn le_u64(bytes: &[u8; HEADER_BYTES], at: usize) -> u64 {
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(out)
+}
+
+/// Decodes one frame from the front of `input`, returning it and the bytes it used.
+/// This is the pure decoder the fuzz target drives.
+pub fn decode_frame(input: &[u8], frame_bytes_max: u32) -> Result<(Frame, usize), FrameError> {
+    let header_bytes: &[u8; HEADER_BYTES] = input
+        .get(..HEADER_BYTES)
+        .and_then(|h| h.try_into().ok())
+        .ok_or(FrameError::Truncated { needed: HEADER_BYTES as u64, available: input.len() as u64 })?;
+    let header = FrameHeader::decode(header_bytes, frame_bytes_max)?;
+    let total = header.frame_bytes() as usize;
+    let payload = input
+        .get(HEADER_BYTES..total)
+        .ok_or(FrameError::Truncated { needed: total as u64, available: input.len() as u64 })?;
+    let (body, data) = payload.split_at(header.body_bytes as usize);
+    header.check_payload(body, data)?;
+    let frame = Frame {
+        request_id: header.request_id,
+        body: Bytes::copy_from_slice(body),
+        data: Bytes::copy_from_slice(data),
+    };
+    Ok((frame, total))
+}
+
+/// Reads one frame. `buffer` is reused between calls so that steady traffic does not
+/// allocate: a frame's bytes are split off it and its capacity is reclaimed once the
+/// previous frame's `Bytes` are dropped.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+    frame_bytes_max: u32,
+) -> Result<Frame, FrameError> {
+    let mut header_bytes = [0u8; HEADER_BYTES];
+    match reader.read_exact(&mut header_bytes).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(FrameError::Io(e)),
+    }
+    let header = FrameHeader::decode(&header_bytes, frame_bytes_max)?;
+    let payload_bytes = header.body_bytes as usize + header.data_bytes as usize;
+    buffer.clear();
+    buffer.reserve(payload_bytes);
+    // Zero-filled before read_exact overwrites it, so no uninitialised memory is exposed.
+    buffer.resize(payload_bytes, 0);
+    reader.read_exact(&mut buffer[..]).await?;
+    let mut payload = buffer.split_to(payload_bytes);
+    let data = payload.split_off(header.body_bytes as usize);
+    header.check_payload(&payload, &data)?;
+    Ok(Frame { request_id: header.request_id, body: payload.freeze(), data: data.freeze() })
+}
+
+/// Writes one frame (header, body, data). Small frames go out in one write.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    request_id: u64,
+    body: &[u8],
+    data: &[u8],
+) -> Result<(), FrameError> {
+    let header = FrameHeader::for_payload(request_id, body, data)?;
+    writer.write_all(&header.encode()).await?;
+    writer.write_all(body).await?;
+    if !data.is_empty() {
+        writer.write_all(data).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(request_id: u64, body: &[u8], data: &[u8]) -> Vec<u8> {
+        let header = FrameHeader::for_payload(request_id, body, data).unwrap();
+        let mut out = header.encode().to_vec();
+        out.extend_from_slice(body);
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn round_trip() {
+        let bytes = encode(7, b"body", b"data!");
+        let (frame, used) = decode_frame(&bytes, 1 << 20).unwrap();
+        assert_eq!(used, bytes.len());
+        assert_eq!(frame.request_id, 7);
+        assert_eq!(&frame.body[..], b"body");
+        assert_eq!(&frame.data[..], b"data!");
+    }
+
+    #[test]
+    fn every_flipped_bit_is_caught() {
+        let bytes = encode(1, b"hello", b"world");
+        for bit in 0..bytes.len() * 8 {
+            let mut bad = bytes.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_frame(&bad, 1 << 20).is_err(), "bit {bit} flip went unnoticed");
+        }
+    }
+
+    #[test]
+    fn oversize_frames_are_refused_before_reading() {
+        let bytes = encode(1, &[0u8; 100], &[]);
+        let error = decode_frame(&bytes, 64).unwrap_err();
+        assert!(error.to_string().contains("frame_bytes_max"), "{error}");
+    }
+
+    #[test]
+    fn other_versions_are_refused() {
+        let mut header = FrameHeader::for_payload(1, b"", b"").unwrap();
+        header.version = 9;
+        let error = FrameHeader::decode(&header.encode(), 1 << 20).unwrap_err();
+        assert!(matches!(error, FrameError::UnsupportedVersion { found: 9 }));
+    }
+
+    #[tokio::test]
+    async fn async_round_trip_reuses_buffer() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, 3, b"b", &[5u8; 1000]).await.unwrap();
+        write_frame(&mut wire, 4, b"c", b"").await.unwrap();
+        let mut reader = &wire[..];
+        let mut buffer = BytesMut::new();
+        let first = read_frame(&mut reader, &mut buffer, 1 << 20).await.unwrap();
+        assert_eq!((first.request_id, first.data.len()), (3, 1000));
+        let second = read_frame(&mut reader, &mut buffer, 1 << 20).await.unwrap();
+        assert_eq!(second.request_id, 4);
+        assert!(matches!(read_frame(&mut reader, &mut buffer, 1 << 20).await, Err(FrameError::Closed)));
+    }
+}

@@ -1,0 +1,102 @@
+//! Messages between clients and I/O servers.
+
+use crate::wire_error::WireError;
+use flotilla_request::Shape;
+use flotilla_types::{FileId, Limits, SubfileIndex, TargetId};
+use serde::{Deserialize, Serialize};
+
+/// One fork of one subfile on one target.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ForkRef {
+    pub target: TargetId,
+    pub file: FileId,
+    pub subfile: SubfileIndex,
+    pub fork: String,
+}
+
+/// A fork's name and size, as listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkInfo {
+    pub name: String,
+    pub size_bytes: u64,
+}
+
+/// A request to an I/O server. `Write` carries its data in the frame's data section,
+/// packed in the order of the shape's pieces.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IoRequest {
+    /// First message on a connection; the reply carries the server's limits and the credit.
+    Hello {
+        client: String,
+    },
+    Read {
+        fork: ForkRef,
+        shape: Shape,
+    },
+    Write {
+        fork: ForkRef,
+        shape: Shape,
+    },
+    CreateSubfile {
+        target: TargetId,
+        file: FileId,
+        subfile: SubfileIndex,
+    },
+    RemoveSubfile {
+        target: TargetId,
+        file: FileId,
+        subfile: SubfileIndex,
+    },
+    CreateFork {
+        fork: ForkRef,
+    },
+    RemoveFork {
+        fork: ForkRef,
+    },
+    ListForks {
+        target: TargetId,
+        file: FileId,
+        subfile: SubfileIndex,
+    },
+    ForkSize {
+        fork: ForkRef,
+    },
+    /// Preallocates the fork to at least `size_bytes` (Galley's `gfs_extend`).
+    Extend {
+        fork: ForkRef,
+        size_bytes: u64,
+    },
+    Truncate {
+        fork: ForkRef,
+        size_bytes: u64,
+    },
+    /// Writes the fork's dirty blocks and syncs it to disk.
+    Sync {
+        fork: ForkRef,
+    },
+}
+
+impl IoRequest {
+    /// Data bytes the request moves, for flow control (0 for metadata operations).
+    pub fn data_bytes(&self) -> Result<u64, flotilla_request::ShapeError> {
+        match self {
+            IoRequest::Read { shape, .. } | IoRequest::Write { shape, .. } => {
+                let (_, bytes) = shape.piece_and_byte_count()?;
+                Ok(u64::try_from(bytes).unwrap_or(u64::MAX))
+            }
+            _ => Ok(0),
+        }
+    }
+}
+
+/// A reply from an I/O server. `Data` carries the bytes read in the frame's data section,
+/// packed in the order of the request's pieces.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IoReply {
+    Welcome { server: String, limits: Limits },
+    Data,
+    Done { bytes: u64 },
+    Forks(Vec<ForkInfo>),
+    Size { bytes: u64 },
+    Error(WireError),
+}

@@ -1,0 +1,156 @@
+//! Messages to the metadata service, from clients and from I/O servers.
+
+use crate::wire_error::WireError;
+use flotilla_types::{Attributes, FileId, FileKind, Layout, SetAttr, SubfileIndex, TargetId};
+use serde::{Deserialize, Serialize};
+
+/// Where one subfile of a file lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubfilePlace {
+    pub target: TargetId,
+    /// Address of the I/O server that last registered the target.
+    pub server: String,
+    pub up: bool,
+}
+
+/// A namespace entry as the client sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryInfo {
+    pub id: u64,
+    pub attrs: Attributes,
+    /// For files: the layout and one place per subfile, in subfile order.
+    pub layout: Option<Layout>,
+    pub subfiles: Vec<SubfilePlace>,
+    pub symlink: Option<String>,
+}
+
+impl EntryInfo {
+    pub fn file_id(&self) -> FileId {
+        FileId(self.id)
+    }
+}
+
+/// One directory entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntryInfo {
+    pub name: String,
+    pub id: u64,
+    pub kind: FileKind,
+}
+
+/// How to create a file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateSpec {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub subfiles: u32,
+    /// The targets to use, one per subfile, or `None` to let the service choose.
+    pub targets: Option<Vec<TargetId>>,
+    pub layout: Layout,
+    /// Fail if the path exists (O_EXCL).
+    pub exclusive: bool,
+}
+
+/// What a server reports about one of its targets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetReport {
+    pub target: TargetId,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// A subfile the server should delete (its file lost its last link).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteOrder {
+    pub target: TargetId,
+    pub file: FileId,
+    pub subfile: SubfileIndex,
+}
+
+/// Whether a target's server is heard from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TargetState {
+    Up,
+    Down,
+}
+
+/// One line of `flotilla status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetStatus {
+    pub target: TargetId,
+    pub server: String,
+    pub state: TargetState,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// A request to the metadata service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaRequest {
+    Lookup {
+        path: String,
+    },
+    Mkdir {
+        path: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    Create {
+        path: String,
+        spec: CreateSpec,
+    },
+    Readdir {
+        path: String,
+    },
+    Unlink {
+        path: String,
+    },
+    Rmdir {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    SetAttr {
+        id: u64,
+        change: SetAttr,
+    },
+    Symlink {
+        path: String,
+        target: String,
+        uid: u32,
+        gid: u32,
+    },
+    Link {
+        existing: String,
+        new: String,
+    },
+    Status,
+    /// An I/O server announces itself and its targets.
+    Register {
+        server: String,
+        targets: Vec<TargetReport>,
+    },
+    /// Periodic liveness and usage report; `deleted` acknowledges earlier delete orders.
+    Heartbeat {
+        server: String,
+        targets: Vec<TargetReport>,
+        deleted: Vec<DeleteOrder>,
+    },
+}
+
+/// A reply from the metadata service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaReply {
+    Entry(EntryInfo),
+    Entries(Vec<DirEntryInfo>),
+    Attributes(Attributes),
+    Done,
+    Status(Vec<TargetStatus>),
+    Registered { heartbeat_ms: u64 },
+    HeartbeatAck { delete: Vec<DeleteOrder> },
+    Error(WireError),
+}

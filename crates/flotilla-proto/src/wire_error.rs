@@ -1,0 +1,66 @@
+//! Errors as they travel on the wire: a stable code plus a message naming what was wrong.
+
+use serde::{Deserialize, Serialize};
+
+/// Stable error codes; new codes are only ever appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The request could not be decoded or is malformed.
+    BadRequest,
+    /// A request went over a limit; the message names the limit.
+    OverLimit,
+    /// A file, subfile, fork, path or target does not exist.
+    NotFound,
+    AlreadyExists,
+    NotADirectory,
+    IsADirectory,
+    NotEmpty,
+    InvalidArgument,
+    /// The storage target has no space left.
+    NoSpace,
+    /// The server or target is not available.
+    Unavailable,
+    /// A disk or network I/O error on the server.
+    Io,
+    /// The frame or protocol version is not understood.
+    Protocol,
+    PermissionDenied,
+    NameTooLong,
+    CrossDevice,
+}
+
+impl ErrorCode {
+    /// The Linux errno that best matches the code.
+    pub fn errno(self) -> i32 {
+        match self {
+            ErrorCode::NotFound => 2,
+            ErrorCode::Io | ErrorCode::Protocol => 5,
+            ErrorCode::PermissionDenied => 13,
+            ErrorCode::AlreadyExists => 17,
+            ErrorCode::CrossDevice => 18,
+            ErrorCode::NotADirectory => 20,
+            ErrorCode::IsADirectory => 21,
+            ErrorCode::BadRequest | ErrorCode::InvalidArgument => 22,
+            ErrorCode::OverLimit => 7,
+            ErrorCode::NoSpace => 28,
+            ErrorCode::NameTooLong => 36,
+            ErrorCode::NotEmpty => 39,
+            ErrorCode::Unavailable => 112,
+        }
+    }
+}
+
+/// An error reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct WireError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl WireError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> WireError {
+        WireError { code, message: message.into() }
+    }
+}
