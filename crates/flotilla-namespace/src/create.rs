@@ -1,0 +1,200 @@
+//! The operations that add names: `mkdir`, `create_file`, `symlink` and `link`, plus
+//! `set_default_layout`, which decides the layout of files created later.
+
+use crate::edit::{
+    adjust_dir, check_layout, check_owner, check_subfile_count, insert_new, refuse_taken, Change, NLINK_MAX,
+};
+use crate::entry::Entry;
+use crate::error::NamespaceError;
+use crate::namespace::{new_attrs, Namespace};
+use crate::placement::{check_targets, choose_targets, TargetUsage};
+use crate::record::{Body, Inode};
+use crate::request::{CreateFile, Owner};
+use crate::schema::PLACEMENT_CURSOR_KEY;
+use crate::tables::{Source, WriteTables};
+use crate::walk::{locate, resolve};
+use flotilla_types::{split_path, FileKind, Layout, NameError, TargetId, TimeNs, PATH_BYTES_MAX};
+
+impl Namespace {
+    /// Creates a directory; it inherits its parent's default layout.
+    pub fn mkdir(&self, path: &str, owner: Owner, now_ns: TimeNs) -> Result<Entry, NamespaceError> {
+        check_owner(&owner)?;
+        if split_path(path)?.is_empty() {
+            return Err(NamespaceError::AlreadyExists { path: path.into() });
+        }
+        self.write(|tables| {
+            let place = locate(tables, path)?;
+            refuse_taken(&place, path)?;
+            let default_layout = parent_default_layout(tables, place.parent)?;
+            let inode = Inode {
+                attrs: new_attrs(FileKind::Directory, &owner, now_ns),
+                body: Body::Directory { default_layout },
+            };
+            let id = tables.new_id()?;
+            insert_new(tables, &place, id, &inode, now_ns)?;
+            Ok(inode.into_entry(id))
+        })
+    }
+
+    /// Creates a file and places its subfiles on `live` targets (or on the targets `spec`
+    /// names). Without `spec.exclusive`, an existing file at `path` is returned unchanged.
+    pub fn create_file(
+        &self,
+        path: &str,
+        spec: &CreateFile,
+        live: &[TargetUsage],
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        check_owner(&spec.owner)?;
+        check_subfile_count(spec.subfile_count)?;
+        if let Some(layout) = &spec.layout {
+            check_layout(layout)?;
+        }
+        self.write(|tables| {
+            let place = locate(tables, path)?;
+            if let Some(id) = place.child {
+                return existing_file(tables, id, spec.exclusive, path);
+            }
+            let default_layout = parent_default_layout(tables, place.parent)?;
+            let layout = spec.layout.or(default_layout).unwrap_or(Layout::Explicit);
+            let targets = place_subfiles(tables, spec, live)?;
+            let inode = Inode {
+                attrs: new_attrs(FileKind::File, &spec.owner, now_ns),
+                body: Body::File { layout, targets },
+            };
+            let id = tables.new_id()?;
+            insert_new(tables, &place, id, &inode, now_ns)?;
+            Ok(inode.into_entry(id))
+        })
+    }
+
+    /// Creates a symbolic link at `path` whose content is `target`.
+    pub fn symlink(
+        &self,
+        path: &str,
+        target: &str,
+        owner: Owner,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        check_owner(&owner)?;
+        check_symlink_target(target)?;
+        self.write(|tables| {
+            let place = locate(tables, path)?;
+            refuse_taken(&place, path)?;
+            let mut inode = Inode {
+                attrs: new_attrs(FileKind::Symlink, &owner, now_ns),
+                body: Body::Symlink { target: target.into() },
+            };
+            inode.attrs.size_bytes = target.len() as u64;
+            let id = tables.new_id()?;
+            insert_new(tables, &place, id, &inode, now_ns)?;
+            Ok(inode.into_entry(id))
+        })
+    }
+
+    /// Gives the file or symlink at `existing` a second name, `new`.
+    pub fn link(&self, existing: &str, new: &str, now_ns: TimeNs) -> Result<Entry, NamespaceError> {
+        self.write(|tables| {
+            let found = resolve(tables, existing, false)?;
+            if found.inode.is_directory() {
+                return Err(NamespaceError::NotPermitted {
+                    what: format!("{existing}: hard link to a directory"),
+                });
+            }
+            let place = locate(tables, new)?;
+            refuse_taken(&place, new)?;
+            let mut inode = found.inode;
+            inode.attrs.nlink =
+                inode.attrs.nlink.checked_add(1).filter(|nlink| *nlink <= NLINK_MAX).ok_or_else(|| {
+                    NamespaceError::TooManyLinks { path: existing.into(), nlink_max: NLINK_MAX }
+                })?;
+            inode.attrs.ctime_ns = now_ns;
+            tables.put(found.id, &inode)?;
+            tables.insert_dirent(place.parent, place.name, found.id)?;
+            adjust_dir(tables, place.parent, Change::Added, false, now_ns)?;
+            Ok(inode.into_entry(found.id))
+        })
+    }
+
+    /// Sets (or clears) the layout that files created in the directory at `path` take when
+    /// they name none, and that new subdirectories inherit.
+    pub fn set_default_layout(
+        &self,
+        path: &str,
+        layout: Option<Layout>,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        if let Some(layout) = &layout {
+            check_layout(layout)?;
+        }
+        self.write(|tables| {
+            let found = resolve(tables, path, true)?;
+            let mut inode = found.inode;
+            let Body::Directory { default_layout } = &mut inode.body else {
+                return Err(NamespaceError::NotADirectory { path: path.into() });
+            };
+            *default_layout = layout;
+            inode.attrs.ctime_ns = now_ns;
+            tables.put(found.id, &inode)?;
+            Ok(inode.into_entry(found.id))
+        })
+    }
+}
+
+fn parent_default_layout(tables: &impl Source, parent: u64) -> Result<Option<Layout>, NamespaceError> {
+    match tables.load(parent)?.body {
+        Body::Directory { default_layout } => Ok(default_layout),
+        _ => Err(NamespaceError::corrupt(format!("parent {parent:016x} is not a directory"))),
+    }
+}
+
+/// The answer to a non-exclusive create of a name that exists.
+fn existing_file(
+    tables: &impl Source,
+    id: u64,
+    exclusive: bool,
+    path: &str,
+) -> Result<Entry, NamespaceError> {
+    let inode = tables.load(id)?;
+    match inode.attrs.kind {
+        FileKind::File if !exclusive => Ok(inode.into_entry(id)),
+        FileKind::Directory if !exclusive => Err(NamespaceError::IsADirectory { path: path.into() }),
+        _ => Err(NamespaceError::AlreadyExists { path: path.into() }),
+    }
+}
+
+/// The targets of a new file: the ones the program named, or round robin from the cursor.
+fn place_subfiles(
+    tables: &mut WriteTables<'_>,
+    spec: &CreateFile,
+    live: &[TargetUsage],
+) -> Result<Vec<TargetId>, NamespaceError> {
+    let count = spec.subfile_count as usize;
+    if let Some(named) = &spec.targets {
+        if named.len() != count {
+            return Err(NamespaceError::invalid(format!(
+                "{} targets named for {count} subfiles",
+                named.len()
+            )));
+        }
+        check_targets(live, named)?;
+        return Ok(named.clone());
+    }
+    let cursor = tables.counter(PLACEMENT_CURSOR_KEY)?.unwrap_or(0);
+    let chosen = choose_targets(live, count, cursor)?;
+    tables.set_counter(PLACEMENT_CURSOR_KEY, cursor.wrapping_add(1))?;
+    Ok(chosen)
+}
+
+fn check_symlink_target(target: &str) -> Result<(), NamespaceError> {
+    if target.is_empty() {
+        return Err(NamespaceError::invalid("empty symlink target"));
+    }
+    if target.len() > PATH_BYTES_MAX {
+        return Err(NameError::PathTooLong { length: target.len() }.into());
+    }
+    if target.contains('\0') {
+        return Err(NamespaceError::invalid("symlink target contains a NUL byte"));
+    }
+    Ok(())
+}

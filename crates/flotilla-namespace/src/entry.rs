@@ -1,0 +1,49 @@
+//! What the namespace returns about an entry: its attributes and, by kind, its file record,
+//! symlink target or directory default layout.
+
+use flotilla_types::{Attributes, FileId, FileKind, Layout, TargetId};
+
+/// Where a file's bytes live: the subfile `i` is on `targets[i]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileRecord {
+    /// The file's id, equal to its inode id.
+    pub id: FileId,
+    pub layout: Layout,
+    /// Placement: index = subfile index. Never two equal targets.
+    pub targets: Vec<TargetId>,
+}
+
+impl FileRecord {
+    /// Number of subfiles (`targets.len()`).
+    pub fn subfile_count(&self) -> usize {
+        self.targets.len()
+    }
+}
+
+/// One namespace entry as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Inode id; 1 is the root directory.
+    pub id: u64,
+    pub attrs: Attributes,
+    /// For files only.
+    pub file: Option<FileRecord>,
+    /// For symlinks only.
+    pub symlink_target: Option<String>,
+    /// For directories only: the layout new files take when they name none.
+    pub default_layout: Option<Layout>,
+}
+
+impl Entry {
+    pub fn kind(&self) -> FileKind {
+        self.attrs.kind
+    }
+}
+
+/// One directory entry as listed by `readdir`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub id: u64,
+    pub kind: FileKind,
+}

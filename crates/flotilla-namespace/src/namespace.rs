@@ -1,0 +1,189 @@
+//! [`Namespace`]: the metadata service's directory tree, file records, placement cursor,
+//! pending subfile deletions and known targets, kept in one redb database.
+//!
+//! Every mutating call runs in exactly one redb write transaction that is committed (with
+//! `Durability::Immediate`, so it is on disk) before the call returns; a call that fails
+//! aborts its transaction and leaves the database as it was. Calls are synchronous and may
+//! block on disk, so async callers run them on a blocking thread. Writers are serialized by
+//! redb; readers see consistent snapshots and never wait for writers.
+
+use crate::entry::{DirEntry, Entry};
+use crate::error::NamespaceError;
+use crate::record::{Body, Inode};
+use crate::schema::{ROOT_ID, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
+use crate::tables::{ReadTables, Source, WriteTables};
+use crate::walk::resolve;
+use flotilla_types::{Attributes, FileKind, TimeNs};
+use redb::backends::InMemoryBackend;
+use redb::{Database, ReadableDatabase, ReadableTableMetadata, StorageBackend};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Most entries one `readdir_page` call returns.
+pub const READDIR_PAGE_ENTRIES_MAX: usize = 65_536;
+
+/// The namespace database. `Send + Sync`; share it behind an `Arc`.
+#[derive(Debug)]
+pub struct Namespace {
+    db: Database,
+}
+
+impl Namespace {
+    /// Opens the database at `path`, creating it and the root directory if it is new.
+    /// Every page checksum is verified on open, so a damaged file is refused, not trusted.
+    pub fn open(path: &Path) -> Result<Self, NamespaceError> {
+        let db = Database::builder().set_check_integrity_on_open(true).create(path)?;
+        Self::init(db)
+    }
+
+    /// Opens a namespace kept in memory only (for tests and tools).
+    pub fn open_in_memory() -> Result<Self, NamespaceError> {
+        Self::open_with_backend(InMemoryBackend::new())
+    }
+
+    /// Opens a namespace on any redb storage backend, such as a fault-injecting one.
+    pub fn open_with_backend(backend: impl StorageBackend) -> Result<Self, NamespaceError> {
+        let db = Database::builder().set_check_integrity_on_open(true).create_with_backend(backend)?;
+        Self::init(db)
+    }
+
+    fn init(db: Database) -> Result<Self, NamespaceError> {
+        let namespace = Self { db };
+        namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
+            Some(SCHEMA_VERSION) => Ok(()),
+            Some(found) => Err(NamespaceError::UnsupportedFormat { found, supported: SCHEMA_VERSION }),
+            None => create_root(tables),
+        })?;
+        Ok(namespace)
+    }
+
+    /// Runs `change` in one write transaction and commits it; aborts if `change` fails.
+    pub(crate) fn write<R>(
+        &self,
+        change: impl FnOnce(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
+    ) -> Result<R, NamespaceError> {
+        let txn = self.db.begin_write()?;
+        let outcome = WriteTables::open(&txn).and_then(|mut tables| change(&mut tables));
+        match outcome {
+            Ok(value) => {
+                txn.commit()?;
+                Ok(value)
+            }
+            Err(error) => {
+                // The operation's error is what the caller needs; a failed abort leaves
+                // nothing committed either, and the next write reports storage trouble.
+                let _ = txn.abort();
+                Err(error)
+            }
+        }
+    }
+
+    /// Runs `query` on a consistent read snapshot.
+    pub(crate) fn read<R>(
+        &self,
+        query: impl FnOnce(&ReadTables) -> Result<R, NamespaceError>,
+    ) -> Result<R, NamespaceError> {
+        let txn = self.db.begin_read()?;
+        query(&ReadTables::open(&txn)?)
+    }
+
+    /// The entry at `path`; a symlink as the last component is returned, not followed.
+    pub fn lookup(&self, path: &str) -> Result<Entry, NamespaceError> {
+        self.read(|tables| {
+            let found = resolve(tables, path, false)?;
+            Ok(found.inode.into_entry(found.id))
+        })
+    }
+
+    /// The entry at `path`, following a symlink in the last component too.
+    pub fn lookup_follow(&self, path: &str) -> Result<Entry, NamespaceError> {
+        self.read(|tables| {
+            let found = resolve(tables, path, true)?;
+            Ok(found.inode.into_entry(found.id))
+        })
+    }
+
+    /// The entry with inode id `id`.
+    pub fn get(&self, id: u64) -> Result<Entry, NamespaceError> {
+        self.read(|tables| {
+            let inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
+            Ok(inode.into_entry(id))
+        })
+    }
+
+    /// Every entry of the directory at `path` (symlinks followed), in name order.
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, NamespaceError> {
+        let mut all = Vec::new();
+        loop {
+            let after = all.last().map(|entry: &DirEntry| entry.name.clone());
+            let page = self.readdir_page(path, after.as_deref(), READDIR_PAGE_ENTRIES_MAX)?;
+            let done = page.len() < READDIR_PAGE_ENTRIES_MAX;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Up to `max` (capped at `READDIR_PAGE_ENTRIES_MAX`) entries of the directory at
+    /// `path` whose names sort after `after`, in name order.
+    pub fn readdir_page(
+        &self,
+        path: &str,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<DirEntry>, NamespaceError> {
+        self.read(|tables| {
+            let dir = resolve(tables, path, true)?;
+            if !dir.inode.is_directory() {
+                return Err(NamespaceError::NotADirectory { path: path.into() });
+            }
+            let children = tables.children(dir.id, after, max.min(READDIR_PAGE_ENTRIES_MAX))?;
+            children
+                .into_iter()
+                .map(|(name, id)| {
+                    let kind = tables.load(id)?.attrs.kind;
+                    Ok(DirEntry { name, id, kind })
+                })
+                .collect()
+        })
+    }
+}
+
+pub(crate) fn not_found_id(id: u64) -> NamespaceError {
+    NamespaceError::NotFound { path: format!("inode {id:016x}") }
+}
+
+/// Attributes of a new entry: nlink 1 (2 for a directory), size 0, all times `now_ns`.
+pub(crate) fn new_attrs(kind: FileKind, owner: &crate::Owner, now_ns: TimeNs) -> Attributes {
+    Attributes {
+        kind,
+        mode: owner.mode,
+        uid: owner.uid,
+        gid: owner.gid,
+        size_bytes: 0,
+        nlink: if kind == FileKind::Directory { 2 } else { 1 },
+        atime_ns: now_ns,
+        mtime_ns: now_ns,
+        ctime_ns: now_ns,
+    }
+}
+
+fn create_root(tables: &mut WriteTables<'_>) -> Result<(), NamespaceError> {
+    if tables.inodes.len()? != 0 || tables.dirents.len()? != 0 {
+        return Err(NamespaceError::corrupt("entries exist but no schema version"));
+    }
+    let owner = crate::Owner { mode: 0o755, uid: 0, gid: 0 };
+    let root = Inode {
+        attrs: new_attrs(FileKind::Directory, &owner, wall_clock_ns()),
+        body: Body::Directory { default_layout: None },
+    };
+    tables.put(ROOT_ID, &root)?;
+    tables.set_counter(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
+}
+
+fn wall_clock_ns() -> TimeNs {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| TimeNs::try_from(since.as_nanos()).unwrap_or(TimeNs::MAX))
+}

@@ -1,0 +1,297 @@
+//! The inode record: the value of the `inodes` table, format version 1 (see `FORMAT.md`).
+//!
+//! Invariants kept on encode and checked on decode: the kind byte agrees with the body, a
+//! file has `1..=SUBFILE_COUNT_MAX` subfiles on distinct targets, a stripe unit is nonzero,
+//! a symlink target is UTF-8 of at most `PATH_BYTES_MAX` bytes, and the CRC32C matches.
+
+use crate::codec::{Reader, Writer};
+use crate::entry::{Entry, FileRecord};
+use crate::error::NamespaceError;
+use flotilla_types::{Attributes, FileId, FileKind, Layout, TargetId, PATH_BYTES_MAX};
+
+/// Format version of inode records written by this build.
+pub(crate) const INODE_FORMAT_VERSION: u8 = 1;
+/// Most subfiles one file may have.
+pub const SUBFILE_COUNT_MAX: u32 = 65_536;
+
+const KIND_DIRECTORY: u8 = 1;
+const KIND_FILE: u8 = 2;
+const KIND_SYMLINK: u8 = 3;
+const LAYOUT_EXPLICIT: u8 = 0;
+const LAYOUT_STRIPE: u8 = 1;
+
+/// What an inode holds beyond its attributes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Body {
+    Directory { default_layout: Option<Layout> },
+    File { layout: Layout, targets: Vec<TargetId> },
+    Symlink { target: String },
+}
+
+/// One decoded `inodes` value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Inode {
+    pub(crate) attrs: Attributes,
+    pub(crate) body: Body,
+}
+
+impl Inode {
+    pub(crate) fn is_directory(&self) -> bool {
+        matches!(self.body, Body::Directory { .. })
+    }
+
+    /// The file record of a file inode with id `id`.
+    pub(crate) fn file_record(&self, id: u64) -> Option<FileRecord> {
+        match &self.body {
+            Body::File { layout, targets } => {
+                Some(FileRecord { id: FileId(id), layout: *layout, targets: targets.clone() })
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn into_entry(self, id: u64) -> Entry {
+        let file = self.file_record(id);
+        let (symlink_target, default_layout) = match self.body {
+            Body::Symlink { target } => (Some(target), None),
+            Body::Directory { default_layout } => (None, default_layout),
+            Body::File { .. } => (None, None),
+        };
+        Entry { id, attrs: self.attrs, file, symlink_target, default_layout }
+    }
+
+    /// Encodes the record. Panics if the inode breaks an invariant (a bug, not bad input).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        assert_eq!(self.attrs.kind, body_kind(&self.body), "kind disagrees with body");
+        let mut writer = Writer::new(INODE_FORMAT_VERSION);
+        writer.u8(kind_byte(self.attrs.kind));
+        encode_attrs(&mut writer, &self.attrs);
+        match &self.body {
+            Body::Directory { default_layout } => encode_directory(&mut writer, default_layout),
+            Body::File { layout, targets } => encode_file(&mut writer, layout, targets),
+            Body::Symlink { target } => encode_symlink(&mut writer, target),
+        }
+        writer.finish()
+    }
+
+    pub(crate) fn decode(record: &[u8]) -> Result<Self, NamespaceError> {
+        let mut reader = Reader::open("inode", record, INODE_FORMAT_VERSION)?;
+        let kind = match reader.u8()? {
+            KIND_DIRECTORY => FileKind::Directory,
+            KIND_FILE => FileKind::File,
+            KIND_SYMLINK => FileKind::Symlink,
+            other => return Err(reader.error(format!("has unknown kind {other}"))),
+        };
+        let attrs = decode_attrs(&mut reader, kind)?;
+        let body = match kind {
+            FileKind::Directory => decode_directory(&mut reader)?,
+            FileKind::File => decode_file(&mut reader)?,
+            FileKind::Symlink => decode_symlink(&mut reader)?,
+        };
+        reader.finish()?;
+        Ok(Self { attrs, body })
+    }
+}
+
+fn body_kind(body: &Body) -> FileKind {
+    match body {
+        Body::Directory { .. } => FileKind::Directory,
+        Body::File { .. } => FileKind::File,
+        Body::Symlink { .. } => FileKind::Symlink,
+    }
+}
+
+fn kind_byte(kind: FileKind) -> u8 {
+    match kind {
+        FileKind::Directory => KIND_DIRECTORY,
+        FileKind::File => KIND_FILE,
+        FileKind::Symlink => KIND_SYMLINK,
+    }
+}
+
+fn encode_attrs(writer: &mut Writer, attrs: &Attributes) {
+    writer.u32(attrs.mode);
+    writer.u32(attrs.uid);
+    writer.u32(attrs.gid);
+    writer.u64(attrs.size_bytes);
+    writer.u32(attrs.nlink);
+    writer.i64(attrs.atime_ns);
+    writer.i64(attrs.mtime_ns);
+    writer.i64(attrs.ctime_ns);
+}
+
+fn decode_attrs(reader: &mut Reader<'_>, kind: FileKind) -> Result<Attributes, NamespaceError> {
+    Ok(Attributes {
+        kind,
+        mode: reader.u32()?,
+        uid: reader.u32()?,
+        gid: reader.u32()?,
+        size_bytes: reader.u64()?,
+        nlink: reader.u32()?,
+        atime_ns: reader.i64()?,
+        mtime_ns: reader.i64()?,
+        ctime_ns: reader.i64()?,
+    })
+}
+
+fn encode_layout(writer: &mut Writer, layout: &Layout) {
+    match layout {
+        Layout::Explicit => {
+            writer.u8(LAYOUT_EXPLICIT);
+            writer.u64(0);
+        }
+        Layout::Stripe { unit_bytes } => {
+            assert!(*unit_bytes > 0, "stripe unit must be nonzero");
+            writer.u8(LAYOUT_STRIPE);
+            writer.u64(*unit_bytes);
+        }
+    }
+}
+
+fn decode_layout(reader: &mut Reader<'_>) -> Result<Layout, NamespaceError> {
+    let tag = reader.u8()?;
+    let unit_bytes = reader.u64()?;
+    match (tag, unit_bytes) {
+        (LAYOUT_EXPLICIT, 0) => Ok(Layout::Explicit),
+        (LAYOUT_STRIPE, unit) if unit > 0 => Ok(Layout::Stripe { unit_bytes: unit }),
+        _ => Err(reader.error(format!("has bad layout {tag}/{unit_bytes}"))),
+    }
+}
+
+fn encode_directory(writer: &mut Writer, default_layout: &Option<Layout>) {
+    match default_layout {
+        None => writer.u8(0),
+        Some(layout) => {
+            writer.u8(1);
+            encode_layout(writer, layout);
+        }
+    }
+}
+
+fn decode_directory(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
+    let default_layout = match reader.u8()? {
+        0 => None,
+        1 => Some(decode_layout(reader)?),
+        other => return Err(reader.error(format!("has bad default-layout flag {other}"))),
+    };
+    Ok(Body::Directory { default_layout })
+}
+
+fn encode_file(writer: &mut Writer, layout: &Layout, targets: &[TargetId]) {
+    let count = u32::try_from(targets.len()).unwrap_or(u32::MAX);
+    assert!((1..=SUBFILE_COUNT_MAX).contains(&count), "bad subfile count {count}");
+    assert!(all_distinct(targets), "two subfiles on one target");
+    encode_layout(writer, layout);
+    writer.u32(count);
+    for target in targets {
+        writer.u64(target.0);
+    }
+}
+
+fn decode_file(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
+    let layout = decode_layout(reader)?;
+    let count = reader.u32()?;
+    if !(1..=SUBFILE_COUNT_MAX).contains(&count) {
+        return Err(reader.error(format!("has subfile count {count}")));
+    }
+    // The length is checked by `take` before anything is allocated for it.
+    let bytes = reader.take(count as usize * 8)?;
+    let targets: Vec<TargetId> = bytes
+        .chunks_exact(8)
+        .map(|chunk| {
+            let mut id = [0u8; 8];
+            id.copy_from_slice(chunk);
+            TargetId(u64::from_le_bytes(id))
+        })
+        .collect();
+    if !all_distinct(&targets) {
+        return Err(reader.error("places two subfiles on one target".into()));
+    }
+    Ok(Body::File { layout, targets })
+}
+
+fn encode_symlink(writer: &mut Writer, target: &str) {
+    assert!(target.len() <= PATH_BYTES_MAX, "symlink target too long");
+    writer.u32(target.len() as u32);
+    writer.raw(target.as_bytes());
+}
+
+fn decode_symlink(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
+    let length = reader.u32()? as usize;
+    if length > PATH_BYTES_MAX {
+        return Err(reader.error(format!("has a {length}-byte symlink target")));
+    }
+    let bytes = reader.take(length)?;
+    let target = std::str::from_utf8(bytes)
+        .map_err(|_| reader.error("has a symlink target that is not UTF-8".into()))?;
+    Ok(Body::Symlink { target: target.to_string() })
+}
+
+pub(crate) fn all_distinct(targets: &[TargetId]) -> bool {
+    let mut sorted = targets.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).all(|pair| pair[0] != pair[1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(kind: FileKind) -> Attributes {
+        Attributes {
+            kind,
+            mode: 0o644,
+            uid: 7,
+            gid: 8,
+            size_bytes: 99,
+            nlink: 1,
+            atime_ns: -1,
+            mtime_ns: 2,
+            ctime_ns: 3,
+        }
+    }
+
+    fn samples() -> Vec<Inode> {
+        vec![
+            Inode {
+                attrs: attrs(FileKind::Directory),
+                body: Body::Directory { default_layout: Some(Layout::Stripe { unit_bytes: 4096 }) },
+            },
+            Inode {
+                attrs: attrs(FileKind::File),
+                body: Body::File { layout: Layout::Explicit, targets: vec![TargetId(3), TargetId(u64::MAX)] },
+            },
+            Inode { attrs: attrs(FileKind::Symlink), body: Body::Symlink { target: "../x/ÿ".into() } },
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        for inode in samples() {
+            assert_eq!(Inode::decode(&inode.encode()).unwrap(), inode);
+        }
+    }
+
+    #[test]
+    fn file_record_has_documented_bytes() {
+        let record = samples()[1].encode();
+        assert_eq!(record[0], 1, "format version");
+        assert_eq!(record[1], KIND_FILE);
+        assert_eq!(&record[2..6], &0o644u32.to_le_bytes());
+        assert_eq!(record[50], LAYOUT_EXPLICIT);
+        assert_eq!(&record[59..63], &2u32.to_le_bytes());
+        assert_eq!(&record[63..71], &3u64.to_le_bytes());
+        assert_eq!(record.len(), 50 + 9 + 4 + 16 + 4);
+    }
+
+    #[test]
+    fn every_truncation_is_a_typed_error() {
+        for inode in samples() {
+            let record = inode.encode();
+            for length in 0..record.len() {
+                let err = Inode::decode(&record[..length]).unwrap_err();
+                assert!(matches!(err, NamespaceError::Corrupt { .. }));
+            }
+        }
+    }
+}

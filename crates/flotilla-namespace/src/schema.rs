@@ -1,0 +1,24 @@
+#![doc = include_str!("../FORMAT.md")]
+
+use redb::TableDefinition;
+
+/// Inode id → inode record (see `record.rs`).
+pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+/// (parent inode id, name) → child inode id.
+pub(crate) const DIRENTS: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
+/// (target id, file id, subfile index) → nothing.
+pub(crate) const PENDING_DELETES: TableDefinition<(u64, u64, u32), ()> =
+    TableDefinition::new("pending_deletes");
+/// Target id → target record (see `target_record.rs`).
+pub(crate) const TARGETS: TableDefinition<u64, &[u8]> = TableDefinition::new("targets");
+/// Counter name → value.
+pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+
+/// `counters` key holding the database format version.
+pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
+/// Database format version written by this build.
+pub(crate) const SCHEMA_VERSION: u64 = 1;
+/// `counters` key holding the round-robin placement cursor.
+pub(crate) const PLACEMENT_CURSOR_KEY: &str = "placement_cursor";
+/// Inode id of the root directory.
+pub const ROOT_ID: u64 = 1;

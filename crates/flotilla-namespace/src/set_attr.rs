@@ -1,0 +1,47 @@
+//! `set_attr`: chmod, chown, truncate and utimes on one inode.
+
+use crate::edit::check_mode;
+use crate::error::NamespaceError;
+use crate::namespace::{not_found_id, Namespace};
+use crate::record::Inode;
+use crate::request::SetAttr;
+use crate::tables::Source;
+use flotilla_types::{Attributes, FileKind, TimeNs};
+
+impl Namespace {
+    /// Applies `change` to inode `id` and sets its `ctime` to `now_ns` (and its `mtime`
+    /// too when the size changes and no `mtime` is given). Returns the new attributes.
+    pub fn set_attr(&self, id: u64, change: &SetAttr, now_ns: TimeNs) -> Result<Attributes, NamespaceError> {
+        if let Some(mode) = change.mode {
+            check_mode(mode)?;
+        }
+        self.write(|tables| {
+            let mut inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
+            apply(&mut inode, id, change, now_ns)?;
+            tables.put(id, &inode)?;
+            Ok(inode.attrs)
+        })
+    }
+}
+
+fn apply(inode: &mut Inode, id: u64, change: &SetAttr, now_ns: TimeNs) -> Result<(), NamespaceError> {
+    let attrs = &mut inode.attrs;
+    if let Some(size_bytes) = change.size_bytes {
+        match attrs.kind {
+            FileKind::File => {}
+            FileKind::Directory => {
+                return Err(NamespaceError::IsADirectory { path: format!("inode {id:016x}") })
+            }
+            FileKind::Symlink => return Err(NamespaceError::invalid("cannot set the size of a symlink")),
+        }
+        attrs.size_bytes = size_bytes;
+        attrs.mtime_ns = now_ns;
+    }
+    attrs.mode = change.mode.unwrap_or(attrs.mode);
+    attrs.uid = change.uid.unwrap_or(attrs.uid);
+    attrs.gid = change.gid.unwrap_or(attrs.gid);
+    attrs.atime_ns = change.atime_ns.unwrap_or(attrs.atime_ns);
+    attrs.mtime_ns = change.mtime_ns.unwrap_or(attrs.mtime_ns);
+    attrs.ctime_ns = now_ns;
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! Typed access to the redb tables inside one transaction.
+//!
+//! [`Source`] is what path resolution and listing need; both a read snapshot
+//! ([`ReadTables`]) and a write transaction ([`WriteTables`]) provide it, so the same
+//! resolution code serves queries and updates. Every record is decoded (and its checksum
+//! checked) right after it is read, and encoded right before it is written.
+
+use crate::entry::FileRecord;
+use crate::error::NamespaceError;
+use crate::record::Inode;
+use crate::schema::{COUNTERS, DIRENTS, INODES, PENDING_DELETES, ROOT_ID, TARGETS};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, Table, WriteTransaction};
+use std::ops::Bound;
+
+/// Attempts to draw an unused random inode id before giving up.
+const ID_DRAWS_MAX: usize = 16;
+
+/// Read access shared by snapshots and write transactions.
+pub(crate) trait Source {
+    fn inode(&self, id: u64) -> Result<Option<Inode>, NamespaceError>;
+    fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError>;
+    /// Up to `max` entries of `parent` in name order, after `after` when given.
+    fn children(
+        &self,
+        parent: u64,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<(String, u64)>, NamespaceError>;
+
+    /// An inode that a directory entry or the root refers to, so it must exist.
+    fn load(&self, id: u64) -> Result<Inode, NamespaceError> {
+        self.inode(id)?
+            .ok_or_else(|| NamespaceError::corrupt(format!("inode {id:016x} is referenced but missing")))
+    }
+}
+
+fn read_inode(
+    table: &impl ReadableTable<u64, &'static [u8]>,
+    id: u64,
+) -> Result<Option<Inode>, NamespaceError> {
+    match table.get(id)? {
+        None => Ok(None),
+        Some(guard) => Inode::decode(guard.value()).map(Some),
+    }
+}
+
+fn read_child(
+    table: &impl ReadableTable<(u64, &'static str), u64>,
+    parent: u64,
+    name: &str,
+) -> Result<Option<u64>, NamespaceError> {
+    Ok(table.get((parent, name))?.map(|guard| guard.value()))
+}
+
+fn read_children(
+    table: &impl ReadableTable<(u64, &'static str), u64>,
+    parent: u64,
+    after: Option<&str>,
+    max: usize,
+) -> Result<Vec<(String, u64)>, NamespaceError> {
+    let start = match after {
+        Some(name) => Bound::Excluded((parent, name)),
+        None => Bound::Included((parent, "")),
+    };
+    let mut out = Vec::new();
+    for item in table.range::<(u64, &str)>((start, Bound::Unbounded))? {
+        let (key, value) = item?;
+        let (key_parent, name) = key.value();
+        if key_parent != parent || out.len() >= max {
+            break;
+        }
+        out.push((name.to_string(), value.value()));
+    }
+    Ok(out)
+}
+
+/// The tables of a read snapshot.
+pub(crate) struct ReadTables {
+    pub(crate) inodes: ReadOnlyTable<u64, &'static [u8]>,
+    pub(crate) dirents: ReadOnlyTable<(u64, &'static str), u64>,
+    pub(crate) pending: ReadOnlyTable<(u64, u64, u32), ()>,
+    pub(crate) targets: ReadOnlyTable<u64, &'static [u8]>,
+}
+
+impl ReadTables {
+    pub(crate) fn open(txn: &ReadTransaction) -> Result<Self, NamespaceError> {
+        Ok(Self {
+            inodes: txn.open_table(INODES)?,
+            dirents: txn.open_table(DIRENTS)?,
+            pending: txn.open_table(PENDING_DELETES)?,
+            targets: txn.open_table(TARGETS)?,
+        })
+    }
+}
+
+impl Source for ReadTables {
+    fn inode(&self, id: u64) -> Result<Option<Inode>, NamespaceError> {
+        read_inode(&self.inodes, id)
+    }
+
+    fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError> {
+        read_child(&self.dirents, parent, name)
+    }
+
+    fn children(
+        &self,
+        parent: u64,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<(String, u64)>, NamespaceError> {
+        read_children(&self.dirents, parent, after, max)
+    }
+}
+
+/// The tables of one write transaction.
+pub(crate) struct WriteTables<'txn> {
+    pub(crate) inodes: Table<'txn, u64, &'static [u8]>,
+    pub(crate) dirents: Table<'txn, (u64, &'static str), u64>,
+    pub(crate) pending: Table<'txn, (u64, u64, u32), ()>,
+    pub(crate) targets: Table<'txn, u64, &'static [u8]>,
+    pub(crate) counters: Table<'txn, &'static str, u64>,
+}
+
+impl<'txn> WriteTables<'txn> {
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, NamespaceError> {
+        Ok(Self {
+            inodes: txn.open_table(INODES)?,
+            dirents: txn.open_table(DIRENTS)?,
+            pending: txn.open_table(PENDING_DELETES)?,
+            targets: txn.open_table(TARGETS)?,
+            counters: txn.open_table(COUNTERS)?,
+        })
+    }
+
+    pub(crate) fn put(&mut self, id: u64, inode: &Inode) -> Result<(), NamespaceError> {
+        self.inodes.insert(id, inode.encode().as_slice())?;
+        Ok(())
+    }
+
+    pub(crate) fn remove_inode(&mut self, id: u64) -> Result<(), NamespaceError> {
+        assert_ne!(id, ROOT_ID, "the root directory is never removed");
+        self.inodes.remove(id)?;
+        Ok(())
+    }
+
+    pub(crate) fn insert_dirent(
+        &mut self,
+        parent: u64,
+        name: &str,
+        child: u64,
+    ) -> Result<(), NamespaceError> {
+        self.dirents.insert((parent, name), child)?;
+        Ok(())
+    }
+
+    pub(crate) fn remove_dirent(&mut self, parent: u64, name: &str) -> Result<(), NamespaceError> {
+        if self.dirents.remove((parent, name))?.is_none() {
+            return Err(NamespaceError::corrupt(format!("entry {name:?} of {parent:016x} vanished")));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn counter(&self, key: &str) -> Result<Option<u64>, NamespaceError> {
+        Ok(self.counters.get(key)?.map(|guard| guard.value()))
+    }
+
+    pub(crate) fn set_counter(&mut self, key: &str, value: u64) -> Result<(), NamespaceError> {
+        self.counters.insert(key, value)?;
+        Ok(())
+    }
+
+    /// Queues every subfile of a file that lost its last link for deletion on its target.
+    pub(crate) fn queue_deletes(&mut self, file: &FileRecord) -> Result<(), NamespaceError> {
+        for (index, target) in file.targets.iter().enumerate() {
+            let index =
+                u32::try_from(index).map_err(|_| NamespaceError::corrupt("subfile index overflow"))?;
+            self.pending.insert((target.0, file.id.0, index), ())?;
+        }
+        Ok(())
+    }
+
+    /// A random inode id that is nonzero, not the root's and not in use.
+    pub(crate) fn new_id(&self) -> Result<u64, NamespaceError> {
+        for _ in 0..ID_DRAWS_MAX {
+            let id: u64 = rand::random();
+            if id > ROOT_ID && self.inodes.get(id)?.is_none() {
+                return Ok(id);
+            }
+        }
+        Err(NamespaceError::Storage(format!("no unused inode id in {ID_DRAWS_MAX} random draws")))
+    }
+}
+
+impl Source for WriteTables<'_> {
+    fn inode(&self, id: u64) -> Result<Option<Inode>, NamespaceError> {
+        read_inode(&self.inodes, id)
+    }
+
+    fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError> {
+        read_child(&self.dirents, parent, name)
+    }
+
+    fn children(
+        &self,
+        parent: u64,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<(String, u64)>, NamespaceError> {
+        read_children(&self.dirents, parent, after, max)
+    }
+}

@@ -1,0 +1,118 @@
+//! Path resolution: from an absolute path to inode ids, following symbolic links.
+//!
+//! Symlinks in the middle of a path are always followed (an absolute target restarts at the
+//! root, a relative one continues from the link's directory, `..` climbs); a symlink as the
+//! last component is followed only on request. At most `SYMLINK_FOLLOWS_MAX` links are
+//! followed per path. Resolution keeps the stack of directories walked through, which is
+//! the true ancestor chain of the result because every directory has exactly one parent;
+//! `rename` relies on it to refuse moving a directory into its own subtree.
+
+use crate::error::NamespaceError;
+use crate::record::{Body, Inode};
+use crate::schema::ROOT_ID;
+use crate::tables::Source;
+use flotilla_types::{check_name, split_path};
+use std::collections::VecDeque;
+
+/// Most symbolic links followed while resolving one path, as on Linux.
+pub const SYMLINK_FOLLOWS_MAX: usize = 40;
+
+/// An existing entry found by path.
+pub(crate) struct Walked {
+    /// Directory ids from the root down to the entry's parent; empty for the root.
+    pub(crate) ancestors: Vec<u64>,
+    pub(crate) id: u64,
+    pub(crate) inode: Inode,
+}
+
+/// The place a path names: an existing directory and a name in it, maybe taken.
+pub(crate) struct Located<'p> {
+    /// Directory ids from the root down to and including `parent`.
+    pub(crate) chain: Vec<u64>,
+    pub(crate) parent: u64,
+    pub(crate) name: &'p str,
+    pub(crate) child: Option<u64>,
+}
+
+/// Resolves an existing entry.
+pub(crate) fn resolve(
+    source: &impl Source,
+    path: &str,
+    follow_final: bool,
+) -> Result<Walked, NamespaceError> {
+    let components = split_path(path)?;
+    walk(source, path, owned(&components), follow_final)
+}
+
+/// Resolves the parent directory of `path` and looks its last component up without
+/// following it. The root has no parent, so `/` is refused.
+pub(crate) fn locate<'p>(source: &impl Source, path: &'p str) -> Result<Located<'p>, NamespaceError> {
+    let mut components = split_path(path)?;
+    let name = components
+        .pop()
+        .ok_or_else(|| NamespaceError::invalid(format!("{path:?} names the root directory")))?;
+    let parent = walk(source, path, owned(&components), true)?;
+    if !parent.inode.is_directory() {
+        return Err(NamespaceError::NotADirectory { path: path.into() });
+    }
+    let mut chain = parent.ancestors;
+    chain.push(parent.id);
+    Ok(Located { chain, parent: parent.id, name, child: source.child(parent.id, name)? })
+}
+
+fn owned(components: &[&str]) -> VecDeque<String> {
+    components.iter().map(|name| name.to_string()).collect()
+}
+
+fn walk(
+    source: &impl Source,
+    path: &str,
+    mut queue: VecDeque<String>,
+    follow_final: bool,
+) -> Result<Walked, NamespaceError> {
+    let mut stack = vec![ROOT_ID];
+    let mut follows = 0;
+    while let Some(name) = queue.pop_front() {
+        if name == ".." {
+            if stack.len() > 1 {
+                stack.pop();
+            }
+            continue;
+        }
+        let parent = stack.last().copied().unwrap_or(ROOT_ID);
+        let id =
+            source.child(parent, &name)?.ok_or_else(|| NamespaceError::NotFound { path: path.into() })?;
+        let inode = source.load(id)?;
+        let last = queue.is_empty();
+        match &inode.body {
+            Body::Directory { .. } => stack.push(id),
+            Body::Symlink { target } if !last || follow_final => {
+                follows += 1;
+                if follows > SYMLINK_FOLLOWS_MAX {
+                    return Err(NamespaceError::TooManySymlinks { path: path.into() });
+                }
+                if target.starts_with('/') {
+                    stack.truncate(1);
+                }
+                prepend_target(&mut queue, target)?;
+            }
+            _ if last => return Ok(Walked { ancestors: stack, id, inode }),
+            _ => return Err(NamespaceError::NotADirectory { path: path.into() }),
+        }
+    }
+    let id = stack.pop().unwrap_or(ROOT_ID);
+    let inode = source.load(id)?;
+    Ok(Walked { ancestors: stack, id, inode })
+}
+
+/// Puts the components of a symlink target in front of the components still to walk.
+fn prepend_target(queue: &mut VecDeque<String>, target: &str) -> Result<(), NamespaceError> {
+    let parts: Vec<&str> = target.split('/').filter(|part| !part.is_empty() && *part != ".").collect();
+    for part in parts.iter().rev() {
+        if *part != ".." {
+            check_name(part)?;
+        }
+        queue.push_front(part.to_string());
+    }
+    Ok(())
+}

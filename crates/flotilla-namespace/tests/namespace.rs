@@ -1,0 +1,374 @@
+//! Tests of `Namespace` against a real redb file in a temporary directory.
+
+use flotilla_namespace::*;
+use flotilla_types::{FileId, FileKind, Layout, SubfileIndex, TargetId};
+use std::path::PathBuf;
+
+const OWNER: Owner = Owner { mode: 0o644, uid: 1000, gid: 100 };
+
+fn live(count: u64) -> Vec<TargetUsage> {
+    (1..=count)
+        .map(|id| TargetUsage { target: TargetId(id * 10), used_bytes: 0, free_bytes: 1 << 30 })
+        .collect()
+}
+
+fn spec(subfile_count: u32) -> CreateFile {
+    CreateFile { owner: OWNER, subfile_count, targets: None, layout: None, exclusive: true }
+}
+
+fn fresh() -> (tempfile::TempDir, PathBuf, Namespace) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("namespace.redb");
+    let namespace = Namespace::open(&path).unwrap();
+    (dir, path, namespace)
+}
+
+fn names(namespace: &Namespace, path: &str) -> Vec<String> {
+    namespace.readdir(path).unwrap().into_iter().map(|entry| entry.name).collect()
+}
+
+#[test]
+fn new_database_has_only_the_root() {
+    let (_dir, _path, ns) = fresh();
+    let root = ns.lookup("/").unwrap();
+    assert_eq!(root.id, ROOT_ID);
+    assert_eq!(root.attrs.kind, FileKind::Directory);
+    assert_eq!((root.attrs.mode, root.attrs.uid, root.attrs.nlink), (0o755, 0, 2));
+    assert!(ns.readdir("/").unwrap().is_empty());
+    assert_eq!(ns.get(ROOT_ID).unwrap(), root);
+}
+
+#[test]
+fn everything_survives_reopen() {
+    // Phase 1: build a small tree and record a target, then drop the handle.
+    let (_dir, path, ns) = fresh();
+    ns.mkdir("/d", OWNER, 5).unwrap();
+    let file = ns.create_file("/d/f", &spec(2), &live(3), 6).unwrap();
+    ns.symlink("/l", "/d/f", OWNER, 7).unwrap();
+    ns.record_target(TargetId(10), "10.0.0.1:7100", 1, 2).unwrap();
+    drop(ns);
+
+    // Phase 2: reopen and find all of it, including the advanced placement cursor.
+    let ns = Namespace::open(&path).unwrap();
+    assert_eq!(ns.lookup("/d/f").unwrap(), file);
+    assert_eq!(ns.lookup_follow("/l").unwrap(), file);
+    assert_eq!(ns.lookup("/l").unwrap().symlink_target.as_deref(), Some("/d/f"));
+    let targets = ns.targets().unwrap();
+    assert_eq!(targets.len(), 1);
+    assert_eq!(targets[0].server_addr, "10.0.0.1:7100");
+    let next = ns.create_file("/d/g", &spec(1), &live(3), 8).unwrap();
+    assert_eq!(next.file.unwrap().targets, vec![TargetId(20)]);
+}
+
+#[test]
+fn mkdir_counts_links_and_touches_parent() {
+    let (_dir, _path, ns) = fresh();
+    ns.mkdir("/a", OWNER, 10).unwrap();
+    ns.mkdir("/a/b", OWNER, 20).unwrap();
+    ns.create_file("/a/f", &spec(1), &live(1), 30).unwrap();
+    let a = ns.lookup("/a").unwrap();
+    assert_eq!(a.attrs.nlink, 3);
+    assert_eq!(a.attrs.size_bytes, 2);
+    assert_eq!((a.attrs.mtime_ns, a.attrs.ctime_ns), (30, 30));
+    assert_eq!(ns.lookup("/").unwrap().attrs.nlink, 3);
+    assert_eq!(ns.mkdir("/a", OWNER, 40), Err(NamespaceError::AlreadyExists { path: "/a".into() }));
+    assert_eq!(ns.mkdir("/", OWNER, 40).unwrap_err().errno(), EEXIST);
+    assert_eq!(ns.mkdir("/x/y", OWNER, 40).unwrap_err().errno(), ENOENT);
+    assert_eq!(ns.mkdir("/a/f/y", OWNER, 40).unwrap_err().errno(), ENOTDIR);
+}
+
+#[test]
+fn bad_paths_and_arguments_are_typed_errors() {
+    let (_dir, _path, ns) = fresh();
+    let long = format!("/{}", "n".repeat(256));
+    assert_eq!(ns.mkdir(&long, OWNER, 0).unwrap_err().errno(), ENAMETOOLONG);
+    assert_eq!(ns.mkdir("/a/../b", OWNER, 0).unwrap_err().errno(), EINVAL);
+    assert_eq!(ns.mkdir("relative", OWNER, 0).unwrap_err().errno(), EINVAL);
+    let bad_mode = Owner { mode: 0o10000, ..OWNER };
+    assert_eq!(ns.mkdir("/m", bad_mode, 0).unwrap_err().errno(), EINVAL);
+    assert_eq!(ns.create_file("/f", &spec(0), &live(2), 0).unwrap_err().errno(), EINVAL);
+    assert_eq!(
+        ns.create_file("/f", &spec(3), &live(2), 0),
+        Err(NamespaceError::NotEnoughTargets { wanted: 3, live: 2 })
+    );
+    assert!(ns.readdir("/").unwrap().is_empty(), "failed calls change nothing");
+}
+
+#[test]
+fn create_file_places_round_robin_and_respects_exclusive() {
+    let (_dir, _path, ns) = fresh();
+    let first = ns.create_file("/f", &spec(2), &live(3), 1).unwrap();
+    let record = first.file.clone().unwrap();
+    assert_eq!(record.id, FileId(first.id));
+    assert_eq!(record.targets, vec![TargetId(10), TargetId(20)]);
+    assert_eq!(record.layout, Layout::Explicit);
+    assert_eq!(first.attrs.nlink, 1);
+
+    let again = CreateFile { exclusive: false, ..spec(3) };
+    assert_eq!(ns.create_file("/f", &again, &live(3), 2).unwrap(), first);
+    assert_eq!(ns.create_file("/f", &spec(1), &live(3), 2).unwrap_err().errno(), EEXIST);
+    ns.mkdir("/d", OWNER, 3).unwrap();
+    assert_eq!(ns.create_file("/d", &again, &live(3), 4).unwrap_err().errno(), EISDIR);
+
+    let second = ns.create_file("/g", &spec(2), &live(3), 5).unwrap();
+    assert_eq!(second.file.unwrap().targets, vec![TargetId(20), TargetId(30)]);
+}
+
+#[test]
+fn named_targets_are_checked() {
+    let (_dir, _path, ns) = fresh();
+    let named = |targets: Vec<u64>| CreateFile {
+        subfile_count: targets.len() as u32,
+        targets: Some(targets.into_iter().map(TargetId).collect()),
+        ..spec(1)
+    };
+    let entry = ns.create_file("/ok", &named(vec![30, 10]), &live(3), 0).unwrap();
+    assert_eq!(entry.file.unwrap().targets, vec![TargetId(30), TargetId(10)]);
+    assert_eq!(
+        ns.create_file("/a", &named(vec![10, 99]), &live(3), 0),
+        Err(NamespaceError::TargetNotLive { target: TargetId(99) })
+    );
+    assert_eq!(
+        ns.create_file("/b", &named(vec![10, 10]), &live(3), 0),
+        Err(NamespaceError::DuplicateTarget { target: TargetId(10) })
+    );
+    let mismatched = CreateFile { subfile_count: 1, ..named(vec![10, 20]) };
+    assert_eq!(ns.create_file("/c", &mismatched, &live(3), 0).unwrap_err().errno(), EINVAL);
+}
+
+#[test]
+fn default_layout_is_used_and_inherited() {
+    let (_dir, _path, ns) = fresh();
+    let stripe = Layout::Stripe { unit_bytes: 1 << 20 };
+    ns.mkdir("/s", OWNER, 0).unwrap();
+    ns.set_default_layout("/s", Some(stripe), 1).unwrap();
+    ns.mkdir("/s/t", OWNER, 2).unwrap();
+    assert_eq!(ns.lookup("/s/t").unwrap().default_layout, Some(stripe));
+    let file = ns.create_file("/s/t/f", &spec(1), &live(1), 3).unwrap();
+    assert_eq!(file.file.unwrap().layout, stripe);
+    let explicit = CreateFile { layout: Some(Layout::Explicit), ..spec(1) };
+    let file = ns.create_file("/s/g", &explicit, &live(1), 4).unwrap();
+    assert_eq!(file.file.unwrap().layout, Layout::Explicit);
+    let zero = Some(Layout::Stripe { unit_bytes: 0 });
+    assert_eq!(ns.set_default_layout("/s", zero, 5).unwrap_err().errno(), EINVAL);
+}
+
+#[test]
+fn unlink_queues_deletes_only_for_the_last_link() {
+    let (_dir, _path, ns) = fresh();
+    let file = ns.create_file("/f", &spec(2), &live(2), 0).unwrap();
+    let linked = ns.link("/f", "/g", 1).unwrap();
+    assert_eq!(linked.attrs.nlink, 2);
+    assert_eq!(ns.lookup("/").unwrap().attrs.size_bytes, 2);
+
+    assert_eq!(ns.unlink("/f", 2).unwrap(), None);
+    assert_eq!(ns.lookup("/g").unwrap().attrs.nlink, 1);
+    assert!(ns.pending_deletes(TargetId(10), 100).unwrap().is_empty());
+
+    let gone = ns.unlink("/g", 3).unwrap().unwrap();
+    assert_eq!(Some(gone.clone()), file.file);
+    assert_eq!(ns.get(file.id).unwrap_err().errno(), ENOENT);
+    let id = FileId(file.id);
+    assert_eq!(ns.pending_deletes(TargetId(10), 100).unwrap(), vec![(id, SubfileIndex(0))]);
+    assert_eq!(ns.pending_deletes(TargetId(20), 100).unwrap(), vec![(id, SubfileIndex(1))]);
+    assert!(ns.pending_deletes(TargetId(20), 0).unwrap().is_empty());
+
+    ns.ack_deletes(TargetId(10), &[(id, SubfileIndex(0))]).unwrap();
+    ns.ack_deletes(TargetId(10), &[(id, SubfileIndex(0))]).unwrap();
+    assert!(ns.pending_deletes(TargetId(10), 100).unwrap().is_empty());
+    assert_eq!(ns.pending_deletes(TargetId(20), 100).unwrap().len(), 1);
+}
+
+#[test]
+fn unlink_and_link_refuse_directories() {
+    let (_dir, _path, ns) = fresh();
+    ns.mkdir("/d", OWNER, 0).unwrap();
+    assert_eq!(ns.unlink("/d", 1).unwrap_err().errno(), EISDIR);
+    assert_eq!(ns.link("/d", "/e", 1).unwrap_err().errno(), EPERM);
+    assert_eq!(ns.unlink("/nope", 1).unwrap_err().errno(), ENOENT);
+    assert_eq!(ns.unlink("/", 1).unwrap_err().errno(), EINVAL);
+}
+
+#[test]
+fn rmdir_needs_an_empty_directory() {
+    let (_dir, _path, ns) = fresh();
+    ns.mkdir("/d", OWNER, 0).unwrap();
+    ns.symlink("/d/l", "x", OWNER, 0).unwrap();
+    assert_eq!(ns.rmdir("/d", 1).unwrap_err().errno(), ENOTEMPTY);
+    assert_eq!(ns.rmdir("/d/l", 1).unwrap_err().errno(), ENOTDIR);
+    assert_eq!(ns.unlink("/d/l", 2).unwrap(), None, "a symlink has no data");
+    ns.rmdir("/d", 3).unwrap();
+    let root = ns.lookup("/").unwrap();
+    assert_eq!((root.attrs.nlink, root.attrs.size_bytes, root.attrs.mtime_ns), (2, 0, 3));
+    assert_eq!(ns.rmdir("/", 4).unwrap_err().errno(), EINVAL);
+}
+
+#[test]
+fn rename_moves_and_replaces() {
+    let (_dir, _path, ns) = fresh();
+    ns.mkdir("/a", OWNER, 0).unwrap();
+    ns.mkdir("/b", OWNER, 0).unwrap();
+    let f = ns.create_file("/a/f", &spec(1), &live(2), 0).unwrap();
+    let g = ns.create_file("/b/g", &spec(1), &live(2), 0).unwrap();
+
+    // A file over a file: the replaced one loses its last link.
+    assert_eq!(ns.rename("/a/f", "/b/g", 5).unwrap(), g.file);
+    assert_eq!(ns.lookup("/b/g").unwrap().id, f.id);
+    assert_eq!(names(&ns, "/a"), Vec::<String>::new());
+    assert_eq!(ns.pending_deletes(TargetId(20), 10).unwrap().len(), 1);
+
+    // A directory into another: link counts follow.
+    ns.rename("/a", "/b/a", 6).unwrap();
+    assert_eq!(ns.lookup("/").unwrap().attrs.nlink, 3);
+    assert_eq!(ns.lookup("/b").unwrap().attrs.nlink, 3);
+    assert_eq!(names(&ns, "/b"), vec!["a", "g"]);
+
+    // Same inode on both sides: nothing happens.
+    ns.link("/b/g", "/h", 7).unwrap();
+    assert_eq!(ns.rename("/b/g", "/h", 8).unwrap(), None);
+    assert_eq!(ns.lookup("/h").unwrap().attrs.nlink, 2);
+    assert_eq!(ns.rename("/h", "/h", 8).unwrap(), None);
+}
+
+#[test]
+fn rename_refuses_bad_replacements_and_cycles() {
+    let (_dir, _path, ns) = fresh();
+    ns.mkdir("/a", OWNER, 0).unwrap();
+    ns.mkdir("/a/b", OWNER, 0).unwrap();
+    ns.mkdir("/e", OWNER, 0).unwrap();
+    ns.create_file("/f", &spec(1), &live(1), 0).unwrap();
+    assert_eq!(ns.rename("/a", "/a/b/c", 1).unwrap_err().errno(), EINVAL);
+    assert_eq!(ns.rename("/a", "/a/c", 1).unwrap_err().errno(), EINVAL);
+    assert_eq!(ns.rename("/a/b", "/a", 1).unwrap_err().errno(), ENOTEMPTY);
+    assert_eq!(ns.rename("/a", "/f", 1).unwrap_err().errno(), ENOTDIR);
+    assert_eq!(ns.rename("/f", "/e", 1).unwrap_err().errno(), EISDIR);
+    assert_eq!(ns.rename("/nope", "/x", 1).unwrap_err().errno(), ENOENT);
+    assert_eq!(ns.rename("/", "/x", 1).unwrap_err().errno(), EINVAL);
+
+    // An empty directory may be replaced by a directory.
+    ns.rename("/a", "/e", 2).unwrap();
+    assert_eq!(names(&ns, "/"), vec!["e", "f"]);
+    assert_eq!(names(&ns, "/e"), vec!["b"]);
+    assert_eq!(ns.lookup("/").unwrap().attrs.nlink, 3);
+}
+
+#[test]
+fn rename_through_a_symlink_still_sees_the_cycle() {
+    let (_dir, _path, ns) = fresh();
+    ns.mkdir("/a", OWNER, 0).unwrap();
+    ns.mkdir("/a/b", OWNER, 0).unwrap();
+    ns.symlink("/l", "/a/b", OWNER, 0).unwrap();
+    assert_eq!(ns.rename("/a", "/l/c", 1).unwrap_err().errno(), EINVAL);
+}
+
+#[test]
+fn symlinks_are_followed_in_the_middle_and_loops_stop() {
+    let (_dir, _path, ns) = fresh();
+    ns.mkdir("/a", OWNER, 0).unwrap();
+    ns.mkdir("/a/b", OWNER, 0).unwrap();
+    let f = ns.create_file("/a/b/f", &spec(1), &live(1), 0).unwrap();
+    ns.symlink("/abs", "/a/b", OWNER, 0).unwrap();
+    ns.symlink("/a/rel", "b/../b/.", OWNER, 0).unwrap();
+    ns.symlink("/a/up", "..", OWNER, 0).unwrap();
+    assert_eq!(ns.lookup("/abs/f").unwrap().id, f.id);
+    assert_eq!(ns.lookup("/a/rel/f").unwrap().id, f.id);
+    assert_eq!(ns.lookup("/a/up/a/b/f").unwrap().id, f.id);
+    assert_eq!(ns.lookup_follow("/a/up").unwrap().id, ROOT_ID);
+    assert_eq!(names(&ns, "/abs"), vec!["f"]);
+    ns.create_file("/abs/g", &spec(1), &live(1), 0).unwrap();
+    assert_eq!(names(&ns, "/a/b"), vec!["f", "g"]);
+
+    ns.symlink("/loop1", "/loop2", OWNER, 0).unwrap();
+    ns.symlink("/loop2", "/loop1", OWNER, 0).unwrap();
+    assert_eq!(ns.lookup("/loop1/x").unwrap_err().errno(), ELOOP);
+    assert_eq!(ns.lookup("/loop1").unwrap().kind(), FileKind::Symlink);
+    assert_eq!(ns.lookup("/a/b/f/x").unwrap_err().errno(), ENOTDIR);
+    assert_eq!(ns.symlink("/e", "", OWNER, 0).unwrap_err().errno(), EINVAL);
+}
+
+#[test]
+fn set_attr_changes_what_was_asked() {
+    let (_dir, _path, ns) = fresh();
+    let f = ns.create_file("/f", &spec(1), &live(1), 0).unwrap();
+    let change =
+        SetAttr { mode: Some(0o600), size_bytes: Some(4096), atime_ns: Some(-3), ..SetAttr::default() };
+    let attrs = ns.set_attr(f.id, &change, 9).unwrap();
+    assert_eq!((attrs.mode, attrs.uid, attrs.size_bytes), (0o600, 1000, 4096));
+    assert_eq!((attrs.atime_ns, attrs.mtime_ns, attrs.ctime_ns), (-3, 9, 9));
+    assert_eq!(ns.get(f.id).unwrap().attrs, attrs);
+
+    let size = SetAttr { size_bytes: Some(1), ..SetAttr::default() };
+    assert_eq!(ns.set_attr(ROOT_ID, &size, 10).unwrap_err().errno(), EISDIR);
+    assert_eq!(ns.set_attr(12345, &size, 10).unwrap_err().errno(), ENOENT);
+    let mode = SetAttr { mode: Some(0o100644), ..SetAttr::default() };
+    assert_eq!(ns.set_attr(f.id, &mode, 10).unwrap_err().errno(), EINVAL);
+}
+
+#[test]
+fn readdir_pages_in_name_order() {
+    let (_dir, _path, ns) = fresh();
+    for name in ["c", "a", "b", "aa"] {
+        ns.mkdir(&format!("/{name}"), OWNER, 0).unwrap();
+    }
+    ns.mkdir("/a/inner", OWNER, 0).unwrap();
+    assert_eq!(names(&ns, "/"), vec!["a", "aa", "b", "c"]);
+    let page = ns.readdir_page("/", Some("aa"), 1).unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].name, "b");
+    assert_eq!(page[0].kind, FileKind::Directory);
+    assert!(ns.readdir_page("/", Some("c"), 10).unwrap().is_empty());
+    ns.create_file("/f", &spec(1), &live(1), 0).unwrap();
+    assert_eq!(ns.readdir("/f").unwrap_err().errno(), ENOTDIR);
+}
+
+#[test]
+fn targets_are_listed_in_id_order_and_updated() {
+    let (_dir, _path, ns) = fresh();
+    ns.record_target(TargetId(7), "b:1", 1, 2).unwrap();
+    ns.record_target(TargetId(3), "a:1", 3, 4).unwrap();
+    ns.record_target(TargetId(7), "b:2", 5, 6).unwrap();
+    let targets = ns.targets().unwrap();
+    assert_eq!(targets.len(), 2);
+    assert_eq!(targets[0].target, TargetId(3));
+    assert_eq!((targets[1].server_addr.as_str(), targets[1].used_bytes), ("b:2", 5));
+    let long = "x".repeat(SERVER_ADDR_BYTES_MAX + 1);
+    assert_eq!(ns.record_target(TargetId(1), &long, 0, 0).unwrap_err().errno(), EINVAL);
+}
+
+#[test]
+fn a_damaged_record_is_reported_not_trusted() {
+    // Phase 1: create a file, then overwrite its inode record behind the namespace's back.
+    let (_dir, path, ns) = fresh();
+    let f = ns.create_file("/f", &spec(1), &live(1), 0).unwrap();
+    drop(ns);
+    let inodes: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("inodes");
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(inodes).unwrap().insert(f.id, &[1u8, 2, 3][..]).unwrap();
+    txn.commit().unwrap();
+    drop(db);
+
+    // Phase 2: every path to that record reports corruption as EIO.
+    let ns = Namespace::open(&path).unwrap();
+    let err = ns.lookup("/f").unwrap_err();
+    assert!(matches!(err, NamespaceError::Corrupt { .. }), "{err}");
+    assert_eq!(err.errno(), EIO);
+    assert_eq!(ns.readdir("/").unwrap_err().errno(), EIO);
+    assert_eq!(ns.unlink("/f", 1).unwrap_err().errno(), EIO);
+}
+
+#[test]
+fn an_unknown_schema_version_is_refused() {
+    let (_dir, path, ns) = fresh();
+    drop(ns);
+    let counters: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters");
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(counters).unwrap().insert("schema_version", 2).unwrap();
+    txn.commit().unwrap();
+    drop(db);
+    assert_eq!(
+        Namespace::open(&path).unwrap_err(),
+        NamespaceError::UnsupportedFormat { found: 2, supported: 1 }
+    );
+}
