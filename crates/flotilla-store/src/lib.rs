@@ -1,1 +1,57 @@
-//! placeholder
+//! `flotilla-store`: the I/O server's storage engine (no networking).
+//!
+//! It keeps the forks of subfiles on storage targets and executes extent lists through a
+//! buffer cache and one disk scheduler per target, after Galley's I/O processor (CP threads,
+//! CacheManager, DiskManager; Nieuwejaar and Kotz, section 4.2).
+//!
+//! Layers, each depending only on those below it:
+//! - [`Store`] — the API the server's worker threads call (`&self`, `Send + Sync`, blocking).
+//! - `request` — one read or write: extents to blocks a window at a time (`window`), pin,
+//!   submit all misses at once, copy in extent order.
+//! - `block_cache` — index and replacement (hash index, clean LRU, dirty FIFO, pins); bytes
+//!   live in `slot_pool`, which is also all the disk threads see.
+//! - `disk_manager` — a thread per target serving `disk_queue` in C-SCAN order, coalescing
+//!   adjacent blocks into one vectored system call.
+//! - `target` / [`ForkBackend`] — the on-disk layout and raw block I/O; the `dir` kind is
+//!   [`FileFork`]. Formats are described in `docs/target-format.md`.
+//!
+//! Limits: cache memory (`cache_capacity_bytes`), disk queue (`disk_queue_max`), coalesced
+//! transfer (`disk_run_bytes_max`), open files (`fd_cache_max`), fork size
+//! (`fork_bytes_max`); a request pins at most half the cache at once.
+
+mod backend;
+mod block_cache;
+mod completion;
+mod config;
+mod disk_manager;
+mod disk_queue;
+mod error;
+mod extent;
+mod fd_cache;
+mod file_fork;
+mod fork;
+mod fork_ref;
+mod fork_table;
+mod lru_list;
+mod request;
+mod slot_pool;
+mod stats;
+mod store;
+#[cfg(test)]
+mod store_tests;
+mod target;
+mod target_id_file;
+mod target_runtime;
+mod window;
+mod writeback;
+
+pub use backend::ForkBackend;
+pub use config::{StoreConfig, BLOCK_BYTES_MAX, BLOCK_BYTES_MIN, CACHE_BLOCKS_MIN};
+pub use error::StoreError;
+pub use extent::Extent;
+pub use file_fork::FileFork;
+pub use fork_ref::ForkRef;
+pub use stats::StoreStats;
+pub use store::Store;
+pub use target::{Target, TargetUsage, DEFAULT_FORK_NAME, SUBFILES_DIR_NAME};
+pub use target_id_file::{TARGET_FORMAT_VERSION, TARGET_ID_FILE_NAME};

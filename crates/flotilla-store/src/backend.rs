@@ -1,0 +1,39 @@
+//! The raw block I/O of one fork, behind a trait so that target kinds other than `dir`
+//! (a simulated 1990s disk that sleeps, a fault-injecting one for tests) can plug in.
+//!
+//! Contract every implementation keeps:
+//! - `read_at` fills every byte of the buffers; bytes past the end of the fork read as zeros
+//!   (like a sparse file), and it returns how many bytes came from the medium.
+//! - `write_at` writes every byte or fails; it never leaves a short write unreported.
+//! - After `allocate(offset, length, ..)` succeeded, writes inside that range cannot fail for
+//!   lack of space.
+
+use std::fmt;
+use std::io;
+
+/// Block I/O on one fork.
+pub trait ForkBackend: Send + Sync + fmt::Debug {
+    /// Reads into `buffers`, in order, starting at `offset_bytes`. Returns the number of
+    /// bytes that were below the end of the fork; the rest of the buffers are zero-filled.
+    fn read_at(&self, offset_bytes: u64, buffers: &mut [&mut [u8]]) -> io::Result<usize>;
+
+    /// Writes all of `buffers`, in order, starting at `offset_bytes`.
+    fn write_at(&self, offset_bytes: u64, buffers: &[&[u8]]) -> io::Result<()>;
+
+    /// Reserves space for `offset_bytes..offset_bytes + length_bytes`. With `grow_size` the
+    /// fork's size becomes at least the end of the range; without it the size is unchanged.
+    fn allocate(&self, offset_bytes: u64, length_bytes: u64, grow_size: bool) -> io::Result<()>;
+
+    /// Sets the fork's size, dropping data past it or adding zeros.
+    fn set_size(&self, size_bytes: u64) -> io::Result<()>;
+
+    /// Makes written data durable.
+    fn sync_data(&self) -> io::Result<()>;
+
+    /// The fork's size on the medium.
+    fn size_bytes(&self) -> io::Result<u64>;
+
+    /// Where the fork lies on the medium (an inode number, a start sector), used only to
+    /// order disk work in the scheduler's sweep.
+    fn location(&self) -> u64;
+}

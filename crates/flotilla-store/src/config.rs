@@ -1,0 +1,132 @@
+//! Settings of a [`Store`](crate::Store). Every queue, cache and limit the engine has is
+//! bounded by one of these; `validate` refuses combinations that cannot work.
+
+use crate::error::StoreError;
+use std::path::PathBuf;
+
+/// Smallest and largest allowed cache block.
+pub const BLOCK_BYTES_MIN: u64 = 512;
+pub const BLOCK_BYTES_MAX: u64 = 16 << 20;
+/// The cache must hold at least this many blocks.
+pub const CACHE_BLOCKS_MIN: u64 = 4;
+
+/// How to open a store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Target directories (kind `dir`), each of which must exist.
+    pub targets: Vec<PathBuf>,
+    /// Write the target id file into a target directory that has none yet.
+    pub init: bool,
+    /// Cache block size: a power of two in `BLOCK_BYTES_MIN..=BLOCK_BYTES_MAX`.
+    pub block_bytes: u64,
+    /// Memory of the buffer cache; holds `cache_capacity_bytes / block_bytes` blocks.
+    pub cache_capacity_bytes: u64,
+    /// Most block operations queued at one target's disk scheduler.
+    pub disk_queue_max: usize,
+    /// Largest coalesced disk transfer (adjacent blocks of one fork).
+    pub disk_run_bytes_max: u64,
+    /// Most fork files kept open at once, over all targets.
+    pub fd_cache_max: usize,
+    /// Largest fork size; a request ending past it is refused.
+    pub fork_bytes_max: u64,
+    /// `flush_aged` also writes back the oldest dirty blocks while the cache holds more dirty
+    /// bytes than this, until it holds at most half of it.
+    pub dirty_bytes_high_max: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            targets: Vec::new(),
+            init: false,
+            block_bytes: 32 << 10,
+            cache_capacity_bytes: 64 << 20,
+            disk_queue_max: 4096,
+            disk_run_bytes_max: 1 << 20,
+            fd_cache_max: 256,
+            fork_bytes_max: 1 << 50,
+            dirty_bytes_high_max: 32 << 20,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Default settings for the given target directories.
+    pub fn new(targets: Vec<PathBuf>, init: bool) -> Self {
+        Self { targets, init, ..Self::default() }
+    }
+
+    /// Number of blocks the cache holds.
+    pub fn cache_blocks(&self) -> u64 {
+        self.cache_capacity_bytes / self.block_bytes.max(1)
+    }
+
+    /// Checks that the settings can work together.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let bad = |name, reason: String| Err(StoreError::BadConfig { name, reason });
+        if self.targets.is_empty() {
+            return bad("targets", "must name at least one target directory".into());
+        }
+        if !self.block_bytes.is_power_of_two()
+            || !(BLOCK_BYTES_MIN..=BLOCK_BYTES_MAX).contains(&self.block_bytes)
+        {
+            return bad(
+                "block_bytes",
+                format!(
+                    "({}) must be a power of two in {BLOCK_BYTES_MIN}..={BLOCK_BYTES_MAX}",
+                    self.block_bytes
+                ),
+            );
+        }
+        let blocks = self.cache_blocks();
+        if !(CACHE_BLOCKS_MIN..u64::from(u32::MAX - 2)).contains(&blocks) {
+            return bad(
+                "cache_capacity_bytes",
+                format!(
+                    "({}) must hold between {CACHE_BLOCKS_MIN} and 2^32-3 blocks of {} bytes",
+                    self.cache_capacity_bytes, self.block_bytes
+                ),
+            );
+        }
+        self.validate_counts()
+    }
+
+    fn validate_counts(&self) -> Result<(), StoreError> {
+        let bad = |name, reason: String| Err(StoreError::BadConfig { name, reason });
+        if self.disk_queue_max == 0 {
+            return bad("disk_queue_max", "must be at least 1".into());
+        }
+        if self.fd_cache_max == 0 {
+            return bad("fd_cache_max", "must be at least 1".into());
+        }
+        if self.disk_run_bytes_max < self.block_bytes {
+            return bad("disk_run_bytes_max", format!("must be at least block_bytes ({})", self.block_bytes));
+        }
+        if self.fork_bytes_max == 0 || self.fork_bytes_max > 1 << 62 {
+            return bad("fork_bytes_max", "must be in 1..=2^62".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_with_a_target_is_valid() {
+        let config = StoreConfig::new(vec!["/tmp/x".into()], false);
+        assert!(config.validate().is_ok());
+        assert_eq!(config.cache_blocks(), 2048);
+    }
+
+    #[test]
+    fn refuses_bad_block_size_and_tiny_cache() {
+        let mut config = StoreConfig::new(vec!["/tmp/x".into()], false);
+        config.block_bytes = 3000;
+        assert!(matches!(config.validate(), Err(StoreError::BadConfig { name: "block_bytes", .. })));
+        config.block_bytes = 4096;
+        config.cache_capacity_bytes = 4096 * 3;
+        assert!(matches!(config.validate(), Err(StoreError::BadConfig { name: "cache_capacity_bytes", .. })));
+    }
+}

@@ -1,0 +1,253 @@
+//! One target's disk scheduler: a dedicated thread serving a bounded queue of block reads
+//! and write-backs in C-SCAN order (see `disk_queue`), moving adjacent blocks of one fork in
+//! one vectored system call.
+//!
+//! Protocol with the cache:
+//! - A read fills a `LOADING` slot and marks it ready or failed; requests wait on the slot.
+//! - A write-back carries a `Completion` ticket and copies the slot's bytes, up to the fork's
+//!   logical size, to disk; the slot stays pinned by the flusher until the ticket completes.
+//! - For one block key, every queued operation names the same slot (the cache never maps a
+//!   key to two slots, and never reassigns a pinned slot), so duplicates are served by one
+//!   transfer.
+//!
+//! Invariants: the queue holds at most `queue_ops_max` operations (submitters block);
+//! after `shutdown` no operation is accepted, the queue is drained, and the thread exits.
+
+use crate::completion::Completion;
+use crate::disk_queue::{DiskQueue, QueueKey, QueuedOp, Run};
+use crate::error::StoreError;
+use crate::fork::Fork;
+use crate::slot_pool::{SlotFailure, SlotPool};
+use crate::stats::{bump, Counters};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+
+/// What a queued operation does.
+#[derive(Debug)]
+pub(crate) enum DiskOpKind {
+    /// Load the block into its slot.
+    Read,
+    /// Write the slot's bytes back; report to the ticket.
+    Write(Arc<Completion>),
+}
+
+/// One block operation.
+#[derive(Debug)]
+pub(crate) struct DiskOp {
+    pub fork: Arc<Fork>,
+    pub block: u64,
+    pub slot: u32,
+    pub kind: DiskOpKind,
+}
+
+impl QueuedOp for DiskOp {
+    fn is_write(&self) -> bool {
+        matches!(self.kind, DiskOpKind::Write(_))
+    }
+}
+
+impl DiskOp {
+    fn key(&self) -> QueueKey {
+        QueueKey { location: self.fork.location(), fork_serial: self.fork.serial(), block: self.block }
+    }
+}
+
+/// Sizes of a scheduler.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DiskLimits {
+    pub queue_ops_max: usize,
+    pub run_blocks_max: usize,
+}
+
+#[derive(Debug)]
+struct DiskState {
+    queue: DiskQueue<DiskOp>,
+    shutdown: bool,
+}
+
+#[derive(Debug)]
+struct DiskShared {
+    state: Mutex<DiskState>,
+    work: Condvar,
+    space: Condvar,
+    pool: Arc<SlotPool>,
+    counters: Arc<Counters>,
+    limits: DiskLimits,
+}
+
+/// The scheduler of one target.
+#[derive(Debug)]
+pub(crate) struct DiskManager {
+    shared: Arc<DiskShared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl DiskManager {
+    /// Starts the scheduler thread.
+    pub(crate) fn start(
+        name: String,
+        pool: Arc<SlotPool>,
+        counters: Arc<Counters>,
+        limits: DiskLimits,
+    ) -> Result<Arc<DiskManager>, StoreError> {
+        assert!(limits.queue_ops_max > 0 && limits.run_blocks_max > 0);
+        let shared = Arc::new(DiskShared {
+            state: Mutex::new(DiskState { queue: DiskQueue::new(), shutdown: false }),
+            work: Condvar::new(),
+            space: Condvar::new(),
+            pool,
+            counters,
+            limits,
+        });
+        let runner = shared.clone();
+        let handle = thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || serve(&runner))
+            .map_err(|error| StoreError::io(format!("start disk thread {name}"), error))?;
+        Ok(Arc::new(DiskManager { shared, thread: Mutex::new(Some(handle)) }))
+    }
+
+    /// Queues all `ops`, blocking while the queue is full. After shutdown, returns the
+    /// operations it did not queue.
+    pub(crate) fn submit(&self, ops: Vec<DiskOp>) -> Result<(), Vec<DiskOp>> {
+        let mut pending: VecDeque<DiskOp> = ops.into();
+        let mut state = self.shared.state.lock();
+        while let Some(op) = pending.pop_front() {
+            while state.queue.len() >= self.shared.limits.queue_ops_max && !state.shutdown {
+                self.shared.work.notify_one();
+                self.shared.space.wait(&mut state);
+            }
+            if state.shutdown {
+                pending.push_front(op);
+                return Err(pending.into());
+            }
+            state.queue.push(op.key(), op);
+        }
+        drop(state);
+        self.shared.work.notify_one();
+        Ok(())
+    }
+
+    /// Stops accepting work, lets the thread drain the queue, and joins it.
+    pub(crate) fn shutdown(&self) {
+        self.shared.state.lock().shutdown = true;
+        self.shared.work.notify_all();
+        self.shared.space.notify_all();
+        let Some(handle) = self.thread.lock().take() else {
+            return;
+        };
+        if handle.thread().id() == thread::current().id() {
+            return;
+        }
+        if handle.join().is_err() {
+            tracing::error!("a disk scheduler thread panicked");
+        }
+    }
+}
+
+impl Drop for DiskManager {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn serve(shared: &DiskShared) {
+    while let Some(run) = next_run(shared) {
+        shared.space.notify_all();
+        if run.is_write {
+            write_run(shared, run);
+        } else {
+            read_run(shared, run);
+        }
+    }
+}
+
+/// Waits for the next run; `None` once shut down and drained.
+fn next_run(shared: &DiskShared) -> Option<Run<DiskOp>> {
+    let mut state = shared.state.lock();
+    loop {
+        if let Some(run) = state.queue.pop_run(shared.limits.run_blocks_max) {
+            return Some(run);
+        }
+        if state.shutdown {
+            return None;
+        }
+        shared.work.wait(&mut state);
+    }
+}
+
+fn block_offset(shared: &DiskShared, block: u64) -> u64 {
+    block * shared.pool.block_bytes() as u64
+}
+
+fn read_run(shared: &DiskShared, run: Run<DiskOp>) {
+    let fork = run.blocks[0][0].fork.clone();
+    let last_block = run.first.block + run.blocks.len() as u64 - 1;
+    let action = || format!("read blocks {}..={last_block} of {fork}", run.first.block);
+    let result = fork.backend().map_err(|error| failure_from(action(), &error)).and_then(|backend| {
+        let mut guards: Vec<_> = run.blocks.iter().map(|ops| shared.pool.write(ops[0].slot)).collect();
+        let mut buffers: Vec<&mut [u8]> = guards.iter_mut().map(|guard| guard.as_mut_slice()).collect();
+        let offset = block_offset(shared, run.first.block);
+        backend.read_at(offset, &mut buffers).map_err(|error| SlotFailure::new(action(), &error))
+    });
+    if let Ok(bytes) = &result {
+        bump(&shared.counters.disk_reads, 1);
+        bump(&shared.counters.disk_read_blocks, run.blocks.len() as u64);
+        bump(&shared.counters.disk_read_bytes, *bytes as u64);
+    }
+    for ops in &run.blocks {
+        debug_assert!(ops.iter().all(|op| op.slot == ops[0].slot));
+        match &result {
+            Ok(_) => shared.pool.mark_ready(ops[0].slot),
+            Err(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
+        }
+    }
+}
+
+fn write_run(shared: &DiskShared, run: Run<DiskOp>) {
+    let fork = run.blocks[0][0].fork.clone();
+    let result = write_blocks(shared, &fork, &run);
+    for op in run.blocks.into_iter().flatten() {
+        op.fork.writeback_finished();
+        if let DiskOpKind::Write(ticket) = op.kind {
+            ticket.complete(result.as_ref().map(|_| ()).map_err(SlotFailure::to_error));
+        }
+    }
+}
+
+/// Writes the run's slots back, each cut at the fork's logical size.
+fn write_blocks(shared: &DiskShared, fork: &Arc<Fork>, run: &Run<DiskOp>) -> Result<(), SlotFailure> {
+    let last_block = run.first.block + run.blocks.len() as u64 - 1;
+    let action = || format!("write blocks {}..={last_block} of {fork}", run.first.block);
+    let backend = fork.backend().map_err(|error| failure_from(action(), &error))?;
+    let size_bytes = fork.size_bytes();
+    let block_bytes = shared.pool.block_bytes() as u64;
+    let guards: Vec<_> = run.blocks.iter().map(|ops| shared.pool.read(ops[0].slot)).collect();
+    let mut buffers: Vec<&[u8]> = Vec::with_capacity(guards.len());
+    for (index, guard) in guards.iter().enumerate() {
+        let start = block_offset(shared, run.first.block + index as u64);
+        if start >= size_bytes {
+            break;
+        }
+        let length = block_bytes.min(size_bytes - start) as usize;
+        buffers.push(&guard[..length]);
+    }
+    if buffers.is_empty() {
+        return Ok(());
+    }
+    let bytes: usize = buffers.iter().map(|buffer| buffer.len()).sum();
+    let offset = block_offset(shared, run.first.block);
+    backend.write_at(offset, &buffers).map_err(|error| SlotFailure::new(action(), &error))?;
+    fork.mark_unsynced();
+    bump(&shared.counters.disk_writes, 1);
+    bump(&shared.counters.disk_write_blocks, buffers.len() as u64);
+    bump(&shared.counters.disk_write_bytes, bytes as u64);
+    Ok(())
+}
+
+fn failure_from(action: String, error: &StoreError) -> SlotFailure {
+    SlotFailure { action, kind: error.io_kind().unwrap_or(io::ErrorKind::Other), message: error.to_string() }
+}

@@ -1,0 +1,203 @@
+//! The disk scheduler's queue: pure ordering logic, no I/O, no threads.
+//!
+//! Pending block operations are kept sorted by `QueueKey` (fork location on the medium, fork
+//! serial, block number). They are served in C-SCAN order: continue upward from the last
+//! served key, and when nothing lies above it wrap around to the lowest key. A served run
+//! takes the next key plus the following blocks of the same fork, as long as they are
+//! adjacent, pending and of the same kind (read or write), up to `run_blocks_max` blocks, so
+//! the executor moves them in one system call.
+//!
+//! Invariants: `len` is the number of queued operations; no key maps to an empty list;
+//! every operation in a run is of the run's kind; blocks of a run are consecutive.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+/// Position of a block operation in the sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct QueueKey {
+    pub location: u64,
+    pub fork_serial: u64,
+    pub block: u64,
+}
+
+impl QueueKey {
+    fn next_block(&self) -> Option<QueueKey> {
+        Some(QueueKey { block: self.block.checked_add(1)?, ..*self })
+    }
+}
+
+/// What the queue needs to know about an operation.
+pub(crate) trait QueuedOp {
+    fn is_write(&self) -> bool;
+}
+
+/// Operations on consecutive blocks of one fork, all reads or all writes.
+#[derive(Debug)]
+pub(crate) struct Run<T> {
+    pub first: QueueKey,
+    pub is_write: bool,
+    /// `blocks[i]` are the operations on block `first.block + i` (identical operations that
+    /// were queued more than once are served by one transfer).
+    pub blocks: Vec<Vec<T>>,
+}
+
+/// The next key to serve in C-SCAN order after `last_served`.
+pub(crate) fn cscan_next<V>(
+    pending: &BTreeMap<QueueKey, V>,
+    last_served: Option<QueueKey>,
+) -> Option<QueueKey> {
+    let above = match last_served {
+        Some(last) => pending.range((Bound::Excluded(last), Bound::Unbounded)).next(),
+        None => None,
+    };
+    above.or_else(|| pending.iter().next()).map(|(key, _)| *key)
+}
+
+/// Pending operations of one target.
+#[derive(Debug)]
+pub(crate) struct DiskQueue<T> {
+    pending: BTreeMap<QueueKey, Vec<T>>,
+    len: usize,
+    last_served: Option<QueueKey>,
+}
+
+impl<T: QueuedOp> DiskQueue<T> {
+    pub(crate) fn new() -> Self {
+        Self { pending: BTreeMap::new(), len: 0, last_served: None }
+    }
+
+    /// Number of queued operations.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn push(&mut self, key: QueueKey, op: T) {
+        self.pending.entry(key).or_default().push(op);
+        self.len += 1;
+    }
+
+    /// Takes the next run in C-SCAN order.
+    pub(crate) fn pop_run(&mut self, run_blocks_max: usize) -> Option<Run<T>> {
+        assert!(run_blocks_max > 0);
+        let first = cscan_next(&self.pending, self.last_served)?;
+        let is_write = self.pending.get(&first)?.first()?.is_write();
+        let mut run = Run { first, is_write, blocks: Vec::new() };
+        let mut key = first;
+        loop {
+            let ops = self.take_kind(key, is_write);
+            debug_assert!(!ops.is_empty());
+            run.blocks.push(ops);
+            self.last_served = Some(key);
+            if run.blocks.len() == run_blocks_max {
+                break;
+            }
+            match key.next_block() {
+                Some(next) if self.has_kind(next, is_write) => key = next,
+                _ => break,
+            }
+        }
+        Some(run)
+    }
+
+    fn has_kind(&self, key: QueueKey, is_write: bool) -> bool {
+        self.pending.get(&key).is_some_and(|ops| ops.iter().any(|op| op.is_write() == is_write))
+    }
+
+    /// Removes and returns the operations of `key` of the given kind.
+    fn take_kind(&mut self, key: QueueKey, is_write: bool) -> Vec<T> {
+        let Some(ops) = self.pending.remove(&key) else {
+            return Vec::new();
+        };
+        let (taken, kept): (Vec<T>, Vec<T>) = if ops.iter().all(|op| op.is_write() == is_write) {
+            (ops, Vec::new())
+        } else {
+            ops.into_iter().partition(|op| op.is_write() == is_write)
+        };
+        if !kept.is_empty() {
+            self.pending.insert(key, kept);
+        }
+        self.len -= taken.len();
+        taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Eq)]
+    struct Op(bool, u32);
+
+    impl QueuedOp for Op {
+        fn is_write(&self) -> bool {
+            self.0
+        }
+    }
+
+    fn key(location: u64, block: u64) -> QueueKey {
+        QueueKey { location, fork_serial: location, block }
+    }
+
+    #[test]
+    fn cscan_continues_upward_then_wraps() {
+        let pending: BTreeMap<QueueKey, ()> =
+            [key(1, 5), key(1, 9), key(2, 0), key(3, 7)].into_iter().map(|k| (k, ())).collect();
+        assert_eq!(cscan_next(&pending, None), Some(key(1, 5)));
+        assert_eq!(cscan_next(&pending, Some(key(1, 6))), Some(key(1, 9)));
+        assert_eq!(cscan_next(&pending, Some(key(1, 9))), Some(key(2, 0)));
+        assert_eq!(cscan_next(&pending, Some(key(3, 7))), Some(key(1, 5)));
+        assert_eq!(cscan_next(&pending, Some(key(9, 0))), Some(key(1, 5)));
+        let empty: BTreeMap<QueueKey, ()> = BTreeMap::new();
+        assert_eq!(cscan_next(&empty, Some(key(1, 1))), None);
+    }
+
+    #[test]
+    fn serves_in_sweep_order_with_arrivals_behind_the_head_waiting() {
+        let mut queue = DiskQueue::new();
+        for block in [40, 10, 30] {
+            queue.push(key(1, block), Op(false, block as u32));
+        }
+        let first = queue.pop_run(1).unwrap();
+        assert_eq!(first.first, key(1, 10));
+        // A request behind the head arrives; the sweep goes on upward first.
+        queue.push(key(1, 5), Op(false, 5));
+        let order: Vec<u64> = std::iter::from_fn(|| queue.pop_run(1)).map(|run| run.first.block).collect();
+        assert_eq!(order, [30, 40, 5]);
+        assert_eq!(queue.len(), 0);
+    }
+
+    #[test]
+    fn coalesces_adjacent_blocks_of_one_kind_and_merges_duplicates() {
+        let mut queue = DiskQueue::new();
+        for block in [3, 4, 5, 7] {
+            queue.push(key(1, block), Op(false, block as u32));
+        }
+        queue.push(key(1, 4), Op(false, 99));
+        queue.push(key(1, 6), Op(true, 6));
+        let run = queue.pop_run(8).unwrap();
+        assert_eq!(run.first, key(1, 3));
+        assert!(!run.is_write);
+        let sizes: Vec<usize> = run.blocks.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [1, 2, 1]);
+        let write = queue.pop_run(8).unwrap();
+        assert!(write.is_write);
+        assert_eq!((write.first.block, write.blocks.len()), (6, 1));
+        let last = queue.pop_run(8).unwrap();
+        assert_eq!((last.first.block, last.blocks.len()), (7, 1));
+        assert!(queue.pop_run(8).is_none());
+    }
+
+    #[test]
+    fn runs_stop_at_the_limit_and_at_another_fork() {
+        let mut queue = DiskQueue::new();
+        for block in 0..5 {
+            queue.push(key(1, block), Op(true, 0));
+        }
+        queue.push(key(2, 5), Op(true, 0));
+        assert_eq!(queue.pop_run(3).unwrap().blocks.len(), 3);
+        let rest = queue.pop_run(3).unwrap();
+        assert_eq!((rest.first.block, rest.blocks.len()), (3, 2));
+        assert_eq!(queue.pop_run(3).unwrap().first, key(2, 5));
+    }
+}

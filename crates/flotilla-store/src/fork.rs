@@ -1,0 +1,290 @@
+//! A fork that the store has in use: its identity, logical size, reserved space, lock and
+//! (through the fd cache) its open block I/O.
+//!
+//! Invariants:
+//! - `serial` is unique in the process and never reused, so cache keys of a removed fork can
+//!   never be mistaken for those of a fork created later under the same name.
+//! - `size_bytes` is the fork's logical size: the largest end ever written, extended or
+//!   truncated to. Cached bytes past it are always zero. A write request raises it after
+//!   copying its data and before marking its blocks dirty, so a write-back never cuts
+//!   written data off.
+//! - Every byte below `reserved_bytes` has space allocated on the target, so writing it back
+//!   cannot fail for lack of space.
+//! - Requests hold `lock` shared for their whole duration; truncate and remove hold it
+//!   exclusive, so they never run while a request of this fork is in flight. Removal sets
+//!   `removed` under the exclusive lock; a request checks it after taking the lock.
+//! - `writebacks` counts write-back operations queued or running for this fork, so `sync`
+//!   can wait for write-backs that others started before it fdatasyncs.
+
+use crate::backend::ForkBackend;
+use crate::disk_manager::DiskManager;
+use crate::error::{is_no_space, StoreError};
+use crate::fd_cache::FdCache;
+use crate::fork_ref::ForkRef;
+use crate::target::Target;
+use flotilla_types::{FileId, SubfileIndex};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+static NEXT_FORK_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// What every fork of one target shares.
+#[derive(Clone, Debug)]
+pub(crate) struct ForkContext {
+    pub target: Arc<Target>,
+    pub disk: Arc<DiskManager>,
+    pub fds: Arc<FdCache>,
+    /// Files of forks that went out of use with written data not yet fdatasynced.
+    pub unsynced_closed: Arc<Mutex<Vec<PathBuf>>>,
+}
+
+/// A fork in use by the store.
+pub(crate) struct Fork {
+    serial: u64,
+    file: FileId,
+    subfile: SubfileIndex,
+    name: String,
+    path: PathBuf,
+    location: u64,
+    context: ForkContext,
+    size_bytes: AtomicU64,
+    reserved_bytes: Mutex<u64>,
+    lock: RwLock<()>,
+    removed: AtomicBool,
+    backend: Mutex<Option<Arc<dyn ForkBackend>>>,
+    writebacks: Mutex<u64>,
+    writebacks_idle: Condvar,
+    unsynced: AtomicBool,
+}
+
+impl fmt::Debug for Fork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fork({self}, serial {})", self.serial)
+    }
+}
+
+impl fmt::Display for Fork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "fork {} of {}:{} on target {}",
+            self.name,
+            self.file,
+            self.subfile,
+            self.context.target.id()
+        )
+    }
+}
+
+impl Fork {
+    /// Wraps a freshly opened fork; its size on disk becomes its logical size.
+    pub(crate) fn open(
+        context: &ForkContext,
+        fork: &ForkRef<'_>,
+        backend: Arc<dyn ForkBackend>,
+    ) -> Result<Arc<Fork>, StoreError> {
+        let size_bytes =
+            backend.size_bytes().map_err(|error| StoreError::io(format!("stat {fork}"), error))?;
+        let opened = Arc::new(Fork {
+            serial: NEXT_FORK_SERIAL.fetch_add(1, Ordering::Relaxed),
+            file: fork.file,
+            subfile: fork.subfile,
+            name: fork.fork.to_string(),
+            path: context.target.fork_path(fork.file, fork.subfile, fork.fork),
+            location: backend.location(),
+            context: context.clone(),
+            size_bytes: AtomicU64::new(size_bytes),
+            reserved_bytes: Mutex::new(size_bytes),
+            lock: RwLock::new(()),
+            removed: AtomicBool::new(false),
+            backend: Mutex::new(None),
+            writebacks: Mutex::new(0),
+            writebacks_idle: Condvar::new(),
+            unsynced: AtomicBool::new(false),
+        });
+        context.fds.install(&opened, backend);
+        Ok(opened)
+    }
+
+    pub(crate) fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn location(&self) -> u64 {
+        self.location
+    }
+
+    pub(crate) fn target(&self) -> &Arc<Target> {
+        &self.context.target
+    }
+
+    pub(crate) fn disk(&self) -> &Arc<DiskManager> {
+        &self.context.disk
+    }
+
+    pub(crate) fn size_bytes(&self) -> u64 {
+        self.size_bytes.load(Ordering::Acquire)
+    }
+
+    /// Raises the logical size to at least `end_bytes`.
+    pub(crate) fn grow_size(&self, end_bytes: u64) {
+        self.size_bytes.fetch_max(end_bytes, Ordering::AcqRel);
+    }
+
+    /// Sets the logical size (truncate; caller holds the exclusive lock).
+    pub(crate) fn set_size(&self, size_bytes: u64) {
+        self.size_bytes.store(size_bytes, Ordering::Release);
+    }
+
+    pub(crate) fn unknown(&self) -> StoreError {
+        StoreError::UnknownFork {
+            file: self.file,
+            subfile: self.subfile,
+            fork: self.name.clone(),
+            target: self.context.target.id(),
+        }
+    }
+
+    /// Takes the lock shared, for a request; `UnknownFork` if the fork was removed.
+    pub(crate) fn lock_shared(&self) -> Result<RwLockReadGuard<'_, ()>, StoreError> {
+        let guard = self.lock.read();
+        if self.removed.load(Ordering::Acquire) {
+            return Err(self.unknown());
+        }
+        Ok(guard)
+    }
+
+    /// Takes the lock exclusive, for truncate or remove; `UnknownFork` if already removed.
+    pub(crate) fn lock_exclusive(&self) -> Result<RwLockWriteGuard<'_, ()>, StoreError> {
+        let guard = self.lock.write();
+        if self.removed.load(Ordering::Acquire) {
+            return Err(self.unknown());
+        }
+        Ok(guard)
+    }
+
+    /// Marks the fork removed (caller holds the exclusive lock) and closes its file.
+    pub(crate) fn mark_removed(&self) {
+        self.removed.store(true, Ordering::Release);
+        self.context.fds.forget(self);
+    }
+
+    /// The fork's block I/O, reopening its file if the fd cache closed it.
+    pub(crate) fn backend(self: &Arc<Self>) -> Result<Arc<dyn ForkBackend>, StoreError> {
+        self.context.fds.backend(self)
+    }
+
+    pub(crate) fn cached_backend(&self) -> Option<Arc<dyn ForkBackend>> {
+        self.backend.lock().clone()
+    }
+
+    pub(crate) fn set_backend(&self, backend: Option<Arc<dyn ForkBackend>>) {
+        *self.backend.lock() = backend;
+    }
+
+    /// Reserves space up to `end_bytes` before a write that grows the fork is acknowledged.
+    /// The reservation is rounded up to `granule_bytes` (a cache block) so that a stream of
+    /// small appends does not allocate on every request; when only the exact range fits, that
+    /// is reserved instead. Returns whether a reservation was made; `TargetFull` if no space.
+    pub(crate) fn reserve(self: &Arc<Self>, end_bytes: u64, granule_bytes: u64) -> Result<bool, StoreError> {
+        let mut reserved = self.reserved_bytes.lock();
+        if end_bytes <= *reserved {
+            return Ok(false);
+        }
+        let backend = self.backend()?;
+        let rounded_end = end_bytes.next_multiple_of(granule_bytes);
+        let start = *reserved;
+        let result = match backend.allocate(start, rounded_end - start, false) {
+            Err(error) if is_no_space(&error) && rounded_end > end_bytes => {
+                backend.allocate(start, end_bytes - start, false).map(|()| end_bytes)
+            }
+            other => other.map(|()| rounded_end),
+        };
+        *reserved = result.map_err(|error| self.space_error("reserve space for", error))?;
+        Ok(true)
+    }
+
+    /// Allocates `0..size_bytes` and grows the fork to that size (extend).
+    pub(crate) fn allocate_and_grow(self: &Arc<Self>, size_bytes: u64) -> Result<(), StoreError> {
+        let mut reserved = self.reserved_bytes.lock();
+        let backend = self.backend()?;
+        backend.allocate(0, size_bytes, true).map_err(|error| self.space_error("extend", error))?;
+        *reserved = (*reserved).max(size_bytes);
+        self.grow_size(size_bytes);
+        Ok(())
+    }
+
+    /// After a truncate: the reservation never exceeds what is allocated now.
+    pub(crate) fn set_reserved(&self, reserved_bytes: u64) {
+        *self.reserved_bytes.lock() = reserved_bytes;
+    }
+
+    fn space_error(&self, action: &str, error: io::Error) -> StoreError {
+        if is_no_space(&error) {
+            return self.context.target.full();
+        }
+        StoreError::io(format!("{action} {self}"), error)
+    }
+
+    pub(crate) fn writeback_started(&self) {
+        *self.writebacks.lock() += 1;
+    }
+
+    pub(crate) fn writeback_finished(&self) {
+        let mut count = self.writebacks.lock();
+        assert!(*count > 0, "write-back finished more often than started");
+        *count -= 1;
+        if *count == 0 {
+            self.writebacks_idle.notify_all();
+        }
+    }
+
+    /// Notes that data was written to the file and is not yet durable.
+    pub(crate) fn mark_unsynced(&self) {
+        self.unsynced.store(true, Ordering::Release);
+    }
+
+    /// Makes data written so far durable (fdatasync), if any was written since the last time.
+    /// Returns whether it synced.
+    pub(crate) fn sync_data(self: &Arc<Self>) -> Result<bool, StoreError> {
+        if !self.unsynced.swap(false, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let result = self.backend().and_then(|backend| {
+            backend.sync_data().map_err(|error| StoreError::io(format!("fdatasync {self}"), error))
+        });
+        if result.is_err() {
+            self.unsynced.store(true, Ordering::Release);
+        }
+        result.map(|()| true)
+    }
+
+    /// Blocks until no write-back of this fork is queued or running.
+    pub(crate) fn wait_writebacks_idle(&self) {
+        let mut count = self.writebacks.lock();
+        while *count > 0 {
+            self.writebacks_idle.wait(&mut count);
+        }
+    }
+}
+
+impl Drop for Fork {
+    fn drop(&mut self) {
+        self.context.fds.forget(self);
+        if self.unsynced.load(Ordering::Acquire) && !self.removed.load(Ordering::Acquire) {
+            self.context.unsynced_closed.lock().push(self.path.clone());
+        }
+    }
+}

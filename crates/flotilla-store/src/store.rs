@@ -1,0 +1,307 @@
+//! The storage engine's entry point: what the I/O server's worker threads call.
+//!
+//! All operations take `&self` and may run concurrently from many threads; each blocks
+//! until done. A read or write request is validated whole before any block is touched, and a
+//! write that grows a fork reserves the space first, so it either fails with nothing applied
+//! or is applied and its later write-back cannot run out of space.
+//!
+//! Durability: writes land in the buffer cache; `sync` (one fork) and `flush_all` (everything)
+//! write dirty blocks back and fdatasync. `flush_aged` writes back without syncing. Dropping
+//! the store runs `flush_all` and logs a failure.
+
+use crate::block_cache::{BlockCache, Placement};
+use crate::config::StoreConfig;
+use crate::disk_manager::{DiskLimits, DiskManager};
+use crate::error::StoreError;
+use crate::extent::{summarize, Extent};
+use crate::fd_cache::FdCache;
+use crate::fork::{Fork, ForkContext};
+use crate::fork_ref::ForkRef;
+use crate::request::{self, RequestEngine};
+use crate::slot_pool::SlotPool;
+use crate::stats::{bump, Counters, StoreStats};
+use crate::target::{Target, TargetUsage};
+use crate::target_runtime::TargetRuntime;
+use crate::writeback::write_back;
+use flotilla_types::{FileId, SubfileIndex, TargetId};
+use parking_lot::Mutex;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The storage engine of one I/O server.
+#[derive(Debug)]
+pub struct Store {
+    config: StoreConfig,
+    counters: Arc<Counters>,
+    cache: BlockCache,
+    fds: Arc<FdCache>,
+    targets: Vec<TargetRuntime>,
+    window_blocks_max: usize,
+    block_shift: u32,
+}
+
+impl Store {
+    /// Opens every target and starts one disk scheduler thread per target.
+    pub fn open(config: StoreConfig) -> Result<Store, StoreError> {
+        config.validate()?;
+        let counters = Arc::new(Counters::default());
+        let cache_blocks = config.cache_blocks() as usize;
+        let pool = Arc::new(SlotPool::new(cache_blocks, config.block_bytes as usize));
+        let cache = BlockCache::new(pool.clone(), counters.clone());
+        let fds = Arc::new(FdCache::new(config.fd_cache_max));
+        let limits = DiskLimits {
+            queue_ops_max: config.disk_queue_max,
+            run_blocks_max: (config.disk_run_bytes_max / config.block_bytes) as usize,
+        };
+        let mut targets: Vec<TargetRuntime> = Vec::with_capacity(config.targets.len());
+        for dir in &config.targets {
+            let target = Target::open(dir, config.init)?;
+            if let Some(other) = targets.iter().find(|other| other.target().id() == target.id()) {
+                return Err(StoreError::DuplicateTarget {
+                    target: target.id(),
+                    first: other.target().dir().to_path_buf(),
+                    second: dir.clone(),
+                });
+            }
+            let name = format!("flotilla-disk-{:04x}", target.id().0 & 0xffff);
+            let disk = DiskManager::start(name, pool.clone(), counters.clone(), limits)?;
+            targets.push(TargetRuntime::new(ForkContext {
+                target: Arc::new(target),
+                disk,
+                fds: fds.clone(),
+                unsynced_closed: Arc::new(Mutex::new(Vec::new())),
+            }));
+        }
+        Ok(Store {
+            block_shift: config.block_bytes.trailing_zeros(),
+            window_blocks_max: (cache_blocks / 2).max(1),
+            config,
+            counters,
+            cache,
+            fds,
+            targets,
+        })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// Ids of the targets, in the order of `config.targets`.
+    pub fn target_ids(&self) -> Vec<TargetId> {
+        self.targets.iter().map(|runtime| runtime.target().id()).collect()
+    }
+
+    /// Directory of a target.
+    pub fn target_dir(&self, target: TargetId) -> Result<&Path, StoreError> {
+        Ok(self.runtime(target)?.target().dir())
+    }
+
+    fn runtime(&self, target: TargetId) -> Result<&TargetRuntime, StoreError> {
+        self.targets
+            .iter()
+            .find(|runtime| runtime.target().id() == target)
+            .ok_or(StoreError::UnknownTarget { target })
+    }
+
+    fn fork(&self, fork: &ForkRef<'_>) -> Result<Arc<Fork>, StoreError> {
+        self.runtime(fork.target)?.fork(fork)
+    }
+
+    fn engine(&self) -> RequestEngine<'_> {
+        RequestEngine {
+            cache: &self.cache,
+            window_blocks_max: self.window_blocks_max,
+            block_shift: self.block_shift,
+        }
+    }
+
+    /// Reads the extents into `out` (whose length must be the extents' total), packed in
+    /// extent order. Bytes past the end of the fork read as zeros.
+    pub fn read(&self, fork: &ForkRef<'_>, extents: &[Extent], out: &mut [u8]) -> Result<(), StoreError> {
+        summarize(extents, fork, self.config.fork_bytes_max, out.len())?;
+        let live = self.fork(fork)?;
+        let _shared = live.lock_shared()?;
+        request::read(self.engine(), &live, extents, out)?;
+        bump(&self.counters.read_requests, 1);
+        bump(&self.counters.read_bytes, out.len() as u64);
+        Ok(())
+    }
+
+    /// Writes `data` (packed in extent order) to the extents; later extents win on overlap.
+    /// A write growing the fork reserves space first: `TargetFull`, with nothing applied, if
+    /// there is none.
+    pub fn write(&self, fork: &ForkRef<'_>, extents: &[Extent], data: &[u8]) -> Result<(), StoreError> {
+        let summary = summarize(extents, fork, self.config.fork_bytes_max, data.len())?;
+        let live = self.fork(fork)?;
+        let _shared = live.lock_shared()?;
+        if live.reserve(summary.end_bytes_max, 1 << self.block_shift)? {
+            bump(&self.counters.reservations, 1);
+        }
+        request::write(self.engine(), &live, extents, data)?;
+        bump(&self.counters.write_requests, 1);
+        bump(&self.counters.write_bytes, data.len() as u64);
+        Ok(())
+    }
+
+    /// Creates a subfile with an empty `data` fork; does nothing if it exists.
+    pub fn create_subfile(
+        &self,
+        target: TargetId,
+        file: FileId,
+        subfile: SubfileIndex,
+    ) -> Result<(), StoreError> {
+        self.runtime(target)?.create_subfile(file, subfile)
+    }
+
+    /// Removes a subfile and all its forks, dropping their cached blocks.
+    pub fn remove_subfile(
+        &self,
+        target: TargetId,
+        file: FileId,
+        subfile: SubfileIndex,
+    ) -> Result<(), StoreError> {
+        self.runtime(target)?.remove_subfile(&self.cache, file, subfile)
+    }
+
+    /// Creates an empty fork; `ForkExists` if there is one.
+    pub fn create_fork(&self, fork: &ForkRef<'_>) -> Result<(), StoreError> {
+        self.runtime(fork.target)?.create_fork(fork)
+    }
+
+    /// Removes a fork, dropping its cached blocks.
+    pub fn remove_fork(&self, fork: &ForkRef<'_>) -> Result<(), StoreError> {
+        self.runtime(fork.target)?.remove_fork(&self.cache, fork)
+    }
+
+    /// The forks of a subfile and their sizes, sorted by name.
+    pub fn list_forks(
+        &self,
+        target: TargetId,
+        file: FileId,
+        subfile: SubfileIndex,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        self.runtime(target)?.list_forks(file, subfile)
+    }
+
+    /// The fork's size: the largest end written, extended or truncated to.
+    pub fn fork_size(&self, fork: &ForkRef<'_>) -> Result<u64, StoreError> {
+        let live = self.fork(fork)?;
+        let _shared = live.lock_shared()?;
+        Ok(live.size_bytes())
+    }
+
+    /// Preallocates the fork up to `size_bytes` (Galley's `gfs_extend`) and grows its size to
+    /// at least that, so later writes below it cannot fail for lack of space.
+    pub fn extend(&self, fork: &ForkRef<'_>, size_bytes: u64) -> Result<(), StoreError> {
+        self.check_size(fork, size_bytes)?;
+        let live = self.fork(fork)?;
+        let _exclusive = live.lock_exclusive()?;
+        live.allocate_and_grow(size_bytes)
+    }
+
+    /// Sets the fork's size; cached data past it is dropped, a grown part reads as zeros.
+    pub fn truncate(&self, fork: &ForkRef<'_>, size_bytes: u64) -> Result<(), StoreError> {
+        self.check_size(fork, size_bytes)?;
+        let live = self.fork(fork)?;
+        let _exclusive = live.lock_exclusive()?;
+        let old_size_bytes = live.size_bytes();
+        live.set_size(size_bytes);
+        if let Some(slot) = self.cache.truncate_blocks(live.serial(), size_bytes) {
+            let tail_start = (size_bytes & ((1 << self.block_shift) - 1)) as usize;
+            self.cache.pool().write(slot)[tail_start..].fill(0);
+            self.cache.unpin_slot(slot);
+        }
+        let backend = live.backend()?;
+        backend
+            .set_size(size_bytes)
+            .map_err(|error| StoreError::io(format!("truncate {live} to {size_bytes} bytes"), error))?;
+        live.mark_unsynced();
+        if size_bytes > old_size_bytes {
+            return live.allocate_and_grow(size_bytes);
+        }
+        live.set_reserved(size_bytes);
+        Ok(())
+    }
+
+    fn check_size(&self, fork: &ForkRef<'_>, size_bytes: u64) -> Result<(), StoreError> {
+        if size_bytes <= self.config.fork_bytes_max {
+            return Ok(());
+        }
+        Err(StoreError::ForkTooLarge {
+            file: fork.file,
+            subfile: fork.subfile,
+            fork: fork.fork.to_string(),
+            target: fork.target,
+            offset: 0,
+            length: size_bytes,
+            fork_bytes_max: self.config.fork_bytes_max,
+        })
+    }
+
+    /// Writes the fork's dirty blocks back and fdatasyncs it (Galley's `gfs_sync`).
+    pub fn sync(&self, fork: &ForkRef<'_>) -> Result<(), StoreError> {
+        let live = self.fork(fork)?;
+        let _shared = live.lock_shared()?;
+        let items = self.cache.take_dirty(Some(live.serial()));
+        write_back(&self.cache, items, Placement::Hot)?;
+        live.wait_writebacks_idle();
+        if live.sync_data()? {
+            bump(&self.counters.disk_syncs, 1);
+        }
+        Ok(())
+    }
+
+    /// Space used and free on a target's file system.
+    pub fn usage(&self, target: TargetId) -> Result<TargetUsage, StoreError> {
+        self.runtime(target)?.target().usage()
+    }
+
+    /// Writes back blocks dirty for at least `max_age`, and the oldest dirty blocks while more
+    /// than `dirty_bytes_high_max` are dirty. Does not fdatasync. Returns the blocks written.
+    /// The server calls this periodically.
+    pub fn flush_aged(&self, max_age: Duration) -> Result<usize, StoreError> {
+        let cutoff = Instant::now().checked_sub(max_age);
+        let items = self.cache.take_dirty_aged(cutoff, self.config.dirty_bytes_high_max);
+        write_back(&self.cache, items, Placement::Hot)
+    }
+
+    /// Writes back every dirty block and fdatasyncs every fork written since its last sync
+    /// (for a clean shutdown).
+    pub fn flush_all(&self) -> Result<(), StoreError> {
+        let items = self.cache.take_dirty(None);
+        write_back(&self.cache, items, Placement::Hot)?;
+        for runtime in &self.targets {
+            runtime.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> StoreStats {
+        self.counters.snapshot(self.cache.dirty_bytes(), self.cache.cached_bytes())
+    }
+
+    /// Number of fork files currently open.
+    pub fn open_fork_files(&self) -> usize {
+        self.fds.open_count()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) {
+        self.cache.check_invariants();
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Err(error) = self.flush_all() {
+            tracing::error!(%error, "flushing the store on drop failed; cached writes may be lost");
+        }
+        for runtime in &self.targets {
+            runtime.disk().shutdown();
+        }
+        self.cache.clear();
+    }
+}

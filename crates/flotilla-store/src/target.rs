@@ -1,0 +1,283 @@
+//! A storage target of kind `dir`: its identity and its on-disk layout.
+//!
+//! Layout (see `docs/target-format.md`):
+//! - `<dir>/flotilla-target` — the id file (`target_id_file`).
+//! - `<dir>/subfiles/<file id as 016x>.<subfile index>/` — one directory per subfile.
+//! - `<subfile dir>/<fork name>` — one regular file per fork.
+//!
+//! This type only touches the file system namespace (directories, fork files, statvfs); block
+//! I/O goes through a [`ForkBackend`], and caching and locking live in the store. Every
+//! directory change is followed by an fsync of the parent directory.
+
+use crate::backend::ForkBackend;
+use crate::error::StoreError;
+use crate::file_fork::FileFork;
+use crate::target_id_file;
+use flotilla_types::{FileId, SubfileIndex, TargetId};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Name of the directory holding the subfiles.
+pub const SUBFILES_DIR_NAME: &str = "subfiles";
+/// The fork every new subfile starts with.
+pub const DEFAULT_FORK_NAME: &str = "data";
+
+/// Space on a target's file system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TargetUsage {
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// A target directory with a known id.
+#[derive(Debug)]
+pub struct Target {
+    id: TargetId,
+    dir: PathBuf,
+    subfiles_dir: PathBuf,
+}
+
+impl Target {
+    /// Opens the target in `dir`, writing its id file first if there is none and `init`.
+    pub fn open(dir: &Path, init: bool) -> Result<Target, StoreError> {
+        if !dir.is_dir() {
+            return Err(StoreError::TargetMissing { dir: dir.to_path_buf() });
+        }
+        let id = match target_id_file::read(dir)? {
+            Some(id) => id,
+            None if init => {
+                let id = target_id_file::random_id();
+                target_id_file::write(dir, id)?;
+                id
+            }
+            None => return Err(StoreError::TargetNotInitialized { dir: dir.to_path_buf() }),
+        };
+        let subfiles_dir = dir.join(SUBFILES_DIR_NAME);
+        create_dir_if_missing(&subfiles_dir, dir)?;
+        Ok(Target { id, dir: dir.to_path_buf(), subfiles_dir })
+    }
+
+    pub fn id(&self) -> TargetId {
+        self.id
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The directory of a subfile.
+    pub fn subfile_dir(&self, file: FileId, subfile: SubfileIndex) -> PathBuf {
+        self.subfiles_dir.join(format!("{:016x}.{}", file.0, subfile.0))
+    }
+
+    /// The file of a fork (the name must already be checked).
+    pub fn fork_path(&self, file: FileId, subfile: SubfileIndex, fork: &str) -> PathBuf {
+        self.subfile_dir(file, subfile).join(fork)
+    }
+
+    pub(crate) fn unknown_subfile(&self, file: FileId, subfile: SubfileIndex) -> StoreError {
+        StoreError::UnknownSubfile { file, subfile, target: self.id }
+    }
+
+    pub(crate) fn full(&self) -> StoreError {
+        StoreError::TargetFull { target: self.id, dir: self.dir.clone() }
+    }
+
+    /// Whether the subfile's directory exists.
+    pub fn subfile_exists(&self, file: FileId, subfile: SubfileIndex) -> bool {
+        self.subfile_dir(file, subfile).is_dir()
+    }
+
+    /// Creates the subfile with its `data` fork; does nothing if it exists.
+    pub(crate) fn create_subfile(&self, file: FileId, subfile: SubfileIndex) -> Result<(), StoreError> {
+        let dir = self.subfile_dir(file, subfile);
+        if dir.is_dir() {
+            return Ok(());
+        }
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+            Err(error) => return Err(self.namespace_error("create subfile directory", &dir, error)),
+        }
+        let data = dir.join(DEFAULT_FORK_NAME);
+        fs::File::create(&data).map_err(|error| self.namespace_error("create fork", &data, error))?;
+        target_id_file::sync_dir(&dir)?;
+        target_id_file::sync_dir(&self.subfiles_dir)
+    }
+
+    /// Removes the subfile's directory and every fork in it.
+    pub(crate) fn remove_subfile(&self, file: FileId, subfile: SubfileIndex) -> Result<(), StoreError> {
+        let dir = self.subfile_dir(file, subfile);
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => target_id_file::sync_dir(&self.subfiles_dir),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Err(self.unknown_subfile(file, subfile)),
+            Err(error) => Err(self.namespace_error("remove subfile directory", &dir, error)),
+        }
+    }
+
+    /// Creates an empty fork file; `ForkExists` if there is one.
+    pub(crate) fn create_fork(
+        &self,
+        file: FileId,
+        subfile: SubfileIndex,
+        fork: &str,
+    ) -> Result<(), StoreError> {
+        if !self.subfile_exists(file, subfile) {
+            return Err(self.unknown_subfile(file, subfile));
+        }
+        let path = self.fork_path(file, subfile, fork);
+        match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(_) => target_id_file::sync_dir(&self.subfile_dir(file, subfile)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                Err(StoreError::ForkExists { file, subfile, fork: fork.to_string(), target: self.id })
+            }
+            Err(error) => Err(self.namespace_error("create fork", &path, error)),
+        }
+    }
+
+    /// Removes a fork file.
+    pub(crate) fn remove_fork(
+        &self,
+        file: FileId,
+        subfile: SubfileIndex,
+        fork: &str,
+    ) -> Result<(), StoreError> {
+        let path = self.fork_path(file, subfile, fork);
+        match fs::remove_file(&path) {
+            Ok(()) => target_id_file::sync_dir(&self.subfile_dir(file, subfile)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Err(self.missing(file, subfile, fork)),
+            Err(error) => Err(self.namespace_error("remove fork", &path, error)),
+        }
+    }
+
+    /// The forks of a subfile with their sizes on disk, sorted by name.
+    pub(crate) fn list_forks(
+        &self,
+        file: FileId,
+        subfile: SubfileIndex,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let dir = self.subfile_dir(file, subfile);
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return Err(self.unknown_subfile(file, subfile))
+            }
+            Err(error) => return Err(self.namespace_error("list forks in", &dir, error)),
+        };
+        let mut forks = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|error| self.namespace_error("list forks in", &dir, error))?;
+            let metadata =
+                entry.metadata().map_err(|error| self.namespace_error("stat fork", &entry.path(), error))?;
+            match entry.file_name().into_string() {
+                Ok(name) if metadata.is_file() => forks.push((name, metadata.len())),
+                _ => tracing::warn!(path = ?entry.path(), "ignoring a stray entry in a subfile"),
+            }
+        }
+        forks.sort();
+        Ok(forks)
+    }
+
+    /// Opens a fork's block I/O; `UnknownSubfile` / `UnknownFork` if it does not exist.
+    pub(crate) fn open_fork(
+        &self,
+        file: FileId,
+        subfile: SubfileIndex,
+        fork: &str,
+    ) -> Result<Arc<dyn ForkBackend>, StoreError> {
+        let path = self.fork_path(file, subfile, fork);
+        match FileFork::open(&path) {
+            Ok(backend) => Ok(Arc::new(backend)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Err(self.missing(file, subfile, fork)),
+            Err(error) => Err(self.namespace_error("open fork", &path, error)),
+        }
+    }
+
+    /// Reopens a fork that was open before (its file handle was closed by the fd cache).
+    pub(crate) fn reopen_fork(&self, path: &Path) -> io::Result<Arc<dyn ForkBackend>> {
+        Ok(Arc::new(FileFork::open(path)?))
+    }
+
+    /// Space used and free on the target's file system.
+    pub fn usage(&self) -> Result<TargetUsage, StoreError> {
+        let stats = rustix::fs::statvfs(&self.dir)
+            .map_err(|errno| self.namespace_error("statvfs", &self.dir, errno.into()))?;
+        let block_bytes = stats.f_frsize;
+        Ok(TargetUsage {
+            used_bytes: stats.f_blocks.saturating_sub(stats.f_bfree).saturating_mul(block_bytes),
+            free_bytes: stats.f_bavail.saturating_mul(block_bytes),
+        })
+    }
+
+    /// `UnknownSubfile` if the subfile is missing, else `UnknownFork`.
+    fn missing(&self, file: FileId, subfile: SubfileIndex, fork: &str) -> StoreError {
+        if !self.subfile_exists(file, subfile) {
+            return self.unknown_subfile(file, subfile);
+        }
+        StoreError::UnknownFork { file, subfile, fork: fork.to_string(), target: self.id }
+    }
+
+    fn namespace_error(&self, action: &str, path: &Path, error: io::Error) -> StoreError {
+        if crate::error::is_no_space(&error) {
+            return self.full();
+        }
+        StoreError::io(format!("{action} {path:?} on target {}", self.id), error)
+    }
+}
+
+fn create_dir_if_missing(dir: &Path, parent: &Path) -> Result<(), StoreError> {
+    match fs::create_dir(dir) {
+        Ok(()) => target_id_file::sync_dir(parent),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(StoreError::io(format!("create directory {dir:?}"), error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_then_reopen_keeps_the_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Target::open(dir.path(), true).unwrap();
+        let second = Target::open(dir.path(), false).unwrap();
+        assert_eq!(first.id(), second.id());
+        assert_ne!(first.id().0, 0);
+    }
+
+    #[test]
+    fn missing_uninitialized_and_corrupt_targets_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone");
+        assert!(matches!(Target::open(&gone, true), Err(StoreError::TargetMissing { .. })));
+        assert!(matches!(Target::open(dir.path(), false), Err(StoreError::TargetNotInitialized { .. })));
+        fs::write(dir.path().join(target_id_file::TARGET_ID_FILE_NAME), "junk").unwrap();
+        assert!(matches!(Target::open(dir.path(), true), Err(StoreError::TargetIdCorrupt { .. })));
+    }
+
+    #[test]
+    fn subfile_layout_and_forks() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target::open(dir.path(), true).unwrap();
+        let (file, subfile) = (FileId(0xab), SubfileIndex(3));
+        target.create_subfile(file, subfile).unwrap();
+        target.create_subfile(file, subfile).unwrap();
+        assert!(dir.path().join("subfiles/00000000000000ab.3/data").is_file());
+        target.create_fork(file, subfile, "index").unwrap();
+        assert!(matches!(target.create_fork(file, subfile, "index"), Err(StoreError::ForkExists { .. })));
+        let names: Vec<String> =
+            target.list_forks(file, subfile).unwrap().into_iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["data", "index"]);
+        target.remove_fork(file, subfile, "index").unwrap();
+        assert!(matches!(target.open_fork(file, subfile, "index"), Err(StoreError::UnknownFork { .. })));
+        assert!(matches!(
+            target.open_fork(file, SubfileIndex(9), "data"),
+            Err(StoreError::UnknownSubfile { .. })
+        ));
+        target.remove_subfile(file, subfile).unwrap();
+        assert!(!target.subfile_exists(file, subfile));
+    }
+}
