@@ -1,1 +1,90 @@
-fn main() {}
+//! `flotilla`: one binary for the local cluster, the metadata service, the I/O server, the
+//! file commands and the benchmarks.
+
+mod bench;
+mod cluster;
+mod config;
+mod files;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "flotilla", version, about = "Flotilla, a parallel file system for scientific computing")]
+struct Cli {
+    /// TOML file whose [meta], [server] and [local] tables replace the defaults; flags win.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs a metadata service and N I/O servers on loopback (the embedded default).
+    Local(cluster::LocalArgs),
+    /// Runs the metadata service.
+    Meta(cluster::MetaArgs),
+    /// Runs an I/O server.
+    Server(cluster::ServerArgs),
+    /// One line per storage target: server, state, space used and free.
+    Status(files::MetaArg),
+    /// Creates a directory.
+    Mkdir(files::MkdirArgs),
+    /// Lists a directory.
+    Ls(files::PathArgs),
+    /// Shows an entry's attributes and placement.
+    Stat(files::PathArgs),
+    /// Removes a file, a symlink or an empty directory.
+    Rm(files::PathArgs),
+    /// Stores a local file, striped round robin over its subfiles.
+    Put(files::PutArgs),
+    /// Copies a file out to a local file.
+    Get(files::GetArgs),
+    /// Lists, creates or removes forks.
+    #[command(subcommand)]
+    Fork(files::ForkCommand),
+    /// Runs a benchmark.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// One benchmark client process (started by `flotilla bench`).
+    #[command(hide = true)]
+    BenchWorker(bench::WorkerArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("flotilla: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let file = config::FileConfig::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Local(args) => cluster::local(args, &file),
+        Command::Meta(args) => cluster::meta(args, &file),
+        Command::Server(args) => cluster::server(args, &file),
+        Command::Status(args) => files::status(args),
+        Command::Mkdir(args) => files::mkdir(args),
+        Command::Ls(args) => files::ls(args),
+        Command::Stat(args) => files::stat(args),
+        Command::Rm(args) => files::rm(args),
+        Command::Put(args) => files::put(args),
+        Command::Get(args) => files::get(args),
+        Command::Fork(command) => files::fork(command),
+        Command::Bench(command) => bench::run(command),
+        Command::BenchWorker(args) => bench::worker(args),
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLOTILLA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}

@@ -1,1 +1,31 @@
-//! placeholder
+//! Flotilla's client library.
+//!
+//! A [`Client`] talks to the metadata service for the namespace and directly to the I/O
+//! servers for data, over one multiplexed connection per server. Every read and write takes
+//! a [`Shape`](flotilla_request::Shape), the one request type that carries contiguous,
+//! strided, nested-strided, nested-batched and list requests (Galley §5). All pieces bound
+//! for one server travel in as few frames as the server's limits allow, and no client has
+//! more bytes in flight to a server than the credit the server granted at connect time.
+//!
+//! Every data call has a blocking form and a non-blocking form that returns a [`Handle`]
+//! with `test` and `wait`. The blocking calls must not be made from inside an async runtime.
+
+mod client;
+mod core;
+mod error;
+mod file;
+mod handle;
+mod transfer;
+
+pub use client::{Client, ClientConfig, CreateOptions};
+pub use error::ClientError;
+pub use file::{File, Fork};
+pub use flotilla_proto::{DirEntryInfo, EntryInfo, ForkInfo, TargetState, TargetStatus};
+pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
+pub use flotilla_types::{Attributes, FileId, FileKind, Layout, SetAttr, SubfileIndex, TargetId};
+pub use handle::Handle;
+
+/// The environment variable naming the metadata service's address.
+pub const META_ENV: &str = "FLOTILLA_META";
+/// The fork every subfile is created with.
+pub const DEFAULT_FORK: &str = "data";

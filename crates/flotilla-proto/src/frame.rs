@@ -31,8 +31,8 @@ pub enum FrameError {
     BadMagic { found: [u8; 4] },
     #[error("frame header checksum mismatch (computed {computed:08x}, frame says {stored:08x})")]
     HeaderChecksum { computed: u32, stored: u32 },
-    #[error("frame payload checksum mismatch (computed {computed:08x}, frame says {stored:08x})")]
-    PayloadChecksum { computed: u32, stored: u32 },
+    #[error("frame payload checksum mismatch in request {request_id} (computed {computed:08x}, frame says {stored:08x})")]
+    PayloadChecksum { request_id: u64, computed: u32, stored: u32 },
     #[error("unsupported protocol version {found}; this build speaks version {VERSION}")]
     UnsupportedVersion { found: u16 },
     #[error("frame of {bytes} bytes is over the limit frame_bytes_max = {limit}")]
@@ -140,7 +140,8 @@ impl FrameHeader {
     fn check_payload(&self, body: &[u8], data: &[u8]) -> Result<(), FrameError> {
         let computed = crc32c::crc32c_append(crc32c::crc32c(body), data);
         if computed != self.payload_crc32c {
-            return Err(FrameError::PayloadChecksum { computed, stored: self.payload_crc32c });
+            let request_id = self.request_id;
+            return Err(FrameError::PayloadChecksum { request_id, computed, stored: self.payload_crc32c });
         }
         Ok(())
     }

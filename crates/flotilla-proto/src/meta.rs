@@ -47,7 +47,8 @@ pub struct CreateSpec {
     pub subfiles: u32,
     /// The targets to use, one per subfile, or `None` to let the service choose.
     pub targets: Option<Vec<TargetId>>,
-    pub layout: Layout,
+    /// The layout, or `None` to inherit the parent directory's default (else explicit).
+    pub layout: Option<Layout>,
     /// Fail if the path exists (O_EXCL).
     pub exclusive: bool,
 }

@@ -1,1 +1,22 @@
-//! placeholder
+//! Flotilla's I/O server.
+//!
+//! A server owns one or more storage targets (through `flotilla-store`), registers them
+//! with the metadata service and keeps them alive with heartbeats, and executes the
+//! requests clients send over their connections.
+//!
+//! Data path of a request: the connection's reader decodes a frame, checks the request
+//! against the limits (pieces, bytes, in-flight credit) without walking it, and queues it
+//! on the [`scheduler`]; worker threads take requests from the connections' queues round
+//! robin (so one busy client cannot starve the others), turn the shape into extents, and
+//! hand them to the store, whose buffer cache and C-SCAN disk scheduler do the rest; the
+//! reply goes back through the connection's bounded writer queue.
+
+pub mod config;
+mod connection;
+mod execute;
+mod membership;
+pub mod scheduler;
+mod server;
+
+pub use config::ServerConfig;
+pub use server::{run, Server};

@@ -1,0 +1,222 @@
+//! `flotilla local`, `flotilla meta` and `flotilla server`.
+
+use crate::config::FileConfig;
+use anyhow::Context;
+use clap::Args;
+use flotilla_meta::{MetaConfig, MetaService};
+use flotilla_server::{Server, ServerConfig};
+use readiness::wait_for_targets;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::watch;
+
+#[derive(Args)]
+pub struct LocalArgs {
+    /// Number of I/O servers (each with one target).
+    #[arg(long)]
+    servers: Option<usize>,
+    /// Folder holding all data (namespace and targets).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Address of the metadata service.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Buffer cache of each I/O server, in bytes.
+    #[arg(long)]
+    cache_bytes: Option<u64>,
+}
+
+#[derive(Args)]
+pub struct MetaArgs {
+    /// Folder holding the namespace database.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    #[arg(long)]
+    listen: Option<String>,
+}
+
+#[derive(Args)]
+pub struct ServerArgs {
+    /// Address of the metadata service.
+    #[arg(long, env = "FLOTILLA_META")]
+    meta: Option<String>,
+    /// A target directory (repeat for several).
+    #[arg(long = "target")]
+    targets: Vec<PathBuf>,
+    #[arg(long)]
+    listen: Option<String>,
+    /// Address clients should use, if not the listen address.
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Buffer cache in bytes.
+    #[arg(long)]
+    cache_bytes: Option<u64>,
+    /// Cache block size in bytes.
+    #[arg(long)]
+    block_bytes: Option<u64>,
+    /// Worker threads executing requests.
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the async runtime")
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn announce(line: String) {
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+pub fn meta(args: MetaArgs, file: &FileConfig) -> anyhow::Result<()> {
+    let mut config = file.meta.clone();
+    config.data = args.data.unwrap_or(config.data);
+    config.listen = args.listen.unwrap_or(config.listen);
+    runtime()?.block_on(async {
+        let service = MetaService::bind(config).await?;
+        announce(format!("meta={}", service.local_addr()));
+        service.serve(shutdown_signal()).await
+    })
+}
+
+pub fn server(args: ServerArgs, file: &FileConfig) -> anyhow::Result<()> {
+    let mut config = file.server.clone();
+    config.meta = args.meta.unwrap_or(config.meta);
+    if !args.targets.is_empty() {
+        config.targets = args.targets;
+    }
+    anyhow::ensure!(!config.targets.is_empty(), "an I/O server needs at least one --target DIR");
+    config.listen = args.listen.unwrap_or(config.listen);
+    config.advertise = args.advertise.or(config.advertise);
+    config.cache_capacity_bytes = args.cache_bytes.unwrap_or(config.cache_capacity_bytes);
+    config.block_bytes = args.block_bytes.unwrap_or(config.block_bytes);
+    config.workers = args.workers.unwrap_or(config.workers);
+    runtime()?.block_on(async {
+        let server = Server::bind(config).await?;
+        announce(format!("server={}", server.advertise()));
+        server.serve(shutdown_signal()).await
+    })
+}
+
+pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
+    let mut local = file.local.clone();
+    local.servers = args.servers.unwrap_or(local.servers);
+    local.data = args.data.unwrap_or(local.data);
+    local.listen = args.listen.unwrap_or(local.listen);
+    anyhow::ensure!(local.servers >= 1, "--servers must be at least 1");
+    let mut server_config = file.server.clone();
+    server_config.cache_capacity_bytes = args.cache_bytes.unwrap_or(server_config.cache_capacity_bytes);
+    let meta_config =
+        MetaConfig { data: local.data.join("meta"), listen: local.listen.clone(), ..file.meta.clone() };
+    runtime()?.block_on(run_local(local.servers, local.data, meta_config, server_config))
+}
+
+/// Runs an embedded cluster until a signal; prints `meta=HOST:PORT` once it serves.
+async fn run_local(
+    servers: usize,
+    data: PathBuf,
+    meta_config: MetaConfig,
+    server_template: ServerConfig,
+) -> anyhow::Result<()> {
+    let (stop, stopped) = watch::channel(false);
+    let cluster = LocalCluster::start(servers, &data, meta_config, server_template, stopped).await?;
+    announce(format!("meta={}", cluster.meta_addr));
+    shutdown_signal().await;
+    let _ = stop.send(true);
+    cluster.join().await
+}
+
+/// A metadata service and N I/O servers in this process.
+pub struct LocalCluster {
+    pub meta_addr: String,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl LocalCluster {
+    /// Starts everything and waits until every server's target is up.
+    pub async fn start(
+        servers: usize,
+        data: &std::path::Path,
+        meta_config: MetaConfig,
+        server_template: ServerConfig,
+        stopped: watch::Receiver<bool>,
+    ) -> anyhow::Result<LocalCluster> {
+        let meta = MetaService::bind(meta_config).await?;
+        let meta_addr = meta.local_addr().to_string();
+        let mut tasks = vec![tokio::spawn(meta.serve(wait_stop(stopped.clone())))];
+        for index in 0..servers {
+            let dir = data.join(format!("server-{index}")).join("target-0");
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("create target directory {}", dir.display()))?;
+            let config = ServerConfig {
+                meta: meta_addr.clone(),
+                listen: "127.0.0.1:0".to_string(),
+                targets: vec![dir],
+                ..server_template.clone()
+            };
+            let server = Server::bind(config).await.with_context(|| format!("start I/O server {index}"))?;
+            tasks.push(tokio::spawn(server.serve(wait_stop(stopped.clone()))));
+        }
+        wait_for_targets(&meta_addr, servers, Duration::from_secs(20)).await?;
+        Ok(LocalCluster { meta_addr, tasks })
+    }
+
+    /// Waits for every service to stop (after the stop signal was sent).
+    pub async fn join(self) -> anyhow::Result<()> {
+        for task in self.tasks {
+            task.await.context("join a service task")??;
+        }
+        Ok(())
+    }
+}
+
+async fn wait_stop(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+mod readiness {
+    //! Waiting for registration, over a raw connection (the blocking client cannot run
+    //! inside this runtime).
+
+    use anyhow::Context;
+    use flotilla_proto::{MetaReply, MetaRequest, TargetState};
+    use flotilla_rpc::{Connection, ConnectionConfig};
+    use std::time::{Duration, Instant};
+
+    pub async fn wait_for_targets(meta: &str, wanted: usize, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let connection =
+            Connection::connect(meta, ConnectionConfig::default()).await.context("connect to meta")?;
+        loop {
+            let (reply, _) =
+                connection.call::<MetaRequest, MetaReply>(&MetaRequest::Status, bytes::Bytes::new()).await?;
+            if let MetaReply::Status(targets) = reply {
+                if targets.iter().filter(|t| t.state == TargetState::Up).count() >= wanted {
+                    return Ok(());
+                }
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "only some of the {wanted} targets came up in {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

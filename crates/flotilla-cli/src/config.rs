@@ -1,0 +1,44 @@
+//! The optional TOML configuration file: `[meta]`, `[server]` and `[local]` tables whose
+//! keys are the fields of the services' configurations. Command-line flags win.
+
+use anyhow::Context;
+use flotilla_meta::MetaConfig;
+use flotilla_server::ServerConfig;
+use serde::Deserialize;
+use std::path::Path;
+
+/// Settings of `flotilla local`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct LocalConfig {
+    pub servers: usize,
+    pub data: std::path::PathBuf,
+    pub listen: String,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        LocalConfig {
+            servers: 4,
+            data: "flotilla-data".into(),
+            listen: flotilla_meta::config::DEFAULT_META_ADDR.to_string(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FileConfig {
+    pub meta: MetaConfig,
+    pub server: ServerConfig,
+    pub local: LocalConfig,
+}
+
+impl FileConfig {
+    pub fn load(path: Option<&Path>) -> anyhow::Result<FileConfig> {
+        let Some(path) = path else { return Ok(FileConfig::default()) };
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("read config file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("parse config file {}", path.display()))
+    }
+}

@@ -1,0 +1,246 @@
+//! File commands: status, mkdir, ls, stat, rm, put, get, fork.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use flotilla_client::{Client, CreateOptions, FileKind, Layout, TargetState, DEFAULT_FORK};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+/// Bytes moved per round of `put` and `get`.
+const COPY_CHUNK_BYTES: usize = 16 << 20;
+
+#[derive(Args)]
+pub struct MetaArg {
+    /// Address of the metadata service.
+    #[arg(long, env = "FLOTILLA_META", default_value = flotilla_meta::config::DEFAULT_META_ADDR)]
+    pub meta: String,
+}
+
+impl MetaArg {
+    fn client(&self) -> anyhow::Result<Client> {
+        Client::connect(&self.meta).context("connect to the metadata service")
+    }
+}
+
+#[derive(Args)]
+pub struct PathArgs {
+    #[command(flatten)]
+    meta: MetaArg,
+    path: String,
+}
+
+#[derive(Args)]
+pub struct MkdirArgs {
+    #[command(flatten)]
+    meta: MetaArg,
+    path: String,
+    /// Permission bits, in octal.
+    #[arg(long, default_value = "755")]
+    mode: String,
+}
+
+#[derive(Args)]
+pub struct PutArgs {
+    #[command(flatten)]
+    meta: MetaArg,
+    local: PathBuf,
+    path: String,
+    /// Number of subfiles (each on its own target).
+    #[arg(long, default_value_t = 1)]
+    subfiles: u32,
+    /// Stripe unit in bytes.
+    #[arg(long, default_value_t = 64 << 10)]
+    stripe_unit: u64,
+}
+
+#[derive(Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    meta: MetaArg,
+    path: String,
+    local: PathBuf,
+}
+
+#[derive(Subcommand)]
+pub enum ForkCommand {
+    /// Lists the forks of every subfile (or one).
+    Ls {
+        #[command(flatten)]
+        meta: MetaArg,
+        path: String,
+        #[arg(long)]
+        subfile: Option<u32>,
+    },
+    /// Creates a fork in one subfile (or in all).
+    Create {
+        #[command(flatten)]
+        meta: MetaArg,
+        path: String,
+        name: String,
+        #[arg(long)]
+        subfile: Option<u32>,
+    },
+    /// Removes a fork from one subfile (or from all).
+    Rm {
+        #[command(flatten)]
+        meta: MetaArg,
+        path: String,
+        name: String,
+        #[arg(long)]
+        subfile: Option<u32>,
+    },
+}
+
+pub fn status(args: MetaArg) -> anyhow::Result<()> {
+    let client = args.client()?;
+    for target in client.status()? {
+        let state = if target.state == TargetState::Up { "up" } else { "down" };
+        println!(
+            "target={} server={} state={} used_bytes={} free_bytes={}",
+            target.target, target.server, state, target.used_bytes, target.free_bytes
+        );
+    }
+    Ok(())
+}
+
+pub fn mkdir(args: MkdirArgs) -> anyhow::Result<()> {
+    let mode =
+        u32::from_str_radix(&args.mode, 8).with_context(|| format!("mode {:?} is not octal", args.mode))?;
+    args.meta.client()?.mkdir(&args.path, mode)?;
+    Ok(())
+}
+
+pub fn ls(args: PathArgs) -> anyhow::Result<()> {
+    let client = args.meta.client()?;
+    for entry in client.readdir(&args.path)? {
+        let suffix = match entry.kind {
+            FileKind::Directory => "/",
+            FileKind::Symlink => "@",
+            FileKind::File => "",
+        };
+        println!("{}{suffix}", entry.name);
+    }
+    Ok(())
+}
+
+pub fn stat(args: PathArgs) -> anyhow::Result<()> {
+    let entry = args.meta.client()?.stat(&args.path)?;
+    let a = &entry.attrs;
+    println!(
+        "id={:016x} kind={:?} mode={:o} uid={} gid={} size={} nlink={}",
+        entry.id, a.kind, a.mode, a.uid, a.gid, a.size_bytes, a.nlink
+    );
+    println!("atime_ns={} mtime_ns={} ctime_ns={}", a.atime_ns, a.mtime_ns, a.ctime_ns);
+    if let Some(layout) = entry.layout {
+        println!("layout={layout:?}");
+    }
+    for (index, place) in entry.subfiles.iter().enumerate() {
+        println!("subfile={index} target={} server={} up={}", place.target, place.server, place.up);
+    }
+    Ok(())
+}
+
+pub fn rm(args: PathArgs) -> anyhow::Result<()> {
+    let client = args.meta.client()?;
+    let entry = client.stat(&args.path)?;
+    if entry.attrs.kind == FileKind::Directory {
+        client.rmdir(&args.path)?;
+    } else {
+        client.remove(&args.path)?;
+    }
+    Ok(())
+}
+
+pub fn put(args: PutArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.stripe_unit > 0, "--stripe-unit must be at least 1");
+    let client = args.meta.client()?;
+    let mut local =
+        std::fs::File::open(&args.local).with_context(|| format!("open {}", args.local.display()))?;
+    let options = CreateOptions {
+        subfiles: args.subfiles,
+        layout: Some(Layout::Stripe { unit_bytes: args.stripe_unit }),
+        exclusive: true,
+        ..CreateOptions::default()
+    };
+    let mut file = client.create(&args.path, &options)?;
+    let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
+    let mut offset = 0u64;
+    loop {
+        let filled =
+            fill(&mut local, &mut chunk).with_context(|| format!("read {}", args.local.display()))?;
+        if filled == 0 {
+            break;
+        }
+        file.write_linear(offset, &chunk[..filled])?;
+        offset += filled as u64;
+    }
+    file.sync()?;
+    file.set_size(offset)?;
+    Ok(())
+}
+
+fn fill(reader: &mut impl Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match reader.read(&mut buffer[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+pub fn get(args: GetArgs) -> anyhow::Result<()> {
+    let client = args.meta.client()?;
+    let file = client.open(&args.path)?;
+    let size = file.entry().attrs.size_bytes;
+    let mut local =
+        std::fs::File::create(&args.local).with_context(|| format!("create {}", args.local.display()))?;
+    let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
+    let mut offset = 0u64;
+    while offset < size {
+        let length = (size - offset).min(COPY_CHUNK_BYTES as u64) as usize;
+        file.read_linear(offset, &mut chunk[..length])?;
+        local.write_all(&chunk[..length]).with_context(|| format!("write {}", args.local.display()))?;
+        offset += length as u64;
+    }
+    local.sync_all().with_context(|| format!("sync {}", args.local.display()))?;
+    Ok(())
+}
+
+pub fn fork(command: ForkCommand) -> anyhow::Result<()> {
+    match command {
+        ForkCommand::Ls { meta, path, subfile } => {
+            let file = meta.client()?.open(&path)?;
+            for index in subfiles(&file, subfile) {
+                for fork in file.list_forks(index)? {
+                    println!("subfile={index} fork={} size={}", fork.name, fork.size_bytes);
+                }
+            }
+        }
+        ForkCommand::Create { meta, path, name, subfile } => {
+            let file = meta.client()?.open(&path)?;
+            for index in subfiles(&file, subfile) {
+                file.create_fork(index, &name)?;
+            }
+        }
+        ForkCommand::Rm { meta, path, name, subfile } => {
+            anyhow::ensure!(
+                name != DEFAULT_FORK || subfile.is_some(),
+                "refusing to remove the {DEFAULT_FORK} fork of every subfile; name one with --subfile"
+            );
+            let file = meta.client()?.open(&path)?;
+            for index in subfiles(&file, subfile) {
+                file.remove_fork(index, &name)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn subfiles(file: &flotilla_client::File, only: Option<u32>) -> Vec<u32> {
+    match only {
+        Some(index) => vec![index],
+        None => (0..file.subfile_count()).collect(),
+    }
+}

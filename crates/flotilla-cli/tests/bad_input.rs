@@ -1,0 +1,317 @@
+//! Bad input gets a clear error naming what was wrong, the server keeps serving everyone
+//! else, and acknowledged data is not lost.
+
+mod common;
+
+use bytes::Bytes;
+use common::{cli, path, random_bytes, Cluster, Process};
+use flotilla_client::{CreateOptions, Shape, StrideLevel};
+use flotilla_proto::{
+    decode_frame, encode_body, ErrorCode, ForkRef, FrameHeader, IoReply, IoRequest, HEADER_BYTES,
+};
+use flotilla_rpc::{Connection, ConnectionConfig};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Checks that an ordinary client still gets its data from the cluster.
+fn others_unaffected(cluster: &Cluster) {
+    let client = cluster.client();
+    let name = format!("/canary-{}", rand_suffix());
+    let file = client.create(&name, &CreateOptions::default()).unwrap();
+    let fork = file.fork(0, "data").unwrap();
+    fork.write(&Shape::contiguous(0, 6), b"canary").unwrap();
+    let mut back = [0u8; 6];
+    fork.read(&Shape::contiguous(0, 6), &mut back).unwrap();
+    assert_eq!(&back, b"canary");
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+fn frame(request_id: u64, body: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut out = FrameHeader::for_payload(request_id, body, data).unwrap().encode().to_vec();
+    out.extend_from_slice(body);
+    out.extend_from_slice(data);
+    out
+}
+
+/// Sends raw bytes to a server and returns the first reply frame (if any) and whether the
+/// server then closed the connection.
+fn raw_exchange(addr: &str, bytes: &[u8]) -> (Option<IoReply>, u64) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(bytes).unwrap();
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Ok((frame, _)) = decode_frame(&received, 1 << 20) {
+            let reply = flotilla_proto::decode_body::<IoReply>(&frame.body, "reply").ok();
+            return (reply, frame.request_id);
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return (None, 0),
+            Ok(n) => received.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn expect_error(reply: Option<IoReply>, code: ErrorCode, needle: &str) {
+    match reply {
+        Some(IoReply::Error(error)) => {
+            assert_eq!(error.code, code, "{error:?}");
+            assert!(error.message.contains(needle), "error {:?} should mention {needle:?}", error.message);
+        }
+        other => panic!("expected a {code:?} error mentioning {needle:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn malformed_frames_get_clear_errors_and_others_are_unaffected() {
+    let cluster = Cluster::start(1);
+    let server = cluster.servers[0].as_ref().unwrap().addr.clone();
+
+    // Garbage: not a frame at all.
+    let (reply, _) = raw_exchange(&server, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n..........");
+    expect_error(reply, ErrorCode::Protocol, "magic");
+
+    // A frame from a future protocol version.
+    let mut header = FrameHeader::for_payload(5, b"", b"").unwrap();
+    header.version = 9;
+    let (reply, _) = raw_exchange(&server, &header.encode());
+    expect_error(reply, ErrorCode::Protocol, "version 9");
+
+    // A frame claiming to be larger than the limit: refused before anything is allocated.
+    let huge = FrameHeader { body_bytes: u32::MAX, ..FrameHeader::for_payload(6, b"", b"").unwrap() };
+    let (reply, _) = raw_exchange(&server, &huge.encode());
+    expect_error(reply, ErrorCode::Protocol, "frame_bytes_max");
+
+    // A corrupted payload: refused by checksum, for that request only.
+    let mut corrupt = frame(7, &encode_body(&IoRequest::Hello { client: "x".into() }).unwrap(), b"");
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    let (reply, request_id) = raw_exchange(&server, &corrupt);
+    expect_error(reply, ErrorCode::Protocol, "checksum");
+    assert_eq!(request_id, 7);
+
+    // A well-formed frame whose body is not a request.
+    let (reply, request_id) = raw_exchange(&server, &frame(8, &[0xff, 0xff, 0xff, 0x01], b""));
+    expect_error(reply, ErrorCode::BadRequest, "decode");
+    assert_eq!(request_id, 8);
+
+    // A truncated frame, then the client vanishes.
+    {
+        let mut stream = TcpStream::connect(&server).unwrap();
+        let full = frame(9, &encode_body(&IoRequest::Hello { client: "x".into() }).unwrap(), &[0u8; 100]);
+        stream.write_all(&full[..HEADER_BYTES + 3]).unwrap();
+    }
+    others_unaffected(&cluster);
+}
+
+#[test]
+fn requests_over_limits_and_bad_shapes_are_refused_by_the_server() {
+    let cluster = Cluster::start(1);
+    let client = cluster.client();
+    let file = client.create("/limits", &CreateOptions::default()).unwrap();
+    let fork = file.fork(0, "data").unwrap().fork_ref().clone();
+    let server = cluster.servers[0].as_ref().unwrap().addr.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let call = |request: IoRequest| -> IoReply {
+        runtime.block_on(async {
+            let connection = Connection::connect(&server, ConnectionConfig::default()).await.unwrap();
+            connection.call::<IoRequest, IoReply>(&request, Bytes::new()).await.unwrap().0
+        })
+    };
+    let read = |shape: Shape| IoRequest::Read { fork: fork.clone(), shape };
+
+    let many = Shape::Strided {
+        file_offset: 0,
+        memory_offset: 0,
+        record_bytes: 1,
+        file_stride: 1,
+        memory_stride: 1,
+        count: 1 << 60,
+    };
+    expect_error(Some(call(read(many))), ErrorCode::OverLimit, "request_bytes_max");
+    let pieces = Shape::Strided {
+        file_offset: 0,
+        memory_offset: 0,
+        record_bytes: 0,
+        file_stride: 1,
+        memory_stride: 0,
+        count: 1 << 40,
+    };
+    expect_error(Some(call(read(pieces))), ErrorCode::OverLimit, "pieces_per_request_max");
+    expect_error(Some(call(read(Shape::contiguous(0, 1 << 30)))), ErrorCode::OverLimit, "request_bytes_max");
+    let backwards = Shape::Strided {
+        file_offset: 100,
+        memory_offset: 0,
+        record_bytes: 8,
+        file_stride: -64,
+        memory_stride: 8,
+        count: 3,
+    };
+    expect_error(Some(call(read(backwards.clone()))), ErrorCode::InvalidArgument, "before offset 0");
+    let levels = vec![StrideLevel { file_stride: i64::MAX, memory_stride: 1, count: 4 }; 2];
+    let overflow = Shape::Nested { file_offset: 0, memory_offset: 0, record_bytes: 8, levels };
+    expect_error(Some(call(read(overflow))), ErrorCode::InvalidArgument, "past the largest offset");
+    let unknown_file = ForkRef { file: flotilla_client::FileId(0xdead), ..fork.clone() };
+    expect_error(
+        Some(call(IoRequest::Read { fork: unknown_file, shape: Shape::contiguous(0, 1) })),
+        ErrorCode::NotFound,
+        "dead",
+    );
+    let unknown_fork = ForkRef { fork: "nope".into(), ..fork.clone() };
+    expect_error(
+        Some(call(IoRequest::Read { fork: unknown_fork, shape: Shape::contiguous(0, 1) })),
+        ErrorCode::NotFound,
+        "nope",
+    );
+    let bad_name = ForkRef { fork: "../escape".into(), ..fork.clone() };
+    expect_error(Some(call(IoRequest::CreateFork { fork: bad_name })), ErrorCode::InvalidArgument, "escape");
+    let short = IoRequest::Write { fork: fork.clone(), shape: Shape::contiguous(0, 100) };
+    let reply = runtime.block_on(async {
+        let connection = Connection::connect(&server, ConnectionConfig::default()).await.unwrap();
+        connection.call::<IoRequest, IoReply>(&short, Bytes::from_static(b"only ten b")).await.unwrap().0
+    });
+    expect_error(Some(reply), ErrorCode::BadRequest, "data bytes");
+
+    // The client library refuses a bad shape before sending it.
+    let error = file.fork(0, "data").unwrap().read(&backwards, &mut [0u8; 24]).err().unwrap();
+    assert!(error.to_string().contains("before offset 0"), "{error}");
+    others_unaffected(&cluster);
+}
+
+#[test]
+fn bad_paths_are_refused() {
+    let cluster = Cluster::start(1);
+    let client = cluster.client();
+    for bad in ["/a/../b", "/a//b", "relative", "/./x"] {
+        let error = client.mkdir(bad, 0o755).err().unwrap_or_else(|| panic!("{bad} accepted"));
+        assert_eq!(error.errno(), 22, "{bad}: {error}");
+    }
+    let long = format!("/{}", "n".repeat(300));
+    let error = client.mkdir(&long, 0o755).err().unwrap();
+    assert_eq!(error.errno(), 36, "{error}");
+    let error = client.create("/missing-dir/file", &CreateOptions::default()).err().unwrap();
+    assert_eq!(error.errno(), 2, "{error}");
+    others_unaffected(&cluster);
+}
+
+#[test]
+fn missing_target_directory_is_named() {
+    let cluster = Cluster::start(1);
+    let missing = cluster.dir.path().join("no-such-target");
+    let (ok, _, stderr) = cli(&[
+        "server",
+        "--meta",
+        &cluster.meta_addr(),
+        "--target",
+        path(&missing),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("no-such-target"), "{stderr}");
+}
+
+#[test]
+fn a_server_that_disappears_mid_request_fails_only_its_requests() {
+    let mut cluster = Cluster::start(2);
+    let client = cluster.client();
+    let file = client.create("/split", &CreateOptions { subfiles: 2, ..CreateOptions::default() }).unwrap();
+    let doomed = file.entry().subfiles[0].server.clone();
+    let data = random_bytes(3, 8 << 20);
+    for subfile in 0..2 {
+        file.fork(subfile, "data").unwrap().write(&Shape::contiguous(0, data.len() as u64), &data).unwrap();
+    }
+    let fork = file.fork(0, "data").unwrap();
+    let shape = Shape::Strided {
+        file_offset: 0,
+        memory_offset: 0,
+        record_bytes: 16,
+        file_stride: 16,
+        memory_stride: 16,
+        count: 1 << 19,
+    };
+    let in_flight: Vec<_> = (0..32).map(|_| fork.read_nb(shape.clone(), vec![0u8; 8 << 20])).collect();
+    let index = cluster.servers.iter().position(|s| s.as_ref().is_some_and(|p| p.addr == doomed)).unwrap();
+    cluster.servers[index].take().unwrap().kill();
+    let failures: Vec<_> = in_flight.into_iter().filter_map(|h| h.wait().err()).collect();
+    assert!(!failures.is_empty(), "killing the server failed none of 32 requests in flight");
+    for error in &failures {
+        assert!(error.to_string().contains(&doomed), "error should name the lost server {doomed}: {error}");
+    }
+    let error = fork.read(&Shape::contiguous(0, 8), &mut [0u8; 8]).err().unwrap();
+    assert!(error.to_string().contains(&doomed), "{error}");
+    let mut back = vec![0u8; 4096];
+    file.fork(1, "data").unwrap().read(&Shape::contiguous(0, 4096), &mut back).unwrap();
+    assert_eq!(&back[..], &data[..4096]);
+}
+
+/// A small tmpfs, unmounted when dropped.
+struct SmallDisk {
+    dir: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(dir: std::path::PathBuf, bytes: u64) -> SmallDisk {
+        std::fs::create_dir_all(&dir).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs", path(&dir)])
+            .status()
+            .expect("run mount (the disk-full test needs root)");
+        assert!(status.success(), "mounting a tmpfs failed: the disk-full test needs root");
+        SmallDisk { dir }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").args(["-l", path(&self.dir)]).status();
+    }
+}
+
+#[test]
+fn a_full_target_refuses_writes_and_keeps_acknowledged_data() {
+    let cluster = Cluster::start(1);
+    let disk = SmallDisk::mount(cluster.dir.path().join("small"), 4 << 20);
+    let config = cluster.config();
+    let meta = cluster.meta_addr();
+    let args = [
+        "--config",
+        path(&config),
+        "server",
+        "--meta",
+        &meta,
+        "--target",
+        path(&disk.dir),
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let small_server = Process::start(&args, "server").unwrap();
+    cluster.wait_up(2);
+    let client = cluster.client();
+    let small_target =
+        client.status().unwrap().into_iter().find(|t| t.server == small_server.addr).unwrap().target;
+    let options = CreateOptions { targets: Some(vec![small_target]), ..CreateOptions::default() };
+    let file = client.create("/full", &options).unwrap();
+    let fork = file.fork(0, "data").unwrap();
+    let kept = random_bytes(9, 1 << 20);
+    fork.write(&Shape::contiguous(0, kept.len() as u64), &kept).unwrap();
+    fork.sync().unwrap();
+
+    let too_much = random_bytes(10, 8 << 20);
+    let error = fork
+        .write(&Shape::contiguous(1 << 20, too_much.len() as u64), &too_much)
+        .expect_err("write past a full disk");
+    assert_eq!(error.errno(), 28, "{error}");
+    assert!(error.to_string().contains("full"), "{error}");
+
+    let mut back = vec![0u8; kept.len()];
+    fork.read(&Shape::contiguous(0, kept.len() as u64), &mut back).unwrap();
+    assert!(back == kept, "acknowledged data was lost on a full target");
+    others_unaffected(&cluster);
+    small_server.kill();
+}

@@ -1,0 +1,109 @@
+//! The command line: `local`, file commands, `status` and a short benchmark run.
+
+mod common;
+
+use common::{cli, path, random_bytes, Cluster, Process};
+
+#[test]
+fn file_commands_round_trip() {
+    let cluster = Cluster::start(4);
+    let meta = cluster.meta_addr();
+    let local = cluster.dir.path().join("input.bin");
+    let data = random_bytes(42, 5 * 1024 * 1024 + 123);
+    std::fs::write(&local, &data).unwrap();
+
+    let run = |args: &[&str]| {
+        let mut full = args.to_vec();
+        full.extend_from_slice(&["--meta", &meta]);
+        let (ok, stdout, stderr) = cli(&full);
+        assert!(ok, "flotilla {args:?} failed: {stderr}");
+        stdout
+    };
+    run(&["mkdir", "/data"]);
+    run(&["put", path(&local), "/data/input.bin", "--subfiles", "4", "--stripe-unit", "65536"]);
+    let listing = run(&["ls", "/data"]);
+    assert_eq!(listing.trim(), "input.bin");
+    let stat = run(&["stat", "/data/input.bin"]);
+    assert!(stat.contains(&format!("size={}", data.len())), "{stat}");
+    assert_eq!(stat.matches("subfile=").count(), 4, "{stat}");
+
+    let out = cluster.dir.path().join("output.bin");
+    run(&["get", "/data/input.bin", path(&out)]);
+    assert!(std::fs::read(&out).unwrap() == data, "get returned different bytes");
+
+    run(&["fork", "create", "/data/input.bin", "index", "--subfile", "2"]);
+    let forks = run(&["fork", "ls", "/data/input.bin"]);
+    assert_eq!(forks.matches("fork=data").count(), 4, "{forks}");
+    assert!(forks.contains("subfile=2 fork=index size=0"), "{forks}");
+    run(&["fork", "rm", "/data/input.bin", "index", "--subfile", "2"]);
+    assert!(!run(&["fork", "ls", "/data/input.bin"]).contains("index"));
+
+    let status = run(&["status"]);
+    assert_eq!(status.lines().filter(|l| l.contains("state=up")).count(), 4, "{status}");
+
+    run(&["rm", "/data/input.bin"]);
+    run(&["rm", "/data"]);
+    let (ok, _, stderr) = cli(&["stat", "/data", "--meta", &meta]);
+    assert!(!ok && stderr.contains("no such file"), "{stderr}");
+    let (ok, _, stderr) = cli(&["mkdir", "/x/../y", "--meta", &meta]);
+    assert!(!ok && stderr.contains(".."), "{stderr}");
+}
+
+#[test]
+fn local_runs_an_embedded_cluster_and_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let local = Process::start(
+        &["local", "--servers", "2", "--data", path(&data), "--listen", "127.0.0.1:0"],
+        "meta",
+    )
+    .unwrap();
+    let meta = local.addr.clone();
+    let (ok, status, stderr) = cli(&["status", "--meta", &meta]);
+    assert!(ok, "{stderr}");
+    assert_eq!(status.lines().filter(|l| l.contains("state=up")).count(), 2, "{status}");
+    let (ok, _, stderr) = cli(&["mkdir", "/kept", "--meta", &meta]);
+    assert!(ok, "{stderr}");
+    let mut child = local.child;
+    // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "flotilla local did not shut down cleanly: {exit}");
+
+    // Same data folder again: the namespace is still there.
+    let again = Process::start(
+        &["local", "--servers", "2", "--data", path(&data), "--listen", "127.0.0.1:0"],
+        "meta",
+    )
+    .unwrap();
+    let (ok, listing, stderr) = cli(&["ls", "/", "--meta", &again.addr]);
+    assert!(ok, "{stderr}");
+    assert_eq!(listing.trim(), "kept/");
+    again.stop();
+}
+
+#[test]
+fn interleaved_benchmark_runs_end_to_end() {
+    let (ok, stdout, stderr) = cli(&[
+        "bench",
+        "interleaved",
+        "--servers",
+        "2",
+        "--clients",
+        "2",
+        "--record",
+        "64",
+        "--fork-bytes",
+        "65536",
+        "--runs",
+        "1",
+        "--json",
+    ]);
+    assert!(ok, "bench failed: {stderr}");
+    let value: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    for mode in ["traditional", "strided"] {
+        let rate = value[mode]["median_bytes_per_s"].as_f64().unwrap_or(0.0);
+        assert!(rate > 0.0, "{mode} rate missing in {stdout}");
+    }
+    assert!(value["ratio_of_medians"].as_f64().unwrap_or(0.0) > 0.0);
+}

@@ -1,0 +1,157 @@
+//! Fair service, restart persistence, placement and membership against a real cluster.
+
+mod common;
+
+use common::{random_bytes, Cluster};
+use flotilla_client::{CreateOptions, Shape, TargetState};
+
+#[test]
+fn two_clients_on_one_server_get_fair_service() {
+    let cluster = Cluster::start(1);
+    let setup = cluster.client();
+    let file = setup.create("/fair", &CreateOptions::default()).unwrap();
+    let fork = file.fork(0, "data").unwrap();
+    let data = random_bytes(1, 8 << 20);
+    fork.write(&Shape::contiguous(0, data.len() as u64), &data).unwrap();
+
+    // Phase 1: client A queues many heavy requests (8 MiB each in 64-byte pieces).
+    let heavy = cluster.client();
+    let heavy_fork = heavy.open("/fair").unwrap().fork(0, "data").unwrap();
+    let shape = Shape::Strided {
+        file_offset: 0,
+        memory_offset: 0,
+        record_bytes: 64,
+        file_stride: 64,
+        memory_stride: 64,
+        count: 1 << 17,
+    };
+    let mut queued: Vec<_> = (0..48).map(|_| heavy_fork.read_nb(shape.clone(), vec![0u8; 8 << 20])).collect();
+
+    // Phase 2: client B, on its own connection, does a few small reads meanwhile.
+    let light = cluster.client();
+    let light_fork = light.open("/fair").unwrap().fork(0, "data").unwrap();
+    let mut small = vec![0u8; 64];
+    for i in 0..5u64 {
+        light_fork.read(&Shape::contiguous(i * 4096, 64), &mut small).unwrap();
+        assert_eq!(&small[..], &data[(i * 4096) as usize..(i * 4096 + 64) as usize]);
+    }
+
+    // Phase 3: B was served while A still had requests waiting: A's deep queue did not
+    // push B to the back.
+    let finished = queued.iter_mut().map(|h| h.test()).filter(|done| *done).count();
+    assert!(
+        finished < queued.len(),
+        "all {finished} heavy requests finished before 5 small ones: unfair service"
+    );
+    for handle in queued {
+        assert_eq!(handle.wait().unwrap(), data);
+    }
+}
+
+#[test]
+fn namespace_and_synced_data_survive_a_restart() {
+    let mut cluster = Cluster::start(4);
+    let client = cluster.client();
+    client.mkdir("/results", 0o755).unwrap();
+    client.mkdir("/results/run-1", 0o700).unwrap();
+    let file = client
+        .create("/results/run-1/out", &CreateOptions { subfiles: 3, ..CreateOptions::default() })
+        .unwrap();
+    let mut expected = Vec::new();
+    for subfile in 0..3 {
+        let data = random_bytes(subfile.into(), 300_000 + subfile as usize);
+        let fork = file.create_fork(subfile, "index").unwrap();
+        fork.write(&Shape::contiguous(0, data.len() as u64), &data).unwrap();
+        fork.sync().unwrap();
+        expected.push(data);
+    }
+    drop(client);
+
+    cluster.restart();
+
+    let client = cluster.client();
+    let names: Vec<String> = client.readdir("/results/run-1").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["out".to_string()]);
+    assert_eq!(client.stat("/results/run-1").unwrap().attrs.mode & 0o777, 0o700);
+    let file = client.open("/results/run-1/out").unwrap();
+    for subfile in 0..3u32 {
+        let fork = file.fork(subfile, "index").unwrap();
+        let data = &expected[subfile as usize];
+        assert_eq!(fork.size().unwrap(), data.len() as u64);
+        let mut back = vec![0u8; data.len()];
+        fork.read(&Shape::contiguous(0, data.len() as u64), &mut back).unwrap();
+        assert!(back == *data, "subfile {subfile} lost synced bytes across the restart");
+    }
+}
+
+#[test]
+fn forks_are_created_listed_and_removed() {
+    let cluster = Cluster::start(2);
+    let client = cluster.client();
+    let file = client.create("/forks", &CreateOptions { subfiles: 2, ..CreateOptions::default() }).unwrap();
+    file.create_fork(1, "index").unwrap();
+    let error = file.create_fork(1, "index").expect_err("second create must fail");
+    assert_eq!(error.errno(), 17, "{error}");
+    let fork = file.fork(1, "index").unwrap();
+    fork.extend(1 << 20).unwrap();
+    fork.write(&Shape::contiguous(0, 5), b"hello").unwrap();
+    let mut names: Vec<(String, u64)> =
+        file.list_forks(1).unwrap().into_iter().map(|f| (f.name, f.size_bytes)).collect();
+    names.sort();
+    assert_eq!(names[0].0, "data");
+    assert_eq!(names[1].0, "index");
+    assert!(names[1].1 >= 5);
+    fork.truncate(3).unwrap();
+    assert_eq!(fork.size().unwrap(), 3);
+    file.remove_fork(1, "index").unwrap();
+    let error = fork.size().expect_err("removed fork must be gone");
+    assert_eq!(error.errno(), 2, "{error}");
+    assert_eq!(file.list_forks(0).unwrap().len(), 1);
+}
+
+#[test]
+fn placement_uses_distinct_targets_and_membership_tracks_liveness() {
+    let mut cluster = Cluster::start(3);
+    let client = cluster.client();
+    let error =
+        client.create("/too-wide", &CreateOptions { subfiles: 4, ..CreateOptions::default() }).err().unwrap();
+    assert!(error.to_string().contains("live"), "{error}");
+    let status = client.status().unwrap();
+    let chosen = vec![status[2].target, status[0].target];
+    let options = CreateOptions { subfiles: 2, targets: Some(chosen.clone()), ..CreateOptions::default() };
+    let file = client.create("/named", &options).unwrap();
+    let placed: Vec<_> = file.entry().subfiles.iter().map(|p| p.target).collect();
+    assert_eq!(placed, chosen);
+
+    // A server that stops heartbeating is shown down, and new files avoid it.
+    cluster.servers[1].take().unwrap().kill();
+    cluster.wait_down(1);
+    let status = client.status().unwrap();
+    assert_eq!(status.iter().filter(|t| t.state == TargetState::Up).count(), 2);
+    let file = client.create("/after", &CreateOptions { subfiles: 2, ..CreateOptions::default() }).unwrap();
+    assert!(file.entry().subfiles.iter().all(|p| p.up));
+}
+
+#[test]
+fn removed_files_are_deleted_from_the_targets() {
+    let cluster = Cluster::start(2);
+    let client = cluster.client();
+    let file = client.create("/doomed", &CreateOptions { subfiles: 2, ..CreateOptions::default() }).unwrap();
+    let id = format!("{}", file.entry().file_id());
+    file.fork(0, "data").unwrap().write(&Shape::contiguous(0, 4), b"gone").unwrap();
+    let subfile_dirs = |cluster: &Cluster| -> usize {
+        (0..2)
+            .map(|i| {
+                std::fs::read_dir(cluster.target_dir(i).join("subfiles")).map(|d| d.count()).unwrap_or(0)
+            })
+            .sum()
+    };
+    assert_eq!(subfile_dirs(&cluster), 2, "subfiles of {id} should exist");
+    client.remove("/doomed").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while subfile_dirs(&cluster) > 0 {
+        assert!(std::time::Instant::now() < deadline, "subfiles of a removed file were not deleted");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(client.stat("/doomed").err().unwrap().errno(), 2);
+}

@@ -1,0 +1,268 @@
+//! The client: a handle on one Flotilla cluster, with its own small async runtime so that
+//! callers (the CLI, the FUSE mount, Python and C bindings) can use a blocking API.
+
+use crate::core::{unexpected, Core};
+use crate::error::ClientError;
+use crate::file::File;
+use crate::handle::Handle;
+use crate::DEFAULT_FORK;
+use flotilla_proto::{
+    CreateSpec, DirEntryInfo, EntryInfo, ForkRef, IoReply, IoRequest, MetaReply, MetaRequest, TargetStatus,
+};
+use flotilla_rpc::ConnectionConfig;
+use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex, TargetId};
+use std::future::Future;
+use std::sync::Arc;
+use tokio::runtime::Runtime;
+
+/// How to reach a cluster.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub meta_addr: String,
+    /// A name the servers log for this client.
+    pub client_name: String,
+    pub runtime_threads: usize,
+    pub connection: ConnectionConfig,
+}
+
+impl ClientConfig {
+    pub fn new(meta_addr: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            meta_addr: meta_addr.into(),
+            client_name: format!("pid-{}", std::process::id()),
+            runtime_threads: 2,
+            connection: ConnectionConfig::default(),
+        }
+    }
+}
+
+/// How to create a file.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub subfiles: u32,
+    /// One target per subfile, or `None` to let the metadata service choose.
+    pub targets: Option<Vec<TargetId>>,
+    /// The layout, or `None` to inherit the parent directory's default.
+    pub layout: Option<Layout>,
+    pub mode: u32,
+    pub exclusive: bool,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions { subfiles: 1, targets: None, layout: None, mode: 0o644, exclusive: true }
+    }
+}
+
+/// A connection to one cluster. Cheap to clone; clones share connections.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) core: Arc<Core>,
+    pub(crate) runtime: Arc<Runtime>,
+}
+
+impl Client {
+    /// Connects to the metadata service at `meta_addr` (lazily: the first call connects).
+    pub fn connect(meta_addr: &str) -> Result<Client, ClientError> {
+        Client::with_config(ClientConfig::new(meta_addr))
+    }
+
+    /// Connects to the metadata service named by `FLOTILLA_META`.
+    pub fn from_env() -> Result<Client, ClientError> {
+        let addr = std::env::var(crate::META_ENV).map_err(|_| ClientError::NoMetaAddress)?;
+        Client::connect(&addr)
+    }
+
+    pub fn with_config(config: ClientConfig) -> Result<Client, ClientError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.runtime_threads.max(1))
+            .thread_name("flotilla-client")
+            .enable_all()
+            .build()
+            .map_err(|e| ClientError::Runtime(e.to_string()))?;
+        let core = Core::new(config.meta_addr, config.client_name, config.connection);
+        Ok(Client { core: Arc::new(core), runtime: Arc::new(runtime) })
+    }
+
+    /// The metadata service's address.
+    pub fn meta_addr(&self) -> &str {
+        self.core.meta_addr()
+    }
+
+    pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// Runs `make(core)` on the runtime and returns a handle to its result.
+    pub(crate) fn spawn<T, F>(&self, future: F) -> Handle<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, ClientError>> + Send + 'static,
+    {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        self.runtime.spawn(async move {
+            let _ = sender.send(future.await);
+        });
+        Handle::new(receiver)
+    }
+
+    fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+        self.block_on(self.core.meta_call(request))
+    }
+
+    /// Looks up a path.
+    pub fn stat(&self, path: &str) -> Result<EntryInfo, ClientError> {
+        match self.meta(MetaRequest::Lookup { path: path.to_string() })? {
+            MetaReply::Entry(entry) => Ok(entry),
+            other => Err(unexpected("lookup", &other)),
+        }
+    }
+
+    pub fn mkdir(&self, path: &str, mode: u32) -> Result<EntryInfo, ClientError> {
+        let request =
+            MetaRequest::Mkdir { path: path.to_string(), mode, uid: current_uid(), gid: current_gid() };
+        match self.meta(request)? {
+            MetaReply::Entry(entry) => Ok(entry),
+            other => Err(unexpected("mkdir", &other)),
+        }
+    }
+
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntryInfo>, ClientError> {
+        match self.meta(MetaRequest::Readdir { path: path.to_string() })? {
+            MetaReply::Entries(entries) => Ok(entries),
+            other => Err(unexpected("readdir", &other)),
+        }
+    }
+
+    /// Removes a file or symlink; its data is deleted by the servers in the background.
+    pub fn remove(&self, path: &str) -> Result<(), ClientError> {
+        self.expect_done(MetaRequest::Unlink { path: path.to_string() }, "unlink")
+    }
+
+    pub fn rmdir(&self, path: &str) -> Result<(), ClientError> {
+        self.expect_done(MetaRequest::Rmdir { path: path.to_string() }, "rmdir")
+    }
+
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), ClientError> {
+        self.expect_done(MetaRequest::Rename { from: from.to_string(), to: to.to_string() }, "rename")
+    }
+
+    pub fn set_attr(&self, id: u64, change: SetAttr) -> Result<Attributes, ClientError> {
+        match self.meta(MetaRequest::SetAttr { id, change })? {
+            MetaReply::Attributes(attrs) => Ok(attrs),
+            other => Err(unexpected("setattr", &other)),
+        }
+    }
+
+    /// One line per storage target: its server, state, space used and free.
+    pub fn status(&self) -> Result<Vec<TargetStatus>, ClientError> {
+        match self.meta(MetaRequest::Status)? {
+            MetaReply::Status(targets) => Ok(targets),
+            other => Err(unexpected("status", &other)),
+        }
+    }
+
+    fn expect_done(&self, request: MetaRequest, what: &'static str) -> Result<(), ClientError> {
+        match self.meta(request)? {
+            MetaReply::Done => Ok(()),
+            other => Err(unexpected(what, &other)),
+        }
+    }
+
+    /// Creates a file with `options.subfiles` subfiles, each with a `data` fork.
+    pub fn create(&self, path: &str, options: &CreateOptions) -> Result<File, ClientError> {
+        self.block_on(create_file(self.core.clone(), path.to_string(), options.clone()))
+            .map(|entry| File::new(self.clone(), path.to_string(), entry))
+    }
+
+    /// Non-blocking `create`.
+    pub fn create_nb(&self, path: &str, options: &CreateOptions) -> Handle<File> {
+        let client = self.clone();
+        let path = path.to_string();
+        let future = create_file(self.core.clone(), path.clone(), options.clone());
+        self.spawn(async move { future.await.map(|entry| File::new(client, path, entry)) })
+    }
+
+    /// Opens an existing file.
+    pub fn open(&self, path: &str) -> Result<File, ClientError> {
+        let entry = self.stat(path)?;
+        if entry.layout.is_none() {
+            return Err(ClientError::NotAFile { path: path.to_string() });
+        }
+        Ok(File::new(self.clone(), path.to_string(), entry))
+    }
+}
+
+async fn create_file(
+    core: Arc<Core>,
+    path: String,
+    options: CreateOptions,
+) -> Result<EntryInfo, ClientError> {
+    let spec = CreateSpec {
+        mode: options.mode,
+        uid: current_uid(),
+        gid: current_gid(),
+        subfiles: options.subfiles,
+        targets: options.targets,
+        layout: options.layout,
+        exclusive: options.exclusive,
+    };
+    let entry = match core.meta_call(MetaRequest::Create { path: path.clone(), spec }).await? {
+        MetaReply::Entry(entry) => entry,
+        other => return Err(unexpected("create", &other)),
+    };
+    let created = create_subfiles(&core, &entry).await;
+    if let Err(error) = created {
+        // Leave no half-made file behind: the servers that did create a subfile delete it
+        // when the metadata service orders them to.
+        let _ = core.meta_call(MetaRequest::Unlink { path }).await;
+        return Err(error);
+    }
+    Ok(entry)
+}
+
+async fn create_subfiles(core: &Core, entry: &EntryInfo) -> Result<(), ClientError> {
+    let calls = entry.subfiles.iter().enumerate().map(|(index, place)| {
+        let request = IoRequest::CreateSubfile {
+            target: place.target,
+            file: entry.file_id(),
+            subfile: SubfileIndex(index as u32),
+        };
+        async move {
+            match core.io_simple(&place.server, request).await? {
+                IoReply::Done { .. } => Ok(()),
+                other => Err(unexpected("create subfile", &other)),
+            }
+        }
+    });
+    futures::future::try_join_all(calls).await.map(|_| ())
+}
+
+/// The fork reference of `fork` in subfile `subfile` of `entry`.
+pub(crate) fn fork_ref(
+    entry: &EntryInfo,
+    subfile: u32,
+    fork: &str,
+) -> Result<(ForkRef, String), ClientError> {
+    let place = entry
+        .subfiles
+        .get(subfile as usize)
+        .ok_or(ClientError::NoSuchSubfile { subfile, count: entry.subfiles.len() })?;
+    let fork = ForkRef {
+        target: place.target,
+        file: entry.file_id(),
+        subfile: SubfileIndex(subfile),
+        fork: if fork.is_empty() { DEFAULT_FORK.to_string() } else { fork.to_string() },
+    };
+    Ok((fork, place.server.clone()))
+}
+
+fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+fn current_gid() -> u32 {
+    // SAFETY: getgid has no preconditions and cannot fail.
+    unsafe { libc::getgid() }
+}

@@ -1,0 +1,130 @@
+//! The async core of the client: one connection to the metadata service, one per I/O
+//! server, and the flow-control credit for each server.
+
+use crate::error::ClientError;
+use bytes::Bytes;
+use flotilla_proto::{IoReply, IoRequest, MetaReply, MetaRequest};
+use flotilla_rpc::{Connection, ConnectionConfig};
+use flotilla_types::Limits;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::{Mutex, Semaphore};
+
+/// Credit is counted in units of this many bytes, so a semaphore's u32 permits suffice.
+const CREDIT_UNIT_BYTES: u64 = 1024;
+
+/// A connected I/O server: the connection, the limits it announced, and the credit left.
+pub(crate) struct ServerConnection {
+    pub connection: Connection,
+    pub limits: Limits,
+    credit: Semaphore,
+    credit_units_max: u32,
+}
+
+impl ServerConnection {
+    fn units_for(&self, bytes: u64) -> u32 {
+        let units = bytes.div_ceil(CREDIT_UNIT_BYTES).max(1);
+        u32::try_from(units).unwrap_or(u32::MAX).min(self.credit_units_max)
+    }
+}
+
+pub(crate) struct Core {
+    meta_addr: String,
+    client_name: String,
+    connection_config: ConnectionConfig,
+    meta: Mutex<Option<Arc<Connection>>>,
+    servers: Mutex<HashMap<String, Arc<ServerConnection>>>,
+}
+
+impl Core {
+    pub fn new(meta_addr: String, client_name: String, connection_config: ConnectionConfig) -> Core {
+        Core {
+            meta_addr,
+            client_name,
+            connection_config,
+            meta: Mutex::new(None),
+            servers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn meta_addr(&self) -> &str {
+        &self.meta_addr
+    }
+
+    async fn meta_connection(&self) -> Result<Arc<Connection>, ClientError> {
+        let mut slot = self.meta.lock().await;
+        if let Some(connection) = slot.as_ref().filter(|c| !c.is_broken()) {
+            return Ok(connection.clone());
+        }
+        let connection = Arc::new(Connection::connect(&self.meta_addr, self.connection_config).await?);
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// One call to the metadata service; an error reply becomes `ClientError::Meta`.
+    pub async fn meta_call(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+        let connection = self.meta_connection().await?;
+        let (reply, _) = connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await?;
+        match reply {
+            MetaReply::Error(error) => Err(ClientError::Meta(error)),
+            other => Ok(other),
+        }
+    }
+
+    /// The connection to the server at `addr`, opened (and greeted) on first use or after
+    /// the previous one broke.
+    pub async fn server(&self, addr: &str) -> Result<Arc<ServerConnection>, ClientError> {
+        let mut servers = self.servers.lock().await;
+        if let Some(server) = servers.get(addr).filter(|s| !s.connection.is_broken()) {
+            return Ok(server.clone());
+        }
+        let server = Arc::new(self.open_server(addr).await?);
+        servers.insert(addr.to_string(), server.clone());
+        Ok(server)
+    }
+
+    async fn open_server(&self, addr: &str) -> Result<ServerConnection, ClientError> {
+        let connection = Connection::connect(addr, self.connection_config).await?;
+        let hello = IoRequest::Hello { client: self.client_name.clone() };
+        let (reply, _) = connection.call::<IoRequest, IoReply>(&hello, Bytes::new()).await?;
+        let limits = match reply {
+            IoReply::Welcome { limits, .. } => limits,
+            IoReply::Error(error) => return Err(ClientError::Server { server: addr.to_string(), error }),
+            other => return Err(unexpected("hello", &other)),
+        };
+        let credit_units_max =
+            u32::try_from((limits.in_flight_bytes_max / CREDIT_UNIT_BYTES).max(1)).unwrap_or(u32::MAX >> 4);
+        let credit = Semaphore::new(credit_units_max as usize);
+        Ok(ServerConnection { connection, limits, credit, credit_units_max })
+    }
+
+    /// One call to an I/O server, holding credit for `data_bytes` while it is in flight.
+    pub async fn io_call(
+        &self,
+        server: &ServerConnection,
+        request: &IoRequest,
+        data: Bytes,
+        data_bytes: u64,
+    ) -> Result<(IoReply, Bytes), ClientError> {
+        let units = server.units_for(data_bytes);
+        let _credit = server.credit.acquire_many(units).await.map_err(|_| ClientError::Abandoned)?;
+        let (reply, data) = server.connection.call::<IoRequest, IoReply>(request, data).await?;
+        match reply {
+            IoReply::Error(error) => {
+                Err(ClientError::Server { server: server.connection.addr().to_string(), error })
+            }
+            other => Ok((other, data)),
+        }
+    }
+
+    /// A metadata-only call to the server at `addr`.
+    pub async fn io_simple(&self, addr: &str, request: IoRequest) -> Result<IoReply, ClientError> {
+        let server = self.server(addr).await?;
+        let (reply, _) = self.io_call(&server, &request, Bytes::new(), 0).await?;
+        Ok(reply)
+    }
+}
+
+pub(crate) fn unexpected(request: &'static str, reply: &impl std::fmt::Debug) -> ClientError {
+    ClientError::UnexpectedReply { request, reply: format!("{reply:?}").chars().take(200).collect() }
+}

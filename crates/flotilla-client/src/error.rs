@@ -1,0 +1,60 @@
+//! The client's error type: what failed, where, and the errno that matches it.
+
+use flotilla_proto::{ErrorCode, WireError};
+use flotilla_request::ShapeError;
+use flotilla_rpc::RpcError;
+
+/// Everything a client call can fail with.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    #[error("metadata service: {0}")]
+    Meta(WireError),
+    #[error("I/O server {server}: {error}")]
+    Server { server: String, error: WireError },
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+    #[error("invalid request: {0}")]
+    Shape(#[from] ShapeError),
+    #[error("buffer of {length} bytes is too small: the request reaches byte {needed}")]
+    BufferTooSmall { needed: u64, length: u64 },
+    #[error("{path} is not a regular file")]
+    NotAFile { path: String },
+    #[error("file has {count} subfiles; subfile {subfile} does not exist")]
+    NoSuchSubfile { subfile: u32, count: usize },
+    #[error("file uses the explicit layout: address its subfiles and forks directly")]
+    ExplicitLayout,
+    #[error("unexpected reply to {request}: {reply}")]
+    UnexpectedReply { request: &'static str, reply: String },
+    #[error("no metadata address: pass one or set {}", crate::META_ENV)]
+    NoMetaAddress,
+    #[error("cannot start the client runtime: {0}")]
+    Runtime(String),
+    #[error("the operation was abandoned before it finished")]
+    Abandoned,
+    #[error("local I/O failed: {0}")]
+    Local(String),
+}
+
+impl ClientError {
+    /// The wire error code, when the failure came from a server or the metadata service.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Meta(e) | ClientError::Server { error: e, .. } => Some(e.code),
+            _ => None,
+        }
+    }
+
+    /// The Linux errno that best describes the failure.
+    pub fn errno(&self) -> i32 {
+        match self {
+            ClientError::Meta(e) | ClientError::Server { error: e, .. } => e.code.errno(),
+            ClientError::Shape(_)
+            | ClientError::BufferTooSmall { .. }
+            | ClientError::NoSuchSubfile { .. } => 22,
+            ClientError::NotAFile { .. } => 21,
+            ClientError::ExplicitLayout => 22,
+            _ => 5,
+        }
+    }
+}

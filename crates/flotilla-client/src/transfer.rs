@@ -1,0 +1,240 @@
+//! Moving a shape's data: planning how a request travels (whole, or split into packed list
+//! chunks that fit the server's limits), gathering write data and scattering read data.
+
+use crate::core::{unexpected, Core, ServerConnection};
+use crate::error::ClientError;
+use bytes::Bytes;
+use flotilla_proto::{encode_body, ForkRef, IoReply, IoRequest};
+use flotilla_request::{Piece, Shape, ShapeLimits, Summary};
+use flotilla_types::Limits;
+use futures::stream::{self, StreamExt, TryStreamExt};
+
+/// Most pieces one client call may expand to, however it is split for the wire.
+pub const CALL_PIECES_MAX: u64 = 1 << 30;
+/// Upper bound on the encoded size of one list piece (three varint u64s).
+const PIECE_ENCODED_BYTES_MAX: u64 = 30;
+/// Room kept in every frame for the header and the rest of the request.
+const FRAME_SLACK_BYTES: u64 = 4096;
+/// Chunks of one call in flight at once (credit bounds the bytes further).
+const CHUNKS_IN_FLIGHT_MAX: usize = 16;
+
+/// How one call travels: the shape as it is, or lists of pieces.
+enum Plan {
+    Whole,
+    Chunks(Vec<Vec<Piece>>),
+}
+
+/// Checks the shape against the caller's buffer and summarizes it.
+pub(crate) fn check_call(shape: &Shape, buffer_bytes: usize) -> Result<Summary, ClientError> {
+    let summary = shape.validate(&ShapeLimits { pieces_max: CALL_PIECES_MAX, bytes_max: u64::MAX })?;
+    if summary.memory_end > buffer_bytes as u64 {
+        return Err(ClientError::BufferTooSmall { needed: summary.memory_end, length: buffer_bytes as u64 });
+    }
+    Ok(summary)
+}
+
+fn plan(shape: &Shape, summary: &Summary, limits: &Limits) -> Result<Plan, ClientError> {
+    let body_bytes = encode_body(shape).map(|b| b.len() as u64).unwrap_or(u64::MAX);
+    let fits = summary.piece_count <= limits.pieces_per_request_max
+        && summary.total_bytes <= limits.request_bytes_max
+        && body_bytes + summary.total_bytes + FRAME_SLACK_BYTES <= u64::from(limits.frame_bytes_max);
+    if fits {
+        return Ok(Plan::Whole);
+    }
+    Ok(Plan::Chunks(split_into_chunks(shape, limits)?))
+}
+
+/// Splits a shape's pieces into lists that each fit the limits, cutting pieces larger
+/// than a request into several.
+fn split_into_chunks(shape: &Shape, limits: &Limits) -> Result<Vec<Vec<Piece>>, ClientError> {
+    let frame_room = u64::from(limits.frame_bytes_max).saturating_sub(FRAME_SLACK_BYTES);
+    let piece_bytes_max = limits.request_bytes_max.min(frame_room / 2).max(1);
+    let mut chunks = Vec::new();
+    let mut current: Vec<Piece> = Vec::new();
+    let mut current_bytes = 0u64;
+    shape.for_each_piece(|piece| {
+        for part in cut_piece(piece, piece_bytes_max) {
+            let after_bytes = current_bytes + part.length;
+            let after_frame = after_bytes + (current.len() as u64 + 1) * PIECE_ENCODED_BYTES_MAX;
+            let full = current.len() as u64 >= limits.pieces_per_request_max
+                || after_bytes > limits.request_bytes_max
+                || after_frame > frame_room;
+            if full && !current.is_empty() {
+                chunks.push(std::mem::take(&mut current));
+                current_bytes = 0;
+            }
+            current_bytes += part.length;
+            current.push(part);
+        }
+        Ok::<(), ClientError>(())
+    })?;
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    Ok(chunks)
+}
+
+fn cut_piece(piece: Piece, bytes_max: u64) -> impl Iterator<Item = Piece> {
+    let parts = piece.length.div_ceil(bytes_max).max(1);
+    (0..parts).map(move |i| {
+        let start = i * bytes_max;
+        Piece {
+            file_offset: piece.file_offset + start,
+            memory_offset: piece.memory_offset + start,
+            length: piece.length.saturating_sub(start).min(bytes_max),
+        }
+    })
+}
+
+/// Reads `shape` of `fork` on the server at `addr` into `buffer`; returns bytes read.
+pub(crate) async fn read_shape(
+    core: &Core,
+    addr: &str,
+    fork: &ForkRef,
+    shape: &Shape,
+    buffer: &mut [u8],
+) -> Result<u64, ClientError> {
+    let summary = check_call(shape, buffer.len())?;
+    let server = core.server(addr).await?;
+    match plan(shape, &summary, &server.limits)? {
+        Plan::Whole => {
+            let data = fetch(core, &server, fork, shape.clone(), summary.total_bytes).await?;
+            scatter(shape, &data, buffer)?;
+        }
+        Plan::Chunks(chunks) => {
+            let mut replies = stream::iter(chunks)
+                .map(|pieces| {
+                    let server = &server;
+                    async move {
+                        let bytes = pieces.iter().map(|p| p.length).sum();
+                        let shape = Shape::List { pieces };
+                        let data = fetch(core, server, fork, shape.clone(), bytes).await?;
+                        Ok::<_, ClientError>((shape, data))
+                    }
+                })
+                .buffer_unordered(CHUNKS_IN_FLIGHT_MAX);
+            while let Some((shape, data)) = replies.try_next().await? {
+                scatter(&shape, &data, buffer)?;
+            }
+        }
+    }
+    Ok(summary.total_bytes)
+}
+
+async fn fetch(
+    core: &Core,
+    server: &ServerConnection,
+    fork: &ForkRef,
+    shape: Shape,
+    bytes: u64,
+) -> Result<Bytes, ClientError> {
+    let request = IoRequest::Read { fork: fork.clone(), shape };
+    match core.io_call(server, &request, Bytes::new(), bytes).await? {
+        (IoReply::Data, data) if data.len() as u64 == bytes => Ok(data),
+        (IoReply::Data, data) => Err(ClientError::UnexpectedReply {
+            request: "read",
+            reply: format!("{} data bytes where {bytes} were asked for", data.len()),
+        }),
+        (other, _) => Err(unexpected("read", &other)),
+    }
+}
+
+/// Copies packed reply data to each piece's place in the buffer.
+fn scatter(shape: &Shape, data: &[u8], buffer: &mut [u8]) -> Result<(), ClientError> {
+    let mut at = 0usize;
+    shape.for_each_piece(|piece| {
+        let length = piece.length as usize;
+        let start = piece.memory_offset as usize;
+        buffer[start..start + length].copy_from_slice(&data[at..at + length]);
+        at += length;
+        Ok::<(), ClientError>(())
+    })
+}
+
+/// Packs each piece's bytes from the buffer, in piece order.
+fn gather(shape: &Shape, total_bytes: u64, buffer: &[u8]) -> Result<Bytes, ClientError> {
+    let mut data = Vec::with_capacity(total_bytes as usize);
+    shape.for_each_piece(|piece| {
+        let start = piece.memory_offset as usize;
+        data.extend_from_slice(&buffer[start..start + piece.length as usize]);
+        Ok::<(), ClientError>(())
+    })?;
+    Ok(Bytes::from(data))
+}
+
+/// Writes `shape` of `fork` from `buffer`; returns bytes written.
+pub(crate) async fn write_shape(
+    core: &Core,
+    addr: &str,
+    fork: &ForkRef,
+    shape: &Shape,
+    buffer: &[u8],
+) -> Result<u64, ClientError> {
+    let summary = check_call(shape, buffer.len())?;
+    let server = core.server(addr).await?;
+    let requests: Vec<(Shape, u64)> = match plan(shape, &summary, &server.limits)? {
+        Plan::Whole => vec![(shape.clone(), summary.total_bytes)],
+        Plan::Chunks(chunks) => chunks
+            .into_iter()
+            .map(|pieces| {
+                let bytes = pieces.iter().map(|p| p.length).sum();
+                (Shape::List { pieces }, bytes)
+            })
+            .collect(),
+    };
+    let server = &server;
+    stream::iter(requests)
+        .map(|(shape, bytes)| async move {
+            let data = gather(&shape, bytes, buffer)?;
+            let request = IoRequest::Write { fork: fork.clone(), shape };
+            match core.io_call(server, &request, data, bytes).await? {
+                (IoReply::Done { bytes: written }, _) if written == bytes => Ok(()),
+                (other, _) => Err(unexpected("write", &other)),
+            }
+        })
+        .buffer_unordered(CHUNKS_IN_FLIGHT_MAX)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(summary.total_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_respect_every_limit_and_keep_every_byte() {
+        let limits = Limits {
+            frame_bytes_max: 64 << 10,
+            request_bytes_max: 1000,
+            pieces_per_request_max: 7,
+            in_flight_bytes_max: 1 << 20,
+        };
+        let shape = Shape::Strided {
+            file_offset: 0,
+            memory_offset: 0,
+            record_bytes: 300,
+            file_stride: 500,
+            memory_stride: 300,
+            count: 40,
+        };
+        let chunks = split_into_chunks(&shape, &limits).unwrap();
+        let mut total = 0;
+        for chunk in &chunks {
+            assert!(chunk.len() as u64 <= limits.pieces_per_request_max);
+            let bytes: u64 = chunk.iter().map(|p| p.length).sum();
+            assert!(bytes <= limits.request_bytes_max);
+            total += bytes;
+        }
+        assert_eq!(total, 300 * 40);
+        assert!(chunks.len() >= 12, "12000 bytes in requests of at most 1000 need at least 12 chunks");
+    }
+
+    #[test]
+    fn large_pieces_are_cut() {
+        let parts: Vec<Piece> =
+            cut_piece(Piece { file_offset: 10, memory_offset: 20, length: 25 }, 10).collect();
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts[2], Piece { file_offset: 30, memory_offset: 40, length: 5 });
+    }
+}

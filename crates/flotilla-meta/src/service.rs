@@ -1,0 +1,171 @@
+//! The metadata service's network side: accept, read frames, execute on blocking threads,
+//! write replies. A bad frame ends only its own connection.
+
+use crate::config::MetaConfig;
+use crate::handle::State;
+use crate::membership::Membership;
+use anyhow::Context;
+use bytes::BytesMut;
+use flotilla_namespace::Namespace;
+use flotilla_proto::{
+    decode_body, encode_body, read_frame, write_frame, ErrorCode, FrameError, MetaReply, MetaRequest,
+    WireError,
+};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+
+/// Name of the namespace database inside the data directory.
+pub const NAMESPACE_FILE: &str = "namespace.redb";
+
+/// A bound metadata service.
+pub struct MetaService {
+    config: MetaConfig,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    state: Arc<State>,
+}
+
+/// Binds and serves until `shutdown` completes.
+pub async fn run(config: MetaConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    MetaService::bind(config).await?.serve(shutdown).await
+}
+
+impl MetaService {
+    /// Opens (or creates) the namespace and binds the listener.
+    pub async fn bind(config: MetaConfig) -> anyhow::Result<MetaService> {
+        std::fs::create_dir_all(&config.data)
+            .with_context(|| format!("create data directory {:?}", config.data))?;
+        let path = config.data.join(NAMESPACE_FILE);
+        let namespace =
+            tokio::task::spawn_blocking(move || Namespace::open(&path)).await?.context("open namespace")?;
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("listen on {}", config.listen))?;
+        let local_addr = listener.local_addr().context("read the bound address")?;
+        let membership = Membership::new(Duration::from_millis(config.down_after_ms));
+        let state = Arc::new(State { namespace, membership, heartbeat_ms: config.heartbeat_ms });
+        Ok(MetaService { config, listener, local_addr, state })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown`; every acknowledged change is already committed.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        tokio::select! {
+            _ = shutdown => {}
+            _ = accept_loop(&self.listener, &self.state, &self.config) => {}
+        }
+        tracing::info!(addr = %self.local_addr, "metadata service stopped cleanly");
+        Ok(())
+    }
+}
+
+async fn accept_loop(listener: &TcpListener, state: &Arc<State>, config: &MetaConfig) {
+    let slots = Arc::new(Semaphore::new(config.connections_max.max(1)));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "refusing connection: connections_max reached");
+            continue;
+        };
+        let state = state.clone();
+        let (requests_max, frame_bytes_max) = (config.connection_requests_max.max(1), config.frame_bytes_max);
+        tokio::spawn(async move {
+            serve_connection(stream, state, requests_max, frame_bytes_max).await;
+            drop(slot);
+        });
+    }
+}
+
+type Outgoing = (u64, MetaReply);
+
+async fn serve_connection(stream: TcpStream, state: Arc<State>, requests_max: usize, frame_bytes_max: u32) {
+    let _ = stream.set_nodelay(true);
+    let (read_half, write_half) = stream.into_split();
+    let (replies, queue) = mpsc::channel::<Outgoing>(requests_max);
+    let writer = tokio::spawn(write_replies(write_half, queue));
+    read_requests(read_half, state, replies, requests_max, frame_bytes_max).await;
+    let _ = writer.await;
+}
+
+async fn read_requests(
+    mut read_half: OwnedReadHalf,
+    state: Arc<State>,
+    replies: mpsc::Sender<Outgoing>,
+    requests_max: usize,
+    frame_bytes_max: u32,
+) {
+    let in_progress = Arc::new(Semaphore::new(requests_max));
+    let mut buffer = BytesMut::new();
+    loop {
+        let frame = match read_frame(&mut read_half, &mut buffer, frame_bytes_max).await {
+            Ok(frame) => frame,
+            Err(FrameError::Closed) => return,
+            Err(error) => {
+                let request_id = match &error {
+                    FrameError::PayloadChecksum { request_id, .. } => *request_id,
+                    _ => 0,
+                };
+                let reply = MetaReply::Error(WireError::new(ErrorCode::Protocol, error.to_string()));
+                let _ = replies.send((request_id, reply)).await;
+                if error.breaks_stream() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let request = match decode_body::<MetaRequest>(&frame.body, "metadata request") {
+            Ok(request) => request,
+            Err(error) => {
+                let reply = MetaReply::Error(WireError::new(ErrorCode::BadRequest, error.to_string()));
+                let _ = replies.send((frame.request_id, reply)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = in_progress.clone().acquire_owned().await else { return };
+        let (state, replies) = (state.clone(), replies.clone());
+        tokio::spawn(async move {
+            let reply = tokio::task::spawn_blocking(move || state.handle(request)).await;
+            let reply =
+                reply.unwrap_or_else(|e| MetaReply::Error(WireError::new(ErrorCode::Io, e.to_string())));
+            let _ = replies.send((frame.request_id, reply)).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn write_replies(write_half: OwnedWriteHalf, mut queue: mpsc::Receiver<Outgoing>) {
+    let mut writer = BufWriter::new(write_half);
+    while let Some(first) = queue.recv().await {
+        let mut next = Some(first);
+        while let Some((request_id, reply)) = next.take() {
+            let written = match encode_body(&reply) {
+                Ok(body) => write_frame(&mut writer, request_id, &body, &[]).await,
+                Err(error) => Err(error),
+            };
+            if written.is_err() {
+                return;
+            }
+            next = queue.try_recv().ok();
+        }
+        if writer.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = writer.shutdown().await;
+}

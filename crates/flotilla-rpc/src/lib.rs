@@ -1,0 +1,210 @@
+//! A multiplexed request/reply connection: many calls in flight on one TCP stream, matched
+//! to their replies by request id.
+//!
+//! Invariants: the outgoing queue is bounded (`queue_frames_max`), so a caller that sends
+//! faster than the socket drains waits instead of growing memory; every call in flight when
+//! the connection breaks completes with [`RpcError::ConnectionLost`]; a reply whose request
+//! id is unknown is dropped with a warning, never matched to the wrong call.
+
+use bytes::{Bytes, BytesMut};
+use flotilla_proto::{decode_body, encode_body, read_frame, write_frame, Frame, FrameError};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// Why a call failed below the level of the messages themselves.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RpcError {
+    #[error("cannot connect to {addr}: {message}")]
+    Connect { addr: String, message: String },
+    #[error("connection to {addr} lost: {message}")]
+    ConnectionLost { addr: String, message: String },
+    #[error("bad reply from {addr}: {message}")]
+    BadReply { addr: String, message: String },
+    #[error("cannot encode request: {message}")]
+    Encode { message: String },
+}
+
+/// Settings of one connection.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionConfig {
+    pub frame_bytes_max: u32,
+    pub queue_frames_max: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self { frame_bytes_max: flotilla_types::Limits::default().frame_bytes_max, queue_frames_max: 1024 }
+    }
+}
+
+struct Outgoing {
+    request_id: u64,
+    body: Vec<u8>,
+    data: Bytes,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Frame, RpcError>>>>>;
+
+/// One client side of a multiplexed connection.
+pub struct Connection {
+    addr: String,
+    outgoing: mpsc::Sender<Outgoing>,
+    pending: Pending,
+    next_request_id: AtomicU64,
+    broken: Arc<AtomicBool>,
+}
+
+impl Connection {
+    /// Connects and starts the reader and writer tasks on the current runtime.
+    pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Connection, RpcError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| RpcError::Connect { addr: addr.to_string(), message: e.to_string() })?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| RpcError::Connect { addr: addr.to_string(), message: e.to_string() })?;
+        let (read_half, write_half) = stream.into_split();
+        let (outgoing, queue) = mpsc::channel(config.queue_frames_max);
+        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let broken = Arc::new(AtomicBool::new(false));
+        tokio::spawn(write_loop(write_half, queue, pending.clone(), broken.clone(), addr.to_string()));
+        tokio::spawn(read_loop(
+            read_half,
+            config.frame_bytes_max,
+            pending.clone(),
+            broken.clone(),
+            addr.to_string(),
+        ));
+        Ok(Connection {
+            addr: addr.to_string(),
+            outgoing,
+            pending,
+            next_request_id: AtomicU64::new(1),
+            broken,
+        })
+    }
+
+    /// The peer's address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Whether the connection has failed; a broken connection is replaced, not reused.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+
+    /// Sends one request frame and waits for its reply frame.
+    pub async fn call_raw(&self, body: Vec<u8>, data: Bytes) -> Result<Frame, RpcError> {
+        let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.pending.lock().insert(request_id, reply_tx);
+        if self.is_broken() {
+            self.pending.lock().remove(&request_id);
+            return Err(self.lost("connection already failed"));
+        }
+        if self.outgoing.send(Outgoing { request_id, body, data }).await.is_err() {
+            self.pending.lock().remove(&request_id);
+            return Err(self.lost("writer stopped"));
+        }
+        reply_rx.await.map_err(|_| self.lost("reply channel closed"))?
+    }
+
+    /// Sends a typed request and decodes the typed reply, returning it with the data bytes.
+    pub async fn call<Req: serde::Serialize, Rep: serde::de::DeserializeOwned>(
+        &self,
+        request: &Req,
+        data: Bytes,
+    ) -> Result<(Rep, Bytes), RpcError> {
+        let body = encode_body(request).map_err(|e| RpcError::Encode { message: e.to_string() })?;
+        let frame = self.call_raw(body, data).await?;
+        let reply = decode_body::<Rep>(&frame.body, "reply")
+            .map_err(|e| RpcError::BadReply { addr: self.addr.clone(), message: e.to_string() })?;
+        Ok((reply, frame.data))
+    }
+
+    fn lost(&self, message: &str) -> RpcError {
+        RpcError::ConnectionLost { addr: self.addr.clone(), message: message.to_string() }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.broken.store(true, Ordering::Release);
+    }
+}
+
+async fn write_loop(
+    write_half: OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Outgoing>,
+    pending: Pending,
+    broken: Arc<AtomicBool>,
+    addr: String,
+) {
+    let mut writer = BufWriter::with_capacity(256 << 10, write_half);
+    while let Some(first) = queue.recv().await {
+        let mut next = Some(first);
+        let mut outcome = Ok(());
+        // Write everything already queued, then flush once: many small calls share a syscall.
+        while let Some(item) = next.take() {
+            outcome = write_frame(&mut writer, item.request_id, &item.body, &item.data).await;
+            if outcome.is_err() {
+                break;
+            }
+            next = queue.try_recv().ok();
+        }
+        if outcome.is_ok() {
+            outcome = writer.flush().await.map_err(FrameError::Io);
+        }
+        if let Err(error) = outcome {
+            fail_all(&pending, &broken, &addr, &error.to_string());
+            return;
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+async fn read_loop(
+    mut read_half: OwnedReadHalf,
+    frame_bytes_max: u32,
+    pending: Pending,
+    broken: Arc<AtomicBool>,
+    addr: String,
+) {
+    let mut buffer = BytesMut::new();
+    loop {
+        match read_frame(&mut read_half, &mut buffer, frame_bytes_max).await {
+            Ok(frame) => deliver(&pending, frame, &addr),
+            Err(error) => {
+                fail_all(&pending, &broken, &addr, &error.to_string());
+                return;
+            }
+        }
+    }
+}
+
+fn deliver(pending: &Pending, frame: Frame, addr: &str) {
+    let waiter = pending.lock().remove(&frame.request_id);
+    match waiter {
+        Some(waiter) => {
+            let _ = waiter.send(Ok(frame));
+        }
+        None => tracing::warn!(addr, request_id = frame.request_id, "reply for an unknown request dropped"),
+    }
+}
+
+fn fail_all(pending: &Pending, broken: &AtomicBool, addr: &str, message: &str) {
+    broken.store(true, Ordering::Release);
+    let waiters: Vec<_> = pending.lock().drain().collect();
+    for (_, waiter) in waiters {
+        let _ = waiter
+            .send(Err(RpcError::ConnectionLost { addr: addr.to_string(), message: message.to_string() }));
+    }
+}

@@ -1,0 +1,58 @@
+//! Settings of an I/O server.
+
+use flotilla_types::Limits;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Everything an I/O server needs to run. Every queue and buffer has a limit here.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerConfig {
+    /// Address of the metadata service.
+    pub meta: String,
+    /// Address to listen on (port 0 picks a free port).
+    pub listen: String,
+    /// Address clients should use; defaults to the bound listen address.
+    pub advertise: Option<String>,
+    /// Target directories.
+    pub targets: Vec<PathBuf>,
+    pub limits: Limits,
+    /// Worker threads executing requests.
+    pub workers: usize,
+    /// Requests one connection may have queued or executing.
+    pub connection_queue_max: usize,
+    /// Replies one connection may have waiting to be written.
+    pub reply_queue_max: usize,
+    /// Connections served at once.
+    pub connections_max: usize,
+    pub block_bytes: u64,
+    pub cache_capacity_bytes: u64,
+    pub disk_queue_max: usize,
+    pub fd_cache_max: usize,
+    /// Dirty blocks older than this are written back.
+    pub dirty_age_max_ms: u64,
+    /// Heartbeat period, unless the metadata service asks for another.
+    pub heartbeat_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            meta: "127.0.0.1:7770".to_string(),
+            listen: "127.0.0.1:0".to_string(),
+            advertise: None,
+            targets: Vec::new(),
+            limits: Limits::default(),
+            workers: 4,
+            connection_queue_max: 64,
+            reply_queue_max: 64,
+            connections_max: 1024,
+            block_bytes: 32 << 10,
+            cache_capacity_bytes: 256 << 20,
+            disk_queue_max: 4096,
+            fd_cache_max: 256,
+            dirty_age_max_ms: 5000,
+            heartbeat_ms: 1000,
+        }
+    }
+}

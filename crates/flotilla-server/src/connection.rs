@@ -1,0 +1,186 @@
+//! One client connection: a reader that checks and queues requests, a writer that sends
+//! replies. Errors in one request become error replies; only a frame that breaks the byte
+//! stream (bad magic, header checksum, version, oversize) ends the connection, and then
+//! only this one.
+
+use crate::execute::{shape_error, BufferPool, Executor, Reply};
+use crate::scheduler::{ConnectionId, Scheduler};
+use bytes::{Bytes, BytesMut};
+use flotilla_proto::{
+    decode_body, encode_body, read_frame, write_frame, ErrorCode, FrameError, IoReply, IoRequest, WireError,
+};
+use flotilla_types::Limits;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+/// A request queued for a worker, with what it holds while it waits: a queue slot of its
+/// connection and its share of the connection's in-flight credit.
+pub(crate) struct Job {
+    pub request_id: u64,
+    pub request: IoRequest,
+    pub data: Bytes,
+    pub replies: mpsc::Sender<Reply>,
+    pub _slot: OwnedSemaphorePermit,
+    pub credit: Credit,
+}
+
+/// Bytes a request holds of its connection's credit, given back on drop.
+pub(crate) struct Credit {
+    in_flight_bytes: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Drop for Credit {
+    fn drop(&mut self) {
+        self.in_flight_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// What every connection shares.
+pub(crate) struct Shared {
+    pub executor: Arc<Executor>,
+    pub scheduler: Arc<Scheduler<Job>>,
+    pub limits: Limits,
+    pub server_name: String,
+    pub connection_queue_max: usize,
+    pub reply_queue_max: usize,
+}
+
+/// Serves one connection until the client goes away or sends a stream-breaking frame.
+pub(crate) async fn serve(stream: TcpStream, id: ConnectionId, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let (read_half, write_half) = stream.into_split();
+    let (replies, reply_queue) = mpsc::channel(shared.reply_queue_max);
+    let writer = tokio::spawn(write_replies(write_half, reply_queue, shared.executor.clone()));
+    let reader = Reader {
+        shared: shared.clone(),
+        id,
+        replies,
+        slots: Arc::new(Semaphore::new(shared.connection_queue_max)),
+        in_flight_bytes: Arc::new(AtomicU64::new(0)),
+    };
+    reader.run(read_half).await;
+    shared.scheduler.close(id);
+    let _ = writer.await;
+}
+
+struct Reader {
+    shared: Arc<Shared>,
+    id: ConnectionId,
+    replies: mpsc::Sender<Reply>,
+    slots: Arc<Semaphore>,
+    in_flight_bytes: Arc<AtomicU64>,
+}
+
+impl Reader {
+    async fn run(self, mut read_half: OwnedReadHalf) {
+        let mut buffer = BytesMut::new();
+        loop {
+            match read_frame(&mut read_half, &mut buffer, self.shared.limits.frame_bytes_max).await {
+                Ok(frame) => {
+                    if !self.accept(frame.request_id, &frame.body, frame.data).await {
+                        return;
+                    }
+                }
+                Err(FrameError::Closed) => return,
+                Err(FrameError::PayloadChecksum { request_id, computed, stored }) => {
+                    let error = FrameError::PayloadChecksum { request_id, computed, stored };
+                    self.refuse(request_id, ErrorCode::Protocol, error.to_string()).await;
+                }
+                Err(error) => {
+                    tracing::warn!(connection = self.id, %error, "closing connection after a bad frame");
+                    self.refuse(0, ErrorCode::Protocol, error.to_string()).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Checks one request and queues it; returns false when the connection should end.
+    async fn accept(&self, request_id: u64, body: &[u8], data: Bytes) -> bool {
+        let request = match decode_body::<IoRequest>(body, "I/O request") {
+            Ok(request) => request,
+            Err(error) => return self.refuse(request_id, ErrorCode::BadRequest, error.to_string()).await,
+        };
+        if let IoRequest::Hello { client } = &request {
+            tracing::debug!(connection = self.id, client, "hello");
+            let message =
+                IoReply::Welcome { server: self.shared.server_name.clone(), limits: self.shared.limits };
+            return self.replies.send(Reply { request_id, message, data: Vec::new() }).await.is_ok();
+        }
+        let credit = match self.take_credit(&request) {
+            Ok(credit) => credit,
+            Err(error) => return self.refuse(request_id, error.code, error.message).await,
+        };
+        let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
+        let job = Job { request_id, request, data, replies: self.replies.clone(), _slot: slot, credit };
+        self.shared.scheduler.push(self.id, job);
+        true
+    }
+
+    /// Refuses a request over `request_bytes_max` or over the connection's credit, before
+    /// anything is executed or allocated for it.
+    fn take_credit(&self, request: &IoRequest) -> Result<Credit, WireError> {
+        let bytes = request.data_bytes().map_err(shape_error)?;
+        let limits = &self.shared.limits;
+        if bytes > limits.request_bytes_max {
+            let message = format!(
+                "request moves {bytes} bytes, over the limit request_bytes_max = {}",
+                limits.request_bytes_max
+            );
+            return Err(WireError::new(ErrorCode::OverLimit, message));
+        }
+        let before = self.in_flight_bytes.fetch_add(bytes, Ordering::AcqRel);
+        let credit = Credit { in_flight_bytes: self.in_flight_bytes.clone(), bytes };
+        if before + bytes > limits.in_flight_bytes_max {
+            let message = format!(
+                "connection would have {} bytes in flight, over the limit in_flight_bytes_max = {}",
+                before + bytes,
+                limits.in_flight_bytes_max
+            );
+            return Err(WireError::new(ErrorCode::OverLimit, message));
+        }
+        Ok(credit)
+    }
+
+    async fn refuse(&self, request_id: u64, code: ErrorCode, message: String) -> bool {
+        let message = IoReply::Error(WireError::new(code, message));
+        self.replies.send(Reply { request_id, message, data: Vec::new() }).await.is_ok()
+    }
+}
+
+async fn write_replies(
+    write_half: OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Reply>,
+    executor: Arc<Executor>,
+) {
+    let mut writer = BufWriter::with_capacity(256 << 10, write_half);
+    while let Some(first) = queue.recv().await {
+        let mut next = Some(first);
+        while let Some(reply) = next.take() {
+            if write_reply(&mut writer, reply, &executor.pool).await.is_err() {
+                return;
+            }
+            next = queue.try_recv().ok();
+        }
+        if writer.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+async fn write_reply(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    reply: Reply,
+    pool: &BufferPool,
+) -> Result<(), FrameError> {
+    let body = encode_body(&reply.message)?;
+    let outcome = write_frame(writer, reply.request_id, &body, &reply.data).await;
+    pool.give(reply.data);
+    outcome
+}

@@ -1,0 +1,186 @@
+//! Executing one request on the store: shape to extents, store call, reply.
+
+use flotilla_proto::{ErrorCode, ForkInfo, ForkRef, IoReply, IoRequest, WireError};
+use flotilla_request::{Shape, ShapeError, ShapeLimits};
+use flotilla_store::{Extent, Store, StoreError};
+use flotilla_types::Limits;
+use parking_lot::Mutex;
+
+/// A reply ready to be written: the message and the data bytes (pooled).
+pub(crate) struct Reply {
+    pub request_id: u64,
+    pub message: IoReply,
+    pub data: Vec<u8>,
+}
+
+/// Reusable reply buffers: freshly allocated memory is slow on first touch, so buffers are
+/// handed back after their reply is written. Bounded in count and in bytes kept.
+pub(crate) struct BufferPool {
+    buffers: Mutex<Vec<Vec<u8>>>,
+    kept_max: usize,
+    buffer_bytes_max: usize,
+}
+
+impl BufferPool {
+    pub fn new(kept_max: usize, buffer_bytes_max: usize) -> BufferPool {
+        BufferPool { buffers: Mutex::new(Vec::new()), kept_max, buffer_bytes_max }
+    }
+
+    /// A buffer of exactly `bytes` bytes (contents unspecified until written).
+    pub fn take(&self, bytes: usize) -> Vec<u8> {
+        let mut buffer = self.buffers.lock().pop().unwrap_or_default();
+        if buffer.len() < bytes {
+            buffer.resize(bytes, 0);
+        } else {
+            buffer.truncate(bytes);
+        }
+        buffer
+    }
+
+    pub fn give(&self, buffer: Vec<u8>) {
+        if buffer.capacity() == 0 || buffer.capacity() > self.buffer_bytes_max {
+            return;
+        }
+        let mut buffers = self.buffers.lock();
+        if buffers.len() < self.kept_max {
+            buffers.push(buffer);
+        }
+    }
+}
+
+/// What a worker needs to execute requests.
+pub(crate) struct Executor {
+    pub store: Store,
+    pub limits: Limits,
+    pub pool: BufferPool,
+}
+
+impl Executor {
+    /// Executes one request; every failure becomes an error reply naming what was wrong.
+    pub fn execute(&self, request_id: u64, request: &IoRequest, data: &[u8]) -> Reply {
+        let mut out = Vec::new();
+        let message = match self.dispatch(request, data, &mut out) {
+            Ok(message) => message,
+            Err(error) => {
+                self.pool.give(std::mem::take(&mut out));
+                IoReply::Error(error)
+            }
+        };
+        Reply { request_id, message, data: out }
+    }
+
+    fn dispatch(&self, request: &IoRequest, data: &[u8], out: &mut Vec<u8>) -> Result<IoReply, WireError> {
+        let store = &self.store;
+        match request {
+            IoRequest::Read { fork, shape } => self.read(fork, shape, out),
+            IoRequest::Write { fork, shape } => self.write(fork, shape, data),
+            IoRequest::CreateSubfile { target, file, subfile } => {
+                store.create_subfile(*target, *file, *subfile).map_err(store_error)?;
+                Ok(IoReply::Done { bytes: 0 })
+            }
+            IoRequest::RemoveSubfile { target, file, subfile } => {
+                store.remove_subfile(*target, *file, *subfile).map_err(store_error)?;
+                Ok(IoReply::Done { bytes: 0 })
+            }
+            IoRequest::CreateFork { fork } => {
+                store.create_fork(&store_fork(fork)).map_err(store_error)?;
+                Ok(IoReply::Done { bytes: 0 })
+            }
+            IoRequest::RemoveFork { fork } => {
+                store.remove_fork(&store_fork(fork)).map_err(store_error)?;
+                Ok(IoReply::Done { bytes: 0 })
+            }
+            IoRequest::ListForks { target, file, subfile } => {
+                let forks = store.list_forks(*target, *file, *subfile).map_err(store_error)?;
+                Ok(IoReply::Forks(
+                    forks.into_iter().map(|(name, size_bytes)| ForkInfo { name, size_bytes }).collect(),
+                ))
+            }
+            IoRequest::ForkSize { fork } => {
+                let bytes = store.fork_size(&store_fork(fork)).map_err(store_error)?;
+                Ok(IoReply::Size { bytes })
+            }
+            IoRequest::Extend { fork, size_bytes } => {
+                store.extend(&store_fork(fork), *size_bytes).map_err(store_error)?;
+                Ok(IoReply::Done { bytes: 0 })
+            }
+            IoRequest::Truncate { fork, size_bytes } => {
+                store.truncate(&store_fork(fork), *size_bytes).map_err(store_error)?;
+                Ok(IoReply::Done { bytes: 0 })
+            }
+            IoRequest::Sync { fork } => {
+                store.sync(&store_fork(fork)).map_err(store_error)?;
+                Ok(IoReply::Done { bytes: 0 })
+            }
+            IoRequest::Hello { .. } => Err(WireError::new(ErrorCode::BadRequest, "hello sent twice")),
+        }
+    }
+
+    fn extents(&self, shape: &Shape) -> Result<(Vec<Extent>, u64), WireError> {
+        let limits = ShapeLimits {
+            pieces_max: self.limits.pieces_per_request_max,
+            bytes_max: self.limits.request_bytes_max,
+        };
+        let summary = shape.validate(&limits).map_err(shape_error)?;
+        let mut extents = Vec::with_capacity(summary.piece_count as usize);
+        shape
+            .for_each_piece(|piece| {
+                extents.push(Extent { offset: piece.file_offset, length: piece.length });
+                Ok::<(), ShapeError>(())
+            })
+            .map_err(shape_error)?;
+        Ok((extents, summary.total_bytes))
+    }
+
+    fn read(&self, fork: &ForkRef, shape: &Shape, out: &mut Vec<u8>) -> Result<IoReply, WireError> {
+        let (extents, total_bytes) = self.extents(shape)?;
+        *out = self.pool.take(total_bytes as usize);
+        self.store.read(&store_fork(fork), &extents, out).map_err(store_error)?;
+        Ok(IoReply::Data)
+    }
+
+    fn write(&self, fork: &ForkRef, shape: &Shape, data: &[u8]) -> Result<IoReply, WireError> {
+        let (extents, total_bytes) = self.extents(shape)?;
+        if data.len() as u64 != total_bytes {
+            let message =
+                format!("write carries {} data bytes but its shape moves {total_bytes}", data.len());
+            return Err(WireError::new(ErrorCode::BadRequest, message));
+        }
+        self.store.write(&store_fork(fork), &extents, data).map_err(store_error)?;
+        Ok(IoReply::Done { bytes: total_bytes })
+    }
+}
+
+fn store_fork(fork: &ForkRef) -> flotilla_store::ForkRef<'_> {
+    flotilla_store::ForkRef::new(fork.target, fork.file, fork.subfile, &fork.fork)
+}
+
+/// The wire form of a shape error: limits are `OverLimit`, the rest `InvalidArgument`.
+pub(crate) fn shape_error(error: ShapeError) -> WireError {
+    let code = match error {
+        ShapeError::TooManyPieces { .. }
+        | ShapeError::TooManyBytes { .. }
+        | ShapeError::TooManySteps { .. } => ErrorCode::OverLimit,
+        _ => ErrorCode::InvalidArgument,
+    };
+    WireError::new(code, error.to_string())
+}
+
+/// The wire form of a store error.
+pub(crate) fn store_error(error: StoreError) -> WireError {
+    let code = match &error {
+        StoreError::UnknownTarget { .. }
+        | StoreError::UnknownSubfile { .. }
+        | StoreError::UnknownFork { .. } => ErrorCode::NotFound,
+        StoreError::ForkExists { .. } => ErrorCode::AlreadyExists,
+        StoreError::BadForkName { .. } => ErrorCode::InvalidArgument,
+        StoreError::ExtentOverflow { .. } | StoreError::ForkTooLarge { .. } => ErrorCode::InvalidArgument,
+        StoreError::TargetFull { .. } => ErrorCode::NoSpace,
+        StoreError::ShuttingDown => ErrorCode::Unavailable,
+        _ => ErrorCode::Io,
+    };
+    if code == ErrorCode::Io {
+        tracing::error!(%error, "store operation failed");
+    }
+    WireError::new(code, error.to_string())
+}

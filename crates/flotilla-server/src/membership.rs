@@ -1,0 +1,116 @@
+//! Registration with the metadata service, heartbeats, and the delete orders that come
+//! back with them.
+
+use crate::execute::Executor;
+use bytes::Bytes;
+use flotilla_proto::{DeleteOrder, MetaReply, MetaRequest, TargetReport};
+use flotilla_rpc::{Connection, ConnectionConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Keeps the server registered and heard from until the task is dropped.
+pub(crate) async fn heartbeat_loop(
+    meta: String,
+    advertise: String,
+    executor: Arc<Executor>,
+    period: Duration,
+) {
+    let mut acknowledged: Vec<DeleteOrder> = Vec::new();
+    loop {
+        match session(&meta, &advertise, &executor, period, &mut acknowledged).await {
+            Ok(()) => return,
+            Err(error) => {
+                tracing::warn!(meta, %error, "metadata service unreachable; retrying");
+                tokio::time::sleep(period.min(Duration::from_millis(500))).await;
+            }
+        }
+    }
+}
+
+/// One connection's worth of registration and heartbeats; returns on a failure.
+async fn session(
+    meta: &str,
+    advertise: &str,
+    executor: &Arc<Executor>,
+    period: Duration,
+    acknowledged: &mut Vec<DeleteOrder>,
+) -> Result<(), String> {
+    let connection =
+        Connection::connect(meta, ConnectionConfig::default()).await.map_err(|e| e.to_string())?;
+    let register = MetaRequest::Register { server: advertise.to_string(), targets: reports(executor).await };
+    let period = match call(&connection, &register).await? {
+        MetaReply::Registered { heartbeat_ms } if heartbeat_ms > 0 => Duration::from_millis(heartbeat_ms),
+        MetaReply::Registered { .. } => period,
+        other => return Err(format!("unexpected reply to register: {other:?}")),
+    };
+    tracing::info!(meta, advertise, "registered with the metadata service");
+    loop {
+        tokio::time::sleep(period).await;
+        let heartbeat = MetaRequest::Heartbeat {
+            server: advertise.to_string(),
+            targets: reports(executor).await,
+            deleted: acknowledged.clone(),
+        };
+        let orders = match call(&connection, &heartbeat).await? {
+            MetaReply::HeartbeatAck { delete } => delete,
+            other => return Err(format!("unexpected reply to heartbeat: {other:?}")),
+        };
+        acknowledged.clear();
+        acknowledged.extend(delete_subfiles(executor, orders).await);
+    }
+}
+
+async fn call(connection: &Connection, request: &MetaRequest) -> Result<MetaReply, String> {
+    let (reply, _) =
+        connection.call::<MetaRequest, MetaReply>(request, Bytes::new()).await.map_err(|e| e.to_string())?;
+    match reply {
+        MetaReply::Error(error) => Err(error.to_string()),
+        other => Ok(other),
+    }
+}
+
+/// Usage of every target (statvfs runs on a blocking thread).
+async fn reports(executor: &Arc<Executor>) -> Vec<TargetReport> {
+    let executor = executor.clone();
+    let gathered = tokio::task::spawn_blocking(move || {
+        executor
+            .store
+            .target_ids()
+            .into_iter()
+            .map(|target| match executor.store.usage(target) {
+                Ok(usage) => {
+                    TargetReport { target, used_bytes: usage.used_bytes, free_bytes: usage.free_bytes }
+                }
+                Err(error) => {
+                    tracing::warn!(%target, %error, "cannot read target usage");
+                    TargetReport { target, used_bytes: 0, free_bytes: 0 }
+                }
+            })
+            .collect()
+    })
+    .await;
+    gathered.unwrap_or_default()
+}
+
+/// Deletes the ordered subfiles; returns the orders done (or already done).
+async fn delete_subfiles(executor: &Arc<Executor>, orders: Vec<DeleteOrder>) -> Vec<DeleteOrder> {
+    if orders.is_empty() {
+        return Vec::new();
+    }
+    let executor = executor.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        orders
+            .into_iter()
+            .filter(|order| match executor.store.remove_subfile(order.target, order.file, order.subfile) {
+                Ok(()) => true,
+                Err(flotilla_store::StoreError::UnknownSubfile { .. }) => true,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot delete subfile; will retry");
+                    false
+                }
+            })
+            .collect()
+    })
+    .await;
+    done.unwrap_or_default()
+}

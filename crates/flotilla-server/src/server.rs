@@ -1,0 +1,155 @@
+//! Binding, accepting, worker threads, background flushing, and clean shutdown.
+
+use crate::config::ServerConfig;
+use crate::connection::{self, Job, Shared};
+use crate::execute::{BufferPool, Executor};
+use crate::membership::heartbeat_loop;
+use crate::scheduler::Scheduler;
+use anyhow::Context;
+use flotilla_store::{Store, StoreConfig};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// A bound I/O server, ready to serve.
+pub struct Server {
+    config: ServerConfig,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    advertise: String,
+    shared: Arc<Shared>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Binds and serves until `shutdown` completes.
+pub async fn run(config: ServerConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    Server::bind(config).await?.serve(shutdown).await
+}
+
+impl Server {
+    /// Opens the targets, binds the listener and starts the worker threads.
+    pub async fn bind(config: ServerConfig) -> anyhow::Result<Server> {
+        config.limits.validate().context("check limits")?;
+        let store = open_store(&config).await?;
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("listen on {}", config.listen))?;
+        let local_addr = listener.local_addr().context("read the bound address")?;
+        let advertise = config.advertise.clone().unwrap_or_else(|| local_addr.to_string());
+        let pool = BufferPool::new(8, (config.limits.request_bytes_max as usize).min(8 << 20));
+        let executor = Arc::new(Executor { store, limits: config.limits, pool });
+        let shared = Arc::new(Shared {
+            executor,
+            scheduler: Arc::new(Scheduler::default()),
+            limits: config.limits,
+            server_name: advertise.clone(),
+            connection_queue_max: config.connection_queue_max.max(1),
+            reply_queue_max: config.reply_queue_max.max(1),
+        });
+        let workers = (0..config.workers.max(1)).map(|i| start_worker(i, shared.clone())).collect();
+        Ok(Server { config, listener, local_addr, advertise, shared, workers })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The address registered with the metadata service.
+    pub fn advertise(&self) -> &str {
+        &self.advertise
+    }
+
+    /// Accepts connections until `shutdown`, then stops the workers and writes back every
+    /// dirty block.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let period = Duration::from_millis(self.config.heartbeat_ms.max(10));
+        let executor = self.shared.executor.clone();
+        let heartbeat =
+            tokio::spawn(heartbeat_loop(self.config.meta.clone(), self.advertise.clone(), executor, period));
+        let flusher = tokio::spawn(flush_loop(self.shared.executor.clone(), self.config.dirty_age_max_ms));
+        tokio::select! {
+            _ = shutdown => {}
+            _ = accept_loop(&self.listener, &self.shared, self.config.connections_max) => {}
+        }
+        heartbeat.abort();
+        flusher.abort();
+        self.shared.scheduler.stop();
+        for worker in self.workers {
+            let _ = worker.join();
+        }
+        let executor = self.shared.executor.clone();
+        tokio::task::spawn_blocking(move || executor.store.flush_all())
+            .await?
+            .context("write back dirty blocks")?;
+        tracing::info!(addr = %self.local_addr, "server stopped cleanly");
+        Ok(())
+    }
+}
+
+async fn open_store(config: &ServerConfig) -> anyhow::Result<Store> {
+    let mut store_config = StoreConfig::new(config.targets.clone(), true);
+    store_config.block_bytes = config.block_bytes;
+    store_config.cache_capacity_bytes = config.cache_capacity_bytes;
+    store_config.disk_queue_max = config.disk_queue_max;
+    store_config.fd_cache_max = config.fd_cache_max;
+    let store = tokio::task::spawn_blocking(move || Store::open(store_config)).await?;
+    store.context("open storage targets")
+}
+
+async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, connections_max: usize) {
+    let next_id = AtomicU64::new(1);
+    let slots = Arc::new(Semaphore::new(connections_max.max(1)));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, connections_max, "refusing connection: connections_max reached");
+            continue;
+        };
+        let id = next_id.fetch_add(1, Ordering::Relaxed);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            connection::serve(stream, id, shared).await;
+            drop(slot);
+        });
+    }
+}
+
+fn start_worker(index: usize, shared: Arc<Shared>) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(format!("flotilla-worker-{index}"))
+        .spawn(move || work(shared))
+        .unwrap_or_else(|error| panic!("cannot start worker thread {index}: {error}"))
+}
+
+fn work(shared: Arc<Shared>) {
+    while let Some((_, job)) = shared.scheduler.next() {
+        let Job { request_id, request, data, replies, _slot, credit } = job;
+        let reply = shared.executor.execute(request_id, &request, &data);
+        drop(credit);
+        drop(data);
+        let _ = replies.blocking_send(reply);
+    }
+}
+
+async fn flush_loop(executor: Arc<Executor>, dirty_age_max_ms: u64) {
+    let age = Duration::from_millis(dirty_age_max_ms.max(10));
+    loop {
+        tokio::time::sleep(age / 2).await;
+        let executor = executor.clone();
+        let flushed = tokio::task::spawn_blocking(move || executor.store.flush_aged(age)).await;
+        if let Ok(Err(error)) = flushed {
+            tracing::error!(%error, "background write-back failed");
+        }
+    }
+}
