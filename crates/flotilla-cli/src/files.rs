@@ -45,12 +45,35 @@ pub struct PutArgs {
     meta: MetaArg,
     local: PathBuf,
     path: String,
-    /// Number of subfiles (each on its own target).
-    #[arg(long, default_value_t = 1)]
+    /// Number of subfiles, each on its own target (default: the layout's count, else one
+    /// per live target).
+    #[arg(long, default_value_t = 0)]
     subfiles: u32,
-    /// Stripe unit in bytes.
-    #[arg(long, default_value_t = 64 << 10)]
-    stripe_unit: u64,
+    /// Layout: `stripe:UNIT[:COUNT]` or `hash:BLOCK[:SEQUENTIALITY[:COUNT]]` (sizes take K/M/G);
+    /// default: the directory's default layout, else stripe:1M.
+    #[arg(long)]
+    layout: Option<String>,
+    /// Shorthand for `--layout stripe:UNIT`.
+    #[arg(long)]
+    stripe_unit: Option<u64>,
+}
+
+#[derive(Subcommand)]
+pub enum LayoutCommand {
+    /// Shows the layout of a file, or the default layout of a directory.
+    Get {
+        #[command(flatten)]
+        meta: MetaArg,
+        path: String,
+    },
+    /// Sets a directory's default layout (`none` clears it) or an empty file's layout.
+    Set {
+        #[command(flatten)]
+        meta: MetaArg,
+        path: String,
+        /// `explicit`, `stripe:UNIT[:COUNT]`, `hash:BLOCK[:SEQUENTIALITY[:COUNT]]` or `none`.
+        layout: String,
+    },
 }
 
 #[derive(Args)]
@@ -151,18 +174,31 @@ pub fn rm(args: PathArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn put_layout(args: &PutArgs) -> anyhow::Result<Option<Layout>> {
+    match (&args.layout, args.stripe_unit) {
+        (Some(_), Some(_)) => anyhow::bail!("give --layout or --stripe-unit, not both"),
+        (Some(text), None) => Ok(Some(Layout::parse(text)?)),
+        (None, Some(unit_bytes)) => {
+            let layout = Layout::Stripe { unit_bytes, count: 0 };
+            layout.validate()?;
+            Ok(Some(layout))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
 pub fn put(args: PutArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.stripe_unit > 0, "--stripe-unit must be at least 1");
+    let layout = put_layout(&args)?;
+    anyhow::ensure!(
+        layout != Some(Layout::Explicit),
+        "put stores a linear file: the explicit layout has no linear view"
+    );
     let client = args.meta.client()?;
     let mut local =
         std::fs::File::open(&args.local).with_context(|| format!("open {}", args.local.display()))?;
-    let options = CreateOptions {
-        subfiles: args.subfiles,
-        layout: Some(Layout::Stripe { unit_bytes: args.stripe_unit }),
-        exclusive: true,
-        ..CreateOptions::default()
-    };
-    let mut file = client.create(&args.path, &options)?;
+    let options =
+        CreateOptions { subfiles: args.subfiles, layout, exclusive: true, ..CreateOptions::default() };
+    let file = client.create(&args.path, &options)?;
     let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
     let mut offset = 0u64;
     loop {
@@ -171,11 +207,10 @@ pub fn put(args: PutArgs) -> anyhow::Result<()> {
         if filled == 0 {
             break;
         }
-        file.write_linear(offset, &chunk[..filled])?;
+        file.write_at(offset, &chunk[..filled])?;
         offset += filled as u64;
     }
     file.sync()?;
-    file.set_size(offset)?;
     Ok(())
 }
 
@@ -193,14 +228,15 @@ fn fill(reader: &mut impl Read, buffer: &mut [u8]) -> std::io::Result<usize> {
 pub fn get(args: GetArgs) -> anyhow::Result<()> {
     let client = args.meta.client()?;
     let file = client.open(&args.path)?;
-    let size = file.entry().attrs.size_bytes;
     let mut local =
         std::fs::File::create(&args.local).with_context(|| format!("create {}", args.local.display()))?;
     let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
     let mut offset = 0u64;
-    while offset < size {
-        let length = (size - offset).min(COPY_CHUNK_BYTES as u64) as usize;
-        file.read_linear(offset, &mut chunk[..length])?;
+    loop {
+        let length = file.read_at(offset, &mut chunk)?;
+        if length == 0 {
+            break;
+        }
         local.write_all(&chunk[..length]).with_context(|| format!("write {}", args.local.display()))?;
         offset += length as u64;
     }
@@ -243,4 +279,22 @@ fn subfiles(file: &flotilla_client::File, only: Option<u32>) -> Vec<u32> {
         Some(index) => vec![index],
         None => (0..file.subfile_count()).collect(),
     }
+}
+
+pub fn layout(command: LayoutCommand) -> anyhow::Result<()> {
+    match command {
+        LayoutCommand::Get { meta, path } => {
+            let entry = meta.client()?.stat(&path)?;
+            match entry.layout {
+                Some(layout) => println!("{layout}"),
+                None => println!("none"),
+            }
+        }
+        LayoutCommand::Set { meta, path, layout } => {
+            let layout = if layout == "none" { None } else { Some(Layout::parse(&layout)?) };
+            let entry = meta.client()?.set_layout(&path, layout)?;
+            println!("{}", entry.layout.map_or("none".to_string(), |l| l.to_string()));
+        }
+    }
+    Ok(())
 }

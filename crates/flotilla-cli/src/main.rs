@@ -41,6 +41,9 @@ enum Command {
     Put(files::PutArgs),
     /// Copies a file out to a local file.
     Get(files::GetArgs),
+    /// Shows or sets layouts.
+    #[command(subcommand)]
+    Layout(files::LayoutCommand),
     /// Lists, creates or removes forks.
     #[command(subcommand)]
     Fork(files::ForkCommand),
@@ -78,6 +81,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Put(args) => files::put(args),
         Command::Get(args) => files::get(args),
         Command::Fork(command) => files::fork(command),
+        Command::Layout(command) => files::layout(command),
         Command::Bench(command) => bench::run(command),
         Command::BenchWorker(args) => bench::worker(args),
     }

@@ -20,7 +20,7 @@ fn file_commands_round_trip() {
         stdout
     };
     run(&["mkdir", "/data"]);
-    run(&["put", path(&local), "/data/input.bin", "--subfiles", "4", "--stripe-unit", "65536"]);
+    run(&["put", path(&local), "/data/input.bin", "--subfiles", "4", "--layout", "stripe:64k"]);
     let listing = run(&["ls", "/data"]);
     assert_eq!(listing.trim(), "input.bin");
     let stat = run(&["stat", "/data/input.bin"]);

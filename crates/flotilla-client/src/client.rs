@@ -113,8 +113,52 @@ impl Client {
     /// Looks up a path.
     pub fn stat(&self, path: &str) -> Result<EntryInfo, ClientError> {
         match self.meta(MetaRequest::Lookup { path: path.to_string() })? {
-            MetaReply::Entry(entry) => Ok(entry),
+            MetaReply::Entry(mut entry) => {
+                self.core.overlay(entry.id, &mut entry.attrs);
+                Ok(entry)
+            }
             other => Err(unexpected("lookup", &other)),
+        }
+    }
+
+    /// Looks up an entry by id (inode number).
+    pub fn stat_id(&self, id: u64) -> Result<EntryInfo, ClientError> {
+        match self.meta(MetaRequest::GetById { id })? {
+            MetaReply::Entry(mut entry) => {
+                self.core.overlay(entry.id, &mut entry.attrs);
+                Ok(entry)
+            }
+            other => Err(unexpected("get by id", &other)),
+        }
+    }
+
+    /// Sets a directory's default layout (`None` clears it) or an empty file's layout.
+    pub fn set_layout(&self, path: &str, layout: Option<Layout>) -> Result<EntryInfo, ClientError> {
+        match self.meta(MetaRequest::SetLayout { path: path.to_string(), layout })? {
+            MetaReply::Entry(entry) => Ok(entry),
+            other => Err(unexpected("set layout", &other)),
+        }
+    }
+
+    /// Creates a symbolic link at `path` pointing to `target`.
+    pub fn symlink(&self, path: &str, target: &str) -> Result<EntryInfo, ClientError> {
+        let request = MetaRequest::Symlink {
+            path: path.to_string(),
+            target: target.to_string(),
+            uid: current_uid(),
+            gid: current_gid(),
+        };
+        match self.meta(request)? {
+            MetaReply::Entry(entry) => Ok(entry),
+            other => Err(unexpected("symlink", &other)),
+        }
+    }
+
+    /// Creates a hard link `new` to the file at `existing`.
+    pub fn link(&self, existing: &str, new: &str) -> Result<EntryInfo, ClientError> {
+        match self.meta(MetaRequest::Link { existing: existing.to_string(), new: new.to_string() })? {
+            MetaReply::Entry(entry) => Ok(entry),
+            other => Err(unexpected("link", &other)),
         }
     }
 
@@ -148,6 +192,9 @@ impl Client {
     }
 
     pub fn set_attr(&self, id: u64, change: SetAttr) -> Result<Attributes, ClientError> {
+        if change.size_bytes.is_some() {
+            self.core.forget_pending(id);
+        }
         match self.meta(MetaRequest::SetAttr { id, change })? {
             MetaReply::Attributes(attrs) => Ok(attrs),
             other => Err(unexpected("setattr", &other)),
@@ -186,7 +233,7 @@ impl Client {
     /// Opens an existing file.
     pub fn open(&self, path: &str) -> Result<File, ClientError> {
         let entry = self.stat(path)?;
-        if entry.layout.is_none() {
+        if entry.attrs.kind != flotilla_types::FileKind::File {
             return Err(ClientError::NotAFile { path: path.to_string() });
         }
         Ok(File::new(self.clone(), path.to_string(), entry))

@@ -28,7 +28,15 @@ impl ServerConnection {
     }
 }
 
+/// Size and mtime this client's writes gave a file, not yet published.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pending {
+    pub size_bytes: u64,
+    pub mtime_ns: i64,
+}
+
 pub(crate) struct Core {
+    pending: parking_lot::Mutex<HashMap<u64, Pending>>,
     meta_addr: String,
     client_name: String,
     connection_config: ConnectionConfig,
@@ -39,6 +47,7 @@ pub(crate) struct Core {
 impl Core {
     pub fn new(meta_addr: String, client_name: String, connection_config: ConnectionConfig) -> Core {
         Core {
+            pending: parking_lot::Mutex::new(HashMap::new()),
             meta_addr,
             client_name,
             connection_config,
@@ -49,6 +58,34 @@ impl Core {
 
     pub fn meta_addr(&self) -> &str {
         &self.meta_addr
+    }
+
+    /// Records that this client wrote file `id` up to `end_bytes` at `mtime_ns`.
+    pub fn note_write(&self, id: u64, end_bytes: u64, mtime_ns: i64) {
+        let mut pending = self.pending.lock();
+        let entry = pending.entry(id).or_insert(Pending { size_bytes: 0, mtime_ns });
+        entry.size_bytes = entry.size_bytes.max(end_bytes);
+        entry.mtime_ns = entry.mtime_ns.max(mtime_ns);
+    }
+
+    pub fn take_pending(&self, id: u64) -> Option<Pending> {
+        self.pending.lock().remove(&id)
+    }
+
+    pub fn forget_pending(&self, id: u64) {
+        self.pending.lock().remove(&id);
+    }
+
+    pub fn pending_size(&self, id: u64) -> Option<u64> {
+        self.pending.lock().get(&id).map(|p| p.size_bytes)
+    }
+
+    /// Raises attributes by this client's unpublished writes (a client always sees its own).
+    pub fn overlay(&self, id: u64, attrs: &mut flotilla_types::Attributes) {
+        if let Some(pending) = self.pending.lock().get(&id) {
+            attrs.size_bytes = attrs.size_bytes.max(pending.size_bytes);
+            attrs.mtime_ns = attrs.mtime_ns.max(pending.mtime_ns);
+        }
     }
 
     async fn meta_connection(&self) -> Result<Arc<Connection>, ClientError> {

@@ -22,8 +22,8 @@ pub enum ClientError {
     NotAFile { path: String },
     #[error("file has {count} subfiles; subfile {subfile} does not exist")]
     NoSuchSubfile { subfile: u32, count: usize },
-    #[error("file uses the explicit layout: address its subfiles and forks directly")]
-    ExplicitLayout,
+    #[error(transparent)]
+    Layout(#[from] flotilla_types::LayoutError),
     #[error("unexpected reply to {request}: {reply}")]
     UnexpectedReply { request: &'static str, reply: String },
     #[error("no metadata address: pass one or set {}", crate::META_ENV)]
@@ -53,7 +53,7 @@ impl ClientError {
             | ClientError::BufferTooSmall { .. }
             | ClientError::NoSuchSubfile { .. } => 22,
             ClientError::NotAFile { .. } => 21,
-            ClientError::ExplicitLayout => 22,
+            ClientError::Layout(_) => 22,
             _ => 5,
         }
     }

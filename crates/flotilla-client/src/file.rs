@@ -1,14 +1,16 @@
-//! Open files and their forks.
+//! Open files: their subfiles and forks (the explicit model), and their linear view through
+//! the file's layout (stripe or hash), where every request shape also works.
 
 use crate::client::{fork_ref, Client};
 use crate::core::{unexpected, Core};
 use crate::error::ClientError;
+use crate::fork::Fork;
 use crate::handle::Handle;
-use crate::transfer::{read_shape, write_shape};
+use crate::transfer::{check_call, read_shape, write_shape};
 use crate::DEFAULT_FORK;
-use flotilla_proto::{EntryInfo, ForkInfo, ForkRef, IoReply, IoRequest};
+use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest};
 use flotilla_request::{Piece, Shape};
-use flotilla_types::{Layout, SetAttr, SubfileIndex};
+use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex};
 use std::sync::Arc;
 
 /// An open file: its entry (id, attributes, layout, where each subfile lives).
@@ -16,12 +18,12 @@ use std::sync::Arc;
 pub struct File {
     client: Client,
     path: String,
-    entry: EntryInfo,
+    entry: Arc<EntryInfo>,
 }
 
 impl File {
     pub(crate) fn new(client: Client, path: String, entry: EntryInfo) -> File {
-        File { client, path, entry }
+        File { client, path, entry: Arc::new(entry) }
     }
 
     pub fn path(&self) -> &str {
@@ -32,8 +34,16 @@ impl File {
         &self.entry
     }
 
+    pub fn id(&self) -> u64 {
+        self.entry.id
+    }
+
     pub fn subfile_count(&self) -> u32 {
         self.entry.subfiles.len() as u32
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.entry.layout.unwrap_or(Layout::Explicit)
     }
 
     /// A fork of one subfile (the fork need not exist yet; calls on it fail if it does not).
@@ -68,111 +78,207 @@ impl File {
         }
     }
 
-    /// Records the file's linear size (and mtime) in the metadata service.
-    pub fn set_size(&mut self, size_bytes: u64) -> Result<(), ClientError> {
-        let now = now_ns();
-        let change = SetAttr { size_bytes: Some(size_bytes), mtime_ns: Some(now), ..SetAttr::default() };
-        self.entry.attrs = self.client.set_attr(self.entry.id, change)?;
+    /// Sets the file's size in the metadata service (truncate or extend), shrinking the
+    /// subfiles' `data` forks when the file shrinks.
+    pub fn set_size(&self, size_bytes: u64) -> Result<Attributes, ClientError> {
+        if size_bytes < self.size() && self.layout() != Layout::Explicit {
+            self.shrink_forks(size_bytes)?;
+        }
+        self.client.core.forget_pending(self.entry.id);
+        let change = SetAttr { size_bytes: Some(size_bytes), mtime_ns: Some(now_ns()), ..SetAttr::default() };
+        self.client.set_attr(self.entry.id, change)
+    }
+
+    fn shrink_forks(&self, size_bytes: u64) -> Result<(), ClientError> {
+        let lengths = subfile_lengths(self.layout(), &self.entry, size_bytes)?;
+        for (subfile, length) in lengths.into_iter().enumerate() {
+            let fork = self.fork(subfile as u32, DEFAULT_FORK)?;
+            if fork.size()? > length {
+                fork.truncate(length)?;
+            }
+        }
         Ok(())
     }
 
-    /// Syncs every fork of every subfile.
+    /// Syncs every fork of every subfile, then publishes the size and mtime.
     pub fn sync(&self) -> Result<(), ClientError> {
         for subfile in 0..self.subfile_count() {
             for info in self.list_forks(subfile)? {
                 self.fork(subfile, &info.name)?.sync()?;
             }
         }
-        Ok(())
+        self.flush()
     }
 
-    fn stripe_unit(&self) -> Result<u64, ClientError> {
-        match self.entry.layout {
-            Some(Layout::Stripe { unit_bytes }) if unit_bytes > 0 => Ok(unit_bytes),
-            _ => Err(ClientError::ExplicitLayout),
+    /// Publishes this client's writes' size and mtime to the metadata service, so every
+    /// client sees them (close-to-open consistency). Within this client they are always seen.
+    pub fn flush(&self) -> Result<(), ClientError> {
+        let Some(pending) = self.client.core.take_pending(self.entry.id) else { return Ok(()) };
+        let request = MetaRequest::GrowSize {
+            id: self.entry.id,
+            size_bytes: pending.size_bytes,
+            mtime_ns: pending.mtime_ns,
+        };
+        match self.client.block_on(self.client.core.meta_call(request)) {
+            Ok(MetaReply::Attributes(_)) => Ok(()),
+            Ok(other) => Err(unexpected("grow size", &other)),
+            Err(error) => {
+                self.client.core.note_write(self.entry.id, pending.size_bytes, pending.mtime_ns);
+                Err(error)
+            }
         }
     }
 
-    /// Writes `data` at linear `offset` of a striped file: one packed list request per
-    /// subfile, all in flight at once.
-    pub fn write_linear(&self, offset: u64, data: &[u8]) -> Result<(), ClientError> {
-        let per_subfile = stripe_pieces(self.stripe_unit()?, self.subfile_count(), offset, data.len() as u64);
-        let handles: Vec<Handle<u64>> = per_subfile
-            .into_iter()
-            .enumerate()
-            .filter(|(_, pieces)| !pieces.is_empty())
-            .map(|(subfile, pieces)| {
-                let fork = self.fork(subfile as u32, DEFAULT_FORK)?;
-                let packed = pack(&pieces, data);
-                Ok(fork.write_nb(Shape::List { pieces: packed_pieces(&pieces) }, packed))
-            })
-            .collect::<Result<_, ClientError>>()?;
-        for handle in handles {
-            handle.wait()?;
-        }
-        Ok(())
+    /// Flushes the size and mtime and drops the handle.
+    pub fn close(self) -> Result<(), ClientError> {
+        self.flush()
     }
 
-    /// Reads `buffer.len()` bytes at linear `offset` of a striped file.
-    pub fn read_linear(&self, offset: u64, buffer: &mut [u8]) -> Result<(), ClientError> {
-        let per_subfile =
-            stripe_pieces(self.stripe_unit()?, self.subfile_count(), offset, buffer.len() as u64);
-        let mut handles = Vec::new();
-        for (subfile, pieces) in per_subfile.into_iter().enumerate().filter(|(_, p)| !p.is_empty()) {
-            let fork = self.fork(subfile as u32, DEFAULT_FORK)?;
-            let bytes: u64 = pieces.iter().map(|p| p.length).sum();
-            handles.push((
-                pieces.clone(),
-                fork.read_nb(Shape::List { pieces: packed_pieces(&pieces) }, vec![0; bytes as usize]),
-            ));
+    /// The file's size as this client knows it: the metadata service's at open, raised by
+    /// this client's own writes since.
+    pub fn size(&self) -> u64 {
+        let pending = self.client.core.pending_size(self.entry.id).unwrap_or(0);
+        self.entry.attrs.size_bytes.max(pending)
+    }
+
+    /// Reads up to `buffer.len()` bytes at linear `offset`; returns the bytes read (short at
+    /// end of file).
+    pub fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<usize, ClientError> {
+        let size = self.current_size()?;
+        let length = size.saturating_sub(offset).min(buffer.len() as u64);
+        if length == 0 {
+            return Ok(0);
         }
-        for (pieces, handle) in handles {
-            let packed = handle.wait()?;
-            unpack(&pieces, &packed, buffer);
+        self.read_shape(&Shape::contiguous(offset, length), buffer)?;
+        Ok(length as usize)
+    }
+
+    /// Writes `data` at linear `offset`.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), ClientError> {
+        self.write_shape(&Shape::contiguous(offset, data.len() as u64), data).map(|_| ())
+    }
+
+    /// Reads any shape of the linear file (bytes past the end read as zeros).
+    pub fn read_shape(&self, shape: &Shape, buffer: &mut [u8]) -> Result<u64, ClientError> {
+        let (core, entry) = (self.client.core.clone(), self.entry.clone());
+        self.client.block_on(read_linear(&core, &entry, shape, buffer))
+    }
+
+    /// Writes any shape of the linear file: one packed request per server, all in flight.
+    pub fn write_shape(&self, shape: &Shape, buffer: &[u8]) -> Result<u64, ClientError> {
+        let (core, entry) = (self.client.core.clone(), self.entry.clone());
+        self.client.block_on(write_linear(&core, &entry, shape, buffer))
+    }
+
+    /// Non-blocking `read_shape`: the handle gives back `buffer`, filled.
+    pub fn read_shape_nb(&self, shape: Shape, mut buffer: Vec<u8>) -> Handle<Vec<u8>> {
+        let (core, entry) = (self.client.core.clone(), self.entry.clone());
+        self.client.spawn(async move {
+            read_linear(&core, &entry, &shape, &mut buffer).await?;
+            Ok(buffer)
+        })
+    }
+
+    /// Non-blocking `write_shape`.
+    pub fn write_shape_nb(&self, shape: Shape, buffer: Vec<u8>) -> Handle<u64> {
+        let (core, entry) = (self.client.core.clone(), self.entry.clone());
+        self.client.spawn(async move { write_linear(&core, &entry, &shape, &buffer).await })
+    }
+
+    /// The size including other clients' flushed writes (asks the metadata service only when
+    /// the read might be past what this handle knows).
+    fn current_size(&self) -> Result<u64, ClientError> {
+        let known = self.size();
+        let request = MetaRequest::GetById { id: self.entry.id };
+        match self.client.block_on(self.client.core.meta_call(request))? {
+            MetaReply::Entry(entry) => Ok(known.max(entry.attrs.size_bytes)),
+            other => Err(unexpected("get by id", &other)),
         }
-        Ok(())
     }
 }
 
-/// For each subfile, the pieces of linear range [offset, offset+length) it holds:
-/// file offsets within the subfile's fork, memory offsets within the caller's buffer.
-pub fn stripe_pieces(unit_bytes: u64, subfiles: u32, offset: u64, length: u64) -> Vec<Vec<Piece>> {
-    let count = u64::from(subfiles.max(1));
-    let mut out = vec![Vec::new(); count as usize];
-    let mut done = 0u64;
-    while done < length {
-        let linear = offset + done;
-        let unit = linear / unit_bytes;
-        let within = linear % unit_bytes;
-        let take = (unit_bytes - within).min(length - done);
-        let subfile = (unit % count) as usize;
-        let file_offset = (unit / count) * unit_bytes + within;
-        out[subfile].push(Piece { file_offset, memory_offset: done, length: take });
-        done += take;
-    }
-    out
+/// Splits a linear shape into one list of pieces per subfile (file offsets in the subfile's
+/// `data` fork, memory offsets in the caller's buffer).
+fn split_by_subfile(entry: &EntryInfo, shape: &Shape) -> Result<Vec<Vec<Piece>>, ClientError> {
+    let layout = entry.layout.unwrap_or(Layout::Explicit);
+    let subfiles = entry.subfiles.len() as u32;
+    let mut lists: Vec<Vec<Piece>> = vec![Vec::new(); subfiles as usize];
+    let mut outcome = Ok(());
+    shape.for_each_piece(|piece| {
+        let placed =
+            layout.for_each_extent(entry.file_id(), subfiles, piece.file_offset, piece.length, |extent| {
+                lists[extent.subfile as usize].push(Piece {
+                    file_offset: extent.subfile_offset,
+                    memory_offset: piece.memory_offset + (extent.linear_offset - piece.file_offset),
+                    length: extent.length,
+                })
+            });
+        if let Err(error) = placed {
+            outcome = Err(ClientError::Layout(error));
+        }
+        Ok::<(), ClientError>(())
+    })?;
+    outcome.map(|()| lists)
 }
 
-/// The same pieces with memory offsets packed from 0, in order.
-fn packed_pieces(pieces: &[Piece]) -> Vec<Piece> {
+async fn write_linear(
+    core: &Arc<Core>,
+    entry: &EntryInfo,
+    shape: &Shape,
+    buffer: &[u8],
+) -> Result<u64, ClientError> {
+    let summary = check_call(shape, buffer.len())?;
+    let lists = split_by_subfile(entry, shape)?;
+    let writes =
+        lists.into_iter().enumerate().filter(|(_, pieces)| !pieces.is_empty()).map(|(subfile, pieces)| {
+            let place = fork_ref(entry, subfile as u32, DEFAULT_FORK);
+            async move {
+                let (fork, server) = place?;
+                write_shape(core, &server, &fork, &Shape::List { pieces }, buffer).await
+            }
+        });
+    futures::future::try_join_all(writes).await?;
+    core.note_write(entry.id, summary.file_end, now_ns());
+    Ok(summary.total_bytes)
+}
+
+async fn read_linear(
+    core: &Arc<Core>,
+    entry: &EntryInfo,
+    shape: &Shape,
+    buffer: &mut [u8],
+) -> Result<u64, ClientError> {
+    let summary = check_call(shape, buffer.len())?;
+    let lists = split_by_subfile(entry, shape)?;
+    let reads =
+        lists.into_iter().enumerate().filter(|(_, pieces)| !pieces.is_empty()).map(|(subfile, pieces)| {
+            let place = fork_ref(entry, subfile as u32, DEFAULT_FORK);
+            async move {
+                let (fork, server) = place?;
+                let (packed_shape, bytes) = packed(&pieces);
+                let mut packed_buffer = vec![0u8; bytes as usize];
+                read_shape(core, &server, &fork, &packed_shape, &mut packed_buffer).await?;
+                Ok::<_, ClientError>((pieces, packed_buffer))
+            }
+        });
+    for (pieces, data) in futures::future::try_join_all(reads).await? {
+        unpack(&pieces, &data, buffer);
+    }
+    Ok(summary.total_bytes)
+}
+
+/// The same pieces with memory offsets packed from 0, and their total length.
+fn packed(pieces: &[Piece]) -> (Shape, u64) {
     let mut at = 0;
-    pieces
+    let packed = pieces
         .iter()
         .map(|p| {
-            let packed = Piece { file_offset: p.file_offset, memory_offset: at, length: p.length };
+            let piece = Piece { file_offset: p.file_offset, memory_offset: at, length: p.length };
             at += p.length;
-            packed
+            piece
         })
-        .collect()
-}
-
-fn pack(pieces: &[Piece], data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(pieces.iter().map(|p| p.length as usize).sum());
-    for piece in pieces {
-        let start = piece.memory_offset as usize;
-        out.extend_from_slice(&data[start..start + piece.length as usize]);
-    }
-    out
+        .collect();
+    (Shape::List { pieces: packed }, at)
 }
 
 fn unpack(pieces: &[Piece], packed: &[u8], buffer: &mut [u8]) {
@@ -184,116 +290,32 @@ fn unpack(pieces: &[Piece], packed: &[u8], buffer: &mut [u8]) {
     }
 }
 
+/// For a linear size, how long each subfile's `data` fork must be to hold its bytes.
+pub fn subfile_lengths(layout: Layout, entry: &EntryInfo, size_bytes: u64) -> Result<Vec<u64>, ClientError> {
+    let subfiles = entry.subfiles.len();
+    match layout {
+        Layout::Explicit => Err(ClientError::Layout(flotilla_types::LayoutError::Explicit)),
+        // A hash-placed block keeps its linear offset in its fork: no fork goes past `size`.
+        Layout::Hash { .. } => Ok(vec![size_bytes; subfiles]),
+        Layout::Stripe { unit_bytes, count } => {
+            let width = if count == 0 { subfiles as u64 } else { u64::from(count).min(subfiles as u64) };
+            let (units, rest) = (size_bytes / unit_bytes, size_bytes % unit_bytes);
+            Ok((0..subfiles as u64)
+                .map(|s| {
+                    let whole = if s < width { units / width + u64::from(s < units % width) } else { 0 };
+                    let partial = if rest > 0 && s == units % width { rest } else { 0 };
+                    whole * unit_bytes + partial
+                })
+                .collect())
+        }
+    }
+}
+
 pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
-}
-
-/// One fork of one subfile: the unit every read and write addresses.
-#[derive(Clone)]
-pub struct Fork {
-    client: Client,
-    fork: ForkRef,
-    server: String,
-}
-
-impl Fork {
-    pub fn fork_ref(&self) -> &ForkRef {
-        &self.fork
-    }
-
-    /// Address of the I/O server holding this fork.
-    pub fn server(&self) -> &str {
-        &self.server
-    }
-
-    /// Reads the shape's pieces into `buffer` (each piece at its memory offset).
-    pub fn read(&self, shape: &Shape, buffer: &mut [u8]) -> Result<u64, ClientError> {
-        self.client.block_on(read_shape(&self.client.core, &self.server, &self.fork, shape, buffer))
-    }
-
-    /// Writes the shape's pieces from `buffer` (each piece from its memory offset).
-    pub fn write(&self, shape: &Shape, buffer: &[u8]) -> Result<u64, ClientError> {
-        self.client.block_on(write_shape(&self.client.core, &self.server, &self.fork, shape, buffer))
-    }
-
-    /// Non-blocking read: the handle gives back `buffer`, filled.
-    pub fn read_nb(&self, shape: Shape, mut buffer: Vec<u8>) -> Handle<Vec<u8>> {
-        let (core, server, fork) = self.parts();
-        self.client.spawn(async move {
-            read_shape(&core, &server, &fork, &shape, &mut buffer).await?;
-            Ok(buffer)
-        })
-    }
-
-    /// Non-blocking write: the handle gives the number of bytes written.
-    pub fn write_nb(&self, shape: Shape, buffer: Vec<u8>) -> Handle<u64> {
-        let (core, server, fork) = self.parts();
-        self.client.spawn(async move { write_shape(&core, &server, &fork, &shape, &buffer).await })
-    }
-
-    fn parts(&self) -> (Arc<Core>, String, ForkRef) {
-        (self.client.core.clone(), self.server.clone(), self.fork.clone())
-    }
-
-    fn simple(&self, request: IoRequest, what: &'static str) -> Result<IoReply, ClientError> {
-        self.client.block_on(simple_call(self.client.core.clone(), self.server.clone(), request, what))
-    }
-
-    fn simple_nb(&self, request: IoRequest, what: &'static str) -> Handle<IoReply> {
-        self.client.spawn(simple_call(self.client.core.clone(), self.server.clone(), request, what))
-    }
-
-    /// The fork's size in bytes.
-    pub fn size(&self) -> Result<u64, ClientError> {
-        match self.simple(IoRequest::ForkSize { fork: self.fork.clone() }, "fork size")? {
-            IoReply::Size { bytes } => Ok(bytes),
-            other => Err(unexpected("fork size", &other)),
-        }
-    }
-
-    /// Preallocates the fork to at least `size_bytes` (Galley's `gfs_extend`).
-    pub fn extend(&self, size_bytes: u64) -> Result<(), ClientError> {
-        self.simple(IoRequest::Extend { fork: self.fork.clone(), size_bytes }, "extend").map(|_| ())
-    }
-
-    pub fn truncate(&self, size_bytes: u64) -> Result<(), ClientError> {
-        self.simple(IoRequest::Truncate { fork: self.fork.clone(), size_bytes }, "truncate").map(|_| ())
-    }
-
-    /// Writes the fork's dirty blocks to disk and syncs it.
-    pub fn sync(&self) -> Result<(), ClientError> {
-        self.simple(IoRequest::Sync { fork: self.fork.clone() }, "sync").map(|_| ())
-    }
-
-    /// Non-blocking `sync`.
-    pub fn sync_nb(&self) -> Handle<IoReply> {
-        self.simple_nb(IoRequest::Sync { fork: self.fork.clone() }, "sync")
-    }
-
-    /// Non-blocking `extend`.
-    pub fn extend_nb(&self, size_bytes: u64) -> Handle<IoReply> {
-        self.simple_nb(IoRequest::Extend { fork: self.fork.clone(), size_bytes }, "extend")
-    }
-
-    /// Non-blocking `truncate`.
-    pub fn truncate_nb(&self, size_bytes: u64) -> Handle<IoReply> {
-        self.simple_nb(IoRequest::Truncate { fork: self.fork.clone(), size_bytes }, "truncate")
-    }
-}
-
-async fn simple_call(
-    core: Arc<Core>,
-    server: String,
-    request: IoRequest,
-    what: &'static str,
-) -> Result<IoReply, ClientError> {
-    match core.io_simple(&server, request).await? {
-        reply @ (IoReply::Done { .. } | IoReply::Size { .. } | IoReply::Forks(_)) => Ok(reply),
-        other => Err(unexpected(what, &other)),
-    }
 }
 
 impl std::fmt::Debug for File {
@@ -302,30 +324,52 @@ impl std::fmt::Debug for File {
     }
 }
 
-impl std::fmt::Debug for Fork {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fork").field("fork", &self.fork).field("server", &self.server).finish()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flotilla_proto::SubfilePlace;
+    use flotilla_types::{FileKind, TargetId};
+
+    fn entry(layout: Layout, subfiles: usize) -> EntryInfo {
+        let attrs = Attributes {
+            kind: FileKind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            size_bytes: 0,
+            nlink: 1,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        };
+        let subfiles = (0..subfiles)
+            .map(|i| SubfilePlace { target: TargetId(i as u64), server: String::new(), up: true })
+            .collect();
+        EntryInfo { id: 99, attrs, layout: Some(layout), subfiles, symlink: None }
+    }
 
     #[test]
-    fn stripe_pieces_cover_every_byte_once() {
-        let per_subfile = stripe_pieces(10, 3, 7, 45);
+    fn split_covers_every_byte_once_with_memory_offsets() {
+        let entry = entry(Layout::Stripe { unit_bytes: 10, count: 0 }, 3);
+        let lists =
+            split_by_subfile(&entry, &Shape::Contiguous { file_offset: 7, memory_offset: 100, length: 45 })
+                .unwrap();
         let mut seen = [0u32; 45];
-        for pieces in &per_subfile {
-            for piece in pieces {
-                for m in piece.memory_offset..piece.memory_offset + piece.length {
-                    seen[m as usize] += 1;
-                }
+        for piece in lists.iter().flatten() {
+            for m in piece.memory_offset..piece.memory_offset + piece.length {
+                seen[(m - 100) as usize] += 1;
             }
         }
         assert!(seen.iter().all(|&n| n == 1));
-        // Linear byte 7 is unit 0 -> subfile 0 at offset 7; byte 30 is unit 3 -> subfile 0, offset 10.
-        assert_eq!(per_subfile[0][0], Piece { file_offset: 7, memory_offset: 0, length: 3 });
-        assert_eq!(per_subfile[0][1], Piece { file_offset: 10, memory_offset: 23, length: 10 });
+        assert_eq!(lists[0][0], Piece { file_offset: 7, memory_offset: 100, length: 3 });
+        assert_eq!(lists[0][1], Piece { file_offset: 10, memory_offset: 123, length: 10 });
+    }
+
+    #[test]
+    fn subfile_lengths_hold_exactly_the_file() {
+        let layout = Layout::Stripe { unit_bytes: 10, count: 0 };
+        let entry = entry(layout, 3);
+        // 45 bytes: units 0..4 (+5 bytes of unit 4). Subfile 0: units 0,3 = 20; 1: units 1,4(5) = 15; 2: unit 2 = 10.
+        assert_eq!(subfile_lengths(layout, &entry, 45).unwrap(), vec![20, 15, 10]);
     }
 }

@@ -14,15 +14,19 @@ mod client;
 mod core;
 mod error;
 mod file;
+mod fork;
 mod handle;
 mod transfer;
 
 pub use client::{Client, ClientConfig, CreateOptions};
 pub use error::ClientError;
-pub use file::{File, Fork};
+pub use file::{subfile_lengths, File};
 pub use flotilla_proto::{DirEntryInfo, EntryInfo, ForkInfo, TargetState, TargetStatus};
 pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
-pub use flotilla_types::{Attributes, FileId, FileKind, Layout, SetAttr, SubfileIndex, TargetId};
+pub use flotilla_types::{
+    Attributes, FileId, FileKind, Layout, LayoutError, SetAttr, SubfileIndex, TargetId,
+};
+pub use fork::Fork;
 pub use handle::Handle;
 
 /// The environment variable naming the metadata service's address.

@@ -74,6 +74,13 @@ impl State {
             MetaRequest::Link { existing, new } => {
                 MetaReply::Entry(self.info(ns.link(&existing, &new, now).map_err(wire)?))
             }
+            MetaRequest::GetById { id } => MetaReply::Entry(self.info(ns.get(id).map_err(wire)?)),
+            MetaRequest::GrowSize { id, size_bytes, mtime_ns } => {
+                MetaReply::Attributes(ns.grow_size(id, size_bytes, mtime_ns, now).map_err(wire)?)
+            }
+            MetaRequest::SetLayout { path, layout } => {
+                MetaReply::Entry(self.info(self.set_layout(&path, layout, now)?))
+            }
             MetaRequest::Status => MetaReply::Status(self.membership.status(&ns.targets().map_err(wire)?)),
             MetaRequest::Register { server, targets } => {
                 self.report(&server, &targets)?;
@@ -86,6 +93,22 @@ impl State {
             }
         };
         Ok(reply)
+    }
+
+    fn set_layout(
+        &self,
+        path: &str,
+        layout: Option<flotilla_types::Layout>,
+        now: i64,
+    ) -> Result<Entry, WireError> {
+        let entry = self.namespace.lookup(path).map_err(wire)?;
+        match (entry.file.is_some(), layout) {
+            (false, layout) => self.namespace.set_default_layout(path, layout, now).map_err(wire),
+            (true, Some(layout)) => self.namespace.set_file_layout(entry.id, layout, now).map_err(wire),
+            (true, None) => {
+                Err(WireError::new(ErrorCode::InvalidArgument, "a file's layout cannot be cleared"))
+            }
+        }
     }
 
     /// Updates membership, and persists targets that are new or moved (a durable write, so

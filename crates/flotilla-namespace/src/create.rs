@@ -46,7 +46,9 @@ impl Namespace {
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
         check_owner(&spec.owner)?;
-        check_subfile_count(spec.subfile_count)?;
+        if spec.subfile_count != 0 {
+            check_subfile_count(spec.subfile_count)?;
+        }
         if let Some(layout) = &spec.layout {
             check_layout(layout)?;
         }
@@ -56,8 +58,9 @@ impl Namespace {
                 return existing_file(tables, id, spec.exclusive, path);
             }
             let default_layout = parent_default_layout(tables, place.parent)?;
-            let layout = spec.layout.or(default_layout).unwrap_or(Layout::Explicit);
-            let targets = place_subfiles(tables, spec, live)?;
+            let layout = spec.layout.or(default_layout).unwrap_or(DEFAULT_LAYOUT);
+            let count = subfile_count(spec, &layout, live);
+            let targets = place_subfiles(tables, spec, count, live)?;
             let inode = Inode {
                 attrs: new_attrs(FileKind::File, &spec.owner, now_ns),
                 body: Body::File { layout, targets },
@@ -164,12 +167,28 @@ fn existing_file(
 }
 
 /// The targets of a new file: the ones the program named, or round robin from the cursor.
+/// The layout of a file when neither the creator nor the parent directory names one:
+/// 1 MiB stripes over every subfile.
+pub const DEFAULT_LAYOUT: Layout = Layout::Stripe { unit_bytes: 1 << 20, count: 0 };
+
+/// Subfiles of a new file: as asked; else as many as named targets; else the layout's count;
+/// else one per live target.
+fn subfile_count(spec: &CreateFile, layout: &Layout, live: &[TargetUsage]) -> usize {
+    if spec.subfile_count > 0 {
+        return spec.subfile_count as usize;
+    }
+    if let Some(named) = &spec.targets {
+        return named.len();
+    }
+    layout.subfile_count().map_or(live.len().max(1), |count| count as usize)
+}
+
 fn place_subfiles(
     tables: &mut WriteTables<'_>,
     spec: &CreateFile,
+    count: usize,
     live: &[TargetUsage],
 ) -> Result<Vec<TargetId>, NamespaceError> {
-    let count = spec.subfile_count as usize;
     if let Some(named) = &spec.targets {
         if named.len() != count {
             return Err(NamespaceError::invalid(format!(

@@ -127,10 +127,7 @@ pub(crate) fn check_mode(mode: u32) -> Result<(), NamespaceError> {
 }
 
 pub(crate) fn check_layout(layout: &Layout) -> Result<(), NamespaceError> {
-    match layout {
-        Layout::Stripe { unit_bytes: 0 } => Err(NamespaceError::invalid("stripe unit of 0 bytes")),
-        _ => Ok(()),
-    }
+    layout.validate().map_err(|e| NamespaceError::invalid(e.to_string()))
 }
 
 pub(crate) fn check_subfile_count(count: u32) -> Result<(), NamespaceError> {

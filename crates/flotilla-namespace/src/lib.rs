@@ -21,6 +21,7 @@
 
 mod codec;
 mod create;
+pub use create::DEFAULT_LAYOUT;
 mod edit;
 mod entry;
 mod error;

@@ -19,6 +19,7 @@ const KIND_FILE: u8 = 2;
 const KIND_SYMLINK: u8 = 3;
 const LAYOUT_EXPLICIT: u8 = 0;
 const LAYOUT_STRIPE: u8 = 1;
+const LAYOUT_HASH: u8 = 2;
 
 /// What an inode holds beyond its attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,27 +136,35 @@ fn decode_attrs(reader: &mut Reader<'_>, kind: FileKind) -> Result<Attributes, N
 }
 
 fn encode_layout(writer: &mut Writer, layout: &Layout) {
-    match layout {
-        Layout::Explicit => {
-            writer.u8(LAYOUT_EXPLICIT);
-            writer.u64(0);
+    assert!(layout.validate().is_ok(), "layout {layout} is invalid");
+    let (tag, size, second, count) = match *layout {
+        Layout::Explicit => (LAYOUT_EXPLICIT, 0, 0, 0),
+        Layout::Stripe { unit_bytes, count } => (LAYOUT_STRIPE, unit_bytes, 0, count),
+        Layout::Hash { block_bytes, sequentiality, count } => {
+            (LAYOUT_HASH, block_bytes, sequentiality, count)
         }
-        Layout::Stripe { unit_bytes } => {
-            assert!(*unit_bytes > 0, "stripe unit must be nonzero");
-            writer.u8(LAYOUT_STRIPE);
-            writer.u64(*unit_bytes);
-        }
-    }
+    };
+    writer.u8(tag);
+    writer.u64(size);
+    writer.u32(second);
+    writer.u32(count);
 }
 
 fn decode_layout(reader: &mut Reader<'_>) -> Result<Layout, NamespaceError> {
     let tag = reader.u8()?;
-    let unit_bytes = reader.u64()?;
-    match (tag, unit_bytes) {
-        (LAYOUT_EXPLICIT, 0) => Ok(Layout::Explicit),
-        (LAYOUT_STRIPE, unit) if unit > 0 => Ok(Layout::Stripe { unit_bytes: unit }),
-        _ => Err(reader.error(format!("has bad layout {tag}/{unit_bytes}"))),
-    }
+    let size = reader.u64()?;
+    let second = reader.u32()?;
+    let count = reader.u32()?;
+    let layout = match (tag, size, second, count) {
+        (LAYOUT_EXPLICIT, 0, 0, 0) => Layout::Explicit,
+        (LAYOUT_STRIPE, unit_bytes, 0, count) => Layout::Stripe { unit_bytes, count },
+        (LAYOUT_HASH, block_bytes, sequentiality, count) => {
+            Layout::Hash { block_bytes, sequentiality, count }
+        }
+        _ => return Err(reader.error(format!("has bad layout {tag}/{size}/{second}/{count}"))),
+    };
+    layout.validate().map_err(|e| reader.error(format!("has bad layout: {e}")))?;
+    Ok(layout)
 }
 
 fn encode_directory(writer: &mut Writer, default_layout: &Option<Layout>) {
@@ -255,7 +264,7 @@ mod tests {
         vec![
             Inode {
                 attrs: attrs(FileKind::Directory),
-                body: Body::Directory { default_layout: Some(Layout::Stripe { unit_bytes: 4096 }) },
+                body: Body::Directory { default_layout: Some(Layout::Stripe { unit_bytes: 4096, count: 2 }) },
             },
             Inode {
                 attrs: attrs(FileKind::File),
@@ -279,9 +288,9 @@ mod tests {
         assert_eq!(record[1], KIND_FILE);
         assert_eq!(&record[2..6], &0o644u32.to_le_bytes());
         assert_eq!(record[50], LAYOUT_EXPLICIT);
-        assert_eq!(&record[59..63], &2u32.to_le_bytes());
-        assert_eq!(&record[63..71], &3u64.to_le_bytes());
-        assert_eq!(record.len(), 50 + 9 + 4 + 16 + 4);
+        assert_eq!(&record[67..71], &2u32.to_le_bytes());
+        assert_eq!(&record[71..79], &3u64.to_le_bytes());
+        assert_eq!(record.len(), 50 + 17 + 4 + 16 + 4);
     }
 
     #[test]

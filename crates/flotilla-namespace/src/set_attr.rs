@@ -1,9 +1,10 @@
 //! `set_attr`: chmod, chown, truncate and utimes on one inode.
 
 use crate::edit::check_mode;
+use crate::entry::Entry;
 use crate::error::NamespaceError;
 use crate::namespace::{not_found_id, Namespace};
-use crate::record::Inode;
+use crate::record::{Body, Inode};
 use crate::request::SetAttr;
 use crate::tables::Source;
 use flotilla_types::{Attributes, FileKind, TimeNs};
@@ -20,6 +21,56 @@ impl Namespace {
             apply(&mut inode, id, change, now_ns)?;
             tables.put(id, &inode)?;
             Ok(inode.attrs)
+        })
+    }
+}
+
+impl Namespace {
+    /// Raises a file's size to at least `size_bytes` (never lowers it) and sets its mtime:
+    /// what a writer reports on close or fsync, so that two writers of disjoint ranges
+    /// closing in either order leave the larger size.
+    pub fn grow_size(
+        &self,
+        id: u64,
+        size_bytes: u64,
+        mtime_ns: TimeNs,
+        now_ns: TimeNs,
+    ) -> Result<Attributes, NamespaceError> {
+        self.write(|tables| {
+            let mut inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
+            if inode.attrs.kind != FileKind::File {
+                return Err(NamespaceError::invalid(format!("inode {id:016x} is not a regular file")));
+            }
+            inode.attrs.size_bytes = inode.attrs.size_bytes.max(size_bytes);
+            inode.attrs.mtime_ns = inode.attrs.mtime_ns.max(mtime_ns);
+            inode.attrs.ctime_ns = now_ns;
+            tables.put(id, &inode)?;
+            Ok(inode.attrs)
+        })
+    }
+
+    /// Changes the layout of an empty file (a file holding data keeps its layout: its bytes
+    /// are where the old layout put them).
+    pub fn set_file_layout(
+        &self,
+        id: u64,
+        layout: flotilla_types::Layout,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        crate::edit::check_layout(&layout)?;
+        self.write(|tables| {
+            let mut inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
+            let size = inode.attrs.size_bytes;
+            let Body::File { layout: current, .. } = &mut inode.body else {
+                return Err(NamespaceError::invalid(format!("inode {id:016x} is not a regular file")));
+            };
+            if size > 0 && *current != layout {
+                return Err(NamespaceError::invalid("cannot change the layout of a file that holds data"));
+            }
+            *current = layout;
+            inode.attrs.ctime_ns = now_ns;
+            tables.put(id, &inode)?;
+            Ok(inode.into_entry(id))
         })
     }
 }

@@ -86,12 +86,16 @@ fn bad_paths_and_arguments_are_typed_errors() {
     assert_eq!(ns.mkdir("relative", OWNER, 0).unwrap_err().errno(), EINVAL);
     let bad_mode = Owner { mode: 0o10000, ..OWNER };
     assert_eq!(ns.mkdir("/m", bad_mode, 0).unwrap_err().errno(), EINVAL);
-    assert_eq!(ns.create_file("/f", &spec(0), &live(2), 0).unwrap_err().errno(), EINVAL);
+    // Zero subfiles means "one per live target" (or the layout's count).
+    let chosen = ns.create_file("/zero", &spec(0), &live(2), 0).unwrap();
+    assert_eq!(chosen.file.unwrap().targets.len(), 2);
+    assert_eq!(ns.create_file("/f", &spec(70_000), &live(2), 0).unwrap_err().errno(), EINVAL);
     assert_eq!(
         ns.create_file("/f", &spec(3), &live(2), 0),
         Err(NamespaceError::NotEnoughTargets { wanted: 3, live: 2 })
     );
-    assert!(ns.readdir("/").unwrap().is_empty(), "failed calls change nothing");
+    let names: Vec<String> = ns.readdir("/").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["zero".to_string()], "failed calls change nothing");
 }
 
 #[test]
@@ -101,7 +105,7 @@ fn create_file_places_round_robin_and_respects_exclusive() {
     let record = first.file.clone().unwrap();
     assert_eq!(record.id, FileId(first.id));
     assert_eq!(record.targets, vec![TargetId(10), TargetId(20)]);
-    assert_eq!(record.layout, Layout::Explicit);
+    assert_eq!(record.layout, flotilla_namespace::DEFAULT_LAYOUT, "no layout named or inherited");
     assert_eq!(first.attrs.nlink, 1);
 
     let again = CreateFile { exclusive: false, ..spec(3) };
@@ -139,7 +143,7 @@ fn named_targets_are_checked() {
 #[test]
 fn default_layout_is_used_and_inherited() {
     let (_dir, _path, ns) = fresh();
-    let stripe = Layout::Stripe { unit_bytes: 1 << 20 };
+    let stripe = Layout::Stripe { unit_bytes: 1 << 20, count: 0 };
     ns.mkdir("/s", OWNER, 0).unwrap();
     ns.set_default_layout("/s", Some(stripe), 1).unwrap();
     ns.mkdir("/s/t", OWNER, 2).unwrap();
@@ -149,7 +153,7 @@ fn default_layout_is_used_and_inherited() {
     let explicit = CreateFile { layout: Some(Layout::Explicit), ..spec(1) };
     let file = ns.create_file("/s/g", &explicit, &live(1), 4).unwrap();
     assert_eq!(file.file.unwrap().layout, Layout::Explicit);
-    let zero = Some(Layout::Stripe { unit_bytes: 0 });
+    let zero = Some(Layout::Stripe { unit_bytes: 0, count: 0 });
     assert_eq!(ns.set_default_layout("/s", zero, 5).unwrap_err().errno(), EINVAL);
 }
 
@@ -371,4 +375,33 @@ fn an_unknown_schema_version_is_refused() {
         Namespace::open(&path).unwrap_err(),
         NamespaceError::UnsupportedFormat { found: 2, supported: 1 }
     );
+}
+
+#[test]
+fn grow_size_never_shrinks_and_layout_changes_only_when_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = flotilla_namespace::Namespace::open(&dir.path().join("ns.redb")).unwrap();
+    let live = [flotilla_namespace::TargetUsage {
+        target: flotilla_types::TargetId(5),
+        used_bytes: 1,
+        free_bytes: 100,
+    }];
+    let spec = flotilla_namespace::CreateFile {
+        owner: flotilla_namespace::Owner { mode: 0o644, uid: 0, gid: 0 },
+        subfile_count: 1,
+        targets: None,
+        layout: None,
+        exclusive: true,
+    };
+    let file = ns.create_file("/f", &spec, &live, 10).unwrap();
+    let hash = Layout::Hash { block_bytes: 4096, sequentiality: 2, count: 0 };
+    assert_eq!(ns.set_file_layout(file.id, hash, 11).unwrap().file.unwrap().layout, hash);
+    assert_eq!(ns.grow_size(file.id, 500, 12, 12).unwrap().size_bytes, 500);
+    assert_eq!(
+        ns.grow_size(file.id, 100, 13, 13).unwrap().size_bytes,
+        500,
+        "a smaller size must not shrink the file"
+    );
+    assert!(ns.set_file_layout(file.id, Layout::Explicit, 14).is_err(), "a file with data keeps its layout");
+    assert_eq!(ns.get(file.id).unwrap().file.unwrap().layout, hash);
 }

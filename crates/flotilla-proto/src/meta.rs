@@ -141,6 +141,21 @@ pub enum MetaRequest {
         targets: Vec<TargetReport>,
         deleted: Vec<DeleteOrder>,
     },
+    /// An entry by id (inode number).
+    GetById {
+        id: u64,
+    },
+    /// Raises a file's size to at least `size_bytes` and sets its mtime (on close or fsync).
+    GrowSize {
+        id: u64,
+        size_bytes: u64,
+        mtime_ns: i64,
+    },
+    /// Sets a directory's default layout (`None` clears it) or an empty file's layout.
+    SetLayout {
+        path: String,
+        layout: Option<Layout>,
+    },
 }
 
 /// A reply from the metadata service.

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::layout::Layout;
+
 /// Nanoseconds since the Unix epoch.
 pub type TimeNs = i64;
 
@@ -11,17 +13,6 @@ pub enum FileKind {
     Directory,
     File,
     Symlink,
-}
-
-/// How a file's linear byte sequence maps onto its subfiles.
-///
-/// The core model is `Explicit` (programs address subfiles and forks themselves); `Stripe`
-/// is what `flotilla put` uses: round robin in units of `unit_bytes` over every subfile,
-/// each unit going to the subfile's `data` fork.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Layout {
-    Explicit,
-    Stripe { unit_bytes: u64 },
 }
 
 /// Attributes kept by the metadata service for every entry.

@@ -1,0 +1,121 @@
+//! One fork of one subfile: the unit every structured read and write addresses.
+
+use crate::client::Client;
+use crate::core::{unexpected, Core};
+use crate::error::ClientError;
+use crate::handle::Handle;
+use crate::transfer::{read_shape, write_shape};
+use flotilla_proto::{ForkRef, IoReply, IoRequest};
+use flotilla_request::Shape;
+use std::sync::Arc;
+
+/// One fork of one subfile: the unit every read and write addresses.
+#[derive(Clone)]
+pub struct Fork {
+    pub(crate) client: Client,
+    pub(crate) fork: ForkRef,
+    pub(crate) server: String,
+}
+
+impl Fork {
+    pub fn fork_ref(&self) -> &ForkRef {
+        &self.fork
+    }
+
+    /// Address of the I/O server holding this fork.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Reads the shape's pieces into `buffer` (each piece at its memory offset).
+    pub fn read(&self, shape: &Shape, buffer: &mut [u8]) -> Result<u64, ClientError> {
+        self.client.block_on(read_shape(&self.client.core, &self.server, &self.fork, shape, buffer))
+    }
+
+    /// Writes the shape's pieces from `buffer` (each piece from its memory offset).
+    pub fn write(&self, shape: &Shape, buffer: &[u8]) -> Result<u64, ClientError> {
+        self.client.block_on(write_shape(&self.client.core, &self.server, &self.fork, shape, buffer))
+    }
+
+    /// Non-blocking read: the handle gives back `buffer`, filled.
+    pub fn read_nb(&self, shape: Shape, mut buffer: Vec<u8>) -> Handle<Vec<u8>> {
+        let (core, server, fork) = self.parts();
+        self.client.spawn(async move {
+            read_shape(&core, &server, &fork, &shape, &mut buffer).await?;
+            Ok(buffer)
+        })
+    }
+
+    /// Non-blocking write: the handle gives the number of bytes written.
+    pub fn write_nb(&self, shape: Shape, buffer: Vec<u8>) -> Handle<u64> {
+        let (core, server, fork) = self.parts();
+        self.client.spawn(async move { write_shape(&core, &server, &fork, &shape, &buffer).await })
+    }
+
+    fn parts(&self) -> (Arc<Core>, String, ForkRef) {
+        (self.client.core.clone(), self.server.clone(), self.fork.clone())
+    }
+
+    pub(crate) fn simple(&self, request: IoRequest, what: &'static str) -> Result<IoReply, ClientError> {
+        self.client.block_on(simple_call(self.client.core.clone(), self.server.clone(), request, what))
+    }
+
+    fn simple_nb(&self, request: IoRequest, what: &'static str) -> Handle<IoReply> {
+        self.client.spawn(simple_call(self.client.core.clone(), self.server.clone(), request, what))
+    }
+
+    /// The fork's size in bytes.
+    pub fn size(&self) -> Result<u64, ClientError> {
+        match self.simple(IoRequest::ForkSize { fork: self.fork.clone() }, "fork size")? {
+            IoReply::Size { bytes } => Ok(bytes),
+            other => Err(unexpected("fork size", &other)),
+        }
+    }
+
+    /// Preallocates the fork to at least `size_bytes` (Galley's `gfs_extend`).
+    pub fn extend(&self, size_bytes: u64) -> Result<(), ClientError> {
+        self.simple(IoRequest::Extend { fork: self.fork.clone(), size_bytes }, "extend").map(|_| ())
+    }
+
+    pub fn truncate(&self, size_bytes: u64) -> Result<(), ClientError> {
+        self.simple(IoRequest::Truncate { fork: self.fork.clone(), size_bytes }, "truncate").map(|_| ())
+    }
+
+    /// Writes the fork's dirty blocks to disk and syncs it.
+    pub fn sync(&self) -> Result<(), ClientError> {
+        self.simple(IoRequest::Sync { fork: self.fork.clone() }, "sync").map(|_| ())
+    }
+
+    /// Non-blocking `sync`.
+    pub fn sync_nb(&self) -> Handle<IoReply> {
+        self.simple_nb(IoRequest::Sync { fork: self.fork.clone() }, "sync")
+    }
+
+    /// Non-blocking `extend`.
+    pub fn extend_nb(&self, size_bytes: u64) -> Handle<IoReply> {
+        self.simple_nb(IoRequest::Extend { fork: self.fork.clone(), size_bytes }, "extend")
+    }
+
+    /// Non-blocking `truncate`.
+    pub fn truncate_nb(&self, size_bytes: u64) -> Handle<IoReply> {
+        self.simple_nb(IoRequest::Truncate { fork: self.fork.clone(), size_bytes }, "truncate")
+    }
+}
+
+async fn simple_call(
+    core: Arc<Core>,
+    server: String,
+    request: IoRequest,
+    what: &'static str,
+) -> Result<IoReply, ClientError> {
+    match core.io_simple(&server, request).await? {
+        reply @ (IoReply::Done { .. } | IoReply::Size { .. } | IoReply::Forks(_)) => Ok(reply),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+impl std::fmt::Debug for Fork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fork").field("fork", &self.fork).field("server", &self.server).finish()
+    }
+}
