@@ -155,3 +155,32 @@ fn removed_files_are_deleted_from_the_targets() {
     }
     assert_eq!(client.stat("/doomed").err().unwrap().errno(), 2);
 }
+
+#[test]
+fn namespace_calls_have_nonblocking_forms() {
+    let cluster = Cluster::start(2);
+    let client = cluster.client();
+    // Phase 1: several calls in flight at once.
+    let dirs: Vec<_> = (0..8).map(|i| client.mkdir_nb(&format!("/d{i}"), 0o755)).collect();
+    for handle in dirs {
+        handle.wait().unwrap();
+    }
+    let created = client.create_nb("/d0/f", &CreateOptions { subfiles: 2, ..CreateOptions::default() });
+    let file = created.wait().unwrap();
+    assert_eq!(file.subfile_count(), 2);
+    // Phase 2: lookups, listing, status, rename and removal, each through a handle.
+    let mut listing = client.readdir_nb("/");
+    let stat = client.stat_nb("/d0/f");
+    let status = client.status_nb();
+    while !listing.test() {
+        std::thread::yield_now();
+    }
+    assert_eq!(listing.wait().unwrap().len(), 8);
+    assert_eq!(stat.wait().unwrap().id, file.id());
+    assert_eq!(status.wait().unwrap().len(), 2);
+    client.rename_nb("/d0/f", "/d1/g").wait().unwrap();
+    assert_eq!(client.open_nb("/d1/g").wait().unwrap().id(), file.id());
+    client.remove_nb("/d1/g").wait().unwrap();
+    client.rmdir_nb("/d0").wait().unwrap();
+    assert_eq!(client.stat_nb("/d1/g").wait().expect_err("removed").errno(), 2);
+}

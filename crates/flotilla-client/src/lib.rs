@@ -16,6 +16,7 @@ mod error;
 mod file;
 mod fork;
 mod handle;
+mod nonblocking;
 mod transfer;
 
 pub use client::{Client, ClientConfig, CreateOptions};
