@@ -50,7 +50,10 @@ impl Server {
             connection_queue_max: config.connection_queue_max.max(1),
             reply_queue_max: config.reply_queue_max.max(1),
         });
-        let workers = (0..config.workers.max(1)).map(|i| start_worker(i, shared.clone())).collect();
+        let workers = (0..config.workers.max(1))
+            .map(|i| start_worker(i, shared.clone()))
+            .collect::<std::io::Result<Vec<_>>>()
+            .context("start worker threads")?;
         Ok(Server { config, listener, local_addr, advertise, shared, workers })
     }
 
@@ -125,11 +128,8 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, connections_m
     }
 }
 
-fn start_worker(index: usize, shared: Arc<Shared>) -> std::thread::JoinHandle<()> {
-    std::thread::Builder::new()
-        .name(format!("flotilla-worker-{index}"))
-        .spawn(move || work(shared))
-        .unwrap_or_else(|error| panic!("cannot start worker thread {index}: {error}"))
+fn start_worker(index: usize, shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name(format!("flotilla-worker-{index}")).spawn(move || work(shared))
 }
 
 fn work(shared: Arc<Shared>) {
