@@ -1,7 +1,7 @@
 //! Executing one metadata request against the namespace and the membership.
 
 use crate::membership::Membership;
-use flotilla_namespace::{CreateFile, Entry, Namespace, NamespaceError, Owner, SetAttr};
+use flotilla_namespace::{CreateFile, Entry, Namespace, NamespaceError, Owner};
 use flotilla_proto::{
     DeleteOrder, DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, SubfilePlace, TargetReport,
     WireError,
@@ -57,14 +57,6 @@ impl State {
             MetaRequest::Rmdir { path } => done(ns.rmdir(&path, now))?,
             MetaRequest::Rename { from, to } => done(ns.rename(&from, &to, now).map(|_| ()))?,
             MetaRequest::SetAttr { id, change } => {
-                let change = SetAttr {
-                    mode: change.mode,
-                    uid: change.uid,
-                    gid: change.gid,
-                    size_bytes: change.size_bytes,
-                    atime_ns: change.atime_ns,
-                    mtime_ns: change.mtime_ns,
-                };
                 MetaReply::Attributes(ns.set_attr(id, &change, now).map_err(wire)?)
             }
             MetaRequest::Symlink { path, target, uid, gid } => {

@@ -1,6 +1,6 @@
 //! Arguments of the mutating calls that take more than a path.
 
-use flotilla_types::{Layout, TargetId, TimeNs};
+use flotilla_types::{Layout, TargetId};
 
 /// Largest permission value accepted for `mode` (`rwx` for all plus setuid, setgid, sticky).
 pub const MODE_MAX: u32 = 0o7777;
@@ -22,20 +22,12 @@ pub struct CreateFile {
     pub subfile_count: u32,
     /// Targets the program chose (index = subfile index); `None` lets the namespace place.
     pub targets: Option<Vec<TargetId>>,
-    /// `None` takes the parent directory's default layout, else `Layout::Explicit`.
+    /// `None` takes the parent directory's default layout, else `DEFAULT_LAYOUT`.
     pub layout: Option<Layout>,
     /// When false and a file already exists at the path, that file is returned unchanged.
     pub exclusive: bool,
 }
 
-/// Attribute changes; `None` leaves a field alone. Any change sets `ctime` to now.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SetAttr {
-    pub mode: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    /// Files only.
-    pub size_bytes: Option<u64>,
-    pub atime_ns: Option<TimeNs>,
-    pub mtime_ns: Option<TimeNs>,
-}
+/// Attribute changes; `None` leaves a field alone. Any change sets `ctime` to now. The same
+/// type travels on the wire, so the metadata service passes it through unchanged.
+pub use flotilla_types::SetAttr;
