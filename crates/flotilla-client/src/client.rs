@@ -106,7 +106,7 @@ impl Client {
         Handle::new(receiver)
     }
 
-    fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+    pub(crate) fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
         self.block_on(self.core.meta_call(request))
     }
 
@@ -218,7 +218,8 @@ impl Client {
 
     /// Creates a file with `options.subfiles` subfiles, each with a `data` fork.
     pub fn create(&self, path: &str, options: &CreateOptions) -> Result<File, ClientError> {
-        self.block_on(create_file(self.core.clone(), path.to_string(), options.clone()))
+        let owner = (current_uid(), current_gid());
+        self.block_on(create_file(self.core.clone(), path.to_string(), options.clone(), owner))
             .map(|entry| File::new(self.clone(), path.to_string(), entry))
     }
 
@@ -226,7 +227,8 @@ impl Client {
     pub fn create_nb(&self, path: &str, options: &CreateOptions) -> Handle<File> {
         let client = self.clone();
         let path = path.to_string();
-        let future = create_file(self.core.clone(), path.clone(), options.clone());
+        let owner = (current_uid(), current_gid());
+        let future = create_file(self.core.clone(), path.clone(), options.clone(), owner);
         self.spawn(async move { future.await.map(|entry| File::new(client, path, entry)) })
     }
 
@@ -240,15 +242,17 @@ impl Client {
     }
 }
 
-async fn create_file(
+/// Creates the file's entry, owned by `owner` (uid, gid), then its subfiles.
+pub(crate) async fn create_file(
     core: Arc<Core>,
     path: String,
     options: CreateOptions,
+    owner: (u32, u32),
 ) -> Result<EntryInfo, ClientError> {
     let spec = CreateSpec {
         mode: options.mode,
-        uid: current_uid(),
-        gid: current_gid(),
+        uid: owner.0,
+        gid: owner.1,
         subfiles: options.subfiles,
         targets: options.targets,
         layout: options.layout,

@@ -16,9 +16,9 @@ use std::sync::Arc;
 /// An open file: its entry (id, attributes, layout, where each subfile lives).
 #[derive(Clone)]
 pub struct File {
-    client: Client,
+    pub(crate) client: Client,
     path: String,
-    entry: Arc<EntryInfo>,
+    pub(crate) entry: Arc<EntryInfo>,
 }
 
 impl File {
@@ -221,7 +221,7 @@ fn split_by_subfile(entry: &EntryInfo, shape: &Shape) -> Result<Vec<Vec<Piece>>,
     outcome.map(|()| lists)
 }
 
-async fn write_linear(
+pub(crate) async fn write_linear(
     core: &Arc<Core>,
     entry: &EntryInfo,
     shape: &Shape,
@@ -242,7 +242,7 @@ async fn write_linear(
     Ok(summary.total_bytes)
 }
 
-async fn read_linear(
+pub(crate) async fn read_linear(
     core: &Arc<Core>,
     entry: &EntryInfo,
     shape: &Shape,

@@ -10,6 +10,7 @@
 //! Every data call has a blocking form and a non-blocking form that returns a [`Handle`]
 //! with `test` and `wait`. The blocking calls must not be made from inside an async runtime.
 
+mod array;
 mod client;
 mod core;
 mod error;
@@ -17,18 +18,25 @@ mod file;
 mod fork;
 mod handle;
 mod nonblocking;
+mod posix;
+mod raw;
 mod transfer;
 
+pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
 pub use client::{Client, ClientConfig, CreateOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File};
-pub use flotilla_proto::{DirEntryInfo, EntryInfo, ForkInfo, TargetState, TargetStatus};
+pub use flotilla_proto::{
+    DirEntryInfo, EntryInfo, ErrorCode, ForkInfo, TargetState, TargetStatus, WireError,
+};
 pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
 pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, SetAttr, SubfileIndex, TargetId,
 };
 pub use fork::Fork;
 pub use handle::Handle;
+pub use posix::Owner;
+pub use raw::RawBuffer;
 
 /// The environment variable naming the metadata service's address.
 pub const META_ENV: &str = "FLOTILLA_META";

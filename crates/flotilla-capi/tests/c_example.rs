@@ -1,0 +1,124 @@
+//! Compiles `examples/strided.c` with gcc against the shared library and runs it against a
+//! real cluster (a metadata service and two I/O servers in this process, on loopback).
+
+use flotilla_meta::{MetaConfig, MetaService};
+use flotilla_server::{Server, ServerConfig};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A cluster on a runtime of its own; stopped when dropped.
+struct Cluster {
+    meta: String,
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: tokio::sync::watch::Sender<bool>,
+    _data: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start(servers: usize) -> Cluster {
+        let data = tempfile::tempdir().expect("temporary folder");
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let meta = runtime.block_on(async {
+            let config = MetaConfig {
+                data: data.path().join("meta"),
+                listen: "127.0.0.1:0".to_string(),
+                heartbeat_ms: 200,
+                ..MetaConfig::default()
+            };
+            let service = MetaService::bind(config).await.expect("bind meta");
+            let meta = service.local_addr().to_string();
+            tokio::spawn(service.serve(until(stopped.clone())));
+            for index in 0..servers {
+                let target = data.path().join(format!("target-{index}"));
+                std::fs::create_dir_all(&target).expect("target directory");
+                let config = ServerConfig {
+                    meta: meta.clone(),
+                    listen: "127.0.0.1:0".to_string(),
+                    targets: vec![target],
+                    heartbeat_ms: 200,
+                    ..ServerConfig::default()
+                };
+                let server = Server::bind(config).await.expect("bind server");
+                tokio::spawn(server.serve(until(stopped.clone())));
+            }
+            meta
+        });
+        let cluster = Cluster { meta, runtime: Some(runtime), stop, _data: data };
+        cluster.wait_up(servers);
+        cluster
+    }
+
+    fn wait_up(&self, servers: usize) {
+        let client = flotilla_client::Client::connect(&self.meta).expect("client");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let up = client.status().map(|targets| targets.len()).unwrap_or(0);
+            if up >= servers {
+                return;
+            }
+            assert!(Instant::now() < deadline, "servers did not register");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        }
+    }
+}
+
+async fn until(mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+/// The folder holding libflotilla_c.so for this build (target/<profile>).
+fn library_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let deps = exe.parent().expect("deps folder");
+    let profile = deps.parent().expect("profile folder");
+    for dir in [profile, deps] {
+        if dir.join("libflotilla_c.so").exists() {
+            return dir.to_path_buf();
+        }
+    }
+    panic!("libflotilla_c.so not found next to {}", exe.display());
+}
+
+fn compile(crate_dir: &Path, out: &Path) {
+    let lib = library_dir();
+    let status = Command::new("gcc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg("-I")
+        .arg(crate_dir.join("include"))
+        .arg(crate_dir.join("examples").join("strided.c"))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lflotilla_c")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(out)
+        .status()
+        .expect("run gcc (is it installed?)");
+    assert!(status.success(), "gcc failed to build the C example");
+}
+
+#[test]
+fn c_example_runs_against_a_live_cluster() {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let build = tempfile::tempdir().expect("build folder");
+    let program = build.path().join("strided");
+    compile(crate_dir, &program);
+    let cluster = Cluster::start(2);
+    let output =
+        Command::new(&program).env("FLOTILLA_META", &cluster.meta).output().expect("run the C example");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "C example failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+}

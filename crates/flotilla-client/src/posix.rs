@@ -1,0 +1,79 @@
+//! Calls a POSIX front end (the FUSE mount) needs beyond the path-based API: acting on
+//! behalf of another user (the caller of a system call, not this process) and opening a
+//! file by inode number, which is how the kernel names it.
+
+use crate::client::{create_file, Client, CreateOptions};
+use crate::core::unexpected;
+use crate::error::ClientError;
+use crate::file::File;
+use flotilla_proto::{EntryInfo, MetaReply, MetaRequest};
+use flotilla_types::{Attributes, FileKind};
+
+/// The user and group a new entry belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Client {
+    /// Opens the file with inode number `id` (the path is only kept for messages).
+    pub fn open_id(&self, id: u64) -> Result<File, ClientError> {
+        let entry = self.stat_id(id)?;
+        if entry.attrs.kind != FileKind::File {
+            return Err(ClientError::NotAFile { path: format!("inode {id:016x}") });
+        }
+        Ok(File::new(self.clone(), format!("inode {id:016x}"), entry))
+    }
+
+    /// Raises `attrs` of entry `id` by this client's writes not yet published (what `stat`
+    /// and `stat_id` do to the attributes they return).
+    pub fn overlay(&self, id: u64, attrs: &mut Attributes) {
+        self.core.overlay(id, attrs);
+    }
+
+    /// Publishes this client's unpublished size and mtime of file `id`, as `File::flush`
+    /// does for an open file (so that an explicit mtime set next is not raised by them later).
+    pub fn flush_id(&self, id: u64) -> Result<(), ClientError> {
+        let Some(pending) = self.core.take_pending(id) else { return Ok(()) };
+        let request = MetaRequest::GrowSize { id, size_bytes: pending.size_bytes, mtime_ns: pending.mtime_ns };
+        match self.meta(request) {
+            Ok(MetaReply::Attributes(_)) => Ok(()),
+            Ok(other) => Err(unexpected("grow size", &other)),
+            Err(error) => {
+                self.core.note_write(id, pending.size_bytes, pending.mtime_ns);
+                Err(error)
+            }
+        }
+    }
+
+    /// `create`, with the new file owned by `owner`.
+    pub fn create_as(&self, path: &str, options: &CreateOptions, owner: Owner) -> Result<File, ClientError> {
+        let future = create_file(self.core.clone(), path.to_string(), options.clone(), (owner.uid, owner.gid));
+        self.block_on(future).map(|entry| File::new(self.clone(), path.to_string(), entry))
+    }
+
+    /// `mkdir`, with the new directory owned by `owner`.
+    pub fn mkdir_as(&self, path: &str, mode: u32, owner: Owner) -> Result<EntryInfo, ClientError> {
+        let request = MetaRequest::Mkdir { path: path.to_string(), mode, uid: owner.uid, gid: owner.gid };
+        expect_entry(self.meta(request)?, "mkdir")
+    }
+
+    /// `symlink`, with the new link owned by `owner`.
+    pub fn symlink_as(&self, path: &str, target: &str, owner: Owner) -> Result<EntryInfo, ClientError> {
+        let request = MetaRequest::Symlink {
+            path: path.to_string(),
+            target: target.to_string(),
+            uid: owner.uid,
+            gid: owner.gid,
+        };
+        expect_entry(self.meta(request)?, "symlink")
+    }
+}
+
+fn expect_entry(reply: MetaReply, what: &'static str) -> Result<EntryInfo, ClientError> {
+    match reply {
+        MetaReply::Entry(entry) => Ok(entry),
+        other => Err(unexpected(what, &other)),
+    }
+}
