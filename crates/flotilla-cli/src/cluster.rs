@@ -25,6 +25,13 @@ pub struct LocalArgs {
     /// Buffer cache of each I/O server, in bytes.
     #[arg(long)]
     cache_bytes: Option<u64>,
+    /// Kind of every server's target: dir, or sim:MODEL for a simulated 1990s disk
+    /// (hp97560, st31200n; data still kept in the folder).
+    #[arg(long)]
+    target_kind: Option<String>,
+    /// Also mount the cluster (POSIX, through FUSE) on this directory; unmounted on shutdown.
+    #[arg(long)]
+    mount: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -120,25 +127,54 @@ pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
     local.servers = args.servers.unwrap_or(local.servers);
     local.data = args.data.unwrap_or(local.data);
     local.listen = args.listen.unwrap_or(local.listen);
+    local.target_kind = args.target_kind.unwrap_or(local.target_kind);
     anyhow::ensure!(local.servers >= 1, "--servers must be at least 1");
     let mut server_config = file.server.clone();
     server_config.cache_capacity_bytes = args.cache_bytes.unwrap_or(server_config.cache_capacity_bytes);
     let meta_config =
         MetaConfig { data: local.data.join("meta"), listen: local.listen.clone(), ..file.meta.clone() };
-    runtime()?.block_on(run_local(local.servers, local.data, meta_config, server_config))
+    let target_kind = local.target_kind.clone();
+    runtime()?.block_on(run_local(
+        local.servers,
+        local.data,
+        target_kind,
+        meta_config,
+        server_config,
+        args.mount,
+    ))
 }
 
 /// Runs an embedded cluster until a signal; prints `meta=HOST:PORT` once it serves.
 async fn run_local(
     servers: usize,
     data: PathBuf,
+    target_kind: String,
     meta_config: MetaConfig,
     server_template: ServerConfig,
+    mount: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
-    let cluster = LocalCluster::start(servers, &data, meta_config, server_template, stopped).await?;
+    let cluster =
+        LocalCluster::start_with_kind(servers, &data, &target_kind, meta_config, server_template, stopped)
+            .await?;
     announce(format!("meta={}", cluster.meta_addr));
+    let mounted = match mount {
+        // The mount's client blocks on its own runtime: start and stop it off this one.
+        Some(dir) => {
+            let meta = cluster.meta_addr.clone();
+            let config = flotilla_fuse::MountConfig::default();
+            let mounting = move || crate::mount::mount_at(&meta, &dir, &config);
+            Some(tokio::task::spawn_blocking(mounting).await.context("join the mount task")??)
+        }
+        None => None,
+    };
     shutdown_signal().await;
+    if let Some(mounted) = mounted {
+        let unmounted = tokio::task::spawn_blocking(move || mounted.unmount()).await;
+        if let Err(error) = unmounted.context("join the unmount task").and_then(|r| Ok(r?)) {
+            tracing::error!("unmount failed: {error:#}");
+        }
+    }
     let _ = stop.send(true);
     cluster.join().await
 }
@@ -150,10 +186,12 @@ pub struct LocalCluster {
 }
 
 impl LocalCluster {
-    /// Starts everything and waits until every server's target is up.
-    pub async fn start(
+    /// Starts everything, every target of kind `target_kind` (`dir` or `sim:MODEL`), and
+    /// waits until every server's target is up.
+    pub async fn start_with_kind(
         servers: usize,
         data: &std::path::Path,
+        target_kind: &str,
         meta_config: MetaConfig,
         server_template: ServerConfig,
         stopped: watch::Receiver<bool>,
@@ -168,7 +206,7 @@ impl LocalCluster {
             let config = ServerConfig {
                 meta: meta_addr.clone(),
                 listen: "127.0.0.1:0".to_string(),
-                targets: vec![dir],
+                targets: vec![target_spec(target_kind, &dir)],
                 ..server_template.clone()
             };
             let server = Server::bind(config).await.with_context(|| format!("start I/O server {index}"))?;
@@ -184,6 +222,14 @@ impl LocalCluster {
             task.await.context("join a service task")??;
         }
         Ok(())
+    }
+}
+
+/// The target spec of a directory for a kind: `DIR` for `dir`, `KIND:DIR` otherwise.
+fn target_spec(kind: &str, dir: &std::path::Path) -> PathBuf {
+    match kind {
+        "dir" => dir.to_path_buf(),
+        kind => PathBuf::from(format!("{kind}:{}", dir.display())),
     }
 }
 

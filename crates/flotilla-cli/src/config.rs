@@ -14,6 +14,8 @@ pub struct LocalConfig {
     pub servers: usize,
     pub data: std::path::PathBuf,
     pub listen: String,
+    /// Kind of every server's target: `dir` or `sim:MODEL`.
+    pub target_kind: String,
 }
 
 impl Default for LocalConfig {
@@ -22,6 +24,7 @@ impl Default for LocalConfig {
             servers: 4,
             data: "flotilla-data".into(),
             listen: flotilla_meta::config::DEFAULT_META_ADDR.to_string(),
+            target_kind: "dir".to_string(),
         }
     }
 }

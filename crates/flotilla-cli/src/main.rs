@@ -5,6 +5,7 @@ mod bench;
 mod cluster;
 mod config;
 mod files;
+mod mount;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -47,6 +48,10 @@ enum Command {
     /// Lists, creates or removes forks.
     #[command(subcommand)]
     Fork(files::ForkCommand),
+    /// Mounts the file system (POSIX, through FUSE) and serves it until Ctrl-C or SIGTERM.
+    Mount(mount::MountArgs),
+    /// Unmounts a mount (also after the mount process was killed).
+    Umount(mount::UmountArgs),
     /// Runs a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -82,6 +87,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get(args) => files::get(args),
         Command::Fork(command) => files::fork(command),
         Command::Layout(command) => files::layout(command),
+        Command::Mount(args) => mount::mount(args),
+        Command::Umount(args) => mount::umount(args),
         Command::Bench(command) => bench::run(command),
         Command::BenchWorker(args) => bench::worker(args),
     }

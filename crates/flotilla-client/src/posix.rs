@@ -36,7 +36,8 @@ impl Client {
     /// does for an open file (so that an explicit mtime set next is not raised by them later).
     pub fn flush_id(&self, id: u64) -> Result<(), ClientError> {
         let Some(pending) = self.core.take_pending(id) else { return Ok(()) };
-        let request = MetaRequest::GrowSize { id, size_bytes: pending.size_bytes, mtime_ns: pending.mtime_ns };
+        let request =
+            MetaRequest::GrowSize { id, size_bytes: pending.size_bytes, mtime_ns: pending.mtime_ns };
         match self.meta(request) {
             Ok(MetaReply::Attributes(_)) => Ok(()),
             Ok(other) => Err(unexpected("grow size", &other)),
@@ -47,9 +48,20 @@ impl Client {
         }
     }
 
+    /// Raises file `id`'s size to at least `size_bytes` (never lowers it) and sets its mtime
+    /// to now: what `fallocate` does to the size, safe when several clients do it at once.
+    pub fn grow_size(&self, id: u64, size_bytes: u64) -> Result<Attributes, ClientError> {
+        let request = MetaRequest::GrowSize { id, size_bytes, mtime_ns: crate::file::now_ns() };
+        match self.meta(request)? {
+            MetaReply::Attributes(attrs) => Ok(attrs),
+            other => Err(unexpected("grow size", &other)),
+        }
+    }
+
     /// `create`, with the new file owned by `owner`.
     pub fn create_as(&self, path: &str, options: &CreateOptions, owner: Owner) -> Result<File, ClientError> {
-        let future = create_file(self.core.clone(), path.to_string(), options.clone(), (owner.uid, owner.gid));
+        let future =
+            create_file(self.core.clone(), path.to_string(), options.clone(), (owner.uid, owner.gid));
         self.block_on(future).map(|entry| File::new(self.clone(), path.to_string(), entry))
     }
 

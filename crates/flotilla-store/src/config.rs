@@ -13,7 +13,8 @@ pub const CACHE_BLOCKS_MIN: u64 = 4;
 /// How to open a store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreConfig {
-    /// Target directories (kind `dir`), each of which must exist.
+    /// Target specs, each naming a directory that must exist: `DIR` or `dir:DIR` (kind
+    /// `dir`), or `sim:MODEL:DIR` (kind `sim`: `hp97560` or `st31200n`, see `SimModel`).
     pub targets: Vec<PathBuf>,
     /// Write the target id file into a target directory that has none yet.
     pub init: bool,

@@ -13,7 +13,8 @@
 //! - `disk_manager` — a thread per target serving `disk_queue` in C-SCAN order, coalescing
 //!   adjacent blocks into one vectored system call.
 //! - `target` / [`ForkBackend`] — the on-disk layout and raw block I/O; the `dir` kind is
-//!   [`FileFork`]. Formats are described in `docs/target-format.md`.
+//!   [`FileFork`], the `sim` kind [`SimFork`] (a `FileFork` timed as a 1990s disk:
+//!   `sim_model`, `sim_disk`, `sim_target`). Formats are described in `docs/target-format.md`.
 //!
 //! Limits: cache memory (`cache_capacity_bytes`), disk queue (`disk_queue_max`), coalesced
 //! transfer (`disk_run_bytes_max`), open files (`fd_cache_max`), fork size
@@ -34,6 +35,10 @@ mod fork_ref;
 mod fork_table;
 mod lru_list;
 mod request;
+mod sim_disk;
+mod sim_fork;
+mod sim_model;
+mod sim_target;
 mod slot_pool;
 mod stats;
 mod store;
@@ -51,6 +56,10 @@ pub use error::StoreError;
 pub use extent::Extent;
 pub use file_fork::FileFork;
 pub use fork_ref::ForkRef;
+pub use sim_disk::SimDisk;
+pub use sim_fork::SimFork;
+pub use sim_model::{PublishedFigures, SimModel, SimModelError, SIM_SECTOR_BYTES};
+pub use sim_target::{TargetKind, TargetSpec, SIM_REGIONS_MAX, SIM_REGION_BYTES_MIN};
 pub use stats::StoreStats;
 pub use store::Store;
 pub use target::{Target, TargetUsage, DEFAULT_FORK_NAME, SUBFILES_DIR_NAME};

@@ -18,6 +18,7 @@ use crate::fd_cache::FdCache;
 use crate::fork::{Fork, ForkContext};
 use crate::fork_ref::ForkRef;
 use crate::request::{self, RequestEngine};
+use crate::sim_target::TargetSpec;
 use crate::slot_pool::SlotPool;
 use crate::stats::{bump, Counters, StoreStats};
 use crate::target::{Target, TargetUsage};
@@ -42,7 +43,8 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens every target and starts one disk scheduler thread per target.
+    /// Opens every target (each a spec: `DIR`, `dir:DIR` or `sim:MODEL:DIR`) and starts one
+    /// disk scheduler thread per target.
     pub fn open(config: StoreConfig) -> Result<Store, StoreError> {
         config.validate()?;
         let counters = Arc::new(Counters::default());
@@ -56,7 +58,7 @@ impl Store {
         };
         let mut targets: Vec<TargetRuntime> = Vec::with_capacity(config.targets.len());
         for dir in &config.targets {
-            let target = Target::open(dir, config.init)?;
+            let target = Target::open_spec(&TargetSpec::parse(dir)?, config.init)?;
             if let Some(other) = targets.iter().find(|other| other.target().id() == target.id()) {
                 return Err(StoreError::DuplicateTarget {
                     target: target.id(),

@@ -1,4 +1,5 @@
-//! A storage target of kind `dir`: its identity and its on-disk layout.
+//! A storage target of kind `dir` or `sim`: its identity and its on-disk layout (both kinds
+//! keep forks as files; `sim` times their I/O as a simulated disk, see `sim_target`).
 //!
 //! Layout (see `docs/target-format.md`):
 //! - `<dir>/flotilla-target` — the id file (`target_id_file`).
@@ -12,6 +13,8 @@
 use crate::backend::ForkBackend;
 use crate::error::StoreError;
 use crate::file_fork::FileFork;
+use crate::sim_fork::SimFork;
+use crate::sim_target::{SimTarget, TargetKind, TargetSpec};
 use crate::target_id_file;
 use flotilla_types::{FileId, SubfileIndex, TargetId};
 use std::fs;
@@ -37,11 +40,19 @@ pub struct Target {
     id: TargetId,
     dir: PathBuf,
     subfiles_dir: PathBuf,
+    kind: TargetKind,
+    sim: Option<Arc<SimTarget>>,
 }
 
 impl Target {
     /// Opens the target in `dir`, writing its id file first if there is none and `init`.
     pub fn open(dir: &Path, init: bool) -> Result<Target, StoreError> {
+        Target::open_spec(&TargetSpec { kind: TargetKind::Dir, dir: dir.to_path_buf() }, init)
+    }
+
+    /// Opens the target a spec names (`DIR`, `dir:DIR` or `sim:MODEL:DIR`).
+    pub fn open_spec(spec: &TargetSpec, init: bool) -> Result<Target, StoreError> {
+        let dir = spec.dir.as_path();
         if !dir.is_dir() {
             return Err(StoreError::TargetMissing { dir: dir.to_path_buf() });
         }
@@ -56,7 +67,15 @@ impl Target {
         };
         let subfiles_dir = dir.join(SUBFILES_DIR_NAME);
         create_dir_if_missing(&subfiles_dir, dir)?;
-        Ok(Target { id, dir: dir.to_path_buf(), subfiles_dir })
+        let sim = match &spec.kind {
+            TargetKind::Dir => None,
+            TargetKind::Sim(model) => Some(Arc::new(SimTarget::new(model.clone()))),
+        };
+        Ok(Target { id, dir: dir.to_path_buf(), subfiles_dir, kind: spec.kind.clone(), sim })
+    }
+
+    pub fn kind(&self) -> &TargetKind {
+        &self.kind
     }
 
     pub fn id(&self) -> TargetId {
@@ -188,8 +207,8 @@ impl Target {
         fork: &str,
     ) -> Result<Arc<dyn ForkBackend>, StoreError> {
         let path = self.fork_path(file, subfile, fork);
-        match FileFork::open(&path) {
-            Ok(backend) => Ok(Arc::new(backend)),
+        match self.open_backend(&path) {
+            Ok(backend) => Ok(backend),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Err(self.missing(file, subfile, fork)),
             Err(error) => Err(self.namespace_error("open fork", &path, error)),
         }
@@ -197,7 +216,14 @@ impl Target {
 
     /// Reopens a fork that was open before (its file handle was closed by the fd cache).
     pub(crate) fn reopen_fork(&self, path: &Path) -> io::Result<Arc<dyn ForkBackend>> {
-        Ok(Arc::new(FileFork::open(path)?))
+        self.open_backend(path)
+    }
+
+    fn open_backend(&self, path: &Path) -> io::Result<Arc<dyn ForkBackend>> {
+        Ok(match &self.sim {
+            None => Arc::new(FileFork::open(path)?),
+            Some(disk) => Arc::new(SimFork::open(path, disk.clone())?),
+        })
     }
 
     /// Space used and free on the target's file system.

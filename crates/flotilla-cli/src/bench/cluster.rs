@@ -1,0 +1,265 @@
+//! The cluster a benchmark runs on: an embedded one — a `flotilla meta` process and one
+//! `flotilla server` process per server, each with one target (`dir` or `sim:MODEL`) in a
+//! temporary folder — or an existing one named by `--meta`.
+//!
+//! Servers run as their own processes so that their peak resident memory (`VmHWM`) can be
+//! read, and so that they can be restarted between runs to start each run with an empty
+//! buffer cache (Galley §6.2), which the `sim` targets need to measure their disks.
+
+use anyhow::Context;
+use flotilla_client::{Client, TargetState};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Fast heartbeats, so restarted servers are seen quickly.
+const CONFIG: &str = "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\n\n[server]\nheartbeat_ms = 200\n";
+
+struct Process {
+    child: Child,
+    _stdout: BufReader<ChildStdout>,
+    addr: String,
+}
+
+impl Process {
+    /// Starts `flotilla ARGS` and waits for its `KEY=ADDR` line.
+    fn start(exe: &Path, args: &[String], key: &str) -> anyhow::Result<Process> {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("start flotilla {args:?}"))?;
+        let mut stdout = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut line = String::new();
+        stdout.read_line(&mut line).context("read the start line")?;
+        let Some(addr) = line.trim().strip_prefix(&format!("{key}=")).map(str::to_string) else {
+            let status = child.wait()?;
+            anyhow::bail!("flotilla {args:?} printed {line:?} and exited with {status}");
+        };
+        Ok(Process { child, _stdout: stdout, addr })
+    }
+
+    /// Peak resident memory so far, from /proc.
+    fn peak_rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kib| kib * 1024)
+    }
+
+    fn terminate(&self) {
+        // SAFETY: kill() with a pid we spawned and a valid signal number has no memory-safety
+        // preconditions.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+    }
+
+    /// Waits for the process to exit, killing it after `timeout`.
+    fn reap(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// How to build an embedded cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    pub servers: usize,
+    /// `dir` or `sim:MODEL[,OPTION=VALUE]`.
+    pub target_kind: String,
+    pub cache_bytes: u64,
+}
+
+/// An embedded cluster of processes.
+pub struct Embedded {
+    exe: PathBuf,
+    spec: ClusterSpec,
+    servers: Vec<Process>,
+    meta: Process,
+    peak_rss_bytes: u64,
+    /// Declared last: dropped after the processes are killed.
+    data: tempfile::TempDir,
+}
+
+impl Embedded {
+    pub fn start(spec: ClusterSpec) -> anyhow::Result<Embedded> {
+        anyhow::ensure!(spec.servers >= 1, "at least one server is needed");
+        check_kind(&spec.target_kind)?;
+        let exe = std::env::current_exe().context("find the flotilla executable")?;
+        let data = tempfile::Builder::new()
+            .prefix("flotilla-bench-")
+            .tempdir()
+            .context("make a temporary folder")?;
+        std::fs::write(data.path().join("flotilla.toml"), CONFIG)?;
+        let config = data.path().join("flotilla.toml").display().to_string();
+        let meta_dir = data.path().join("meta").display().to_string();
+        let args = ["--config", &config, "meta", "--data", &meta_dir, "--listen", "127.0.0.1:0"];
+        let meta = Process::start(&exe, &args.map(String::from), "meta")?;
+        let mut cluster = Embedded { exe, data, spec, meta, servers: Vec::new(), peak_rss_bytes: 0 };
+        for index in 0..cluster.spec.servers {
+            let process = cluster.start_server(index)?;
+            cluster.servers.push(process);
+        }
+        cluster.wait_up()?;
+        Ok(cluster)
+    }
+
+    pub fn meta_addr(&self) -> &str {
+        &self.meta.addr
+    }
+
+    /// The directory of server `index`'s target.
+    pub fn target_dir(&self, index: usize) -> PathBuf {
+        self.data.path().join(format!("server-{index}"))
+    }
+
+    fn start_server(&self, index: usize) -> anyhow::Result<Process> {
+        let dir = self.target_dir(index);
+        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let target = match self.spec.target_kind.as_str() {
+            "dir" => dir.display().to_string(),
+            kind => format!("{kind}:{}", dir.display()),
+        };
+        let config = self.data.path().join("flotilla.toml").display().to_string();
+        let args = [
+            "--config",
+            &config,
+            "server",
+            "--meta",
+            &self.meta.addr,
+            "--target",
+            &target,
+            "--listen",
+            "127.0.0.1:0",
+            "--cache-bytes",
+            &self.spec.cache_bytes.to_string(),
+        ];
+        Process::start(&self.exe, &args.map(String::from), "server")
+    }
+
+    /// Waits until every current server's target is registered and up.
+    fn wait_up(&self) -> anyhow::Result<()> {
+        let client = Client::connect(&self.meta.addr)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = client.status()?;
+            let up = |addr: &str| status.iter().any(|t| t.server == addr && t.state == TargetState::Up);
+            if self.servers.iter().all(|server| up(&server.addr)) {
+                return Ok(());
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the servers did not come up in 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops every server cleanly and starts it again: every buffer cache starts empty.
+    pub fn restart_servers(&mut self) -> anyhow::Result<()> {
+        self.note_peak_rss();
+        for server in &self.servers {
+            server.terminate();
+        }
+        for server in &mut self.servers {
+            server.reap(Duration::from_secs(60));
+        }
+        self.servers.clear();
+        for index in 0..self.spec.servers {
+            let process = self.start_server(index)?;
+            self.servers.push(process);
+        }
+        self.wait_up()
+    }
+
+    fn note_peak_rss(&mut self) {
+        let peak = self.servers.iter().map(Process::peak_rss_bytes).max().unwrap_or(0);
+        self.peak_rss_bytes = self.peak_rss_bytes.max(peak);
+    }
+
+    /// Largest peak resident memory of any server process so far.
+    pub fn peak_rss_bytes(&mut self) -> u64 {
+        self.note_peak_rss();
+        self.peak_rss_bytes
+    }
+
+    /// Stops everything cleanly.
+    pub fn stop(mut self) -> u64 {
+        let peak = self.peak_rss_bytes();
+        for server in &self.servers {
+            server.terminate();
+        }
+        for server in &mut self.servers {
+            server.reap(Duration::from_secs(60));
+        }
+        self.meta.terminate();
+        self.meta.reap(Duration::from_secs(10));
+        peak
+    }
+}
+
+fn check_kind(kind: &str) -> anyhow::Result<()> {
+    if kind == "dir" {
+        return Ok(());
+    }
+    let Some(model) = kind.strip_prefix("sim:") else {
+        anyhow::bail!("target kind {kind:?} must be dir or sim:MODEL");
+    };
+    flotilla_store::SimModel::parse(model)
+        .map_err(|error| anyhow::anyhow!("target kind {kind:?}: {error}"))?;
+    Ok(())
+}
+
+/// Where a benchmark runs.
+pub enum Cluster {
+    Embedded(Embedded),
+    Attached { meta: String },
+}
+
+impl Cluster {
+    pub fn meta_addr(&self) -> &str {
+        match self {
+            Cluster::Embedded(cluster) => cluster.meta_addr(),
+            Cluster::Attached { meta } => meta,
+        }
+    }
+
+    /// Empties the servers' caches if it can (embedded clusters only).
+    pub fn cold_start(&mut self) -> anyhow::Result<()> {
+        match self {
+            Cluster::Embedded(cluster) => cluster.restart_servers(),
+            Cluster::Attached { .. } => Ok(()),
+        }
+    }
+
+    pub fn peak_rss_bytes(&mut self) -> Option<u64> {
+        match self {
+            Cluster::Embedded(cluster) => Some(cluster.peak_rss_bytes()),
+            Cluster::Attached { .. } => None,
+        }
+    }
+
+    pub fn stop(self) -> Option<u64> {
+        match self {
+            Cluster::Embedded(cluster) => Some(cluster.stop()),
+            Cluster::Attached { .. } => None,
+        }
+    }
+}

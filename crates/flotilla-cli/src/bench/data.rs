@@ -1,0 +1,115 @@
+//! The bytes the benchmarks store: a pattern of (seed, place, offset), so that every client
+//! can check every byte it reads, and the driver every byte that was written, without
+//! keeping a copy.
+
+use super::plan::{Io, Place};
+use flotilla_client::Shape;
+
+/// The key of the pattern stored with `seed` at `place`; local files hold what the fork of
+/// the same index holds.
+pub fn pattern_key(seed: u64, place: Place) -> u64 {
+    match place {
+        Place::Linear => seed << 32,
+        Place::Fork(subfile) | Place::Local(subfile) => (seed << 32) | (u64::from(subfile) + 1),
+    }
+}
+
+/// The byte at `offset` under `key`. Keys of different seeds differ in every byte.
+pub fn pattern_byte(key: u64, offset: u64) -> u8 {
+    let key_byte = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 ^ (key >> 32) as u8;
+    ((offset.wrapping_mul(2_654_435_761) >> 13) as u8) ^ key_byte
+}
+
+/// Fills `buffer` with the pattern of `key` from `offset` on.
+pub fn fill(key: u64, offset: u64, buffer: &mut [u8]) {
+    for (index, byte) in buffer.iter_mut().enumerate() {
+        *byte = pattern_byte(key, offset + index as u64);
+    }
+}
+
+/// The first offset in `buffer` (read from `offset`) that does not hold the pattern.
+pub fn first_mismatch(key: u64, offset: u64, buffer: &[u8]) -> Option<u64> {
+    buffer
+        .iter()
+        .enumerate()
+        .find(|(index, byte)| **byte != pattern_byte(key, offset + *index as u64))
+        .map(|(index, _)| offset + index as u64)
+}
+
+/// Writes the data a write request carries into its buffer.
+pub fn fill_request(io: &Io, buffer: &mut [u8]) -> anyhow::Result<()> {
+    let key = pattern_key(io.seed, io.place);
+    for_each_piece(&io.shape, |file_offset, memory_offset, length| {
+        fill(key, file_offset, &mut buffer[memory_offset..memory_offset + length]);
+        Ok(())
+    })
+}
+
+/// Checks what a read request brought back.
+pub fn check_request(io: &Io, buffer: &[u8]) -> anyhow::Result<()> {
+    let key = pattern_key(io.seed, io.place);
+    for_each_piece(&io.shape, |file_offset, memory_offset, length| {
+        match first_mismatch(key, file_offset, &buffer[memory_offset..memory_offset + length]) {
+            None => Ok(()),
+            Some(bad) => {
+                Err(anyhow::anyhow!("{:?} byte {bad} does not hold seed {}'s data", io.place, io.seed))
+            }
+        }
+    })
+}
+
+fn for_each_piece(
+    shape: &Shape,
+    mut visit: impl FnMut(u64, usize, usize) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    if let Shape::Contiguous { file_offset, memory_offset, length } = shape {
+        return visit(*file_offset, *memory_offset as usize, *length as usize);
+    }
+    let mut outcome = Ok(());
+    shape.for_each_piece(|piece| {
+        if outcome.is_ok() {
+            outcome = visit(piece.file_offset, piece.memory_offset as usize, piece.length as usize);
+        }
+        Ok::<(), flotilla_client::ClientError>(())
+    })?;
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::plan::{SEED_INITIAL, SEED_WRITTEN};
+
+    #[test]
+    fn seeds_and_places_differ_in_every_byte() {
+        for place in [Place::Linear, Place::Fork(0), Place::Fork(7), Place::Local(7)] {
+            let (old, new) = (pattern_key(SEED_INITIAL, place), pattern_key(SEED_WRITTEN, place));
+            assert!((0..4096).all(|offset| pattern_byte(old, offset) != pattern_byte(new, offset)));
+        }
+        assert_eq!(pattern_key(1, Place::Fork(3)), pattern_key(1, Place::Local(3)));
+        assert_ne!(pattern_key(1, Place::Fork(3)), pattern_key(1, Place::Fork(4)));
+    }
+
+    #[test]
+    fn fill_then_check_and_find_a_bad_byte() {
+        let io = Io {
+            place: Place::Fork(2),
+            shape: Shape::Strided {
+                file_offset: 10,
+                memory_offset: 0,
+                record_bytes: 4,
+                file_stride: 16,
+                memory_stride: 4,
+                count: 8,
+            },
+            write: false,
+            seed: 1,
+            nonblocking: false,
+        };
+        let mut buffer = vec![0u8; 32];
+        fill_request(&io, &mut buffer).unwrap();
+        check_request(&io, &buffer).unwrap();
+        buffer[13] ^= 1;
+        assert!(check_request(&io, &buffer).is_err());
+    }
+}

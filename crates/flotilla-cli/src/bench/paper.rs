@@ -1,0 +1,428 @@
+//! `flotilla bench paper galley|gpfs|rama`: each paper's headline experiments at a scale
+//! this machine runs in minutes, printed beside the paper's own figure, with whether the
+//! direction and the order of magnitude agree.
+//!
+//! "Direction" compares the sign of the effect (which of two configurations is faster, or
+//! whether throughput rises or falls); "order of magnitude" compares the size of a ratio on
+//! a log scale (within a factor of 10 of the paper's). Absolute rates are not compared: the
+//! papers ran on 1990s machines with real or simulated disks at other scales.
+
+use super::plan::{GalleyPattern, GpfsPattern, Interface, Op, RamaOrder};
+use super::report::{PointResult, Report};
+use super::{
+    galley_jobs, gpfs_jobs, rama_jobs, run_jobs, CommonArgs, GalleyArgs, GpfsArgs, RamaArgs, RamaExperiment,
+};
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Paper {
+    Galley,
+    Gpfs,
+    Rama,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct PaperArgs {
+    #[arg(value_enum)]
+    pub name: Paper,
+    /// Runs of each point.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Target kind (default: the paper's disk, sim:hp97560 for Galley and GPFS, sim:st31200n
+    /// for RAMA).
+    #[arg(long)]
+    pub target_kind: Option<String>,
+    /// Smallest sizes only (for tests).
+    #[arg(long)]
+    pub quick: bool,
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for CSV files and charts, one per experiment.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// One comparison with the paper.
+#[derive(Clone, Debug)]
+struct Finding {
+    what: String,
+    paper: String,
+    paper_ratio: f64,
+    ours: f64,
+}
+
+impl Finding {
+    fn direction_agrees(&self) -> bool {
+        (self.paper_ratio >= 1.0) == (self.ours >= 1.0) || (self.paper_ratio - self.ours).abs() < 0.05
+    }
+
+    fn magnitude_agrees(&self) -> bool {
+        self.ours > 0.0 && (self.ours.log10() - self.paper_ratio.log10()).abs() < 1.0
+    }
+}
+
+fn common(args: &PaperArgs, kind: &str, servers: Vec<usize>) -> CommonArgs {
+    CommonArgs {
+        meta: None,
+        servers,
+        target_kind: args.target_kind.clone().unwrap_or_else(|| kind.to_string()),
+        cache_bytes: 64 << 20,
+        clients: Vec::new(),
+        clients_per_server: Vec::new(),
+        runs: args.runs,
+        csv: None,
+        json: false,
+        plot: None,
+        warm: false,
+    }
+}
+
+pub fn run(args: PaperArgs) -> anyhow::Result<()> {
+    let (reports, findings) = match args.name {
+        Paper::Galley => galley(&args)?,
+        Paper::Gpfs => gpfs(&args)?,
+        Paper::Rama => rama(&args)?,
+    };
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)?;
+        for report in &reports {
+            let name = report.workload.replace(' ', "-");
+            std::fs::write(dir.join(format!("{name}.csv")), report.csv())?;
+            super::plot::draw(report, &dir.join(format!("{name}.png")))?;
+        }
+    }
+    if args.json {
+        let findings: Vec<Value> = findings
+            .iter()
+            .map(|f| {
+                json!({"what": f.what, "paper": f.paper, "paper_ratio": f.paper_ratio, "ours": f.ours,
+                       "direction_agrees": f.direction_agrees(), "magnitude_agrees": f.magnitude_agrees()})
+            })
+            .collect();
+        let reports: Vec<Value> = reports.iter().map(Report::json).collect();
+        println!(
+            "{}",
+            json!({"paper": format!("{:?}", args.name).to_lowercase(), "findings": findings, "experiments": reports})
+        );
+        return Ok(());
+    }
+    for report in &reports {
+        println!("== {}", report.workload);
+        print!("{}", report.table());
+        println!();
+    }
+    println!("{:<58} {:>28} {:>10} {:>9} {:>9}", "finding", "paper", "ours", "direction", "magnitude");
+    for f in &findings {
+        let yes = |b: bool| if b { "agrees" } else { "DIFFERS" };
+        println!(
+            "{:<58} {:>28} {:>10.2} {:>9} {:>9}",
+            f.what,
+            f.paper,
+            f.ours,
+            yes(f.direction_agrees()),
+            yes(f.magnitude_agrees())
+        );
+    }
+    Ok(())
+}
+
+fn find<'a>(report: &'a Report, wanted: &[(&str, Value)]) -> Option<&'a PointResult> {
+    report.points.iter().find(|p| wanted.iter().all(|(k, v)| p.param(k) == Some(v)))
+}
+
+fn median_of(report: &Report, wanted: &[(&str, Value)]) -> f64 {
+    find(report, wanted).map(PointResult::median).unwrap_or(0.0)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// Galley Figs. 7 and 10–13: traditional vs strided reads over record sizes, three patterns.
+fn galley(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
+    let records: Vec<u64> = if args.quick { vec![64, 4096] } else { vec![64, 1024, 16 << 10, 64 << 10] };
+    let mut common = common(args, "sim:hp97560", vec![4]);
+    common.clients = vec![4];
+    let galley_args = GalleyArgs {
+        common: common.clone(),
+        pattern: vec![GalleyPattern::Interleaved, GalleyPattern::Partitioned, GalleyPattern::Broadcast],
+        record: records.clone(),
+        interface: vec![Interface::Traditional, Interface::Strided],
+        op: vec![Op::Read],
+        fork_bytes: if args.quick { Some(64 << 10) } else { None },
+    };
+    let report = run_jobs(&common, "galley read", galley_jobs(&galley_args))?;
+    let (small, large) = (records[0], *records.last().unwrap_or(&64));
+    let speedup = |pattern: &str, record: u64| {
+        let at = |interface: &str| {
+            median_of(
+                &report,
+                &[
+                    ("pattern", json!(pattern)),
+                    ("record_bytes", json!(record)),
+                    ("interface", json!(interface)),
+                ],
+            )
+        };
+        ratio(at("strided"), at("traditional"))
+    };
+    let findings = vec![
+        Finding {
+            what: format!("interleaved, {small} B records: strided / traditional"),
+            paper: "up to 98x (Fig. 13)".into(),
+            paper_ratio: 98.0,
+            ours: speedup("interleaved", small),
+        },
+        Finding {
+            what: format!("partitioned, {small} B records: strided / traditional"),
+            paper: "up to 92x (Fig. 13)".into(),
+            paper_ratio: 92.0,
+            ours: speedup("partitioned", small),
+        },
+        Finding {
+            what: format!("broadcast, {small} B records: strided / traditional"),
+            paper: "150x to 350x (Fig. 13)".into(),
+            paper_ratio: 230.0,
+            ours: speedup("broadcast", small),
+        },
+        Finding {
+            what: format!("interleaved, {large} B records: strided / traditional"),
+            paper: "1x to 2x at the largest (Fig. 13)".into(),
+            paper_ratio: 1.5,
+            ours: speedup("interleaved", large),
+        },
+        Finding {
+            what: format!("interleaved traditional, {large} B / {small} B records"),
+            paper: "throughput rises with record size (Fig. 7)".into(),
+            paper_ratio: 100.0,
+            ours: ratio(
+                median_of(
+                    &report,
+                    &[
+                        ("pattern", json!("interleaved")),
+                        ("record_bytes", json!(large)),
+                        ("interface", json!("traditional")),
+                    ],
+                ),
+                median_of(
+                    &report,
+                    &[
+                        ("pattern", json!("interleaved")),
+                        ("record_bytes", json!(small)),
+                        ("interface", json!("traditional")),
+                    ],
+                ),
+            ),
+        },
+    ];
+    Ok((vec![report], findings))
+}
+
+/// GPFS Figs. 4, 9 and 10: client:server ratio, segmented vs round robin, scaling.
+fn gpfs(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
+    let bytes_per_server = if args.quick { 1 << 20 } else { 4 << 20 };
+    let ratios: Vec<u64> = if args.quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16] };
+    let mut ratio_common = common(args, "sim:hp97560", vec![2]);
+    ratio_common.clients_per_server = ratios.clone();
+    let ratio_args = GpfsArgs {
+        common: ratio_common.clone(),
+        pattern: vec![GpfsPattern::Segmented],
+        transfer: vec![256 << 10],
+        op: vec![Op::Read],
+        bytes_per_server,
+        stripe_unit: 256 << 10,
+    };
+    let ratio_report = run_jobs(&ratio_common, "gpfs ratio", gpfs_jobs(&ratio_args))?;
+    let best = ratio_report.points.iter().map(PointResult::median).fold(0.0, f64::max);
+    let at_ratio = |r: u64| median_of(&ratio_report, &[("clients_per_server", json!(r))]);
+    let top = *ratios.last().unwrap_or(&1);
+
+    let transfers: Vec<u64> =
+        if args.quick { vec![16 << 10, 1 << 20] } else { vec![16 << 10, 256 << 10, 4 << 20] };
+    let mut pattern_common = common(args, "sim:hp97560", vec![4]);
+    pattern_common.clients_per_server = vec![4];
+    let pattern_args = GpfsArgs {
+        common: pattern_common.clone(),
+        pattern: vec![GpfsPattern::Segmented, GpfsPattern::Strided],
+        transfer: transfers.clone(),
+        op: vec![Op::Read],
+        bytes_per_server,
+        stripe_unit: 256 << 10,
+    };
+    let pattern_report = run_jobs(&pattern_common, "gpfs pattern", gpfs_jobs(&pattern_args))?;
+    let pattern_at = |pattern: &str, transfer: u64| {
+        median_of(&pattern_report, &[("pattern", json!(pattern)), ("transfer_bytes", json!(transfer))])
+    };
+    let (small, large) = (transfers[0], *transfers.last().unwrap_or(&1));
+
+    let servers: Vec<usize> = if args.quick { vec![1, 2] } else { vec![1, 2, 4, 8] };
+    let mut scale_common = common(args, "sim:hp97560", servers.clone());
+    scale_common.clients_per_server = vec![4];
+    let scale_args = GpfsArgs {
+        common: scale_common.clone(),
+        pattern: vec![GpfsPattern::Segmented],
+        transfer: vec![1 << 20],
+        op: vec![Op::Read],
+        bytes_per_server,
+        stripe_unit: 256 << 10,
+    };
+    let scale_report = run_jobs(&scale_common, "gpfs scaling", gpfs_jobs(&scale_args))?;
+    let one = median_of(&scale_report, &[("servers", json!(1))]);
+    let most = *servers.last().unwrap_or(&1);
+    let at_most = median_of(&scale_report, &[("servers", json!(most))]);
+
+    let findings = vec![
+        Finding {
+            what: format!("{top}:1 clients:server vs the best ratio"),
+            paper: "falls past ~4:1, no flow control (Fig. 4)".into(),
+            paper_ratio: 0.6,
+            ours: ratio(at_ratio(top), best),
+        },
+        Finding {
+            what: "1:1 clients:server vs the best ratio".into(),
+            paper: "servers starved at 1:1 (Fig. 4)".into(),
+            paper_ratio: 0.5,
+            ours: ratio(at_ratio(ratios[0]), best),
+        },
+        Finding {
+            what: format!("round robin / segmented, {small} B transfers"),
+            paper: "extremely poor below 256 KiB (Fig. 9)".into(),
+            paper_ratio: 0.05,
+            ours: ratio(pattern_at("strided", small), pattern_at("segmented", small)),
+        },
+        Finding {
+            what: format!("round robin / segmented, {large} B transfers"),
+            paper: "about 1/3 for reads (Fig. 9)".into(),
+            paper_ratio: 0.33,
+            ours: ratio(pattern_at("strided", large), pattern_at("segmented", large)),
+        },
+        Finding {
+            what: format!("{most} servers / (1 server x {most}) (scaling)"),
+            paper: "almost perfectly linear (Fig. 10)".into(),
+            paper_ratio: 0.95,
+            ours: ratio(at_most, one * most as f64),
+        },
+    ];
+    Ok((vec![ratio_report, pattern_report, scale_report], findings))
+}
+
+/// RAMA Figs. 7-2, 7-4 and 7-6: whole-file transfers, strided with computation, LU.
+fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
+    let layouts: Vec<String> = if args.quick {
+        vec!["stripe:16k".into(), "stripe:256k".into(), "hash:32k".into()]
+    } else {
+        ["stripe:16k", "stripe:64k", "stripe:256k", "stripe:1m", "stripe:4m", "hash:32k", "hash:32k:8"]
+            .map(String::from)
+            .to_vec()
+    };
+    let mut common = common(args, "sim:st31200n", vec![4]);
+    common.clients_per_server = vec![1];
+    let base = RamaArgs {
+        common: common.clone(),
+        experiment: RamaExperiment::Whole,
+        order: vec![RamaOrder::Iteration, RamaOrder::Node],
+        layout: layouts.clone(),
+        op: vec![Op::Read],
+        chunk: 64 << 10,
+        file_bytes: if args.quick { 1 << 20 } else { 16 << 20 },
+        request: 64 << 10,
+        iterations: if args.quick { 4 } else { 16 },
+        chunks_per_iteration: 1,
+        think_us: None,
+        lu_order: if args.quick { 128 } else { 1024 },
+        lu_block: if args.quick { 16 } else { 64 },
+    };
+    let whole = run_jobs(&common, "rama whole-file", rama_jobs(&base)?)?;
+    let stripes: Vec<&PointResult> =
+        whole.points.iter().filter(|p| p.param("stripe_unit_bytes").is_some()).collect();
+    let best = stripes.iter().map(|p| p.median()).fold(0.0, f64::max);
+    let worst = stripes.iter().map(|p| p.median()).fold(f64::MAX, f64::min);
+    let hash_layout = "hash:32k";
+    let hash = |order: &str| median_of(&whole, &[("layout", json!(hash_layout)), ("order", json!(order))]);
+    let hash_mean = (hash("iteration") + hash("node")) / 2.0;
+
+    let strided_layouts: Vec<String> = vec!["stripe:64k".into(), "stripe:4m".into(), hash_layout.into()];
+    let strided_args = RamaArgs {
+        experiment: RamaExperiment::Strided,
+        op: vec![Op::Write],
+        layout: strided_layouts,
+        ..base.clone()
+    };
+    let strided = run_jobs(&common, "rama strided", rama_jobs(&strided_args)?)?;
+    let utilization =
+        |p: &PointResult| p.extras.first().map(|(_, v)| super::report::summary(v).0).unwrap_or(0.0);
+    let strided_stripes: Vec<&PointResult> =
+        strided.points.iter().filter(|p| p.param("stripe_unit_bytes").is_some()).collect();
+    let strided_best = strided_stripes.iter().map(|p| p.median()).fold(0.0, f64::max);
+    let strided_worst = strided_stripes.iter().map(|p| p.median()).fold(f64::MAX, f64::min);
+    let strided_hash: Vec<&PointResult> =
+        strided.points.iter().filter(|p| p.param("layout") == Some(&json!(hash_layout))).collect();
+    let strided_hash_min = strided_hash.iter().map(|p| p.median()).fold(f64::MAX, f64::min);
+    let strided_hash_util = strided_hash.iter().map(|p| utilization(p)).fold(f64::MAX, f64::min);
+
+    let lu_layouts: Vec<String> = vec!["stripe:16k".into(), "stripe:4m".into(), hash_layout.into()];
+    // Out of core: the servers' caches (512 KiB) are far smaller than the matrix (8 MiB),
+    // so the re-reads of earlier columns go to the disks as in RAMA.
+    let lu_common = CommonArgs { cache_bytes: 512 << 10, ..common.clone() };
+    let lu_args = RamaArgs { common: lu_common.clone(), experiment: RamaExperiment::Lu, layout: lu_layouts, ..base.clone() };
+    let lu = run_jobs(&lu_common, "rama lu", rama_jobs(&lu_args)?)?;
+    let lu_at = |layout: &str| median_of(&lu, &[("layout", json!(layout))]);
+
+    let findings = vec![
+        Finding {
+            what: "whole file: best stripe unit / worst stripe unit".into(),
+            paper: "a factor of 5 (Fig. 7-2)".into(),
+            paper_ratio: 5.0,
+            ours: ratio(best, worst),
+        },
+        Finding {
+            what: format!("whole file: {hash_layout} / best stripe unit"),
+            paper: "10% slower (Fig. 7-2)".into(),
+            paper_ratio: 0.9,
+            ours: ratio(hash_mean, best),
+        },
+        Finding {
+            what: format!("whole file: {hash_layout} node- / iteration-sequential"),
+            paper: "within 0.4% (Fig. 7-2)".into(),
+            paper_ratio: 1.0,
+            ours: ratio(hash("node"), hash("iteration")),
+        },
+        Finding {
+            what: format!("strided write: {hash_layout} (worse order) / best stripe"),
+            paper: "within 5% (Fig. 7-4)".into(),
+            paper_ratio: 0.95,
+            ours: ratio(strided_hash_min, strided_best),
+        },
+        Finding {
+            what: format!("strided write: {hash_layout} / worst stripe"),
+            paper: "up to 8x (Fig. 7-4)".into(),
+            paper_ratio: 8.0,
+            ours: ratio(strided_hash_min, strided_worst),
+        },
+        Finding {
+            what: format!("strided write: {hash_layout} CPU utilization"),
+            paper: "nearly 100% (Fig. 7-4)".into(),
+            paper_ratio: 1.0,
+            ours: strided_hash_util,
+        },
+        Finding {
+            what: format!("LU: {hash_layout} / stripe:16k (rate)"),
+            paper: "2% slower (Fig. 7-6)".into(),
+            paper_ratio: 0.98,
+            ours: ratio(lu_at(hash_layout), lu_at("stripe:16k")),
+        },
+        Finding {
+            what: format!("LU: {hash_layout} / stripe:4m (rate)"),
+            paper: "3x faster than the worst (Fig. 7-6)".into(),
+            paper_ratio: 3.0,
+            ours: ratio(lu_at(hash_layout), lu_at("stripe:4m")),
+        },
+    ];
+    Ok((vec![whole, strided, lu], findings))
+}

@@ -1,0 +1,106 @@
+//! `--plot FILE.png`: a chart like the papers' figures — median MB/s against the swept
+//! parameter (log scale, as Galley's record sizes and GPFS's block sizes), one line per
+//! series, min–max bars. Drawn with plotters' bitmap backend and an embedded DejaVu Sans
+//! font (no system fonts needed).
+
+use super::report::{summary, Report};
+use anyhow::Context;
+use plotters::prelude::*;
+use std::path::Path;
+use std::sync::Once;
+
+const FONT: &str = "sans-serif";
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular()).is_err() {
+            tracing::warn!("could not register the chart font");
+        }
+    });
+}
+
+/// Draws the report as a PNG.
+pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
+    register_font();
+    let x_name = report.x_axis();
+    let x_of = |index: usize| -> f64 {
+        x_name
+            .as_deref()
+            .and_then(|name| report.points[index].param(name))
+            .and_then(|v| v.as_f64())
+            .unwrap_or(index as f64 + 1.0)
+    };
+    let xs: Vec<f64> = (0..report.points.len()).map(x_of).collect();
+    let (x_min, x_max) = xs.iter().fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+    let y_max =
+        report.points.iter().map(|p| summary(&p.rates).2 / 1e6).fold(0.0f64, f64::max).max(1e-3) * 1.1;
+    let root = BitMapBackend::new(path, (1000, 620)).into_drawing_area();
+    root.fill(&WHITE).context("draw the chart")?;
+    let caption = format!("flotilla bench {}", report.workload);
+    let mut builder = ChartBuilder::on(&root);
+    builder.caption(caption, (FONT, 24)).margin(16).x_label_area_size(44).y_label_area_size(64);
+    let x_label = x_name.clone().unwrap_or_else(|| "point".to_string());
+    let (lo, hi) = (x_min.max(1e-9) / 1.5, x_max.max(x_min + 1.0) * 1.5);
+    let mut chart =
+        builder.build_cartesian_2d((lo..hi).log_scale(), 0f64..y_max).context("draw the chart")?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc("MB/s (median; bars: min-max)")
+        .label_style((FONT, 13))
+        .x_label_formatter(&|x| format_size(*x))
+        .draw()
+        .context("draw the chart axes")?;
+    let mut series: Vec<(String, Vec<usize>)> = Vec::new();
+    for (index, point) in report.points.iter().enumerate() {
+        let label = report.series_label(point, x_name.as_deref());
+        match series.iter_mut().find(|(name, _)| *name == label) {
+            Some((_, members)) => members.push(index),
+            None => series.push((label, vec![index])),
+        }
+    }
+    for (number, (label, members)) in series.iter().enumerate() {
+        let color = Palette99::pick(number).to_rgba();
+        let mut line: Vec<(f64, f64)> =
+            members.iter().map(|i| (xs[*i], report.points[*i].median() / 1e6)).collect();
+        line.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+            .context("draw a series")?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart
+            .draw_series(line.iter().map(|(x, y)| Circle::new((*x, *y), 3, color.filled())))
+            .context("draw points")?;
+        let bars = members.iter().map(|i| {
+            let (_, min, max) = summary(&report.points[*i].rates);
+            PathElement::new(vec![(xs[*i], min / 1e6), (xs[*i], max / 1e6)], color)
+        });
+        chart.draw_series(bars).context("draw error bars")?;
+    }
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .context("draw the legend")?;
+    root.present().with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+fn format_size(value: f64) -> String {
+    let trim = |v: f64| {
+        let text = format!("{v:.2}");
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
+    if value >= (1u64 << 20) as f64 {
+        format!("{}M", trim(value / (1u64 << 20) as f64))
+    } else if value >= 1024.0 {
+        format!("{}K", trim(value / 1024.0))
+    } else {
+        trim(value)
+    }
+}

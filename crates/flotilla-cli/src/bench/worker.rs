@@ -1,0 +1,301 @@
+//! One benchmark client process (`flotilla bench-worker`): builds its plan from the point's
+//! spec, says `ready`, waits for `go` on stdin, then opens, moves its bytes, syncs what it
+//! wrote, closes, and prints `report {json}`. A `Barrier` step prints `barrier` and waits
+//! for the next `go`. Every byte read is checked against the pattern; the time spent making
+//! write data and checking read data is reported as `excluded_ns` and left out of the rate.
+
+use super::data::{check_request, fill_request};
+use super::plan::{
+    client_plan, file_layout, plan_bytes, shape_memory_bytes, ClientPlan, Io, Opening, Place, PointSpec, Step,
+};
+use anyhow::Context;
+use clap::Args;
+use flotilla_client::{Client, CreateOptions, File, Fork, Handle, DEFAULT_FORK};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Write};
+use std::os::unix::fs::FileExt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Args)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    meta: String,
+    #[arg(long)]
+    path: String,
+    #[arg(long)]
+    client: u64,
+    #[arg(long)]
+    clients: u64,
+    /// The point, as JSON (`PointSpec`).
+    #[arg(long)]
+    spec: String,
+}
+
+/// What one client reports.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct WorkerReport {
+    pub start_ns: u128,
+    pub end_ns: u128,
+    pub excluded_ns: u128,
+    pub bytes: u64,
+    pub requests: u64,
+    pub think_ns: u128,
+}
+
+pub fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// Waits for the driver's `go`.
+fn wait_go() -> anyhow::Result<()> {
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).context("read go from the driver")?;
+    anyhow::ensure!(line.trim() == "go", "expected go, got {line:?}");
+    Ok(())
+}
+
+fn say(line: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// The opened file, forks or local files.
+struct Target {
+    file: Option<File>,
+    forks: Vec<Fork>,
+    locals: Vec<std::fs::File>,
+}
+
+#[derive(Default)]
+struct Tally {
+    bytes: u64,
+    requests: u64,
+    excluded: Duration,
+    think: Duration,
+}
+
+enum Pending {
+    Read(Io, Handle<Vec<u8>>),
+    Write(Handle<u64>),
+}
+
+pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let spec: PointSpec = serde_json::from_str(&args.spec).context("parse the point spec")?;
+    let plan = client_plan(&spec, &args.path, args.client, args.clients);
+    let client = Client::connect(&args.meta)?;
+    say("ready")?;
+    wait_go()?;
+    let start_ns = now_ns();
+    let target = open(&client, &spec, &plan)?;
+    let tally = Mutex::new(Tally::default());
+    if plan.streams.len() == 1 {
+        run_stream(&target, &plan.streams[0], &tally)?;
+    } else {
+        std::thread::scope(|scope| {
+            let threads: Vec<_> =
+                plan.streams.iter().map(|steps| scope.spawn(|| run_stream(&target, steps, &tally))).collect();
+            threads
+                .into_iter()
+                .try_for_each(|t| t.join().map_err(|_| anyhow::anyhow!("stream thread panicked"))?)
+        })?;
+    }
+    close(target, plan.sync_at_end)?;
+    let end_ns = now_ns();
+    let tally = tally.into_inner().map_err(|_| anyhow::anyhow!("tally poisoned"))?;
+    anyhow::ensure!(tally.bytes == plan_bytes(&plan), "moved {} bytes of {}", tally.bytes, plan_bytes(&plan));
+    let report = WorkerReport {
+        start_ns,
+        end_ns,
+        excluded_ns: tally.excluded.as_nanos(),
+        bytes: tally.bytes,
+        requests: tally.requests,
+        think_ns: tally.think.as_nanos(),
+    };
+    say(&format!("report {}", serde_json::to_string(&report)?))
+}
+
+fn open(client: &Client, spec: &PointSpec, plan: &ClientPlan) -> anyhow::Result<Target> {
+    if let PointSpec::Pread { paths, .. } = spec {
+        let locals =
+            paths.iter().map(std::fs::File::open).collect::<Result<_, _>>().context("open fork files")?;
+        return Ok(Target { file: None, forks: Vec::new(), locals });
+    }
+    let file = match plan.opening {
+        Opening::Open | Opening::Local => client.open(&plan.path)?,
+        Opening::Create => {
+            let (subfiles, layout) = file_layout(spec)?;
+            client.create(
+                &plan.path,
+                &CreateOptions { subfiles, layout: Some(layout), ..CreateOptions::default() },
+            )?
+        }
+        Opening::AwaitCreate => await_open(client, &plan.path)?,
+    };
+    let uses_forks =
+        plan.streams.iter().flatten().any(|s| matches!(s, Step::Io(Io { place: Place::Fork(_), .. })));
+    let forks = if uses_forks {
+        (0..file.subfile_count()).map(|s| file.fork(s, DEFAULT_FORK)).collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    Ok(Target { file: Some(file), forks, locals: Vec::new() })
+}
+
+/// Opens a file another client is creating (GPFS §3.1: the others wait for process 0).
+/// The name appears before the subfiles exist on the servers, so it also waits until every
+/// subfile answers.
+fn await_open(client: &Client, path: &str) -> anyhow::Result<File> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = client.open(path).and_then(|file| {
+            (0..file.subfile_count()).try_for_each(|s| file.list_forks(s).map(|_| ()))?;
+            Ok(file)
+        });
+        match ready {
+            Ok(file) => return Ok(file),
+            Err(error) if Instant::now() > deadline => {
+                return Err(error).context("wait for the file's creation")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+}
+
+fn close(target: Target, sync: bool) -> anyhow::Result<()> {
+    if sync {
+        // Every fork at once: `File::sync` goes subfile by subfile, which would serialize
+        // the servers' write-backs.
+        let forks: Vec<Fork> = match (&target.file, target.forks.is_empty()) {
+            (Some(file), true) => (0..file.subfile_count()).map(|s| file.fork(s, DEFAULT_FORK)).collect::<Result<_, _>>()?,
+            _ => target.forks.clone(),
+        };
+        let handles: Vec<_> = forks.iter().map(Fork::sync_nb).collect();
+        for handle in handles {
+            handle.wait()?;
+        }
+    }
+    if let Some(file) = target.file {
+        file.close()?;
+    }
+    Ok(())
+}
+
+fn run_stream(target: &Target, steps: &[Step], tally: &Mutex<Tally>) -> anyhow::Result<()> {
+    let memory = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Io(io) if !io.nonblocking => Some(shape_memory_bytes(&io.shape)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let mut buffer = vec![0u8; memory as usize];
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut local = Tally::default();
+    for step in steps {
+        match step {
+            Step::Io(io) if io.nonblocking => pending.push(issue(target, io, &mut local)?),
+            Step::Io(io) => blocking(target, io, &mut buffer, &mut local)?,
+            Step::Wait => collect(&mut pending, &mut local)?,
+            Step::Think { us } => {
+                let began = Instant::now();
+                std::thread::sleep(Duration::from_micros(*us));
+                local.think += began.elapsed();
+            }
+            Step::Barrier => {
+                say("barrier")?;
+                wait_go()?;
+            }
+        }
+    }
+    collect(&mut pending, &mut local)?;
+    let mut total = tally.lock().map_err(|_| anyhow::anyhow!("tally poisoned"))?;
+    total.bytes += local.bytes;
+    total.requests += local.requests;
+    total.excluded += local.excluded;
+    total.think += local.think;
+    Ok(())
+}
+
+fn blocking(target: &Target, io: &Io, buffer: &mut [u8], tally: &mut Tally) -> anyhow::Result<()> {
+    let memory = shape_memory_bytes(&io.shape) as usize;
+    let buffer = &mut buffer[..memory];
+    if io.write {
+        let began = Instant::now();
+        fill_request(io, buffer)?;
+        tally.excluded += began.elapsed();
+    }
+    let moved = match (io.place, io.write) {
+        (Place::Fork(s), false) => fork(target, s)?.read(&io.shape, buffer)?,
+        (Place::Fork(s), true) => fork(target, s)?.write(&io.shape, buffer)?,
+        (Place::Linear, false) => linear(target)?.read_shape(&io.shape, buffer)?,
+        (Place::Linear, true) => linear(target)?.write_shape(&io.shape, buffer)?,
+        (Place::Local(index), _) => local_read(target, index, io, buffer)?,
+    };
+    tally.bytes += moved;
+    tally.requests += 1;
+    if !io.write {
+        let began = Instant::now();
+        check_request(io, buffer)?;
+        tally.excluded += began.elapsed();
+    }
+    Ok(())
+}
+
+fn issue(target: &Target, io: &Io, tally: &mut Tally) -> anyhow::Result<Pending> {
+    let mut buffer = vec![0u8; shape_memory_bytes(&io.shape) as usize];
+    tally.requests += 1;
+    if io.write {
+        let began = Instant::now();
+        fill_request(io, &mut buffer)?;
+        tally.excluded += began.elapsed();
+        return Ok(Pending::Write(match io.place {
+            Place::Fork(s) => fork(target, s)?.write_nb(io.shape.clone(), buffer),
+            _ => linear(target)?.write_shape_nb(io.shape.clone(), buffer),
+        }));
+    }
+    Ok(Pending::Read(
+        io.clone(),
+        match io.place {
+            Place::Fork(s) => fork(target, s)?.read_nb(io.shape.clone(), buffer),
+            _ => linear(target)?.read_shape_nb(io.shape.clone(), buffer),
+        },
+    ))
+}
+
+fn collect(pending: &mut Vec<Pending>, tally: &mut Tally) -> anyhow::Result<()> {
+    for request in pending.drain(..) {
+        match request {
+            Pending::Write(handle) => tally.bytes += handle.wait()?,
+            Pending::Read(io, handle) => {
+                let buffer = handle.wait()?;
+                let began = Instant::now();
+                check_request(&io, &buffer)?;
+                tally.excluded += began.elapsed();
+                tally.bytes += super::plan::shape_bytes(&io.shape);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn fork(target: &Target, subfile: u32) -> anyhow::Result<&Fork> {
+    target.forks.get(subfile as usize).with_context(|| format!("no subfile {subfile}"))
+}
+
+fn linear(target: &Target) -> anyhow::Result<&File> {
+    target.file.as_ref().context("no file open")
+}
+
+/// One `pread` per piece (the local-disk baseline).
+fn local_read(target: &Target, index: u32, io: &Io, buffer: &mut [u8]) -> anyhow::Result<u64> {
+    let file = target.locals.get(index as usize).context("no such local file")?;
+    let flotilla_client::Shape::Contiguous { file_offset, length, .. } = io.shape else {
+        anyhow::bail!("local reads are contiguous");
+    };
+    file.read_exact_at(&mut buffer[..length as usize], file_offset).context("pread a fork file")?;
+    Ok(length)
+}

@@ -1,0 +1,100 @@
+//! `flotilla mount` (the POSIX mount, in the foreground until Ctrl-C or SIGTERM, or until
+//! someone unmounts it) and `flotilla umount` (the clean way down, also after the mount
+//! process was killed).
+
+use crate::cluster::shutdown_signal;
+use anyhow::Context;
+use clap::Args;
+use flotilla_client::Client;
+use flotilla_fuse::{MountConfig, Mounted};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How often the foreground process checks whether someone else unmounted the mount.
+const UNMOUNT_POLL_MS: u64 = 100;
+
+#[derive(Args)]
+pub struct MountArgs {
+    /// Address of the metadata service.
+    #[arg(long, env = "FLOTILLA_META", default_value = flotilla_meta::config::DEFAULT_META_ADDR)]
+    meta: String,
+    /// Directory to mount on (created if missing).
+    mountpoint: PathBuf,
+    /// Threads serving kernel requests (requests served at once).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// How long the kernel may cache names and attributes, in milliseconds.
+    #[arg(long)]
+    attr_timeout_ms: Option<u64>,
+    /// Bytes of small writes gathered per file before they are sent (0: no write-behind).
+    #[arg(long)]
+    write_behind_bytes: Option<u64>,
+}
+
+#[derive(Args)]
+pub struct UmountArgs {
+    /// The mount point.
+    mountpoint: PathBuf,
+    /// Detach the mount even if files are open on it (it ends when the last one closes).
+    #[arg(long, short = 'l')]
+    lazy: bool,
+}
+
+pub fn mount(args: MountArgs) -> anyhow::Result<()> {
+    let mut config = MountConfig::default();
+    config.threads = args.threads.unwrap_or(config.threads);
+    config.attr_timeout_ms = args.attr_timeout_ms.unwrap_or(config.attr_timeout_ms);
+    if let Some(bytes) = args.write_behind_bytes {
+        config.write_behind_bytes_max = bytes;
+        config.write_behind_piece_bytes_max = config.write_behind_piece_bytes_max.min(bytes);
+    }
+    let mounted = mount_at(&args.meta, &args.mountpoint, &config)?;
+    serve_until_signal(mounted)
+}
+
+/// Mounts the cluster at `meta` on `mountpoint` (blocking; not inside an async runtime) and
+/// prints `mount=DIR` once the mount serves.
+pub fn mount_at(meta: &str, mountpoint: &Path, config: &MountConfig) -> anyhow::Result<Mounted> {
+    let client = Client::connect(meta).context("connect to the metadata service")?;
+    client.status().with_context(|| format!("reach the metadata service at {meta}"))?;
+    std::fs::create_dir_all(mountpoint)
+        .with_context(|| format!("create mount point {}", mountpoint.display()))?;
+    let mounted = flotilla_fuse::mount(client, mountpoint, config)
+        .with_context(|| format!("mount on {}", mountpoint.display()))?;
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "mount={}", mountpoint.display());
+    let _ = stdout.flush();
+    Ok(mounted)
+}
+
+/// Serves until a signal (then unmounts) or until someone else unmounts.
+fn serve_until_signal(mounted: Mounted) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the signal runtime")?;
+    let signalled = runtime.block_on(async {
+        tokio::select! {
+            _ = shutdown_signal() => true,
+            _ = unmounted(&mounted) => false,
+        }
+    });
+    drop(runtime);
+    if signalled {
+        mounted.unmount().context("unmount")
+    } else {
+        mounted.join().context("finish serving the mount")
+    }
+}
+
+async fn unmounted(mounted: &Mounted) {
+    while !mounted.is_finished() {
+        tokio::time::sleep(Duration::from_millis(UNMOUNT_POLL_MS)).await;
+    }
+}
+
+pub fn umount(args: UmountArgs) -> anyhow::Result<()> {
+    flotilla_fuse::unmount(&args.mountpoint, args.lazy)
+        .with_context(|| format!("unmount {}", args.mountpoint.display()))
+}

@@ -1,0 +1,42 @@
+//! Settings of one mount; every table and thread pool has its bound here.
+
+/// How to run a mount.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// Threads serving kernel requests, each with its own clone of the FUSE device; this many
+    /// requests (reads and writes of one file by several processes included) run at once.
+    pub threads: usize,
+    /// Most files open through the mount at once (ENFILE beyond).
+    pub open_files_max: usize,
+    /// Most directory listings open at once (ENFILE beyond).
+    pub open_dirs_max: usize,
+    /// Most inodes the kernel may hold references to (ENFILE beyond).
+    pub nodes_max: usize,
+    /// How long the kernel may cache attributes and names, in milliseconds.
+    pub attr_timeout_ms: u64,
+    /// Writes shorter than this wait in their file's write-behind buffer and travel packed.
+    pub write_behind_piece_bytes_max: u64,
+    /// A file's write-behind buffer is sent when it holds this many bytes.
+    pub write_behind_bytes_max: u64,
+    /// Bytes waiting in all write-behind buffers together; writes beyond go straight out.
+    pub write_behind_total_bytes_max: u64,
+    /// Let every user use the mount (`allow_other`) with the kernel checking permissions
+    /// (`default_permissions`); `None` means "when running as root".
+    pub allow_other: Option<bool>,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            threads: 16,
+            open_files_max: 65_536,
+            open_dirs_max: 4_096,
+            nodes_max: 1 << 20,
+            attr_timeout_ms: 1_000,
+            write_behind_piece_bytes_max: 512 << 10,
+            write_behind_bytes_max: 4 << 20,
+            write_behind_total_bytes_max: 256 << 20,
+            allow_other: None,
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The file system the kernel talks to: every FUSE operation, translated into client calls.
+//!
+//! Each operation is a method returning `Result<_, Errno>` (in `names.rs`, `io.rs`,
+//! `xattr.rs`); the `Filesystem` implementation here only calls it and replies. Operations
+//! block their thread until the cluster answers; the session runs `threads` such threads,
+//! each reading requests from its own clone of the FUSE device, so that many requests
+//! (reads and writes of different processes to one file included) are served at once.
+
+use crate::config::MountConfig;
+use crate::convert::{file_attr, is_transport};
+use crate::handles::HandleTable;
+use crate::nodes::NodeTable;
+use crate::open_files::{OpenFile, SizeTable};
+use crate::write_behind::{WriteBehind, WriteBehindLimits};
+use flotilla_client::{ClientError, EntryInfo};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// Largest read or write one kernel request carries.
+pub const IO_BYTES_MAX: u32 = 1 << 20;
+/// Requests the kernel may have outstanding in the background (read-ahead, async direct I/O).
+const BACKGROUND_REQUESTS_MAX: u16 = 64;
+
+/// One entry of an open directory listing.
+pub(crate) struct Listed {
+    pub ino: u64,
+    pub kind: fuser::FileType,
+    pub name: String,
+}
+
+pub struct FlotillaFs {
+    pub(crate) client: flotilla_client::Client,
+    pub(crate) nodes: NodeTable,
+    pub(crate) files: HandleTable<OpenFile>,
+    pub(crate) dirs: HandleTable<Vec<Listed>>,
+    pub(crate) sizes: SizeTable,
+    pub(crate) write_behind: WriteBehind,
+    pub(crate) ttl: Duration,
+}
+
+impl FlotillaFs {
+    pub fn new(client: flotilla_client::Client, config: &MountConfig) -> FlotillaFs {
+        FlotillaFs {
+            client,
+            nodes: NodeTable::new(config.nodes_max),
+            files: HandleTable::new(config.open_files_max),
+            dirs: HandleTable::new(config.open_dirs_max),
+            sizes: SizeTable::default(),
+            write_behind: WriteBehind::new(WriteBehindLimits {
+                piece_bytes_max: config.write_behind_piece_bytes_max,
+                file_bytes_max: config.write_behind_bytes_max,
+                total_bytes_max: config.write_behind_total_bytes_max,
+            }),
+            ttl: Duration::from_millis(config.attr_timeout_ms),
+        }
+    }
+
+    /// Runs an idempotent client call, once more if the connection broke (the client
+    /// reconnects on the next call, e.g. after the metadata service restarted).
+    pub(crate) fn retrying<T>(&self, call: impl Fn() -> Result<T, ClientError>) -> Result<T, ClientError> {
+        match call() {
+            Err(error) if is_transport(&error) => call(),
+            other => other,
+        }
+    }
+
+    /// The attributes the kernel should see for `entry`: this mount's own writes included.
+    pub(crate) fn attr_of(&self, entry: &EntryInfo) -> FileAttr {
+        let mut attrs = entry.attrs.clone();
+        self.client.overlay(entry.id, &mut attrs);
+        if let Some(known) = self.sizes.known(entry.id) {
+            attrs.size_bytes = attrs.size_bytes.max(known);
+        }
+        file_attr(entry.id, &attrs)
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
+        match result {
+            Ok(attr) => reply.entry(&self.ttl, &attr, Generation(0)),
+            Err(errno) => reply.error(errno),
+        }
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(errno) => reply.error(errno),
+    }
+}
+
+impl Filesystem for FlotillaFs {
+    fn init(&mut self, _request: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(IO_BYTES_MAX);
+        if let Err(nearest) = config.set_max_readahead(IO_BYTES_MAX) {
+            let _ = config.set_max_readahead(nearest);
+        }
+        let _ = config.set_max_background(BACKGROUND_REQUESTS_MAX);
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        let granted = wanted & config.capabilities();
+        let _ = config.add_capabilities(granted);
+        tracing::info!(?granted, "FUSE session initialised");
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.flush_all();
+    }
+
+    fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.reply_entry(reply, self.lookup_entry(parent.0, name));
+    }
+
+    fn forget(&self, _request: &Request, ino: INodeNo, nlookup: u64) {
+        self.nodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _request: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.attributes(ino.0) {
+            Ok(attr) => reply.attr(&self.ttl, &attr),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = crate::names::Change { mode, uid, gid, size, atime, mtime };
+        match self.set_attributes(ino.0, change) {
+            Ok(attr) => reply.attr(&self.ttl, &attr),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn readlink(&self, _request: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.link_target(ino.0) {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.reply_entry(reply, self.make_directory(request, parent.0, name, mode));
+    }
+
+    fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.remove_name(parent.0, name, false));
+    }
+
+    fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.remove_name(parent.0, name, true));
+    }
+
+    fn symlink(
+        &self,
+        request: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.reply_entry(reply, self.make_symlink(request, parent.0, link_name, target));
+    }
+
+    fn rename(
+        &self,
+        _request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.rename_entry(parent.0, name, newparent.0, newname, flags));
+    }
+
+    fn link(&self, _request: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.reply_entry(reply, self.hard_link(ino.0, newparent.0, newname));
+    }
+
+    fn open(&self, _request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_file(ino.0, flags.0) {
+            Ok(handle) => reply.opened(FileHandle(handle), open_flags()),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn read(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.read_file(ino.0, fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn write(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.write_file(ino.0, fh.0, offset, data) {
+            Ok(written) => reply.written(written),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn flush(&self, _request: &Request, _ino: INodeNo, fh: FileHandle, _owner: LockOwner, reply: ReplyEmpty) {
+        reply_empty(reply, self.flush_file(fh.0));
+    }
+
+    fn release(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.release_file(fh.0));
+    }
+
+    fn fsync(&self, _request: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply_empty(reply, self.sync_file(fh.0));
+    }
+
+    fn opendir(&self, _request: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_directory(ino.0) {
+            Ok(handle) => reply.opened(FileHandle(handle), FopenFlags::empty()),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let listing = match self.dirs.get(fh.0) {
+            Ok(listing) => listing,
+            Err(errno) => return reply.error(errno),
+        };
+        for (index, entry) in listing.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(entry.ino), index as u64 + 1, entry.kind, &entry.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.remove(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Every namespace change is committed by the metadata service before it replies.
+        reply.ok();
+    }
+
+    fn statfs(&self, _request: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.space() {
+            Ok(space) => reply.statfs(
+                space.blocks,
+                space.blocks_free,
+                space.blocks_free,
+                space.files,
+                space.files_free,
+                IO_BYTES_MAX,
+                crate::nodes::NAME_BYTES_MAX as u32,
+                crate::names::STATFS_BLOCK_BYTES as u32,
+            ),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.set_xattr(ino.0, name, value, flags));
+    }
+
+    fn getxattr(&self, _request: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        crate::xattr::reply_value(reply, size, self.get_xattr(ino.0, name));
+    }
+
+    fn listxattr(&self, _request: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        crate::xattr::reply_value(reply, size, self.list_xattr(ino.0));
+    }
+
+    fn removexattr(&self, _request: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.remove_xattr(ino.0, name));
+    }
+
+    fn access(&self, _request: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Only called without `default_permissions`, where the mount owner alone may enter.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.create_file(request, parent.0, name, mode, flags) {
+            Ok((attr, handle)) => {
+                reply.created(&self.ttl, &attr, Generation(0), FileHandle(handle), open_flags())
+            }
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.allocate(ino.0, fh.0, offset, length, mode));
+    }
+}
+
+/// Every open file bypasses the page cache (so sizes written elsewhere are seen after their
+/// close, and reads and writes of one file by several processes reach the servers at once),
+/// and writes to one file from several processes run in parallel.
+fn open_flags() -> FopenFlags {
+    FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+}

@@ -1,0 +1,129 @@
+//! Flotilla's POSIX mount: a FUSE file system over the client library, so that unmodified
+//! programs (`cp`, `tar`, `rsync`, `sqlite3`, `git`, MPI-IO through ROMIO's POSIX driver)
+//! read and write Flotilla files.
+//!
+//! The kernel names entries by inode number; Flotilla's inode numbers are its entry ids, and
+//! the root is inode 1 in both. Directories are addressed by path (rebuilt from the names the
+//! kernel looked up, [`nodes`]), files by id. Open files bypass the page cache
+//! (`FOPEN_DIRECT_IO`) so that a size written by another client is seen after its close, and
+//! writes by several processes to one file run in parallel (`FOPEN_PARALLEL_DIRECT_WRITES`);
+//! each kernel request moves up to 1 MiB. Permissions are the kernel's
+//! (`default_permissions`), from the mode, owner and group the metadata service keeps.
+//!
+//! The mount uses fuser's own mount code (no libfuse, no fusermount when root).
+
+mod config;
+mod convert;
+mod fs;
+mod handles;
+mod names;
+pub mod nodes;
+mod open_files;
+mod write_behind;
+mod xattr;
+
+pub use config::MountConfig;
+pub use fs::{FlotillaFs, IO_BYTES_MAX};
+pub use open_files::FILE_BYTES_MAX;
+pub use xattr::LAYOUT_XATTR;
+
+use flotilla_client::Client;
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// A live mount served by background threads.
+pub struct Mounted {
+    session: fuser::BackgroundSession,
+    mountpoint: PathBuf,
+}
+
+/// Mounts the cluster `client` talks to at `mountpoint` and serves it in the background.
+/// Blocking: call it outside any async runtime.
+pub fn mount(client: Client, mountpoint: &Path, config: &MountConfig) -> io::Result<Mounted> {
+    let filesystem = FlotillaFs::new(client, config);
+    let session = fuser::Session::new(filesystem, mountpoint, &session_config(config))?;
+    let session = session.spawn()?;
+    Ok(Mounted { session, mountpoint: mountpoint.to_path_buf() })
+}
+
+fn session_config(config: &MountConfig) -> fuser::Config {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let allow_other = config.allow_other.unwrap_or(root);
+    let mut session = fuser::Config::default();
+    session.mount_options = vec![
+        fuser::MountOption::FSName("flotilla".to_string()),
+        fuser::MountOption::Subtype("flotilla".to_string()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::RW,
+        fuser::MountOption::NoAtime,
+    ];
+    session.acl = if allow_other { fuser::SessionACL::All } else { fuser::SessionACL::Owner };
+    session.n_threads = Some(config.threads.max(1));
+    session.clone_fd = true;
+    session
+}
+
+impl Mounted {
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Whether the session ended (someone unmounted the file system).
+    pub fn is_finished(&self) -> bool {
+        self.session.guard.is_finished()
+    }
+
+    /// Unmounts and waits for the serving threads. A busy mount (files still open) is
+    /// detached instead: it disappears from the tree now and ends when the last file closes.
+    pub fn unmount(self) -> io::Result<()> {
+        match unmount(&self.mountpoint, false) {
+            Ok(()) => self.session.join(),
+            Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
+                tracing::warn!(mountpoint = %self.mountpoint.display(), "mount busy; detaching it");
+                unmount(&self.mountpoint, true)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Waits until someone else unmounts the file system.
+    pub fn join(self) -> io::Result<()> {
+        self.session.join()
+    }
+}
+
+/// Unmounts the file system at `mountpoint`; `lazy` detaches it even while busy. Works after
+/// the serving process died. As root this is umount(2); otherwise `fusermount3 -u` (or
+/// `fusermount -u`), the setuid helper that lets users unmount their own FUSE mounts.
+pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return fusermount_unmount(mountpoint, lazy);
+    }
+    let path = CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mount point contains a NUL byte"))?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
+    if unsafe { libc::umount2(path.as_ptr(), flags) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn fusermount_unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "neither fusermount3 nor fusermount is installed");
+    for helper in ["fusermount3", "fusermount"] {
+        let mut command = std::process::Command::new(helper);
+        command.arg(if lazy { "-uz" } else { "-u" }).arg(mountpoint);
+        match command.status() {
+            Ok(status) if status.success() => return Ok(()),
+            Ok(status) => return Err(io::Error::other(format!("{helper} -u exited with {status}"))),
+            Err(error) => last = error,
+        }
+    }
+    Err(last)
+}

@@ -1,0 +1,247 @@
+//! Namespace operations: lookup, attributes, directories, links, renames, listings, space.
+
+use crate::convert::{errno, file_attr, file_type, time_or_now};
+use crate::fs::{FlotillaFs, Listed};
+use crate::open_files::FILE_BYTES_MAX;
+use flotilla_client::{ClientError, CreateOptions, EntryInfo, FileKind, Owner, SetAttr};
+use fuser::{Errno, FileAttr, RenameFlags, Request, TimeOrNow};
+use std::ffi::OsStr;
+use std::path::Path;
+
+/// The block `statfs` counts in.
+pub const STATFS_BLOCK_BYTES: u64 = 4096;
+/// Inodes reported by `statfs`: the namespace has no fixed inode table.
+const STATFS_FILES: u64 = 1 << 32;
+
+/// What a `setattr` asks for.
+pub struct Change {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+}
+
+/// Space over every target, in `STATFS_BLOCK_BYTES` blocks.
+pub struct Space {
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files: u64,
+    pub files_free: u64,
+}
+
+pub(crate) fn failed(error: ClientError) -> Errno {
+    let errno = errno(&error);
+    if errno == Errno::EIO {
+        tracing::warn!(%error, "cluster call failed");
+    }
+    errno
+}
+
+fn owner(request: &Request) -> Owner {
+    Owner { uid: request.uid(), gid: request.gid() }
+}
+
+impl FlotillaFs {
+    pub(crate) fn lookup_entry(&self, parent: u64, name: &OsStr) -> Result<FileAttr, Errno> {
+        let (path, name) = self.nodes.child_path(parent, name)?;
+        let entry = self.retrying(|| self.client.stat(&path)).map_err(failed)?;
+        self.nodes.remember(entry.id, parent, &name)?;
+        Ok(self.attr_of(&entry))
+    }
+
+    pub(crate) fn attributes(&self, ino: u64) -> Result<FileAttr, Errno> {
+        let entry = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?;
+        // Writes waiting in the write-behind buffer are not in the service's size yet.
+        if entry.attrs.kind == FileKind::File && !self.write_behind.holds(ino) {
+            self.sizes.observed(ino, entry.attrs.size_bytes);
+        }
+        Ok(self.attr_of(&entry))
+    }
+
+    pub(crate) fn set_attributes(&self, ino: u64, change: Change) -> Result<FileAttr, Errno> {
+        let mut attrs = None;
+        if let Some(size) = change.size {
+            attrs = Some(self.truncate(ino, size)?);
+        }
+        let rest = SetAttr {
+            mode: change.mode.map(|mode| mode & 0o7777),
+            uid: change.uid,
+            gid: change.gid,
+            size_bytes: None,
+            atime_ns: change.atime.map(time_or_now),
+            mtime_ns: change.mtime.map(time_or_now),
+        };
+        if rest != SetAttr::default() {
+            if rest.mtime_ns.is_some() {
+                // This mount's unsent and unpublished writes carry their own mtime, which the
+                // next flush would raise the file's to: send and publish them first.
+                if self.write_behind.holds(ino) {
+                    let file = self.retrying(|| self.client.open_id(ino)).map_err(failed)?;
+                    self.send_buffered_with(ino, &file)?;
+                }
+                self.retrying(|| self.client.flush_id(ino)).map_err(failed)?;
+            }
+            attrs = Some(self.client.set_attr(ino, rest).map_err(failed)?);
+        }
+        let mut attrs = match attrs {
+            Some(attrs) => attrs,
+            None => return self.attributes(ino),
+        };
+        self.client.overlay(ino, &mut attrs);
+        if change.size.is_none() {
+            if let Some(known) = self.sizes.known(ino) {
+                attrs.size_bytes = attrs.size_bytes.max(known);
+            }
+        }
+        Ok(file_attr(ino, &attrs))
+    }
+
+    /// Sets a file's size, shrinking its forks when it shrinks (a fresh handle: its idea of
+    /// the current size must include every write published so far).
+    fn truncate(&self, ino: u64, size: u64) -> Result<flotilla_client::Attributes, Errno> {
+        if size > FILE_BYTES_MAX {
+            return Err(Errno::EFBIG);
+        }
+        let file = self.retrying(|| self.client.open_id(ino)).map_err(failed)?;
+        self.send_buffered_with(ino, &file)?;
+        let attrs = self.retrying(|| file.set_size(size)).map_err(failed)?;
+        self.sizes.truncated(ino, size);
+        Ok(attrs)
+    }
+
+    pub(crate) fn link_target(&self, ino: u64) -> Result<String, Errno> {
+        let entry = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?;
+        entry.symlink.ok_or(Errno::EINVAL)
+    }
+
+    pub(crate) fn make_directory(
+        &self,
+        request: &Request,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+    ) -> Result<FileAttr, Errno> {
+        let (path, name) = self.nodes.child_path(parent, name)?;
+        let entry = self.client.mkdir_as(&path, mode & 0o7777, owner(request)).map_err(failed)?;
+        self.nodes.remember(entry.id, parent, &name)?;
+        Ok(self.attr_of(&entry))
+    }
+
+    pub(crate) fn make_symlink(
+        &self,
+        request: &Request,
+        parent: u64,
+        name: &OsStr,
+        target: &Path,
+    ) -> Result<FileAttr, Errno> {
+        let (path, name) = self.nodes.child_path(parent, name)?;
+        let target = target.to_str().ok_or(Errno::EINVAL)?;
+        let entry = self.client.symlink_as(&path, target, owner(request)).map_err(failed)?;
+        self.nodes.remember(entry.id, parent, &name)?;
+        Ok(self.attr_of(&entry))
+    }
+
+    pub(crate) fn remove_name(&self, parent: u64, name: &OsStr, directory: bool) -> Result<(), Errno> {
+        let (path, _) = self.nodes.child_path(parent, name)?;
+        let removed = if directory { self.client.rmdir(&path) } else { self.client.remove(&path) };
+        removed.map_err(failed)
+    }
+
+    pub(crate) fn rename_entry(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        new_parent: u64,
+        new_name: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
+            return Err(Errno::EINVAL);
+        }
+        let (from, name) = self.nodes.child_path(parent, name)?;
+        let (to, new_name) = self.nodes.child_path(new_parent, new_name)?;
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            match self.client.stat(&to) {
+                Ok(_) => return Err(Errno::EEXIST),
+                Err(error) if errno(&error) == Errno::ENOENT => {}
+                Err(error) => return Err(failed(error)),
+            }
+        }
+        self.client.rename(&from, &to).map_err(failed)?;
+        self.nodes.moved(parent, &name, new_parent, &new_name);
+        Ok(())
+    }
+
+    /// A second name for file `ino`. The namespace links by path, so the link is checked to
+    /// name `ino` (another client may have renamed it) and undone if it does not.
+    pub(crate) fn hard_link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> Result<FileAttr, Errno> {
+        let existing = self.nodes.path(ino)?;
+        let (new, new_name) = self.nodes.child_path(new_parent, new_name)?;
+        let entry = self.client.link(&existing, &new).map_err(failed)?;
+        if entry.id != ino {
+            let _ = self.client.remove(&new);
+            return Err(Errno::ESTALE);
+        }
+        self.nodes.remember(ino, new_parent, &new_name)?;
+        Ok(self.attr_of(&entry))
+    }
+
+    pub(crate) fn open_directory(&self, ino: u64) -> Result<u64, Errno> {
+        let path = self.nodes.path(ino)?;
+        let entries = self.retrying(|| self.client.readdir(&path)).map_err(failed)?;
+        let mut listing = Vec::with_capacity(entries.len() + 2);
+        listing.push(Listed { ino, kind: fuser::FileType::Directory, name: ".".to_string() });
+        let parent = self.nodes.parent(ino);
+        listing.push(Listed { ino: parent, kind: fuser::FileType::Directory, name: "..".to_string() });
+        listing.extend(entries.into_iter().map(|entry| Listed {
+            ino: entry.id,
+            kind: file_type(entry.kind),
+            name: entry.name,
+        }));
+        self.dirs.insert(listing)
+    }
+
+    pub(crate) fn space(&self) -> Result<Space, Errno> {
+        let targets = self.retrying(|| self.client.status()).map_err(failed)?;
+        let used: u64 = targets.iter().map(|t| t.used_bytes).sum();
+        let free: u64 = targets.iter().map(|t| t.free_bytes).sum();
+        Ok(Space {
+            blocks: (used + free) / STATFS_BLOCK_BYTES,
+            blocks_free: free / STATFS_BLOCK_BYTES,
+            files: STATFS_FILES,
+            files_free: STATFS_FILES,
+        })
+    }
+
+    /// Creates (or, without O_EXCL, opens an existing) file and opens it.
+    pub(crate) fn create_file(
+        &self,
+        request: &Request,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> Result<(FileAttr, u64), Errno> {
+        let (path, name) = self.nodes.child_path(parent, name)?;
+        // Always exclusive: the client removes a file whose subfiles it could not create, which
+        // must never be a file that existed before.
+        let options =
+            CreateOptions { subfiles: 0, targets: None, layout: None, mode: mode & 0o7777, exclusive: true };
+        let file = match self.client.create_as(&path, &options, owner(request)) {
+            Ok(file) => file,
+            Err(error) if errno(&error) == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
+                self.client.open(&path).map_err(failed)?
+            }
+            Err(error) => return Err(failed(error)),
+        };
+        let entry: EntryInfo = file.entry().clone();
+        let handle = self.insert_open(file, flags)?;
+        if let Err(errno) = self.nodes.remember(entry.id, parent, &name) {
+            let _ = self.release_file(handle);
+            return Err(errno);
+        }
+        Ok((self.attr_of(&entry), handle))
+    }
+}

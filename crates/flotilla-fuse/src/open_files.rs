@@ -1,0 +1,249 @@
+//! Open files: reads, writes, flush, fsync, release, fallocate, and the size the mount
+//! knows for each open file.
+//!
+//! Sizes. The metadata service learns a file's size when a writer flushes (close, fsync);
+//! the client library overlays its own unpublished writes. Reads must stop at the true end
+//! of file, so the mount keeps, per open inode, the largest size it knows (from the metadata
+//! service at open and `getattr`, raised by its own writes, set by its own truncates) and asks
+//! the metadata service again only when a read reaches past it.
+//!
+//! Data. Small writes wait in the file's write-behind buffer (`write_behind.rs`) and travel
+//! packed; everything buffered is sent before a read, a size change, a flush, an fsync and a
+//! release of the file. A failure to reach a server (it restarted, maybe on another address)
+//! is retried once with the file's placement asked anew; a server still down gives EIO for
+//! this file only. Files opened with O_SYNC or O_DSYNC write through and sync every write.
+
+use crate::convert::is_transport;
+use crate::fs::FlotillaFs;
+use crate::names::failed;
+use crate::write_behind::Buffered;
+use flotilla_client::{ClientError, File, Shape};
+use fuser::Errno;
+use std::collections::HashMap;
+
+/// Largest file the mount creates: 16 TiB, the largest file ext4 holds, so that no fork is
+/// asked to grow past what its target's file system can store.
+pub const FILE_BYTES_MAX: u64 = 1 << 44;
+
+/// One open file (one `open` or `create` of the kernel).
+pub struct OpenFile {
+    pub ino: u64,
+    file: parking_lot::RwLock<File>,
+    /// Opened with O_SYNC or O_DSYNC: every write is sent and synced before it is answered.
+    sync_writes: bool,
+}
+
+impl OpenFile {
+    fn file(&self) -> File {
+        self.file.read().clone()
+    }
+}
+
+#[derive(Default)]
+pub struct SizeTable {
+    sizes: parking_lot::Mutex<HashMap<u64, Tracked>>,
+}
+
+struct Tracked {
+    size_bytes: u64,
+    opens: u64,
+}
+
+impl SizeTable {
+    fn opened(&self, ino: u64, size_bytes: u64) {
+        let mut sizes = self.sizes.lock();
+        let tracked = sizes.entry(ino).or_insert(Tracked { size_bytes, opens: 0 });
+        tracked.size_bytes = size_bytes;
+        tracked.opens += 1;
+    }
+
+    /// One open handle of `ino` fewer; whether it was the last.
+    fn released(&self, ino: u64) -> bool {
+        let mut sizes = self.sizes.lock();
+        let Some(tracked) = sizes.get_mut(&ino) else { return true };
+        tracked.opens -= 1;
+        if tracked.opens > 0 {
+            return false;
+        }
+        sizes.remove(&ino);
+        true
+    }
+
+    pub fn known(&self, ino: u64) -> Option<u64> {
+        self.sizes.lock().get(&ino).map(|tracked| tracked.size_bytes)
+    }
+
+    /// The metadata service's size (with this client's writes) for a tracked inode.
+    pub fn observed(&self, ino: u64, size_bytes: u64) {
+        if let Some(tracked) = self.sizes.lock().get_mut(&ino) {
+            tracked.size_bytes = size_bytes;
+        }
+    }
+
+    fn wrote(&self, ino: u64, end_bytes: u64) {
+        if let Some(tracked) = self.sizes.lock().get_mut(&ino) {
+            tracked.size_bytes = tracked.size_bytes.max(end_bytes);
+        }
+    }
+
+    pub fn truncated(&self, ino: u64, size_bytes: u64) {
+        self.observed(ino, size_bytes);
+    }
+}
+
+impl FlotillaFs {
+    pub(crate) fn open_file(&self, ino: u64, flags: i32) -> Result<u64, Errno> {
+        let file = self.retrying(|| self.client.open_id(ino)).map_err(failed)?;
+        self.insert_open(file, flags)
+    }
+
+    pub(crate) fn insert_open(&self, file: File, flags: i32) -> Result<u64, Errno> {
+        let (ino, size) = (file.id(), file.size());
+        let sync_writes = flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
+        let open = OpenFile { ino, file: parking_lot::RwLock::new(file), sync_writes };
+        let handle = self.files.insert(open)?;
+        self.sizes.opened(ino, size);
+        Ok(handle)
+    }
+
+    /// Sends what the write-behind buffer holds for the file `open` is a handle of.
+    fn send_buffered(&self, open: &OpenFile) -> Result<(), Errno> {
+        self.write_behind.flush(open.ino, &|shape, data| self.send_shape(open, shape, data))
+    }
+
+    fn send_shape(&self, open: &OpenFile, shape: Shape, data: &[u8]) -> Result<(), Errno> {
+        self.with_file(open, |file| file.write_shape(&shape, data).map(|_| ()))
+    }
+
+    /// Sends what the write-behind buffer holds for `ino` through a fresh handle (for size
+    /// changes made without an open file).
+    pub(crate) fn send_buffered_with(&self, ino: u64, file: &File) -> Result<(), Errno> {
+        let send = |shape: Shape, data: &[u8]| file.write_shape(&shape, data).map(|_| ()).map_err(failed);
+        self.write_behind.flush(ino, &send)
+    }
+
+    /// Runs `call` on the open file; after a transport failure, once more on a handle whose
+    /// placement was asked anew.
+    fn with_file<T>(
+        &self,
+        open: &OpenFile,
+        mut call: impl FnMut(&File) -> Result<T, ClientError>,
+    ) -> Result<T, Errno> {
+        let error = match call(&open.file()) {
+            Err(error) if is_transport(&error) => error,
+            other => return other.map_err(failed),
+        };
+        tracing::info!(%error, ino = open.ino, "retrying with a fresh placement");
+        let fresh = self.client.open_id(open.ino).map_err(failed)?;
+        *open.file.write() = fresh.clone();
+        call(&fresh).map_err(failed)
+    }
+
+    pub(crate) fn read_file(&self, ino: u64, handle: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let open = self.files.get(handle)?;
+        self.send_buffered(&open)?;
+        let end = offset.saturating_add(u64::from(size));
+        let mut known = self.sizes.known(ino).unwrap_or(0);
+        if end > known {
+            // Maybe another client made the file longer (this mount's writes are all known).
+            let entry = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?;
+            known = known.max(entry.attrs.size_bytes);
+            self.sizes.wrote(ino, known);
+        }
+        let length = known.saturating_sub(offset).min(u64::from(size));
+        if length == 0 {
+            return Ok(Vec::new());
+        }
+        let mut buffer = vec![0u8; length as usize];
+        self.with_file(&open, |file| file.read_shape(&Shape::contiguous(offset, length), &mut buffer))?;
+        Ok(buffer)
+    }
+
+    pub(crate) fn write_file(&self, ino: u64, handle: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        let open = self.files.get(handle)?;
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > FILE_BYTES_MAX {
+            return Err(Errno::EFBIG);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let written = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
+        if open.sync_writes {
+            self.send_buffered(&open)?;
+            self.with_file(&open, |file| file.write_at(offset, data).and_then(|()| file.sync()))?;
+        } else {
+            let send = |shape: Shape, bytes: &[u8]| self.send_shape(&open, shape, bytes);
+            if let Buffered::No = self.write_behind.write(ino, offset, data, &send)? {
+                self.with_file(&open, |file| file.write_at(offset, data))?;
+            }
+        }
+        self.sizes.wrote(ino, end);
+        Ok(written)
+    }
+
+    /// Publishes this mount's writes' size and mtime (close-to-open consistency).
+    pub(crate) fn flush_file(&self, handle: u64) -> Result<(), Errno> {
+        let open = self.files.get(handle)?;
+        self.publish(&open)
+    }
+
+    /// Sends the buffered writes, then publishes the size and mtime they gave the file.
+    fn publish(&self, open: &OpenFile) -> Result<(), Errno> {
+        let sent = self.send_buffered(open);
+        let file = open.file();
+        let published = self.retrying(|| file.flush()).map_err(failed);
+        sent.and(published).and(self.write_behind.failure(open.ino))
+    }
+
+    pub(crate) fn release_file(&self, handle: u64) -> Result<(), Errno> {
+        let Some(open) = self.files.remove(handle) else { return Ok(()) };
+        let published = self.publish(&open);
+        if self.sizes.released(open.ino) {
+            self.write_behind.forget(open.ino);
+        }
+        published
+    }
+
+    pub(crate) fn sync_file(&self, handle: u64) -> Result<(), Errno> {
+        let open = self.files.get(handle)?;
+        self.send_buffered(&open)?;
+        self.with_file(&open, |file| file.sync())?;
+        self.write_behind.failure(open.ino)
+    }
+
+    /// `fallocate` mode 0 (what `posix_fallocate` asks): the file is at least this long.
+    pub(crate) fn allocate(
+        &self,
+        ino: u64,
+        handle: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
+        if mode != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        if end > FILE_BYTES_MAX {
+            return Err(Errno::EFBIG);
+        }
+        let open = self.files.get(handle)?;
+        self.send_buffered(&open)?;
+        // Raise the size, never lower it: several processes may allocate parts of one file
+        // at once (GrowSize keeps the largest).
+        self.retrying(|| self.client.grow_size(ino, end)).map_err(failed)?;
+        self.sizes.wrote(ino, end);
+        Ok(())
+    }
+
+    /// Sends the buffered writes and publishes the sizes of every file still open (at
+    /// unmount).
+    pub(crate) fn flush_all(&self) {
+        for open in self.files.all() {
+            if let Err(errno) = self.publish(&open) {
+                tracing::warn!(?errno, ino = open.ino, "writing a file's last data at unmount failed");
+            }
+        }
+    }
+}

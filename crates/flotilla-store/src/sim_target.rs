@@ -1,0 +1,183 @@
+//! Target kinds and the `sim` kind's shared disk: the one arm every fork of a simulated
+//! target moves.
+//!
+//! A target is named by a spec: `DIR` or `dir:DIR` for the `dir` kind, `sim:MODEL:DIR` (for
+//! example `sim:hp97560:/data/t0` or `sim:st31200n,track_buffer=256k:/data/t0`) for a
+//! simulated disk whose data lives, for real, in the `dir` layout under `DIR`.
+//!
+//! Each fork is given a region of the simulated disk when it is first opened in this
+//! process (its inode is the key, so the fd cache reopening it finds the same region):
+//! regions are handed out one after another, each as large as the fork is or
+//! `SIM_REGION_BYTES_MIN`, rounded up to a cylinder, wrapping at the disk's capacity. Fork
+//! byte `i` lies at `region + i`, as a file system that preallocates (as the store's space
+//! reservation does) would place it; a sparse fork therefore spreads over its whole range.
+//!
+//! Simulated time runs in real time: a request computes its service time from the disk's
+//! state (`SimDisk`), does the real file I/O, and sleeps until the simulated completion, with
+//! the arm held, so requests to one target are served one at a time, as by one disk. The
+//! real I/O's own time is thus part of, not added to, the simulated time (Galley §6.1.2).
+
+use crate::error::StoreError;
+use crate::sim_disk::SimDisk;
+use crate::sim_model::SimModel;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Smallest region a fork gets on a simulated disk.
+pub const SIM_REGION_BYTES_MIN: u64 = 32 << 20;
+/// Most forks with a remembered region per simulated disk; past it the map starts afresh.
+pub const SIM_REGIONS_MAX: usize = 65_536;
+
+/// What kind of storage a target is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TargetKind {
+    /// Forks are files in a directory.
+    Dir,
+    /// Forks are files in a directory, timed as on a simulated disk of this model.
+    Sim(SimModel),
+}
+
+/// A parsed target spec: its kind and its directory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TargetSpec {
+    pub kind: TargetKind,
+    pub dir: PathBuf,
+}
+
+impl TargetSpec {
+    /// Parses `DIR`, `dir:DIR` or `sim:MODEL[,OPTION=VALUE]:DIR`.
+    pub fn parse(spec: &Path) -> Result<TargetSpec, StoreError> {
+        let bad = |reason: String| StoreError::BadConfig { name: "targets", reason };
+        let Some(text) = spec.to_str() else {
+            return Ok(TargetSpec { kind: TargetKind::Dir, dir: spec.to_path_buf() });
+        };
+        if let Some(dir) = text.strip_prefix("dir:") {
+            return Ok(TargetSpec { kind: TargetKind::Dir, dir: dir.into() });
+        }
+        let Some(rest) = text.strip_prefix("sim:") else {
+            return Ok(TargetSpec { kind: TargetKind::Dir, dir: spec.to_path_buf() });
+        };
+        let Some((model, dir)) = rest.split_once(':') else {
+            return Err(bad(format!("target spec {text:?} must be sim:MODEL:DIR")));
+        };
+        if dir.is_empty() {
+            return Err(bad(format!("target spec {text:?} names no directory")));
+        }
+        let model = SimModel::parse(model).map_err(|error| bad(format!("target spec {text:?}: {error}")))?;
+        Ok(TargetSpec { kind: TargetKind::Sim(model), dir: dir.into() })
+    }
+}
+
+#[derive(Debug)]
+struct ArmState {
+    disk: SimDisk,
+    regions: HashMap<u64, u64>,
+    next_region: u64,
+}
+
+/// The simulated disk of one target, shared by its forks.
+#[derive(Debug)]
+pub(crate) struct SimTarget {
+    epoch: Instant,
+    state: Mutex<ArmState>,
+}
+
+impl SimTarget {
+    pub(crate) fn new(model: SimModel) -> SimTarget {
+        SimTarget {
+            epoch: Instant::now(),
+            state: Mutex::new(ArmState {
+                disk: SimDisk::new(model),
+                regions: HashMap::new(),
+                next_region: 0,
+            }),
+        }
+    }
+
+    /// The region of the fork with this key (inode), allocating one if it has none.
+    pub(crate) fn region(&self, key: u64, size_bytes: u64) -> u64 {
+        let mut state = self.state.lock();
+        if let Some(start) = state.regions.get(&key) {
+            return *start;
+        }
+        if state.regions.len() >= SIM_REGIONS_MAX {
+            state.regions.clear();
+        }
+        let model = state.disk.model();
+        let length = size_bytes.max(SIM_REGION_BYTES_MIN).next_multiple_of(model.cylinder_bytes());
+        let capacity = model.capacity_bytes();
+        let start = state.next_region % capacity;
+        state.next_region = (start + length) % capacity;
+        state.regions.insert(key, start);
+        start
+    }
+
+    /// Runs `real_io` as a request for `length_bytes` at `position` of the disk: holds the
+    /// arm, and returns no earlier than the simulated completion.
+    pub(crate) fn access<T>(
+        &self,
+        position: u64,
+        length_bytes: u64,
+        is_write: bool,
+        real_io: impl FnOnce() -> T,
+    ) -> T {
+        let mut state = self.state.lock();
+        let now_ns = self.epoch.elapsed().as_nanos() as f64;
+        let done_ns = state.disk.service(position, length_bytes, is_write, now_ns);
+        let result = real_io();
+        let done = self.epoch + Duration::from_nanos(done_ns as u64);
+        let now = Instant::now();
+        if done > now {
+            std::thread::sleep(done - now);
+        }
+        drop(state);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_target_specs() {
+        let dir = TargetSpec::parse(Path::new("/data/t0")).unwrap();
+        assert_eq!(dir, TargetSpec { kind: TargetKind::Dir, dir: "/data/t0".into() });
+        assert_eq!(TargetSpec::parse(Path::new("dir:/x")).unwrap().dir, PathBuf::from("/x"));
+        let sim = TargetSpec::parse(Path::new("sim:hp97560:/data/t1")).unwrap();
+        assert_eq!(sim.dir, PathBuf::from("/data/t1"));
+        assert!(matches!(sim.kind, TargetKind::Sim(ref model) if model.name == "hp97560"));
+        let buffered = TargetSpec::parse(Path::new("sim:st31200n,track_buffer=64k:rel/dir")).unwrap();
+        assert!(matches!(buffered.kind, TargetKind::Sim(ref model) if model.track_buffer_bytes == 64 << 10));
+        for bad in ["sim:hp97560", "sim:hp97560:", "sim:nope:/x"] {
+            assert!(matches!(TargetSpec::parse(Path::new(bad)), Err(StoreError::BadConfig { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn regions_are_stable_and_disjoint() {
+        let target = SimTarget::new(SimModel::hp97560());
+        let first = target.region(10, 0);
+        let second = target.region(11, 100 << 20);
+        let third = target.region(12, 0);
+        assert_eq!(target.region(10, 5), first);
+        assert!(second >= first + SIM_REGION_BYTES_MIN);
+        assert!(third >= second + (100 << 20));
+    }
+
+    #[test]
+    fn a_request_takes_its_simulated_time_in_real_time() {
+        let target = SimTarget::new(SimModel::hp97560());
+        let start = Instant::now();
+        // A full-stroke seek and a 64 KiB write: at least 23 ms of seek plus 27 ms of transfer.
+        target.access(0, 4096, true, || ());
+        let begun = Instant::now();
+        target.access(SimModel::hp97560().capacity_bytes() - (64 << 10), 64 << 10, true, || ());
+        let took = begun.elapsed();
+        assert!(took >= Duration::from_millis(50), "{took:?}");
+        assert!(took < Duration::from_millis(150), "{took:?}");
+        assert!(start.elapsed() >= took);
+    }
+}
