@@ -30,6 +30,8 @@ pub(crate) struct ExtentSummary {
     pub total_bytes: u64,
     /// Largest end over all non-empty extents (0 if none).
     pub end_bytes_max: u64,
+    /// Smallest offset over all non-empty extents (`u64::MAX` if none).
+    pub start_bytes_min: u64,
 }
 
 /// Checks every extent and the buffer length; returns what the list covers.
@@ -39,7 +41,7 @@ pub(crate) fn summarize(
     fork_bytes_max: u64,
     buffer_bytes: usize,
 ) -> Result<ExtentSummary, StoreError> {
-    let mut summary = ExtentSummary { total_bytes: 0, end_bytes_max: 0 };
+    let mut summary = ExtentSummary { total_bytes: 0, end_bytes_max: 0, start_bytes_min: u64::MAX };
     for extent in extents {
         let end = extent
             .end()
@@ -49,6 +51,7 @@ pub(crate) fn summarize(
         }
         if extent.length > 0 {
             summary.end_bytes_max = summary.end_bytes_max.max(end);
+            summary.start_bytes_min = summary.start_bytes_min.min(extent.offset);
         }
         // A saturated sum can never equal a real buffer's length, so it is refused below.
         summary.total_bytes = summary.total_bytes.saturating_add(extent.length);

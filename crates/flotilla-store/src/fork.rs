@@ -194,25 +194,40 @@ impl Fork {
         *self.backend.lock() = backend;
     }
 
-    /// Reserves space up to `end_bytes` before a write that grows the fork is acknowledged.
-    /// The reservation is rounded up to `granule_bytes` (a cache block) so that a stream of
+    /// Reserves space for a write covering `start_bytes..end_bytes` before it is acknowledged.
+    ///
+    /// `reserved_bytes` is the dense prefix known to be allocated. A write reaching past it
+    /// from inside (or just after) the prefix extends the prefix; a write that starts beyond
+    /// it, leaving a hole (sparse forks: hash layouts, seeks past the end), allocates only its
+    /// own span and leaves the hole unallocated, so a write far out never reserves the space
+    /// in between. Reservations round to `granule_bytes` (a cache block) so that a stream of
     /// small appends does not allocate on every request; when only the exact range fits, that
     /// is reserved instead. Returns whether a reservation was made; `TargetFull` if no space.
-    pub(crate) fn reserve(self: &Arc<Self>, end_bytes: u64, granule_bytes: u64) -> Result<bool, StoreError> {
+    pub(crate) fn reserve(
+        self: &Arc<Self>,
+        start_bytes: u64,
+        end_bytes: u64,
+        granule_bytes: u64,
+    ) -> Result<bool, StoreError> {
         let mut reserved = self.reserved_bytes.lock();
         if end_bytes <= *reserved {
             return Ok(false);
         }
         let backend = self.backend()?;
+        let span_start = start_bytes - start_bytes % granule_bytes;
+        let dense = span_start <= *reserved;
+        let start = if dense { *reserved } else { span_start };
         let rounded_end = end_bytes.next_multiple_of(granule_bytes);
-        let start = *reserved;
         let result = match backend.allocate(start, rounded_end - start, false) {
             Err(error) if is_no_space(&error) && rounded_end > end_bytes => {
                 backend.allocate(start, end_bytes - start, false).map(|()| end_bytes)
             }
             other => other.map(|()| rounded_end),
         };
-        *reserved = result.map_err(|error| self.space_error("reserve space for", error))?;
+        let allocated_end = result.map_err(|error| self.space_error("reserve space for", error))?;
+        if dense {
+            *reserved = allocated_end;
+        }
         Ok(true)
     }
 

@@ -138,7 +138,7 @@ impl Store {
         let summary = summarize(extents, fork, self.config.fork_bytes_max, data.len())?;
         let live = self.fork(fork)?;
         let _shared = live.lock_shared()?;
-        if live.reserve(summary.end_bytes_max, 1 << self.block_shift)? {
+        if live.reserve(summary.start_bytes_min, summary.end_bytes_max, 1 << self.block_shift)? {
             bump(&self.counters.reservations, 1);
         }
         request::write(self.engine(), &live, extents, data)?;

@@ -468,3 +468,28 @@ fn io_errors_keep_their_kind_and_say_what_was_done() {
     assert!(action.starts_with("open fork") && action.contains("00000000000000ab.3"), "{action}");
     assert!(error.io_kind().is_some());
 }
+
+#[test]
+fn a_write_far_past_the_end_reserves_only_its_own_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, target) = open_with_subfile(config(dir.path(), 4 * KIB, 64));
+    let fork = data_fork(target);
+    // Phase 1: a dense start, then one block far out (a sparse fork, as hash layouts make).
+    store.write(&fork, &[Extent::new(0, 8 * 1024)], &pattern(8 * KIB, 1)).unwrap();
+    let far = 1u64 << 40;
+    store.write(&fork, &[Extent::new(far, 4096)], &pattern(4 * KIB, 2)).unwrap();
+    store.sync(&fork).unwrap();
+    // Phase 2: the hole between them holds no disk blocks.
+    let path = dir.path().join("subfiles");
+    let allocated_bytes: u64 = std::fs::read_dir(&path)
+        .unwrap()
+        .flat_map(|subfile| std::fs::read_dir(subfile.unwrap().path()).unwrap())
+        .map(|fork| std::os::unix::fs::MetadataExt::blocks(&fork.unwrap().metadata().unwrap()) * 512)
+        .sum();
+    assert!(allocated_bytes < 1 << 20, "a sparse write reserved {allocated_bytes} bytes");
+    // Phase 3: the hole can still be written (its space is reserved then), and all reads back.
+    store.write(&fork, &[Extent::new(1 << 30, 4096)], &pattern(4 * KIB, 3)).unwrap();
+    assert_eq!(read_range(&store, &fork, far, 4 * KIB), pattern(4 * KIB, 2));
+    assert_eq!(read_range(&store, &fork, 1 << 30, 4 * KIB), pattern(4 * KIB, 3));
+    assert_eq!(read_range(&store, &fork, 0, 8 * KIB), pattern(8 * KIB, 1));
+}
