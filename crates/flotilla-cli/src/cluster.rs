@@ -48,7 +48,8 @@ pub struct ServerArgs {
     /// Address of the metadata service.
     #[arg(long, env = "FLOTILLA_META")]
     meta: Option<String>,
-    /// A target directory (repeat for several).
+    /// A target directory (repeat for several); `sim:MODEL:DIR` times it as a 1990s disk
+    /// (hp97560, st31200n).
     #[arg(long = "target")]
     targets: Vec<PathBuf>,
     #[arg(long)]

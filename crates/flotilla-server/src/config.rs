@@ -14,7 +14,8 @@ pub struct ServerConfig {
     pub listen: String,
     /// Address clients should use; defaults to the bound listen address.
     pub advertise: Option<String>,
-    /// Target directories.
+    /// Target specs: `DIR` or `dir:DIR`, or `sim:MODEL:DIR` for a simulated 1990s disk
+    /// (`hp97560`, `st31200n`) keeping its data in `DIR` (see `flotilla_store::TargetSpec`).
     pub targets: Vec<PathBuf>,
     pub limits: Limits,
     /// Worker threads executing requests.

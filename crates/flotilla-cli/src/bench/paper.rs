@@ -370,7 +370,12 @@ fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     // Out of core: the servers' caches (512 KiB) are far smaller than the matrix (8 MiB),
     // so the re-reads of earlier columns go to the disks as in RAMA.
     let lu_common = CommonArgs { cache_bytes: 512 << 10, ..common.clone() };
-    let lu_args = RamaArgs { common: lu_common.clone(), experiment: RamaExperiment::Lu, layout: lu_layouts, ..base.clone() };
+    let lu_args = RamaArgs {
+        common: lu_common.clone(),
+        experiment: RamaExperiment::Lu,
+        layout: lu_layouts,
+        ..base.clone()
+    };
     let lu = run_jobs(&lu_common, "rama lu", rama_jobs(&lu_args)?)?;
     let lu_at = |layout: &str| median_of(&lu, &[("layout", json!(layout))]);
 

@@ -206,7 +206,8 @@ impl Report {
         // Sizes derived from the swept parameter, and client counts derived from a ratio,
         // would split one curve into points.
         let derived = |c: &str| {
-            matches!(c, "file_bytes" | "fork_bytes") || (c == "clients" && point.param("clients_per_server").is_some())
+            matches!(c, "file_bytes" | "fork_bytes")
+                || (c == "clients" && point.param("clients_per_server").is_some())
         };
         let varying: Vec<String> = self
             .columns()

@@ -169,7 +169,9 @@ fn close(target: Target, sync: bool) -> anyhow::Result<()> {
         // Every fork at once: `File::sync` goes subfile by subfile, which would serialize
         // the servers' write-backs.
         let forks: Vec<Fork> = match (&target.file, target.forks.is_empty()) {
-            (Some(file), true) => (0..file.subfile_count()).map(|s| file.fork(s, DEFAULT_FORK)).collect::<Result<_, _>>()?,
+            (Some(file), true) => {
+                (0..file.subfile_count()).map(|s| file.fork(s, DEFAULT_FORK)).collect::<Result<_, _>>()?
+            }
             _ => target.forks.clone(),
         };
         let handles: Vec<_> = forks.iter().map(Fork::sync_nb).collect();
