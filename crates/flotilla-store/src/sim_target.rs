@@ -9,8 +9,9 @@
 //! process (its inode is the key, so the fd cache reopening it finds the same region):
 //! regions are handed out one after another, each as large as the fork is or
 //! `SIM_REGION_BYTES_MIN`, rounded up to a cylinder, wrapping at the disk's capacity. Fork
-//! byte `i` lies at `region + i`, as a file system that preallocates (as the store's space
-//! reservation does) would place it; a sparse fork therefore spreads over its whole range.
+//! byte `i` lies at `region + i`, where a file system that keeps logical gaps physically
+//! (ext4 aims a new extent at its logical distance from its neighbour) would put it; a
+//! sparse fork therefore spreads over its whole range.
 //!
 //! Simulated time runs in real time: a request computes its service time from the disk's
 //! state (`SimDisk`), does the real file I/O, and sleeps until the simulated completion, with

@@ -645,7 +645,15 @@ fn interleaved(args: InterleavedArgs) -> anyhow::Result<()> {
         ("runs".to_string(), json!(common.runs)),
         ("strided_over_traditional".to_string(), ratio(median("strided"), median("traditional"))),
         ("strided_over_pread".to_string(), ratio(median("strided"), median("pread"))),
+        // The first version's names, kept for scripts that read them.
+        ("ratio_of_medians".to_string(), ratio(median("strided"), median("traditional"))),
     ];
+    for point in &points {
+        let (median, min, max) = report::summary(&point.rates);
+        let mode = point.param("mode").and_then(Value::as_str).unwrap_or_default().to_string();
+        let rates = json!({"median_bytes_per_s": median, "min_bytes_per_s": min, "max_bytes_per_s": max});
+        facts.push((mode, rates));
+    }
     if let Some(peak) = peak {
         facts.push(("cache_bytes".to_string(), json!(common.cache_bytes)));
         facts.push(("server_peak_rss_bytes".to_string(), json!(peak)));

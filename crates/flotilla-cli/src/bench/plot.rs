@@ -24,15 +24,15 @@ fn register_font() {
 pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
     register_font();
     let x_name = report.x_axis();
-    let x_of = |index: usize| -> f64 {
-        x_name
-            .as_deref()
-            .and_then(|name| report.points[index].param(name))
-            .and_then(|v| v.as_f64())
-            .unwrap_or(index as f64 + 1.0)
+    let x_of = |index: usize| -> Option<f64> {
+        match x_name.as_deref() {
+            Some(name) => report.points[index].param(name).and_then(|v| v.as_f64()),
+            None => Some(index as f64 + 1.0),
+        }
     };
-    let xs: Vec<f64> = (0..report.points.len()).map(x_of).collect();
-    let (x_min, x_max) = xs.iter().fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+    let xs: Vec<Option<f64>> = (0..report.points.len()).map(x_of).collect();
+    let (x_min, x_max) =
+        xs.iter().flatten().fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
     let y_max =
         report.points.iter().map(|p| summary(&p.rates).2 / 1e6).fold(0.0f64, f64::max).max(1e-3) * 1.1;
     let root = BitMapBackend::new(path, (1000, 620)).into_drawing_area();
@@ -62,20 +62,28 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
     }
     for (number, (label, members)) in series.iter().enumerate() {
         let color = Palette99::pick(number).to_rgba();
-        let mut line: Vec<(f64, f64)> =
-            members.iter().map(|i| (xs[*i], report.points[*i].median() / 1e6)).collect();
+        let style = color.stroke_width(2);
+        // Points off the axis (a hash layout among stripe units): a horizontal line.
+        let mut line: Vec<(f64, f64)> = match members.iter().find_map(|i| xs[*i].is_none().then_some(*i)) {
+            Some(i) => vec![(lo, report.points[i].median() / 1e6), (hi, report.points[i].median() / 1e6)],
+            None => {
+                members.iter().filter_map(|i| Some((xs[*i]?, report.points[*i].median() / 1e6))).collect()
+            }
+        };
         line.sort_by(|a, b| a.0.total_cmp(&b.0));
         chart
-            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(line.clone(), style))
             .context("draw a series")?
             .label(label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart
-            .draw_series(line.iter().map(|(x, y)| Circle::new((*x, *y), 3, color.filled())))
-            .context("draw points")?;
-        let bars = members.iter().map(|i| {
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        let on_axis: Vec<usize> = members.iter().copied().filter(|i| xs[*i].is_some()).collect();
+        let dots = on_axis.iter().filter_map(|i| {
+            Some(Circle::new((xs[*i]?, report.points[*i].median() / 1e6), 3, color.filled()))
+        });
+        chart.draw_series(dots).context("draw points")?;
+        let bars = on_axis.iter().filter_map(|i| {
             let (_, min, max) = summary(&report.points[*i].rates);
-            PathElement::new(vec![(xs[*i], min / 1e6), (xs[*i], max / 1e6)], color)
+            Some(PathElement::new(vec![(xs[*i]?, min / 1e6), (xs[*i]?, max / 1e6)], color))
         });
         chart.draw_series(bars).context("draw error bars")?;
     }
@@ -84,7 +92,7 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
         .label_font((FONT, 13))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .draw()
         .context("draw the legend")?;
     root.present().with_context(|| format!("write {}", path.display()))?;

@@ -178,13 +178,14 @@ impl Report {
         Ok(())
     }
 
-    /// The swept numeric parameter to put on a chart's x axis, if any.
+    /// The swept numeric parameter to put on a chart's x axis, if any: one with at least two
+    /// numeric values (points without it are drawn as horizontal lines).
     pub fn x_axis(&self) -> Option<String> {
         let preferred =
             ["record_bytes", "transfer_bytes", "stripe_unit_bytes", "servers", "clients_per_server"];
         preferred.iter().map(|name| name.to_string()).find(|name| {
-            self.distinct(name).len() > 1
-                && self.points.iter().all(|p| p.param(name).is_some_and(Value::is_number))
+            let values: Vec<&Value> = self.points.iter().filter_map(|p| p.param(name)).collect();
+            values.iter().all(|v| v.is_number()) && self.distinct(name).len() > 1
         })
     }
 
@@ -201,18 +202,24 @@ impl Report {
         seen
     }
 
-    /// Series label of a point: its parameters that vary, other than the x axis.
+    /// Whether `column` is fixed by `x` among the points that have `x` (a size derived from
+    /// the swept one, a layout named by its stripe unit, a client count set by a ratio).
+    fn follows(&self, column: &str, x: &str) -> bool {
+        let with_x: Vec<&PointResult> = self.points.iter().filter(|p| p.param(x).is_some()).collect();
+        with_x.iter().all(|p| {
+            with_x.iter().filter(|q| q.param(x) == p.param(x)).all(|q| q.param(column) == p.param(column))
+        })
+    }
+
+    /// Series label of a point: its parameters that vary, other than the x axis and what
+    /// follows from it.
     pub fn series_label(&self, point: &PointResult, x: Option<&str>) -> String {
-        // Sizes derived from the swept parameter, and client counts derived from a ratio,
-        // would split one curve into points.
-        let derived = |c: &str| {
-            matches!(c, "file_bytes" | "fork_bytes")
-                || (c == "clients" && point.param("clients_per_server").is_some())
-        };
+        let on_axis = x.is_some_and(|x| point.param(x).is_some());
         let varying: Vec<String> = self
             .columns()
             .into_iter()
-            .filter(|c| Some(c.as_str()) != x && !derived(c) && self.distinct(c).len() > 1)
+            .filter(|c| Some(c.as_str()) != x && self.distinct(c).len() > 1)
+            .filter(|c| !(on_axis && x.is_some_and(|x| self.follows(c, x))))
             .collect();
         let parts: Vec<String> =
             varying.iter().filter_map(|c| point.param(c).map(|v| format!("{c}={}", text(v)))).collect();
