@@ -89,7 +89,8 @@ impl Client {
         let path = path.to_string();
         let core = self.core.clone();
         self.spawn(async move {
-            let mut info = entry(core.meta_call(MetaRequest::Lookup { path: path.clone() }).await?, "lookup")?;
+            let mut info =
+                entry(core.meta_call(MetaRequest::Lookup { path: path.clone() }).await?, "lookup")?;
             if info.attrs.kind != flotilla_types::FileKind::File {
                 return Err(ClientError::NotAFile { path });
             }
