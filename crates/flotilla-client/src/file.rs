@@ -101,11 +101,16 @@ impl File {
     }
 
     /// Syncs every fork of every subfile, then publishes the size and mtime.
+    /// All subfiles are synced at once, so their disks write back in parallel.
     pub fn sync(&self) -> Result<(), ClientError> {
+        let mut handles = Vec::new();
         for subfile in 0..self.subfile_count() {
             for info in self.list_forks(subfile)? {
-                self.fork(subfile, &info.name)?.sync()?;
+                handles.push(self.fork(subfile, &info.name)?.sync_nb());
             }
+        }
+        for handle in handles {
+            handle.wait()?;
         }
         self.flush()
     }

@@ -26,6 +26,9 @@ pub struct ServerConfig {
     pub reply_queue_max: usize,
     /// Connections served at once.
     pub connections_max: usize,
+    /// Request and reply data the server holds in memory at once, across all connections
+    /// (requests wait, not fail, when it is used up).
+    pub data_bytes_in_memory_max: u64,
     pub block_bytes: u64,
     pub cache_capacity_bytes: u64,
     pub disk_queue_max: usize,
@@ -48,6 +51,7 @@ impl Default for ServerConfig {
             connection_queue_max: 64,
             reply_queue_max: 64,
             connections_max: 1024,
+            data_bytes_in_memory_max: 32 << 20,
             block_bytes: 32 << 10,
             cache_capacity_bytes: 256 << 20,
             disk_queue_max: 4096,

@@ -26,6 +26,8 @@ pub(crate) struct Job {
     pub replies: mpsc::Sender<Reply>,
     pub _slot: OwnedSemaphorePermit,
     pub credit: Credit,
+    /// The request's share of the server-wide data budget, held until its reply is written.
+    pub memory: OwnedSemaphorePermit,
 }
 
 /// Bytes a request holds of its connection's credit, given back on drop.
@@ -48,6 +50,11 @@ pub(crate) struct Shared {
     pub server_name: String,
     pub connection_queue_max: usize,
     pub reply_queue_max: usize,
+    /// Server-wide budget for request and reply data held in memory, in KiB
+    /// (`ServerConfig::data_bytes_in_memory_max`): many connections together cannot make the
+    /// server hold more than this, whatever each one's credit.
+    pub memory: Arc<Semaphore>,
+    pub memory_units_max: u32,
 }
 
 /// Serves one connection until the client goes away or sends a stream-breaking frame.
@@ -110,14 +117,21 @@ impl Reader {
             tracing::debug!(connection = self.id, client, "hello");
             let message =
                 IoReply::Welcome { server: self.shared.server_name.clone(), limits: self.shared.limits };
-            return self.replies.send(Reply { request_id, message, data: Vec::new() }).await.is_ok();
+            return self
+                .replies
+                .send(Reply { request_id, message, data: Vec::new(), memory: None })
+                .await
+                .is_ok();
         }
         let credit = match self.take_credit(&request) {
             Ok(credit) => credit,
             Err(error) => return self.refuse(request_id, error.code, error.message).await,
         };
         let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
-        let job = Job { request_id, request, data, replies: self.replies.clone(), _slot: slot, credit };
+        let units = memory_units(credit.bytes, self.shared.memory_units_max);
+        let Ok(memory) = self.shared.memory.clone().acquire_many_owned(units).await else { return false };
+        let job =
+            Job { request_id, request, data, replies: self.replies.clone(), _slot: slot, credit, memory };
         self.shared.scheduler.push(self.id, job);
         true
     }
@@ -149,8 +163,13 @@ impl Reader {
 
     async fn refuse(&self, request_id: u64, code: ErrorCode, message: String) -> bool {
         let message = IoReply::Error(WireError::new(code, message));
-        self.replies.send(Reply { request_id, message, data: Vec::new() }).await.is_ok()
+        self.replies.send(Reply { request_id, message, data: Vec::new(), memory: None }).await.is_ok()
     }
+}
+
+/// KiB units of the memory budget a request of `bytes` holds (at least one, at most all).
+pub(crate) fn memory_units(bytes: u64, units_max: u32) -> u32 {
+    u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX).min(units_max)
 }
 
 async fn write_replies(
@@ -183,4 +202,20 @@ async fn write_reply(
     let outcome = write_frame(writer, reply.request_id, &body, &reply.data).await;
     pool.give(reply.data);
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memory_units;
+
+    #[test]
+    fn memory_units_are_bounded_both_ways() {
+        assert_eq!(memory_units(0, 100), 1, "even an empty request holds one unit");
+        assert_eq!(memory_units(1025, 100), 2);
+        assert_eq!(
+            memory_units(1 << 40, 100),
+            100,
+            "a request larger than the budget takes all of it, not more"
+        );
+    }
 }

@@ -11,6 +11,8 @@ pub(crate) struct Reply {
     pub request_id: u64,
     pub message: IoReply,
     pub data: Vec<u8>,
+    /// The request's share of the server's data budget, released once the reply is written.
+    pub memory: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Reusable reply buffers: freshly allocated memory is slow on first touch, so buffers are
@@ -66,7 +68,7 @@ impl Executor {
                 IoReply::Error(error)
             }
         };
-        Reply { request_id, message, data: out }
+        Reply { request_id, message, data: out, memory: None }
     }
 
     fn dispatch(&self, request: &IoRequest, data: &[u8], out: &mut Vec<u8>) -> Result<IoReply, WireError> {

@@ -40,8 +40,10 @@ impl Server {
             .with_context(|| format!("listen on {}", config.listen))?;
         let local_addr = listener.local_addr().context("read the bound address")?;
         let advertise = config.advertise.clone().unwrap_or_else(|| local_addr.to_string());
-        let pool = BufferPool::new(8, (config.limits.request_bytes_max as usize).min(8 << 20));
+        let pool = BufferPool::new(4, (config.limits.request_bytes_max as usize).min(4 << 20));
         let executor = Arc::new(Executor { store, limits: config.limits, pool });
+        let memory_units_max =
+            u32::try_from((config.data_bytes_in_memory_max / 1024).max(1)).unwrap_or(u32::MAX >> 4);
         let shared = Arc::new(Shared {
             executor,
             scheduler: Arc::new(Scheduler::default()),
@@ -49,6 +51,8 @@ impl Server {
             server_name: advertise.clone(),
             connection_queue_max: config.connection_queue_max.max(1),
             reply_queue_max: config.reply_queue_max.max(1),
+            memory: Arc::new(Semaphore::new(memory_units_max as usize)),
+            memory_units_max,
         });
         let workers = (0..config.workers.max(1))
             .map(|i| start_worker(i, shared.clone()))
@@ -134,8 +138,9 @@ fn start_worker(index: usize, shared: Arc<Shared>) -> std::io::Result<std::threa
 
 fn work(shared: Arc<Shared>) {
     while let Some((_, job)) = shared.scheduler.next() {
-        let Job { request_id, request, data, replies, _slot, credit } = job;
-        let reply = shared.executor.execute(request_id, &request, &data);
+        let Job { request_id, request, data, replies, _slot, credit, memory } = job;
+        let mut reply = shared.executor.execute(request_id, &request, &data);
+        reply.memory = Some(memory);
         drop(credit);
         drop(data);
         let _ = replies.blocking_send(reply);
