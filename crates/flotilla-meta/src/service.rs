@@ -69,27 +69,11 @@ impl MetaService {
 }
 
 async fn accept_loop(listener: &TcpListener, state: &Arc<State>, config: &MetaConfig) {
-    let slots = Arc::new(Semaphore::new(config.connections_max.max(1)));
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!(%error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "refusing connection: connections_max reached");
-            continue;
-        };
-        let state = state.clone();
-        let (requests_max, frame_bytes_max) = (config.connection_requests_max.max(1), config.frame_bytes_max);
-        tokio::spawn(async move {
-            serve_connection(stream, state, requests_max, frame_bytes_max).await;
-            drop(slot);
-        });
-    }
+    let (requests_max, frame_bytes_max) = (config.connection_requests_max.max(1), config.frame_bytes_max);
+    flotilla_rpc::accept_loop(listener, config.connections_max, |stream| {
+        serve_connection(stream, state.clone(), requests_max, frame_bytes_max)
+    })
+    .await
 }
 
 type Outgoing = (u64, MetaReply);

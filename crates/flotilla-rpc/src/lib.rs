@@ -208,3 +208,33 @@ fn fail_all(pending: &Pending, broken: &AtomicBool, addr: &str, message: &str) {
             .send(Err(RpcError::ConnectionLost { addr: addr.to_string(), message: message.to_string() }));
     }
 }
+
+/// Accepts connections until the future is dropped, serving each with `serve` on its own
+/// task; at most `connections_max` are served at once (more are accepted and closed at once,
+/// with a warning). Transient accept errors (out of descriptors) pause briefly, not stop.
+pub async fn accept_loop<F, Fut>(listener: &tokio::net::TcpListener, connections_max: usize, mut serve: F)
+where
+    F: FnMut(TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(connections_max.max(1)));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, connections_max, "refusing connection: connections_max reached");
+            continue;
+        };
+        let served = serve(stream);
+        tokio::spawn(async move {
+            served.await;
+            drop(slot);
+        });
+    }
+}

@@ -109,27 +109,11 @@ async fn open_store(config: &ServerConfig) -> anyhow::Result<Store> {
 
 async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, connections_max: usize) {
     let next_id = AtomicU64::new(1);
-    let slots = Arc::new(Semaphore::new(connections_max.max(1)));
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!(%error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, connections_max, "refusing connection: connections_max reached");
-            continue;
-        };
+    flotilla_rpc::accept_loop(listener, connections_max, |stream| {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            connection::serve(stream, id, shared).await;
-            drop(slot);
-        });
-    }
+        connection::serve(stream, id, shared.clone())
+    })
+    .await
 }
 
 fn start_worker(index: usize, shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {

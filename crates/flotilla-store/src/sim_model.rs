@@ -151,7 +151,7 @@ impl SimModel {
             };
             match key.trim() {
                 "track_buffer" => {
-                    model.track_buffer_bytes = parse_size(value.trim())
+                    model.track_buffer_bytes = flotilla_types::parse_size(value)
                         .ok_or_else(|| SimModelError(format!("bad track_buffer size {value:?}")))?
                 }
                 other => return Err(SimModelError(format!("unknown disk model option {other:?}"))),
@@ -226,16 +226,6 @@ impl SimModel {
         (u64::from(index) + track * head + u64::from(cylinder) * cylinder_extra)
             % u64::from(self.sectors_per_track)
     }
-}
-
-fn parse_size(text: &str) -> Option<u64> {
-    let (digits, shift) = match text.chars().last()? {
-        'k' | 'K' => (&text[..text.len() - 1], 10),
-        'm' | 'M' => (&text[..text.len() - 1], 20),
-        'g' | 'G' => (&text[..text.len() - 1], 30),
-        _ => (text, 0),
-    };
-    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 #[cfg(test)]

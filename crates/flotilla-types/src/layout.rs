@@ -182,7 +182,10 @@ impl std::fmt::Display for Layout {
     }
 }
 
-fn parse_size(text: &str) -> Option<u64> {
+/// Parses a byte count with an optional K, M or G suffix (powers of 1024): `64`, `16k`, `4M`.
+/// `None` for anything else or on overflow.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
     let (digits, shift) = match text.chars().last()? {
         'k' | 'K' => (&text[..text.len() - 1], 10),
         'm' | 'M' => (&text[..text.len() - 1], 20),

@@ -11,6 +11,6 @@ mod name;
 
 pub use attr::{Attributes, FileKind, Layout, SetAttr, TimeNs};
 pub use ids::{FileId, SubfileIndex, TargetId};
-pub use layout::{placement_hash, LayoutError, LinearExtent};
+pub use layout::{parse_size, placement_hash, LayoutError, LinearExtent};
 pub use limits::{Limits, LimitsError};
 pub use name::{check_fork_name, check_name, split_path, NameError, NAME_BYTES_MAX, PATH_BYTES_MAX};

@@ -201,18 +201,7 @@ pub struct InterleavedArgs {
 
 /// Parses a byte count with an optional k, m or g suffix (powers of 1024).
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let (digits, shift) = match text.chars().last() {
-        Some('k' | 'K') => (&text[..text.len() - 1], 10),
-        Some('m' | 'M') => (&text[..text.len() - 1], 20),
-        Some('g' | 'G') => (&text[..text.len() - 1], 30),
-        _ => (text, 0),
-    };
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1 << shift))
-        .ok_or_else(|| format!("{text:?} is not a size (like 64, 16k, 4m)"))
+    flotilla_types::parse_size(text).ok_or_else(|| format!("{text:?} is not a size (like 64, 16k, 4m)"))
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
