@@ -665,8 +665,21 @@ fn a_server_down_gives_eio_on_its_files_only_and_recovers() {
     assert!(fs::read_dir(mount.path("one")).unwrap().count() >= 2);
 
     // Phase 3: the server comes back (on a new port); the same open file works again.
-    cluster.servers[0] = Some(cluster.start_server(0));
-    cluster.wait_up(2);
+    let restarted = cluster.start_server(0);
+    let new_addr = restarted.addr.clone();
+    cluster.servers[0] = Some(restarted);
+    // Wait for the target to be registered at its new address (until then the metadata
+    // service may still list it, up, at the dead server's address).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !client
+        .status()
+        .unwrap()
+        .iter()
+        .any(|t| t.server == new_addr && t.state == flotilla_client::TargetState::Up)
+    {
+        assert!(Instant::now() < deadline, "restarted server never registered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let mut back = vec![0u8; victim_data.len()];
     open_victim.read_exact_at(&mut back, 0).unwrap();
     assert!(back == victim_data);
