@@ -4,7 +4,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{cli, path, random_bytes, Cluster, Process};
+use common::{cli, path, random_bytes, Cluster};
 use flotilla_client::{CreateOptions, Shape, StrideLevel};
 use flotilla_proto::{
     decode_frame, encode_body, ErrorCode, ForkRef, FrameHeader, IoReply, IoRequest, HEADER_BYTES,
@@ -277,20 +277,7 @@ impl Drop for SmallDisk {
 fn a_full_target_refuses_writes_and_keeps_acknowledged_data() {
     let cluster = Cluster::start(1);
     let disk = SmallDisk::mount(cluster.dir.path().join("small"), 4 << 20);
-    let config = cluster.config();
-    let meta = cluster.meta_addr();
-    let args = [
-        "--config",
-        path(&config),
-        "server",
-        "--meta",
-        &meta,
-        "--target",
-        path(&disk.dir),
-        "--listen",
-        "127.0.0.1:0",
-    ];
-    let small_server = Process::start(&args, "server").unwrap();
+    let small_server = cluster.start_server_on(&disk.dir);
     cluster.wait_up(2);
     let client = cluster.client();
     let small_target =

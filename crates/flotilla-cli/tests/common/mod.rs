@@ -97,6 +97,11 @@ impl Cluster {
     pub fn start_server(&self, index: usize) -> Process {
         let target = self.target_dir(index);
         std::fs::create_dir_all(&target).expect("create target dir");
+        self.start_server_on(&target)
+    }
+
+    /// Starts an I/O server of this cluster whose one target is `target` (an existing folder).
+    pub fn start_server_on(&self, target: &Path) -> Process {
         let config = self.config();
         let meta = self.meta_addr();
         let args = [
@@ -106,7 +111,7 @@ impl Cluster {
             "--meta",
             &meta,
             "--target",
-            path(&target),
+            path(target),
             "--listen",
             "127.0.0.1:0",
         ];
