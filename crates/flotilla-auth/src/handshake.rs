@@ -1,0 +1,211 @@
+//! The Noise_XX_25519_ChaChaPoly_BLAKE2s handshake every connection starts with.
+//!
+//! Three messages, each `length (u16 LE) | Noise message`:
+//! 1. initiator → responder: `e` (empty payload);
+//! 2. responder → initiator: `e, ee, s, es` + the responder's signed certificate;
+//! 3. initiator → responder: `s, se` + the initiator's signed certificate.
+//!
+//! Each side checks the peer certificate's CA signature, expiry, role and that its
+//! public key is the Noise remote static key. Both sides then derive the frame tag
+//! keys from the handshake hash ([`crate::tag::TagKeys`]).
+
+use std::time::Duration;
+
+use snow::params::{DHChoice, NoiseParams};
+use snow::resolvers::{CryptoResolver, DefaultResolver};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::credential::{Certificate, Credential, Limits, Role, SignedCertificate};
+use crate::tag::TagKeys;
+use crate::AuthError;
+
+/// The Noise protocol name.
+pub const NOISE_PARAMS: &str = "Noise_XX_25519_ChaChaPoly_BLAKE2s";
+/// Bound into the handshake so a different protocol version cannot complete it.
+pub const PROLOGUE: &[u8] = b"flotilla frame v2";
+/// Largest handshake message either side accepts or sends (Noise's own limit is 65535).
+pub const HANDSHAKE_MESSAGE_BYTES_MAX: usize = 4096;
+
+/// An X25519 key pair.
+pub struct StaticKeypair {
+    pub private: [u8; 32],
+    pub public: [u8; 32],
+}
+
+/// The authenticated other end of a connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub role: Role,
+    /// The credential name from the peer's certificate.
+    pub name: String,
+    pub limits: Limits,
+}
+
+impl From<Certificate> for Peer {
+    fn from(cert: Certificate) -> Self {
+        Peer { role: cert.role, name: cert.name, limits: cert.limits }
+    }
+}
+
+/// The result of a completed handshake.
+pub struct Established {
+    pub peer: Peer,
+    pub keys: TagKeys,
+}
+
+fn params() -> NoiseParams {
+    // The constant is a valid Noise name; parsing it cannot fail.
+    NOISE_PARAMS.parse().unwrap_or_else(|_| unreachable!("NOISE_PARAMS is valid"))
+}
+
+/// A fresh X25519 key pair.
+pub fn generate_static_keypair() -> Result<StaticKeypair, AuthError> {
+    let pair = snow::Builder::new(params()).generate_keypair().map_err(noise)?;
+    Ok(StaticKeypair { private: to_key(&pair.private)?, public: to_key(&pair.public)? })
+}
+
+/// The X25519 public key of `private`.
+pub fn public_key_of(private: &[u8; 32]) -> Result<[u8; 32], AuthError> {
+    let mut dh = DefaultResolver
+        .resolve_dh(&DHChoice::Curve25519)
+        .ok_or_else(|| AuthError::Handshake("no X25519 implementation".into()))?;
+    dh.set(private);
+    to_key(dh.pubkey())
+}
+
+fn to_key(bytes: &[u8]) -> Result<[u8; 32], AuthError> {
+    bytes.try_into().map_err(|_| AuthError::Handshake(format!("key of {} bytes, expected 32", bytes.len())))
+}
+
+fn noise(e: snow::Error) -> AuthError {
+    AuthError::Handshake(format!("noise: {e}"))
+}
+
+/// Runs the initiator side (the connecting side) and requires the peer to hold a
+/// server-role certificate.
+pub async fn initiate<S>(
+    stream: &mut S,
+    credential: &Credential,
+    timeout: Duration,
+) -> Result<Established, AuthError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::time::timeout(timeout, initiate_inner(stream, credential))
+        .await
+        .map_err(|_| AuthError::Timeout { timeout_ms: timeout.as_millis() as u64 })?
+}
+
+async fn initiate_inner<S>(stream: &mut S, credential: &Credential) -> Result<Established, AuthError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut state = snow::Builder::new(params())
+        .local_private_key(credential.static_private_key())
+        .prologue(PROLOGUE)
+        .build_initiator()
+        .map_err(noise)?;
+    send(stream, &mut state, &[]).await?;
+    let payload = receive(stream, &mut state).await?;
+    let cert = check_peer(&state, &payload, credential, &[Role::Server])?;
+    send(stream, &mut state, &credential.signed_certificate().to_bytes()).await?;
+    finish(state, cert)
+}
+
+/// Runs the responder side (the accepting side); the peer's role must be one of `allowed`.
+pub async fn respond<S>(
+    stream: &mut S,
+    credential: &Credential,
+    allowed: &[Role],
+    timeout: Duration,
+) -> Result<Established, AuthError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::time::timeout(timeout, respond_inner(stream, credential, allowed))
+        .await
+        .map_err(|_| AuthError::Timeout { timeout_ms: timeout.as_millis() as u64 })?
+}
+
+async fn respond_inner<S>(
+    stream: &mut S,
+    credential: &Credential,
+    allowed: &[Role],
+) -> Result<Established, AuthError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut state = snow::Builder::new(params())
+        .local_private_key(credential.static_private_key())
+        .prologue(PROLOGUE)
+        .build_responder()
+        .map_err(noise)?;
+    let first = receive(stream, &mut state).await?;
+    if !first.is_empty() {
+        return Err(AuthError::Handshake("first handshake message carries a payload".into()));
+    }
+    send(stream, &mut state, &credential.signed_certificate().to_bytes()).await?;
+    let payload = receive(stream, &mut state).await?;
+    let cert = check_peer(&state, &payload, credential, allowed)?;
+    finish(state, cert)
+}
+
+fn finish(state: snow::HandshakeState, cert: Certificate) -> Result<Established, AuthError> {
+    let keys = TagKeys::from_handshake_hash(state.get_handshake_hash(), state.is_initiator());
+    Ok(Established { peer: cert.into(), keys })
+}
+
+/// Checks the peer certificate carried in `payload` against the handshake state.
+fn check_peer(
+    state: &snow::HandshakeState,
+    payload: &[u8],
+    credential: &Credential,
+    allowed: &[Role],
+) -> Result<Certificate, AuthError> {
+    let signed = SignedCertificate::from_bytes(payload)?;
+    let cert = signed.verify(credential.ca_public_key(), crate::now_unix_secs())?;
+    if !allowed.contains(&cert.role) {
+        return Err(AuthError::WrongRole { name: cert.name, role: cert.role });
+    }
+    let remote = state.get_remote_static().unwrap_or_default();
+    if remote != cert.static_public_key {
+        return Err(AuthError::Handshake(format!(
+            "certificate {:?} is not for the key the peer proved it holds",
+            cert.name
+        )));
+    }
+    Ok(cert)
+}
+
+async fn send<S>(stream: &mut S, state: &mut snow::HandshakeState, payload: &[u8]) -> Result<(), AuthError>
+where
+    S: AsyncWrite + Unpin,
+{
+    let mut message = vec![0u8; HANDSHAKE_MESSAGE_BYTES_MAX];
+    let len = state.write_message(payload, &mut message).map_err(noise)?;
+    let mut framed = Vec::with_capacity(2 + len);
+    framed.extend_from_slice(&(len as u16).to_le_bytes());
+    framed.extend_from_slice(&message[..len]);
+    stream.write_all(&framed).await.map_err(AuthError::Stream)?;
+    stream.flush().await.map_err(AuthError::Stream)
+}
+
+async fn receive<S>(stream: &mut S, state: &mut snow::HandshakeState) -> Result<Vec<u8>, AuthError>
+where
+    S: AsyncRead + Unpin,
+{
+    let mut len_bytes = [0u8; 2];
+    stream.read_exact(&mut len_bytes).await.map_err(AuthError::Stream)?;
+    let len = usize::from(u16::from_le_bytes(len_bytes));
+    if len > HANDSHAKE_MESSAGE_BYTES_MAX {
+        return Err(AuthError::Handshake(format!(
+            "handshake message of {len} bytes is over the limit of {HANDSHAKE_MESSAGE_BYTES_MAX}"
+        )));
+    }
+    let mut message = vec![0u8; len];
+    stream.read_exact(&mut message).await.map_err(AuthError::Stream)?;
+    let mut payload = vec![0u8; len];
+    let payload_len = state.read_message(&message, &mut payload).map_err(noise)?;
+    payload.truncate(payload_len);
+    Ok(payload)
+}

@@ -1,0 +1,269 @@
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use flotilla_auth::{initiate, respond, AuthError, ClusterCa, Credential, IssueRequest, Limits, Role};
+use proptest::prelude::*;
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn issue(ca: &ClusterCa, role: Role, name: &str) -> Credential {
+    let request =
+        IssueRequest { role, name: name.into(), limits: Limits::default(), expires_unix_secs: None };
+    ca.issue(request).expect("issue")
+}
+
+#[test]
+fn credential_round_trips_with_mode_0600() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ClusterCa::generate();
+    let limits = Limits {
+        read_only: true,
+        subtree: Some("/home/a".into()),
+        uid: Some(7),
+        gid: Some(8),
+        root_squash: true,
+    };
+    let request = IssueRequest {
+        role: Role::Client,
+        name: "alice".into(),
+        limits: limits.clone(),
+        expires_unix_secs: None,
+    };
+    let cred = ca.issue(request).unwrap();
+    let path = dir.path().join("client.cred");
+    cred.save(&path).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let loaded = Credential::load(&path).unwrap();
+    assert_eq!(loaded.certificate().name, "alice");
+    assert_eq!(loaded.certificate().limits, limits);
+    assert_eq!(loaded.certificate().role, Role::Client);
+    assert!(loaded.capability_key().is_none(), "clients never get the capability key");
+}
+
+#[test]
+fn server_credentials_share_the_ca_capability_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ClusterCa::generate();
+    ca.save(&dir.path().join("cluster.key")).unwrap();
+    let ca = ClusterCa::load(&dir.path().join("cluster.key")).unwrap();
+    let a = issue(&ca, Role::Server, "a");
+    let b = issue(&ca, Role::Server, "b");
+    assert!(a.capability_key().is_some());
+    assert_eq!(a.capability_key(), b.capability_key());
+}
+
+#[test]
+fn server_credentials_refuse_limits() {
+    let ca = ClusterCa::generate();
+    let limits = Limits { read_only: true, ..Limits::default() };
+    let request = IssueRequest { role: Role::Server, name: "s".into(), limits, expires_unix_secs: None };
+    assert!(matches!(ca.issue(request), Err(AuthError::BadRequest(_))));
+}
+
+#[test]
+fn load_names_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = Credential::load(&dir.path().join("none")).err().unwrap().to_string();
+    assert!(missing.contains("none"), "{missing}");
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"hello world, not a key").unwrap();
+    let message = Credential::load(&junk).err().unwrap().to_string();
+    assert!(message.contains("wrong magic"), "{message}");
+    let ca = ClusterCa::generate();
+    ca.save(&junk).unwrap();
+    let message = Credential::load(&junk).err().unwrap().to_string();
+    assert!(message.contains("not a Flotilla credential"), "{message}");
+}
+
+#[test]
+fn tampered_credential_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ClusterCa::generate();
+    let path = dir.path().join("c");
+    issue(&ca, Role::Client, "mallory").save(&path).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Turn the role byte or the name into something else: any change in the body breaks the signature.
+    let at = bytes.windows(7).position(|w| w == b"mallory").unwrap();
+    bytes[at] = b'M';
+    std::fs::write(&path, &bytes).unwrap();
+    let message = Credential::load(&path).err().unwrap().to_string();
+    assert!(message.contains("not signed"), "{message}");
+}
+
+#[test]
+fn expired_credential_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ClusterCa::generate();
+    let request = IssueRequest {
+        role: Role::Client,
+        name: "old".into(),
+        limits: Limits::default(),
+        expires_unix_secs: Some(1),
+    };
+    let path = dir.path().join("c");
+    ca.issue(request).unwrap().save(&path).unwrap();
+    let message = Credential::load(&path).err().unwrap().to_string();
+    assert!(message.contains("expired"), "{message}");
+}
+
+async fn run(
+    client: &Credential,
+    server: &Credential,
+    allowed: &[Role],
+) -> (Result<flotilla_auth::Established, AuthError>, Result<flotilla_auth::Established, AuthError>) {
+    let (mut a, mut b) = tokio::io::duplex(16 * 1024);
+    let (c, s) = tokio::join!(
+        async {
+            let r = initiate(&mut a, client, TIMEOUT).await;
+            drop(a);
+            r
+        },
+        async {
+            let r = respond(&mut b, server, allowed, TIMEOUT).await;
+            drop(b);
+            r
+        }
+    );
+    (c, s)
+}
+
+#[tokio::test]
+async fn handshake_authenticates_both_sides_and_keys_match() {
+    let ca = ClusterCa::generate();
+    let client = issue(&ca, Role::Client, "alice");
+    let server = issue(&ca, Role::Server, "meta");
+    let (c, s) = run(&client, &server, &[Role::Client, Role::Server]).await;
+    let (mut c, mut s) = (c.unwrap(), s.unwrap());
+    assert_eq!(c.peer.name, "meta");
+    assert_eq!(c.peer.role, Role::Server);
+    assert_eq!(s.peer.name, "alice");
+    assert_eq!(s.peer.role, Role::Client);
+    let tag = c.keys.seal.seal(1, b"body", b"data");
+    s.keys.open.open(1, b"body", b"data", &tag).unwrap();
+    let tag = s.keys.seal.seal(1, b"reply", b"");
+    c.keys.open.open(1, b"reply", b"", &tag).unwrap();
+}
+
+#[tokio::test]
+async fn other_cluster_is_refused() {
+    let ours = ClusterCa::generate();
+    let theirs = ClusterCa::generate();
+    let client = issue(&theirs, Role::Client, "intruder");
+    let server = issue(&ours, Role::Server, "meta");
+    let (c, s) = run(&client, &server, &[Role::Client]).await;
+    assert!(matches!(c, Err(AuthError::BadSignature)), "client sees the server is not of its cluster");
+    assert!(s.is_err());
+}
+
+#[tokio::test]
+async fn client_posing_as_server_is_refused_by_the_initiator() {
+    let ca = ClusterCa::generate();
+    let client = issue(&ca, Role::Client, "alice");
+    let fake_server = issue(&ca, Role::Client, "bob");
+    let (c, _) = run(&client, &fake_server, &[Role::Client]).await;
+    assert!(matches!(c, Err(AuthError::WrongRole { role: Role::Client, .. })), "{:?}", c.err());
+}
+
+#[tokio::test]
+async fn responder_refuses_roles_not_allowed() {
+    let ca = ClusterCa::generate();
+    let client = issue(&ca, Role::Client, "alice");
+    let server = issue(&ca, Role::Server, "meta");
+    let (_, s) = run(&client, &server, &[Role::Server]).await;
+    assert!(matches!(s, Err(AuthError::WrongRole { role: Role::Client, .. })));
+}
+
+#[tokio::test]
+async fn replayed_handshake_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca = ClusterCa::generate();
+    let client = issue(&ca, Role::Client, "alice");
+    let server = issue(&ca, Role::Server, "meta");
+    // Record everything the client sends in a genuine handshake.
+    let (mut a, b) = tokio::io::duplex(16 * 1024);
+    let (mut tap_server, tap_client) = tokio::io::duplex(16 * 1024);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let (mut tr, mut tw) = tokio::io::split(tap_client);
+    let (c, s, recorded, _) = tokio::join!(
+        async {
+            let r = initiate(&mut a, &client, TIMEOUT).await;
+            drop(a);
+            r
+        },
+        async {
+            let r = respond(&mut tap_server, &server, &[Role::Client], TIMEOUT).await;
+            drop(tap_server);
+            r
+        },
+        async {
+            let mut recorded = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = br.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                recorded.extend_from_slice(&buf[..n]);
+                tw.write_all(&buf[..n]).await.unwrap();
+            }
+            drop(tw);
+            recorded
+        },
+        async {
+            let _ = tokio::io::copy(&mut tr, &mut bw).await;
+            drop(bw);
+        }
+    );
+    c.unwrap();
+    s.unwrap();
+    // Replay the recorded bytes to a fresh responder: it picks a new ephemeral key, so the
+    // third message cannot be decrypted.
+    let (mut x, mut y) = tokio::io::duplex(16 * 1024);
+    let (sent, replayed) = tokio::join!(
+        async {
+            x.write_all(&recorded).await.unwrap();
+            let mut sink = vec![0u8; 4096];
+            let _ = x.read(&mut sink).await;
+            drop(x);
+        },
+        respond(&mut y, &server, &[Role::Client], TIMEOUT)
+    );
+    let () = sent;
+    assert!(replayed.is_err(), "a replayed handshake must not authenticate");
+}
+
+#[tokio::test]
+async fn altered_reordered_and_replayed_frames_fail_the_tag() {
+    let ca = ClusterCa::generate();
+    let (c, s) = run(&issue(&ca, Role::Client, "a"), &issue(&ca, Role::Server, "m"), &[Role::Client]).await;
+    let (mut c, mut s) = (c.unwrap(), s.unwrap());
+    let first = c.keys.seal.seal(1, b"one", b"");
+    let second = c.keys.seal.seal(2, b"two", b"");
+    assert!(matches!(s.keys.open.open(2, b"two", b"", &second), Err(AuthError::BadTag { .. })), "reordered");
+    assert!(s.keys.open.open(1, b"onE", b"", &first).is_err(), "altered body");
+    assert!(s.keys.open.open(7, b"one", b"", &first).is_err(), "altered request id");
+    s.keys.open.open(1, b"one", b"", &first).unwrap();
+    assert!(s.keys.open.open(1, b"one", b"", &first).is_err(), "replayed");
+    s.keys.open.open(2, b"two", b"", &second).unwrap();
+    // A tag for one direction is not valid in the other.
+    let echo = c.keys.seal.seal(3, b"x", b"");
+    assert!(c.keys.open.open(3, b"x", b"", &echo).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn any_flipped_bit_fails_the_tag(body in proptest::collection::vec(any::<u8>(), 1..256), data in proptest::collection::vec(any::<u8>(), 0..256), bit in any::<usize>()) {
+        let hash = [9u8; 32];
+        let mut sender = flotilla_auth::TagKeys::from_handshake_hash(&hash, true);
+        let mut receiver = flotilla_auth::TagKeys::from_handshake_hash(&hash, false);
+        let tag = sender.seal.seal(5, &body, &data);
+        let mut payload: Vec<u8> = body.iter().chain(data.iter()).copied().collect();
+        let at = bit % (payload.len() * 8);
+        payload[at / 8] ^= 1 << (at % 8);
+        let (b, d) = payload.split_at(body.len());
+        prop_assert!(receiver.open.open(5, b, d, &tag).is_err());
+        prop_assert!(receiver.open.open(5, &body, &data, &tag).is_ok());
+    }
+}
