@@ -17,8 +17,9 @@
 //!   can wait for write-backs that others started before it fdatasyncs.
 
 use crate::backend::ForkBackend;
+use crate::checksum;
 use crate::disk_manager::DiskManager;
-use crate::error::{is_no_space, StoreError};
+use crate::error::{is_no_space, Mismatch, StoreError};
 use crate::fd_cache::FdCache;
 use crate::fork_ref::ForkRef;
 use crate::target::Target;
@@ -148,6 +149,26 @@ impl Fork {
         self.size_bytes.store(size_bytes, Ordering::Release);
     }
 
+    /// Describes checksum block at `offset_bytes` failing its checksum.
+    pub(crate) fn mismatch(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        stored: u32,
+        computed: u32,
+    ) -> Mismatch {
+        Mismatch {
+            target: self.context.target.id(),
+            file: self.file,
+            subfile: self.subfile,
+            fork: self.name.clone(),
+            offset: offset_bytes,
+            length: length_bytes,
+            stored,
+            computed,
+        }
+    }
+
     pub(crate) fn unknown(&self) -> StoreError {
         StoreError::UnknownFork {
             file: self.file,
@@ -239,6 +260,41 @@ impl Fork {
         *reserved = (*reserved).max(size_bytes);
         self.grow_size(size_bytes);
         Ok(())
+    }
+
+    /// Sets the size on disk (truncate) and keeps the checksum entries right: a checksum block
+    /// the new end cuts gets its entry recomputed over what remains (only if it passed its
+    /// old checksum, so a corrupt block stays an error), and entries past the end are dropped.
+    pub(crate) fn truncate_on_disk(self: &Arc<Self>, size_bytes: u64) -> Result<(), StoreError> {
+        let backend = self.backend()?;
+        let fail = |what: &str, error| {
+            StoreError::io(format!("{what} {self} (truncate to {size_bytes} bytes)"), error)
+        };
+        let checksum_bytes = self.context.target.checksum_block_bytes();
+        let tail = (size_bytes % checksum_bytes) as usize;
+        let cut_block = size_bytes / checksum_bytes;
+        let disk_size = backend.size_bytes().map_err(|error| fail("stat", error))?;
+        let mut block = Vec::new();
+        if tail != 0 && size_bytes < disk_size {
+            block.resize(checksum_bytes as usize, 0);
+            backend
+                .read_at(cut_block * checksum_bytes, &mut [&mut block])
+                .map_err(|error| fail("read", error))?;
+            let mut stored = [0u32];
+            backend
+                .read_checksums(cut_block, &mut stored)
+                .map_err(|error| fail("read checksum of", error))?;
+            if checksum::block_matches(&block, stored[0]).is_err() {
+                block.clear();
+            }
+        }
+        backend.set_size(size_bytes).map_err(|error| fail("truncate", error))?;
+        if !block.is_empty() {
+            let entry = checksum::block_crc(&block[..tail], checksum_bytes as usize);
+            backend.write_checksums(cut_block, &[entry]).map_err(|error| fail("write checksum of", error))?;
+        }
+        let blocks = size_bytes.div_ceil(checksum_bytes);
+        backend.truncate_checksums(blocks).map_err(|error| fail("truncate checksums of", error))
     }
 
     /// After a truncate: the reservation never exceeds what is allocated now.
