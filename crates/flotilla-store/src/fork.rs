@@ -25,6 +25,7 @@ use crate::fork_ref::ForkRef;
 use crate::target::Target;
 use flotilla_types::{FileId, SubfileIndex};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::collections::HashSet;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -39,8 +40,9 @@ pub(crate) struct ForkContext {
     pub target: Arc<Target>,
     pub disk: Arc<DiskManager>,
     pub fds: Arc<FdCache>,
-    /// Files of forks that went out of use with written data not yet fdatasynced.
-    pub unsynced_closed: Arc<Mutex<Vec<PathBuf>>>,
+    /// Files of forks that went out of use with written data not yet fdatasynced; a fork
+    /// opened again takes its path back (and starts unsynced), so its `sync` covers them.
+    pub unsynced_closed: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 /// A fork in use by the store.
@@ -90,12 +92,14 @@ impl Fork {
     ) -> Result<Arc<Fork>, StoreError> {
         let size_bytes =
             backend.size_bytes().map_err(|error| StoreError::io(format!("stat {fork}"), error))?;
+        let path = context.target.fork_path(fork.file, fork.subfile, fork.fork);
+        let unsynced = context.unsynced_closed.lock().remove(&path);
         let opened = Arc::new(Fork {
             serial: NEXT_FORK_SERIAL.fetch_add(1, Ordering::Relaxed),
             file: fork.file,
             subfile: fork.subfile,
             name: fork.fork.to_string(),
-            path: context.target.fork_path(fork.file, fork.subfile, fork.fork),
+            path,
             location: backend.location(),
             context: context.clone(),
             size_bytes: AtomicU64::new(size_bytes),
@@ -105,7 +109,7 @@ impl Fork {
             backend: Mutex::new(None),
             writebacks: Mutex::new(0),
             writebacks_idle: Condvar::new(),
-            unsynced: AtomicBool::new(false),
+            unsynced: AtomicBool::new(unsynced),
         });
         context.fds.install(&opened, backend);
         Ok(opened)
@@ -329,8 +333,11 @@ impl Fork {
 
     /// Makes data written so far durable (fdatasync), if any was written since the last time.
     /// Returns whether it synced.
+    /// An earlier `Fork` of the same file that went out of use unsynced counts too (its drop
+    /// may race with this fork's open).
     pub(crate) fn sync_data(self: &Arc<Self>) -> Result<bool, StoreError> {
-        if !self.unsynced.swap(false, Ordering::AcqRel) {
+        let closed_unsynced = self.context.unsynced_closed.lock().remove(&self.path);
+        if !self.unsynced.swap(false, Ordering::AcqRel) && !closed_unsynced {
             return Ok(false);
         }
         let result = self.backend().and_then(|backend| {
@@ -355,7 +362,7 @@ impl Drop for Fork {
     fn drop(&mut self) {
         self.context.fds.forget(self);
         if self.unsynced.load(Ordering::Acquire) && !self.removed.load(Ordering::Acquire) {
-            self.context.unsynced_closed.lock().push(self.path.clone());
+            self.context.unsynced_closed.lock().insert(self.path.clone());
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::target_runtime::TargetRuntime;
 use crate::writeback::write_back;
 use flotilla_types::{FileId, SubfileIndex, TargetId};
 use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,7 +77,7 @@ impl Store {
                 target: Arc::new(target),
                 disk,
                 fds: fds.clone(),
-                unsynced_closed: Arc::new(Mutex::new(Vec::new())),
+                unsynced_closed: Arc::new(Mutex::new(HashSet::new())),
             }));
         }
         Ok(Store {

@@ -2,7 +2,7 @@
 //! sync some forks, lose power (unsynced writes kept, dropped or torn by sector), reopen, and
 //! check that (a) every durable byte reads back exactly, (b) no torn block passes its
 //! checksum, and (c) never-synced blocks read as some version that was written, or fail with
-//! a checksum error. Every failure message names the seed; `FLOTILLA_POWER_LOSS_SEED=N`
+//! a checksum error. Writes are mixed with truncates. Every failure message names the seed; `FLOTILLA_POWER_LOSS_SEED=N`
 //! runs only seed N.
 
 mod common;
@@ -62,7 +62,16 @@ fn fork_ref(target: TargetId, index: usize) -> ForkRef<'static> {
     ForkRef::new(target, FILE, SUBFILE, FORK_NAMES[index])
 }
 
+/// A random write, or now and then a truncate to a random size.
 fn random_write(store: &Store, fork: &ForkRef<'_>, model: &mut ForkModel, rng: &mut StdRng) {
+    if rng.random_bool(0.15) {
+        let size = rng.random_range(0..FORK_BYTES_MAX);
+        store.truncate(fork, size as u64).unwrap();
+        let mut next = model.latest().clone();
+        next.resize(size, 0);
+        model.versions.push(next);
+        return;
+    }
     let offset = rng.random_range(0..FORK_BYTES_MAX - 1);
     let length = rng.random_range(1..=(FORK_BYTES_MAX - offset).min(12 * 1024));
     let data: Vec<u8> = (0..length).map(|_| rng.random()).collect();
