@@ -37,6 +37,11 @@ pub trait ForkBackend: Send + Sync + fmt::Debug {
     /// Writes the entries of checksum blocks starting at `first_block`.
     fn write_checksums(&self, first_block: u64, entries: &[u32]) -> io::Result<()>;
 
+    /// Reserves space in the checksum store for bytes `offset_bytes..offset_bytes +
+    /// length_bytes` of it (entry `i` lies at byte `4 * i`) without changing its size, so
+    /// writing those entries back cannot fail for lack of space.
+    fn allocate_checksums(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()>;
+
     /// Keeps only the entries of the first `blocks` checksum blocks.
     fn truncate_checksums(&self, blocks: u64) -> io::Result<()>;
 

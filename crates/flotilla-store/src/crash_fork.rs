@@ -273,6 +273,10 @@ impl ForkBackend for CrashFork {
         self.issue(PendingOp::Entries { first: first_block, entries: entries.to_vec() })
     }
 
+    fn allocate_checksums(&self, _offset_bytes: u64, _length_bytes: u64) -> io::Result<()> {
+        Ok(())
+    }
+
     fn truncate_checksums(&self, blocks: u64) -> io::Result<()> {
         self.issue(PendingOp::TruncateEntries(blocks))
     }

@@ -144,6 +144,17 @@ impl ForkBackend for FileFork {
         self.checksums.write_all_at(&checksum::encode(entries), checksum_offset(first_block)?)
     }
 
+    fn allocate_checksums(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        if length_bytes == 0 {
+            return Ok(());
+        }
+        match rustix::fs::fallocate(&self.checksums, FallocateFlags::KEEP_SIZE, offset_bytes, length_bytes) {
+            Ok(()) => Ok(()),
+            Err(Errno::OPNOTSUPP) => fallback_allocate(&self.checksums, offset_bytes, length_bytes, false),
+            Err(errno) => Err(errno.into()),
+        }
+    }
+
     fn truncate_checksums(&self, blocks: u64) -> io::Result<()> {
         self.checksums.set_len(checksum_offset(blocks)?)
     }

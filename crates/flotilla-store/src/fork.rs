@@ -17,7 +17,7 @@
 //!   can wait for write-backs that others started before it fdatasyncs.
 
 use crate::backend::ForkBackend;
-use crate::checksum;
+use crate::checksum::{self, CHECKSUM_ENTRY_BYTES};
 use crate::disk_manager::DiskManager;
 use crate::error::{is_no_space, Mismatch, StoreError};
 use crate::fd_cache::FdCache;
@@ -31,6 +31,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Checksum file space is reserved in steps of this many bytes (1024 entries).
+const CHECKSUM_RESERVE_GRANULE_BYTES: u64 = 4096;
 
 static NEXT_FORK_SERIAL: AtomicU64 = AtomicU64::new(1);
 
@@ -56,6 +59,8 @@ pub(crate) struct Fork {
     context: ForkContext,
     size_bytes: AtomicU64,
     reserved_bytes: Mutex<u64>,
+    /// Dense prefix of the checksum file known to be allocated (bytes of that file).
+    checksums_reserved_bytes: Mutex<u64>,
     lock: RwLock<()>,
     removed: AtomicBool,
     backend: Mutex<Option<Arc<dyn ForkBackend>>>,
@@ -104,6 +109,7 @@ impl Fork {
             context: context.clone(),
             size_bytes: AtomicU64::new(size_bytes),
             reserved_bytes: Mutex::new(size_bytes),
+            checksums_reserved_bytes: Mutex::new(0),
             lock: RwLock::new(()),
             removed: AtomicBool::new(false),
             backend: Mutex::new(None),
@@ -250,10 +256,39 @@ impl Fork {
             other => other.map(|()| rounded_end),
         };
         let allocated_end = result.map_err(|error| self.space_error("reserve space for", error))?;
+        self.reserve_checksums(backend.as_ref(), span_start, allocated_end)?;
         if dense {
             *reserved = allocated_end;
         }
         Ok(true)
+    }
+
+    /// Reserves the checksum entries of fork bytes `start_bytes..end_bytes`, rounded out to
+    /// `CHECKSUM_RESERVE_GRANULE_BYTES` of the checksum file (one reservation covers many
+    /// appends), tracking a dense prefix as `reserve` does for data.
+    fn reserve_checksums(
+        &self,
+        backend: &dyn ForkBackend,
+        start_bytes: u64,
+        end_bytes: u64,
+    ) -> Result<(), StoreError> {
+        let checksum_bytes = self.context.target.checksum_block_bytes();
+        let granule = CHECKSUM_RESERVE_GRANULE_BYTES;
+        let start = (start_bytes / checksum_bytes * CHECKSUM_ENTRY_BYTES) / granule * granule;
+        let end = (end_bytes.div_ceil(checksum_bytes) * CHECKSUM_ENTRY_BYTES).next_multiple_of(granule);
+        let mut reserved = self.checksums_reserved_bytes.lock();
+        if end <= *reserved {
+            return Ok(());
+        }
+        let dense = start <= *reserved;
+        let from = if dense { *reserved } else { start };
+        backend
+            .allocate_checksums(from, end - from)
+            .map_err(|error| self.space_error("reserve checksum space for", error))?;
+        if dense {
+            *reserved = end;
+        }
+        Ok(())
     }
 
     /// Allocates `0..size_bytes` and grows the fork to that size (extend).
@@ -261,6 +296,7 @@ impl Fork {
         let mut reserved = self.reserved_bytes.lock();
         let backend = self.backend()?;
         backend.allocate(0, size_bytes, true).map_err(|error| self.space_error("extend", error))?;
+        self.reserve_checksums(backend.as_ref(), 0, size_bytes)?;
         *reserved = (*reserved).max(size_bytes);
         self.grow_size(size_bytes);
         Ok(())
@@ -304,6 +340,10 @@ impl Fork {
     /// After a truncate: the reservation never exceeds what is allocated now.
     pub(crate) fn set_reserved(&self, reserved_bytes: u64) {
         *self.reserved_bytes.lock() = reserved_bytes;
+        let checksum_bytes = self.context.target.checksum_block_bytes();
+        let entries_end = reserved_bytes.div_ceil(checksum_bytes) * CHECKSUM_ENTRY_BYTES;
+        let mut checksums = self.checksums_reserved_bytes.lock();
+        *checksums = (*checksums).min(entries_end);
     }
 
     fn space_error(&self, action: &str, error: io::Error) -> StoreError {

@@ -59,6 +59,10 @@ impl ForkBackend for SimFork {
         self.file.write_checksums(first_block, entries)
     }
 
+    fn allocate_checksums(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        self.file.allocate_checksums(offset_bytes, length_bytes)
+    }
+
     fn truncate_checksums(&self, blocks: u64) -> io::Result<()> {
         self.file.truncate_checksums(blocks)
     }

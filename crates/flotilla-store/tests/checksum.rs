@@ -167,3 +167,15 @@ fn version_1_targets_and_mismatched_block_sizes_are_refused() {
 fn config_with_block(config: &StoreConfig, block_bytes: u64) -> StoreConfig {
     StoreConfig { block_bytes, cache_capacity_bytes: 16 * block_bytes, ..config.clone() }
 }
+
+#[test]
+fn a_growing_write_reserves_its_checksum_entries_before_it_is_acknowledged() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, target) = open_with_subfile(config(dir.path(), 4 * KIB, 16));
+    let fork = data_fork(target);
+    store.write(&fork, &[Extent::new(0, 9000)], &pattern(9000, 1)).unwrap();
+    let checksums = std::fs::metadata(dir.path().join("checksums/00000000000000ab.3/data")).unwrap();
+    assert_eq!(checksums.len(), 0, "nothing written back yet");
+    assert!(checksums.blocks() > 0, "no space reserved for the checksum entries");
+}
