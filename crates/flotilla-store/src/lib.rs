@@ -15,6 +15,10 @@
 //! - `target` / [`ForkBackend`] — the on-disk layout and raw block I/O; the `dir` kind is
 //!   [`FileFork`], the `sim` kind [`SimFork`] (a `FileFork` timed as a 1990s disk:
 //!   `sim_model`, `sim_disk`, `sim_target`). Formats are described in `docs/target-format.md`.
+//! - `checksum` — per-block CRC32C of fork data: computed by the disk thread on write-back,
+//!   stored in each fork's checksum file, checked right after every read from disk.
+//! - `crash_fork` (feature `test-support`) — `CrashDisk`/`CrashFork`, the `crash:DIR` kind:
+//!   fork bytes in memory with a seeded power loss that drops or tears unsynced writes.
 //!
 //! Limits: cache memory (`cache_capacity_bytes`), disk queue (`disk_queue_max`), coalesced
 //! transfer (`disk_run_bytes_max`), open files (`fd_cache_max`), fork size
