@@ -308,10 +308,10 @@ fn write_blocks(shared: &DiskShared, fork: &Arc<Fork>, run: &Run<DiskOp>) -> Res
         checksum::crcs_of(buffer, checksum_bytes, &mut entries);
     }
     backend.write_at(offset, &buffers).map_err(|error| SlotFailure::new(action(), &error))?;
+    fork.mark_unsynced();
     backend
         .write_checksums(offset / checksum_bytes as u64, &entries)
         .map_err(|error| SlotFailure::new(format!("write checksums of {fork}"), &error))?;
-    fork.mark_unsynced();
     bump(&shared.counters.disk_writes, 1);
     bump(&shared.counters.disk_write_blocks, buffers.len() as u64);
     bump(&shared.counters.disk_write_bytes, bytes as u64);

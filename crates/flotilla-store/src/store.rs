@@ -262,7 +262,10 @@ impl Store {
     /// `sync_threads_max` threads at a time. Every fork is attempted; the first error is
     /// returned. A fork that does not exist is an error (`UnknownFork`/`UnknownSubfile`).
     pub fn sync_many(&self, forks: &[ForkRef<'_>]) -> Result<(), StoreError> {
-        let live: Vec<Arc<Fork>> = forks.iter().map(|fork| self.fork(fork)).collect::<Result<_, _>>()?;
+        let mut live: Vec<Arc<Fork>> = forks.iter().map(|fork| self.fork(fork)).collect::<Result<_, _>>()?;
+        // One lock per fork, always taken in serial order, so two calls cannot deadlock.
+        live.sort_unstable_by_key(|fork| fork.serial());
+        live.dedup_by_key(|fork| fork.serial());
         let _guards: Vec<_> = live.iter().map(|fork| fork.lock_shared()).collect::<Result<_, _>>()?;
         let mut items = Vec::new();
         for fork in &live {

@@ -179,3 +179,14 @@ fn a_growing_write_reserves_its_checksum_entries_before_it_is_acknowledged() {
     assert_eq!(checksums.len(), 0, "nothing written back yet");
     assert!(checksums.blocks() > 0, "no space reserved for the checksum entries");
 }
+
+#[test]
+fn sync_many_accepts_a_fork_named_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, target) = open_with_subfile(config(dir.path(), 4 * KIB, 16));
+    let fork = data_fork(target);
+    store.write(&fork, &[Extent::new(0, 100)], &pattern(100, 4)).unwrap();
+    store.sync_many(&[fork, fork]).unwrap();
+    assert_eq!(store.stats().dirty_bytes, 0);
+    assert_eq!(store.stats().disk_syncs, 1);
+}
