@@ -7,7 +7,8 @@ use crate::file::File;
 use crate::handle::Handle;
 use crate::DEFAULT_FORK;
 use flotilla_proto::{
-    CreateSpec, DirEntryInfo, EntryInfo, ForkRef, IoReply, IoRequest, MetaReply, MetaRequest, TargetStatus,
+    CreateSpec, DirEntryInfo, EntryInfo, ErrorCode, ForkRef, IoReply, IoRequest, MetaReply, MetaRequest,
+    TargetStatus,
 };
 use flotilla_rpc::ConnectionConfig;
 use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex, TargetId};
@@ -258,18 +259,36 @@ pub(crate) async fn create_file(
         layout: options.layout,
         exclusive: options.exclusive,
     };
-    let entry = match core.meta_call(MetaRequest::Create { path: path.clone(), spec }).await? {
-        MetaReply::Entry(entry) => entry,
-        other => return Err(unexpected("create", &other)),
-    };
-    let created = create_subfiles(&core, &entry).await;
-    if let Err(error) = created {
-        // Leave no half-made file behind: the servers that did create a subfile delete it
-        // when the metadata service orders them to.
-        let _ = core.meta_call(MetaRequest::Unlink { path }).await;
+    let (entry, created) = create_entry(&core, &path, spec).await?;
+    if let Err(error) = create_subfiles(&core, &entry).await {
+        // Leave no half-made file behind, but undo only what this call made: the entry is
+        // removed only if it is still the one created here (by id), never a file that existed
+        // before or that someone else put at `path` since. The servers that did create a
+        // subfile delete it when the metadata service orders them to.
+        if created {
+            let _ = core.meta_call(MetaRequest::UnlinkId { path, id: entry.id }).await;
+        }
         return Err(error);
     }
     Ok(entry)
+}
+
+/// Creates the entry, or (without `spec.exclusive`) returns the existing file. The flag says
+/// whether this call created it: an exclusive create is tried first, so an existing file is
+/// never mistaken for a new one.
+async fn create_entry(core: &Core, path: &str, spec: CreateSpec) -> Result<(EntryInfo, bool), ClientError> {
+    let exclusive = CreateSpec { exclusive: true, ..spec.clone() };
+    let first = core.meta_call(MetaRequest::Create { path: path.to_string(), spec: exclusive }).await;
+    let (reply, created) = match first {
+        Err(ClientError::Meta(error)) if error.code == ErrorCode::AlreadyExists && !spec.exclusive => {
+            (core.meta_call(MetaRequest::Create { path: path.to_string(), spec }).await?, false)
+        }
+        other => (other?, true),
+    };
+    match reply {
+        MetaReply::Entry(entry) => Ok((entry, created)),
+        other => Err(unexpected("create", &other)),
+    }
 }
 
 async fn create_subfiles(core: &Core, entry: &EntryInfo) -> Result<(), ClientError> {

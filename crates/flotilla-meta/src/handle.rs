@@ -36,6 +36,7 @@ impl State {
                 MetaReply::Entry(self.info(ns.mkdir(&path, Owner { mode, uid, gid }, now).map_err(wire)?))
             }
             MetaRequest::Create { path, spec } => {
+                self.check_satisfiable(spec.layout.as_ref())?;
                 let create = CreateFile {
                     owner: Owner { mode: spec.mode, uid: spec.uid, gid: spec.gid },
                     subfile_count: spec.subfiles,
@@ -54,6 +55,7 @@ impl State {
                     .collect(),
             ),
             MetaRequest::Unlink { path } => done(ns.unlink(&path, now).map(|_| ()))?,
+            MetaRequest::UnlinkId { path, id } => done(ns.unlink_id(&path, id, now).map(|_| ()))?,
             MetaRequest::Rmdir { path } => done(ns.rmdir(&path, now))?,
             MetaRequest::Rename { from, to } => done(ns.rename(&from, &to, now).map(|_| ()))?,
             MetaRequest::SetAttr { id, change } => {
@@ -93,6 +95,7 @@ impl State {
         layout: Option<flotilla_types::Layout>,
         now: i64,
     ) -> Result<Entry, WireError> {
+        self.check_satisfiable(layout.as_ref())?;
         let entry = self.namespace.lookup(path).map_err(wire)?;
         match (entry.file.is_some(), layout) {
             (false, layout) => self.namespace.set_default_layout(path, layout, now).map_err(wire),
@@ -101,6 +104,22 @@ impl State {
                 Err(WireError::new(ErrorCode::InvalidArgument, "a file's layout cannot be cleared"))
             }
         }
+    }
+
+    /// Refuses a layout that asks for more subfiles than the cluster has storage targets:
+    /// each subfile needs a target of its own, so no create could ever place such a file.
+    fn check_satisfiable(&self, layout: Option<&flotilla_types::Layout>) -> Result<(), WireError> {
+        let Some(count) = layout.and_then(flotilla_types::Layout::subfile_count) else { return Ok(()) };
+        let remembered = self.namespace.targets().map_err(wire)?.len();
+        let known = remembered.max(self.membership.live().len());
+        if count as usize > known {
+            let message = format!(
+                "layout asks for {count} subfiles, but the cluster has {known} storage targets \
+                 (each subfile needs a target of its own)"
+            );
+            return Err(WireError::new(ErrorCode::InvalidArgument, message));
+        }
+        Ok(())
     }
 
     /// Updates membership, and persists targets that are new or moved (a durable write, so

@@ -13,9 +13,32 @@ impl Namespace {
     /// Removes the name of a file or symlink. Returns the file record when the file lost its
     /// last link; its subfiles are then queued in `pending_deletes` in the same transaction.
     pub fn unlink(&self, path: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_checked(path, None, now_ns)
+    }
+
+    /// Removes the name `path` only if it names entry `expected_id` (the undo of a failed
+    /// create); `NotFound` if it names something else, so no other file is ever removed.
+    pub fn unlink_id(
+        &self,
+        path: &str,
+        expected_id: u64,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_checked(path, Some(expected_id), now_ns)
+    }
+
+    fn unlink_checked(
+        &self,
+        path: &str,
+        expected_id: Option<u64>,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
         self.write(|tables| {
             let place = locate(tables, path)?;
             let id = place.child.ok_or_else(|| not_found(path))?;
+            if expected_id.is_some_and(|expected| expected != id) {
+                return Err(not_found(path));
+            }
             let inode = tables.load(id)?;
             if inode.is_directory() {
                 return Err(NamespaceError::IsADirectory { path: path.into() });

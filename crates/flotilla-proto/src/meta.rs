@@ -156,6 +156,12 @@ pub enum MetaRequest {
         path: String,
         layout: Option<Layout>,
     },
+    /// Removes the name `path` only if it still names entry `id` (undo of a failed create:
+    /// never removes a file someone else put there).
+    UnlinkId {
+        path: String,
+        id: u64,
+    },
 }
 
 /// A reply from the metadata service.

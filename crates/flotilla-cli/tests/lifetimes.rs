@@ -1,0 +1,79 @@
+//! File lifetimes with real processes: what a failed create may undo, and layouts that no
+//! create could satisfy.
+
+mod common;
+
+use common::{random_bytes, Cluster};
+use flotilla_client::{CreateOptions, ErrorCode, Layout};
+
+/// A non-exclusive create of an existing file whose subfile cannot be reached fails, and the
+/// existing file (its name, id and bytes) is kept: the undo removes only what the call made.
+#[test]
+fn failed_create_never_removes_an_existing_file() {
+    let mut cluster = Cluster::start(2);
+    let client = cluster.client();
+    let options = CreateOptions { subfiles: 2, ..Default::default() };
+    let file = client.create("/kept", &options).expect("create");
+    let data = random_bytes(7, 300_000);
+    file.write_at(0, &data).expect("write");
+    file.close().expect("close");
+    let before = client.stat("/kept").expect("stat");
+
+    // Phase: one server of the file is gone (SIGKILL); the create cannot reach it.
+    cluster.servers[1].take().expect("server 1").kill();
+    let again = CreateOptions { subfiles: 2, exclusive: false, ..Default::default() };
+    let outcome = client.create("/kept", &again);
+    assert!(
+        outcome.is_err(),
+        "create with a subfile's server down should fail, got {:?}",
+        outcome.map(|f| f.id())
+    );
+
+    // Phase: the file is still there, the same file, with its size.
+    let after = client.stat("/kept").expect("the existing file must survive a failed create");
+    assert_eq!(after.id, before.id, "the name must still name the same file");
+    assert_eq!(after.attrs.size_bytes, data.len() as u64);
+
+    // Phase: with the server back, the bytes read back exactly.
+    cluster.servers[1] = Some(cluster.start_server(1));
+    cluster.wait_up(2);
+    let reopened = client.open("/kept").expect("open");
+    let mut back = vec![0u8; data.len()];
+    reopened.read_at(0, &mut back).expect("read");
+    assert!(back == data, "bytes of the existing file changed");
+}
+
+/// A new file whose subfile cannot be created is removed again (no half-made file).
+#[test]
+fn failed_exclusive_create_leaves_no_entry() {
+    let mut cluster = Cluster::start(2);
+    let client = cluster.client();
+    cluster.servers[0].take().expect("server 0").kill();
+    let options = CreateOptions { subfiles: 2, ..Default::default() };
+    assert!(client.create("/half", &options).is_err(), "create needs both servers");
+    let error = client.stat("/half").expect_err("the half-made file must be gone");
+    assert_eq!(error.code(), Some(ErrorCode::NotFound), "{error}");
+}
+
+/// A default layout asking for more subfiles than the cluster has targets is refused when it
+/// is set, and creates in that directory keep working.
+#[test]
+fn unsatisfiable_layouts_are_refused_when_set() {
+    let cluster = Cluster::start(2);
+    let client = cluster.client();
+    client.mkdir("/d", 0o755).expect("mkdir");
+    let wide = Layout::Stripe { unit_bytes: 1, count: 99_999 };
+    let error = client.set_layout("/d", Some(wide)).expect_err("99999 subfiles on 2 targets");
+    assert_eq!(error.code(), Some(ErrorCode::InvalidArgument), "{error}");
+    assert!(error.to_string().contains("99999 subfiles"), "message names the count: {error}");
+
+    let options = CreateOptions { subfiles: 0, layout: Some(wide), ..Default::default() };
+    let error = client.create("/d/f", &options).expect_err("create with an unsatisfiable layout");
+    assert_eq!(error.code(), Some(ErrorCode::InvalidArgument), "{error}");
+
+    let fits = Layout::Stripe { unit_bytes: 4096, count: 2 };
+    client.set_layout("/d", Some(fits)).expect("a layout that fits");
+    let file =
+        client.create("/d/g", &CreateOptions { subfiles: 0, ..Default::default() }).expect("create in /d");
+    assert_eq!(file.subfile_count(), 2);
+}
