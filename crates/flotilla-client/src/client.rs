@@ -192,6 +192,13 @@ impl Client {
         self.expect_done(MetaRequest::Rename { from: from.to_string(), to: to.to_string() }, "rename")
     }
 
+    /// Renames `from` to `to` only if `to` does not exist (`AlreadyExists` otherwise),
+    /// atomically in the metadata service (`renameat2` with `RENAME_NOREPLACE`).
+    pub fn rename_no_replace(&self, from: &str, to: &str) -> Result<(), ClientError> {
+        let request = MetaRequest::RenameNoReplace { from: from.to_string(), to: to.to_string() };
+        self.expect_done(request, "rename without replacing")
+    }
+
     pub fn set_attr(&self, id: u64, change: SetAttr) -> Result<Attributes, ClientError> {
         if change.size_bytes.is_some() {
             self.core.forget_pending(id);

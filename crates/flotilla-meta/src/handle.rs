@@ -55,6 +55,7 @@ impl State {
                     .collect(),
             ),
             MetaRequest::Unlink { path } => done(ns.unlink(&path, now).map(|_| ()))?,
+            MetaRequest::RenameNoReplace { from, to } => done(ns.rename_no_replace(&from, &to, now))?,
             MetaRequest::UnlinkId { path, id } => done(ns.unlink_id(&path, id, now).map(|_| ()))?,
             MetaRequest::Rmdir { path } => done(ns.rmdir(&path, now))?,
             MetaRequest::Rename { from, to } => done(ns.rename(&from, &to, now).map(|_| ()))?,

@@ -69,10 +69,29 @@ impl Namespace {
     /// its own subtree. If `from` and `to` already name the same inode nothing changes.
     /// Returns the record of a replaced file that lost its last link.
     pub fn rename(&self, from: &str, to: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
+        self.rename_with(from, to, false, now_ns)
+    }
+
+    /// `rename` that never replaces: `AlreadyExists` if `to` names anything, decided in the
+    /// same transaction as the move (`RENAME_NOREPLACE`).
+    pub fn rename_no_replace(&self, from: &str, to: &str, now_ns: TimeNs) -> Result<(), NamespaceError> {
+        self.rename_with(from, to, true, now_ns).map(|_| ())
+    }
+
+    fn rename_with(
+        &self,
+        from: &str,
+        to: &str,
+        no_replace: bool,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
         self.write(|tables| {
             let source = locate(tables, from)?;
             let moved = source.child.ok_or_else(|| not_found(from))?;
             let dest = locate(tables, to)?;
+            if no_replace && dest.child.is_some() {
+                return Err(NamespaceError::AlreadyExists { path: to.into() });
+            }
             if dest.child == Some(moved) {
                 return Ok(None);
             }

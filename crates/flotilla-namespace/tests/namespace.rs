@@ -405,3 +405,31 @@ fn grow_size_never_shrinks_and_layout_changes_only_when_empty() {
     assert!(ns.set_file_layout(file.id, Layout::Explicit, 14).is_err(), "a file with data keeps its layout");
     assert_eq!(ns.get(file.id).unwrap().file.unwrap().layout, hash);
 }
+
+#[test]
+fn rename_no_replace_refuses_an_existing_target_and_changes_nothing() {
+    let (_dir, _path, ns) = fresh();
+    let a = ns.create_file("/a", &spec(1), &live(2), 1).unwrap();
+    let b = ns.create_file("/b", &spec(1), &live(2), 2).unwrap();
+    let error = ns.rename_no_replace("/a", "/b", 3).unwrap_err();
+    assert!(matches!(error, NamespaceError::AlreadyExists { .. }), "{error}");
+    assert_eq!(ns.lookup("/a").unwrap().id, a.id, "source untouched");
+    assert_eq!(ns.lookup("/b").unwrap().id, b.id, "target untouched");
+
+    ns.rename_no_replace("/a", "/c", 4).unwrap();
+    assert_eq!(ns.lookup("/c").unwrap().id, a.id);
+    assert!(matches!(ns.lookup("/a"), Err(NamespaceError::NotFound { .. })));
+}
+
+#[test]
+fn unlink_id_removes_only_the_named_entry() {
+    let (_dir, _path, ns) = fresh();
+    let first = ns.create_file("/f", &spec(1), &live(1), 1).unwrap();
+    ns.unlink("/f", 2).unwrap();
+    let second = ns.create_file("/f", &spec(1), &live(1), 3).unwrap();
+    let error = ns.unlink_id("/f", first.id, 4).unwrap_err();
+    assert!(matches!(error, NamespaceError::NotFound { .. }), "{error}");
+    assert_eq!(ns.lookup("/f").unwrap().id, second.id, "another file at the path is kept");
+    ns.unlink_id("/f", second.id, 5).unwrap();
+    assert!(matches!(ns.lookup("/f"), Err(NamespaceError::NotFound { .. })));
+}

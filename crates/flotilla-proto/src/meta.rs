@@ -162,6 +162,12 @@ pub enum MetaRequest {
         path: String,
         id: u64,
     },
+    /// `rename(2)` with `RENAME_NOREPLACE`: fails with `AlreadyExists` if `to` exists,
+    /// checked in the same transaction as the move.
+    RenameNoReplace {
+        from: String,
+        to: String,
+    },
 }
 
 /// A reply from the metadata service.
