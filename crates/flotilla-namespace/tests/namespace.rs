@@ -433,3 +433,45 @@ fn unlink_id_removes_only_the_named_entry() {
     ns.unlink_id("/f", second.id, 5).unwrap();
     assert!(matches!(ns.lookup("/f"), Err(NamespaceError::NotFound { .. })));
 }
+
+#[test]
+fn an_open_file_that_loses_its_last_name_is_kept_until_released() {
+    let (_dir, path, ns) = fresh();
+    let file = ns.create_file("/tmpfile", &spec(2), &live(2), 1).unwrap();
+    let open = |id: u64| id == file.id;
+
+    // Phase: unlinked while open: the name goes, the inode and the data stay.
+    assert_eq!(ns.unlink_keeping_open("/tmpfile", &open, 2).unwrap(), None);
+    assert!(matches!(ns.lookup("/tmpfile"), Err(NamespaceError::NotFound { .. })));
+    let orphan = ns.get(file.id).unwrap();
+    assert_eq!(orphan.attrs.nlink, 0);
+    assert!(ns.pending_deletes(TargetId(10), 10).unwrap().is_empty(), "nothing deleted while open");
+    assert_eq!(ns.orphans(10).unwrap(), vec![file.id]);
+
+    // Phase: the orphan survives a restart of the service.
+    drop(ns);
+    let ns = Namespace::open(&path).unwrap();
+    assert_eq!(ns.orphans(10).unwrap(), vec![file.id]);
+
+    // Phase: released (last close): inode gone, subfiles queued, released only once.
+    assert!(ns.release_orphan(file.id).unwrap());
+    assert!(!ns.release_orphan(file.id).unwrap());
+    assert!(ns.get(file.id).is_err());
+    let queued: usize = [10, 20].iter().map(|t| ns.pending_deletes(TargetId(*t), 10).unwrap().len()).sum();
+    assert_eq!(queued, 2, "both subfiles queued for deletion");
+}
+
+#[test]
+fn a_file_renamed_over_while_open_is_kept_and_a_closed_one_is_not() {
+    let (_dir, _path, ns) = fresh();
+    let old = ns.create_file("/old", &spec(1), &live(1), 1).unwrap();
+    ns.create_file("/new", &spec(1), &live(1), 2).unwrap();
+    let open = |id: u64| id == old.id;
+    assert_eq!(ns.rename_keeping_open("/new", "/old", &open, 3).unwrap(), None);
+    assert_eq!(ns.get(old.id).unwrap().attrs.nlink, 0, "replaced file kept for its open handle");
+    assert_eq!(ns.orphans(10).unwrap(), vec![old.id]);
+
+    let other = ns.create_file("/x", &spec(1), &live(1), 4).unwrap();
+    let replaced = ns.rename_keeping_open("/old", "/x", &open, 5).unwrap();
+    assert_eq!(replaced.map(|r| r.id.0), Some(other.id), "a file nobody has open is deleted");
+}
