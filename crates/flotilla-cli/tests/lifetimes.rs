@@ -16,6 +16,7 @@ fn failed_create_never_removes_an_existing_file() {
     let file = client.create("/kept", &options).expect("create");
     let data = random_bytes(7, 300_000);
     file.write_at(0, &data).expect("write");
+    file.sync().expect("sync");
     file.close().expect("close");
     let before = client.stat("/kept").expect("stat");
 
@@ -76,4 +77,36 @@ fn unsatisfiable_layouts_are_refused_when_set() {
     let file =
         client.create("/d/g", &CreateOptions { subfiles: 0, ..Default::default() }).expect("create in /d");
     assert_eq!(file.subfile_count(), 2);
+}
+
+/// Through the library: a file unlinked by another client stays readable and writable
+/// through the handle that has it open, and is deleted after the handle is dropped.
+#[test]
+fn library_handles_keep_an_unlinked_file_alive() {
+    let cluster = Cluster::start_with(2, "open_lease_ms = 3000");
+    // Past the start-up grace period (one lease), in which any unlinked file is kept.
+    std::thread::sleep(std::time::Duration::from_millis(3200));
+    let holder = cluster.client();
+    let other = cluster.client();
+    let data = random_bytes(5, 1 << 20);
+    let file = holder.create("/t", &CreateOptions { subfiles: 2, ..Default::default() }).unwrap();
+    file.write_at(0, &data).unwrap();
+    file.flush().unwrap();
+    other.remove("/t").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(file.read_at(0, &mut back).unwrap(), data.len());
+    assert!(back == data, "bytes of the unlinked file changed");
+    file.write_at(10, b"more").unwrap();
+    file.flush().expect("size publish on an unlinked file");
+    let mut four = [0u8; 4];
+    file.read_at(10, &mut four).unwrap();
+    assert_eq!(&four, b"more");
+    let id = file.id();
+    drop(file);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while other.stat_id(id).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "orphan never released after close");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

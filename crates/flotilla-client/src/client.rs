@@ -5,6 +5,7 @@ use crate::core::{unexpected, Core};
 use crate::error::ClientError;
 use crate::file::File;
 use crate::handle::Handle;
+use crate::opens::{open_file, renew_leases};
 use crate::DEFAULT_FORK;
 use flotilla_proto::{
     CreateSpec, DirEntryInfo, EntryInfo, ErrorCode, ForkRef, IoReply, IoRequest, MetaReply, MetaRequest,
@@ -14,6 +15,7 @@ use flotilla_rpc::ConnectionConfig;
 use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex, TargetId};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::runtime::Runtime;
 
 /// How to reach a cluster.
@@ -24,6 +26,9 @@ pub struct ClientConfig {
     pub client_name: String,
     pub runtime_threads: usize,
     pub connection: ConnectionConfig,
+    /// How often the client renews its lease on its open files at the metadata service
+    /// (well under the service's `open_lease_ms`).
+    pub open_renew_ms: u64,
 }
 
 impl ClientConfig {
@@ -33,6 +38,7 @@ impl ClientConfig {
             client_name: format!("pid-{}", std::process::id()),
             runtime_threads: 2,
             connection: ConnectionConfig::default(),
+            open_renew_ms: 1_000,
         }
     }
 }
@@ -81,8 +87,10 @@ impl Client {
             .enable_all()
             .build()
             .map_err(|e| ClientError::Runtime(e.to_string()))?;
-        let core = Core::new(config.meta_addr, config.client_name, config.connection);
-        Ok(Client { core: Arc::new(core), runtime: Arc::new(runtime) })
+        let core = Arc::new(Core::new(config.meta_addr, config.client_name, config.connection));
+        runtime
+            .spawn(renew_leases(Arc::downgrade(&core), Duration::from_millis(config.open_renew_ms.max(1))));
+        Ok(Client { core, runtime: Arc::new(runtime) })
     }
 
     /// The metadata service's address.
@@ -227,8 +235,9 @@ impl Client {
     /// Creates a file with `options.subfiles` subfiles, each with a `data` fork.
     pub fn create(&self, path: &str, options: &CreateOptions) -> Result<File, ClientError> {
         let owner = (current_uid(), current_gid());
-        self.block_on(create_file(self.core.clone(), path.to_string(), options.clone(), owner))
-            .map(|entry| File::new(self.clone(), path.to_string(), entry))
+        let future = create_file(self.core.clone(), path.to_string(), options.clone(), owner);
+        let client = self.clone();
+        self.block_on(async move { open_file(client, path.to_string(), future.await?.id).await })
     }
 
     /// Non-blocking `create`.
@@ -237,7 +246,7 @@ impl Client {
         let path = path.to_string();
         let owner = (current_uid(), current_gid());
         let future = create_file(self.core.clone(), path.clone(), options.clone(), owner);
-        self.spawn(async move { future.await.map(|entry| File::new(client, path, entry)) })
+        self.spawn(async move { open_file(client, path, future.await?.id).await })
     }
 
     /// Opens an existing file.
@@ -246,7 +255,7 @@ impl Client {
         if entry.attrs.kind != flotilla_types::FileKind::File {
             return Err(ClientError::NotAFile { path: path.to_string() });
         }
-        Ok(File::new(self.clone(), path.to_string(), entry))
+        self.block_on(open_file(self.clone(), path.to_string(), entry.id))
     }
 }
 

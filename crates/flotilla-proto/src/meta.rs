@@ -168,6 +168,23 @@ pub enum MetaRequest {
         from: String,
         to: String,
     },
+    /// Client `session` opened file `id`: until it closes it (or its lease runs out), the
+    /// file outlives the loss of its last name. Replies with the entry.
+    Opened {
+        session: u64,
+        id: u64,
+    },
+    /// Client `session` closed one handle on file `id`.
+    Closed {
+        session: u64,
+        id: u64,
+    },
+    /// Renews client `session`'s lease on its open files, naming them all (so a restarted
+    /// metadata service learns them again).
+    KeepOpen {
+        session: u64,
+        files: Vec<u64>,
+    },
 }
 
 /// A reply from the metadata service.
