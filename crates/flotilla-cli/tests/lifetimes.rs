@@ -110,3 +110,21 @@ fn library_handles_keep_an_unlinked_file_alive() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// Right after the metadata service restarts (SIGKILL), a create waits for the servers to
+/// register again (the recovery window) instead of failing with ENOSPC, and places the file
+/// on every target as before.
+#[test]
+fn creates_right_after_a_meta_restart_wait_for_the_servers() {
+    let mut cluster = Cluster::start(3);
+    let listen = cluster.meta_addr();
+    cluster.meta.take().expect("meta").kill();
+    cluster.start_meta(&listen);
+    let client = cluster.client();
+    let file = client
+        .create("/after-restart", &CreateOptions { subfiles: 0, ..Default::default() })
+        .expect("create during the recovery window");
+    assert_eq!(file.subfile_count(), 3, "one subfile per remembered target");
+    file.write_at(0, b"hello").unwrap();
+    file.close().unwrap();
+}
