@@ -6,6 +6,7 @@ use crate::core::{unexpected, Core};
 use crate::error::ClientError;
 use crate::fork::Fork;
 use crate::handle::Handle;
+use crate::opens::OpenGuard;
 use crate::transfer::{check_call, read_shape, write_shape};
 use crate::DEFAULT_FORK;
 use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest};
@@ -19,11 +20,13 @@ pub struct File {
     pub(crate) client: Client,
     path: String,
     pub(crate) entry: Arc<EntryInfo>,
+    /// The open's registration at the metadata service; the last clone's drop closes it.
+    _open: Arc<OpenGuard>,
 }
 
 impl File {
-    pub(crate) fn new(client: Client, path: String, entry: EntryInfo) -> File {
-        File { client, path, entry: Arc::new(entry) }
+    pub(crate) fn opened(client: Client, path: String, entry: EntryInfo, open: Arc<OpenGuard>) -> File {
+        File { client, path, entry: Arc::new(entry), _open: open }
     }
 
     pub fn path(&self) -> &str {
