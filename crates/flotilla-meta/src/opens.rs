@@ -66,6 +66,12 @@ impl OpenTable {
         self.open_counts.contains_key(&file)
     }
 
+    /// Sets the end of the start-up grace period, in which any file may be open (clients
+    /// re-announce their opens) and no orphan is released.
+    pub fn set_reclaim_until(&mut self, until: Instant) {
+        self.release_after = until;
+    }
+
     /// Whether `file` may be open: some live session holds it, or the service restarted less
     /// than a lease ago and clients may not have re-announced their opens yet.
     pub fn may_be_open(&self, file: u64, now: Instant) -> bool {

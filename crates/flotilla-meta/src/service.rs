@@ -165,6 +165,11 @@ fn new_state(config: &MetaConfig, namespace: Namespace, membership: Membership) 
     let now = std::time::Instant::now();
     let lease = Duration::from_millis(config.open_lease_ms);
     let mut opens = OpenTable::new(lease, now, config.open_files_per_session_max, config.open_sessions_max);
+    // A new database has no files anyone could have open; a restarted one gives its clients
+    // `open_reclaim_ms` to re-announce their opens before unlinks delete and orphans go.
+    let reclaim =
+        if namespace.created() { Duration::ZERO } else { Duration::from_millis(config.open_reclaim_ms) };
+    opens.set_reclaim_until(now + reclaim);
     for id in namespace.orphans(ORPHANS_LOADED_MAX).context("list orphans")? {
         opens.add_orphan(id);
     }

@@ -36,6 +36,8 @@ pub struct Namespace {
     path: Option<PathBuf>,
     /// A write failed in a way that may have left the database unusable.
     broken: AtomicBool,
+    /// This open created the database.
+    created: bool,
 }
 
 impl Namespace {
@@ -58,13 +60,19 @@ impl Namespace {
     }
 
     fn init(db: Database, path: Option<PathBuf>) -> Result<Self, NamespaceError> {
-        let namespace = Self { db: RwLock::new(db), path, broken: AtomicBool::new(false) };
-        namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
-            Some(SCHEMA_VERSION) => Ok(()),
+        let mut namespace =
+            Self { db: RwLock::new(db), path, broken: AtomicBool::new(false), created: false };
+        namespace.created = namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
+            Some(SCHEMA_VERSION) => Ok(false),
             Some(found) => Err(NamespaceError::UnsupportedFormat { found, supported: SCHEMA_VERSION }),
-            None => create_root(tables),
+            None => create_root(tables).map(|()| true),
         })?;
         Ok(namespace)
+    }
+
+    /// Whether this open created the database (so no client can have a file of it open).
+    pub fn created(&self) -> bool {
+        self.created
     }
 
     /// Runs `change` in one write transaction and commits it; aborts if `change` fails.
