@@ -14,7 +14,10 @@
 //! ```
 
 use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"FLOT";
@@ -45,6 +48,12 @@ pub enum FrameError {
     Encode { message: String },
     #[error("connection closed")]
     Closed,
+    #[error("connection idle for {ms} ms with nothing in flight (idle_timeout_ms)")]
+    IdleTimeout { ms: u64 },
+    #[error("frame not complete within {ms} ms of its first byte (frame_read_timeout_ms)")]
+    FrameTimeout { ms: u64 },
+    #[error("frame memory budget is closed")]
+    BudgetClosed,
     #[error("connection I/O failed: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -185,25 +194,114 @@ pub fn decode_frame(input: &[u8], frame_bytes_max: u32) -> Result<(Frame, usize)
 
 /// Reads one frame. `buffer` is reused between calls so that steady traffic does not
 /// allocate: a frame's bytes are split off it and its capacity is reclaimed once the
-/// previous frame's `Bytes` are dropped.
+/// previous frame's `Bytes` are dropped. The payload buffer grows as bytes arrive (never
+/// by more than [`GROWTH_BYTES_MAX`] ahead of them) and is never zero-filled.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     buffer: &mut BytesMut,
     frame_bytes_max: u32,
 ) -> Result<Frame, FrameError> {
     let mut header_bytes = [0u8; HEADER_BYTES];
-    match reader.read_exact(&mut header_bytes).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        Err(e) => return Err(FrameError::Io(e)),
-    }
+    read_exact_or_closed(reader, &mut header_bytes).await?;
     let header = FrameHeader::decode(&header_bytes, frame_bytes_max)?;
+    read_payload(reader, buffer, &header).await
+}
+
+/// Most bytes the payload buffer grows by ahead of the bytes that have arrived.
+pub const GROWTH_BYTES_MAX: usize = 1 << 20;
+
+/// Bounds on reading frames from an untrusted peer.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadBounds {
+    pub frame_bytes_max: u32,
+    /// How long a connection may stay silent between frames.
+    pub idle_timeout: Duration,
+    /// How long a frame may take from its first byte to its last.
+    pub frame_timeout: Duration,
+}
+
+/// A memory budget in KiB units shared by every connection of a service.
+#[derive(Clone, Debug)]
+pub struct FrameBudget {
+    pub kib: Arc<Semaphore>,
+    pub kib_max: u32,
+}
+
+impl FrameBudget {
+    /// A budget of `bytes_max` bytes (at least 1 KiB).
+    pub fn new(bytes_max: u64) -> FrameBudget {
+        let kib_max = u32::try_from((bytes_max / 1024).max(1)).unwrap_or(u32::MAX >> 4);
+        FrameBudget { kib: Arc::new(Semaphore::new(kib_max as usize)), kib_max }
+    }
+
+    /// KiB units `bytes` hold (at least one, at most the whole budget).
+    pub fn units(&self, bytes: u64) -> u32 {
+        u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX).min(self.kib_max)
+    }
+
+    /// Waits for `units` of the budget.
+    pub async fn take(&self, units: u32) -> Result<OwnedSemaphorePermit, FrameError> {
+        self.kib.clone().acquire_many_owned(units).await.map_err(|_| FrameError::BudgetClosed)
+    }
+}
+
+/// Reads one frame from an untrusted peer: waits at most `idle_timeout` for its first byte,
+/// then reserves the payload length the header claims from `budget` (waiting while others
+/// hold it) BEFORE any buffer grows, then reads header and payload each within
+/// `frame_timeout`. The permit is returned with the frame; hold it until the reply is sent.
+pub async fn read_frame_bounded<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+    bounds: ReadBounds,
+    budget: &FrameBudget,
+) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
+    let mut header_bytes = [0u8; HEADER_BYTES];
+    let idle_ms = bounds.idle_timeout.as_millis() as u64;
+    tokio::time::timeout(bounds.idle_timeout, read_exact_or_closed(reader, &mut header_bytes[..1]))
+        .await
+        .map_err(|_| FrameError::IdleTimeout { ms: idle_ms })??;
+    let frame_ms = bounds.frame_timeout.as_millis() as u64;
+    let timed_out = |_| FrameError::FrameTimeout { ms: frame_ms };
+    tokio::time::timeout(bounds.frame_timeout, read_exact_or_closed(reader, &mut header_bytes[1..]))
+        .await
+        .map_err(timed_out)??;
+    let header = FrameHeader::decode(&header_bytes, bounds.frame_bytes_max)?;
+    let payload_bytes = u64::from(header.body_bytes) + u64::from(header.data_bytes);
+    let permit = budget.take(budget.units(payload_bytes)).await?;
+    let frame = tokio::time::timeout(bounds.frame_timeout, read_payload(reader, buffer, &header))
+        .await
+        .map_err(timed_out)??;
+    Ok((frame, permit))
+}
+
+async fn read_exact_or_closed<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    out: &mut [u8],
+) -> Result<(), FrameError> {
+    match reader.read_exact(out).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(FrameError::Closed),
+        Err(e) => Err(FrameError::Io(e)),
+    }
+}
+
+/// Reads the payload into `buffer`'s spare capacity, growing it as bytes arrive.
+async fn read_payload<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+    header: &FrameHeader,
+) -> Result<Frame, FrameError> {
     let payload_bytes = header.body_bytes as usize + header.data_bytes as usize;
     buffer.clear();
-    buffer.reserve(payload_bytes);
-    // Zero-filled before read_exact overwrites it, so no uninitialised memory is exposed.
-    buffer.resize(payload_bytes, 0);
-    reader.read_exact(&mut buffer[..]).await?;
+    while buffer.len() < payload_bytes {
+        let remaining = payload_bytes - buffer.len();
+        buffer.reserve(remaining.min(GROWTH_BYTES_MAX));
+        let got = (&mut *reader).take(remaining as u64).read_buf(buffer).await?;
+        if got == 0 {
+            let error = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "frame payload cut short");
+            return Err(FrameError::Io(error));
+        }
+    }
     let mut payload = buffer.split_to(payload_bytes);
     let data = payload.split_off(header.body_bytes as usize);
     header.check_payload(&payload, &data)?;
@@ -285,5 +383,54 @@ mod tests {
         let second = read_frame(&mut reader, &mut buffer, 1 << 20).await.unwrap();
         assert_eq!(second.request_id, 4);
         assert!(matches!(read_frame(&mut reader, &mut buffer, 1 << 20).await, Err(FrameError::Closed)));
+    }
+
+    fn bounds() -> ReadBounds {
+        ReadBounds {
+            frame_bytes_max: 64 << 20,
+            idle_timeout: Duration::from_millis(200),
+            frame_timeout: Duration::from_millis(200),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_claim_holds_its_reservation_not_its_length_and_times_out() {
+        let header = FrameHeader {
+            body_bytes: 32 << 20,
+            data_bytes: 0,
+            ..FrameHeader::for_payload(1, b"", b"").unwrap()
+        };
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        client.write_all(&header.encode()).await.unwrap();
+        let budget = FrameBudget::new(64 << 20);
+        let mut buffer = BytesMut::new();
+        let outcome = read_frame_bounded(&mut server, &mut buffer, bounds(), &budget).await;
+        assert!(matches!(outcome, Err(FrameError::FrameTimeout { ms: 200 })), "{outcome:?}");
+        assert!(
+            buffer.capacity() <= GROWTH_BYTES_MAX,
+            "buffer grew to {} before bytes arrived",
+            buffer.capacity()
+        );
+        assert_eq!(budget.kib.available_permits(), (64 << 10) as usize, "reservation released");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_between_frames_is_an_idle_timeout() {
+        let (_client, mut server) = tokio::io::duplex(1 << 16);
+        let budget = FrameBudget::new(1 << 20);
+        let outcome = read_frame_bounded(&mut server, &mut BytesMut::new(), bounds(), &budget).await;
+        assert!(matches!(outcome, Err(FrameError::IdleTimeout { ms: 200 })), "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn bounded_read_holds_the_payload_length_of_the_budget() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, 9, b"body", &[7u8; 5000]).await.unwrap();
+        let budget = FrameBudget::new(1 << 20);
+        let (frame, permit) =
+            read_frame_bounded(&mut &wire[..], &mut BytesMut::new(), bounds(), &budget).await.unwrap();
+        assert_eq!((frame.request_id, frame.data.len()), (9, 5000));
+        assert_eq!(permit.num_permits(), 5, "5004 bytes hold 5 KiB");
+        assert_eq!(budget.kib.available_permits(), 1024 - 5);
     }
 }

@@ -15,7 +15,8 @@ mod meta;
 mod wire_error;
 
 pub use frame::{
-    decode_frame, read_frame, write_frame, Frame, FrameError, FrameHeader, HEADER_BYTES, MAGIC, VERSION,
+    decode_frame, read_frame, read_frame_bounded, write_frame, Frame, FrameBudget, FrameError, FrameHeader,
+    ReadBounds, GROWTH_BYTES_MAX, HEADER_BYTES, MAGIC, VERSION,
 };
 pub use io::{ForkInfo, ForkRef, IoReply, IoRequest};
 pub use meta::{

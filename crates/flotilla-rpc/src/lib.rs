@@ -209,15 +209,84 @@ fn fail_all(pending: &Pending, broken: &AtomicBool, addr: &str, message: &str) {
     }
 }
 
+/// Limits on the connections a service accepts.
+#[derive(Clone, Copy, Debug)]
+pub struct AcceptLimits {
+    /// Connections served at once.
+    pub connections_max: usize,
+    /// Connections served at once from one peer IP address.
+    pub connections_per_peer_max: usize,
+    /// TCP keepalive: idle time before the first probe.
+    pub keepalive_idle: std::time::Duration,
+}
+
 /// Accepts connections until the future is dropped, serving each with `serve` on its own
 /// task; at most `connections_max` are served at once (more are accepted and closed at once,
 /// with a warning). Transient accept errors (out of descriptors) pause briefly, not stop.
-pub async fn accept_loop<F, Fut>(listener: &tokio::net::TcpListener, connections_max: usize, mut serve: F)
+pub async fn accept_loop<F, Fut>(listener: &tokio::net::TcpListener, connections_max: usize, serve: F)
 where
     F: FnMut(TcpStream) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let slots = Arc::new(tokio::sync::Semaphore::new(connections_max.max(1)));
+    let limits = AcceptLimits {
+        connections_max,
+        connections_per_peer_max: connections_max,
+        keepalive_idle: std::time::Duration::from_secs(60),
+    };
+    accept_loop_limited(listener, limits, serve).await
+}
+
+type PeerCounts = Arc<Mutex<HashMap<std::net::IpAddr, usize>>>;
+
+/// One peer address's share of the per-peer limit, given back on drop.
+struct PeerSlot {
+    counts: PeerCounts,
+    ip: std::net::IpAddr,
+}
+
+impl PeerSlot {
+    fn take(counts: &PeerCounts, ip: std::net::IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut map = counts.lock();
+        let count = map.entry(ip).or_insert(0);
+        if *count >= max.max(1) {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot { counts: counts.clone(), ip })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut map = self.counts.lock();
+        if let Some(count) = map.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Turns on TCP keepalive so that a vanished peer's connection is noticed.
+pub fn set_keepalive(stream: &TcpStream, idle: std::time::Duration) -> std::io::Result<()> {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(idle / 4 + std::time::Duration::from_secs(1));
+    socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
+}
+
+/// [`accept_loop`] with a per-peer-address limit and TCP keepalive on every connection.
+pub async fn accept_loop_limited<F, Fut>(
+    listener: &tokio::net::TcpListener,
+    limits: AcceptLimits,
+    mut serve: F,
+) where
+    F: FnMut(TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.connections_max.max(1)));
+    let peers: PeerCounts = Arc::new(Mutex::new(HashMap::new()));
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -227,14 +296,22 @@ where
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, connections_max, "refusing connection: connections_max reached");
+        let Some(peer_slot) = PeerSlot::take(&peers, peer.ip(), limits.connections_per_peer_max) else {
+            tracing::warn!(%peer, limits.connections_per_peer_max, "refusing connection: connections_per_peer_max reached");
             continue;
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limits.connections_max, "refusing connection: connections_max reached");
+            continue;
+        };
+        if let Err(error) = set_keepalive(&stream, limits.keepalive_idle) {
+            tracing::warn!(%peer, %error, "cannot set TCP keepalive");
+        }
         let served = serve(stream);
         tokio::spawn(async move {
             served.await;
             drop(slot);
+            drop(peer_slot);
         });
     }
 }

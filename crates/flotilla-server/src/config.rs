@@ -37,6 +37,17 @@ pub struct ServerConfig {
     pub dirty_age_max_ms: u64,
     /// Heartbeat period, unless the metadata service asks for another.
     pub heartbeat_ms: u64,
+    /// A connection silent this long with nothing in flight is closed.
+    pub idle_timeout_ms: u64,
+    /// A frame must arrive whole within this long of its first byte.
+    pub frame_read_timeout_ms: u64,
+    /// A reply that cannot be written within this long (peer not reading) drops the
+    /// connection and releases its memory.
+    pub reply_stall_ms_max: u64,
+    /// TCP keepalive: idle time before the first probe.
+    pub keepalive_idle_ms: u64,
+    /// Connections served at once from one peer IP address.
+    pub connections_per_peer_max: usize,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +69,11 @@ impl Default for ServerConfig {
             fd_cache_max: 256,
             dirty_age_max_ms: 5000,
             heartbeat_ms: 1000,
+            idle_timeout_ms: 600_000,
+            frame_read_timeout_ms: 30_000,
+            reply_stall_ms_max: 30_000,
+            keepalive_idle_ms: 60_000,
+            connections_per_peer_max: 256,
         }
     }
 }

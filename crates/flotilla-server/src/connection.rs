@@ -7,11 +7,13 @@ use crate::execute::{shape_error, BufferPool, Executor, Reply};
 use crate::scheduler::{ConnectionId, Scheduler};
 use bytes::{Bytes, BytesMut};
 use flotilla_proto::{
-    decode_body, encode_body, read_frame, write_frame, ErrorCode, FrameError, IoReply, IoRequest, WireError,
+    decode_body, encode_body, read_frame_bounded, write_frame, ErrorCode, FrameBudget, FrameError, IoReply,
+    IoRequest, ReadBounds, WireError,
 };
 use flotilla_types::Limits;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -55,6 +57,10 @@ pub(crate) struct Shared {
     /// server hold more than this, whatever each one's credit.
     pub memory: Arc<Semaphore>,
     pub memory_units_max: u32,
+    /// Frame size, idle and frame-read timeouts for every incoming frame.
+    pub read_bounds: ReadBounds,
+    /// A reply not written within this long drops the connection (`reply_stall_ms_max`).
+    pub reply_stall: Duration,
 }
 
 /// Serves one connection until the client goes away or sends a stream-breaking frame.
@@ -62,7 +68,8 @@ pub(crate) async fn serve(stream: TcpStream, id: ConnectionId, shared: Arc<Share
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let (replies, reply_queue) = mpsc::channel(shared.reply_queue_max);
-    let writer = tokio::spawn(write_replies(write_half, reply_queue, shared.executor.clone()));
+    let mut writer =
+        tokio::spawn(write_replies(write_half, reply_queue, shared.executor.clone(), shared.reply_stall));
     let reader = Reader {
         shared: shared.clone(),
         id,
@@ -70,9 +77,15 @@ pub(crate) async fn serve(stream: TcpStream, id: ConnectionId, shared: Arc<Share
         slots: Arc::new(Semaphore::new(shared.connection_queue_max)),
         in_flight_bytes: Arc::new(AtomicU64::new(0)),
     };
-    reader.run(read_half).await;
+    // A writer that gives up (peer not reading) ends the reader too, releasing its budget.
+    let writer_done = tokio::select! {
+        _ = reader.run(read_half) => false,
+        _ = &mut writer => true,
+    };
     shared.scheduler.close(id);
-    let _ = writer.await;
+    if !writer_done {
+        let _ = writer.await;
+    }
 }
 
 struct Reader {
@@ -86,10 +99,11 @@ struct Reader {
 impl Reader {
     async fn run(self, mut read_half: OwnedReadHalf) {
         let mut buffer = BytesMut::new();
+        let budget = FrameBudget { kib: self.shared.memory.clone(), kib_max: self.shared.memory_units_max };
         loop {
-            match read_frame(&mut read_half, &mut buffer, self.shared.limits.frame_bytes_max).await {
-                Ok(frame) => {
-                    if !self.accept(frame.request_id, &frame.body, frame.data).await {
+            match read_frame_bounded(&mut read_half, &mut buffer, self.shared.read_bounds, &budget).await {
+                Ok((frame, held)) => {
+                    if !self.accept(frame.request_id, &frame.body, frame.data, held).await {
                         return;
                     }
                 }
@@ -108,7 +122,9 @@ impl Reader {
     }
 
     /// Checks one request and queues it; returns false when the connection should end.
-    async fn accept(&self, request_id: u64, body: &[u8], data: Bytes) -> bool {
+    /// `held` is the frame's share of the memory budget; it grows to the request's data
+    /// length and travels with the request until its reply is written.
+    async fn accept(&self, request_id: u64, body: &[u8], data: Bytes, held: OwnedSemaphorePermit) -> bool {
         let request = match decode_body::<IoRequest>(body, "I/O request") {
             Ok(request) => request,
             Err(error) => return self.refuse(request_id, ErrorCode::BadRequest, error.to_string()).await,
@@ -129,7 +145,12 @@ impl Reader {
         };
         let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
         let units = memory_units(credit.bytes, self.shared.memory_units_max);
-        let Ok(memory) = self.shared.memory.clone().acquire_many_owned(units).await else { return false };
+        let mut memory = held;
+        let extra = units.saturating_sub(memory.num_permits() as u32);
+        if extra > 0 {
+            let Ok(more) = self.shared.memory.clone().acquire_many_owned(extra).await else { return false };
+            memory.merge(more);
+        }
         let job =
             Job { request_id, request, data, replies: self.replies.clone(), _slot: slot, credit, memory };
         self.shared.scheduler.push(self.id, job);
@@ -176,17 +197,21 @@ async fn write_replies(
     write_half: OwnedWriteHalf,
     mut queue: mpsc::Receiver<Reply>,
     executor: Arc<Executor>,
+    reply_stall: Duration,
 ) {
     let mut writer = BufWriter::with_capacity(256 << 10, write_half);
     while let Some(first) = queue.recv().await {
         let mut next = Some(first);
         while let Some(reply) = next.take() {
-            if write_reply(&mut writer, reply, &executor.pool).await.is_err() {
+            let written =
+                tokio::time::timeout(reply_stall, write_reply(&mut writer, reply, &executor.pool)).await;
+            if !matches!(written, Ok(Ok(()))) {
+                tracing::warn!(?reply_stall, "dropping connection: reply not written in time or failed");
                 return;
             }
             next = queue.try_recv().ok();
         }
-        if writer.flush().await.is_err() {
+        if !matches!(tokio::time::timeout(reply_stall, writer.flush()).await, Ok(Ok(()))) {
             return;
         }
     }

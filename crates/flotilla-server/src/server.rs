@@ -53,6 +53,12 @@ impl Server {
             reply_queue_max: config.reply_queue_max.max(1),
             memory: Arc::new(Semaphore::new(memory_units_max as usize)),
             memory_units_max,
+            read_bounds: flotilla_proto::ReadBounds {
+                frame_bytes_max: config.limits.frame_bytes_max,
+                idle_timeout: Duration::from_millis(config.idle_timeout_ms.max(1)),
+                frame_timeout: Duration::from_millis(config.frame_read_timeout_ms.max(1)),
+            },
+            reply_stall: Duration::from_millis(config.reply_stall_ms_max.max(1)),
         });
         let workers = (0..config.workers.max(1))
             .map(|i| start_worker(i, shared.clone()))
@@ -80,7 +86,7 @@ impl Server {
         let flusher = tokio::spawn(flush_loop(self.shared.executor.clone(), self.config.dirty_age_max_ms));
         tokio::select! {
             _ = shutdown => {}
-            _ = accept_loop(&self.listener, &self.shared, self.config.connections_max) => {}
+            _ = accept_loop(&self.listener, &self.shared, &self.config) => {}
         }
         heartbeat.abort();
         flusher.abort();
@@ -107,9 +113,14 @@ async fn open_store(config: &ServerConfig) -> anyhow::Result<Store> {
     store.context("open storage targets")
 }
 
-async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, connections_max: usize) {
+async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, config: &ServerConfig) {
     let next_id = AtomicU64::new(1);
-    flotilla_rpc::accept_loop(listener, connections_max, |stream| {
+    let limits = flotilla_rpc::AcceptLimits {
+        connections_max: config.connections_max,
+        connections_per_peer_max: config.connections_per_peer_max,
+        keepalive_idle: Duration::from_millis(config.keepalive_idle_ms.max(1000)),
+    };
+    flotilla_rpc::accept_loop_limited(listener, limits, |stream| {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         connection::serve(stream, id, shared.clone())
     })
