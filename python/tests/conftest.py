@@ -32,20 +32,22 @@ def flotilla_binary() -> Path:
     return binary
 
 
-def start_local(data: Path, servers: int) -> "tuple[subprocess.Popen, str]":
+def start_local(data: Path, servers: int) -> "tuple[subprocess.Popen, str, str]":
     process = subprocess.Popen(
         [str(flotilla_binary()), "local", "--data", str(data), "--listen", "127.0.0.1:0", "--servers", str(servers)],
         stdout=subprocess.PIPE,
         text=True,
     )
-    line: list = []
-    reader = threading.Thread(target=lambda: line.append(process.stdout.readline()), daemon=True)
+    lines: list = []
+    reader = threading.Thread(
+        target=lambda: lines.extend([process.stdout.readline(), process.stdout.readline()]), daemon=True
+    )
     reader.start()
     reader.join(STARTUP_TIMEOUT_S)
-    if not line or not line[0].startswith("meta="):
+    if len(lines) < 2 or not lines[0].startswith("meta=") or not lines[1].startswith("key="):
         stop(process)
-        raise RuntimeError(f"flotilla local did not start: {line!r}")
-    return process, line[0].strip().split("=", 1)[1]
+        raise RuntimeError(f"flotilla local did not start: {lines!r}")
+    return process, lines[0].strip().split("=", 1)[1], lines[1].strip().split("=", 1)[1]
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -60,18 +62,21 @@ def stop(process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="session")
 def meta():
-    """The cluster's metadata address ("127.0.0.1:PORT"); also exported as FLOTILLA_META."""
+    """The cluster's metadata address ("127.0.0.1:PORT"); also exported as FLOTILLA_META, and
+    its client credential as FLOTILLA_KEY."""
     data = Path(tempfile.mkdtemp(prefix="flotilla-pytest-"))
-    process, address = start_local(data, servers=2)
-    previous = os.environ.get("FLOTILLA_META")
+    process, address, key = start_local(data, servers=2)
+    previous = {name: os.environ.get(name) for name in ("FLOTILLA_META", "FLOTILLA_KEY")}
     os.environ["FLOTILLA_META"] = address
+    os.environ["FLOTILLA_KEY"] = key
     try:
         yield address
     finally:
-        if previous is None:
-            os.environ.pop("FLOTILLA_META", None)
-        else:
-            os.environ["FLOTILLA_META"] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         stop(process)
         shutil.rmtree(data, ignore_errors=True)
 

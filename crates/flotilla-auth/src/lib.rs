@@ -4,12 +4,14 @@
 pub mod credential;
 pub mod handshake;
 pub mod tag;
+pub mod wire;
 
 use std::path::PathBuf;
 
 pub use credential::{Certificate, ClusterCa, Credential, IssueRequest, Limits, Role, SignedCertificate};
 pub use handshake::{initiate, respond, Established, Peer};
 pub use tag::{FrameOpen, FrameSeal, TagKeys, TAG_BYTES};
+pub use wire::{Acceptor, AuthBounds, ClientAuth, Integrity, Opener, Sealer, Secured};
 
 /// What went wrong with a key, a credential, a handshake or a tag.
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +25,7 @@ pub enum AuthError {
     BadRequest(String),
     #[error("the CA public key is not a valid ed25519 key")]
     BadCaKey,
-    #[error("certificate is not signed by this cluster's CA")]
+    #[error("certificate is not signed by this cluster's CA (a credential of another cluster?)")]
     BadSignature,
     #[error("certificate {name:?} expired at {expires_unix_secs} (Unix seconds)")]
     Expired { name: String, expires_unix_secs: u64 },
@@ -37,8 +39,33 @@ pub enum AuthError {
     Timeout { timeout_ms: u64 },
     #[error("connection failed during the handshake: {0}")]
     Stream(std::io::Error),
+    #[error("no credential for {who}: pass --key PATH, set `key` in the config file, or set FLOTILLA_KEY to a credential file (made by `flotilla keygen --out DIR`; `flotilla local` prints key=PATH)")]
+    NoCredential { who: String },
+    #[error("{path}: credential {name:?} has role {role}, but {who} needs a {wanted} credential")]
+    CredentialRole { path: PathBuf, name: String, role: Role, who: String, wanted: Role },
     #[error("integrity tag mismatch on frame {sequence} (request {request_id}); closing the connection")]
     BadTag { request_id: u64, sequence: u64 },
+}
+
+/// Loads the credential `who` (e.g. "the I/O server") runs with and checks its role.
+pub fn load_credential(
+    path: Option<&std::path::Path>,
+    who: &str,
+    wanted: Role,
+) -> Result<std::sync::Arc<Credential>, AuthError> {
+    let path = path.ok_or_else(|| AuthError::NoCredential { who: who.to_string() })?;
+    let credential = Credential::load(path)?;
+    let cert = credential.certificate();
+    if cert.role != wanted {
+        return Err(AuthError::CredentialRole {
+            path: path.to_path_buf(),
+            name: cert.name.clone(),
+            role: cert.role,
+            who: who.to_string(),
+            wanted,
+        });
+    }
+    Ok(std::sync::Arc::new(credential))
 }
 
 /// Seconds since the Unix epoch, now.

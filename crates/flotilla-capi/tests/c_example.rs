@@ -10,9 +10,27 @@ use std::time::{Duration, Instant};
 /// A cluster on a runtime of its own; stopped when dropped.
 struct Cluster {
     meta: String,
+    /// The client credential the C program gets through FLOTILLA_KEY.
+    client_key: PathBuf,
     runtime: Option<tokio::runtime::Runtime>,
     stop: tokio::sync::watch::Sender<bool>,
     _data: tempfile::TempDir,
+}
+
+/// A cluster CA with a server and a client credential in `dir`.
+fn make_keys(dir: &Path) -> (PathBuf, PathBuf) {
+    use flotilla_auth::{ClusterCa, IssueRequest, Limits, Role};
+    let ca = ClusterCa::generate();
+    let issue = |role, name: &str, path: PathBuf| {
+        let request =
+            IssueRequest { role, name: name.into(), limits: Limits::default(), expires_unix_secs: None };
+        ca.issue(request).expect("issue credential").save(&path).expect("save credential");
+        path
+    };
+    (
+        issue(Role::Server, "server", dir.join("server.cred")),
+        issue(Role::Client, "client", dir.join("client.cred")),
+    )
 }
 
 impl Cluster {
@@ -20,11 +38,13 @@ impl Cluster {
         let data = tempfile::tempdir().expect("temporary folder");
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (server_key, client_key) = make_keys(data.path());
         let meta = runtime.block_on(async {
             let config = MetaConfig {
                 data: data.path().join("meta"),
                 listen: "127.0.0.1:0".to_string(),
                 heartbeat_ms: 200,
+                key: Some(server_key.clone()),
                 ..MetaConfig::default()
             };
             let service = MetaService::bind(config).await.expect("bind meta");
@@ -38,6 +58,7 @@ impl Cluster {
                     listen: "127.0.0.1:0".to_string(),
                     targets: vec![target],
                     heartbeat_ms: 200,
+                    key: Some(server_key.clone()),
                     ..ServerConfig::default()
                 };
                 let server = Server::bind(config).await.expect("bind server");
@@ -45,13 +66,15 @@ impl Cluster {
             }
             meta
         });
-        let cluster = Cluster { meta, runtime: Some(runtime), stop, _data: data };
+        let cluster = Cluster { meta, client_key, runtime: Some(runtime), stop, _data: data };
         cluster.wait_up(servers);
         cluster
     }
 
     fn wait_up(&self, servers: usize) {
-        let client = flotilla_client::Client::connect(&self.meta).expect("client");
+        let mut config = flotilla_client::ClientConfig::new(&self.meta);
+        config.key = Some(self.client_key.clone());
+        let client = flotilla_client::Client::with_config(config).expect("client");
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let up = client.status().map(|targets| targets.len()).unwrap_or(0);
@@ -115,8 +138,11 @@ fn c_example_runs_against_a_live_cluster() {
     let program = build.path().join("strided");
     compile(crate_dir, &program);
     let cluster = Cluster::start(2);
-    let output =
-        Command::new(&program).env("FLOTILLA_META", &cluster.meta).output().expect("run the C example");
+    let output = Command::new(&program)
+        .env("FLOTILLA_META", &cluster.meta)
+        .env("FLOTILLA_KEY", &cluster.client_key)
+        .output()
+        .expect("run the C example");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "C example failed:\n{stdout}\n{stderr}");

@@ -130,14 +130,21 @@ pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
     local.listen = args.listen.unwrap_or(local.listen);
     local.target_kind = args.target_kind.unwrap_or(local.target_kind);
     anyhow::ensure!(local.servers >= 1, "--servers must be at least 1");
+    let keys = crate::keygen::ensure_cluster(&local.data.join("keys"))
+        .with_context(|| format!("create or reuse the keys in {}", local.data.join("keys").display()))?;
     let mut server_config = file.server.clone();
     server_config.cache_capacity_bytes = args.cache_bytes.unwrap_or(server_config.cache_capacity_bytes);
-    let meta_config =
-        MetaConfig { data: local.data.join("meta"), listen: local.listen.clone(), ..file.meta.clone() };
+    server_config.key = Some(keys.server.clone());
+    let meta_config = MetaConfig {
+        data: local.data.join("meta"),
+        listen: local.listen.clone(),
+        key: Some(keys.server.clone()),
+        ..file.meta.clone()
+    };
     let target_kind = local.target_kind.clone();
     runtime()?.block_on(run_local(
         local.servers,
-        local.data,
+        (local.data, keys.client),
         target_kind,
         meta_config,
         server_config,
@@ -145,26 +152,34 @@ pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
     ))
 }
 
-/// Runs an embedded cluster until a signal; prints `meta=HOST:PORT` once it serves.
+/// Runs an embedded cluster until a signal; prints `meta=HOST:PORT` once it serves, and
+/// `key=PATH` (its client credential) on the next line.
 async fn run_local(
     servers: usize,
-    data: PathBuf,
+    (data, client_key): (PathBuf, PathBuf),
     target_kind: String,
     meta_config: MetaConfig,
     server_template: ServerConfig,
     mount: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
-    let cluster =
-        LocalCluster::start_with_kind(servers, &data, &target_kind, meta_config, server_template, stopped)
-            .await?;
+    let cluster = LocalCluster::start_with_kind(
+        servers,
+        (&data, &client_key),
+        &target_kind,
+        meta_config,
+        server_template,
+        stopped,
+    )
+    .await?;
     announce(format!("meta={}", cluster.meta_addr));
+    announce(format!("key={}", client_key.display()));
     let mounted = match mount {
         // The mount's client blocks on its own runtime: start and stop it off this one.
         Some(dir) => {
             let meta = cluster.meta_addr.clone();
             let config = flotilla_fuse::MountConfig::default();
-            let mounting = move || crate::mount::mount_at(&meta, &dir, &config);
+            let mounting = move || crate::mount::mount_at((&meta, Some(&client_key)), &dir, &config);
             Some(tokio::task::spawn_blocking(mounting).await.context("join the mount task")??)
         }
         None => None,
@@ -191,7 +206,7 @@ impl LocalCluster {
     /// waits until every server's target is up.
     pub async fn start_with_kind(
         servers: usize,
-        data: &std::path::Path,
+        (data, client_key): (&std::path::Path, &std::path::Path),
         target_kind: &str,
         meta_config: MetaConfig,
         server_template: ServerConfig,
@@ -213,7 +228,7 @@ impl LocalCluster {
             let server = Server::bind(config).await.with_context(|| format!("start I/O server {index}"))?;
             tasks.push(tokio::spawn(server.serve(wait_stop(stopped.clone()))));
         }
-        wait_for_targets(&meta_addr, servers, Duration::from_secs(20)).await?;
+        wait_for_targets((&meta_addr, client_key), servers, Duration::from_secs(20)).await?;
         Ok(LocalCluster { meta_addr, tasks })
     }
 
@@ -247,10 +262,17 @@ mod readiness {
     use flotilla_rpc::{Connection, ConnectionConfig};
     use std::time::{Duration, Instant};
 
-    pub async fn wait_for_targets(meta: &str, wanted: usize, timeout: Duration) -> anyhow::Result<()> {
+    pub async fn wait_for_targets(
+        (meta, key): (&str, &std::path::Path),
+        wanted: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
+        let credential =
+            flotilla_auth::load_credential(Some(key), "flotilla local", flotilla_auth::Role::Client)?;
+        let auth = flotilla_auth::ClientAuth { credential, bounds: flotilla_auth::AuthBounds::default() };
         let connection =
-            Connection::connect(meta, ConnectionConfig::default()).await.context("connect to meta")?;
+            Connection::connect(meta, ConnectionConfig::with_auth(auth)).await.context("connect to meta")?;
         loop {
             let (reply, _) =
                 connection.call::<MetaRequest, MetaReply>(&MetaRequest::Status, bytes::Bytes::new()).await?;

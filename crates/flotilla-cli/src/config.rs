@@ -29,12 +29,21 @@ impl Default for LocalConfig {
     }
 }
 
+/// Settings of the file commands, the mount and the benchmarks.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientFileConfig {
+    /// The client credential file.
+    pub key: Option<std::path::PathBuf>,
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
     pub meta: MetaConfig,
     pub server: ServerConfig,
     pub local: LocalConfig,
+    pub client: ClientFileConfig,
 }
 
 impl FileConfig {

@@ -18,7 +18,7 @@ pub struct MetaArg {
 
 impl MetaArg {
     fn client(&self) -> anyhow::Result<Client> {
-        Client::connect(&self.meta).context("connect to the metadata service")
+        crate::keys::client(&self.meta).context("connect to the metadata service")
     }
 }
 
@@ -119,8 +119,8 @@ pub fn status(args: MetaArg) -> anyhow::Result<()> {
     for target in client.status()? {
         let state = if target.state == TargetState::Up { "up" } else { "down" };
         println!(
-            "target={} server={} state={} used_bytes={} free_bytes={}",
-            target.target, target.server, state, target.used_bytes, target.free_bytes
+            "target={} server={} state={} used_bytes={} free_bytes={} credential={}",
+            target.target, target.server, state, target.used_bytes, target.free_bytes, target.credential
         );
     }
     Ok(())

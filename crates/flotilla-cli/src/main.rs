@@ -5,6 +5,8 @@ mod bench;
 mod cluster;
 mod config;
 mod files;
+mod keygen;
+mod keys;
 mod mount;
 
 use clap::{Parser, Subcommand};
@@ -16,6 +18,10 @@ struct Cli {
     /// TOML file whose [meta], [server] and [local] tables replace the defaults; flags win.
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// Credential file (a client credential for file commands, mount and bench; a server
+    /// credential for `meta` and `server`); else `key` in the config file, else FLOTILLA_KEY.
+    #[arg(long, global = true)]
+    key: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,6 +58,8 @@ enum Command {
     Mount(mount::MountArgs),
     /// Unmounts a mount (also after the mount process was killed).
     Umount(mount::UmountArgs),
+    /// Creates a cluster CA and its first credentials (`--out DIR`), or issues one more.
+    Keygen(keygen::KeygenArgs),
     /// Runs a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -74,11 +82,22 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let file = config::FileConfig::load(cli.config.as_deref())?;
+    let mut file = config::FileConfig::load(cli.config.as_deref())?;
+    let flag = cli.key.as_deref();
+    keys::set_client_key(flag, file.client.key.as_deref());
     match cli.command {
         Command::Local(args) => cluster::local(args, &file),
-        Command::Meta(args) => cluster::meta(args, &file),
-        Command::Server(args) => cluster::server(args, &file),
+        Command::Meta(args) => {
+            let key = keys::server_key(flag, file.meta.key.as_deref(), "meta", "the metadata service")?;
+            file.meta.key = Some(key);
+            cluster::meta(args, &file)
+        }
+        Command::Server(args) => {
+            let key = keys::server_key(flag, file.server.key.as_deref(), "server", "the I/O server")?;
+            file.server.key = Some(key);
+            cluster::server(args, &file)
+        }
+        Command::Keygen(args) => keygen::run(args),
         Command::Status(args) => files::status(args),
         Command::Mkdir(args) => files::mkdir(args),
         Command::Ls(args) => files::ls(args),

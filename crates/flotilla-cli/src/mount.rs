@@ -5,7 +5,6 @@
 use crate::cluster::shutdown_signal;
 use anyhow::Context;
 use clap::Args;
-use flotilla_client::Client;
 use flotilla_fuse::{MountConfig, Mounted};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -49,14 +48,23 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
         config.write_behind_bytes_max = bytes;
         config.write_behind_piece_bytes_max = config.write_behind_piece_bytes_max.min(bytes);
     }
-    let mounted = mount_at(&args.meta, &args.mountpoint, &config)?;
+    let mounted = mount_at((&args.meta, None), &args.mountpoint, &config)?;
     serve_until_signal(mounted)
 }
 
 /// Mounts the cluster at `meta` on `mountpoint` (blocking; not inside an async runtime) and
-/// prints `mount=DIR` once the mount serves.
-pub fn mount_at(meta: &str, mountpoint: &Path, config: &MountConfig) -> anyhow::Result<Mounted> {
-    let client = Client::connect(meta).context("connect to the metadata service")?;
+/// prints `mount=DIR` once the mount serves. `key` is the client credential, or `None` for
+/// the one `--key`, the config file or `FLOTILLA_KEY` names.
+pub fn mount_at(
+    (meta, key): (&str, Option<&Path>),
+    mountpoint: &Path,
+    config: &MountConfig,
+) -> anyhow::Result<Mounted> {
+    let client = match key {
+        Some(key) => crate::keys::client_with(meta, Some(key)),
+        None => crate::keys::client(meta),
+    };
+    let client = client.context("connect to the metadata service")?;
     client.status().with_context(|| format!("reach the metadata service at {meta}"))?;
     std::fs::create_dir_all(mountpoint)
         .with_context(|| format!("create mount point {}", mountpoint.display()))?;

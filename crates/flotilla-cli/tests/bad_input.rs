@@ -9,10 +9,8 @@ use flotilla_client::{CreateOptions, Shape, StrideLevel};
 use flotilla_proto::{
     decode_frame, encode_body, ErrorCode, ForkRef, FrameHeader, IoReply, IoRequest, HEADER_BYTES,
 };
-use flotilla_rpc::{Connection, ConnectionConfig};
+use flotilla_rpc::Connection;
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
 
 /// Checks that an ordinary client still gets its data from the cluster.
 fn others_unaffected(cluster: &Cluster) {
@@ -30,18 +28,15 @@ fn rand_suffix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
-fn frame(request_id: u64, body: &[u8], data: &[u8]) -> Vec<u8> {
-    let mut out = FrameHeader::for_payload(request_id, body, data).unwrap().encode().to_vec();
-    out.extend_from_slice(body);
-    out.extend_from_slice(data);
-    out
+/// A connection that has completed its handshake with the test client credential.
+fn connect(addr: &str) -> common::RawConnection {
+    common::raw_connect(addr, &common::client_key()).unwrap()
 }
 
-/// Sends raw bytes to a server and returns the first reply frame (if any) and whether the
-/// server then closed the connection.
-fn raw_exchange(addr: &str, bytes: &[u8]) -> (Option<IoReply>, u64) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+/// Sends raw bytes on an authenticated connection and returns the first reply frame (if
+/// any) and its request id.
+fn raw_exchange(mut connection: common::RawConnection, bytes: &[u8]) -> (Option<IoReply>, u64) {
+    let stream = &mut connection.stream;
     stream.write_all(bytes).unwrap();
     let mut received = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -73,38 +68,43 @@ fn malformed_frames_get_clear_errors_and_others_are_unaffected() {
     let server = cluster.servers[0].as_ref().unwrap().addr.clone();
 
     // Garbage: not a frame at all.
-    let (reply, _) = raw_exchange(&server, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n..........");
+    let (reply, _) = raw_exchange(connect(&server), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n..........");
     expect_error(reply, ErrorCode::Protocol, "magic");
 
     // A frame from a future protocol version.
     let mut header = FrameHeader::for_payload(5, b"", b"").unwrap();
     header.version = 9;
-    let (reply, _) = raw_exchange(&server, &header.encode());
+    let (reply, _) = raw_exchange(connect(&server), &header.encode());
     expect_error(reply, ErrorCode::Protocol, "version 9");
 
     // A frame claiming to be larger than the limit: refused before anything is allocated.
     let huge = FrameHeader { body_bytes: u32::MAX, ..FrameHeader::for_payload(6, b"", b"").unwrap() };
-    let (reply, _) = raw_exchange(&server, &huge.encode());
+    let (reply, _) = raw_exchange(connect(&server), &huge.encode());
     expect_error(reply, ErrorCode::Protocol, "frame_bytes_max");
 
     // A corrupted payload: refused by checksum, for that request only.
-    let mut corrupt = frame(7, &encode_body(&IoRequest::Hello { client: "x".into() }).unwrap(), b"");
-    let last = corrupt.len() - 1;
-    corrupt[last] ^= 0xff;
-    let (reply, request_id) = raw_exchange(&server, &corrupt);
+    let mut connection = connect(&server);
+    let mut corrupt =
+        connection.frame(7, &encode_body(&IoRequest::Hello { client: "x".into() }).unwrap(), b"");
+    let last_payload_byte = corrupt.len() - 1 - flotilla_auth::TAG_BYTES;
+    corrupt[last_payload_byte] ^= 0xff;
+    let (reply, request_id) = raw_exchange(connection, &corrupt);
     expect_error(reply, ErrorCode::Protocol, "checksum");
     assert_eq!(request_id, 7);
 
     // A well-formed frame whose body is not a request.
-    let (reply, request_id) = raw_exchange(&server, &frame(8, &[0xff, 0xff, 0xff, 0x01], b""));
+    let mut connection = connect(&server);
+    let bytes = connection.frame(8, &[0xff, 0xff, 0xff, 0x01], b"");
+    let (reply, request_id) = raw_exchange(connection, &bytes);
     expect_error(reply, ErrorCode::BadRequest, "decode");
     assert_eq!(request_id, 8);
 
     // A truncated frame, then the client vanishes.
     {
-        let mut stream = TcpStream::connect(&server).unwrap();
-        let full = frame(9, &encode_body(&IoRequest::Hello { client: "x".into() }).unwrap(), &[0u8; 100]);
-        stream.write_all(&full[..HEADER_BYTES + 3]).unwrap();
+        let mut connection = connect(&server);
+        let full =
+            connection.frame(9, &encode_body(&IoRequest::Hello { client: "x".into() }).unwrap(), &[0u8; 100]);
+        connection.stream.write_all(&full[..HEADER_BYTES + 3]).unwrap();
     }
     others_unaffected(&cluster);
 }
@@ -119,7 +119,7 @@ fn requests_over_limits_and_bad_shapes_are_refused_by_the_server() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let call = |request: IoRequest| -> IoReply {
         runtime.block_on(async {
-            let connection = Connection::connect(&server, ConnectionConfig::default()).await.unwrap();
+            let connection = Connection::connect(&server, common::connection_config()).await.unwrap();
             connection.call::<IoRequest, IoReply>(&request, Bytes::new()).await.unwrap().0
         })
     };
@@ -172,7 +172,7 @@ fn requests_over_limits_and_bad_shapes_are_refused_by_the_server() {
     expect_error(Some(call(IoRequest::CreateFork { fork: bad_name })), ErrorCode::InvalidArgument, "escape");
     let short = IoRequest::Write { fork: fork.clone(), shape: Shape::contiguous(0, 100) };
     let reply = runtime.block_on(async {
-        let connection = Connection::connect(&server, ConnectionConfig::default()).await.unwrap();
+        let connection = Connection::connect(&server, common::connection_config()).await.unwrap();
         connection.call::<IoRequest, IoReply>(&short, Bytes::from_static(b"only ten b")).await.unwrap().0
     });
     expect_error(Some(reply), ErrorCode::BadRequest, "data bytes");
@@ -203,7 +203,10 @@ fn bad_paths_are_refused() {
 fn missing_target_directory_is_named() {
     let cluster = Cluster::start(1);
     let missing = cluster.dir.path().join("no-such-target");
+    let server_key = common::server_key();
     let (ok, _, stderr) = cli(&[
+        "--key",
+        path(&server_key),
         "server",
         "--meta",
         &cluster.meta_addr(),

@@ -59,10 +59,18 @@ fn local_runs_an_embedded_cluster_and_stops_cleanly() {
     )
     .unwrap();
     let meta = local.addr.clone();
-    let (ok, status, stderr) = cli(&["status", "--meta", &meta]);
+    let key = local.credential.clone().expect("key= line");
+    assert_eq!(key, data.join("keys").join("client.cred"));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "credential file mode");
+    let key_bytes = std::fs::read(&key).unwrap();
+    let key = path(&key).to_string();
+    let (ok, _, stderr) = cli(&["status", "--meta", &meta]);
+    assert!(!ok && stderr.contains("cluster's CA"), "the shared test key is not this cluster's: {stderr}");
+    let (ok, status, stderr) = cli(&["--key", &key, "status", "--meta", &meta]);
     assert!(ok, "{stderr}");
     assert_eq!(status.lines().filter(|l| l.contains("state=up")).count(), 2, "{status}");
-    let (ok, _, stderr) = cli(&["mkdir", "/kept", "--meta", &meta]);
+    let (ok, _, stderr) = cli(&["--key", &key, "mkdir", "/kept", "--meta", &meta]);
     assert!(ok, "{stderr}");
     let mut child = local.child;
     // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
@@ -76,7 +84,8 @@ fn local_runs_an_embedded_cluster_and_stops_cleanly() {
         "meta",
     )
     .unwrap();
-    let (ok, listing, stderr) = cli(&["ls", "/", "--meta", &again.addr]);
+    assert_eq!(std::fs::read(again.credential.as_ref().unwrap()).unwrap(), key_bytes, "keys reused");
+    let (ok, listing, stderr) = cli(&["--key", &key, "ls", "/", "--meta", &again.addr]);
     assert!(ok, "{stderr}");
     assert_eq!(listing.trim(), "kept/");
     again.stop();

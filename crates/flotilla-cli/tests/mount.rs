@@ -750,6 +750,8 @@ fn local_cluster_mounts_and_unmounts() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     assert!(first.starts_with("meta="), "{first}");
+    let key = lines.next().unwrap().unwrap();
+    assert_eq!(key, format!("key={}", data.join("keys").join("client.cred").display()));
     let second = lines.next().unwrap().unwrap();
     assert_eq!(second, format!("mount={}", dir.display()));
     fs::write(dir.join("hello"), b"world").unwrap();

@@ -7,6 +7,7 @@ use crate::file::File;
 use crate::handle::Handle;
 use crate::opens::{open_file, renew_leases};
 use crate::DEFAULT_FORK;
+use flotilla_auth::Role;
 use flotilla_proto::{
     CreateSpec, DirEntryInfo, EntryInfo, ErrorCode, ForkRef, IoReply, IoRequest, MetaReply, MetaRequest,
     TargetStatus,
@@ -29,6 +30,11 @@ pub struct ClientConfig {
     /// How often the client renews its lease on its open files at the metadata service
     /// (well under the service's `open_lease_ms`).
     pub open_renew_ms: u64,
+    /// The credential file (`FLOTILLA_KEY` by default); loaded by [`Client::with_config`]
+    /// unless `connection.auth` is already set.
+    pub key: Option<std::path::PathBuf>,
+    /// Integrity tags on this client's frames (`mac` by default).
+    pub integrity: flotilla_auth::Integrity,
 }
 
 impl ClientConfig {
@@ -39,6 +45,8 @@ impl ClientConfig {
             runtime_threads: 2,
             connection: ConnectionConfig::default(),
             open_renew_ms: 1_000,
+            key: std::env::var_os(crate::KEY_ENV).map(std::path::PathBuf::from),
+            integrity: flotilla_auth::Integrity::Mac,
         }
     }
 }
@@ -80,7 +88,14 @@ impl Client {
         Client::connect(&addr)
     }
 
-    pub fn with_config(config: ClientConfig) -> Result<Client, ClientError> {
+    pub fn with_config(mut config: ClientConfig) -> Result<Client, ClientError> {
+        if config.connection.auth.is_none() {
+            let credential =
+                flotilla_auth::load_credential(config.key.as_deref(), "the client", Role::Client)
+                    .map_err(|e| ClientError::Credential(e.to_string()))?;
+            let bounds = flotilla_auth::AuthBounds { integrity: config.integrity, ..Default::default() };
+            config.connection.auth = Some(flotilla_auth::ClientAuth { credential, bounds });
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.runtime_threads.max(1))
             .thread_name("flotilla-client")

@@ -123,7 +123,8 @@ impl Core {
         if let Some(connection) = slot.as_ref().filter(|c| !c.is_broken()) {
             return Ok(connection.clone());
         }
-        let connection = Arc::new(Connection::connect(&self.meta_addr, self.connection_config).await?);
+        let connection =
+            Arc::new(Connection::connect(&self.meta_addr, self.connection_config.clone()).await?);
         *slot = Some(connection.clone());
         Ok(connection)
     }
@@ -151,7 +152,7 @@ impl Core {
     }
 
     async fn open_server(&self, addr: &str) -> Result<ServerConnection, ClientError> {
-        let connection = Connection::connect(addr, self.connection_config).await?;
+        let connection = Connection::connect(addr, self.connection_config.clone()).await?;
         let hello = IoRequest::Hello { client: self.client_name.clone() };
         let (reply, _) = connection.call::<IoRequest, IoReply>(&hello, Bytes::new()).await?;
         let limits = match reply {

@@ -28,6 +28,8 @@ pub enum ClientError {
     UnexpectedReply { request: &'static str, reply: String },
     #[error("no metadata address: pass one or set {}", crate::META_ENV)]
     NoMetaAddress,
+    #[error("{0}")]
+    Credential(String),
     #[error("cannot start the client runtime: {0}")]
     Runtime(String),
     #[error("the operation was abandoned before it finished")]

@@ -41,5 +41,7 @@ pub use raw::RawBuffer;
 
 /// The environment variable naming the metadata service's address.
 pub const META_ENV: &str = "FLOTILLA_META";
+/// The environment variable naming the client's credential file.
+pub const KEY_ENV: &str = "FLOTILLA_KEY";
 /// The fork every subfile is created with.
 pub const DEFAULT_FORK: &str = "data";

@@ -34,6 +34,16 @@ pub struct MetaConfig {
     /// After a restart, a create waits up to this long for the targets the namespace
     /// remembers to register again before it fails for want of live targets.
     pub recovery_window_ms: u64,
+    /// The server credential (`server.cred`); the CLI also takes `--key` and `FLOTILLA_KEY`.
+    pub key: Option<PathBuf>,
+    /// `mac` (default): every frame carries a keyed integrity tag; `none`: CRC32C only.
+    pub integrity: flotilla_auth::Integrity,
+    /// A connection must finish its handshake within this long of being accepted.
+    pub handshake_timeout_ms: u64,
+    /// A frame's integrity tag must arrive within this long after its frame.
+    pub tag_read_timeout_ms: u64,
+    /// Targets one server credential may register.
+    pub targets_per_server_max: usize,
 }
 
 impl Default for MetaConfig {
@@ -51,6 +61,11 @@ impl Default for MetaConfig {
             open_files_per_session_max: 65_536,
             open_sessions_max: 16_384,
             recovery_window_ms: 10_000,
+            key: None,
+            integrity: flotilla_auth::Integrity::Mac,
+            handshake_timeout_ms: 10_000,
+            tag_read_timeout_ms: 30_000,
+            targets_per_server_max: 64,
         }
     }
 }

@@ -25,6 +25,8 @@ pub(crate) struct State {
     /// Until this instant (start + `recovery_window_ms`) a create waits for remembered
     /// targets to register again instead of placing the file on fewer of them.
     pub recovery_until: Instant,
+    /// Targets one server credential may report (`targets_per_server_max`).
+    pub targets_per_server_max: usize,
 }
 
 impl State {

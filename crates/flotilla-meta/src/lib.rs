@@ -7,6 +7,7 @@
 //! their last link), and the next heartbeat acknowledges them, so deletion survives
 //! restarts of either side.
 
+mod admission;
 pub mod config;
 mod handle;
 mod membership;

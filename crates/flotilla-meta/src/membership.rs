@@ -19,11 +19,41 @@ struct Member {
 pub(crate) struct Membership {
     members: Mutex<HashMap<TargetId, Member>>,
     down_after: Duration,
+    /// The server credential that first reported each target (since this start).
+    owners: Mutex<HashMap<TargetId, String>>,
 }
 
 impl Membership {
     pub fn new(down_after: Duration) -> Membership {
-        Membership { members: Mutex::new(HashMap::new()), down_after }
+        Membership { members: Mutex::new(HashMap::new()), down_after, owners: Mutex::new(HashMap::new()) }
+    }
+
+    /// Binds every target in `targets` to `credential`, refusing a target another
+    /// credential holds and more than `targets_max` targets in one report.
+    pub fn bind(&self, credential: &str, targets: &[TargetReport], targets_max: usize) -> Result<(), String> {
+        if targets.len() > targets_max {
+            return Err(format!(
+                "server credential {credential:?} reports {} targets, over targets_per_server_max = {targets_max}",
+                targets.len()
+            ));
+        }
+        let mut owners = self.owners.lock();
+        if let Some((target, owner)) = targets
+            .iter()
+            .find_map(|r| owners.get(&r.target).filter(|o| *o != credential).map(|o| (r.target, o)))
+        {
+            return Err(format!(
+                "target {target} is bound to server credential {owner:?}; {credential:?} may not report it"
+            ));
+        }
+        for report in targets {
+            owners.entry(report.target).or_insert_with(|| credential.to_string());
+        }
+        Ok(())
+    }
+
+    fn owner(&self, target: TargetId) -> String {
+        self.owners.lock().get(&target).cloned().unwrap_or_default()
     }
 
     /// Records a report; returns the targets that are new or moved to another server.
@@ -81,6 +111,7 @@ impl Membership {
                 state: if self.is_up(m) { TargetState::Up } else { TargetState::Down },
                 used_bytes: m.used_bytes,
                 free_bytes: m.free_bytes,
+                credential: self.owner(*target),
             })
             .collect();
         for record in remembered.iter().filter(|r| !members.contains_key(&r.target)) {
@@ -90,6 +121,7 @@ impl Membership {
                 state: TargetState::Down,
                 used_bytes: record.used_bytes,
                 free_bytes: record.free_bytes,
+                credential: self.owner(record.target),
             });
         }
         out.sort_by(|a, b| a.server.cmp(&b.server).then(a.target.cmp(&b.target)));

@@ -1,10 +1,12 @@
 //! The metadata service's network side: accept, read frames, execute on blocking threads,
 //! write replies. A bad frame ends only its own connection.
 
+use crate::admission::admit;
 use crate::config::MetaConfig;
 use crate::handle::State;
 use crate::membership::Membership;
 use crate::opens::OpenTable;
+use flotilla_auth::{Acceptor, AuthBounds, Opener, Peer, Role, Sealer, Secured};
 
 /// Orphans loaded at start (more are found by later restarts as these are released).
 const ORPHANS_LOADED_MAX: usize = 1 << 20;
@@ -12,8 +14,7 @@ use anyhow::Context;
 use bytes::BytesMut;
 use flotilla_namespace::Namespace;
 use flotilla_proto::{
-    decode_body, encode_body, read_frame, write_frame, ErrorCode, FrameError, MetaReply, MetaRequest,
-    WireError,
+    decode_body, encode_body, read_frame, ErrorCode, FrameError, MetaReply, MetaRequest, WireError,
 };
 use std::future::Future;
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ pub struct MetaService {
     listener: TcpListener,
     local_addr: SocketAddr,
     state: Arc<State>,
+    acceptor: Arc<Acceptor>,
 }
 
 /// Binds and serves until `shutdown` completes.
@@ -43,6 +45,8 @@ pub async fn run(config: MetaConfig, shutdown: impl Future<Output = ()>) -> anyh
 impl MetaService {
     /// Opens (or creates) the namespace and binds the listener.
     pub async fn bind(config: MetaConfig) -> anyhow::Result<MetaService> {
+        let credential =
+            flotilla_auth::load_credential(config.key.as_deref(), "the metadata service", Role::Server)?;
         std::fs::create_dir_all(&config.data)
             .with_context(|| format!("create data directory {:?}", config.data))?;
         let path = config.data.join(NAMESPACE_FILE);
@@ -54,18 +58,25 @@ impl MetaService {
         let local_addr = listener.local_addr().context("read the bound address")?;
         let membership = Membership::new(Duration::from_millis(config.down_after_ms));
         let state = Arc::new(new_state(&config, namespace, membership)?);
-        Ok(MetaService { config, listener, local_addr, state })
+        let acceptor =
+            Arc::new(Acceptor::new(credential, vec![Role::Client, Role::Server], auth_bounds(&config)));
+        Ok(MetaService { config, listener, local_addr, state, acceptor })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
 
+    /// Handshakes refused since start.
+    pub fn handshake_failures(&self) -> u64 {
+        self.acceptor.failures()
+    }
+
     /// Serves until `shutdown`; every acknowledged change is already committed.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         tokio::select! {
             _ = shutdown => {}
-            _ = accept_loop(&self.listener, &self.state, &self.config) => {}
+            _ = accept_loop(&self.listener, (&self.state, &self.acceptor), &self.config) => {}
             _ = sweep_opens(self.state.clone(), sweep_period(&self.config)) => {}
         }
         tracing::info!(addr = %self.local_addr, "metadata service stopped cleanly");
@@ -73,27 +84,54 @@ impl MetaService {
     }
 }
 
-async fn accept_loop(listener: &TcpListener, state: &Arc<State>, config: &MetaConfig) {
+async fn accept_loop(
+    listener: &TcpListener,
+    (state, acceptor): (&Arc<State>, &Arc<Acceptor>),
+    config: &MetaConfig,
+) {
     let (requests_max, frame_bytes_max) = (config.connection_requests_max.max(1), config.frame_bytes_max);
     flotilla_rpc::accept_loop(listener, config.connections_max, |stream| {
-        serve_connection(stream, state.clone(), requests_max, frame_bytes_max)
+        let acceptor = acceptor.clone();
+        let state = state.clone();
+        async move {
+            let mut stream = stream;
+            let peer_addr = stream.peer_addr().ok();
+            let Some(secured) = acceptor.accept(&mut stream, peer_addr).await else { return };
+            serve_connection(stream, state, secured, (requests_max, frame_bytes_max)).await
+        }
     })
     .await
 }
 
+/// The handshake and tag bounds of the service's connections.
+fn auth_bounds(config: &MetaConfig) -> AuthBounds {
+    AuthBounds {
+        integrity: config.integrity,
+        handshake_timeout: Duration::from_millis(config.handshake_timeout_ms.max(1)),
+        tag_timeout: Duration::from_millis(config.tag_read_timeout_ms.max(1)),
+    }
+}
+
 type Outgoing = (u64, MetaReply);
 
-async fn serve_connection(stream: TcpStream, state: Arc<State>, requests_max: usize, frame_bytes_max: u32) {
+async fn serve_connection(
+    stream: TcpStream,
+    state: Arc<State>,
+    secured: Secured,
+    (requests_max, frame_bytes_max): (usize, u32),
+) {
     let _ = stream.set_nodelay(true);
+    let Secured { peer, sealer, opener } = secured;
     let (read_half, write_half) = stream.into_split();
     let (replies, queue) = mpsc::channel::<Outgoing>(requests_max);
-    let writer = tokio::spawn(write_replies(write_half, queue));
-    read_requests(read_half, state, replies, requests_max, frame_bytes_max).await;
+    let writer = tokio::spawn(write_replies((write_half, sealer), queue));
+    let peer = Arc::new(peer);
+    read_requests((read_half, opener, peer), state, replies, requests_max, frame_bytes_max).await;
     let _ = writer.await;
 }
 
 async fn read_requests(
-    mut read_half: OwnedReadHalf,
+    (mut read_half, mut opener, peer): (OwnedReadHalf, Opener, Arc<Peer>),
     state: Arc<State>,
     replies: mpsc::Sender<Outgoing>,
     requests_max: usize,
@@ -102,7 +140,11 @@ async fn read_requests(
     let in_progress = Arc::new(Semaphore::new(requests_max));
     let mut buffer = BytesMut::new();
     loop {
-        let frame = match read_frame(&mut read_half, &mut buffer, frame_bytes_max).await {
+        let read = match read_frame(&mut read_half, &mut buffer, frame_bytes_max).await {
+            Ok(frame) => opener.check(&mut read_half, &frame).await.map(|()| frame),
+            Err(error) => Err(error),
+        };
+        let frame = match read {
             Ok(frame) => frame,
             Err(FrameError::Closed) => return,
             Err(error) => {
@@ -112,10 +154,8 @@ async fn read_requests(
                 };
                 let reply = MetaReply::Error(WireError::new(ErrorCode::Protocol, error.to_string()));
                 let _ = replies.send((request_id, reply)).await;
-                if error.breaks_stream() {
-                    return;
-                }
-                continue;
+                // Even a bad payload breaks the stream here: its tag was not read.
+                return;
             }
         };
         let request = match decode_body::<MetaRequest>(&frame.body, "metadata request") {
@@ -127,9 +167,13 @@ async fn read_requests(
             }
         };
         let Ok(permit) = in_progress.clone().acquire_owned().await else { return };
-        let (state, replies) = (state.clone(), replies.clone());
+        let (state, replies, peer) = (state.clone(), replies.clone(), peer.clone());
         tokio::spawn(async move {
-            let reply = tokio::task::spawn_blocking(move || state.handle(request)).await;
+            let reply = tokio::task::spawn_blocking(move || match admit(&state, &peer, &request) {
+                Ok(()) => state.handle(request),
+                Err(refused) => MetaReply::Error(refused),
+            })
+            .await;
             let reply =
                 reply.unwrap_or_else(|e| MetaReply::Error(WireError::new(ErrorCode::Io, e.to_string())));
             let _ = replies.send((frame.request_id, reply)).await;
@@ -138,13 +182,16 @@ async fn read_requests(
     }
 }
 
-async fn write_replies(write_half: OwnedWriteHalf, mut queue: mpsc::Receiver<Outgoing>) {
+async fn write_replies(
+    (write_half, mut sealer): (OwnedWriteHalf, Sealer),
+    mut queue: mpsc::Receiver<Outgoing>,
+) {
     let mut writer = BufWriter::new(write_half);
     while let Some(first) = queue.recv().await {
         let mut next = Some(first);
         while let Some((request_id, reply)) = next.take() {
             let written = match encode_body(&reply) {
-                Ok(body) => write_frame(&mut writer, request_id, &body, &[]).await,
+                Ok(body) => sealer.write_frame(&mut writer, request_id, &body, &[]).await,
                 Err(error) => Err(error),
             };
             if written.is_err() {
@@ -179,6 +226,7 @@ fn new_state(config: &MetaConfig, namespace: Namespace, membership: Membership) 
         heartbeat_ms: config.heartbeat_ms,
         opens: parking_lot::Mutex::new(opens),
         recovery_until: now + Duration::from_millis(config.recovery_window_ms),
+        targets_per_server_max: config.targets_per_server_max,
     })
 }
 

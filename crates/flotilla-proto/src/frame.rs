@@ -3,14 +3,15 @@
 //! ```text
 //! offset size field
 //!  0     4    magic            b"FLOT"
-//!  4     2    version          u16 LE, 1
-//!  6     2    flags            u16 LE, 0 (reserved)
+//!  4     2    version          u16 LE, 2
+//!  6     2    flags            u16 LE, bit 0 = FLAG_TAGGED (other bits 0)
 //!  8     8    request_id       u64 LE, echoed by the reply
 //! 16     4    body_bytes       u32 LE
 //! 20     4    data_bytes       u32 LE
 //! 24     4    payload_crc32c   CRC32C of body then data
 //! 28     4    header_crc32c    CRC32C of bytes 0..28
 //! 32     body_bytes + data_bytes
+//! ..     32   integrity tag    only when FLAG_TAGGED is set (see flotilla-auth `wire`)
 //! ```
 
 use bytes::{Bytes, BytesMut};
@@ -22,7 +23,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"FLOT";
 /// The only protocol version this build speaks.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
+/// Header flag: a 32-byte integrity tag follows the payload (not counted in its lengths).
+pub const FLAG_TAGGED: u16 = 1;
 /// Length of the fixed frame header.
 pub const HEADER_BYTES: usize = 32;
 
@@ -52,6 +55,8 @@ pub enum FrameError {
     IdleTimeout { ms: u64 },
     #[error("frame not complete within {ms} ms of its first byte (frame_read_timeout_ms)")]
     FrameTimeout { ms: u64 },
+    #[error("{0}")]
+    Integrity(String),
     #[error("frame memory budget is closed")]
     BudgetClosed,
     #[error("connection I/O failed: {0}")]
@@ -83,6 +88,8 @@ pub struct FrameHeader {
 #[derive(Clone, Debug)]
 pub struct Frame {
     pub request_id: u64,
+    /// The header's flags ([`FLAG_TAGGED`]).
+    pub flags: u16,
     pub body: Bytes,
     pub data: Bytes,
 }
@@ -186,6 +193,7 @@ pub fn decode_frame(input: &[u8], frame_bytes_max: u32) -> Result<(Frame, usize)
     header.check_payload(body, data)?;
     let frame = Frame {
         request_id: header.request_id,
+        flags: header.flags,
         body: Bytes::copy_from_slice(body),
         data: Bytes::copy_from_slice(data),
     };
@@ -305,7 +313,8 @@ async fn read_payload<R: AsyncRead + Unpin>(
     let mut payload = buffer.split_to(payload_bytes);
     let data = payload.split_off(header.body_bytes as usize);
     header.check_payload(&payload, &data)?;
-    Ok(Frame { request_id: header.request_id, body: payload.freeze(), data: data.freeze() })
+    let (request_id, flags) = (header.request_id, header.flags);
+    Ok(Frame { request_id, flags, body: payload.freeze(), data: data.freeze() })
 }
 
 /// Writes one frame (header, body, data). Small frames go out in one write.

@@ -16,7 +16,7 @@ mod wire_error;
 
 pub use frame::{
     decode_frame, read_frame, read_frame_bounded, write_frame, Frame, FrameBudget, FrameError, FrameHeader,
-    ReadBounds, GROWTH_BYTES_MAX, HEADER_BYTES, MAGIC, VERSION,
+    ReadBounds, FLAG_TAGGED, GROWTH_BYTES_MAX, HEADER_BYTES, MAGIC, VERSION,
 };
 pub use io::{ForkInfo, ForkRef, IoReply, IoRequest};
 pub use meta::{

@@ -84,6 +84,9 @@ pub struct TargetStatus {
     pub state: TargetState,
     pub used_bytes: u64,
     pub free_bytes: u64,
+    /// The name of the server credential that reported the target (empty if none since
+    /// the metadata service started).
+    pub credential: String,
 }
 
 /// A request to the metadata service.

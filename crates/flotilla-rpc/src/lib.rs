@@ -7,7 +7,9 @@
 //! id is unknown is dropped with a warning, never matched to the wrong call.
 
 use bytes::{Bytes, BytesMut};
-use flotilla_proto::{decode_body, encode_body, read_frame, write_frame, Frame, FrameError};
+use flotilla_auth::wire::{check_frame, write_frame, Opener, Sealer};
+use flotilla_auth::ClientAuth;
+use flotilla_proto::{decode_body, encode_body, read_frame, Frame, FrameError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,15 +34,29 @@ pub enum RpcError {
 }
 
 /// Settings of one connection.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ConnectionConfig {
     pub frame_bytes_max: u32,
     pub queue_frames_max: usize,
+    /// The credential this side proves itself with; `None` connects without a handshake,
+    /// which every Flotilla service refuses.
+    pub auth: Option<ClientAuth>,
 }
 
 impl Default for ConnectionConfig {
     fn default() -> Self {
-        Self { frame_bytes_max: flotilla_types::Limits::default().frame_bytes_max, queue_frames_max: 1024 }
+        Self {
+            frame_bytes_max: flotilla_types::Limits::default().frame_bytes_max,
+            queue_frames_max: 1024,
+            auth: None,
+        }
+    }
+}
+
+impl ConnectionConfig {
+    /// The default settings with a credential.
+    pub fn with_auth(auth: ClientAuth) -> Self {
+        ConnectionConfig { auth: Some(auth), ..ConnectionConfig::default() }
     }
 }
 
@@ -64,19 +80,24 @@ pub struct Connection {
 impl Connection {
     /// Connects and starts the reader and writer tasks on the current runtime.
     pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Connection, RpcError> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| RpcError::Connect { addr: addr.to_string(), message: e.to_string() })?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| RpcError::Connect { addr: addr.to_string(), message: e.to_string() })?;
+        let connect_error = |message: String| RpcError::Connect { addr: addr.to_string(), message };
+        let mut stream = TcpStream::connect(addr).await.map_err(|e| connect_error(e.to_string()))?;
+        stream.set_nodelay(true).map_err(|e| connect_error(e.to_string()))?;
+        let (sealer, opener) = match &config.auth {
+            Some(auth) => {
+                let secured = auth.connect(&mut stream).await.map_err(|e| connect_error(e.to_string()))?;
+                (Some(secured.sealer), Some(secured.opener))
+            }
+            None => (None, None),
+        };
         let (read_half, write_half) = stream.into_split();
         let (outgoing, queue) = mpsc::channel(config.queue_frames_max);
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let broken = Arc::new(AtomicBool::new(false));
-        tokio::spawn(write_loop(write_half, queue, pending.clone(), broken.clone(), addr.to_string()));
+        let writer = Writer { write_half, sealer, addr: addr.to_string() };
+        tokio::spawn(write_loop(writer, queue, pending.clone(), broken.clone()));
         tokio::spawn(read_loop(
-            read_half,
+            (read_half, opener),
             config.frame_bytes_max,
             pending.clone(),
             broken.clone(),
@@ -141,20 +162,28 @@ impl Drop for Connection {
     }
 }
 
-async fn write_loop(
+/// The writing half of a connection and its tag state.
+struct Writer {
     write_half: OwnedWriteHalf,
+    sealer: Option<Sealer>,
+    addr: String,
+}
+
+async fn write_loop(
+    writer: Writer,
     mut queue: mpsc::Receiver<Outgoing>,
     pending: Pending,
     broken: Arc<AtomicBool>,
-    addr: String,
 ) {
+    let Writer { write_half, mut sealer, addr } = writer;
     let mut writer = BufWriter::with_capacity(256 << 10, write_half);
     while let Some(first) = queue.recv().await {
         let mut next = Some(first);
         let mut outcome = Ok(());
         // Write everything already queued, then flush once: many small calls share a syscall.
         while let Some(item) = next.take() {
-            outcome = write_frame(&mut writer, item.request_id, &item.body, &item.data).await;
+            outcome =
+                write_frame(sealer.as_mut(), &mut writer, item.request_id, &item.body, &item.data).await;
             if outcome.is_err() {
                 break;
             }
@@ -172,7 +201,7 @@ async fn write_loop(
 }
 
 async fn read_loop(
-    mut read_half: OwnedReadHalf,
+    (mut read_half, mut opener): (OwnedReadHalf, Option<Opener>),
     frame_bytes_max: u32,
     pending: Pending,
     broken: Arc<AtomicBool>,
@@ -180,7 +209,11 @@ async fn read_loop(
 ) {
     let mut buffer = BytesMut::new();
     loop {
-        match read_frame(&mut read_half, &mut buffer, frame_bytes_max).await {
+        let frame = match read_frame(&mut read_half, &mut buffer, frame_bytes_max).await {
+            Ok(frame) => check_frame(opener.as_mut(), &mut read_half, &frame).await.map(|()| frame),
+            Err(error) => Err(error),
+        };
+        match frame {
             Ok(frame) => deliver(&pending, frame, &addr),
             Err(error) => {
                 fail_all(&pending, &broken, &addr, &error.to_string());

@@ -48,6 +48,12 @@ pub struct ServerConfig {
     pub keepalive_idle_ms: u64,
     /// Connections served at once from one peer IP address.
     pub connections_per_peer_max: usize,
+    /// The server credential (`server.cred`); the CLI also takes `--key` and `FLOTILLA_KEY`.
+    pub key: Option<PathBuf>,
+    /// `mac` (default): every frame carries a keyed integrity tag; `none`: CRC32C only.
+    pub integrity: flotilla_auth::Integrity,
+    /// A connection must finish its handshake within this long of being accepted.
+    pub handshake_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +80,9 @@ impl Default for ServerConfig {
             reply_stall_ms_max: 30_000,
             keepalive_idle_ms: 60_000,
             connections_per_peer_max: 256,
+            key: None,
+            integrity: flotilla_auth::Integrity::Mac,
+            handshake_timeout_ms: 10_000,
         }
     }
 }

@@ -6,9 +6,10 @@
 use crate::execute::{shape_error, BufferPool, Executor, Reply};
 use crate::scheduler::{ConnectionId, Scheduler};
 use bytes::{Bytes, BytesMut};
+use flotilla_auth::{Acceptor, Opener, Sealer};
 use flotilla_proto::{
-    decode_body, encode_body, read_frame_bounded, write_frame, ErrorCode, FrameBudget, FrameError, IoReply,
-    IoRequest, ReadBounds, WireError,
+    decode_body, encode_body, read_frame_bounded, ErrorCode, FrameBudget, FrameError, IoReply, IoRequest,
+    ReadBounds, WireError,
 };
 use flotilla_types::Limits;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,25 +62,37 @@ pub(crate) struct Shared {
     pub read_bounds: ReadBounds,
     /// A reply not written within this long drops the connection (`reply_stall_ms_max`).
     pub reply_stall: Duration,
+    /// Runs the handshake every connection starts with, and counts failures.
+    pub acceptor: Acceptor,
+    /// This server's credential towards the metadata service.
+    pub meta_auth: flotilla_auth::ClientAuth,
 }
 
 /// Serves one connection until the client goes away or sends a stream-breaking frame.
-pub(crate) async fn serve(stream: TcpStream, id: ConnectionId, shared: Arc<Shared>) {
+pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
+    let peer_addr = stream.peer_addr().ok();
+    let Some(secured) = shared.acceptor.accept(&mut stream, peer_addr).await else { return };
+    tracing::debug!(connection = id, peer = %secured.peer.name, "client authenticated");
     let (read_half, write_half) = stream.into_split();
     let (replies, reply_queue) = mpsc::channel(shared.reply_queue_max);
-    let mut writer =
-        tokio::spawn(write_replies(write_half, reply_queue, shared.executor.clone(), shared.reply_stall));
+    let mut writer = tokio::spawn(write_replies(
+        (write_half, secured.sealer),
+        reply_queue,
+        shared.executor.clone(),
+        shared.reply_stall,
+    ));
     let reader = Reader {
         shared: shared.clone(),
         id,
+        read_only: secured.peer.limits.read_only.then(|| secured.peer.name.clone()),
         replies,
         slots: Arc::new(Semaphore::new(shared.connection_queue_max)),
         in_flight_bytes: Arc::new(AtomicU64::new(0)),
     };
     // A writer that gives up (peer not reading) ends the reader too, releasing its budget.
     let writer_done = tokio::select! {
-        _ = reader.run(read_half) => false,
+        _ = reader.run(read_half, secured.opener) => false,
         _ = &mut writer => true,
     };
     shared.scheduler.close(id);
@@ -91,26 +104,37 @@ pub(crate) async fn serve(stream: TcpStream, id: ConnectionId, shared: Arc<Share
 struct Reader {
     shared: Arc<Shared>,
     id: ConnectionId,
+    /// The credential name, when the peer's credential is read-only.
+    read_only: Option<String>,
     replies: mpsc::Sender<Reply>,
     slots: Arc<Semaphore>,
     in_flight_bytes: Arc<AtomicU64>,
 }
 
 impl Reader {
-    async fn run(self, mut read_half: OwnedReadHalf) {
+    async fn run(self, mut read_half: OwnedReadHalf, mut opener: Opener) {
         let mut buffer = BytesMut::new();
         let budget = FrameBudget { kib: self.shared.memory.clone(), kib_max: self.shared.memory_units_max };
         loop {
-            match read_frame_bounded(&mut read_half, &mut buffer, self.shared.read_bounds, &budget).await {
+            let read =
+                read_frame_bounded(&mut read_half, &mut buffer, self.shared.read_bounds, &budget).await;
+            let checked = match read {
+                Ok((frame, held)) => opener.check(&mut read_half, &frame).await.map(|()| (frame, held)),
+                Err(error) => Err(error),
+            };
+            match checked {
                 Ok((frame, held)) => {
                     if !self.accept(frame.request_id, &frame.body, frame.data, held).await {
                         return;
                     }
                 }
                 Err(FrameError::Closed) => return,
-                Err(FrameError::PayloadChecksum { request_id, computed, stored }) => {
-                    let error = FrameError::PayloadChecksum { request_id, computed, stored };
+                // The tag after a bad payload was not read: the stream is off its frame
+                // boundary, so the connection ends after the reply.
+                Err(error @ FrameError::PayloadChecksum { request_id, .. }) => {
+                    tracing::warn!(connection = self.id, %error, "closing connection after a bad payload");
                     self.refuse(request_id, ErrorCode::Protocol, error.to_string()).await;
+                    return;
                 }
                 Err(error) => {
                     tracing::warn!(connection = self.id, %error, "closing connection after a bad frame");
@@ -129,6 +153,10 @@ impl Reader {
             Ok(request) => request,
             Err(error) => return self.refuse(request_id, ErrorCode::BadRequest, error.to_string()).await,
         };
+        if let Some(name) = self.read_only.as_ref().filter(|_| is_mutating(&request)) {
+            let message = format!("credential {name:?} is read-only; this request changes data");
+            return self.refuse(request_id, ErrorCode::PermissionDenied, message).await;
+        }
         if let IoRequest::Hello { client } = &request {
             tracing::debug!(connection = self.id, client, "hello");
             let message =
@@ -188,13 +216,27 @@ impl Reader {
     }
 }
 
+/// Whether a request changes stored data (refused to read-only credentials).
+pub(crate) fn is_mutating(request: &IoRequest) -> bool {
+    matches!(
+        request,
+        IoRequest::Write { .. }
+            | IoRequest::CreateSubfile { .. }
+            | IoRequest::RemoveSubfile { .. }
+            | IoRequest::CreateFork { .. }
+            | IoRequest::RemoveFork { .. }
+            | IoRequest::Extend { .. }
+            | IoRequest::Truncate { .. }
+    )
+}
+
 /// KiB units of the memory budget a request of `bytes` holds (at least one, at most all).
 pub(crate) fn memory_units(bytes: u64, units_max: u32) -> u32 {
     u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX).min(units_max)
 }
 
 async fn write_replies(
-    write_half: OwnedWriteHalf,
+    (write_half, mut sealer): (OwnedWriteHalf, Sealer),
     mut queue: mpsc::Receiver<Reply>,
     executor: Arc<Executor>,
     reply_stall: Duration,
@@ -203,8 +245,11 @@ async fn write_replies(
     while let Some(first) = queue.recv().await {
         let mut next = Some(first);
         while let Some(reply) = next.take() {
-            let written =
-                tokio::time::timeout(reply_stall, write_reply(&mut writer, reply, &executor.pool)).await;
+            let written = tokio::time::timeout(
+                reply_stall,
+                write_reply((&mut writer, &mut sealer), reply, &executor.pool),
+            )
+            .await;
             if !matches!(written, Ok(Ok(()))) {
                 tracing::warn!(?reply_stall, "dropping connection: reply not written in time or failed");
                 return;
@@ -219,12 +264,12 @@ async fn write_replies(
 }
 
 async fn write_reply(
-    writer: &mut BufWriter<OwnedWriteHalf>,
+    (writer, sealer): (&mut BufWriter<OwnedWriteHalf>, &mut Sealer),
     reply: Reply,
     pool: &BufferPool,
 ) -> Result<(), FrameError> {
     let body = encode_body(&reply.message)?;
-    let outcome = write_frame(writer, reply.request_id, &body, &reply.data).await;
+    let outcome = sealer.write_frame(writer, reply.request_id, &body, &reply.data).await;
     pool.give(reply.data);
     outcome
 }

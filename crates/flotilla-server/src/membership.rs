@@ -10,14 +10,15 @@ use std::time::Duration;
 
 /// Keeps the server registered and heard from until the task is dropped.
 pub(crate) async fn heartbeat_loop(
-    meta: String,
+    (meta, auth): (String, flotilla_auth::ClientAuth),
     advertise: String,
     executor: Arc<Executor>,
     period: Duration,
 ) {
     let mut acknowledged: Vec<DeleteOrder> = Vec::new();
     loop {
-        match session(&meta, &advertise, &executor, period, &mut acknowledged).await {
+        let config = ConnectionConfig::with_auth(auth.clone());
+        match session((&meta, config), &advertise, &executor, period, &mut acknowledged).await {
             Ok(()) => return,
             Err(error) => {
                 tracing::warn!(meta, %error, "metadata service unreachable; retrying");
@@ -29,14 +30,13 @@ pub(crate) async fn heartbeat_loop(
 
 /// One connection's worth of registration and heartbeats; returns on a failure.
 async fn session(
-    meta: &str,
+    (meta, config): (&str, ConnectionConfig),
     advertise: &str,
     executor: &Arc<Executor>,
     period: Duration,
     acknowledged: &mut Vec<DeleteOrder>,
 ) -> Result<(), String> {
-    let connection =
-        Connection::connect(meta, ConnectionConfig::default()).await.map_err(|e| e.to_string())?;
+    let connection = Connection::connect(meta, config).await.map_err(|e| e.to_string())?;
     let register = MetaRequest::Register { server: advertise.to_string(), targets: reports(executor).await };
     let period = match call(&connection, &register).await? {
         MetaReply::Registered { heartbeat_ms } if heartbeat_ms > 0 => Duration::from_millis(heartbeat_ms),

@@ -6,6 +6,7 @@ use crate::execute::{BufferPool, Executor};
 use crate::membership::heartbeat_loop;
 use crate::scheduler::Scheduler;
 use anyhow::Context;
+use flotilla_auth::{Acceptor, AuthBounds, ClientAuth, Role};
 use flotilla_store::{Store, StoreConfig};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -34,6 +35,8 @@ impl Server {
     /// Opens the targets, binds the listener and starts the worker threads.
     pub async fn bind(config: ServerConfig) -> anyhow::Result<Server> {
         config.limits.validate().context("check limits")?;
+        let credential =
+            flotilla_auth::load_credential(config.key.as_deref(), "the I/O server", Role::Server)?;
         let store = open_store(&config).await?;
         let listener = TcpListener::bind(&config.listen)
             .await
@@ -59,6 +62,12 @@ impl Server {
                 frame_timeout: Duration::from_millis(config.frame_read_timeout_ms.max(1)),
             },
             reply_stall: Duration::from_millis(config.reply_stall_ms_max.max(1)),
+            acceptor: Acceptor::new(
+                credential.clone(),
+                vec![Role::Client, Role::Server],
+                auth_bounds(&config),
+            ),
+            meta_auth: ClientAuth { credential, bounds: auth_bounds(&config) },
         });
         let workers = (0..config.workers.max(1))
             .map(|i| start_worker(i, shared.clone()))
@@ -81,8 +90,8 @@ impl Server {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let period = Duration::from_millis(self.config.heartbeat_ms.max(10));
         let executor = self.shared.executor.clone();
-        let heartbeat =
-            tokio::spawn(heartbeat_loop(self.config.meta.clone(), self.advertise.clone(), executor, period));
+        let meta = (self.config.meta.clone(), self.shared.meta_auth.clone());
+        let heartbeat = tokio::spawn(heartbeat_loop(meta, self.advertise.clone(), executor, period));
         let flusher = tokio::spawn(flush_loop(self.shared.executor.clone(), self.config.dirty_age_max_ms));
         tokio::select! {
             _ = shutdown => {}
@@ -100,6 +109,15 @@ impl Server {
             .context("write back dirty blocks")?;
         tracing::info!(addr = %self.local_addr, "server stopped cleanly");
         Ok(())
+    }
+}
+
+/// The handshake and tag bounds of the server's connections.
+fn auth_bounds(config: &ServerConfig) -> AuthBounds {
+    AuthBounds {
+        integrity: config.integrity,
+        handshake_timeout: Duration::from_millis(config.handshake_timeout_ms.max(1)),
+        tag_timeout: Duration::from_millis(config.frame_read_timeout_ms.max(1)),
     }
 }
 

@@ -113,7 +113,19 @@ impl Embedded {
         std::fs::write(data.path().join("flotilla.toml"), CONFIG)?;
         let config = data.path().join("flotilla.toml").display().to_string();
         let meta_dir = data.path().join("meta").display().to_string();
-        let args = ["--config", &config, "meta", "--data", &meta_dir, "--listen", "127.0.0.1:0"];
+        let keys = crate::keygen::create_cluster(&data.path().join("keys"))?;
+        let server_key = keys.server.display().to_string();
+        let args = [
+            "--config",
+            &config,
+            "--key",
+            &server_key,
+            "meta",
+            "--data",
+            &meta_dir,
+            "--listen",
+            "127.0.0.1:0",
+        ];
         let meta = Process::start(&exe, &args.map(String::from), "meta")?;
         let mut cluster = Embedded { exe, data, spec, meta, servers: Vec::new(), peak_rss_bytes: 0 };
         for index in 0..cluster.spec.servers {
@@ -126,6 +138,11 @@ impl Embedded {
 
     pub fn meta_addr(&self) -> &str {
         &self.meta.addr
+    }
+
+    /// The cluster's keys (made in its temporary folder).
+    pub fn keys(&self) -> crate::keygen::KeyPaths {
+        crate::keygen::KeyPaths::in_dir(&self.data.path().join("keys"))
     }
 
     /// The directory of server `index`'s target.
@@ -141,9 +158,12 @@ impl Embedded {
             kind => format!("{kind}:{}", dir.display()),
         };
         let config = self.data.path().join("flotilla.toml").display().to_string();
+        let server_key = self.keys().server.display().to_string();
         let args = [
             "--config",
             &config,
+            "--key",
+            &server_key,
             "server",
             "--meta",
             &self.meta.addr,
@@ -159,7 +179,7 @@ impl Embedded {
 
     /// Waits until every current server's target is registered and up.
     fn wait_up(&self) -> anyhow::Result<()> {
-        let client = Client::connect(&self.meta.addr)?;
+        let client = crate::keys::client_with(&self.meta.addr, Some(&self.keys().client))?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let status = client.status()?;
@@ -239,6 +259,22 @@ impl Cluster {
             Cluster::Embedded(cluster) => cluster.meta_addr(),
             Cluster::Attached { meta } => meta,
         }
+    }
+
+    /// The client credential of the cluster (`--key`, config or `FLOTILLA_KEY` if attached).
+    pub fn client_key(&self) -> Option<PathBuf> {
+        match self {
+            Cluster::Embedded(cluster) => Some(cluster.keys().client),
+            Cluster::Attached { .. } => {
+                crate::keys::resolve(crate::keys::client_key().as_deref(), None, "client")
+                    .map(|(path, _)| path)
+            }
+        }
+    }
+
+    /// A client of the cluster with its client credential.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        crate::keys::client_with(self.meta_addr(), self.client_key().as_deref())
     }
 
     /// Empties the servers' caches if it can (embedded clusters only).

@@ -480,7 +480,7 @@ pub fn run_jobs(common: &CommonArgs, workload: &str, jobs: Vec<Job>) -> anyhow::
     let mut done = 0;
     for servers in server_counts {
         let mut cluster = start_cluster(common, servers)?;
-        let client = flotilla_client::Client::connect(cluster.meta_addr())?;
+        let client = cluster.client()?;
         for (index, job) in jobs.iter().enumerate().filter(|(_, j)| j.servers == servers) {
             done += 1;
             let label = label(&job.params);
@@ -560,7 +560,7 @@ fn interleaved(args: InterleavedArgs) -> anyhow::Result<()> {
         "--fork-bytes must be a multiple of record × clients"
     );
     let mut cluster = start_cluster(common, servers)?;
-    let client = flotilla_client::Client::connect(cluster.meta_addr())?;
+    let client = cluster.client()?;
     let galley = |interface| {
         PointSpec::Galley(GalleySpec {
             pattern: GalleyPattern::Interleaved,

@@ -189,7 +189,11 @@ pub fn run_once(cluster: &Cluster, point: &Point<'_>) -> anyhow::Result<RunResul
     let (lines, receiver) = mpsc::channel();
     let mut workers = Vec::new();
     for client in 0..point.clients {
-        let mut child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        if let Some(key) = cluster.client_key() {
+            command.arg("--key").arg(key);
+        }
+        let mut child = command
             .args(["bench-worker", "--meta", cluster.meta_addr(), "--path", &point.path])
             .args(["--client", &client.to_string(), "--clients", &point.clients.to_string()])
             .args(["--spec", &spec_json])

@@ -85,7 +85,7 @@ enum Pending {
 pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let spec: PointSpec = serde_json::from_str(&args.spec).context("parse the point spec")?;
     let plan = client_plan(&spec, &args.path, args.client, args.clients);
-    let client = Client::connect(&args.meta)?;
+    let client = crate::keys::client(&args.meta)?;
     say("ready")?;
     wait_go()?;
     let start_ns = now_ns();

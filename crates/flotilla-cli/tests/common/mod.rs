@@ -12,16 +12,51 @@ use std::time::{Duration, Instant};
 pub const FLOTILLA: &str = env!("CARGO_BIN_EXE_flotilla");
 
 /// Fast heartbeats so that down servers are noticed quickly; `meta_extra` adds lines to the
-/// `[meta]` table.
+/// `[meta]` table. Every process gets the shared test keys.
 fn config_text(meta_extra: &str) -> String {
+    let (server, client) = (server_key(), client_key());
     format!(
-        "[meta]\nheartbeat_ms = 200\ndown_after_ms = 1000\n{meta_extra}\n\n[server]\nheartbeat_ms = 200\n"
+        "[meta]\nheartbeat_ms = 200\ndown_after_ms = 1000\nkey = {server:?}\n{meta_extra}\n\n\
+         [server]\nheartbeat_ms = 200\nkey = {server:?}\n\n[client]\nkey = {client:?}\n"
     )
+}
+
+/// The keys every cluster of the tests shares (made once by `flotilla keygen`, kept in
+/// cargo's target tmp folder and reused by later runs).
+pub fn test_keys() -> &'static Path {
+    static KEYS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("flotilla-test-keys");
+        if !dir.join("client.cred").exists() {
+            // Made aside and renamed into place, so concurrent test binaries agree on one set.
+            let fresh = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("flotilla-test-keys-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&fresh);
+            let (ok, _, stderr) = cli_without_key(&["keygen", "--out", path(&fresh)]);
+            assert!(ok, "flotilla keygen: {stderr}");
+            if std::fs::rename(&fresh, &dir).is_err() {
+                let _ = std::fs::remove_dir_all(&fresh);
+            }
+        }
+        dir
+    })
+}
+
+/// The shared test client credential.
+pub fn client_key() -> PathBuf {
+    test_keys().join("client.cred")
+}
+
+/// The shared test server credential.
+pub fn server_key() -> PathBuf {
+    test_keys().join("server.cred")
 }
 
 pub struct Process {
     pub child: Child,
     pub addr: String,
+    /// The `key=PATH` line `flotilla local` prints after its `meta=` line.
+    pub credential: Option<PathBuf>,
 }
 
 impl Process {
@@ -29,16 +64,26 @@ impl Process {
     pub fn start(args: &[&str], key: &str) -> Result<Process, String> {
         let mut child = Command::new(FLOTILLA)
             .args(args)
+            .env("FLOTILLA_KEY", client_key())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| format!("spawn flotilla {args:?}: {e}"))?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
+        let mut stdout = BufReader::new(stdout);
+        stdout.read_line(&mut line).map_err(|e| e.to_string())?;
         let prefix = format!("{key}=");
+        let mut credential = None;
+        if args.first() == Some(&"local") {
+            let mut next = String::new();
+            stdout.read_line(&mut next).map_err(|e| e.to_string())?;
+            let key =
+                next.trim().strip_prefix("key=").ok_or(format!("no key= line after meta=: {next:?}"))?;
+            credential = Some(PathBuf::from(key));
+        }
         match line.trim().strip_prefix(&prefix) {
-            Some(addr) => Ok(Process { child, addr: addr.to_string() }),
+            Some(addr) => Ok(Process { child, addr: addr.to_string(), credential }),
             None => {
                 let status = child.wait().map_err(|e| e.to_string())?;
                 Err(format!("flotilla {args:?} printed {line:?} and exited with {status}"))
@@ -129,7 +174,9 @@ impl Cluster {
     }
 
     pub fn client(&self) -> Client {
-        Client::connect(&self.meta_addr()).expect("client")
+        let mut config = flotilla_client::ClientConfig::new(self.meta_addr());
+        config.key = Some(client_key());
+        Client::with_config(config).expect("client")
     }
 
     /// Waits until `count` targets are up.
@@ -194,9 +241,19 @@ pub fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-/// Runs the flotilla CLI and returns (success, stdout, stderr).
+/// Runs the flotilla CLI with the shared test client credential and returns (success,
+/// stdout, stderr).
 pub fn cli(args: &[&str]) -> (bool, String, String) {
-    let output = Command::new(FLOTILLA).args(args).output().expect("run flotilla");
+    run_cli(Command::new(FLOTILLA).args(args).env("FLOTILLA_KEY", client_key()))
+}
+
+/// Runs the flotilla CLI without any credential in its environment.
+pub fn cli_without_key(args: &[&str]) -> (bool, String, String) {
+    run_cli(Command::new(FLOTILLA).args(args).env_remove("FLOTILLA_KEY"))
+}
+
+fn run_cli(command: &mut Command) -> (bool, String, String) {
+    let output = command.output().expect("run flotilla");
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -215,4 +272,53 @@ pub fn random_bytes(seed: u64, length: usize) -> Vec<u8> {
             (state >> 24) as u8
         })
         .collect()
+}
+
+/// A raw connection after a completed handshake: tests write frames made by `sealer`
+/// (or any bytes) to `stream` and read replies from it.
+pub struct RawConnection {
+    pub stream: std::net::TcpStream,
+    pub sealer: flotilla_auth::Sealer,
+    pub opener: flotilla_auth::Opener,
+    pub peer: flotilla_auth::Peer,
+}
+
+impl RawConnection {
+    /// A frame with its integrity tag, ready to write.
+    pub fn frame(&mut self, request_id: u64, body: &[u8], data: &[u8]) -> Vec<u8> {
+        self.sealer.seal_frame(request_id, body, data).expect("seal frame")
+    }
+}
+
+/// Connects to `addr` and completes the handshake with the credential at `key`.
+pub fn raw_connect(addr: &str, key: &Path) -> Result<RawConnection, String> {
+    let credential = flotilla_auth::load_credential(Some(key), "the test", flotilla_auth::Role::Client)
+        .or_else(|_| flotilla_auth::load_credential(Some(key), "the test", flotilla_auth::Role::Server))
+        .map_err(|e| e.to_string())?;
+    let auth = flotilla_auth::ClientAuth { credential, bounds: flotilla_auth::AuthBounds::default() };
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let (stream, secured) = runtime.block_on(async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let secured = auth.connect(&mut stream).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((stream, secured))
+    })?;
+    let stream = stream.into_std().map_err(|e| e.to_string())?;
+    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    Ok(RawConnection { stream, sealer: secured.sealer, opener: secured.opener, peer: secured.peer })
+}
+
+/// Connection settings with the shared test client credential.
+pub fn connection_config() -> flotilla_rpc::ConnectionConfig {
+    connection_config_with(&client_key())
+}
+
+/// Connection settings with the credential at `key`.
+pub fn connection_config_with(key: &Path) -> flotilla_rpc::ConnectionConfig {
+    let credential = flotilla_auth::load_credential(Some(key), "the test", flotilla_auth::Role::Client)
+        .or_else(|_| flotilla_auth::load_credential(Some(key), "the test", flotilla_auth::Role::Server))
+        .expect("load test credential");
+    let auth = flotilla_auth::ClientAuth { credential, bounds: flotilla_auth::AuthBounds::default() };
+    flotilla_rpc::ConnectionConfig::with_auth(auth)
 }

@@ -1,0 +1,67 @@
+//! Where each command finds its credential: `--key PATH`, then `key` in its table of the
+//! config file, then `FLOTILLA_KEY`. Errors say which source was used, or that none was.
+
+use anyhow::Context;
+use flotilla_auth::Role;
+use flotilla_client::{Client, ClientConfig};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The client credential the file commands use, resolved once in `main`.
+static CLIENT_KEY: OnceLock<Option<(PathBuf, String)>> = OnceLock::new();
+
+/// The credential path and a description of where it came from.
+pub fn resolve(flag: Option<&Path>, config: Option<&Path>, table: &str) -> Option<(PathBuf, String)> {
+    if let Some(path) = flag {
+        return Some((path.to_path_buf(), format!("--key {}", path.display())));
+    }
+    if let Some(path) = config {
+        return Some((path.to_path_buf(), format!("`key = {:?}` in [{table}] of the config file", path)));
+    }
+    let env = std::env::var_os(flotilla_client::KEY_ENV)?;
+    let path = PathBuf::from(env);
+    let source = format!("{}={}", flotilla_client::KEY_ENV, path.display());
+    Some((path, source))
+}
+
+/// Resolves and checks the server credential of `flotilla meta` or `flotilla server`.
+pub fn server_key(
+    flag: Option<&Path>,
+    config: Option<&Path>,
+    table: &str,
+    who: &str,
+) -> anyhow::Result<PathBuf> {
+    let resolved = resolve(flag, config, table);
+    let path = resolved.as_ref().map(|(path, _)| path.as_path());
+    let source = resolved.as_ref().map_or("", |(_, source)| source.as_str());
+    flotilla_auth::load_credential(path, who, Role::Server)
+        .with_context(|| format!("credential from {source}"))?;
+    Ok(path.map(Path::to_path_buf).unwrap_or_default())
+}
+
+/// Remembers the client credential for the file commands.
+pub fn set_client_key(flag: Option<&Path>, config: Option<&Path>) {
+    let _ = CLIENT_KEY.set(resolve(flag, config, "client"));
+}
+
+/// The client credential path the file commands use, if any.
+pub fn client_key() -> Option<PathBuf> {
+    CLIENT_KEY.get().cloned().flatten().map(|(path, _)| path)
+}
+
+/// A client of the cluster at `meta` with the resolved client credential.
+pub fn client(meta: &str) -> anyhow::Result<Client> {
+    let resolved = CLIENT_KEY.get().cloned().flatten();
+    let source = resolved.as_ref().map_or(String::new(), |(_, source)| format!(" from {source}"));
+    let key = resolved.map(|(path, _)| path);
+    client_with(meta, key.as_deref()).with_context(|| format!("credential{source}"))
+}
+
+/// A client of the cluster at `meta` with the credential at `key`.
+pub fn client_with(meta: &str, key: Option<&Path>) -> anyhow::Result<Client> {
+    let mut config = ClientConfig::new(meta);
+    if let Some(key) = key {
+        config.key = Some(key.to_path_buf());
+    }
+    Ok(Client::with_config(config)?)
+}

@@ -1,0 +1,282 @@
+//! Authentication refusals with real processes: every refused peer is refused with a clear
+//! error, and the services keep serving a legitimate client afterwards.
+
+mod common;
+
+use bytes::Bytes;
+use common::{cli, cli_without_key, path, Cluster};
+use flotilla_client::{CreateOptions, Shape};
+use flotilla_proto::{
+    decode_frame, encode_body, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, TargetReport,
+};
+use flotilla_rpc::Connection;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A legitimate client still creates, writes and reads a file.
+fn still_serving(cluster: &Cluster) {
+    let client = cluster.client();
+    let name = format!("/canary-{}", rand::random::<u64>());
+    let file = client.create(&name, &CreateOptions::default()).unwrap();
+    let fork = file.fork(0, "data").unwrap();
+    fork.write(&Shape::contiguous(0, 6), b"canary").unwrap();
+    let mut back = [0u8; 6];
+    fork.read(&Shape::contiguous(0, 6), &mut back).unwrap();
+    assert_eq!(&back, b"canary");
+}
+
+/// Reads until the peer closes (or 10 s pass) and returns what arrived.
+fn read_until_closed(stream: &mut TcpStream) -> (Vec<u8>, bool) {
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => return (received, true),
+            Ok(n) => received.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (received, true),
+            Err(_) => return (received, false),
+        }
+    }
+}
+
+/// Issues a credential from the shared test CA with `flotilla keygen issue`.
+fn issue(dir: &std::path::Path, name: &str, extra: &[&str]) -> PathBuf {
+    let out = dir.join(format!("{name}.cred"));
+    let ca = common::test_keys().join("cluster.key");
+    let mut args = vec!["keygen", "issue", "--ca", path(&ca), "--name", name, "--out", path(&out)];
+    args.extend_from_slice(extra);
+    let (ok, stdout, stderr) = cli(&args);
+    assert!(ok, "keygen issue: {stderr}");
+    assert!(stdout.contains(&format!("key={}", out.display())), "{stdout}");
+    out
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+#[test]
+fn no_credential_is_refused_with_a_clear_error() {
+    let cluster = Cluster::start(1);
+    let meta = cluster.meta_addr();
+    let (ok, _, stderr) = cli_without_key(&["status", "--meta", &meta]);
+    assert!(!ok);
+    assert!(stderr.contains("no credential") && stderr.contains("FLOTILLA_KEY"), "{stderr}");
+    let missing = cluster.dir.path().join("missing.cred");
+    let (ok, _, stderr) = cli(&["--key", path(&missing), "status", "--meta", &meta]);
+    assert!(!ok && stderr.contains("--key") && stderr.contains("missing.cred"), "{stderr}");
+
+    // A peer that skips the handshake and sends a plain frame gets nothing and is closed.
+    for addr in [meta.clone(), cluster.servers[0].as_ref().unwrap().addr.clone()] {
+        let mut stream = TcpStream::connect(&addr).unwrap();
+        let body = encode_body(&MetaRequest::Status).unwrap();
+        let header = flotilla_proto::FrameHeader::for_payload(1, &body, &[]).unwrap();
+        stream.write_all(&header.encode()).unwrap();
+        stream.write_all(&body).unwrap();
+        let (received, closed) = read_until_closed(&mut stream);
+        assert!(closed, "{addr}: connection without a handshake left open");
+        assert!(decode_frame(&received, 1 << 20).is_err(), "{addr}: answered without a handshake");
+    }
+    still_serving(&cluster);
+}
+
+#[test]
+fn a_credential_from_another_cluster_is_refused() {
+    let cluster = Cluster::start(1);
+    let other = cluster.dir.path().join("other-keys");
+    let (ok, _, stderr) = cli(&["keygen", "--out", path(&other)]);
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) =
+        cli(&["--key", path(&other.join("client.cred")), "status", "--meta", &cluster.meta_addr()]);
+    assert!(!ok && stderr.contains("cluster's CA"), "{stderr}");
+    let server = cluster.servers[0].as_ref().unwrap().addr.clone();
+    let refused = common::raw_connect(&server, &other.join("client.cred")).err();
+    assert!(refused.is_some(), "an I/O server accepted a foreign credential");
+    // A server of the other cluster cannot join this one.
+    let target = cluster.dir.path().join("foreign-target");
+    std::fs::create_dir_all(&target).unwrap();
+    let foreign = common::Process::start(
+        &[
+            "--key",
+            path(&other.join("server.cred")),
+            "server",
+            "--meta",
+            &cluster.meta_addr(),
+            "--target",
+            path(&target),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        "server",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let status = cluster.client().status().unwrap();
+    assert!(status.iter().all(|t| t.server != foreign.addr), "foreign server registered: {status:?}");
+    foreign.kill();
+    still_serving(&cluster);
+}
+
+#[test]
+fn membership_needs_the_server_credential_that_owns_the_target() {
+    let cluster = Cluster::start(1);
+    let (ok, status, stderr) = cli(&["status", "--meta", &cluster.meta_addr()]);
+    assert!(ok && status.contains("credential=server"), "{status}{stderr}");
+    let existing = cluster.client().status().unwrap()[0].target;
+    let report = |target| TargetReport { target, used_bytes: 0, free_bytes: 1 << 50 };
+    let register = |key: &std::path::Path, target| {
+        runtime().block_on(async {
+            let connection =
+                Connection::connect(&cluster.meta_addr(), common::connection_config_with(key)).await.unwrap();
+            let request =
+                MetaRequest::Register { server: "127.0.0.1:9".into(), targets: vec![report(target)] };
+            connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await.unwrap().0
+        })
+    };
+    let expect_denied = |reply: MetaReply, needle: &str| match reply {
+        MetaReply::Error(error) => {
+            assert_eq!(error.code, ErrorCode::PermissionDenied, "{error:?}");
+            assert!(error.message.contains(needle), "{:?} should mention {needle:?}", error.message);
+        }
+        other => panic!("expected a refusal mentioning {needle:?}, got {other:?}"),
+    };
+    // A client credential may not register any target.
+    expect_denied(register(&common::client_key(), flotilla_types::TargetId(77)), "only a server credential");
+    // Another server credential of the same cluster may not take over a bound target.
+    let intruder = issue(cluster.dir.path(), "intruder", &["--role", "server"]);
+    expect_denied(register(&intruder, existing), "bound to server credential \"server\"");
+    let status = cluster.client().status().unwrap();
+    assert!(status.iter().all(|t| t.server != "127.0.0.1:9"), "{status:?}");
+    still_serving(&cluster);
+}
+
+/// Forwards one connection to `target`, recording what the client sent.
+fn recording_proxy(target: String) -> (String, Arc<Mutex<Vec<u8>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let recorded = Arc::new(Mutex::new(Vec::new()));
+    let sink = recorded.clone();
+    std::thread::spawn(move || {
+        let Ok((mut client, _)) = listener.accept() else { return };
+        let Ok(mut server) = TcpStream::connect(&target) else { return };
+        let (mut client_reader, mut server_writer) =
+            (client.try_clone().unwrap(), server.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = client_reader.read(&mut chunk) {
+                if n == 0 || server_writer.write_all(&chunk[..n]).is_err() {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+            let _ = server_writer.shutdown(std::net::Shutdown::Write);
+        });
+        let _ = std::io::copy(&mut server, &mut client);
+    });
+    (addr, recorded)
+}
+
+#[test]
+fn a_replayed_handshake_is_refused() {
+    let cluster = Cluster::start(1);
+    let (proxy, recorded) = recording_proxy(cluster.meta_addr());
+    let (ok, status, stderr) = cli(&["status", "--meta", &proxy]);
+    assert!(ok && status.contains("state=up"), "through the proxy: {stderr}");
+    let bytes = recorded.lock().unwrap().clone();
+    assert!(bytes.len() > 64, "recorded only {} bytes", bytes.len());
+    let mut replay = TcpStream::connect(cluster.meta_addr()).unwrap();
+    let _ = replay.write_all(&bytes);
+    let (received, closed) = read_until_closed(&mut replay);
+    assert!(closed, "the replayed connection was left open");
+    // What came back is the service's own (fresh) handshake message, never a frame.
+    let frame_found = (0..received.len()).any(|at| decode_frame(&received[at..], 1 << 20).is_ok());
+    assert!(!frame_found, "the service answered a replayed handshake with a frame");
+    still_serving(&cluster);
+}
+
+#[test]
+fn a_frame_with_an_altered_tag_closes_only_its_connection() {
+    let cluster = Cluster::start(1);
+    let server = cluster.servers[0].as_ref().unwrap().addr.clone();
+    let mut connection = common::raw_connect(&server, &common::client_key()).unwrap();
+    let body = encode_body(&IoRequest::Hello { client: "tamper".into() }).unwrap();
+    let mut bytes = connection.frame(3, &body, &[]);
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    connection.stream.write_all(&bytes).unwrap();
+    let (received, closed) = read_until_closed(&mut connection.stream);
+    assert!(closed, "the connection stayed open after a bad tag");
+    let (frame, _) = decode_frame(&received, 1 << 20).expect("an error reply before closing");
+    match flotilla_proto::decode_body::<IoReply>(&frame.body, "reply").unwrap() {
+        IoReply::Error(error) => assert!(error.message.contains("integrity tag"), "{error:?}"),
+        other => panic!("expected an integrity error, got {other:?}"),
+    }
+    // The same request with its tag intact is answered.
+    let mut fresh = common::raw_connect(&server, &common::client_key()).unwrap();
+    let bytes = fresh.frame(4, &body, &[]);
+    fresh.stream.write_all(&bytes).unwrap();
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while decode_frame(&received, 1 << 20).is_err() {
+        let n = fresh.stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed before answering a correct frame");
+        received.extend_from_slice(&chunk[..n]);
+    }
+    let (frame, _) = decode_frame(&received, 1 << 20).unwrap();
+    let reply = flotilla_proto::decode_body::<IoReply>(&frame.body, "reply").unwrap();
+    assert!(matches!(reply, IoReply::Welcome { .. }), "{reply:?}");
+    still_serving(&cluster);
+}
+
+#[test]
+fn a_read_only_credential_reads_but_cannot_write() {
+    let cluster = Cluster::start(1);
+    let meta = cluster.meta_addr();
+    let file = cluster.client().create("/shared", &CreateOptions::default()).unwrap();
+    let fork = file.fork(0, "data").unwrap();
+    fork.write(&Shape::contiguous(0, 5), b"hello").unwrap();
+    let fork_ref = fork.fork_ref().clone();
+    let reader = issue(cluster.dir.path(), "reader", &["--role", "client", "--read-only"]);
+    let (ok, listing, stderr) = cli(&["--key", path(&reader), "ls", "/", "--meta", &meta]);
+    assert!(ok && listing.contains("shared"), "{stderr}");
+    let (ok, _, stderr) = cli(&["--key", path(&reader), "mkdir", "/new", "--meta", &meta]);
+    assert!(!ok && stderr.contains("read-only"), "{stderr}");
+    let (ok, _, stderr) = cli(&["--key", path(&reader), "rm", "/shared", "--meta", &meta]);
+    assert!(!ok && stderr.contains("read-only"), "{stderr}");
+
+    let server = file.entry().subfiles[0].server.clone();
+    let (read, write) = runtime().block_on(async {
+        let connection = Connection::connect(&server, common::connection_config_with(&reader)).await.unwrap();
+        let read = IoRequest::Read { fork: fork_ref.clone(), shape: Shape::contiguous(0, 5) };
+        let read = connection.call::<IoRequest, IoReply>(&read, Bytes::new()).await.unwrap();
+        let write = IoRequest::Write { fork: fork_ref.clone(), shape: Shape::contiguous(0, 5) };
+        let write =
+            connection.call::<IoRequest, IoReply>(&write, Bytes::from_static(b"HACKD")).await.unwrap();
+        (read, write.0)
+    });
+    assert_eq!(&read.1[..], b"hello", "{:?}", read.0);
+    match write {
+        IoReply::Error(error) => {
+            assert_eq!(error.code, ErrorCode::PermissionDenied);
+            assert!(error.message.contains("read-only"), "{error:?}");
+        }
+        other => panic!("a read-only credential wrote: {other:?}"),
+    }
+    let mut back = [0u8; 5];
+    fork.read(&Shape::contiguous(0, 5), &mut back).unwrap();
+    assert_eq!(&back, b"hello");
+    still_serving(&cluster);
+}
+
+#[test]
+fn a_silent_peer_is_dropped_after_the_handshake_timeout() {
+    let cluster = Cluster::start_with(1, "handshake_timeout_ms = 300");
+    let mut silent = TcpStream::connect(cluster.meta_addr()).unwrap();
+    let (received, closed) = read_until_closed(&mut silent);
+    assert!(closed && received.is_empty(), "a silent peer was kept ({} bytes sent)", received.len());
+    still_serving(&cluster);
+}

@@ -1,0 +1,79 @@
+//! What an authenticated peer may ask of the metadata service, checked before a request
+//! is executed: only server credentials register or heartbeat targets, and only targets
+//! bound to them; a read-only client credential changes nothing.
+
+use crate::handle::State;
+use flotilla_auth::{Peer, Role};
+use flotilla_proto::{ErrorCode, MetaRequest, WireError};
+
+/// Refuses `request` when `peer` may not make it; binds reported targets to the peer.
+pub(crate) fn admit(state: &State, peer: &Peer, request: &MetaRequest) -> Result<(), WireError> {
+    match request {
+        MetaRequest::Register { targets, .. } | MetaRequest::Heartbeat { targets, .. } => {
+            if peer.role != Role::Server {
+                return Err(denied(format!(
+                    "credential {:?} has role {}; only a server credential may register or heartbeat targets",
+                    peer.name, peer.role
+                )));
+            }
+            state.membership.bind(&peer.name, targets, state.targets_per_server_max).map_err(denied)
+        }
+        request if peer.limits.read_only && is_mutating(request) => Err(denied(format!(
+            "credential {:?} is read-only; {} changes the namespace",
+            peer.name,
+            request_name(request)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn denied(message: String) -> WireError {
+    WireError::new(ErrorCode::PermissionDenied, message)
+}
+
+/// Whether a request changes the namespace.
+pub(crate) fn is_mutating(request: &MetaRequest) -> bool {
+    matches!(
+        request,
+        MetaRequest::Mkdir { .. }
+            | MetaRequest::Create { .. }
+            | MetaRequest::Unlink { .. }
+            | MetaRequest::RenameNoReplace { .. }
+            | MetaRequest::UnlinkId { .. }
+            | MetaRequest::Rmdir { .. }
+            | MetaRequest::Rename { .. }
+            | MetaRequest::SetAttr { .. }
+            | MetaRequest::Symlink { .. }
+            | MetaRequest::Link { .. }
+            | MetaRequest::GrowSize { .. }
+            | MetaRequest::SetLayout { .. }
+    )
+}
+
+fn request_name(request: &MetaRequest) -> String {
+    let debug = format!("{request:?}");
+    debug.split([' ', '{', '(']).next().unwrap_or("request").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_auth::Limits;
+
+    #[test]
+    fn read_only_covers_every_namespace_change_and_nothing_else() {
+        let mkdir = MetaRequest::Mkdir { path: "/a".into(), mode: 0o755, uid: 0, gid: 0 };
+        let lookup = MetaRequest::Lookup { path: "/a".into() };
+        assert!(is_mutating(&mkdir));
+        assert!(is_mutating(&MetaRequest::Rmdir { path: "/a".into() }));
+        assert!(!is_mutating(&lookup));
+        assert!(!is_mutating(&MetaRequest::Status));
+        assert_eq!(request_name(&mkdir), "Mkdir");
+        let peer = Peer {
+            role: Role::Client,
+            name: "ro".into(),
+            limits: Limits { read_only: true, ..Limits::default() },
+        };
+        assert!(peer.limits.read_only);
+    }
+}
