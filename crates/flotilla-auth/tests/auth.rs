@@ -267,3 +267,70 @@ proptest! {
         prop_assert!(receiver.open.open(5, &body, &data, &tag).is_ok());
     }
 }
+
+/// Both ends of a connection after the handshake, as the services and rpc use them.
+async fn secured_pair(
+    client_integrity: flotilla_auth::Integrity,
+    server_integrity: flotilla_auth::Integrity,
+) -> (tokio::io::DuplexStream, flotilla_auth::Secured, tokio::io::DuplexStream, flotilla_auth::Secured) {
+    use flotilla_auth::{Acceptor, AuthBounds, ClientAuth};
+    use std::sync::Arc;
+    let ca = ClusterCa::generate();
+    let client = Arc::new(issue(&ca, Role::Client, "alice"));
+    let server = Arc::new(issue(&ca, Role::Server, "io"));
+    let bounds = |integrity| AuthBounds { integrity, ..AuthBounds::default() };
+    let auth = ClientAuth { credential: client, bounds: bounds(client_integrity) };
+    let acceptor = Acceptor::new(server, vec![Role::Client], bounds(server_integrity));
+    let (mut a, mut b) = tokio::io::duplex(64 * 1024);
+    let (c, s) = tokio::join!(auth.connect(&mut a), acceptor.accept(&mut b, None));
+    assert_eq!(acceptor.failures(), 0);
+    (a, c.unwrap(), b, s.expect("accepted"))
+}
+
+#[tokio::test]
+async fn sealed_frames_pass_and_tampered_or_untagged_frames_are_refused() {
+    use flotilla_auth::Integrity;
+    use tokio::io::AsyncWriteExt;
+    let (mut a, mut client, mut b, mut server) = secured_pair(Integrity::Mac, Integrity::Mac).await;
+    assert_eq!(server.peer.name, "alice");
+    let mut buffer = bytes::BytesMut::new();
+    for request_id in 1..4u64 {
+        client.sealer.write_frame(&mut a, request_id, b"body", b"data").await.unwrap();
+        let frame = flotilla_proto::read_frame(&mut b, &mut buffer, 1 << 20).await.unwrap();
+        server.opener.check(&mut b, &frame).await.unwrap();
+        assert_eq!((frame.request_id, &frame.data[..]), (request_id, &b"data"[..]));
+    }
+    // One altered byte in the data: the tag fails.
+    let mut bytes = client.sealer.seal_frame(9, b"body", b"data").unwrap();
+    let at = bytes.len() - flotilla_auth::TAG_BYTES - 1;
+    bytes[at] ^= 1;
+    // Its CRC32C is made to match, so only the keyed tag can notice.
+    let crc = flotilla_proto::FrameHeader::for_payload(9, b"body", &bytes[at - 3..at + 1]).unwrap();
+    let header = flotilla_proto::FrameHeader { flags: flotilla_proto::FLAG_TAGGED, ..crc };
+    bytes[..32].copy_from_slice(&header.encode());
+    a.write_all(&bytes).await.unwrap();
+    let frame = flotilla_proto::read_frame(&mut b, &mut buffer, 1 << 20).await.unwrap();
+    let error = server.opener.check(&mut b, &frame).await.unwrap_err();
+    assert!(error.to_string().contains("integrity tag mismatch"), "{error}");
+    // An untagged frame where tags are required.
+    flotilla_proto::write_frame(&mut a, 10, b"x", b"").await.unwrap();
+    let frame = flotilla_proto::read_frame(&mut b, &mut buffer, 1 << 20).await.unwrap();
+    let error = server.opener.check(&mut b, &frame).await.unwrap_err();
+    assert!(error.to_string().contains("no integrity tag"), "{error}");
+    drop(client.opener);
+}
+
+#[tokio::test]
+async fn integrity_none_sends_untagged_frames_which_a_mac_side_refuses() {
+    use flotilla_auth::Integrity;
+    let (mut a, mut client, mut b, mut server) = secured_pair(Integrity::None, Integrity::None).await;
+    let mut buffer = bytes::BytesMut::new();
+    client.sealer.write_frame(&mut a, 1, b"body", b"").await.unwrap();
+    let frame = flotilla_proto::read_frame(&mut b, &mut buffer, 1 << 20).await.unwrap();
+    assert_eq!(frame.flags & flotilla_proto::FLAG_TAGGED, 0);
+    server.opener.check(&mut b, &frame).await.unwrap();
+    let (mut a, mut client, mut b, mut server) = secured_pair(Integrity::None, Integrity::Mac).await;
+    client.sealer.write_frame(&mut a, 1, b"body", b"").await.unwrap();
+    let frame = flotilla_proto::read_frame(&mut b, &mut buffer, 1 << 20).await.unwrap();
+    assert!(server.opener.check(&mut b, &frame).await.is_err(), "a mac side took an untagged frame");
+}

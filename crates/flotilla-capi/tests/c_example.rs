@@ -105,12 +105,16 @@ fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     let deps = exe.parent().expect("deps folder");
     let profile = deps.parent().expect("profile folder");
-    for dir in [profile, deps] {
-        if dir.join("libflotilla_c.so").exists() {
-            return dir.to_path_buf();
-        }
-    }
-    panic!("libflotilla_c.so not found next to {}", exe.display());
+    // `cargo test` refreshes the copy in deps/ but not the one `cargo build` put in the
+    // profile folder: take the newer, so a stale library is never tested.
+    let modified =
+        |dir: &Path| std::fs::metadata(dir.join("libflotilla_c.so")).and_then(|m| m.modified()).ok();
+    [profile, deps]
+        .into_iter()
+        .filter_map(|dir| modified(dir).map(|time| (time, dir)))
+        .max_by_key(|(time, _)| *time)
+        .map(|(_, dir)| dir.to_path_buf())
+        .unwrap_or_else(|| panic!("libflotilla_c.so not found next to {}", exe.display()))
 }
 
 fn compile(crate_dir: &Path, out: &Path) {
@@ -139,6 +143,8 @@ fn c_example_runs_against_a_live_cluster() {
     compile(crate_dir, &program);
     let cluster = Cluster::start(2);
     let output = Command::new(&program)
+        // cargo's LD_LIBRARY_PATH would win over the rpath and could load a stale copy.
+        .env_remove("LD_LIBRARY_PATH")
         .env("FLOTILLA_META", &cluster.meta)
         .env("FLOTILLA_KEY", &cluster.client_key)
         .output()

@@ -102,6 +102,10 @@ pub fn ensure_cluster(dir: &Path) -> anyhow::Result<KeyPaths> {
 /// Creates `dir/cluster.key`, `dir/server.cred` and `dir/client.cred`; refuses to overwrite.
 pub fn create_cluster(dir: &Path) -> anyhow::Result<KeyPaths> {
     use std::os::unix::fs::DirBuilderExt;
+    // Only the key folder itself is private; its parents get the usual mode.
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)

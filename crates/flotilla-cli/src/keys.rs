@@ -51,10 +51,12 @@ pub fn client_key() -> Option<PathBuf> {
 
 /// A client of the cluster at `meta` with the resolved client credential.
 pub fn client(meta: &str) -> anyhow::Result<Client> {
-    let resolved = CLIENT_KEY.get().cloned().flatten();
-    let source = resolved.as_ref().map_or(String::new(), |(_, source)| format!(" from {source}"));
-    let key = resolved.map(|(path, _)| path);
-    client_with(meta, key.as_deref()).with_context(|| format!("credential{source}"))
+    match CLIENT_KEY.get().cloned().flatten() {
+        Some((key, source)) => {
+            client_with(meta, Some(&key)).with_context(|| format!("credential from {source}"))
+        }
+        None => client_with(meta, None),
+    }
 }
 
 /// A client of the cluster at `meta` with the credential at `key`.
