@@ -31,12 +31,13 @@ pub fn server_key(
     table: &str,
     who: &str,
 ) -> anyhow::Result<PathBuf> {
-    let resolved = resolve(flag, config, table);
-    let path = resolved.as_ref().map(|(path, _)| path.as_path());
-    let source = resolved.as_ref().map_or("", |(_, source)| source.as_str());
-    flotilla_auth::load_credential(path, who, Role::Server)
+    let Some((path, source)) = resolve(flag, config, table) else {
+        let missing = flotilla_auth::AuthError::NoCredential { who: who.to_string() };
+        return Err(missing.into());
+    };
+    flotilla_auth::load_credential(Some(&path), who, Role::Server)
         .with_context(|| format!("credential from {source}"))?;
-    Ok(path.map(Path::to_path_buf).unwrap_or_default())
+    Ok(path)
 }
 
 /// Remembers the client credential for the file commands.

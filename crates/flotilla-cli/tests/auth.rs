@@ -66,6 +66,11 @@ fn no_credential_is_refused_with_a_clear_error() {
     let (ok, _, stderr) = cli_without_key(&["status", "--meta", &meta]);
     assert!(!ok);
     assert!(stderr.contains("no credential") && stderr.contains("FLOTILLA_KEY"), "{stderr}");
+    let data = cluster.dir.path().join("keyless-meta");
+    let (ok, _, stderr) = cli_without_key(&["meta", "--data", path(&data), "--listen", "127.0.0.1:0"]);
+    assert!(!ok && stderr.contains("no credential for the metadata service"), "{stderr}");
+    let (ok, _, stderr) = cli(&["meta", "--data", path(&data), "--listen", "127.0.0.1:0"]);
+    assert!(!ok && stderr.contains("needs a server credential"), "a client key ran a service: {stderr}");
     let missing = cluster.dir.path().join("missing.cred");
     let (ok, _, stderr) = cli(&["--key", path(&missing), "status", "--meta", &meta]);
     assert!(!ok && stderr.contains("--key") && stderr.contains("missing.cred"), "{stderr}");

@@ -80,6 +80,11 @@ impl Server {
         self.local_addr
     }
 
+    /// Handshakes refused since start.
+    pub fn handshake_failures(&self) -> u64 {
+        self.shared.acceptor.failures()
+    }
+
     /// The address registered with the metadata service.
     pub fn advertise(&self) -> &str {
         &self.advertise
