@@ -35,6 +35,8 @@ impl Default for LocalConfig {
 pub struct ClientFileConfig {
     /// The client credential file.
     pub key: Option<std::path::PathBuf>,
+    /// `mac` (default) or `none`; `flotilla bench`'s embedded cluster uses it for every process.
+    pub integrity: flotilla_auth::Integrity,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

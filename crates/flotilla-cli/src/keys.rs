@@ -2,7 +2,7 @@
 //! config file, then `FLOTILLA_KEY`. Errors say which source was used, or that none was.
 
 use anyhow::Context;
-use flotilla_auth::Role;
+use flotilla_auth::{Integrity, Role};
 use flotilla_client::{Client, ClientConfig};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -40,9 +40,18 @@ pub fn server_key(
     Ok(path)
 }
 
-/// Remembers the client credential for the file commands.
-pub fn set_client_key(flag: Option<&Path>, config: Option<&Path>) {
+/// The client's integrity setting (`[client] integrity`), resolved once in `main`.
+static CLIENT_INTEGRITY: OnceLock<Integrity> = OnceLock::new();
+
+/// Remembers the client credential and integrity setting for the file commands.
+pub fn set_client_key(flag: Option<&Path>, config: Option<&Path>, integrity: Integrity) {
     let _ = CLIENT_KEY.set(resolve(flag, config, "client"));
+    let _ = CLIENT_INTEGRITY.set(integrity);
+}
+
+/// The client's integrity setting.
+pub fn integrity() -> Integrity {
+    CLIENT_INTEGRITY.get().copied().unwrap_or_default()
 }
 
 /// The client credential path the file commands use, if any.
@@ -63,6 +72,7 @@ pub fn client(meta: &str) -> anyhow::Result<Client> {
 /// A client of the cluster at `meta` with the credential at `key`.
 pub fn client_with(meta: &str, key: Option<&Path>) -> anyhow::Result<Client> {
     let mut config = ClientConfig::new(meta);
+    config.integrity = integrity();
     if let Some(key) = key {
         config.key = Some(key.to_path_buf());
     }

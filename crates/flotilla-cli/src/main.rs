@@ -84,7 +84,7 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let mut file = config::FileConfig::load(cli.config.as_deref())?;
     let flag = cli.key.as_deref();
-    keys::set_client_key(flag, file.client.key.as_deref());
+    keys::set_client_key(flag, file.client.key.as_deref(), file.client.integrity);
     match cli.command {
         Command::Local(args) => cluster::local(args, &file),
         Command::Meta(args) => {

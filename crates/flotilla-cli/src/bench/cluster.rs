@@ -13,8 +13,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Fast heartbeats, so restarted servers are seen quickly.
-const CONFIG: &str = "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\n\n[server]\nheartbeat_ms = 200\n";
+/// Fast heartbeats, so restarted servers are seen quickly; every process (workers too) uses
+/// the client's integrity setting, so `[client] integrity = "none"` measures without tags.
+fn config_text(integrity: flotilla_auth::Integrity) -> String {
+    let integrity = match integrity {
+        flotilla_auth::Integrity::Mac => "mac",
+        flotilla_auth::Integrity::None => "none",
+    };
+    format!(
+        "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\nintegrity = \"{integrity}\"\n\n\
+         [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\n\n[client]\nintegrity = \"{integrity}\"\n"
+    )
+}
 
 struct Process {
     child: Child,
@@ -110,7 +120,7 @@ impl Embedded {
             .prefix("flotilla-bench-")
             .tempdir()
             .context("make a temporary folder")?;
-        std::fs::write(data.path().join("flotilla.toml"), CONFIG)?;
+        std::fs::write(data.path().join("flotilla.toml"), config_text(crate::keys::integrity()))?;
         let config = data.path().join("flotilla.toml").display().to_string();
         let meta_dir = data.path().join("meta").display().to_string();
         let keys = crate::keygen::create_cluster(&data.path().join("keys"))?;
@@ -269,6 +279,14 @@ impl Cluster {
                 crate::keys::resolve(crate::keys::client_key().as_deref(), None, "client")
                     .map(|(path, _)| path)
             }
+        }
+    }
+
+    /// The config file of an embedded cluster (its workers read `[client]` from it).
+    pub fn config_file(&self) -> Option<PathBuf> {
+        match self {
+            Cluster::Embedded(cluster) => Some(cluster.data.path().join("flotilla.toml")),
+            Cluster::Attached { .. } => None,
         }
     }
 

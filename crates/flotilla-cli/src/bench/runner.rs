@@ -193,6 +193,9 @@ pub fn run_once(cluster: &Cluster, point: &Point<'_>) -> anyhow::Result<RunResul
         if let Some(key) = cluster.client_key() {
             command.arg("--key").arg(key);
         }
+        if let Some(config) = cluster.config_file() {
+            command.arg("--config").arg(config);
+        }
         let mut child = command
             .args(["bench-worker", "--meta", cluster.meta_addr(), "--path", &point.path])
             .args(["--client", &client.to_string(), "--clients", &point.clients.to_string()])
