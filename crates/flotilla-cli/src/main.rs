@@ -15,7 +15,7 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(name = "flotilla", version, about = "Flotilla, a parallel file system for scientific computing")]
 struct Cli {
-    /// TOML file whose [meta], [server] and [local] tables replace the defaults; flags win.
+    /// TOML file whose [meta], [server], [local] and [client] tables replace the defaults; flags win.
     #[arg(long, global = true)]
     config: Option<PathBuf>,
     /// Credential file (a client credential for file commands, mount and bench; a server
