@@ -764,3 +764,95 @@ fn local_cluster_mounts_and_unmounts() {
     assert!(status.is_some_and(|s| s.success()), "flotilla local exited with {status:?}");
     assert!(unmounted, "flotilla local left its mount behind");
 }
+
+/// Subfile directories of file `id` still present on the cluster's targets.
+fn subfiles_on_disk(cluster: &Cluster, servers: usize, id: u64) -> usize {
+    let prefix = format!("{id:016x}.");
+    (0..servers)
+        .filter_map(|index| fs::read_dir(cluster.target_dir(index).join("subfiles")).ok())
+        .flat_map(|dir| dir.filter_map(Result::ok))
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
+        .count()
+}
+
+fn wait_until_deleted(cluster: &Cluster, servers: usize, id: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while subfiles_on_disk(cluster, servers, id) > 0 {
+        assert!(Instant::now() < deadline, "{what}: subfiles of {id:016x} never deleted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// POSIX lifetimes across two mounts of one cluster: a file unlinked, or renamed over, by
+/// mount B stays readable and writable through the descriptor mount A has open, until A
+/// closes it; then its space is freed.
+#[test]
+fn open_unlink_and_rename_over_across_two_mounts() {
+    let cluster = Cluster::start_with(2, "open_lease_ms = 3000");
+    // Past the start-up grace period (one lease), in which any unlinked file is kept.
+    std::thread::sleep(Duration::from_millis(3200));
+    let a = Mount::start(&cluster.meta_addr());
+    let b = Mount::start(&cluster.meta_addr());
+    let data = random_bytes(11, 3 << 20);
+    fs::write(a.path("scratch"), &data).unwrap();
+    let id = fs::metadata(a.path("scratch")).unwrap().ino();
+    let held = fs::OpenOptions::new().read(true).write(true).open(a.path("scratch")).unwrap();
+
+    // Phase: B unlinks; several heartbeats pass (deletes would have gone out by now).
+    fs::remove_file(b.path("scratch")).unwrap();
+    assert_eq!(errno(fs::metadata(b.path("scratch"))), libc::ENOENT);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(subfiles_on_disk(&cluster, 2, id) > 0, "data deleted while open");
+    let mut back = vec![0u8; data.len()];
+    held.read_exact_at(&mut back, 0).expect("read through the open descriptor after unlink");
+    assert!(back == data, "open-unlinked file changed");
+    held.write_all_at(b"still writable", 100).unwrap();
+    let mut small = [0u8; 14];
+    held.read_exact_at(&mut small, 100).unwrap();
+    assert_eq!(&small, b"still writable");
+
+    // Phase: the last close frees the space.
+    drop(held);
+    wait_until_deleted(&cluster, 2, id, "after the last close");
+
+    // Phase: rename over a file open on A; A keeps the old bytes, B sees the new file.
+    fs::write(a.path("old"), b"old contents").unwrap();
+    let old_id = fs::metadata(a.path("old")).unwrap().ino();
+    let mut old = fs::File::open(a.path("old")).unwrap();
+    fs::write(b.path("new"), b"new contents").unwrap();
+    fs::rename(b.path("new"), b.path("old")).unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut text = String::new();
+    old.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "old contents", "the renamed-over file must keep its bytes for its reader");
+    assert_eq!(fs::read(b.path("old")).unwrap(), b"new contents");
+    drop(old);
+    wait_until_deleted(&cluster, 2, old_id, "renamed-over file after close");
+}
+
+/// A file held open only by a mount process that is then killed (SIGKILL) is deleted once
+/// that mount's lease runs out: orphans of crashed clients do not leak.
+#[test]
+fn orphans_of_a_killed_mount_are_released_when_its_lease_expires() {
+    let cluster = Cluster::start_with(1, "open_lease_ms = 3000");
+    std::thread::sleep(Duration::from_millis(3200));
+    let mut a = Mount::start(&cluster.meta_addr());
+    fs::write(a.path("tmp"), random_bytes(3, 100_000)).unwrap();
+    let id = fs::metadata(a.path("tmp")).unwrap().ino();
+    let mut holder = Command::new("sh")
+        .args(["-c", &format!("exec 3< {}; sleep 600", a.path("tmp").display())])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.client().remove("/tmp").unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(subfiles_on_disk(&cluster, 1, id) > 0, "deleted while a process holds it open");
+
+    // Phase: the mount process dies with the descriptor open; its lease expires.
+    let mut process = a.process.take().unwrap();
+    process.child.kill().unwrap();
+    process.child.wait().unwrap();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    wait_until_deleted(&cluster, 1, id, "after the killed mount's lease");
+}

@@ -147,6 +147,8 @@ fn removed_files_are_deleted_from_the_targets() {
             .sum()
     };
     assert_eq!(subfile_dirs(&cluster), 2, "subfiles of {id} should exist");
+    // The last handle is closed first: an open file outlives its name (POSIX open-unlink).
+    file.close().unwrap();
     client.remove("/doomed").unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while subfile_dirs(&cluster) > 0 {

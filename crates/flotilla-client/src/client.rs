@@ -5,14 +5,17 @@ use crate::core::{unexpected, Core};
 use crate::error::ClientError;
 use crate::file::File;
 use crate::handle::Handle;
+use crate::opens::{open_file, renew_leases};
 use crate::DEFAULT_FORK;
 use flotilla_proto::{
-    CreateSpec, DirEntryInfo, EntryInfo, ForkRef, IoReply, IoRequest, MetaReply, MetaRequest, TargetStatus,
+    CreateSpec, DirEntryInfo, EntryInfo, ErrorCode, ForkRef, IoReply, IoRequest, MetaReply, MetaRequest,
+    TargetStatus,
 };
 use flotilla_rpc::ConnectionConfig;
 use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex, TargetId};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::runtime::Runtime;
 
 /// How to reach a cluster.
@@ -23,6 +26,9 @@ pub struct ClientConfig {
     pub client_name: String,
     pub runtime_threads: usize,
     pub connection: ConnectionConfig,
+    /// How often the client renews its lease on its open files at the metadata service
+    /// (well under the service's `open_lease_ms`).
+    pub open_renew_ms: u64,
 }
 
 impl ClientConfig {
@@ -32,6 +38,7 @@ impl ClientConfig {
             client_name: format!("pid-{}", std::process::id()),
             runtime_threads: 2,
             connection: ConnectionConfig::default(),
+            open_renew_ms: 1_000,
         }
     }
 }
@@ -80,8 +87,10 @@ impl Client {
             .enable_all()
             .build()
             .map_err(|e| ClientError::Runtime(e.to_string()))?;
-        let core = Core::new(config.meta_addr, config.client_name, config.connection);
-        Ok(Client { core: Arc::new(core), runtime: Arc::new(runtime) })
+        let core = Arc::new(Core::new(config.meta_addr, config.client_name, config.connection));
+        runtime
+            .spawn(renew_leases(Arc::downgrade(&core), Duration::from_millis(config.open_renew_ms.max(1))));
+        Ok(Client { core, runtime: Arc::new(runtime) })
     }
 
     /// The metadata service's address.
@@ -191,6 +200,13 @@ impl Client {
         self.expect_done(MetaRequest::Rename { from: from.to_string(), to: to.to_string() }, "rename")
     }
 
+    /// Renames `from` to `to` only if `to` does not exist (`AlreadyExists` otherwise),
+    /// atomically in the metadata service (`renameat2` with `RENAME_NOREPLACE`).
+    pub fn rename_no_replace(&self, from: &str, to: &str) -> Result<(), ClientError> {
+        let request = MetaRequest::RenameNoReplace { from: from.to_string(), to: to.to_string() };
+        self.expect_done(request, "rename without replacing")
+    }
+
     pub fn set_attr(&self, id: u64, change: SetAttr) -> Result<Attributes, ClientError> {
         if change.size_bytes.is_some() {
             self.core.forget_pending(id);
@@ -219,8 +235,9 @@ impl Client {
     /// Creates a file with `options.subfiles` subfiles, each with a `data` fork.
     pub fn create(&self, path: &str, options: &CreateOptions) -> Result<File, ClientError> {
         let owner = (current_uid(), current_gid());
-        self.block_on(create_file(self.core.clone(), path.to_string(), options.clone(), owner))
-            .map(|entry| File::new(self.clone(), path.to_string(), entry))
+        let future = create_file(self.core.clone(), path.to_string(), options.clone(), owner);
+        let client = self.clone();
+        self.block_on(async move { open_file(client, path.to_string(), future.await?.id).await })
     }
 
     /// Non-blocking `create`.
@@ -229,7 +246,7 @@ impl Client {
         let path = path.to_string();
         let owner = (current_uid(), current_gid());
         let future = create_file(self.core.clone(), path.clone(), options.clone(), owner);
-        self.spawn(async move { future.await.map(|entry| File::new(client, path, entry)) })
+        self.spawn(async move { open_file(client, path, future.await?.id).await })
     }
 
     /// Opens an existing file.
@@ -238,7 +255,7 @@ impl Client {
         if entry.attrs.kind != flotilla_types::FileKind::File {
             return Err(ClientError::NotAFile { path: path.to_string() });
         }
-        Ok(File::new(self.clone(), path.to_string(), entry))
+        self.block_on(open_file(self.clone(), path.to_string(), entry.id))
     }
 }
 
@@ -258,18 +275,36 @@ pub(crate) async fn create_file(
         layout: options.layout,
         exclusive: options.exclusive,
     };
-    let entry = match core.meta_call(MetaRequest::Create { path: path.clone(), spec }).await? {
-        MetaReply::Entry(entry) => entry,
-        other => return Err(unexpected("create", &other)),
-    };
-    let created = create_subfiles(&core, &entry).await;
-    if let Err(error) = created {
-        // Leave no half-made file behind: the servers that did create a subfile delete it
-        // when the metadata service orders them to.
-        let _ = core.meta_call(MetaRequest::Unlink { path }).await;
+    let (entry, created) = create_entry(&core, &path, spec).await?;
+    if let Err(error) = create_subfiles(&core, &entry).await {
+        // Leave no half-made file behind, but undo only what this call made: the entry is
+        // removed only if it is still the one created here (by id), never a file that existed
+        // before or that someone else put at `path` since. The servers that did create a
+        // subfile delete it when the metadata service orders them to.
+        if created {
+            let _ = core.meta_call(MetaRequest::UnlinkId { path, id: entry.id }).await;
+        }
         return Err(error);
     }
     Ok(entry)
+}
+
+/// Creates the entry, or (without `spec.exclusive`) returns the existing file. The flag says
+/// whether this call created it: an exclusive create is tried first, so an existing file is
+/// never mistaken for a new one.
+async fn create_entry(core: &Core, path: &str, spec: CreateSpec) -> Result<(EntryInfo, bool), ClientError> {
+    let exclusive = CreateSpec { exclusive: true, ..spec.clone() };
+    let first = core.meta_call(MetaRequest::Create { path: path.to_string(), spec: exclusive }).await;
+    let (reply, created) = match first {
+        Err(ClientError::Meta(error)) if error.code == ErrorCode::AlreadyExists && !spec.exclusive => {
+            (core.meta_call(MetaRequest::Create { path: path.to_string(), spec }).await?, false)
+        }
+        other => (other?, true),
+    };
+    match reply {
+        MetaReply::Entry(entry) => Ok((entry, created)),
+        other => Err(unexpected("create", &other)),
+    }
 }
 
 async fn create_subfiles(core: &Core, entry: &EntryInfo) -> Result<(), ClientError> {

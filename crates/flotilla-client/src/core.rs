@@ -37,6 +37,9 @@ pub(crate) struct Pending {
 
 pub(crate) struct Core {
     pending: parking_lot::Mutex<HashMap<u64, Pending>>,
+    /// This client's session at the metadata service (random), and its open handles per file.
+    session: u64,
+    opens: parking_lot::Mutex<HashMap<u64, u32>>,
     meta_addr: String,
     client_name: String,
     connection_config: ConnectionConfig,
@@ -48,6 +51,8 @@ impl Core {
     pub fn new(meta_addr: String, client_name: String, connection_config: ConnectionConfig) -> Core {
         Core {
             pending: parking_lot::Mutex::new(HashMap::new()),
+            session: rand::random::<u64>(),
+            opens: parking_lot::Mutex::new(HashMap::new()),
             meta_addr,
             client_name,
             connection_config,
@@ -58,6 +63,31 @@ impl Core {
 
     pub fn meta_addr(&self) -> &str {
         &self.meta_addr
+    }
+
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// Counts one more open handle on file `id`.
+    pub fn note_opened(&self, id: u64) {
+        *self.opens.lock().entry(id).or_insert(0) += 1;
+    }
+
+    /// Counts one handle on file `id` fewer.
+    pub fn note_closed(&self, id: u64) {
+        let mut opens = self.opens.lock();
+        if let Some(count) = opens.get_mut(&id) {
+            *count -= 1;
+            if *count == 0 {
+                opens.remove(&id);
+            }
+        }
+    }
+
+    /// Every file this client has open.
+    pub fn open_files(&self) -> Vec<u64> {
+        self.opens.lock().keys().copied().collect()
     }
 
     /// Records that this client wrote file `id` up to `end_bytes` at `mtime_ns`.

@@ -6,6 +6,7 @@ use crate::core::{unexpected, Core};
 use crate::error::ClientError;
 use crate::fork::Fork;
 use crate::handle::Handle;
+use crate::opens::OpenGuard;
 use crate::transfer::{check_call, read_shape, write_shape};
 use crate::DEFAULT_FORK;
 use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest};
@@ -19,11 +20,13 @@ pub struct File {
     pub(crate) client: Client,
     path: String,
     pub(crate) entry: Arc<EntryInfo>,
+    /// The open's registration at the metadata service; the last clone's drop closes it.
+    _open: Arc<OpenGuard>,
 }
 
 impl File {
-    pub(crate) fn new(client: Client, path: String, entry: EntryInfo) -> File {
-        File { client, path, entry: Arc::new(entry) }
+    pub(crate) fn opened(client: Client, path: String, entry: EntryInfo, open: Arc<OpenGuard>) -> File {
+        File { client, path, entry: Arc::new(entry), _open: open }
     }
 
     pub fn path(&self) -> &str {
@@ -103,6 +106,11 @@ impl File {
     /// Syncs every fork of every subfile, then publishes the size and mtime.
     /// All subfiles are synced at once, so their disks write back in parallel.
     pub fn sync(&self) -> Result<(), ClientError> {
+        self.sync_forks()?;
+        self.publish()
+    }
+
+    fn sync_forks(&self) -> Result<(), ClientError> {
         let mut handles = Vec::new();
         for subfile in 0..self.subfile_count() {
             for info in self.list_forks(subfile)? {
@@ -112,12 +120,23 @@ impl File {
         for handle in handles {
             handle.wait()?;
         }
-        self.flush()
+        Ok(())
     }
 
-    /// Publishes this client's writes' size and mtime to the metadata service, so every
-    /// client sees them (close-to-open consistency). Within this client they are always seen.
+    /// Makes this client's writes durable (a Sync of every fork, all at once), then publishes
+    /// their size and mtime to the metadata service, so every client sees them (close-to-open
+    /// consistency). The size is never published before the data it covers is on disk, so a
+    /// crash cannot leave a file whose acknowledged size reads as zeros. A handle that wrote
+    /// nothing sends nothing.
     pub fn flush(&self) -> Result<(), ClientError> {
+        if self.client.core.pending_size(self.entry.id).is_none() {
+            return Ok(());
+        }
+        self.sync_forks()?;
+        self.publish()
+    }
+
+    fn publish(&self) -> Result<(), ClientError> {
         let Some(pending) = self.client.core.take_pending(self.entry.id) else { return Ok(()) };
         let request = MetaRequest::GrowSize {
             id: self.entry.id,

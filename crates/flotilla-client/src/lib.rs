@@ -18,6 +18,7 @@ mod file;
 mod fork;
 mod handle;
 mod nonblocking;
+mod opens;
 mod posix;
 mod raw;
 mod transfer;

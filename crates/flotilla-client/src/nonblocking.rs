@@ -89,13 +89,11 @@ impl Client {
         let path = path.to_string();
         let core = self.core.clone();
         self.spawn(async move {
-            let mut info =
-                entry(core.meta_call(MetaRequest::Lookup { path: path.clone() }).await?, "lookup")?;
+            let info = entry(core.meta_call(MetaRequest::Lookup { path: path.clone() }).await?, "lookup")?;
             if info.attrs.kind != flotilla_types::FileKind::File {
                 return Err(ClientError::NotAFile { path });
             }
-            core.overlay(info.id, &mut info.attrs);
-            Ok(File::new(client, path, info))
+            crate::opens::open_file(client, path, info.id).await
         })
     }
 }

@@ -7,7 +7,7 @@ use crate::core::unexpected;
 use crate::error::ClientError;
 use crate::file::File;
 use flotilla_proto::{EntryInfo, MetaReply, MetaRequest};
-use flotilla_types::{Attributes, FileKind};
+use flotilla_types::Attributes;
 
 /// The user and group a new entry belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,11 +19,7 @@ pub struct Owner {
 impl Client {
     /// Opens the file with inode number `id` (the path is only kept for messages).
     pub fn open_id(&self, id: u64) -> Result<File, ClientError> {
-        let entry = self.stat_id(id)?;
-        if entry.attrs.kind != FileKind::File {
-            return Err(ClientError::NotAFile { path: format!("inode {id:016x}") });
-        }
-        Ok(File::new(self.clone(), format!("inode {id:016x}"), entry))
+        self.block_on(crate::opens::open_file(self.clone(), format!("inode {id:016x}"), id))
     }
 
     /// Raises `attrs` of entry `id` by this client's writes not yet published (what `stat`
@@ -62,7 +58,10 @@ impl Client {
     pub fn create_as(&self, path: &str, options: &CreateOptions, owner: Owner) -> Result<File, ClientError> {
         let future =
             create_file(self.core.clone(), path.to_string(), options.clone(), (owner.uid, owner.gid));
-        self.block_on(future).map(|entry| File::new(self.clone(), path.to_string(), entry))
+        let client = self.clone();
+        self.block_on(
+            async move { crate::opens::open_file(client, path.to_string(), future.await?.id).await },
+        )
     }
 
     /// `mkdir`, with the new directory owned by `owner`.

@@ -163,13 +163,10 @@ impl FlotillaFs {
         let (from, name) = self.nodes.child_path(parent, name)?;
         let (to, new_name) = self.nodes.child_path(new_parent, new_name)?;
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-            match self.client.stat(&to) {
-                Ok(_) => return Err(Errno::EEXIST),
-                Err(error) if errno(&error) == Errno::ENOENT => {}
-                Err(error) => return Err(failed(error)),
-            }
+            self.client.rename_no_replace(&from, &to).map_err(failed)?;
+        } else {
+            self.client.rename(&from, &to).map_err(failed)?;
         }
-        self.client.rename(&from, &to).map_err(failed)?;
         self.nodes.moved(parent, &name, new_parent, &new_name);
         Ok(())
     }

@@ -20,6 +20,20 @@ pub struct MetaConfig {
     /// Requests one connection may have in progress.
     pub connection_requests_max: usize,
     pub frame_bytes_max: u32,
+    /// A client session's open files are forgotten when it has not renewed them for this long
+    /// (a crashed client); no orphan is released before this long after start.
+    pub open_lease_ms: u64,
+    /// After a restart, for this long every unlinked file is kept as if open and no orphan is
+    /// released, while clients re-announce their opens (they renew every `open_renew_ms`,
+    /// 1 s by default, which must stay well under this).
+    pub open_reclaim_ms: u64,
+    /// Files one client session may hold open.
+    pub open_files_per_session_max: usize,
+    /// Client sessions holding open files at once.
+    pub open_sessions_max: usize,
+    /// After a restart, a create waits up to this long for the targets the namespace
+    /// remembers to register again before it fails for want of live targets.
+    pub recovery_window_ms: u64,
 }
 
 impl Default for MetaConfig {
@@ -32,6 +46,11 @@ impl Default for MetaConfig {
             connections_max: 4096,
             connection_requests_max: 64,
             frame_bytes_max: 4 << 20,
+            open_lease_ms: 30_000,
+            open_reclaim_ms: 5_000,
+            open_files_per_session_max: 65_536,
+            open_sessions_max: 16_384,
+            recovery_window_ms: 10_000,
         }
     }
 }

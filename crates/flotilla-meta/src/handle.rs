@@ -1,12 +1,15 @@
 //! Executing one metadata request against the namespace and the membership.
 
 use crate::membership::Membership;
+use crate::opens::{OpenError, OpenTable};
 use flotilla_namespace::{CreateFile, Entry, Namespace, NamespaceError, Owner};
 use flotilla_proto::{
     DeleteOrder, DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, SubfilePlace, TargetReport,
     WireError,
 };
 use flotilla_types::{FileId, SubfileIndex, TargetId};
+use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 /// Delete orders handed to a server per heartbeat, per target.
 const DELETE_ORDERS_PER_TARGET_MAX: usize = 1024;
@@ -16,6 +19,12 @@ pub(crate) struct State {
     pub namespace: Namespace,
     pub membership: Membership,
     pub heartbeat_ms: u64,
+    /// Open files per client session, and orphans. Held across the namespace transactions
+    /// that consult it (unlink, rename, open, close), so an open never races a delete.
+    pub opens: parking_lot::Mutex<OpenTable>,
+    /// Until this instant (start + `recovery_window_ms`) a create waits for remembered
+    /// targets to register again instead of placing the file on fewer of them.
+    pub recovery_until: Instant,
 }
 
 impl State {
@@ -36,6 +45,7 @@ impl State {
                 MetaReply::Entry(self.info(ns.mkdir(&path, Owner { mode, uid, gid }, now).map_err(wire)?))
             }
             MetaRequest::Create { path, spec } => {
+                self.check_satisfiable(spec.layout.as_ref())?;
                 let create = CreateFile {
                     owner: Owner { mode: spec.mode, uid: spec.uid, gid: spec.gid },
                     subfile_count: spec.subfiles,
@@ -43,7 +53,7 @@ impl State {
                     layout: spec.layout,
                     exclusive: spec.exclusive,
                 };
-                let live = self.membership.live();
+                let live = self.live_for_create(&create);
                 MetaReply::Entry(self.info(ns.create_file(&path, &create, &live, now).map_err(wire)?))
             }
             MetaRequest::Readdir { path } => MetaReply::Entries(
@@ -53,9 +63,24 @@ impl State {
                     .map(|e| DirEntryInfo { name: e.name, id: e.id, kind: e.kind })
                     .collect(),
             ),
-            MetaRequest::Unlink { path } => done(ns.unlink(&path, now).map(|_| ()))?,
+            MetaRequest::Unlink { path } => {
+                self.remove(|is_open| ns.unlink_keeping_open(&path, is_open, now).map(|_| ()))?
+            }
+            MetaRequest::RenameNoReplace { from, to } => done(ns.rename_no_replace(&from, &to, now))?,
+            MetaRequest::Opened { session, id } => MetaReply::Entry(self.info(self.opened(session, id)?)),
+            MetaRequest::Closed { session, id } => {
+                self.closed(session, id)?;
+                MetaReply::Done
+            }
+            MetaRequest::KeepOpen { session, files } => {
+                self.opens.lock().renew(session, &files, Instant::now()).map_err(open_error)?;
+                MetaReply::Done
+            }
+            MetaRequest::UnlinkId { path, id } => done(ns.unlink_id(&path, id, now).map(|_| ()))?,
             MetaRequest::Rmdir { path } => done(ns.rmdir(&path, now))?,
-            MetaRequest::Rename { from, to } => done(ns.rename(&from, &to, now).map(|_| ()))?,
+            MetaRequest::Rename { from, to } => {
+                self.remove(|is_open| ns.rename_keeping_open(&from, &to, is_open, now).map(|_| ()))?
+            }
             MetaRequest::SetAttr { id, change } => {
                 MetaReply::Attributes(ns.set_attr(id, &change, now).map_err(wire)?)
             }
@@ -93,6 +118,7 @@ impl State {
         layout: Option<flotilla_types::Layout>,
         now: i64,
     ) -> Result<Entry, WireError> {
+        self.check_satisfiable(layout.as_ref())?;
         let entry = self.namespace.lookup(path).map_err(wire)?;
         match (entry.file.is_some(), layout) {
             (false, layout) => self.namespace.set_default_layout(path, layout, now).map_err(wire),
@@ -101,6 +127,105 @@ impl State {
                 Err(WireError::new(ErrorCode::InvalidArgument, "a file's layout cannot be cleared"))
             }
         }
+    }
+
+    /// Runs a namespace change that may drop a file's last name (unlink, rename over), with
+    /// the open table locked: a file some client has open becomes an orphan, not deleted.
+    fn remove(
+        &self,
+        change: impl FnOnce(flotilla_namespace::IsOpen<'_>) -> Result<(), NamespaceError>,
+    ) -> Result<MetaReply, WireError> {
+        let mut opens = self.opens.lock();
+        let orphaned = Cell::new(None);
+        let now = Instant::now();
+        let is_open = |id: u64| {
+            let open = opens.may_be_open(id, now);
+            if open {
+                orphaned.set(Some(id));
+            }
+            open
+        };
+        change(&is_open).map_err(wire)?;
+        if let Some(id) = orphaned.get() {
+            opens.add_orphan(id);
+        }
+        Ok(MetaReply::Done)
+    }
+
+    /// Records an open of file `id` by `session`; fails if the file is gone.
+    fn opened(&self, session: u64, id: u64) -> Result<Entry, WireError> {
+        let mut opens = self.opens.lock();
+        let entry = self.namespace.get(id).map_err(wire)?;
+        if entry.file.is_some() {
+            opens.open(session, id, Instant::now()).map_err(open_error)?;
+        }
+        Ok(entry)
+    }
+
+    /// Records a close; the last close of an orphan deletes it.
+    fn closed(&self, session: u64, id: u64) -> Result<(), WireError> {
+        let mut opens = self.opens.lock();
+        opens.close(session, id);
+        if opens.is_releasable(id, Instant::now()) {
+            self.namespace.release_orphan(id).map_err(wire)?;
+            opens.released(id);
+        }
+        Ok(())
+    }
+
+    /// Ends expired client sessions and deletes the orphans nobody has open any more.
+    pub fn sweep_opens(&self) {
+        let mut opens = self.opens.lock();
+        let now = Instant::now();
+        opens.expire(now);
+        for id in opens.releasable(now) {
+            match self.namespace.release_orphan(id) {
+                Ok(_) => opens.released(id),
+                Err(error) => tracing::warn!(file = id, %error, "cannot release an orphan; will retry"),
+            }
+        }
+    }
+
+    /// The live targets a create may use. During the recovery window after a restart, a
+    /// create that needs more targets than are live waits (bounded) for the targets the
+    /// namespace remembers to register again, instead of failing or placing fewer subfiles.
+    fn live_for_create(&self, create: &CreateFile) -> Vec<flotilla_namespace::TargetUsage> {
+        loop {
+            let live = self.membership.live();
+            if Instant::now() >= self.recovery_until {
+                return live;
+            }
+            let remembered = self.namespace.targets().map(|t| t.len()).unwrap_or(0);
+            let wanted = match (create.subfile_count, &create.targets) {
+                (_, Some(named)) => named.len(),
+                (0, None) => create.layout.and_then(|l| l.subfile_count()).map_or(remembered, |c| c as usize),
+                (count, None) => count as usize,
+            };
+            let named_live = create
+                .targets
+                .as_ref()
+                .is_none_or(|named| named.iter().all(|t| live.iter().any(|l| l.target == *t)));
+            if live.len() >= wanted.min(remembered) && named_live {
+                return live;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Refuses a layout that asks for more subfiles than the cluster has storage targets:
+    /// each subfile needs a target of its own, so no create could ever place such a file.
+    fn check_satisfiable(&self, layout: Option<&flotilla_types::Layout>) -> Result<(), WireError> {
+        let Some(count) = layout.and_then(flotilla_types::Layout::subfile_count) else { return Ok(()) };
+        let remembered = self.namespace.targets().map_err(wire)?.len();
+        let known = remembered.max(self.membership.live().len());
+        if count as usize > known {
+            let message = format!(
+                "layout asks for {count} subfiles, but the cluster has {known} storage targets \
+                 (each subfile needs a target of its own)"
+            );
+            return Err(WireError::new(ErrorCode::InvalidArgument, message));
+        }
+        Ok(())
     }
 
     /// Updates membership, and persists targets that are new or moved (a durable write, so
@@ -169,6 +294,10 @@ impl State {
         };
         EntryInfo { id: entry.id, attrs: entry.attrs, layout, subfiles, symlink: entry.symlink_target }
     }
+}
+
+fn open_error(error: OpenError) -> WireError {
+    WireError::new(ErrorCode::OverLimit, error.to_string())
 }
 
 fn done(outcome: Result<(), NamespaceError>) -> Result<MetaReply, WireError> {

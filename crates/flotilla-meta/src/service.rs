@@ -4,6 +4,10 @@
 use crate::config::MetaConfig;
 use crate::handle::State;
 use crate::membership::Membership;
+use crate::opens::OpenTable;
+
+/// Orphans loaded at start (more are found by later restarts as these are released).
+const ORPHANS_LOADED_MAX: usize = 1 << 20;
 use anyhow::Context;
 use bytes::BytesMut;
 use flotilla_namespace::Namespace;
@@ -49,7 +53,7 @@ impl MetaService {
             .with_context(|| format!("listen on {}", config.listen))?;
         let local_addr = listener.local_addr().context("read the bound address")?;
         let membership = Membership::new(Duration::from_millis(config.down_after_ms));
-        let state = Arc::new(State { namespace, membership, heartbeat_ms: config.heartbeat_ms });
+        let state = Arc::new(new_state(&config, namespace, membership)?);
         Ok(MetaService { config, listener, local_addr, state })
     }
 
@@ -62,6 +66,7 @@ impl MetaService {
         tokio::select! {
             _ = shutdown => {}
             _ = accept_loop(&self.listener, &self.state, &self.config) => {}
+            _ = sweep_opens(self.state.clone(), sweep_period(&self.config)) => {}
         }
         tracing::info!(addr = %self.local_addr, "metadata service stopped cleanly");
         Ok(())
@@ -152,4 +157,40 @@ async fn write_replies(write_half: OwnedWriteHalf, mut queue: mpsc::Receiver<Out
         }
     }
     let _ = writer.shutdown().await;
+}
+
+/// The shared state of a starting service: the orphans the namespace keeps are loaded into
+/// the open table (released one lease after start unless a client re-announces them).
+fn new_state(config: &MetaConfig, namespace: Namespace, membership: Membership) -> anyhow::Result<State> {
+    let now = std::time::Instant::now();
+    let lease = Duration::from_millis(config.open_lease_ms);
+    let mut opens = OpenTable::new(lease, now, config.open_files_per_session_max, config.open_sessions_max);
+    // A new database has no files anyone could have open; a restarted one gives its clients
+    // `open_reclaim_ms` to re-announce their opens before unlinks delete and orphans go.
+    let reclaim =
+        if namespace.created() { Duration::ZERO } else { Duration::from_millis(config.open_reclaim_ms) };
+    opens.set_reclaim_until(now + reclaim);
+    for id in namespace.orphans(ORPHANS_LOADED_MAX).context("list orphans")? {
+        opens.add_orphan(id);
+    }
+    Ok(State {
+        namespace,
+        membership,
+        heartbeat_ms: config.heartbeat_ms,
+        opens: parking_lot::Mutex::new(opens),
+        recovery_until: now + Duration::from_millis(config.recovery_window_ms),
+    })
+}
+
+/// Ends expired client sessions and releases unused orphans, every `period`.
+async fn sweep_opens(state: Arc<State>, period: Duration) {
+    loop {
+        tokio::time::sleep(period).await;
+        let state = state.clone();
+        let _ = tokio::task::spawn_blocking(move || state.sweep_opens()).await;
+    }
+}
+
+fn sweep_period(config: &MetaConfig) -> Duration {
+    Duration::from_millis((config.open_lease_ms / 4).clamp(10, 1000))
 }

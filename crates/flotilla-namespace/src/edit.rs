@@ -71,11 +71,17 @@ pub(crate) fn adjust_dir(
     tables.put(dir, &inode)
 }
 
+/// Whether some client still has a file open (asked when its last name goes away).
+pub type IsOpen<'a> = &'a dyn Fn(u64) -> bool;
+
 /// Drops one link of a file or symlink; returns the file record if that was the last link.
+/// A file that lost its last link while `is_open` says a client has it open becomes an
+/// orphan instead: its inode stays (nlink 0) and nothing is deleted until it is released.
 pub(crate) fn drop_link(
     tables: &mut WriteTables<'_>,
     id: u64,
     mut inode: Inode,
+    is_open: IsOpen<'_>,
     now_ns: TimeNs,
 ) -> Result<Option<FileRecord>, NamespaceError> {
     debug_assert!(!inode.is_directory());
@@ -88,6 +94,13 @@ pub(crate) fn drop_link(
         inode.attrs.nlink = nlink;
         inode.attrs.ctime_ns = now_ns;
         tables.put(id, &inode)?;
+        return Ok(None);
+    }
+    if inode.file_record(id).is_some() && is_open(id) {
+        inode.attrs.nlink = 0;
+        inode.attrs.ctime_ns = now_ns;
+        tables.put(id, &inode)?;
+        tables.orphans.insert(id, ())?;
         return Ok(None);
     }
     tables.remove_inode(id)?;

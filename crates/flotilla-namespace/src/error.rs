@@ -65,6 +65,8 @@ pub enum NamespaceError {
     Corrupt { what: String },
     #[error("namespace storage failed: {0}")]
     Storage(String),
+    #[error("the namespace database's disk is full: {message}")]
+    NoSpace { message: String },
 }
 
 impl NamespaceError {
@@ -83,7 +85,7 @@ impl NamespaceError {
                 EINVAL
             }
             Self::NotPermitted { .. } => EPERM,
-            Self::NotEnoughTargets { .. } => ENOSPC,
+            Self::NotEnoughTargets { .. } | Self::NoSpace { .. } => ENOSPC,
             Self::UnsupportedFormat { .. } | Self::Corrupt { .. } | Self::Storage(_) => EIO,
         }
     }
@@ -104,11 +106,32 @@ fn name_errno(name: &NameError) -> i32 {
     }
 }
 
+/// A storage error as the namespace reports it: a full disk is `NoSpace` (ENOSPC), anything
+/// else `Storage` (EIO).
+fn classify(error: redb::Error) -> NamespaceError {
+    match &error {
+        redb::Error::Io(io)
+            if io.raw_os_error() == Some(ENOSPC) || io.kind() == std::io::ErrorKind::StorageFull =>
+        {
+            NamespaceError::NoSpace { message: error.to_string() }
+        }
+        _ => NamespaceError::Storage(error.to_string()),
+    }
+}
+
+impl NamespaceError {
+    /// Whether the database may be unusable after this error until it is reopened (redb
+    /// refuses every later transaction after a failed write: "previous I/O error").
+    pub(crate) fn breaks_database(&self) -> bool {
+        matches!(self, Self::Storage(_) | Self::NoSpace { .. })
+    }
+}
+
 macro_rules! storage_error {
     ($($source:ty),+) => {
         $(impl From<$source> for NamespaceError {
             fn from(error: $source) -> Self {
-                Self::Storage(error.to_string())
+                classify(redb::Error::from(error))
             }
         })+
     };

@@ -37,7 +37,7 @@ mod target_record;
 mod targets;
 mod walk;
 
-pub use edit::NLINK_MAX;
+pub use edit::{IsOpen, NLINK_MAX};
 pub use entry::{DirEntry, Entry, FileRecord};
 pub use error::{
     NamespaceError, EEXIST, EINVAL, EIO, EISDIR, ELOOP, EMLINK, ENAMETOOLONG, ENOENT, ENOSPC, ENOTDIR,

@@ -14,18 +14,30 @@ use crate::schema::{ROOT_ID, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use crate::tables::{ReadTables, Source, WriteTables};
 use crate::walk::resolve;
 use flotilla_types::{Attributes, FileKind, TimeNs};
+use parking_lot::RwLock;
 use redb::backends::InMemoryBackend;
 use redb::{Database, ReadableDatabase, ReadableTableMetadata, StorageBackend};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Most entries one `readdir_page` call returns.
 pub const READDIR_PAGE_ENTRIES_MAX: usize = 65_536;
 
 /// The namespace database. `Send + Sync`; share it behind an `Arc`.
+///
+/// After a failed write (a full disk, an I/O error) redb refuses every later transaction,
+/// so a namespace opened from a path reopens its database before the next call: once space
+/// is freed the service recovers by itself, without a restart.
 #[derive(Debug)]
 pub struct Namespace {
-    db: Database,
+    db: RwLock<Database>,
+    /// Where the database lives, for reopening; `None` for other backends.
+    path: Option<PathBuf>,
+    /// A write failed in a way that may have left the database unusable.
+    broken: AtomicBool,
+    /// This open created the database.
+    created: bool,
 }
 
 impl Namespace {
@@ -33,7 +45,7 @@ impl Namespace {
     /// Every page checksum is verified on open, so a damaged file is refused, not trusted.
     pub fn open(path: &Path) -> Result<Self, NamespaceError> {
         let db = Database::builder().set_check_integrity_on_open(true).create(path)?;
-        Self::init(db)
+        Self::init(db, Some(path.to_path_buf()))
     }
 
     /// Opens a namespace kept in memory only (for tests and tools).
@@ -44,17 +56,23 @@ impl Namespace {
     /// Opens a namespace on any redb storage backend, such as a fault-injecting one.
     pub fn open_with_backend(backend: impl StorageBackend) -> Result<Self, NamespaceError> {
         let db = Database::builder().set_check_integrity_on_open(true).create_with_backend(backend)?;
-        Self::init(db)
+        Self::init(db, None)
     }
 
-    fn init(db: Database) -> Result<Self, NamespaceError> {
-        let namespace = Self { db };
-        namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
-            Some(SCHEMA_VERSION) => Ok(()),
+    fn init(db: Database, path: Option<PathBuf>) -> Result<Self, NamespaceError> {
+        let mut namespace =
+            Self { db: RwLock::new(db), path, broken: AtomicBool::new(false), created: false };
+        namespace.created = namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
+            Some(SCHEMA_VERSION) => Ok(false),
             Some(found) => Err(NamespaceError::UnsupportedFormat { found, supported: SCHEMA_VERSION }),
-            None => create_root(tables),
+            None => create_root(tables).map(|()| true),
         })?;
         Ok(namespace)
+    }
+
+    /// Whether this open created the database (so no client can have a file of it open).
+    pub fn created(&self) -> bool {
+        self.created
     }
 
     /// Runs `change` in one write transaction and commits it; aborts if `change` fails.
@@ -62,7 +80,21 @@ impl Namespace {
         &self,
         change: impl FnOnce(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
     ) -> Result<R, NamespaceError> {
-        let txn = self.db.begin_write()?;
+        self.reopen_if_broken()?;
+        let db = self.db.read();
+        self.refuse_if_broken()?;
+        let outcome = Self::write_in(&db, change);
+        if self.path.is_some() && outcome.as_ref().is_err_and(NamespaceError::breaks_database) {
+            self.broken.store(true, Ordering::Release);
+        }
+        outcome
+    }
+
+    fn write_in<R>(
+        db: &Database,
+        change: impl FnOnce(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
+    ) -> Result<R, NamespaceError> {
+        let txn = db.begin_write()?;
         let outcome = WriteTables::open(&txn).and_then(|mut tables| change(&mut tables));
         match outcome {
             Ok(value) => {
@@ -78,12 +110,52 @@ impl Namespace {
         }
     }
 
+    /// With the database lock held: a database that broke (and may be a placeholder after a
+    /// failed reopen) is never used.
+    fn refuse_if_broken(&self) -> Result<(), NamespaceError> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(NamespaceError::Storage(
+                "namespace database is being reopened after a failed write".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reopens the database after a write failed, so a freed disk lets writes work again.
+    /// The reopened database is the last committed state (redb's recovery).
+    fn reopen_if_broken(&self) -> Result<(), NamespaceError> {
+        if !self.broken.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let Some(path) = &self.path else { return Ok(()) };
+        let mut db = self.db.write();
+        if !self.broken.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // redb holds a lock on the file: the old handle must be closed before the new
+        // open, so a placeholder in memory stands in for the moment between.
+        let placeholder = Database::builder().create_with_backend(InMemoryBackend::new())?;
+        drop(std::mem::replace(&mut *db, placeholder));
+        match Database::builder().set_check_integrity_on_open(true).create(path) {
+            Ok(reopened) => {
+                *db = reopened;
+                self.broken.store(false, Ordering::Release);
+                tracing::info!(?path, "namespace database reopened after a failed write");
+                Ok(())
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
     /// Runs `query` on a consistent read snapshot.
     pub(crate) fn read<R>(
         &self,
         query: impl FnOnce(&ReadTables) -> Result<R, NamespaceError>,
     ) -> Result<R, NamespaceError> {
-        let txn = self.db.begin_read()?;
+        self.reopen_if_broken()?;
+        let db = self.db.read();
+        self.refuse_if_broken()?;
+        let txn = db.begin_read()?;
         query(&ReadTables::open(&txn)?)
     }
 

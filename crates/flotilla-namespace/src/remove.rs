@@ -1,28 +1,94 @@
 //! The operations that remove names: `unlink`, `rmdir` and `rename` (which may replace an
 //! existing entry).
 
-use crate::edit::{adjust_dir, drop_link, refuse_non_empty, Change};
+use crate::edit::{adjust_dir, drop_link, refuse_non_empty, Change, IsOpen};
 use crate::entry::FileRecord;
 use crate::error::NamespaceError;
 use crate::namespace::Namespace;
 use crate::tables::{Source, WriteTables};
 use crate::walk::{locate, Located};
 use flotilla_types::TimeNs;
+use redb::ReadableTable;
+
+/// Orphans: files whose last name went away while a client had them open.
+impl Namespace {
+    /// Releases orphan `id` once no client has it open: its inode goes and its subfiles are
+    /// queued for deletion, in one transaction. `false` if `id` is not an orphan (already
+    /// released, or never was one).
+    pub fn release_orphan(&self, id: u64) -> Result<bool, NamespaceError> {
+        self.write(|tables| {
+            if tables.orphans.remove(id)?.is_none() {
+                return Ok(false);
+            }
+            let inode = tables.load(id)?;
+            tables.remove_inode(id)?;
+            if let Some(file) = inode.file_record(id) {
+                tables.queue_deletes(&file)?;
+            }
+            Ok(true)
+        })
+    }
+
+    /// Every orphan's id, at most `max`.
+    pub fn orphans(&self, max: usize) -> Result<Vec<u64>, NamespaceError> {
+        self.write(|tables| {
+            let mut ids = Vec::new();
+            for item in tables.orphans.iter()?.take(max) {
+                ids.push(item?.0.value());
+            }
+            Ok(ids)
+        })
+    }
+}
 
 impl Namespace {
     /// Removes the name of a file or symlink. Returns the file record when the file lost its
     /// last link; its subfiles are then queued in `pending_deletes` in the same transaction.
     pub fn unlink(&self, path: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_checked(path, None, &|_| false, now_ns)
+    }
+
+    /// `unlink` that keeps a file some client still has open (`is_open`) as an orphan.
+    pub fn unlink_keeping_open(
+        &self,
+        path: &str,
+        is_open: IsOpen<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_checked(path, None, is_open, now_ns)
+    }
+
+    /// Removes the name `path` only if it names entry `expected_id` (the undo of a failed
+    /// create); `NotFound` if it names something else, so no other file is ever removed.
+    pub fn unlink_id(
+        &self,
+        path: &str,
+        expected_id: u64,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_checked(path, Some(expected_id), &|_| false, now_ns)
+    }
+
+    fn unlink_checked(
+        &self,
+        path: &str,
+        expected_id: Option<u64>,
+        is_open: IsOpen<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
         self.write(|tables| {
             let place = locate(tables, path)?;
             let id = place.child.ok_or_else(|| not_found(path))?;
+            if expected_id.is_some_and(|expected| expected != id) {
+                return Err(not_found(path));
+            }
             let inode = tables.load(id)?;
             if inode.is_directory() {
                 return Err(NamespaceError::IsADirectory { path: path.into() });
             }
             tables.remove_dirent(place.parent, place.name)?;
             adjust_dir(tables, place.parent, Change::Removed, false, now_ns)?;
-            drop_link(tables, id, inode, now_ns)
+            drop_link(tables, id, inode, is_open, now_ns)
         })
     }
 
@@ -46,10 +112,44 @@ impl Namespace {
     /// its own subtree. If `from` and `to` already name the same inode nothing changes.
     /// Returns the record of a replaced file that lost its last link.
     pub fn rename(&self, from: &str, to: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
+        self.rename_with(from, to, Replace::Allowed(&|_| false), now_ns)
+    }
+
+    /// `rename` that keeps a replaced file some client still has open (`is_open`) as an orphan.
+    pub fn rename_keeping_open(
+        &self,
+        from: &str,
+        to: &str,
+        is_open: IsOpen<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.rename_with(from, to, Replace::Allowed(is_open), now_ns)
+    }
+
+    /// `rename` that never replaces: `AlreadyExists` if `to` names anything, decided in the
+    /// same transaction as the move (`RENAME_NOREPLACE`).
+    pub fn rename_no_replace(&self, from: &str, to: &str, now_ns: TimeNs) -> Result<(), NamespaceError> {
+        self.rename_with(from, to, Replace::Refused, now_ns).map(|_| ())
+    }
+
+    fn rename_with(
+        &self,
+        from: &str,
+        to: &str,
+        replace_mode: Replace<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
         self.write(|tables| {
             let source = locate(tables, from)?;
             let moved = source.child.ok_or_else(|| not_found(from))?;
             let dest = locate(tables, to)?;
+            let is_open = match replace_mode {
+                Replace::Allowed(is_open) => is_open,
+                Replace::Refused if dest.child.is_some() => {
+                    return Err(NamespaceError::AlreadyExists { path: to.into() })
+                }
+                Replace::Refused => &|_| false,
+            };
             if dest.child == Some(moved) {
                 return Ok(None);
             }
@@ -61,7 +161,7 @@ impl Namespace {
                 )));
             }
             let replaced = match dest.child {
-                Some(old) => replace(tables, &dest, old, is_dir, to, now_ns)?,
+                Some(old) => replace(tables, &dest, old, is_dir, to, is_open, now_ns)?,
                 None => None,
             };
             tables.remove_dirent(source.parent, source.name)?;
@@ -75,6 +175,14 @@ impl Namespace {
     }
 }
 
+/// Whether a rename may replace what its destination names.
+enum Replace<'a> {
+    /// It may; a replaced file still open somewhere becomes an orphan.
+    Allowed(IsOpen<'a>),
+    /// `RENAME_NOREPLACE`.
+    Refused,
+}
+
 fn not_found(path: &str) -> NamespaceError {
     NamespaceError::NotFound { path: path.into() }
 }
@@ -86,6 +194,7 @@ fn replace(
     old: u64,
     moving_dir: bool,
     to: &str,
+    is_open: IsOpen<'_>,
     now_ns: TimeNs,
 ) -> Result<Option<FileRecord>, NamespaceError> {
     let old_inode = tables.load(old)?;
@@ -102,7 +211,7 @@ fn replace(
         (false, false) => {
             tables.remove_dirent(dest.parent, dest.name)?;
             adjust_dir(tables, dest.parent, Change::Removed, false, now_ns)?;
-            drop_link(tables, old, old_inode, now_ns)
+            drop_link(tables, old, old_inode, is_open, now_ns)
         }
     }
 }

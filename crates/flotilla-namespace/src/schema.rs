@@ -11,6 +11,9 @@ pub(crate) const PENDING_DELETES: TableDefinition<(u64, u64, u32), ()> =
     TableDefinition::new("pending_deletes");
 /// Target id → target record (see `target_record.rs`).
 pub(crate) const TARGETS: TableDefinition<u64, &[u8]> = TableDefinition::new("targets");
+/// File id → nothing: files whose last name is gone while a client still has them open
+/// (their inode stays, with nlink 0, until the metadata service releases them).
+pub(crate) const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
 /// Counter name → value.
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 

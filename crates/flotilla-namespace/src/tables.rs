@@ -8,7 +8,7 @@
 use crate::entry::FileRecord;
 use crate::error::NamespaceError;
 use crate::record::Inode;
-use crate::schema::{COUNTERS, DIRENTS, INODES, PENDING_DELETES, ROOT_ID, TARGETS};
+use crate::schema::{COUNTERS, DIRENTS, INODES, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS};
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, Table, WriteTransaction};
 use std::ops::Bound;
 
@@ -119,6 +119,7 @@ pub(crate) struct WriteTables<'txn> {
     pub(crate) pending: Table<'txn, (u64, u64, u32), ()>,
     pub(crate) targets: Table<'txn, u64, &'static [u8]>,
     pub(crate) counters: Table<'txn, &'static str, u64>,
+    pub(crate) orphans: Table<'txn, u64, ()>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -129,6 +130,7 @@ impl<'txn> WriteTables<'txn> {
             pending: txn.open_table(PENDING_DELETES)?,
             targets: txn.open_table(TARGETS)?,
             counters: txn.open_table(COUNTERS)?,
+            orphans: txn.open_table(ORPHANS)?,
         })
     }
 

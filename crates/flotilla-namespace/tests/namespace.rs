@@ -405,3 +405,73 @@ fn grow_size_never_shrinks_and_layout_changes_only_when_empty() {
     assert!(ns.set_file_layout(file.id, Layout::Explicit, 14).is_err(), "a file with data keeps its layout");
     assert_eq!(ns.get(file.id).unwrap().file.unwrap().layout, hash);
 }
+
+#[test]
+fn rename_no_replace_refuses_an_existing_target_and_changes_nothing() {
+    let (_dir, _path, ns) = fresh();
+    let a = ns.create_file("/a", &spec(1), &live(2), 1).unwrap();
+    let b = ns.create_file("/b", &spec(1), &live(2), 2).unwrap();
+    let error = ns.rename_no_replace("/a", "/b", 3).unwrap_err();
+    assert!(matches!(error, NamespaceError::AlreadyExists { .. }), "{error}");
+    assert_eq!(ns.lookup("/a").unwrap().id, a.id, "source untouched");
+    assert_eq!(ns.lookup("/b").unwrap().id, b.id, "target untouched");
+
+    ns.rename_no_replace("/a", "/c", 4).unwrap();
+    assert_eq!(ns.lookup("/c").unwrap().id, a.id);
+    assert!(matches!(ns.lookup("/a"), Err(NamespaceError::NotFound { .. })));
+}
+
+#[test]
+fn unlink_id_removes_only_the_named_entry() {
+    let (_dir, _path, ns) = fresh();
+    let first = ns.create_file("/f", &spec(1), &live(1), 1).unwrap();
+    ns.unlink("/f", 2).unwrap();
+    let second = ns.create_file("/f", &spec(1), &live(1), 3).unwrap();
+    let error = ns.unlink_id("/f", first.id, 4).unwrap_err();
+    assert!(matches!(error, NamespaceError::NotFound { .. }), "{error}");
+    assert_eq!(ns.lookup("/f").unwrap().id, second.id, "another file at the path is kept");
+    ns.unlink_id("/f", second.id, 5).unwrap();
+    assert!(matches!(ns.lookup("/f"), Err(NamespaceError::NotFound { .. })));
+}
+
+#[test]
+fn an_open_file_that_loses_its_last_name_is_kept_until_released() {
+    let (_dir, path, ns) = fresh();
+    let file = ns.create_file("/tmpfile", &spec(2), &live(2), 1).unwrap();
+    let open = |id: u64| id == file.id;
+
+    // Phase: unlinked while open: the name goes, the inode and the data stay.
+    assert_eq!(ns.unlink_keeping_open("/tmpfile", &open, 2).unwrap(), None);
+    assert!(matches!(ns.lookup("/tmpfile"), Err(NamespaceError::NotFound { .. })));
+    let orphan = ns.get(file.id).unwrap();
+    assert_eq!(orphan.attrs.nlink, 0);
+    assert!(ns.pending_deletes(TargetId(10), 10).unwrap().is_empty(), "nothing deleted while open");
+    assert_eq!(ns.orphans(10).unwrap(), vec![file.id]);
+
+    // Phase: the orphan survives a restart of the service.
+    drop(ns);
+    let ns = Namespace::open(&path).unwrap();
+    assert_eq!(ns.orphans(10).unwrap(), vec![file.id]);
+
+    // Phase: released (last close): inode gone, subfiles queued, released only once.
+    assert!(ns.release_orphan(file.id).unwrap());
+    assert!(!ns.release_orphan(file.id).unwrap());
+    assert!(ns.get(file.id).is_err());
+    let queued: usize = [10, 20].iter().map(|t| ns.pending_deletes(TargetId(*t), 10).unwrap().len()).sum();
+    assert_eq!(queued, 2, "both subfiles queued for deletion");
+}
+
+#[test]
+fn a_file_renamed_over_while_open_is_kept_and_a_closed_one_is_not() {
+    let (_dir, _path, ns) = fresh();
+    let old = ns.create_file("/old", &spec(1), &live(1), 1).unwrap();
+    ns.create_file("/new", &spec(1), &live(1), 2).unwrap();
+    let open = |id: u64| id == old.id;
+    assert_eq!(ns.rename_keeping_open("/new", "/old", &open, 3).unwrap(), None);
+    assert_eq!(ns.get(old.id).unwrap().attrs.nlink, 0, "replaced file kept for its open handle");
+    assert_eq!(ns.orphans(10).unwrap(), vec![old.id]);
+
+    let other = ns.create_file("/x", &spec(1), &live(1), 4).unwrap();
+    let replaced = ns.rename_keeping_open("/old", "/x", &open, 5).unwrap();
+    assert_eq!(replaced.map(|r| r.id.0), Some(other.id), "a file nobody has open is deleted");
+}

@@ -156,6 +156,35 @@ pub enum MetaRequest {
         path: String,
         layout: Option<Layout>,
     },
+    /// Removes the name `path` only if it still names entry `id` (undo of a failed create:
+    /// never removes a file someone else put there).
+    UnlinkId {
+        path: String,
+        id: u64,
+    },
+    /// `rename(2)` with `RENAME_NOREPLACE`: fails with `AlreadyExists` if `to` exists,
+    /// checked in the same transaction as the move.
+    RenameNoReplace {
+        from: String,
+        to: String,
+    },
+    /// Client `session` opened file `id`: until it closes it (or its lease runs out), the
+    /// file outlives the loss of its last name. Replies with the entry.
+    Opened {
+        session: u64,
+        id: u64,
+    },
+    /// Client `session` closed one handle on file `id`.
+    Closed {
+        session: u64,
+        id: u64,
+    },
+    /// Renews client `session`'s lease on its open files, naming them all (so a restarted
+    /// metadata service learns them again).
+    KeepOpen {
+        session: u64,
+        files: Vec<u64>,
+    },
 }
 
 /// A reply from the metadata service.

@@ -7,6 +7,9 @@
 //! - `write_at` writes every byte or fails; it never leaves a short write unreported.
 //! - After `allocate(offset, length, ..)` succeeded, writes inside that range cannot fail for
 //!   lack of space.
+//! - Beside the data, a fork keeps one checksum entry (`u32`) per checksum block, addressed by
+//!   block index; entries never written read as 0. `sync_data` makes data and entries
+//!   durable together. The backend stores entries; it never computes or checks them.
 
 use std::fmt;
 use std::io;
@@ -27,7 +30,22 @@ pub trait ForkBackend: Send + Sync + fmt::Debug {
     /// Sets the fork's size, dropping data past it or adding zeros.
     fn set_size(&self, size_bytes: u64) -> io::Result<()>;
 
-    /// Makes written data durable.
+    /// Reads the entries of checksum blocks `first_block..first_block + entries.len()`;
+    /// entries never written (past the end of the checksum file) read as 0.
+    fn read_checksums(&self, first_block: u64, entries: &mut [u32]) -> io::Result<()>;
+
+    /// Writes the entries of checksum blocks starting at `first_block`.
+    fn write_checksums(&self, first_block: u64, entries: &[u32]) -> io::Result<()>;
+
+    /// Reserves space in the checksum store for bytes `offset_bytes..offset_bytes +
+    /// length_bytes` of it (entry `i` lies at byte `4 * i`) without changing its size, so
+    /// writing those entries back cannot fail for lack of space.
+    fn allocate_checksums(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()>;
+
+    /// Keeps only the entries of the first `blocks` checksum blocks.
+    fn truncate_checksums(&self, blocks: u64) -> io::Result<()>;
+
+    /// Makes written data and checksum entries durable.
     fn sync_data(&self) -> io::Result<()>;
 
     /// The fork's size on the medium.

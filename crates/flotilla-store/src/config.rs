@@ -33,6 +33,8 @@ pub struct StoreConfig {
     /// `flush_aged` also writes back the oldest dirty blocks while the cache holds more dirty
     /// bytes than this, until it holds at most half of it.
     pub dirty_bytes_high_max: u64,
+    /// Most fdatasyncs `sync_many` and `flush_all` run at once (one thread each).
+    pub sync_threads_max: usize,
 }
 
 impl Default for StoreConfig {
@@ -47,6 +49,7 @@ impl Default for StoreConfig {
             fd_cache_max: 256,
             fork_bytes_max: 1 << 50,
             dirty_bytes_high_max: 32 << 20,
+            sync_threads_max: 16,
         }
     }
 }
@@ -96,6 +99,9 @@ impl StoreConfig {
         let bad = |name, reason: String| Err(StoreError::BadConfig { name, reason });
         if self.disk_queue_max == 0 {
             return bad("disk_queue_max", "must be at least 1".into());
+        }
+        if self.sync_threads_max == 0 {
+            return bad("sync_threads_max", "must be at least 1".into());
         }
         if self.fd_cache_max == 0 {
             return bad("fd_cache_max", "must be at least 1".into());

@@ -13,6 +13,8 @@
 //! Invariants: the queue holds at most `queue_ops_max` operations (submitters block);
 //! after `shutdown` no operation is accepted, the queue is drained, and the thread exits.
 
+use crate::backend::ForkBackend;
+use crate::checksum;
 use crate::completion::Completion;
 use crate::disk_queue::{DiskQueue, QueueKey, QueuedOp, Run};
 use crate::error::StoreError;
@@ -185,26 +187,86 @@ fn block_offset(shared: &DiskShared, block: u64) -> u64 {
 
 fn read_run(shared: &DiskShared, run: Run<DiskOp>) {
     let fork = run.blocks[0][0].fork.clone();
-    let last_block = run.first.block + run.blocks.len() as u64 - 1;
-    let action = || format!("read blocks {}..={last_block} of {fork}", run.first.block);
-    let result = fork.backend().map_err(|error| failure_from(action(), &error)).and_then(|backend| {
-        let mut guards: Vec<_> = run.blocks.iter().map(|ops| shared.pool.write(ops[0].slot)).collect();
-        let mut buffers: Vec<&mut [u8]> = guards.iter_mut().map(|guard| guard.as_mut_slice()).collect();
-        let offset = block_offset(shared, run.first.block);
-        backend.read_at(offset, &mut buffers).map_err(|error| SlotFailure::new(action(), &error))
-    });
-    if let Ok(bytes) = &result {
-        bump(&shared.counters.disk_reads, 1);
-        bump(&shared.counters.disk_read_blocks, run.blocks.len() as u64);
-        bump(&shared.counters.disk_read_bytes, *bytes as u64);
-    }
-    for ops in &run.blocks {
+    let result = load_run(shared, &fork, &run);
+    for (index, ops) in run.blocks.iter().enumerate() {
         debug_assert!(ops.iter().all(|op| op.slot == ops[0].slot));
         match &result {
-            Ok(_) => shared.pool.mark_ready(ops[0].slot),
+            Ok(verdicts) => match &verdicts[index] {
+                None => shared.pool.mark_ready(ops[0].slot),
+                Some(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
+            },
             Err(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
         }
     }
+}
+
+/// Reads the run's blocks into their slots and checks them against their checksums; returns,
+/// per block, the checksum failure if it has one.
+fn load_run(
+    shared: &DiskShared,
+    fork: &Arc<Fork>,
+    run: &Run<DiskOp>,
+) -> Result<Vec<Option<SlotFailure>>, SlotFailure> {
+    let last_block = run.first.block + run.blocks.len() as u64 - 1;
+    let action = || format!("read blocks {}..={last_block} of {fork}", run.first.block);
+    let backend = fork.backend().map_err(|error| failure_from(action(), &error))?;
+    let mut guards: Vec<_> = run.blocks.iter().map(|ops| shared.pool.write(ops[0].slot)).collect();
+    let offset = block_offset(shared, run.first.block);
+    let mut buffers: Vec<&mut [u8]> = guards.iter_mut().map(|guard| guard.as_mut_slice()).collect();
+    let bytes = backend.read_at(offset, &mut buffers).map_err(|error| SlotFailure::new(action(), &error))?;
+    drop(buffers);
+    bump(&shared.counters.disk_reads, 1);
+    bump(&shared.counters.disk_read_blocks, run.blocks.len() as u64);
+    bump(&shared.counters.disk_read_bytes, bytes as u64);
+    let slices: Vec<&[u8]> = guards.iter().map(|guard| guard.as_slice()).collect();
+    let span = ReadSpan { offset, below_end_bytes: bytes as u64 };
+    verify_blocks(shared, fork, backend.as_ref(), span, &slices)
+}
+
+/// Where a run was read and how much of it lay below the end of the fork on disk.
+#[derive(Clone, Copy, Debug)]
+struct ReadSpan {
+    offset: u64,
+    below_end_bytes: u64,
+}
+
+/// Checks each checksum block of `blocks` (cache blocks read from `span.offset`) that lies
+/// below the end of the fork; past the end, bytes are zeros the medium never held.
+fn verify_blocks(
+    shared: &DiskShared,
+    fork: &Fork,
+    backend: &dyn ForkBackend,
+    span: ReadSpan,
+    blocks: &[&[u8]],
+) -> Result<Vec<Option<SlotFailure>>, SlotFailure> {
+    let checksum_bytes = fork.target().checksum_block_bytes() as usize;
+    let per_block = shared.pool.block_bytes() / checksum_bytes;
+    let mut entries = vec![0u32; blocks.len() * per_block];
+    let first_entry = span.offset / checksum_bytes as u64;
+    backend
+        .read_checksums(first_entry, &mut entries)
+        .map_err(|error| SlotFailure::new(format!("read checksums of {fork}"), &error))?;
+    let end = span.offset + span.below_end_bytes;
+    let mut verdicts = Vec::with_capacity(blocks.len());
+    for (index, block) in blocks.iter().enumerate() {
+        let mut verdict = None;
+        for (within, chunk) in block.chunks(checksum_bytes).enumerate() {
+            let entry = index * per_block + within;
+            let at = span.offset + (entry * checksum_bytes) as u64;
+            if at >= end {
+                break;
+            }
+            if let Err(computed) = checksum::block_matches(chunk, entries[entry]) {
+                bump(&shared.counters.checksum_errors, 1);
+                let mismatch = fork.mismatch(at, checksum_bytes as u64, entries[entry], computed);
+                tracing::error!(error = %mismatch.to_error(), "fork data failed its checksum");
+                verdict = Some(SlotFailure::checksum(mismatch));
+                break;
+            }
+        }
+        verdicts.push(verdict);
+    }
+    Ok(verdicts)
 }
 
 fn write_run(shared: &DiskShared, run: Run<DiskOp>) {
@@ -240,8 +302,16 @@ fn write_blocks(shared: &DiskShared, fork: &Arc<Fork>, run: &Run<DiskOp>) -> Res
     }
     let bytes: usize = buffers.iter().map(|buffer| buffer.len()).sum();
     let offset = block_offset(shared, run.first.block);
+    let checksum_bytes = fork.target().checksum_block_bytes() as usize;
+    let mut entries = Vec::with_capacity(bytes.div_ceil(checksum_bytes));
+    for buffer in &buffers {
+        checksum::crcs_of(buffer, checksum_bytes, &mut entries);
+    }
     backend.write_at(offset, &buffers).map_err(|error| SlotFailure::new(action(), &error))?;
     fork.mark_unsynced();
+    backend
+        .write_checksums(offset / checksum_bytes as u64, &entries)
+        .map_err(|error| SlotFailure::new(format!("write checksums of {fork}"), &error))?;
     bump(&shared.counters.disk_writes, 1);
     bump(&shared.counters.disk_write_blocks, buffers.len() as u64);
     bump(&shared.counters.disk_write_bytes, bytes as u64);
@@ -249,5 +319,10 @@ fn write_blocks(shared: &DiskShared, fork: &Arc<Fork>, run: &Run<DiskOp>) -> Res
 }
 
 fn failure_from(action: String, error: &StoreError) -> SlotFailure {
-    SlotFailure { action, kind: error.io_kind().unwrap_or(io::ErrorKind::Other), message: error.to_string() }
+    SlotFailure {
+        action,
+        kind: error.io_kind().unwrap_or(io::ErrorKind::Other),
+        message: error.to_string(),
+        mismatch: None,
+    }
 }

@@ -59,6 +59,20 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "checksum mismatch in fork {fork:?} of subfile {file}:{subfile} on target {target} at \
+         offset {offset} ({length} bytes): stored CRC32C {stored:#010x}, data on disk has {computed:#010x}"
+    )]
+    ChecksumMismatch {
+        target: TargetId,
+        file: FileId,
+        subfile: SubfileIndex,
+        fork: String,
+        offset: u64,
+        length: u64,
+        stored: u32,
+        computed: u32,
+    },
     #[error("bad store configuration: {name} {reason}")]
     BadConfig { name: &'static str, reason: String },
     #[error("the store is shutting down")]
@@ -76,6 +90,35 @@ impl StoreError {
         match self {
             StoreError::Io { source, .. } => Some(source.kind()),
             _ => None,
+        }
+    }
+}
+
+/// A checksum mismatch found by a disk thread, kept (cloneable) in the failed cache slot
+/// until every waiter has turned it into `StoreError::ChecksumMismatch`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Mismatch {
+    pub target: TargetId,
+    pub file: FileId,
+    pub subfile: SubfileIndex,
+    pub fork: String,
+    pub offset: u64,
+    pub length: u64,
+    pub stored: u32,
+    pub computed: u32,
+}
+
+impl Mismatch {
+    pub(crate) fn to_error(&self) -> StoreError {
+        StoreError::ChecksumMismatch {
+            target: self.target,
+            file: self.file,
+            subfile: self.subfile,
+            fork: self.fork.clone(),
+            offset: self.offset,
+            length: self.length,
+            stored: self.stored,
+            computed: self.computed,
         }
     }
 }

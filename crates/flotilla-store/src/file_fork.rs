@@ -1,11 +1,13 @@
 //! The `dir` target kind's fork: a regular file, accessed with positioned vectored I/O
-//! (`preadv`/`pwritev`) so that a run of adjacent cache blocks moves in one system call.
+//! (`preadv`/`pwritev`) so that a run of adjacent cache blocks moves in one system call, and
+//! its checksum file: entry `i` (4 bytes, little-endian) at offset `4 * i`.
 //!
 //! Space is reserved with `fallocate` (`FALLOC_FL_KEEP_SIZE` when the size must not change);
 //! on a file system without `fallocate`, growing falls back to `posix_fallocate` and a
 //! reservation that keeps the size is skipped with a warning (writes may then hit ENOSPC).
 
 use crate::backend::ForkBackend;
+use crate::checksum::{self, CHECKSUM_ENTRY_BYTES};
 use rustix::fs::FallocateFlags;
 use rustix::io::Errno;
 use std::fs::{File, OpenOptions};
@@ -17,12 +19,14 @@ use std::path::Path;
 #[derive(Debug)]
 pub struct FileFork {
     file: File,
+    checksums: File,
     inode: u64,
 }
 
 impl FileFork {
-    /// Opens an existing fork file for reading and writing.
-    pub fn open(path: &Path) -> io::Result<FileFork> {
+    /// Opens an existing fork file for reading and writing, and its checksum file at
+    /// `checksum_path`, creating that one empty (all entries 0) if it is missing.
+    pub fn open(path: &Path, checksum_path: &Path) -> io::Result<FileFork> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         let metadata = file.metadata()?;
         if !metadata.is_file() {
@@ -31,7 +35,9 @@ impl FileFork {
                 format!("{path:?} is not a regular file"),
             ));
         }
-        Ok(FileFork { file, inode: metadata.ino() })
+        let checksums =
+            OpenOptions::new().read(true).write(true).create(true).truncate(false).open(checksum_path)?;
+        Ok(FileFork { file, checksums, inode: metadata.ino() })
     }
 
     /// Finishes a short vectored read buffer by buffer, starting after the `already` bytes
@@ -118,8 +124,48 @@ impl ForkBackend for FileFork {
         self.file.set_len(size_bytes)
     }
 
+    fn read_checksums(&self, first_block: u64, entries: &mut [u32]) -> io::Result<()> {
+        let mut bytes = vec![0u8; entries.len() * CHECKSUM_ENTRY_BYTES as usize];
+        let offset = checksum_offset(first_block)?;
+        let mut done = 0usize;
+        while done < bytes.len() {
+            match self.checksums.read_at(&mut bytes[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(count) => done += count,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+        }
+        checksum::decode(&bytes, entries);
+        Ok(())
+    }
+
+    fn write_checksums(&self, first_block: u64, entries: &[u32]) -> io::Result<()> {
+        self.checksums.write_all_at(&checksum::encode(entries), checksum_offset(first_block)?)
+    }
+
+    fn allocate_checksums(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        if length_bytes == 0 {
+            return Ok(());
+        }
+        match rustix::fs::fallocate(&self.checksums, FallocateFlags::KEEP_SIZE, offset_bytes, length_bytes) {
+            Ok(()) => Ok(()),
+            Err(Errno::OPNOTSUPP) => fallback_allocate(&self.checksums, offset_bytes, length_bytes, false),
+            Err(errno) => Err(errno.into()),
+        }
+    }
+
+    fn truncate_checksums(&self, blocks: u64) -> io::Result<()> {
+        self.checksums.set_len(checksum_offset(blocks)?)
+    }
+
     fn sync_data(&self) -> io::Result<()> {
-        self.file.sync_data()
+        let (data, checksums) = std::thread::scope(|scope| {
+            let checksums = scope.spawn(|| self.checksums.sync_data());
+            (self.file.sync_data(), checksums.join())
+        });
+        data?;
+        checksums.unwrap_or_else(|_| Err(io::Error::other("fdatasync of a checksum file panicked")))
     }
 
     fn size_bytes(&self) -> io::Result<u64> {
@@ -129,6 +175,13 @@ impl ForkBackend for FileFork {
     fn location(&self) -> u64 {
         self.inode
     }
+}
+
+/// Where a checksum block's entry lies in the checksum file.
+fn checksum_offset(block: u64) -> io::Result<u64> {
+    block
+        .checked_mul(CHECKSUM_ENTRY_BYTES)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "checksum block index overflows"))
 }
 
 fn fallback_allocate(file: &File, offset_bytes: u64, length_bytes: u64, grow_size: bool) -> io::Result<()> {
@@ -158,7 +211,7 @@ mod tests {
     fn fork_in(dir: &tempfile::TempDir) -> FileFork {
         let path = dir.path().join("data");
         File::create(&path).unwrap();
-        FileFork::open(&path).unwrap()
+        FileFork::open(&path, &dir.path().join("data.crc")).unwrap()
     }
 
     #[test]
@@ -173,6 +226,20 @@ mod tests {
         assert_eq!(got, 12);
         assert_eq!(&first, b"\0\0\0\0\0abcdefg");
         assert_eq!(second, [0u8; 8]);
+    }
+
+    #[test]
+    fn checksum_entries_round_trip_and_read_zero_past_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let fork = fork_in(&dir);
+        fork.write_checksums(2, &[7, 8]).unwrap();
+        let mut entries = [9u32; 6];
+        fork.read_checksums(0, &mut entries).unwrap();
+        assert_eq!(entries, [0, 0, 7, 8, 0, 0]);
+        fork.truncate_checksums(3).unwrap();
+        fork.read_checksums(0, &mut entries).unwrap();
+        assert_eq!(entries, [0, 0, 7, 0, 0, 0]);
+        fork.sync_data().unwrap();
     }
 
     #[test]

@@ -17,18 +17,23 @@
 //!   can wait for write-backs that others started before it fdatasyncs.
 
 use crate::backend::ForkBackend;
+use crate::checksum::{self, CHECKSUM_ENTRY_BYTES};
 use crate::disk_manager::DiskManager;
-use crate::error::{is_no_space, StoreError};
+use crate::error::{is_no_space, Mismatch, StoreError};
 use crate::fd_cache::FdCache;
 use crate::fork_ref::ForkRef;
 use crate::target::Target;
 use flotilla_types::{FileId, SubfileIndex};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::collections::HashSet;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Checksum file space is reserved in steps of this many bytes (1024 entries).
+const CHECKSUM_RESERVE_GRANULE_BYTES: u64 = 4096;
 
 static NEXT_FORK_SERIAL: AtomicU64 = AtomicU64::new(1);
 
@@ -38,8 +43,9 @@ pub(crate) struct ForkContext {
     pub target: Arc<Target>,
     pub disk: Arc<DiskManager>,
     pub fds: Arc<FdCache>,
-    /// Files of forks that went out of use with written data not yet fdatasynced.
-    pub unsynced_closed: Arc<Mutex<Vec<PathBuf>>>,
+    /// Files of forks that went out of use with written data not yet fdatasynced; a fork
+    /// opened again takes its path back (and starts unsynced), so its `sync` covers them.
+    pub unsynced_closed: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 /// A fork in use by the store.
@@ -53,6 +59,8 @@ pub(crate) struct Fork {
     context: ForkContext,
     size_bytes: AtomicU64,
     reserved_bytes: Mutex<u64>,
+    /// Dense prefix of the checksum file known to be allocated (bytes of that file).
+    checksums_reserved_bytes: Mutex<u64>,
     lock: RwLock<()>,
     removed: AtomicBool,
     backend: Mutex<Option<Arc<dyn ForkBackend>>>,
@@ -89,22 +97,25 @@ impl Fork {
     ) -> Result<Arc<Fork>, StoreError> {
         let size_bytes =
             backend.size_bytes().map_err(|error| StoreError::io(format!("stat {fork}"), error))?;
+        let path = context.target.fork_path(fork.file, fork.subfile, fork.fork);
+        let unsynced = context.unsynced_closed.lock().remove(&path);
         let opened = Arc::new(Fork {
             serial: NEXT_FORK_SERIAL.fetch_add(1, Ordering::Relaxed),
             file: fork.file,
             subfile: fork.subfile,
             name: fork.fork.to_string(),
-            path: context.target.fork_path(fork.file, fork.subfile, fork.fork),
+            path,
             location: backend.location(),
             context: context.clone(),
             size_bytes: AtomicU64::new(size_bytes),
             reserved_bytes: Mutex::new(size_bytes),
+            checksums_reserved_bytes: Mutex::new(0),
             lock: RwLock::new(()),
             removed: AtomicBool::new(false),
             backend: Mutex::new(None),
             writebacks: Mutex::new(0),
             writebacks_idle: Condvar::new(),
-            unsynced: AtomicBool::new(false),
+            unsynced: AtomicBool::new(unsynced),
         });
         context.fds.install(&opened, backend);
         Ok(opened)
@@ -146,6 +157,26 @@ impl Fork {
     /// Sets the logical size (truncate; caller holds the exclusive lock).
     pub(crate) fn set_size(&self, size_bytes: u64) {
         self.size_bytes.store(size_bytes, Ordering::Release);
+    }
+
+    /// Describes checksum block at `offset_bytes` failing its checksum.
+    pub(crate) fn mismatch(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        stored: u32,
+        computed: u32,
+    ) -> Mismatch {
+        Mismatch {
+            target: self.context.target.id(),
+            file: self.file,
+            subfile: self.subfile,
+            fork: self.name.clone(),
+            offset: offset_bytes,
+            length: length_bytes,
+            stored,
+            computed,
+        }
     }
 
     pub(crate) fn unknown(&self) -> StoreError {
@@ -225,10 +256,39 @@ impl Fork {
             other => other.map(|()| rounded_end),
         };
         let allocated_end = result.map_err(|error| self.space_error("reserve space for", error))?;
+        self.reserve_checksums(backend.as_ref(), span_start, allocated_end)?;
         if dense {
             *reserved = allocated_end;
         }
         Ok(true)
+    }
+
+    /// Reserves the checksum entries of fork bytes `start_bytes..end_bytes`, rounded out to
+    /// `CHECKSUM_RESERVE_GRANULE_BYTES` of the checksum file (one reservation covers many
+    /// appends), tracking a dense prefix as `reserve` does for data.
+    fn reserve_checksums(
+        &self,
+        backend: &dyn ForkBackend,
+        start_bytes: u64,
+        end_bytes: u64,
+    ) -> Result<(), StoreError> {
+        let checksum_bytes = self.context.target.checksum_block_bytes();
+        let granule = CHECKSUM_RESERVE_GRANULE_BYTES;
+        let start = (start_bytes / checksum_bytes * CHECKSUM_ENTRY_BYTES) / granule * granule;
+        let end = (end_bytes.div_ceil(checksum_bytes) * CHECKSUM_ENTRY_BYTES).next_multiple_of(granule);
+        let mut reserved = self.checksums_reserved_bytes.lock();
+        if end <= *reserved {
+            return Ok(());
+        }
+        let dense = start <= *reserved;
+        let from = if dense { *reserved } else { start };
+        backend
+            .allocate_checksums(from, end - from)
+            .map_err(|error| self.space_error("reserve checksum space for", error))?;
+        if dense {
+            *reserved = end;
+        }
+        Ok(())
     }
 
     /// Allocates `0..size_bytes` and grows the fork to that size (extend).
@@ -236,14 +296,54 @@ impl Fork {
         let mut reserved = self.reserved_bytes.lock();
         let backend = self.backend()?;
         backend.allocate(0, size_bytes, true).map_err(|error| self.space_error("extend", error))?;
+        self.reserve_checksums(backend.as_ref(), 0, size_bytes)?;
         *reserved = (*reserved).max(size_bytes);
         self.grow_size(size_bytes);
         Ok(())
     }
 
+    /// Sets the size on disk (truncate) and keeps the checksum entries right: a checksum block
+    /// the new end cuts gets its entry recomputed over what remains (only if it passed its
+    /// old checksum, so a corrupt block stays an error), and entries past the end are dropped.
+    pub(crate) fn truncate_on_disk(self: &Arc<Self>, size_bytes: u64) -> Result<(), StoreError> {
+        let backend = self.backend()?;
+        let fail = |what: &str, error| {
+            StoreError::io(format!("{what} {self} (truncate to {size_bytes} bytes)"), error)
+        };
+        let checksum_bytes = self.context.target.checksum_block_bytes();
+        let tail = (size_bytes % checksum_bytes) as usize;
+        let cut_block = size_bytes / checksum_bytes;
+        let disk_size = backend.size_bytes().map_err(|error| fail("stat", error))?;
+        let mut block = Vec::new();
+        if tail != 0 && size_bytes < disk_size {
+            block.resize(checksum_bytes as usize, 0);
+            backend
+                .read_at(cut_block * checksum_bytes, &mut [&mut block])
+                .map_err(|error| fail("read", error))?;
+            let mut stored = [0u32];
+            backend
+                .read_checksums(cut_block, &mut stored)
+                .map_err(|error| fail("read checksum of", error))?;
+            if checksum::block_matches(&block, stored[0]).is_err() {
+                block.clear();
+            }
+        }
+        backend.set_size(size_bytes).map_err(|error| fail("truncate", error))?;
+        if !block.is_empty() {
+            let entry = checksum::block_crc(&block[..tail], checksum_bytes as usize);
+            backend.write_checksums(cut_block, &[entry]).map_err(|error| fail("write checksum of", error))?;
+        }
+        let blocks = size_bytes.div_ceil(checksum_bytes);
+        backend.truncate_checksums(blocks).map_err(|error| fail("truncate checksums of", error))
+    }
+
     /// After a truncate: the reservation never exceeds what is allocated now.
     pub(crate) fn set_reserved(&self, reserved_bytes: u64) {
         *self.reserved_bytes.lock() = reserved_bytes;
+        let checksum_bytes = self.context.target.checksum_block_bytes();
+        let entries_end = reserved_bytes.div_ceil(checksum_bytes) * CHECKSUM_ENTRY_BYTES;
+        let mut checksums = self.checksums_reserved_bytes.lock();
+        *checksums = (*checksums).min(entries_end);
     }
 
     fn space_error(&self, action: &str, error: io::Error) -> StoreError {
@@ -273,8 +373,11 @@ impl Fork {
 
     /// Makes data written so far durable (fdatasync), if any was written since the last time.
     /// Returns whether it synced.
+    /// An earlier `Fork` of the same file that went out of use unsynced counts too (its drop
+    /// may race with this fork's open).
     pub(crate) fn sync_data(self: &Arc<Self>) -> Result<bool, StoreError> {
-        if !self.unsynced.swap(false, Ordering::AcqRel) {
+        let closed_unsynced = self.context.unsynced_closed.lock().remove(&self.path);
+        if !self.unsynced.swap(false, Ordering::AcqRel) && !closed_unsynced {
             return Ok(false);
         }
         let result = self.backend().and_then(|backend| {
@@ -299,7 +402,7 @@ impl Drop for Fork {
     fn drop(&mut self) {
         self.context.fds.forget(self);
         if self.unsynced.load(Ordering::Acquire) && !self.removed.load(Ordering::Acquire) {
-            self.context.unsynced_closed.lock().push(self.path.clone());
+            self.context.unsynced_closed.lock().insert(self.path.clone());
         }
     }
 }

@@ -15,6 +15,10 @@
 //! - `target` / [`ForkBackend`] — the on-disk layout and raw block I/O; the `dir` kind is
 //!   [`FileFork`], the `sim` kind [`SimFork`] (a `FileFork` timed as a 1990s disk:
 //!   `sim_model`, `sim_disk`, `sim_target`). Formats are described in `docs/target-format.md`.
+//! - `checksum` — per-block CRC32C of fork data: computed by the disk thread on write-back,
+//!   stored in each fork's checksum file, checked right after every read from disk.
+//! - `crash_fork` (feature `test-support`) — `CrashDisk`/`CrashFork`, the `crash:DIR` kind:
+//!   fork bytes in memory with a seeded power loss that drops or tears unsynced writes.
 //!
 //! Limits: cache memory (`cache_capacity_bytes`), disk queue (`disk_queue_max`), coalesced
 //! transfer (`disk_run_bytes_max`), open files (`fd_cache_max`), fork size
@@ -22,8 +26,11 @@
 
 mod backend;
 mod block_cache;
+mod checksum;
 mod completion;
 mod config;
+#[cfg(feature = "test-support")]
+mod crash_fork;
 mod disk_manager;
 mod disk_queue;
 mod error;
@@ -51,7 +58,10 @@ mod window;
 mod writeback;
 
 pub use backend::ForkBackend;
+pub use checksum::CHECKSUM_ENTRY_BYTES;
 pub use config::{StoreConfig, BLOCK_BYTES_MAX, BLOCK_BYTES_MIN, CACHE_BLOCKS_MIN};
+#[cfg(feature = "test-support")]
+pub use crash_fork::{CrashDisk, CrashFork, PowerLossReport, CRASH_SECTOR_BYTES};
 pub use error::StoreError;
 pub use extent::Extent;
 pub use file_fork::FileFork;
@@ -62,5 +72,8 @@ pub use sim_model::{PublishedFigures, SimModel, SimModelError, SIM_SECTOR_BYTES}
 pub use sim_target::{TargetKind, TargetSpec, SIM_REGIONS_MAX, SIM_REGION_BYTES_MIN};
 pub use stats::StoreStats;
 pub use store::Store;
-pub use target::{Target, TargetUsage, DEFAULT_FORK_NAME, SUBFILES_DIR_NAME};
-pub use target_id_file::{TARGET_FORMAT_VERSION, TARGET_ID_FILE_NAME};
+pub use target::{Target, TargetUsage, CHECKSUMS_DIR_NAME, DEFAULT_FORK_NAME, SUBFILES_DIR_NAME};
+pub use target_id_file::{
+    CHECKSUM_BLOCK_BYTES_DEFAULT, CHECKSUM_BLOCK_BYTES_MAX, CHECKSUM_BLOCK_BYTES_MIN, TARGET_FORMAT_VERSION,
+    TARGET_ID_FILE_NAME,
+};

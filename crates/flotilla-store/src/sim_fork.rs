@@ -23,8 +23,8 @@ pub struct SimFork {
 }
 
 impl SimFork {
-    pub(crate) fn open(path: &Path, disk: Arc<SimTarget>) -> io::Result<SimFork> {
-        let file = FileFork::open(path)?;
+    pub(crate) fn open(path: &Path, checksum_path: &Path, disk: Arc<SimTarget>) -> io::Result<SimFork> {
+        let file = FileFork::open(path, checksum_path)?;
         let region_start = disk.region(file.location(), file.size_bytes()?);
         Ok(SimFork { file, disk, region_start })
     }
@@ -49,6 +49,22 @@ impl ForkBackend for SimFork {
 
     fn set_size(&self, size_bytes: u64) -> io::Result<()> {
         self.file.set_size(size_bytes)
+    }
+
+    fn read_checksums(&self, first_block: u64, entries: &mut [u32]) -> io::Result<()> {
+        self.file.read_checksums(first_block, entries)
+    }
+
+    fn write_checksums(&self, first_block: u64, entries: &[u32]) -> io::Result<()> {
+        self.file.write_checksums(first_block, entries)
+    }
+
+    fn allocate_checksums(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        self.file.allocate_checksums(offset_bytes, length_bytes)
+    }
+
+    fn truncate_checksums(&self, blocks: u64) -> io::Result<()> {
+        self.file.truncate_checksums(blocks)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -76,10 +92,13 @@ mod tests {
         let (first_path, second_path) = (dir.path().join("a"), dir.path().join("b"));
         std::fs::File::create(&first_path).unwrap();
         std::fs::File::create(&second_path).unwrap();
-        let first = SimFork::open(&first_path, disk.clone()).unwrap();
-        let second = SimFork::open(&second_path, disk.clone()).unwrap();
+        let first = SimFork::open(&first_path, &dir.path().join("a.crc"), disk.clone()).unwrap();
+        let second = SimFork::open(&second_path, &dir.path().join("b.crc"), disk.clone()).unwrap();
         assert!(second.location() > first.location());
-        assert_eq!(SimFork::open(&first_path, disk).unwrap().location(), first.location());
+        assert_eq!(
+            SimFork::open(&first_path, &dir.path().join("a.crc"), disk).unwrap().location(),
+            first.location()
+        );
         first.write_at(4096, &[b"hello", b" disk"]).unwrap();
         let mut buffer = [0u8; 12];
         assert_eq!(first.read_at(4094, &mut [&mut buffer]).unwrap(), 12);

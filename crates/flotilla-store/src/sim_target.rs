@@ -38,6 +38,10 @@ pub enum TargetKind {
     Dir,
     /// Forks are files in a directory, timed as on a simulated disk of this model.
     Sim(SimModel),
+    /// Tests only (`crash:DIR`, feature `test-support`): the namespace lives in `DIR`, fork
+    /// bytes in memory with a simulated power loss (see `CrashDisk`).
+    #[cfg(feature = "test-support")]
+    Crash,
 }
 
 /// A parsed target spec: its kind and its directory.
@@ -56,6 +60,10 @@ impl TargetSpec {
         };
         if let Some(dir) = text.strip_prefix("dir:") {
             return Ok(TargetSpec { kind: TargetKind::Dir, dir: dir.into() });
+        }
+        #[cfg(feature = "test-support")]
+        if let Some(dir) = text.strip_prefix("crash:") {
+            return Ok(TargetSpec { kind: TargetKind::Crash, dir: dir.into() });
         }
         let Some(rest) = text.strip_prefix("sim:") else {
             return Ok(TargetSpec { kind: TargetKind::Dir, dir: spec.to_path_buf() });

@@ -13,7 +13,7 @@
 //! - Readiness only moves forward (`LOADING` -> `READY`/`FAILED`) until the cache reassigns
 //!   the slot, which it does only when nobody holds it.
 
-use crate::error::StoreError;
+use crate::error::{Mismatch, StoreError};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::io;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -28,14 +28,29 @@ pub(crate) struct SlotFailure {
     pub action: String,
     pub kind: io::ErrorKind,
     pub message: String,
+    /// Set when the block was read but failed its checksum.
+    pub mismatch: Option<Box<Mismatch>>,
 }
 
 impl SlotFailure {
     pub(crate) fn new(action: String, error: &io::Error) -> Self {
-        Self { action, kind: error.kind(), message: error.to_string() }
+        Self { action, kind: error.kind(), message: error.to_string(), mismatch: None }
+    }
+
+    /// A block whose bytes did not match their stored checksum.
+    pub(crate) fn checksum(mismatch: Mismatch) -> Self {
+        Self {
+            action: String::new(),
+            kind: io::ErrorKind::InvalidData,
+            message: String::new(),
+            mismatch: Some(Box::new(mismatch)),
+        }
     }
 
     pub(crate) fn to_error(&self) -> StoreError {
+        if let Some(mismatch) = &self.mismatch {
+            return mismatch.to_error();
+        }
         StoreError::io(self.action.clone(), io::Error::new(self.kind, self.message.clone()))
     }
 }

@@ -27,6 +27,8 @@ pub struct StoreStats {
     pub reservations: u64,
     /// fdatasync calls.
     pub disk_syncs: u64,
+    /// Checksum blocks read from disk whose bytes did not match their stored CRC32C.
+    pub checksum_errors: u64,
     pub read_requests: u64,
     pub read_bytes: u64,
     pub write_requests: u64,
@@ -52,6 +54,7 @@ impl StoreStats {
             disk_write_bytes: self.disk_write_bytes.saturating_sub(earlier.disk_write_bytes),
             reservations: self.reservations.saturating_sub(earlier.reservations),
             disk_syncs: self.disk_syncs.saturating_sub(earlier.disk_syncs),
+            checksum_errors: self.checksum_errors.saturating_sub(earlier.checksum_errors),
             read_requests: self.read_requests.saturating_sub(earlier.read_requests),
             read_bytes: self.read_bytes.saturating_sub(earlier.read_bytes),
             write_requests: self.write_requests.saturating_sub(earlier.write_requests),
@@ -76,6 +79,7 @@ pub(crate) struct Counters {
     pub disk_write_bytes: AtomicU64,
     pub reservations: AtomicU64,
     pub disk_syncs: AtomicU64,
+    pub checksum_errors: AtomicU64,
     pub read_requests: AtomicU64,
     pub read_bytes: AtomicU64,
     pub write_requests: AtomicU64,
@@ -103,6 +107,7 @@ impl Counters {
             disk_write_bytes: get(&self.disk_write_bytes),
             reservations: get(&self.reservations),
             disk_syncs: get(&self.disk_syncs),
+            checksum_errors: get(&self.checksum_errors),
             read_requests: get(&self.read_requests),
             read_bytes: get(&self.read_bytes),
             write_requests: get(&self.write_requests),

@@ -5,8 +5,9 @@
 //! write that grows a fork reserves the space first, so it either fails with nothing applied
 //! or is applied and its later write-back cannot run out of space.
 //!
-//! Durability: writes land in the buffer cache; `sync` (one fork) and `flush_all` (everything)
-//! write dirty blocks back and fdatasync. `flush_aged` writes back without syncing. Dropping
+//! Durability: writes land in the buffer cache; `sync` (one fork), `sync_many` (several, the
+//! fdatasyncs overlapped) and `flush_all` (everything) write dirty blocks back and fdatasync
+//! data and checksum files. `flush_aged` writes back without syncing. Dropping
 //! the store runs `flush_all` and logs a failure.
 
 use crate::block_cache::{BlockCache, Placement};
@@ -22,10 +23,12 @@ use crate::sim_target::TargetSpec;
 use crate::slot_pool::SlotPool;
 use crate::stats::{bump, Counters, StoreStats};
 use crate::target::{Target, TargetUsage};
+use crate::target_id_file::CHECKSUM_BLOCK_BYTES_DEFAULT;
 use crate::target_runtime::TargetRuntime;
 use crate::writeback::write_back;
 use flotilla_types::{FileId, SubfileIndex, TargetId};
 use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,7 +61,9 @@ impl Store {
         };
         let mut targets: Vec<TargetRuntime> = Vec::with_capacity(config.targets.len());
         for dir in &config.targets {
-            let target = Target::open_spec(&TargetSpec::parse(dir)?, config.init)?;
+            let new_checksum_block_bytes = config.block_bytes.min(CHECKSUM_BLOCK_BYTES_DEFAULT);
+            let target = Target::open_spec(&TargetSpec::parse(dir)?, config.init, new_checksum_block_bytes)?;
+            check_checksum_block(&config, &target)?;
             if let Some(other) = targets.iter().find(|other| other.target().id() == target.id()) {
                 return Err(StoreError::DuplicateTarget {
                     target: target.id(),
@@ -72,7 +77,7 @@ impl Store {
                 target: Arc::new(target),
                 disk,
                 fds: fds.clone(),
-                unsynced_closed: Arc::new(Mutex::new(Vec::new())),
+                unsynced_closed: Arc::new(Mutex::new(HashSet::new())),
             }));
         }
         Ok(Store {
@@ -215,10 +220,7 @@ impl Store {
             self.cache.pool().write(slot)[tail_start..].fill(0);
             self.cache.unpin_slot(slot);
         }
-        let backend = live.backend()?;
-        backend
-            .set_size(size_bytes)
-            .map_err(|error| StoreError::io(format!("truncate {live} to {size_bytes} bytes"), error))?;
+        live.truncate_on_disk(size_bytes)?;
         live.mark_unsynced();
         if size_bytes > old_size_bytes {
             return live.allocate_and_grow(size_bytes);
@@ -255,6 +257,52 @@ impl Store {
         Ok(())
     }
 
+    /// Makes several forks durable at once: writes back their dirty blocks in one batch (each
+    /// target's scheduler sorts them), then fdatasyncs their data and checksum files on up to
+    /// `sync_threads_max` threads at a time. Every fork is attempted; the first error is
+    /// returned. A fork that does not exist is an error (`UnknownFork`/`UnknownSubfile`).
+    pub fn sync_many(&self, forks: &[ForkRef<'_>]) -> Result<(), StoreError> {
+        let mut live: Vec<Arc<Fork>> = forks.iter().map(|fork| self.fork(fork)).collect::<Result<_, _>>()?;
+        // One lock per fork, always taken in serial order, so two calls cannot deadlock.
+        live.sort_unstable_by_key(|fork| fork.serial());
+        live.dedup_by_key(|fork| fork.serial());
+        let _guards: Vec<_> = live.iter().map(|fork| fork.lock_shared()).collect::<Result<_, _>>()?;
+        let mut items = Vec::new();
+        for fork in &live {
+            items.extend(self.cache.take_dirty(Some(fork.serial())));
+        }
+        write_back(&self.cache, items, Placement::Hot)?;
+        let results = self.sync_forks(&live);
+        results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+    }
+
+    /// fdatasyncs the forks (after their write-backs finished), overlapping the calls.
+    fn sync_forks(&self, forks: &[Arc<Fork>]) -> Vec<Result<(), StoreError>> {
+        let threads = self.config.sync_threads_max.max(1);
+        let mut results = Vec::with_capacity(forks.len());
+        for group in forks.chunks(threads) {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> =
+                    group.iter().map(|fork| scope.spawn(move || self.sync_one(fork))).collect();
+                for handle in handles {
+                    let result = handle.join().unwrap_or_else(|_| {
+                        Err(StoreError::io("fdatasync a fork", std::io::Error::other("sync thread panicked")))
+                    });
+                    results.push(result);
+                }
+            });
+        }
+        results
+    }
+
+    fn sync_one(&self, fork: &Arc<Fork>) -> Result<(), StoreError> {
+        fork.wait_writebacks_idle();
+        if fork.sync_data()? {
+            bump(&self.counters.disk_syncs, 1);
+        }
+        Ok(())
+    }
+
     /// Space used and free on a target's file system.
     pub fn usage(&self, target: TargetId) -> Result<TargetUsage, StoreError> {
         self.runtime(target)?.target().usage()
@@ -269,15 +317,17 @@ impl Store {
         write_back(&self.cache, items, Placement::Hot)
     }
 
-    /// Writes back every dirty block and fdatasyncs every fork written since its last sync
-    /// (for a clean shutdown).
+    /// Writes back every dirty block and fdatasyncs (data and checksums of) every fork
+    /// written since its last sync, overlapping the fdatasyncs; durable when it returns.
     pub fn flush_all(&self) -> Result<(), StoreError> {
         let items = self.cache.take_dirty(None);
         write_back(&self.cache, items, Placement::Hot)?;
+        let live: Vec<Arc<Fork>> = self.targets.iter().flat_map(TargetRuntime::live_forks).collect();
+        let first_error = self.sync_forks(&live).into_iter().find(Result::is_err);
         for runtime in &self.targets {
-            runtime.sync_all()?;
+            runtime.sync_closed()?;
         }
-        Ok(())
+        first_error.unwrap_or(Ok(()))
     }
 
     /// A snapshot of the counters.
@@ -290,10 +340,32 @@ impl Store {
         self.fds.open_count()
     }
 
+    /// Bytes covered by one checksum entry on a target.
+    pub fn checksum_block_bytes(&self, target: TargetId) -> Result<u64, StoreError> {
+        Ok(self.runtime(target)?.target().checksum_block_bytes())
+    }
+
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
         self.cache.check_invariants();
     }
+}
+
+/// The cache block must hold whole checksum blocks of every target.
+fn check_checksum_block(config: &StoreConfig, target: &Target) -> Result<(), StoreError> {
+    let checksum_block_bytes = target.checksum_block_bytes();
+    if config.block_bytes.is_multiple_of(checksum_block_bytes) {
+        return Ok(());
+    }
+    Err(StoreError::BadConfig {
+        name: "block_bytes",
+        reason: format!(
+            "({}) must be a multiple of the checksum block ({checksum_block_bytes} bytes) of target {} at {:?}",
+            config.block_bytes,
+            target.id(),
+            target.dir()
+        ),
+    })
 }
 
 impl Drop for Store {

@@ -5,6 +5,8 @@
 //! - `<dir>/flotilla-target` — the id file (`target_id_file`).
 //! - `<dir>/subfiles/<file id as 016x>.<subfile index>/` — one directory per subfile.
 //! - `<subfile dir>/<fork name>` — one regular file per fork.
+//! - `<dir>/checksums/<file id as 016x>.<subfile index>/<fork name>` — each fork's checksum
+//!   file (a parallel tree, so no fork name can collide with a checksum file).
 //!
 //! This type only touches the file system namespace (directories, fork files, statvfs); block
 //! I/O goes through a [`ForkBackend`], and caching and locking live in the store. Every
@@ -15,7 +17,7 @@ use crate::error::StoreError;
 use crate::file_fork::FileFork;
 use crate::sim_fork::SimFork;
 use crate::sim_target::{SimTarget, TargetKind, TargetSpec};
-use crate::target_id_file;
+use crate::target_id_file::{self, TargetIdentity, CHECKSUM_BLOCK_BYTES_DEFAULT};
 use flotilla_types::{FileId, SubfileIndex, TargetId};
 use std::fs;
 use std::io;
@@ -24,6 +26,8 @@ use std::sync::Arc;
 
 /// Name of the directory holding the subfiles.
 pub const SUBFILES_DIR_NAME: &str = "subfiles";
+/// Name of the directory holding the forks' checksum files.
+pub const CHECKSUMS_DIR_NAME: &str = "checksums";
 /// The fork every new subfile starts with.
 pub const DEFAULT_FORK_NAME: &str = "data";
 
@@ -38,40 +42,92 @@ pub struct TargetUsage {
 #[derive(Debug)]
 pub struct Target {
     id: TargetId,
+    checksum_block_bytes: u64,
     dir: PathBuf,
     subfiles_dir: PathBuf,
+    checksums_dir: PathBuf,
     kind: TargetKind,
     sim: Option<Arc<SimTarget>>,
+    #[cfg(feature = "test-support")]
+    crash: Option<crate::crash_fork::CrashHandle>,
 }
 
 impl Target {
     /// Opens the target in `dir`, writing its id file first if there is none and `init`.
+    /// A new target gets `CHECKSUM_BLOCK_BYTES_DEFAULT`.
     pub fn open(dir: &Path, init: bool) -> Result<Target, StoreError> {
-        Target::open_spec(&TargetSpec { kind: TargetKind::Dir, dir: dir.to_path_buf() }, init)
+        let spec = TargetSpec { kind: TargetKind::Dir, dir: dir.to_path_buf() };
+        Target::open_spec(&spec, init, CHECKSUM_BLOCK_BYTES_DEFAULT)
     }
 
-    /// Opens the target a spec names (`DIR`, `dir:DIR` or `sim:MODEL:DIR`).
-    pub fn open_spec(spec: &TargetSpec, init: bool) -> Result<Target, StoreError> {
+    /// Opens the target a spec names (`DIR`, `dir:DIR` or `sim:MODEL:DIR`). A target created
+    /// here (`init`) gets checksum blocks of `new_checksum_block_bytes`; an existing one keeps
+    /// what its id file says.
+    pub fn open_spec(
+        spec: &TargetSpec,
+        init: bool,
+        new_checksum_block_bytes: u64,
+    ) -> Result<Target, StoreError> {
         let dir = spec.dir.as_path();
         if !dir.is_dir() {
             return Err(StoreError::TargetMissing { dir: dir.to_path_buf() });
         }
-        let id = match target_id_file::read(dir)? {
-            Some(id) => id,
+        let identity = match target_id_file::read(dir)? {
+            Some(identity) => identity,
             None if init => {
-                let id = target_id_file::random_id();
-                target_id_file::write(dir, id)?;
-                id
+                let identity = TargetIdentity {
+                    id: target_id_file::random_id(),
+                    checksum_block_bytes: new_checksum_block_bytes,
+                };
+                target_id_file::write(dir, identity)?;
+                identity
             }
             None => return Err(StoreError::TargetNotInitialized { dir: dir.to_path_buf() }),
         };
         let subfiles_dir = dir.join(SUBFILES_DIR_NAME);
         create_dir_if_missing(&subfiles_dir, dir)?;
+        let checksums_dir = dir.join(CHECKSUMS_DIR_NAME);
+        create_dir_if_missing(&checksums_dir, dir)?;
         let sim = match &spec.kind {
-            TargetKind::Dir => None,
             TargetKind::Sim(model) => Some(Arc::new(SimTarget::new(model.clone()))),
+            _ => None,
         };
-        Ok(Target { id, dir: dir.to_path_buf(), subfiles_dir, kind: spec.kind.clone(), sim })
+        Ok(Target {
+            id: identity.id,
+            checksum_block_bytes: identity.checksum_block_bytes,
+            dir: dir.to_path_buf(),
+            subfiles_dir,
+            checksums_dir,
+            kind: spec.kind.clone(),
+            sim,
+            #[cfg(feature = "test-support")]
+            crash: match &spec.kind {
+                TargetKind::Crash => Some(crate::crash_fork::CrashHandle::attach(dir)),
+                _ => None,
+            },
+        })
+    }
+
+    /// Bytes covered by one checksum entry, fixed when the target was created.
+    pub fn checksum_block_bytes(&self) -> u64 {
+        self.checksum_block_bytes
+    }
+
+    /// The checksum file of a fork.
+    pub fn checksum_path(&self, file: FileId, subfile: SubfileIndex, fork: &str) -> PathBuf {
+        self.checksum_dir(file, subfile).join(fork)
+    }
+
+    fn checksum_dir(&self, file: FileId, subfile: SubfileIndex) -> PathBuf {
+        self.checksums_dir.join(format!("{:016x}.{}", file.0, subfile.0))
+    }
+
+    /// The checksum file that belongs to a fork file's path.
+    fn checksum_path_of(&self, fork_path: &Path) -> PathBuf {
+        match fork_path.strip_prefix(&self.subfiles_dir) {
+            Ok(relative) => self.checksums_dir.join(relative),
+            Err(_) => fork_path.with_extension("crc"),
+        }
     }
 
     pub fn kind(&self) -> &TargetKind {
@@ -122,13 +178,31 @@ impl Target {
         }
         let data = dir.join(DEFAULT_FORK_NAME);
         fs::File::create(&data).map_err(|error| self.namespace_error("create fork", &data, error))?;
+        self.create_checksum_dir(file, subfile)?;
         target_id_file::sync_dir(&dir)?;
         target_id_file::sync_dir(&self.subfiles_dir)
+    }
+
+    /// Creates the subfile's checksum directory (its files are created when forks open).
+    fn create_checksum_dir(&self, file: FileId, subfile: SubfileIndex) -> Result<(), StoreError> {
+        let dir = self.checksum_dir(file, subfile);
+        match fs::create_dir(&dir) {
+            Ok(()) => target_id_file::sync_dir(&self.checksums_dir),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            Err(error) => Err(self.namespace_error("create checksum directory", &dir, error)),
+        }
     }
 
     /// Removes the subfile's directory and every fork in it.
     pub(crate) fn remove_subfile(&self, file: FileId, subfile: SubfileIndex) -> Result<(), StoreError> {
         let dir = self.subfile_dir(file, subfile);
+        self.forget_crash_images(&dir);
+        let checksums = self.checksum_dir(file, subfile);
+        match fs::remove_dir_all(&checksums) {
+            Ok(()) => target_id_file::sync_dir(&self.checksums_dir)?,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(self.namespace_error("remove checksum directory", &checksums, error)),
+        }
         match fs::remove_dir_all(&dir) {
             Ok(()) => target_id_file::sync_dir(&self.subfiles_dir),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Err(self.unknown_subfile(file, subfile)),
@@ -164,6 +238,13 @@ impl Target {
         fork: &str,
     ) -> Result<(), StoreError> {
         let path = self.fork_path(file, subfile, fork);
+        self.forget_crash_images(&path);
+        let checksums = self.checksum_path(file, subfile, fork);
+        match fs::remove_file(&checksums) {
+            Ok(()) => target_id_file::sync_dir(&self.checksum_dir(file, subfile))?,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(self.namespace_error("remove checksum file", &checksums, error)),
+        }
         match fs::remove_file(&path) {
             Ok(()) => target_id_file::sync_dir(&self.subfile_dir(file, subfile)),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Err(self.missing(file, subfile, fork)),
@@ -220,10 +301,27 @@ impl Target {
     }
 
     fn open_backend(&self, path: &Path) -> io::Result<Arc<dyn ForkBackend>> {
+        fs::metadata(path)?;
+        let checksum_path = self.checksum_path_of(path);
+        if let Some(parent) = checksum_path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        #[cfg(feature = "test-support")]
+        if let Some(crash) = &self.crash {
+            return Ok(Arc::new(crash.open(path)));
+        }
         Ok(match &self.sim {
-            None => Arc::new(FileFork::open(path)?),
-            Some(disk) => Arc::new(SimFork::open(path, disk.clone())?),
+            None => Arc::new(FileFork::open(path, &checksum_path)?),
+            Some(disk) => Arc::new(SimFork::open(path, &checksum_path, disk.clone())?),
         })
+    }
+
+    /// Forgets the in-memory images of forks at or below `path` (crash kind only).
+    fn forget_crash_images(&self, _path: &Path) {
+        #[cfg(feature = "test-support")]
+        if let Some(crash) = &self.crash {
+            crash.forget(_path);
+        }
     }
 
     /// Space used and free on the target's file system.
@@ -292,6 +390,7 @@ mod tests {
         target.create_subfile(file, subfile).unwrap();
         target.create_subfile(file, subfile).unwrap();
         assert!(dir.path().join("subfiles/00000000000000ab.3/data").is_file());
+        assert!(dir.path().join("checksums/00000000000000ab.3").is_dir());
         target.create_fork(file, subfile, "index").unwrap();
         assert!(matches!(target.create_fork(file, subfile, "index"), Err(StoreError::ForkExists { .. })));
         let names: Vec<String> =

@@ -44,16 +44,12 @@ impl TargetRuntime {
         self.forks.lock().all()
     }
 
-    /// fdatasyncs every fork written since its last sync: those in use and those that went
-    /// out of use meanwhile.
-    pub(crate) fn sync_all(&self) -> Result<(), StoreError> {
-        for fork in self.live_forks() {
-            fork.wait_writebacks_idle();
-            fork.sync_data()?;
-        }
+    /// fdatasyncs (data and checksums of) every fork that went out of use with written data
+    /// not yet synced.
+    pub(crate) fn sync_closed(&self) -> Result<(), StoreError> {
         let closed = std::mem::take(&mut *self.context.unsynced_closed.lock());
         for path in closed {
-            match std::fs::File::open(&path).and_then(|file| file.sync_data()) {
+            match self.target().reopen_fork(&path).and_then(|backend| backend.sync_data()) {
                 Ok(()) => {}
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                 Err(error) => return Err(StoreError::io(format!("fdatasync {path:?}"), error)),

@@ -11,8 +11,13 @@ use std::time::{Duration, Instant};
 
 pub const FLOTILLA: &str = env!("CARGO_BIN_EXE_flotilla");
 
-/// Fast heartbeats so that down servers are noticed quickly.
-const CONFIG: &str = "[meta]\nheartbeat_ms = 200\ndown_after_ms = 1000\n\n[server]\nheartbeat_ms = 200\n";
+/// Fast heartbeats so that down servers are noticed quickly; `meta_extra` adds lines to the
+/// `[meta]` table.
+fn config_text(meta_extra: &str) -> String {
+    format!(
+        "[meta]\nheartbeat_ms = 200\ndown_after_ms = 1000\n{meta_extra}\n\n[server]\nheartbeat_ms = 200\n"
+    )
+}
 
 pub struct Process {
     pub child: Child,
@@ -63,8 +68,13 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(servers: usize) -> Cluster {
+        Cluster::start_with(servers, "")
+    }
+
+    /// A cluster whose metadata service also gets the settings in `meta_extra` (TOML lines).
+    pub fn start_with(servers: usize, meta_extra: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("temporary folder");
-        std::fs::write(dir.path().join("flotilla.toml"), CONFIG).expect("write config");
+        std::fs::write(dir.path().join("flotilla.toml"), config_text(meta_extra)).expect("write config");
         let mut cluster = Cluster { dir, meta: None, servers: Vec::new() };
         cluster.start_meta("127.0.0.1:0");
         for index in 0..servers {

@@ -1,0 +1,130 @@
+//! File lifetimes with real processes: what a failed create may undo, and layouts that no
+//! create could satisfy.
+
+mod common;
+
+use common::{random_bytes, Cluster};
+use flotilla_client::{CreateOptions, ErrorCode, Layout};
+
+/// A non-exclusive create of an existing file whose subfile cannot be reached fails, and the
+/// existing file (its name, id and bytes) is kept: the undo removes only what the call made.
+#[test]
+fn failed_create_never_removes_an_existing_file() {
+    let mut cluster = Cluster::start(2);
+    let client = cluster.client();
+    let options = CreateOptions { subfiles: 2, ..Default::default() };
+    let file = client.create("/kept", &options).expect("create");
+    let data = random_bytes(7, 300_000);
+    file.write_at(0, &data).expect("write");
+    file.sync().expect("sync");
+    file.close().expect("close");
+    let before = client.stat("/kept").expect("stat");
+
+    // Phase: one server of the file is gone (SIGKILL); the create cannot reach it.
+    cluster.servers[1].take().expect("server 1").kill();
+    let again = CreateOptions { subfiles: 2, exclusive: false, ..Default::default() };
+    let outcome = client.create("/kept", &again);
+    assert!(
+        outcome.is_err(),
+        "create with a subfile's server down should fail, got {:?}",
+        outcome.map(|f| f.id())
+    );
+
+    // Phase: the file is still there, the same file, with its size.
+    let after = client.stat("/kept").expect("the existing file must survive a failed create");
+    assert_eq!(after.id, before.id, "the name must still name the same file");
+    assert_eq!(after.attrs.size_bytes, data.len() as u64);
+
+    // Phase: with the server back, the bytes read back exactly.
+    cluster.servers[1] = Some(cluster.start_server(1));
+    cluster.wait_up(2);
+    let reopened = client.open("/kept").expect("open");
+    let mut back = vec![0u8; data.len()];
+    reopened.read_at(0, &mut back).expect("read");
+    assert!(back == data, "bytes of the existing file changed");
+}
+
+/// A new file whose subfile cannot be created is removed again (no half-made file).
+#[test]
+fn failed_exclusive_create_leaves_no_entry() {
+    let mut cluster = Cluster::start(2);
+    let client = cluster.client();
+    cluster.servers[0].take().expect("server 0").kill();
+    let options = CreateOptions { subfiles: 2, ..Default::default() };
+    assert!(client.create("/half", &options).is_err(), "create needs both servers");
+    let error = client.stat("/half").expect_err("the half-made file must be gone");
+    assert_eq!(error.code(), Some(ErrorCode::NotFound), "{error}");
+}
+
+/// A default layout asking for more subfiles than the cluster has targets is refused when it
+/// is set, and creates in that directory keep working.
+#[test]
+fn unsatisfiable_layouts_are_refused_when_set() {
+    let cluster = Cluster::start(2);
+    let client = cluster.client();
+    client.mkdir("/d", 0o755).expect("mkdir");
+    let wide = Layout::Stripe { unit_bytes: 1, count: 99_999 };
+    let error = client.set_layout("/d", Some(wide)).expect_err("99999 subfiles on 2 targets");
+    assert_eq!(error.code(), Some(ErrorCode::InvalidArgument), "{error}");
+    assert!(error.to_string().contains("99999 subfiles"), "message names the count: {error}");
+
+    let options = CreateOptions { subfiles: 0, layout: Some(wide), ..Default::default() };
+    let error = client.create("/d/f", &options).expect_err("create with an unsatisfiable layout");
+    assert_eq!(error.code(), Some(ErrorCode::InvalidArgument), "{error}");
+
+    let fits = Layout::Stripe { unit_bytes: 4096, count: 2 };
+    client.set_layout("/d", Some(fits)).expect("a layout that fits");
+    let file =
+        client.create("/d/g", &CreateOptions { subfiles: 0, ..Default::default() }).expect("create in /d");
+    assert_eq!(file.subfile_count(), 2);
+}
+
+/// Through the library: a file unlinked by another client stays readable and writable
+/// through the handle that has it open, and is deleted after the handle is dropped.
+#[test]
+fn library_handles_keep_an_unlinked_file_alive() {
+    let cluster = Cluster::start_with(2, "open_lease_ms = 3000");
+    // Past the start-up grace period (one lease), in which any unlinked file is kept.
+    std::thread::sleep(std::time::Duration::from_millis(3200));
+    let holder = cluster.client();
+    let other = cluster.client();
+    let data = random_bytes(5, 1 << 20);
+    let file = holder.create("/t", &CreateOptions { subfiles: 2, ..Default::default() }).unwrap();
+    file.write_at(0, &data).unwrap();
+    file.flush().unwrap();
+    other.remove("/t").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(file.read_at(0, &mut back).unwrap(), data.len());
+    assert!(back == data, "bytes of the unlinked file changed");
+    file.write_at(10, b"more").unwrap();
+    file.flush().expect("size publish on an unlinked file");
+    let mut four = [0u8; 4];
+    file.read_at(10, &mut four).unwrap();
+    assert_eq!(&four, b"more");
+    let id = file.id();
+    drop(file);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while other.stat_id(id).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "orphan never released after close");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Right after the metadata service restarts (SIGKILL), a create waits for the servers to
+/// register again (the recovery window) instead of failing with ENOSPC, and places the file
+/// on every target as before.
+#[test]
+fn creates_right_after_a_meta_restart_wait_for_the_servers() {
+    let mut cluster = Cluster::start(3);
+    let listen = cluster.meta_addr();
+    cluster.meta.take().expect("meta").kill();
+    cluster.start_meta(&listen);
+    let client = cluster.client();
+    let file = client
+        .create("/after-restart", &CreateOptions { subfiles: 0, ..Default::default() })
+        .expect("create during the recovery window");
+    assert_eq!(file.subfile_count(), 3, "one subfile per remembered target");
+    file.write_at(0, b"hello").unwrap();
+    file.close().unwrap();
+}
