@@ -34,6 +34,20 @@ pub struct MetaConfig {
     /// After a restart, a create waits up to this long for the targets the namespace
     /// remembers to register again before it fails for want of live targets.
     pub recovery_window_ms: u64,
+    /// Memory all connections' incoming frames may hold at once: a frame reserves the length
+    /// its header claims before its bytes are read, and keeps it until its reply is written.
+    pub frame_bytes_in_memory_max: u64,
+    /// A connection silent this long with nothing in flight is closed.
+    pub idle_timeout_ms: u64,
+    /// A frame must arrive whole within this long of its first byte.
+    pub frame_read_timeout_ms: u64,
+    /// A reply that cannot be written within this long (peer not reading) drops the
+    /// connection and releases what its requests hold.
+    pub reply_stall_ms_max: u64,
+    /// TCP keepalive: idle time before the first probe.
+    pub keepalive_idle_ms: u64,
+    /// Connections served at once from one peer IP address.
+    pub connections_per_peer_max: usize,
 }
 
 impl Default for MetaConfig {
@@ -51,6 +65,12 @@ impl Default for MetaConfig {
             open_files_per_session_max: 65_536,
             open_sessions_max: 16_384,
             recovery_window_ms: 10_000,
+            frame_bytes_in_memory_max: 64 << 20,
+            idle_timeout_ms: 600_000,
+            frame_read_timeout_ms: 30_000,
+            reply_stall_ms_max: 30_000,
+            keepalive_idle_ms: 60_000,
+            connections_per_peer_max: 1024,
         }
     }
 }

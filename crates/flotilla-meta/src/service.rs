@@ -12,8 +12,8 @@ use anyhow::Context;
 use bytes::BytesMut;
 use flotilla_namespace::Namespace;
 use flotilla_proto::{
-    decode_body, encode_body, read_frame, write_frame, ErrorCode, FrameError, MetaReply, MetaRequest,
-    WireError,
+    decode_body, encode_body, read_frame_bounded, write_frame, ErrorCode, FrameBudget, FrameError, MetaReply,
+    MetaRequest, ReadBounds, WireError,
 };
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// Name of the namespace database inside the data directory.
 pub const NAMESPACE_FILE: &str = "namespace.redb";
@@ -73,45 +73,80 @@ impl MetaService {
     }
 }
 
+/// What every connection of the service shares: its limits and its frame memory budget.
+struct ConnectionLimits {
+    requests_max: usize,
+    read_bounds: ReadBounds,
+    budget: FrameBudget,
+    reply_stall: Duration,
+}
+
+impl ConnectionLimits {
+    fn new(config: &MetaConfig) -> ConnectionLimits {
+        ConnectionLimits {
+            requests_max: config.connection_requests_max.max(1),
+            read_bounds: ReadBounds {
+                frame_bytes_max: config.frame_bytes_max,
+                idle_timeout: Duration::from_millis(config.idle_timeout_ms.max(1)),
+                frame_timeout: Duration::from_millis(config.frame_read_timeout_ms.max(1)),
+            },
+            budget: FrameBudget::new(config.frame_bytes_in_memory_max),
+            reply_stall: Duration::from_millis(config.reply_stall_ms_max.max(1)),
+        }
+    }
+}
+
 async fn accept_loop(listener: &TcpListener, state: &Arc<State>, config: &MetaConfig) {
-    let (requests_max, frame_bytes_max) = (config.connection_requests_max.max(1), config.frame_bytes_max);
-    flotilla_rpc::accept_loop(listener, config.connections_max, |stream| {
-        serve_connection(stream, state.clone(), requests_max, frame_bytes_max)
+    let limits = Arc::new(ConnectionLimits::new(config));
+    let accept = flotilla_rpc::AcceptLimits {
+        connections_max: config.connections_max,
+        connections_per_peer_max: config.connections_per_peer_max,
+        keepalive_idle: Duration::from_millis(config.keepalive_idle_ms.max(1000)),
+    };
+    flotilla_rpc::accept_loop_limited(listener, accept, |stream| {
+        serve_connection(stream, state.clone(), limits.clone())
     })
     .await
 }
 
-type Outgoing = (u64, MetaReply);
+/// A reply with the frame memory its request held, released once the reply is written.
+type Outgoing = (u64, MetaReply, Option<OwnedSemaphorePermit>);
 
-async fn serve_connection(stream: TcpStream, state: Arc<State>, requests_max: usize, frame_bytes_max: u32) {
+async fn serve_connection(stream: TcpStream, state: Arc<State>, limits: Arc<ConnectionLimits>) {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
-    let (replies, queue) = mpsc::channel::<Outgoing>(requests_max);
-    let writer = tokio::spawn(write_replies(write_half, queue));
-    read_requests(read_half, state, replies, requests_max, frame_bytes_max).await;
-    let _ = writer.await;
+    let (replies, queue) = mpsc::channel::<Outgoing>(limits.requests_max);
+    let mut writer = tokio::spawn(write_replies(write_half, queue, limits.reply_stall));
+    // A writer that gives up (peer not reading) ends the reader too, releasing its memory.
+    tokio::select! {
+        _ = read_requests(read_half, state, replies, &limits) => { let _ = writer.await; }
+        _ = &mut writer => {}
+    }
 }
 
 async fn read_requests(
     mut read_half: OwnedReadHalf,
     state: Arc<State>,
     replies: mpsc::Sender<Outgoing>,
-    requests_max: usize,
-    frame_bytes_max: u32,
+    limits: &ConnectionLimits,
 ) {
-    let in_progress = Arc::new(Semaphore::new(requests_max));
+    let in_progress = Arc::new(Semaphore::new(limits.requests_max));
+    let (counted, requests_max) = (in_progress.clone(), limits.requests_max);
+    let busy = move || counted.available_permits() < requests_max;
     let mut buffer = BytesMut::new();
     loop {
-        let frame = match read_frame(&mut read_half, &mut buffer, frame_bytes_max).await {
-            Ok(frame) => frame,
+        let read = read_frame_bounded(&mut read_half, &mut buffer, limits.read_bounds, &limits.budget, &busy);
+        let (frame, memory) = match read.await {
+            Ok(read) => read,
             Err(FrameError::Closed) => return,
             Err(error) => {
                 let request_id = match &error {
                     FrameError::PayloadChecksum { request_id, .. } => *request_id,
                     _ => 0,
                 };
+                tracing::warn!(%error, "bad or late frame on a metadata connection");
                 let reply = MetaReply::Error(WireError::new(ErrorCode::Protocol, error.to_string()));
-                let _ = replies.send((request_id, reply)).await;
+                let _ = replies.send((request_id, reply, None)).await;
                 if error.breaks_stream() {
                     return;
                 }
@@ -122,7 +157,7 @@ async fn read_requests(
             Ok(request) => request,
             Err(error) => {
                 let reply = MetaReply::Error(WireError::new(ErrorCode::BadRequest, error.to_string()));
-                let _ = replies.send((frame.request_id, reply)).await;
+                let _ = replies.send((frame.request_id, reply, Some(memory))).await;
                 continue;
             }
         };
@@ -132,27 +167,38 @@ async fn read_requests(
             let reply = tokio::task::spawn_blocking(move || state.handle(request)).await;
             let reply =
                 reply.unwrap_or_else(|e| MetaReply::Error(WireError::new(ErrorCode::Io, e.to_string())));
-            let _ = replies.send((frame.request_id, reply)).await;
+            let _ = replies.send((frame.request_id, reply, Some(memory))).await;
             drop(permit);
         });
     }
 }
 
-async fn write_replies(write_half: OwnedWriteHalf, mut queue: mpsc::Receiver<Outgoing>) {
+async fn write_replies(
+    write_half: OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Outgoing>,
+    reply_stall: Duration,
+) {
     let mut writer = BufWriter::new(write_half);
     while let Some(first) = queue.recv().await {
         let mut next = Some(first);
-        while let Some((request_id, reply)) = next.take() {
+        while let Some((request_id, reply, _memory)) = next.take() {
             let written = match encode_body(&reply) {
-                Ok(body) => write_frame(&mut writer, request_id, &body, &[]).await,
-                Err(error) => Err(error),
+                Ok(body) => {
+                    tokio::time::timeout(reply_stall, write_frame(&mut writer, request_id, &body, &[])).await
+                }
+                Err(error) => Ok(Err(error)),
             };
-            if written.is_err() {
+            if !matches!(written, Ok(Ok(()))) {
+                tracing::warn!(
+                    ?reply_stall,
+                    "dropping metadata connection: reply not written in time or failed"
+                );
                 return;
             }
             next = queue.try_recv().ok();
         }
-        if writer.flush().await.is_err() {
+        if !matches!(tokio::time::timeout(reply_stall, writer.flush()).await, Ok(Ok(()))) {
+            tracing::warn!(?reply_stall, "dropping metadata connection: replies not flushed in time");
             return;
         }
     }

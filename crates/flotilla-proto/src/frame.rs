@@ -245,32 +245,54 @@ impl FrameBudget {
     }
 }
 
-/// Reads one frame from an untrusted peer: waits at most `idle_timeout` for its first byte,
-/// then reserves the payload length the header claims from `budget` (waiting while others
-/// hold it) BEFORE any buffer grows, then reads header and payload each within
-/// `frame_timeout`. The permit is returned with the frame; hold it until the reply is sent.
+/// Reads one frame from an untrusted peer. Waits for its first byte as long as `busy()`
+/// says requests are in flight, else at most `idle_timeout`. From that byte on, the whole
+/// frame must arrive within `frame_timeout`, including the wait for its memory: the payload
+/// length the header claims is reserved from `budget` BEFORE any buffer grows. The permit is
+/// returned with the frame; hold it until the reply is sent.
 pub async fn read_frame_bounded<R: AsyncRead + Unpin>(
     reader: &mut R,
     buffer: &mut BytesMut,
     bounds: ReadBounds,
     budget: &FrameBudget,
+    busy: &(dyn Fn() -> bool + Sync),
 ) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
     let mut header_bytes = [0u8; HEADER_BYTES];
-    let idle_ms = bounds.idle_timeout.as_millis() as u64;
-    tokio::time::timeout(bounds.idle_timeout, read_exact_or_closed(reader, &mut header_bytes[..1]))
-        .await
-        .map_err(|_| FrameError::IdleTimeout { ms: idle_ms })??;
+    wait_first_byte(reader, &mut header_bytes[..1], bounds.idle_timeout, busy).await?;
     let frame_ms = bounds.frame_timeout.as_millis() as u64;
-    let timed_out = |_| FrameError::FrameTimeout { ms: frame_ms };
-    tokio::time::timeout(bounds.frame_timeout, read_exact_or_closed(reader, &mut header_bytes[1..]))
+    tokio::time::timeout(bounds.frame_timeout, read_rest(reader, buffer, header_bytes, bounds, budget))
         .await
-        .map_err(timed_out)??;
+        .map_err(|_| FrameError::FrameTimeout { ms: frame_ms })?
+}
+
+async fn wait_first_byte<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    first: &mut [u8],
+    idle_timeout: Duration,
+    busy: &(dyn Fn() -> bool + Sync),
+) -> Result<(), FrameError> {
+    loop {
+        // Reading one byte is cancel-safe: it either arrived or it did not.
+        match tokio::time::timeout(idle_timeout, read_exact_or_closed(reader, first)).await {
+            Ok(outcome) => return outcome,
+            Err(_) if busy() => continue,
+            Err(_) => return Err(FrameError::IdleTimeout { ms: idle_timeout.as_millis() as u64 }),
+        }
+    }
+}
+
+async fn read_rest<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+    mut header_bytes: [u8; HEADER_BYTES],
+    bounds: ReadBounds,
+    budget: &FrameBudget,
+) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
+    read_exact_or_closed(reader, &mut header_bytes[1..]).await?;
     let header = FrameHeader::decode(&header_bytes, bounds.frame_bytes_max)?;
     let payload_bytes = u64::from(header.body_bytes) + u64::from(header.data_bytes);
     let permit = budget.take(budget.units(payload_bytes)).await?;
-    let frame = tokio::time::timeout(bounds.frame_timeout, read_payload(reader, buffer, &header))
-        .await
-        .map_err(timed_out)??;
+    let frame = read_payload(reader, buffer, &header).await?;
     Ok((frame, permit))
 }
 
@@ -404,7 +426,7 @@ mod tests {
         client.write_all(&header.encode()).await.unwrap();
         let budget = FrameBudget::new(64 << 20);
         let mut buffer = BytesMut::new();
-        let outcome = read_frame_bounded(&mut server, &mut buffer, bounds(), &budget).await;
+        let outcome = read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &|| false).await;
         assert!(matches!(outcome, Err(FrameError::FrameTimeout { ms: 200 })), "{outcome:?}");
         assert!(
             buffer.capacity() <= GROWTH_BYTES_MAX,
@@ -418,7 +440,8 @@ mod tests {
     async fn silence_between_frames_is_an_idle_timeout() {
         let (_client, mut server) = tokio::io::duplex(1 << 16);
         let budget = FrameBudget::new(1 << 20);
-        let outcome = read_frame_bounded(&mut server, &mut BytesMut::new(), bounds(), &budget).await;
+        let outcome =
+            read_frame_bounded(&mut server, &mut BytesMut::new(), bounds(), &budget, &|| false).await;
         assert!(matches!(outcome, Err(FrameError::IdleTimeout { ms: 200 })), "{outcome:?}");
     }
 
@@ -428,9 +451,39 @@ mod tests {
         write_frame(&mut wire, 9, b"body", &[7u8; 5000]).await.unwrap();
         let budget = FrameBudget::new(1 << 20);
         let (frame, permit) =
-            read_frame_bounded(&mut &wire[..], &mut BytesMut::new(), bounds(), &budget).await.unwrap();
+            read_frame_bounded(&mut &wire[..], &mut BytesMut::new(), bounds(), &budget, &|| false)
+                .await
+                .unwrap();
         assert_eq!((frame.request_id, frame.data.len()), (9, 5000));
         assert_eq!(permit.num_permits(), 5, "5004 bytes hold 5 KiB");
         assert_eq!(budget.kib.available_permits(), 1024 - 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_is_not_idle() {
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        let budget = FrameBudget::new(1 << 20);
+        let polls = std::sync::atomic::AtomicU32::new(0);
+        // Busy for the first three idle periods, then the frame arrives.
+        let busy = || polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3;
+        let send = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            write_frame(&mut client, 5, b"late", b"").await.unwrap();
+        };
+        let mut buffer = BytesMut::new();
+        let (outcome, ()) =
+            tokio::join!(read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &busy), send);
+        assert_eq!(outcome.expect("frame after a busy wait").0.request_id, 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_memory_counts_against_the_frame_timeout() {
+        let budget = FrameBudget::new(1 << 20);
+        let _held = budget.take(budget.kib_max).await.unwrap();
+        let mut wire = Vec::new();
+        write_frame(&mut wire, 9, b"body", &[7u8; 5000]).await.unwrap();
+        let outcome =
+            read_frame_bounded(&mut &wire[..], &mut BytesMut::new(), bounds(), &budget, &|| false).await;
+        assert!(matches!(outcome, Err(FrameError::FrameTimeout { ms: 200 })), "{outcome:?}");
     }
 }

@@ -100,8 +100,12 @@ impl Reader {
     async fn run(self, mut read_half: OwnedReadHalf) {
         let mut buffer = BytesMut::new();
         let budget = FrameBudget { kib: self.shared.memory.clone(), kib_max: self.shared.memory_units_max };
+        let (slots, queue_max) = (self.slots.clone(), self.shared.connection_queue_max);
+        let busy = move || slots.available_permits() < queue_max;
         loop {
-            match read_frame_bounded(&mut read_half, &mut buffer, self.shared.read_bounds, &budget).await {
+            let read =
+                read_frame_bounded(&mut read_half, &mut buffer, self.shared.read_bounds, &budget, &busy);
+            match read.await {
                 Ok((frame, held)) => {
                     if !self.accept(frame.request_id, &frame.body, frame.data, held).await {
                         return;
