@@ -139,6 +139,10 @@ async fn read_requests(
         let (frame, memory) = match read.await {
             Ok(read) => read,
             Err(FrameError::Closed) => return,
+            Err(FrameError::IdleTimeout { ms }) => {
+                tracing::debug!(ms, "closing an idle metadata connection");
+                return;
+            }
             Err(error) => {
                 let request_id = match &error {
                     FrameError::PayloadChecksum { request_id, .. } => *request_id,

@@ -112,6 +112,10 @@ impl Reader {
                     }
                 }
                 Err(FrameError::Closed) => return,
+                Err(FrameError::IdleTimeout { ms }) => {
+                    tracing::debug!(connection = self.id, ms, "closing an idle connection");
+                    return;
+                }
                 Err(FrameError::PayloadChecksum { request_id, computed, stored }) => {
                     let error = FrameError::PayloadChecksum { request_id, computed, stored };
                     self.refuse(request_id, ErrorCode::Protocol, error.to_string()).await;

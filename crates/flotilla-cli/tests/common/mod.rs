@@ -85,6 +85,22 @@ impl Cluster {
         cluster
     }
 
+    /// A cluster whose I/O servers also get the settings in `server_extra` (TOML lines
+    /// appended to the `[server]` table, the last one of the file).
+    pub fn start_with_server(servers: usize, meta_extra: &str, server_extra: &str) -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let text = format!("{}{server_extra}\n", config_text(meta_extra));
+        std::fs::write(dir.path().join("flotilla.toml"), text).expect("write config");
+        let mut cluster = Cluster { dir, meta: None, servers: Vec::new() };
+        cluster.start_meta("127.0.0.1:0");
+        for index in 0..servers {
+            let process = cluster.start_server(index);
+            cluster.servers.push(Some(process));
+        }
+        cluster.wait_up(servers);
+        cluster
+    }
+
     pub fn config(&self) -> PathBuf {
         self.dir.path().join("flotilla.toml")
     }
