@@ -419,4 +419,30 @@ mod tests {
         assert_eq!(fourth.read(&mut byte).await.unwrap(), 1, "slot not returned after close");
         server.abort();
     }
+
+    #[tokio::test]
+    async fn a_connect_that_hangs_fails_within_the_connect_timeout() {
+        // A listener that never accepts, with its accept queue filled: further SYNs are
+        // dropped, so a connect hangs.
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+        socket.listen(0).unwrap();
+        let addr = socket.local_addr().unwrap().as_socket().unwrap();
+        let mut fillers = Vec::new();
+        let config = ConnectionConfig { connect_timeout_ms: 300, ..ConnectionConfig::default() };
+        for _ in 0..8 {
+            match Connection::connect(&addr.to_string(), config).await {
+                Ok(connection) => fillers.push(connection),
+                Err(error) => {
+                    let text = error.to_string();
+                    assert!(
+                        text.contains("connect_timeout_ms") && text.contains(&addr.to_string()),
+                        "{text}"
+                    );
+                    return;
+                }
+            }
+        }
+        panic!("{} connects to a listener that never accepts all succeeded", fillers.len());
+    }
 }
