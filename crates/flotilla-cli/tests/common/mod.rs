@@ -73,16 +73,7 @@ impl Cluster {
 
     /// A cluster whose metadata service also gets the settings in `meta_extra` (TOML lines).
     pub fn start_with(servers: usize, meta_extra: &str) -> Cluster {
-        let dir = tempfile::tempdir().expect("temporary folder");
-        std::fs::write(dir.path().join("flotilla.toml"), config_text(meta_extra)).expect("write config");
-        let mut cluster = Cluster { dir, meta: None, servers: Vec::new() };
-        cluster.start_meta("127.0.0.1:0");
-        for index in 0..servers {
-            let process = cluster.start_server(index);
-            cluster.servers.push(Some(process));
-        }
-        cluster.wait_up(servers);
-        cluster
+        Cluster::start_with_server(servers, meta_extra, "")
     }
 
     /// A cluster whose I/O servers also get the settings in `server_extra` (TOML lines
