@@ -3,6 +3,7 @@
 
 use crate::core::{unexpected, Core, ServerConnection};
 use crate::error::ClientError;
+use crate::unstable::UnstableWrite;
 use bytes::Bytes;
 use flotilla_proto::{encode_body, ForkRef, IoReply, IoRequest};
 use flotilla_request::{Piece, Shape, ShapeLimits, Summary};
@@ -182,13 +183,19 @@ pub(crate) async fn write_shape(
             })
             .collect(),
     };
+    crate::commit::make_room(core, summary.total_bytes).await?;
     let server = &server;
     stream::iter(requests)
         .map(|(shape, bytes)| async move {
             let data = gather(&shape, bytes, buffer)?;
-            let request = IoRequest::Write { fork: fork.clone(), shape };
-            match core.io_call(server, &request, data, bytes).await? {
-                (IoReply::Done { bytes: written }, _) if written == bytes => Ok(()),
+            let request = IoRequest::Write { fork: fork.clone(), shape: shape.clone() };
+            match core.io_call(server, &request, data.clone(), bytes).await? {
+                (IoReply::Done { bytes: written }, _) if written == bytes => {
+                    let (fork, addr) = (fork.clone(), addr.to_string());
+                    let write = UnstableWrite { fork, addr, shape, data, epoch: server.epoch };
+                    core.unstable.lock().record(write);
+                    Ok(())
+                }
                 (other, _) => Err(unexpected("write", &other)),
             }
         })
