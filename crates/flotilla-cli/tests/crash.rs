@@ -270,32 +270,123 @@ fn write_one(client: &Client, path: &str, seed: u64, size: u64, dice: &mut Dice)
     file.close().map_err(|e| e.to_string())
 }
 
-/// The crash checker: three writers create, write and close files while a driver SIGKILLs an
-/// I/O server or the metadata service at random moments (at least 50 kills) and restarts it.
-/// Afterwards every file whose `close` returned Ok must have its size and every byte.
+/// A `flotilla mount` of the cluster, as its own process, that the checker kills and
+/// mounts again; `lock` is held for reading while a program writes through it, and for
+/// writing while it is unmounted and mounted again (so no write lands in the bare folder).
+struct CheckerMount {
+    dir: PathBuf,
+    process: Mutex<Option<common::Process>>,
+    lock: std::sync::RwLock<()>,
+}
+
+impl CheckerMount {
+    fn start(meta: &str, dir: PathBuf) -> CheckerMount {
+        fs::create_dir_all(&dir).expect("create mount point");
+        let mount = CheckerMount { dir, process: Mutex::new(None), lock: std::sync::RwLock::new(()) };
+        *mount.process.lock().expect("mount process") = Some(mount.mount(meta));
+        mount
+    }
+
+    fn mount(&self, meta: &str) -> common::Process {
+        let args = ["mount", "--meta", meta, common::path(&self.dir)];
+        let process = common::Process::start(&args, "mount").expect("start flotilla mount");
+        assert!(is_mounted(&self.dir), "{} is not mounted", self.dir.display());
+        process
+    }
+
+    /// SIGKILL the mount, detach it, mount again.
+    fn kill_and_remount(&self, meta: &str) {
+        if let Some(process) = self.process.lock().expect("mount process").take() {
+            process.kill();
+        }
+        let _unmounted = self.lock.write().expect("mount lock");
+        unmount(&self.dir);
+        *self.process.lock().expect("mount process") = Some(self.mount(meta));
+    }
+}
+
+impl Drop for CheckerMount {
+    fn drop(&mut self) {
+        if let Some(process) = self.process.lock().expect("mount process").take() {
+            process.kill();
+        }
+        unmount(&self.dir);
+    }
+}
+
+/// The crash checker's program writer: `dd conv=fsync` copies files of known content into
+/// the mount; a file is acknowledged when dd exits 0 (its fsync and close succeeded).
+fn mount_writer(
+    mount: Arc<CheckerMount>,
+    dir: PathBuf,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<(String, u64, u64)>>>,
+) {
+    let mut dice = Dice(seed ^ 0xdd);
+    let source = dir.join("source");
+    let mut number = 0;
+    while !stop.load(Ordering::Relaxed) {
+        number += 1;
+        let (file_seed, size) = (dice.next(), 1 + dice.below(2 << 20));
+        fs::write(&source, pattern(file_seed, 0, size as usize)).expect("write the source file");
+        let name = format!("m-{number}");
+        let copied = {
+            let _mounted = mount.lock.read().expect("mount lock");
+            Command::new("dd")
+                .arg(format!("if={}", source.display()))
+                .arg(format!("of={}", mount.dir.join(&name).display()))
+                .args(["bs=256k", "conv=fsync", "status=none"])
+                .stderr(Stdio::null())
+                .status()
+        };
+        match copied {
+            Ok(status) if status.success() => {
+                acked.lock().expect("acked").push((format!("/{name}"), file_seed, size))
+            }
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// The crash checker: three library writers and `dd` through a mount create, write and close
+/// files while a driver SIGKILLs an I/O server, the metadata service or the mount at random
+/// moments (at least 50 kills) and restarts it. Afterwards every file whose `close` (or dd's
+/// fsync and close) returned success must have its size and every byte.
 #[test]
 fn crash_checker_every_acknowledged_file_survives_50_kills() {
     let seed = seed_for("crash checker");
     let mut dice = Dice(seed);
     let mut cluster = Cluster::start_configured(3, "", CACHING_SERVERS);
     let meta = cluster.meta_addr();
+    let work = tempfile::tempdir().expect("temporary folder");
+    let mount = Arc::new(CheckerMount::start(&meta, work.path().join("mnt")));
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let writers: Vec<_> = (0..3)
+    let mut writers: Vec<_> = (0..3)
         .map(|writer| {
             let (meta, stop, acked) = (meta.clone(), stop.clone(), acked.clone());
             std::thread::spawn(move || checker_writer(meta, writer, seed, stop, acked))
         })
         .collect();
-    let (mut kills, mut meta_kills) = (0, 0);
+    writers.push({
+        let (mount, dir, stop, acked) =
+            (mount.clone(), work.path().to_path_buf(), stop.clone(), acked.clone());
+        std::thread::spawn(move || mount_writer(mount, dir, seed, stop, acked))
+    });
+    let (mut kills, mut meta_kills, mut mount_kills) = (0, 0, 0);
     while kills < 50 {
         std::thread::sleep(Duration::from_millis(50 + dice.below(250)));
-        if dice.below(4) == 0 {
-            kill_and_restart_meta(&mut cluster);
-            meta_kills += 1;
-        } else {
-            let index = dice.below(3) as usize;
-            kill_and_restart_server(&mut cluster, index);
+        match dice.below(8) {
+            0 | 1 => {
+                kill_and_restart_meta(&mut cluster);
+                meta_kills += 1;
+            }
+            2 => {
+                mount.kill_and_remount(&meta);
+                mount_kills += 1;
+            }
+            _ => kill_and_restart_server(&mut cluster, dice.below(3) as usize),
         }
         kills += 1;
     }
@@ -307,8 +398,12 @@ fn crash_checker_every_acknowledged_file_survives_50_kills() {
     }
     cluster.wait_up(3);
     let acked = acked.lock().expect("acked").clone();
-    println!("{kills} kills ({meta_kills} of the metadata service), {} files acknowledged", acked.len());
-    assert!(acked.len() >= 10, "too few files were acknowledged to check anything");
+    let through_mount = acked.iter().filter(|(path, _, _)| path.starts_with("/m-")).count();
+    println!(
+        "{kills} kills ({meta_kills} of the metadata service, {mount_kills} of the mount), {} files acknowledged ({through_mount} by dd through the mount)",
+        acked.len()
+    );
+    assert!(acked.len() >= 10 && through_mount >= 3, "too few files were acknowledged to check anything");
     let reader = cluster.client();
     let failures: Vec<String> =
         acked.iter().filter_map(|(path, seed, size)| verify(&reader, path, *seed, *size).err()).collect();
