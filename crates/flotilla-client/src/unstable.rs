@@ -10,6 +10,15 @@ use flotilla_request::Shape;
 use flotilla_types::FileId;
 use std::collections::{BTreeMap, HashSet};
 
+/// What one kept write costs besides its data (its fork, address, shape and map entry), so
+/// that many tiny writes are bounded by memory too, not only by data bytes.
+pub(crate) const WRITE_OVERHEAD_BYTES: u64 = 256;
+
+/// Memory one kept write is counted for.
+fn held_bytes(write: &UnstableWrite) -> u64 {
+    write.data.len() as u64 + WRITE_OVERHEAD_BYTES
+}
+
 /// One acknowledged, not yet durable write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct UnstableWrite {
@@ -32,7 +41,7 @@ pub(crate) struct UnstableLog {
 }
 
 impl UnstableLog {
-    /// Bytes of write data held.
+    /// Memory held: write data plus `WRITE_OVERHEAD_BYTES` per write.
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
@@ -41,7 +50,7 @@ impl UnstableLog {
     pub fn record(&mut self, write: UnstableWrite) -> u64 {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
-        self.bytes += write.data.len() as u64;
+        self.bytes += held_bytes(&write);
         self.writes.insert(sequence, write);
         sequence
     }
@@ -83,7 +92,7 @@ impl UnstableLog {
     /// A Sync of `fork`, sent when `up_to` was the newest sequence recorded, succeeded in
     /// `epoch`: every write of that fork recorded by then and acknowledged in that epoch is
     /// durable and is released. Writes from another epoch stay (they must be resent), and so do
-    /// writes recorded after the Sync was sent. Returns the bytes released.
+    /// writes recorded after the Sync was sent. Returns the memory released.
     pub fn synced(&mut self, fork: &ForkRef, epoch: u64, up_to: Option<u64>) -> u64 {
         let Some(up_to) = up_to else { return 0 };
         self.release(|sequence, w| sequence <= up_to && w.fork == *fork && w.epoch == epoch)
@@ -104,7 +113,7 @@ impl UnstableLog {
         self.writes.retain(|&sequence, w| {
             let dropped = drop(sequence, w);
             if dropped {
-                released += w.data.len() as u64;
+                released += held_bytes(w);
             }
             !dropped
         });
@@ -145,21 +154,22 @@ mod tests {
         let old = log.record(write(1, 0, 20, 4));
         log.record(write(1, 1, 30, 5));
         log.record(write(2, 0, 40, 5));
-        assert_eq!(log.bytes(), 100);
+        const O: u64 = WRITE_OVERHEAD_BYTES;
+        assert_eq!(log.bytes(), 100 + 4 * O);
         let newest = log.last_sequence();
         log.record(write(1, 0, 5, 5));
         // Sent before the newest write was recorded, the sync covers the first only.
-        assert_eq!(log.synced(&fork(1, 0), 5, Some(0)), 10);
+        assert_eq!(log.synced(&fork(1, 0), 5, Some(0)), 10 + O);
         assert_eq!(log.synced(&fork(1, 0), 5, newest), 0);
-        assert_eq!(log.synced(&fork(1, 0), 5, log.last_sequence()), 5);
-        assert_eq!(log.bytes(), 90);
+        assert_eq!(log.synced(&fork(1, 0), 5, log.last_sequence()), 5 + O);
+        assert_eq!(log.bytes(), 90 + 3 * O);
         // The write acknowledged in epoch 4 survives a sync in epoch 5: it must be resent.
         assert_eq!(log.of_file(FileId(1)).iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![old, 2]);
         log.resent(old, 5);
-        assert_eq!(log.synced(&fork(1, 0), 5, log.last_sequence()), 20);
+        assert_eq!(log.synced(&fork(1, 0), 5, log.last_sequence()), 20 + O);
         assert_eq!(log.forks(Some(FileId(1))), vec![(fork(1, 1), "server-1".to_string())]);
         log.forget_fork(&fork(1, 1));
-        assert_eq!(log.bytes(), 40);
+        assert_eq!(log.bytes(), 40 + O);
         assert_eq!(log.forks(None).len(), 1);
     }
 
@@ -188,7 +198,7 @@ mod tests {
                         }
                     }
                 }
-                let held: u64 = model.values().map(|w| w.data.len() as u64).sum();
+                let held: u64 = model.values().map(held_bytes).sum();
                 prop_assert_eq!(log.bytes(), held);
                 prop_assert_eq!(log.select(|_| true), model.iter().map(|(s, w)| (*s, w.clone())).collect::<Vec<_>>());
             }
