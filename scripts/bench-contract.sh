@@ -5,7 +5,9 @@
 # alternating binaries within every round so they see the same machine load:
 #   - fio: sequential 1 MiB writes through the mount, one file per job, 4 jobs;
 #   - IOR-style file per process through the library: 4 `flotilla put` processes at once,
-#     each storing its own file.
+#     each storing its own file;
+# and, for scale, the same fio job on the local disk under the targets, without and with
+# fsync before close (`--fsync_on_close=1`): what durability costs a local file system here.
 # Rates are end to end (wall clock from start to the last close returning), because the
 # contract moves work into close. Medians over ROUNDS rounds; the ratio is to the first binary.
 #
@@ -57,7 +59,20 @@ cleanup() {
 trap cleanup EXIT
 
 total_bytes=$((JOBS * SIZE_MB << 20))
+local_fio() {
+    rm -rf "$WORK/local" && mkdir -p "$WORK/local"
+    local t0 t1
+    t0=$(now)
+    fio --name=local --directory="$WORK/local" --numjobs=$JOBS --ioengine=psync --rw=write --bs=1m \
+        --size="${SIZE_MB}m" --group_reporting --output=/dev/null "$@"
+    t1=$(now)
+    rate "$total_bytes" "$t0" "$t1"
+}
+
 for round in $(seq 1 "$ROUNDS"); do
+    echo "local fio $(local_fio)" >> "$WORK/results/rates"
+    echo "local-fsync fio $(local_fio --fsync_on_close=1)" >> "$WORK/results/rates"
+    rm -rf "$WORK/local"
     index=0
     for bin in "$@"; do
         LAST_BIN=$bin
@@ -90,6 +105,10 @@ done
 
 echo "# $JOBS jobs x $SIZE_MB MiB, $ROUNDS rounds, medians (MB/s), ratio to the first binary"
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for side in local local-fsync; do
+    m=$(awk -v i="$side" '$1 == i { print $3 }' "$WORK/results/rates" | median)
+    echo "fio	$side disk	median $m"
+done
 for workload in fio put; do
     first=""
     index=0

@@ -14,6 +14,8 @@ use crate::unstable::UnstableWrite;
 use bytes::Bytes;
 use flotilla_proto::{ErrorCode, ForkRef, IoReply, IoRequest};
 use flotilla_types::FileId;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Attempts to commit one fork while its server keeps breaking the connection.
 const COMMIT_ATTEMPTS_MAX: u32 = 4;
@@ -114,6 +116,31 @@ pub(crate) async fn commit_forks(core: &Core, forks: Vec<(ForkRef, String)>) -> 
 pub(crate) async fn commit_file(core: &Core, file: FileId) -> Result<(), ClientError> {
     let forks = core.unstable.lock().forks(Some(file));
     commit_forks(core, forks).await
+}
+
+/// Write-behind for durability: once the unstable log holds more than half its bound, one
+/// background task commits every fork in it while writes go on, so the syncs overlap the
+/// writes (as a kernel's background write-back starts before dirty memory is full) and
+/// writers rarely wait in `make_room`. Errors are left to the foreground paths to meet.
+pub(crate) fn start_background_drain(core: &Arc<Core>) {
+    if core.unstable.lock().bytes() <= core.unstable_bytes_max / 2 {
+        return;
+    }
+    if core.draining.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let core = core.clone();
+    tokio::spawn(async move {
+        let drained = {
+            let _drain = core.drain.lock().await;
+            let forks = core.unstable.lock().forks(None);
+            commit_forks(&core, forks).await
+        };
+        if let Err(error) = drained {
+            tracing::debug!(%error, "background commit of unstable writes failed");
+        }
+        core.draining.store(false, Ordering::Release);
+    });
 }
 
 /// Back-pressure: before `bytes` more unstable bytes are taken, if the log would pass

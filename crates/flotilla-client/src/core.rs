@@ -54,6 +54,8 @@ pub(crate) struct Core {
     pub unstable_bytes_max: u64,
     /// Held while the unstable log is being drained, so one drain runs at a time.
     pub drain: Mutex<()>,
+    /// Whether a background drain is running (see `commit::start_background_drain`).
+    pub draining: std::sync::atomic::AtomicBool,
     /// This client's session at the metadata service (random), and its open handles per file.
     session: u64,
     opens: parking_lot::Mutex<HashMap<u64, u32>>,
@@ -76,6 +78,7 @@ impl Core {
             unstable: parking_lot::Mutex::new(UnstableLog::default()),
             unstable_bytes_max,
             drain: Mutex::new(()),
+            draining: std::sync::atomic::AtomicBool::new(false),
             session: rand::random::<u64>(),
             opens: parking_lot::Mutex::new(HashMap::new()),
             meta_addr,

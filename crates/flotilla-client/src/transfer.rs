@@ -2,6 +2,7 @@
 //! chunks that fit the server's limits), gathering write data and scattering read data.
 
 use crate::core::{unexpected, Core, ServerConnection};
+use std::sync::Arc;
 use crate::error::ClientError;
 use crate::unstable::UnstableWrite;
 use bytes::Bytes;
@@ -165,7 +166,7 @@ fn gather(shape: &Shape, total_bytes: u64, buffer: &[u8]) -> Result<Bytes, Clien
 
 /// Writes `shape` of `fork` from `buffer`; returns bytes written.
 pub(crate) async fn write_shape(
-    core: &Core,
+    core: &Arc<Core>,
     addr: &str,
     fork: &ForkRef,
     shape: &Shape,
@@ -194,6 +195,7 @@ pub(crate) async fn write_shape(
                     let (fork, addr) = (fork.clone(), addr.to_string());
                     let write = UnstableWrite { fork, addr, shape, data, epoch: server.epoch };
                     core.unstable.lock().record(write);
+                    crate::commit::start_background_drain(core);
                     Ok(())
                 }
                 (other, _) => Err(unexpected("write", &other)),
