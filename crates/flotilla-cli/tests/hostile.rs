@@ -38,7 +38,7 @@ const FILE_BYTES: usize = 3 << 20;
 
 /// A one-server cluster with `server_extra`/`meta_extra` settings and one file on it.
 fn cluster_with_file(meta_extra: &str, server_extra: &str) -> (Cluster, Vec<u8>) {
-    let cluster = Cluster::start_with_server(1, meta_extra, server_extra);
+    let cluster = Cluster::start_configured(1, meta_extra, server_extra);
     let data = random_bytes(8, FILE_BYTES);
     let local = cluster.dir.path().join("kept.bin");
     std::fs::write(&local, &data).expect("write the local file");

@@ -18,6 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
+/// Default for `ClientConfig::unstable_bytes_max`.
+pub const UNSTABLE_BYTES_MAX_DEFAULT: u64 = 256 << 20;
+
 /// How to reach a cluster.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -29,6 +32,10 @@ pub struct ClientConfig {
     /// How often the client renews its lease on its open files at the metadata service
     /// (well under the service's `open_lease_ms`).
     pub open_renew_ms: u64,
+    /// Most bytes of acknowledged but not yet durable writes the client keeps a copy of (to
+    /// send again if a server restarts before they are synced); past it, writes wait while
+    /// the oldest are synced.
+    pub unstable_bytes_max: u64,
 }
 
 impl ClientConfig {
@@ -39,6 +46,7 @@ impl ClientConfig {
             runtime_threads: 2,
             connection: ConnectionConfig::default(),
             open_renew_ms: 1_000,
+            unstable_bytes_max: UNSTABLE_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -87,7 +95,12 @@ impl Client {
             .enable_all()
             .build()
             .map_err(|e| ClientError::Runtime(e.to_string()))?;
-        let core = Arc::new(Core::new(config.meta_addr, config.client_name, config.connection));
+        let core = Arc::new(Core::new(
+            config.meta_addr,
+            config.client_name,
+            config.connection,
+            config.unstable_bytes_max,
+        ));
         runtime
             .spawn(renew_leases(Arc::downgrade(&core), Duration::from_millis(config.open_renew_ms.max(1))));
         Ok(Client { core, runtime: Arc::new(runtime) })

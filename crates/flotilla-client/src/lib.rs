@@ -12,6 +12,7 @@
 
 mod array;
 mod client;
+mod commit;
 mod core;
 mod error;
 mod file;
@@ -22,6 +23,7 @@ mod opens;
 mod posix;
 mod raw;
 mod transfer;
+mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
 pub use client::{Client, ClientConfig, CreateOptions};

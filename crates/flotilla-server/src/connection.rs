@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     pub scheduler: Arc<Scheduler<Job>>,
     pub limits: Limits,
     pub server_name: String,
+    /// This process's boot epoch (random, nonzero), sent in every `Welcome`.
+    pub boot_epoch: u64,
     pub connection_queue_max: usize,
     pub reply_queue_max: usize,
     /// Server-wide budget for request and reply data held in memory, in KiB
@@ -139,8 +141,11 @@ impl Reader {
         };
         if let IoRequest::Hello { client } = &request {
             tracing::debug!(connection = self.id, client, "hello");
-            let message =
-                IoReply::Welcome { server: self.shared.server_name.clone(), limits: self.shared.limits };
+            let message = IoReply::Welcome {
+                server: self.shared.server_name.clone(),
+                limits: self.shared.limits,
+                boot_epoch: self.shared.boot_epoch,
+            };
             return self
                 .replies
                 .send(Reply { request_id, message, data: Vec::new(), memory: None })

@@ -13,9 +13,9 @@ pub const FLOTILLA: &str = env!("CARGO_BIN_EXE_flotilla");
 
 /// Fast heartbeats so that down servers are noticed quickly; `meta_extra` adds lines to the
 /// `[meta]` table.
-fn config_text(meta_extra: &str) -> String {
+fn config_text(meta_extra: &str, server_extra: &str) -> String {
     format!(
-        "[meta]\nheartbeat_ms = 200\ndown_after_ms = 1000\n{meta_extra}\n\n[server]\nheartbeat_ms = 200\n"
+        "[meta]\nheartbeat_ms = 200\ndown_after_ms = 1000\n{meta_extra}\n\n[server]\nheartbeat_ms = 200\n{server_extra}\n"
     )
 }
 
@@ -73,14 +73,13 @@ impl Cluster {
 
     /// A cluster whose metadata service also gets the settings in `meta_extra` (TOML lines).
     pub fn start_with(servers: usize, meta_extra: &str) -> Cluster {
-        Cluster::start_with_server(servers, meta_extra, "")
+        Cluster::start_configured(servers, meta_extra, "")
     }
 
-    /// A cluster whose I/O servers also get the settings in `server_extra` (TOML lines
-    /// appended to the `[server]` table, the last one of the file).
-    pub fn start_with_server(servers: usize, meta_extra: &str, server_extra: &str) -> Cluster {
+    /// A cluster whose `[meta]` and `[server]` tables also get these settings (TOML lines).
+    pub fn start_configured(servers: usize, meta_extra: &str, server_extra: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("temporary folder");
-        let text = format!("{}{server_extra}\n", config_text(meta_extra));
+        let text = config_text(meta_extra, server_extra);
         std::fs::write(dir.path().join("flotilla.toml"), text).expect("write config");
         let mut cluster = Cluster { dir, meta: None, servers: Vec::new() };
         cluster.start_meta("127.0.0.1:0");
@@ -119,6 +118,12 @@ impl Cluster {
 
     /// Starts an I/O server of this cluster whose one target is `target` (an existing folder).
     pub fn start_server_on(&self, target: &Path) -> Process {
+        self.start_server_listening(target, "127.0.0.1:0")
+    }
+
+    /// Starts an I/O server on `target` listening on `listen` (e.g. the address of a server
+    /// that was killed, so clients find it again where they left it).
+    pub fn start_server_listening(&self, target: &Path, listen: &str) -> Process {
         let config = self.config();
         let meta = self.meta_addr();
         let args = [
@@ -130,7 +135,7 @@ impl Cluster {
             "--target",
             path(target),
             "--listen",
-            "127.0.0.1:0",
+            listen,
         ];
         Process::start(&args, "server").expect("start server")
     }
