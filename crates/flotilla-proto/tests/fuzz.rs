@@ -290,7 +290,11 @@ fn limits() -> impl Strategy<Value = Limits> {
 fn io_reply() -> impl Strategy<Value = IoReply> {
     let fork_info = (text(), any::<u64>()).prop_map(|(name, size_bytes)| ForkInfo { name, size_bytes });
     prop_oneof![
-        (text(), limits()).prop_map(|(server, limits)| IoReply::Welcome { server, limits }),
+        (text(), limits(), any::<u64>()).prop_map(|(server, limits, boot_epoch)| IoReply::Welcome {
+            server,
+            limits,
+            boot_epoch
+        }),
         Just(IoReply::Data),
         any::<u64>().prop_map(|bytes| IoReply::Done { bytes }),
         prop::collection::vec(fork_info, 0..5).prop_map(IoReply::Forks),
