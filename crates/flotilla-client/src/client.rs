@@ -106,6 +106,13 @@ impl Client {
         Handle::new(receiver)
     }
 
+    /// Makes every later namespace call of this client on behalf of `caller` (uid, gid and
+    /// groups); the metadata service checks permissions for it. `None` acts as the
+    /// connection itself.
+    pub fn set_caller(&self, caller: Option<flotilla_types::Caller>) {
+        self.core.set_caller(caller);
+    }
+
     pub(crate) fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
         self.block_on(self.core.meta_call(request))
     }

@@ -1,5 +1,6 @@
 //! Settings of the metadata service.
 
+use flotilla_types::CallerPolicy;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -20,6 +21,9 @@ pub struct MetaConfig {
     /// Requests one connection may have in progress.
     pub connection_requests_max: usize,
     pub frame_bytes_max: u32,
+    /// The policy every connection starts with (unrestricted by default; an authenticated
+    /// peer's credential will narrow it).
+    pub default_policy: CallerPolicy,
 }
 
 impl Default for MetaConfig {
@@ -32,6 +36,7 @@ impl Default for MetaConfig {
             connections_max: 4096,
             connection_requests_max: 64,
             frame_bytes_max: 4 << 20,
+            default_policy: CallerPolicy::default(),
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod config;
 mod handle;
 mod membership;
+mod policy;
 mod service;
 
 pub use config::MetaConfig;

@@ -4,18 +4,30 @@
 use crate::edit::{adjust_dir, drop_link, refuse_non_empty, Change};
 use crate::entry::FileRecord;
 use crate::error::NamespaceError;
+use crate::guard::may_remove;
 use crate::namespace::Namespace;
 use crate::tables::{Source, WriteTables};
 use crate::walk::{locate, Located};
-use flotilla_types::TimeNs;
+use flotilla_types::{Caller, TimeNs};
 
 impl Namespace {
     /// Removes the name of a file or symlink. Returns the file record when the file lost its
     /// last link; its subfiles are then queued in `pending_deletes` in the same transaction.
     pub fn unlink(&self, path: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_as(&Caller::root(), path, now_ns)
+    }
+
+    /// `unlink` for `who` (write and search on the parent; the sticky rule).
+    pub fn unlink_as(
+        &self,
+        who: &Caller,
+        path: &str,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
         self.write(|tables| {
-            let place = locate(tables, path)?;
+            let place = locate(tables, path, who)?;
             let id = place.child.ok_or_else(|| not_found(path))?;
+            may_remove(tables, &place, id, who, path)?;
             let inode = tables.load(id)?;
             if inode.is_directory() {
                 return Err(NamespaceError::IsADirectory { path: path.into() });
@@ -28,9 +40,15 @@ impl Namespace {
 
     /// Removes an empty directory.
     pub fn rmdir(&self, path: &str, now_ns: TimeNs) -> Result<(), NamespaceError> {
+        self.rmdir_as(&Caller::root(), path, now_ns)
+    }
+
+    /// `rmdir` for `who` (write and search on the parent; the sticky rule).
+    pub fn rmdir_as(&self, who: &Caller, path: &str, now_ns: TimeNs) -> Result<(), NamespaceError> {
         self.write(|tables| {
-            let place = locate(tables, path)?;
+            let place = locate(tables, path, who)?;
             let id = place.child.ok_or_else(|| not_found(path))?;
+            may_remove(tables, &place, id, who, path)?;
             if !tables.load(id)?.is_directory() {
                 return Err(NamespaceError::NotADirectory { path: path.into() });
             }
@@ -46,10 +64,27 @@ impl Namespace {
     /// its own subtree. If `from` and `to` already name the same inode nothing changes.
     /// Returns the record of a replaced file that lost its last link.
     pub fn rename(&self, from: &str, to: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
+        self.rename_as(&Caller::root(), from, to, now_ns)
+    }
+
+    /// `rename` for `who`: removing `from` and, if taken, `to` as `unlink` would, and adding
+    /// `to` as a create would.
+    pub fn rename_as(
+        &self,
+        who: &Caller,
+        from: &str,
+        to: &str,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
         self.write(|tables| {
-            let source = locate(tables, from)?;
+            let source = locate(tables, from, who)?;
             let moved = source.child.ok_or_else(|| not_found(from))?;
-            let dest = locate(tables, to)?;
+            may_remove(tables, &source, moved, who, from)?;
+            let dest = locate(tables, to, who)?;
+            match dest.child {
+                Some(old) => may_remove(tables, &dest, old, who, to)?,
+                None => crate::guard::may_add(tables, &dest, who, to)?,
+            }
             if dest.child == Some(moved) {
                 return Ok(None);
             }
