@@ -2,7 +2,6 @@
 //! chunks that fit the server's limits), gathering write data and scattering read data.
 
 use crate::core::{unexpected, Core, ServerConnection};
-use std::sync::Arc;
 use crate::error::ClientError;
 use crate::unstable::UnstableWrite;
 use bytes::Bytes;
@@ -10,6 +9,7 @@ use flotilla_proto::{encode_body, ForkRef, IoReply, IoRequest};
 use flotilla_request::{Piece, Shape, ShapeLimits, Summary};
 use flotilla_types::Limits;
 use futures::stream::{self, StreamExt, TryStreamExt};
+use std::sync::Arc;
 
 /// Most pieces one client call may expand to, however it is split for the wire.
 pub const CALL_PIECES_MAX: u64 = 1 << 30;

@@ -1,5 +1,6 @@
 //! Settings of the metadata service.
 
+use flotilla_types::CallerPolicy;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -34,6 +35,9 @@ pub struct MetaConfig {
     /// After a restart, a create waits up to this long for the targets the namespace
     /// remembers to register again before it fails for want of live targets.
     pub recovery_window_ms: u64,
+    /// The policy every connection starts with (unrestricted by default; an authenticated
+    /// peer's credential will narrow it).
+    pub default_policy: CallerPolicy,
 }
 
 impl Default for MetaConfig {
@@ -51,6 +55,7 @@ impl Default for MetaConfig {
             open_files_per_session_max: 65_536,
             open_sessions_max: 16_384,
             recovery_window_ms: 10_000,
+            default_policy: CallerPolicy::default(),
         }
     }
 }

@@ -15,6 +15,7 @@ use flotilla_proto::{
     decode_body, encode_body, read_frame, write_frame, ErrorCode, FrameError, MetaReply, MetaRequest,
     WireError,
 };
+use flotilla_types::CallerPolicy;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -76,19 +77,25 @@ impl MetaService {
 async fn accept_loop(listener: &TcpListener, state: &Arc<State>, config: &MetaConfig) {
     let (requests_max, frame_bytes_max) = (config.connection_requests_max.max(1), config.frame_bytes_max);
     flotilla_rpc::accept_loop(listener, config.connections_max, |stream| {
-        serve_connection(stream, state.clone(), requests_max, frame_bytes_max)
+        serve_connection(stream, state.clone(), requests_max, frame_bytes_max, config.default_policy.clone())
     })
     .await
 }
 
 type Outgoing = (u64, MetaReply);
 
-async fn serve_connection(stream: TcpStream, state: Arc<State>, requests_max: usize, frame_bytes_max: u32) {
+async fn serve_connection(
+    stream: TcpStream,
+    state: Arc<State>,
+    requests_max: usize,
+    frame_bytes_max: u32,
+    policy: CallerPolicy,
+) {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let (replies, queue) = mpsc::channel::<Outgoing>(requests_max);
     let writer = tokio::spawn(write_replies(write_half, queue));
-    read_requests(read_half, state, replies, requests_max, frame_bytes_max).await;
+    read_requests(read_half, state, replies, requests_max, frame_bytes_max, Arc::new(policy)).await;
     let _ = writer.await;
 }
 
@@ -98,6 +105,7 @@ async fn read_requests(
     replies: mpsc::Sender<Outgoing>,
     requests_max: usize,
     frame_bytes_max: u32,
+    policy: Arc<CallerPolicy>,
 ) {
     let in_progress = Arc::new(Semaphore::new(requests_max));
     let mut buffer = BytesMut::new();
@@ -127,9 +135,9 @@ async fn read_requests(
             }
         };
         let Ok(permit) = in_progress.clone().acquire_owned().await else { return };
-        let (state, replies) = (state.clone(), replies.clone());
+        let (state, replies, policy) = (state.clone(), replies.clone(), policy.clone());
         tokio::spawn(async move {
-            let reply = tokio::task::spawn_blocking(move || state.handle(request)).await;
+            let reply = tokio::task::spawn_blocking(move || state.handle(request, &policy)).await;
             let reply =
                 reply.unwrap_or_else(|e| MetaReply::Error(WireError::new(ErrorCode::Io, e.to_string())));
             let _ = replies.send((frame.request_id, reply)).await;
