@@ -101,6 +101,12 @@ impl Client {
             config.connection,
             config.unstable_bytes_max,
         ));
+        // A program acts as the user running it, as it would on a local file system (root
+        // acts as the connection itself, which is root on an unrestricted connection).
+        let caller = process_caller();
+        if !caller.is_root() {
+            core.set_caller(Some(caller));
+        }
         runtime
             .spawn(renew_leases(Arc::downgrade(&core), Duration::from_millis(config.open_renew_ms.max(1))));
         Ok(Client { core, runtime: Arc::new(runtime) })
@@ -126,6 +132,13 @@ impl Client {
             let _ = sender.send(future.await);
         });
         Handle::new(receiver)
+    }
+
+    /// Makes every later namespace call of this client on behalf of `caller` (uid, gid and
+    /// groups); the metadata service checks permissions for it. `None` acts as the
+    /// connection itself. A new client acts as the process's effective user and groups.
+    pub fn set_caller(&self, caller: Option<flotilla_types::Caller>) {
+        self.core.set_caller(caller);
     }
 
     pub(crate) fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
@@ -364,4 +377,16 @@ fn current_uid() -> u32 {
 fn current_gid() -> u32 {
     // SAFETY: getgid has no preconditions and cannot fail.
     unsafe { libc::getgid() }
+}
+
+/// The effective uid, gid and supplementary groups of this process.
+pub fn process_caller() -> flotilla_types::Caller {
+    // SAFETY: geteuid, getegid and getgroups have no preconditions; getgroups writes at most
+    // `groups.len()` entries into the buffer it is given.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let mut groups = vec![0 as libc::gid_t; flotilla_types::CALLER_GROUPS_MAX];
+    let count = unsafe { libc::getgroups(groups.len() as libc::c_int, groups.as_mut_ptr()) };
+    groups.truncate(usize::try_from(count).unwrap_or(0));
+    groups.retain(|&g| g != gid);
+    flotilla_types::Caller { uid, gid, groups }
 }

@@ -64,6 +64,8 @@ pub(crate) struct Core {
     connection_config: ConnectionConfig,
     meta: Mutex<Option<Arc<Connection>>>,
     servers: parking_lot::Mutex<HashMap<String, ServerSlot>>,
+    /// The identity metadata requests are made as (`None`: the connection's own).
+    caller: parking_lot::RwLock<Option<flotilla_types::Caller>>,
 }
 
 impl Core {
@@ -86,7 +88,13 @@ impl Core {
             connection_config,
             meta: Mutex::new(None),
             servers: parking_lot::Mutex::new(HashMap::new()),
+            caller: parking_lot::RwLock::new(None),
         }
+    }
+
+    /// Makes every later metadata request on behalf of `caller` (`None`: as the connection).
+    pub fn set_caller(&self, caller: Option<flotilla_types::Caller>) {
+        *self.caller.write() = caller;
     }
 
     pub fn meta_addr(&self) -> &str {
@@ -158,6 +166,10 @@ impl Core {
 
     /// One call to the metadata service; an error reply becomes `ClientError::Meta`.
     pub async fn meta_call(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+        let request = match self.caller.read().clone() {
+            Some(caller) => MetaRequest::As { caller, request: Box::new(request) },
+            None => request,
+        };
         let connection = self.meta_connection().await?;
         let (reply, _) = connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await?;
         match reply {

@@ -26,7 +26,7 @@ mod transfer;
 mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
-pub use client::{Client, ClientConfig, CreateOptions};
+pub use client::{process_caller, Client, ClientConfig, CreateOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File};
 pub use flotilla_proto::{

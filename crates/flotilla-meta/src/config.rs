@@ -1,5 +1,6 @@
 //! Settings of the metadata service.
 
+use flotilla_types::CallerPolicy;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -48,6 +49,9 @@ pub struct MetaConfig {
     pub keepalive_idle_ms: u64,
     /// Connections served at once from one peer IP address.
     pub connections_per_peer_max: usize,
+    /// The policy every connection starts with (unrestricted by default; an authenticated
+    /// peer's credential will narrow it).
+    pub default_policy: CallerPolicy,
 }
 
 impl Default for MetaConfig {
@@ -71,6 +75,7 @@ impl Default for MetaConfig {
             reply_stall_ms_max: 30_000,
             keepalive_idle_ms: 60_000,
             connections_per_peer_max: 1024,
+            default_policy: CallerPolicy::default(),
         }
     }
 }

@@ -15,6 +15,7 @@ use flotilla_proto::{
     decode_body, encode_body, read_frame_bounded, write_frame, ErrorCode, FrameBudget, FrameError, MetaReply,
     MetaRequest, ReadBounds, WireError,
 };
+use flotilla_types::CallerPolicy;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,6 +80,8 @@ struct ConnectionLimits {
     read_bounds: ReadBounds,
     budget: FrameBudget,
     reply_stall: Duration,
+    /// The caller policy of every connection (until authentication gives each its own).
+    policy: Arc<CallerPolicy>,
 }
 
 impl ConnectionLimits {
@@ -92,6 +95,7 @@ impl ConnectionLimits {
             },
             budget: FrameBudget::new(config.frame_bytes_in_memory_max),
             reply_stall: Duration::from_millis(config.reply_stall_ms_max.max(1)),
+            policy: Arc::new(config.default_policy.clone()),
         }
     }
 }
@@ -166,9 +170,9 @@ async fn read_requests(
             }
         };
         let Ok(permit) = in_progress.clone().acquire_owned().await else { return };
-        let (state, replies) = (state.clone(), replies.clone());
+        let (state, replies, policy) = (state.clone(), replies.clone(), limits.policy.clone());
         tokio::spawn(async move {
-            let reply = tokio::task::spawn_blocking(move || state.handle(request)).await;
+            let reply = tokio::task::spawn_blocking(move || state.handle(request, &policy)).await;
             let reply =
                 reply.unwrap_or_else(|e| MetaReply::Error(WireError::new(ErrorCode::Io, e.to_string())));
             let _ = replies.send((frame.request_id, reply, Some(memory))).await;
