@@ -141,7 +141,7 @@ fn check_chown(
         return Err(denied("chown: only root may change the owner"));
     }
     if let Some(gid) = new_gid {
-        if !caller.is_root() && !(owner && caller.in_group(gid)) {
+        if !(caller.is_root() || (owner && caller.in_group(gid))) {
             return Err(denied(&format!(
                 "chown: only the owner in group {gid}, or root, may set group {gid}"
             )));
