@@ -19,6 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
+/// Default for `ClientConfig::unstable_bytes_max`.
+pub const UNSTABLE_BYTES_MAX_DEFAULT: u64 = 256 << 20;
+
 /// How to reach a cluster.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -35,6 +38,10 @@ pub struct ClientConfig {
     pub key: Option<std::path::PathBuf>,
     /// Integrity tags on this client's frames (`mac` by default).
     pub integrity: flotilla_auth::Integrity,
+    /// Most bytes of acknowledged but not yet durable writes the client keeps a copy of (to
+    /// send again if a server restarts before they are synced); past it, writes wait while
+    /// the oldest are synced.
+    pub unstable_bytes_max: u64,
 }
 
 impl ClientConfig {
@@ -47,6 +54,7 @@ impl ClientConfig {
             open_renew_ms: 1_000,
             key: std::env::var_os(crate::KEY_ENV).map(std::path::PathBuf::from),
             integrity: flotilla_auth::Integrity::Mac,
+            unstable_bytes_max: UNSTABLE_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -102,7 +110,18 @@ impl Client {
             .enable_all()
             .build()
             .map_err(|e| ClientError::Runtime(e.to_string()))?;
-        let core = Arc::new(Core::new(config.meta_addr, config.client_name, config.connection));
+        let core = Arc::new(Core::new(
+            config.meta_addr,
+            config.client_name,
+            config.connection,
+            config.unstable_bytes_max,
+        ));
+        // A program acts as the user running it, as it would on a local file system (root
+        // acts as the connection itself, which is root on an unrestricted connection).
+        let caller = process_caller();
+        if !caller.is_root() {
+            core.set_caller(Some(caller));
+        }
         runtime
             .spawn(renew_leases(Arc::downgrade(&core), Duration::from_millis(config.open_renew_ms.max(1))));
         Ok(Client { core, runtime: Arc::new(runtime) })
@@ -128,6 +147,13 @@ impl Client {
             let _ = sender.send(future.await);
         });
         Handle::new(receiver)
+    }
+
+    /// Makes every later namespace call of this client on behalf of `caller` (uid, gid and
+    /// groups); the metadata service checks permissions for it. `None` acts as the
+    /// connection itself. A new client acts as the process's effective user and groups.
+    pub fn set_caller(&self, caller: Option<flotilla_types::Caller>) {
+        self.core.set_caller(caller);
     }
 
     pub(crate) fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
@@ -366,4 +392,16 @@ fn current_uid() -> u32 {
 fn current_gid() -> u32 {
     // SAFETY: getgid has no preconditions and cannot fail.
     unsafe { libc::getgid() }
+}
+
+/// The effective uid, gid and supplementary groups of this process.
+pub fn process_caller() -> flotilla_types::Caller {
+    // SAFETY: geteuid, getegid and getgroups have no preconditions; getgroups writes at most
+    // `groups.len()` entries into the buffer it is given.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let mut groups = vec![0 as libc::gid_t; flotilla_types::CALLER_GROUPS_MAX];
+    let count = unsafe { libc::getgroups(groups.len() as libc::c_int, groups.as_mut_ptr()) };
+    groups.truncate(usize::try_from(count).unwrap_or(0));
+    groups.retain(|&g| g != gid);
+    flotilla_types::Caller { uid, gid, groups }
 }

@@ -1,7 +1,13 @@
 //! The async core of the client: one connection to the metadata service, one per I/O
-//! server, and the flow-control credit for each server.
+//! server, the flow-control credit for each server, and the log of unstable writes.
+//!
+//! Connections live in per-server slots: the map of slots is locked only to find a slot, never
+//! across network I/O; a slot's own lock is held while its connection is (re)opened, so calls
+//! to one server wait for that server's connect (bounded by the connect timeout) and calls to
+//! every other server go on.
 
 use crate::error::ClientError;
+use crate::unstable::UnstableLog;
 use bytes::Bytes;
 use flotilla_proto::{IoReply, IoRequest, MetaReply, MetaRequest};
 use flotilla_rpc::{Connection, ConnectionConfig};
@@ -17,6 +23,8 @@ const CREDIT_UNIT_BYTES: u64 = 1024;
 pub(crate) struct ServerConnection {
     pub connection: Connection,
     pub limits: Limits,
+    /// The server's boot epoch, from its `Welcome`: every reply on this connection is from it.
+    pub epoch: u64,
     credit: Semaphore,
     credit_units_max: u32,
 }
@@ -35,8 +43,19 @@ pub(crate) struct Pending {
     pub mtime_ns: i64,
 }
 
+/// One server's connection slot.
+type ServerSlot = Arc<Mutex<Option<Arc<ServerConnection>>>>;
+
 pub(crate) struct Core {
     pending: parking_lot::Mutex<HashMap<u64, Pending>>,
+    /// Writes acknowledged from a server's cache and not yet synced (see `unstable.rs`).
+    pub unstable: parking_lot::Mutex<UnstableLog>,
+    /// Most bytes of unstable writes kept before new writes wait for a sync.
+    pub unstable_bytes_max: u64,
+    /// Held while the unstable log is being drained, so one drain runs at a time.
+    pub drain: Mutex<()>,
+    /// Whether a background drain is running (see `commit::start_background_drain`).
+    pub draining: std::sync::atomic::AtomicBool,
     /// This client's session at the metadata service (random), and its open handles per file.
     session: u64,
     opens: parking_lot::Mutex<HashMap<u64, u32>>,
@@ -44,21 +63,38 @@ pub(crate) struct Core {
     client_name: String,
     connection_config: ConnectionConfig,
     meta: Mutex<Option<Arc<Connection>>>,
-    servers: Mutex<HashMap<String, Arc<ServerConnection>>>,
+    servers: parking_lot::Mutex<HashMap<String, ServerSlot>>,
+    /// The identity metadata requests are made as (`None`: the connection's own).
+    caller: parking_lot::RwLock<Option<flotilla_types::Caller>>,
 }
 
 impl Core {
-    pub fn new(meta_addr: String, client_name: String, connection_config: ConnectionConfig) -> Core {
+    pub fn new(
+        meta_addr: String,
+        client_name: String,
+        connection_config: ConnectionConfig,
+        unstable_bytes_max: u64,
+    ) -> Core {
         Core {
             pending: parking_lot::Mutex::new(HashMap::new()),
+            unstable: parking_lot::Mutex::new(UnstableLog::default()),
+            unstable_bytes_max,
+            drain: Mutex::new(()),
+            draining: std::sync::atomic::AtomicBool::new(false),
             session: rand::random::<u64>(),
             opens: parking_lot::Mutex::new(HashMap::new()),
             meta_addr,
             client_name,
             connection_config,
             meta: Mutex::new(None),
-            servers: Mutex::new(HashMap::new()),
+            servers: parking_lot::Mutex::new(HashMap::new()),
+            caller: parking_lot::RwLock::new(None),
         }
+    }
+
+    /// Makes every later metadata request on behalf of `caller` (`None`: as the connection).
+    pub fn set_caller(&self, caller: Option<flotilla_types::Caller>) {
+        *self.caller.write() = caller;
     }
 
     pub fn meta_addr(&self) -> &str {
@@ -131,6 +167,10 @@ impl Core {
 
     /// One call to the metadata service; an error reply becomes `ClientError::Meta`.
     pub async fn meta_call(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+        let request = match self.caller.read().clone() {
+            Some(caller) => MetaRequest::As { caller, request: Box::new(request) },
+            None => request,
+        };
         let connection = self.meta_connection().await?;
         let (reply, _) = connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await?;
         match reply {
@@ -140,14 +180,18 @@ impl Core {
     }
 
     /// The connection to the server at `addr`, opened (and greeted) on first use or after
-    /// the previous one broke.
+    /// the previous one broke. A new connection whose server is in another boot epoch than
+    /// some of this client's unstable writes to it first gets those writes again, oldest
+    /// first, so nothing else sent to that server can see what its restart lost.
     pub async fn server(&self, addr: &str) -> Result<Arc<ServerConnection>, ClientError> {
-        let mut servers = self.servers.lock().await;
-        if let Some(server) = servers.get(addr).filter(|s| !s.connection.is_broken()) {
+        let slot = self.servers.lock().entry(addr.to_string()).or_default().clone();
+        let mut current = slot.lock().await;
+        if let Some(server) = current.as_ref().filter(|s| !s.connection.is_broken()) {
             return Ok(server.clone());
         }
         let server = Arc::new(self.open_server(addr).await?);
-        servers.insert(addr.to_string(), server.clone());
+        crate::commit::resend_stale(self, &server, addr, None).await?;
+        *current = Some(server.clone());
         Ok(server)
     }
 
@@ -155,15 +199,15 @@ impl Core {
         let connection = Connection::connect(addr, self.connection_config.clone()).await?;
         let hello = IoRequest::Hello { client: self.client_name.clone() };
         let (reply, _) = connection.call::<IoRequest, IoReply>(&hello, Bytes::new()).await?;
-        let limits = match reply {
-            IoReply::Welcome { limits, .. } => limits,
+        let (limits, epoch) = match reply {
+            IoReply::Welcome { limits, boot_epoch, .. } => (limits, boot_epoch),
             IoReply::Error(error) => return Err(ClientError::Server { server: addr.to_string(), error }),
             other => return Err(unexpected("hello", &other)),
         };
         let credit_units_max =
             u32::try_from((limits.in_flight_bytes_max / CREDIT_UNIT_BYTES).max(1)).unwrap_or(u32::MAX >> 4);
         let credit = Semaphore::new(credit_units_max as usize);
-        Ok(ServerConnection { connection, limits, credit, credit_units_max })
+        Ok(ServerConnection { connection, limits, epoch, credit, credit_units_max })
     }
 
     /// One call to an I/O server, holding credit for `data_bytes` while it is in flight.

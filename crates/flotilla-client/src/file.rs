@@ -64,7 +64,9 @@ impl File {
 
     pub fn remove_fork(&self, subfile: u32, name: &str) -> Result<(), ClientError> {
         let fork = self.fork(subfile, name)?;
-        fork.simple(IoRequest::RemoveFork { fork: fork.fork.clone() }, "remove fork").map(|_| ())
+        fork.simple(IoRequest::RemoveFork { fork: fork.fork.clone() }, "remove fork")?;
+        self.client.core.unstable.lock().forget_fork(&fork.fork);
+        Ok(())
     }
 
     /// The forks of one subfile with their sizes.
@@ -103,37 +105,31 @@ impl File {
         Ok(())
     }
 
-    /// Syncs every fork of every subfile, then publishes the size and mtime.
-    /// All subfiles are synced at once, so their disks write back in parallel.
+    /// Makes every byte this client wrote to the file durable (see `flush`), then publishes
+    /// the size and mtime.
     pub fn sync(&self) -> Result<(), ClientError> {
-        self.sync_forks()?;
+        self.commit()?;
         self.publish()
     }
 
-    fn sync_forks(&self) -> Result<(), ClientError> {
-        let mut handles = Vec::new();
-        for subfile in 0..self.subfile_count() {
-            for info in self.list_forks(subfile)? {
-                handles.push(self.fork(subfile, &info.name)?.sync_nb());
-            }
-        }
-        for handle in handles {
-            handle.wait()?;
-        }
-        Ok(())
-    }
-
-    /// Makes this client's writes durable (a Sync of every fork, all at once), then publishes
-    /// their size and mtime to the metadata service, so every client sees them (close-to-open
-    /// consistency). The size is never published before the data it covers is on disk, so a
-    /// crash cannot leave a file whose acknowledged size reads as zeros. A handle that wrote
-    /// nothing sends nothing.
+    /// Makes this client's writes durable: every fork it wrote is committed (writes a server
+    /// restart lost are sent again, then a Sync; all forks at once across servers), and only
+    /// then are their size and mtime published to the metadata service, so every client sees
+    /// them (close-to-open consistency). The size is never published before the data it covers
+    /// is on disk, so a crash cannot leave a file whose acknowledged size reads as zeros. A
+    /// handle with nothing to commit sends nothing.
     pub fn flush(&self) -> Result<(), ClientError> {
-        if self.client.core.pending_size(self.entry.id).is_none() {
+        let core = &self.client.core;
+        let unstable = !core.unstable.lock().forks(Some(self.entry.file_id())).is_empty();
+        if !unstable && core.pending_size(self.entry.id).is_none() {
             return Ok(());
         }
-        self.sync_forks()?;
+        self.commit()?;
         self.publish()
+    }
+
+    fn commit(&self) -> Result<(), ClientError> {
+        self.client.block_on(crate::commit::commit_file(&self.client.core, self.entry.file_id()))
     }
 
     fn publish(&self) -> Result<(), ClientError> {

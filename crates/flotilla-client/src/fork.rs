@@ -81,14 +81,16 @@ impl Fork {
         self.simple(IoRequest::Truncate { fork: self.fork.clone(), size_bytes }, "truncate").map(|_| ())
     }
 
-    /// Writes the fork's dirty blocks to disk and syncs it.
+    /// Makes the fork durable: this client's writes a server restart lost are sent again,
+    /// then the server writes the fork's dirty blocks to disk and syncs it.
     pub fn sync(&self) -> Result<(), ClientError> {
-        self.simple(IoRequest::Sync { fork: self.fork.clone() }, "sync").map(|_| ())
+        self.client.block_on(crate::commit::commit_fork(&self.client.core, &self.fork, &self.server))
     }
 
     /// Non-blocking `sync`.
-    pub fn sync_nb(&self) -> Handle<IoReply> {
-        self.simple_nb(IoRequest::Sync { fork: self.fork.clone() }, "sync")
+    pub fn sync_nb(&self) -> Handle<()> {
+        let (core, server, fork) = self.parts();
+        self.client.spawn(async move { crate::commit::commit_fork(&core, &fork, &server).await })
     }
 
     /// Non-blocking `extend`.

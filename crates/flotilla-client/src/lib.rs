@@ -12,6 +12,7 @@
 
 mod array;
 mod client;
+mod commit;
 mod core;
 mod error;
 mod file;
@@ -22,9 +23,10 @@ mod opens;
 mod posix;
 mod raw;
 mod transfer;
+mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
-pub use client::{Client, ClientConfig, CreateOptions};
+pub use client::{process_caller, Client, ClientConfig, CreateOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File};
 pub use flotilla_proto::{

@@ -3,11 +3,13 @@
 
 use crate::core::{unexpected, Core, ServerConnection};
 use crate::error::ClientError;
+use crate::unstable::UnstableWrite;
 use bytes::Bytes;
 use flotilla_proto::{encode_body, ForkRef, IoReply, IoRequest};
 use flotilla_request::{Piece, Shape, ShapeLimits, Summary};
 use flotilla_types::Limits;
 use futures::stream::{self, StreamExt, TryStreamExt};
+use std::sync::Arc;
 
 /// Most pieces one client call may expand to, however it is split for the wire.
 pub const CALL_PIECES_MAX: u64 = 1 << 30;
@@ -164,7 +166,7 @@ fn gather(shape: &Shape, total_bytes: u64, buffer: &[u8]) -> Result<Bytes, Clien
 
 /// Writes `shape` of `fork` from `buffer`; returns bytes written.
 pub(crate) async fn write_shape(
-    core: &Core,
+    core: &Arc<Core>,
     addr: &str,
     fork: &ForkRef,
     shape: &Shape,
@@ -182,13 +184,20 @@ pub(crate) async fn write_shape(
             })
             .collect(),
     };
+    crate::commit::make_room(core, summary.total_bytes).await?;
     let server = &server;
     stream::iter(requests)
         .map(|(shape, bytes)| async move {
             let data = gather(&shape, bytes, buffer)?;
-            let request = IoRequest::Write { fork: fork.clone(), shape };
-            match core.io_call(server, &request, data, bytes).await? {
-                (IoReply::Done { bytes: written }, _) if written == bytes => Ok(()),
+            let request = IoRequest::Write { fork: fork.clone(), shape: shape.clone() };
+            match core.io_call(server, &request, data.clone(), bytes).await? {
+                (IoReply::Done { bytes: written }, _) if written == bytes => {
+                    let (fork, addr) = (fork.clone(), addr.to_string());
+                    let write = UnstableWrite { fork, addr, shape, data, epoch: server.epoch };
+                    core.unstable.lock().record(write);
+                    crate::commit::start_background_drain(core);
+                    Ok(())
+                }
                 (other, _) => Err(unexpected("write", &other)),
             }
         })

@@ -1,5 +1,6 @@
 //! Settings of the metadata service.
 
+use flotilla_types::CallerPolicy;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -44,6 +45,23 @@ pub struct MetaConfig {
     pub tag_read_timeout_ms: u64,
     /// Targets one server credential may register.
     pub targets_per_server_max: usize,
+    /// Memory all connections' incoming frames may hold at once: a frame reserves the length
+    /// its header claims before its bytes are read, and keeps it until its reply is written.
+    pub frame_bytes_in_memory_max: u64,
+    /// A connection silent this long with nothing in flight is closed.
+    pub idle_timeout_ms: u64,
+    /// A frame must arrive whole within this long of its first byte.
+    pub frame_read_timeout_ms: u64,
+    /// A reply that cannot be written within this long (peer not reading) drops the
+    /// connection and releases what its requests hold.
+    pub reply_stall_ms_max: u64,
+    /// TCP keepalive: idle time before the first probe.
+    pub keepalive_idle_ms: u64,
+    /// Connections served at once from one peer IP address.
+    pub connections_per_peer_max: usize,
+    /// The policy every connection starts with (unrestricted by default; an authenticated
+    /// peer's credential will narrow it).
+    pub default_policy: CallerPolicy,
 }
 
 impl Default for MetaConfig {
@@ -66,6 +84,13 @@ impl Default for MetaConfig {
             handshake_timeout_ms: 10_000,
             tag_read_timeout_ms: 30_000,
             targets_per_server_max: 64,
+            frame_bytes_in_memory_max: 64 << 20,
+            idle_timeout_ms: 600_000,
+            frame_read_timeout_ms: 30_000,
+            reply_stall_ms_max: 30_000,
+            keepalive_idle_ms: 60_000,
+            connections_per_peer_max: 1024,
+            default_policy: CallerPolicy::default(),
         }
     }
 }

@@ -2,12 +2,12 @@
 
 use crate::membership::Membership;
 use crate::opens::{OpenError, OpenTable};
-use flotilla_namespace::{CreateFile, Entry, Namespace, NamespaceError, Owner};
+use flotilla_namespace::{CreateFile, Entry, Namespace, NamespaceError};
 use flotilla_proto::{
     DeleteOrder, DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, SubfilePlace, TargetReport,
     WireError,
 };
-use flotilla_types::{FileId, SubfileIndex, TargetId};
+use flotilla_types::{Caller, CallerPolicy, FileId, SubfileIndex, TargetId};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
@@ -31,44 +31,65 @@ pub(crate) struct State {
 
 impl State {
     /// Executes one request (on a blocking thread: the namespace commits to disk).
-    pub fn handle(&self, request: MetaRequest) -> MetaReply {
-        match self.dispatch(request) {
+    pub fn handle(&self, request: MetaRequest, policy: &CallerPolicy) -> MetaReply {
+        match self.admit(request, policy) {
             Ok(reply) => reply,
             Err(error) => MetaReply::Error(error),
         }
     }
 
-    fn dispatch(&self, request: MetaRequest) -> Result<MetaReply, WireError> {
+    /// Maps the claimed caller by the connection's policy and refuses what the policy
+    /// forbids (read-only, outside the subtree) before running the request.
+    fn admit(&self, request: MetaRequest, policy: &CallerPolicy) -> Result<MetaReply, WireError> {
+        let (claimed, request) = match request {
+            MetaRequest::As { caller, request } => (caller, *request),
+            bare => (Caller::root(), bare),
+        };
+        if matches!(request, MetaRequest::As { .. }) {
+            return Err(WireError::new(ErrorCode::BadRequest, "a caller request may not be nested"));
+        }
+        claimed.check().map_err(|e| WireError::new(ErrorCode::BadRequest, e.to_string()))?;
+        crate::policy::admit(&request, policy)?;
+        self.dispatch(request, &policy.effective(&claimed))
+    }
+
+    fn dispatch(&self, request: MetaRequest, who: &Caller) -> Result<MetaReply, WireError> {
         let ns = &self.namespace;
         let now = now_ns();
         let reply = match request {
-            MetaRequest::Lookup { path } => MetaReply::Entry(self.info(ns.lookup(&path).map_err(wire)?)),
+            MetaRequest::As { .. } => {
+                return Err(WireError::new(ErrorCode::BadRequest, "a caller request may not be nested"))
+            }
+            MetaRequest::Lookup { path } => {
+                MetaReply::Entry(self.info(ns.lookup_as(who, &path).map_err(wire)?))
+            }
             MetaRequest::Mkdir { path, mode, uid, gid } => {
-                MetaReply::Entry(self.info(ns.mkdir(&path, Owner { mode, uid, gid }, now).map_err(wire)?))
+                let owner = crate::policy::owner(who, mode, uid, gid);
+                MetaReply::Entry(self.info(ns.mkdir_as(who, &path, owner, now).map_err(wire)?))
             }
             MetaRequest::Create { path, spec } => {
                 self.check_satisfiable(spec.layout.as_ref())?;
                 let create = CreateFile {
-                    owner: Owner { mode: spec.mode, uid: spec.uid, gid: spec.gid },
+                    owner: crate::policy::owner(who, spec.mode, spec.uid, spec.gid),
                     subfile_count: spec.subfiles,
                     targets: spec.targets,
                     layout: spec.layout,
                     exclusive: spec.exclusive,
                 };
                 let live = self.live_for_create(&create);
-                MetaReply::Entry(self.info(ns.create_file(&path, &create, &live, now).map_err(wire)?))
+                MetaReply::Entry(self.info(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?))
             }
             MetaRequest::Readdir { path } => MetaReply::Entries(
-                ns.readdir(&path)
+                ns.readdir_as(who, &path)
                     .map_err(wire)?
                     .into_iter()
                     .map(|e| DirEntryInfo { name: e.name, id: e.id, kind: e.kind })
                     .collect(),
             ),
             MetaRequest::Unlink { path } => {
-                self.remove(|is_open| ns.unlink_keeping_open(&path, is_open, now).map(|_| ()))?
+                self.remove(|is_open| ns.unlink_keeping_open_as(who, &path, is_open, now).map(|_| ()))?
             }
-            MetaRequest::RenameNoReplace { from, to } => done(ns.rename_no_replace(&from, &to, now))?,
+            MetaRequest::RenameNoReplace { from, to } => done(ns.rename_no_replace_as(who, &from, &to, now))?,
             MetaRequest::Opened { session, id } => MetaReply::Entry(self.info(self.opened(session, id)?)),
             MetaRequest::Closed { session, id } => {
                 self.closed(session, id)?;
@@ -79,19 +100,19 @@ impl State {
                 MetaReply::Done
             }
             MetaRequest::UnlinkId { path, id } => done(ns.unlink_id(&path, id, now).map(|_| ()))?,
-            MetaRequest::Rmdir { path } => done(ns.rmdir(&path, now))?,
+            MetaRequest::Rmdir { path } => done(ns.rmdir_as(who, &path, now))?,
             MetaRequest::Rename { from, to } => {
-                self.remove(|is_open| ns.rename_keeping_open(&from, &to, is_open, now).map(|_| ()))?
+                self.remove(|is_open| ns.rename_keeping_open_as(who, &from, &to, is_open, now).map(|_| ()))?
             }
             MetaRequest::SetAttr { id, change } => {
-                MetaReply::Attributes(ns.set_attr(id, &change, now).map_err(wire)?)
+                MetaReply::Attributes(ns.set_attr_as(who, id, &change, now).map_err(wire)?)
             }
             MetaRequest::Symlink { path, target, uid, gid } => {
-                let owner = Owner { mode: 0o777, uid, gid };
-                MetaReply::Entry(self.info(ns.symlink(&path, &target, owner, now).map_err(wire)?))
+                let owner = crate::policy::owner(who, 0o777, uid, gid);
+                MetaReply::Entry(self.info(ns.symlink_as(who, &path, &target, owner, now).map_err(wire)?))
             }
             MetaRequest::Link { existing, new } => {
-                MetaReply::Entry(self.info(ns.link(&existing, &new, now).map_err(wire)?))
+                MetaReply::Entry(self.info(ns.link_as(who, &existing, &new, now).map_err(wire)?))
             }
             MetaRequest::GetById { id } => MetaReply::Entry(self.info(ns.get(id).map_err(wire)?)),
             MetaRequest::GrowSize { id, size_bytes, mtime_ns } => {
@@ -317,7 +338,7 @@ pub(crate) fn wire(error: NamespaceError) -> WireError {
         ns::ENOTEMPTY => ErrorCode::NotEmpty,
         ns::ENAMETOOLONG => ErrorCode::NameTooLong,
         ns::ENOSPC => ErrorCode::NoSpace,
-        ns::EPERM => ErrorCode::PermissionDenied,
+        ns::EPERM | ns::EACCES | ns::EROFS => ErrorCode::PermissionDenied,
         ns::EIO => ErrorCode::Io,
         _ => ErrorCode::InvalidArgument,
     };

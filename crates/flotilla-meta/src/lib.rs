@@ -12,6 +12,7 @@ pub mod config;
 mod handle;
 mod membership;
 mod opens;
+mod policy;
 mod service;
 
 pub use config::MetaConfig;

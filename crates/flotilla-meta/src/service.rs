@@ -14,8 +14,10 @@ use anyhow::Context;
 use bytes::BytesMut;
 use flotilla_namespace::Namespace;
 use flotilla_proto::{
-    decode_body, encode_body, read_frame, ErrorCode, FrameError, MetaReply, MetaRequest, WireError,
+    decode_body, encode_body, read_frame_bounded, ErrorCode, FrameBudget, FrameError, MetaReply, MetaRequest,
+    ReadBounds, WireError,
 };
+use flotilla_types::CallerPolicy;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// Name of the namespace database inside the data directory.
 pub const NAMESPACE_FILE: &str = "namespace.redb";
@@ -84,20 +86,49 @@ impl MetaService {
     }
 }
 
+/// What every connection of the service shares: its limits and its frame memory budget.
+struct ConnectionLimits {
+    requests_max: usize,
+    read_bounds: ReadBounds,
+    budget: FrameBudget,
+    reply_stall: Duration,
+    /// The caller policy of every connection (until authentication gives each its own).
+    policy: Arc<CallerPolicy>,
+}
+
+impl ConnectionLimits {
+    fn new(config: &MetaConfig) -> ConnectionLimits {
+        ConnectionLimits {
+            requests_max: config.connection_requests_max.max(1),
+            read_bounds: ReadBounds {
+                frame_bytes_max: config.frame_bytes_max,
+                idle_timeout: Duration::from_millis(config.idle_timeout_ms.max(1)),
+                frame_timeout: Duration::from_millis(config.frame_read_timeout_ms.max(1)),
+            },
+            budget: FrameBudget::new(config.frame_bytes_in_memory_max),
+            reply_stall: Duration::from_millis(config.reply_stall_ms_max.max(1)),
+            policy: Arc::new(config.default_policy.clone()),
+        }
+    }
+}
+
 async fn accept_loop(
     listener: &TcpListener,
     (state, acceptor): (&Arc<State>, &Arc<Acceptor>),
     config: &MetaConfig,
 ) {
-    let (requests_max, frame_bytes_max) = (config.connection_requests_max.max(1), config.frame_bytes_max);
-    flotilla_rpc::accept_loop(listener, config.connections_max, |stream| {
-        let acceptor = acceptor.clone();
-        let state = state.clone();
+    let limits = Arc::new(ConnectionLimits::new(config));
+    let accept = flotilla_rpc::AcceptLimits {
+        connections_max: config.connections_max,
+        connections_per_peer_max: config.connections_per_peer_max,
+        keepalive_idle: Duration::from_millis(config.keepalive_idle_ms.max(1000)),
+    };
+    flotilla_rpc::accept_loop_limited(listener, accept, |mut stream| {
+        let (acceptor, state, limits) = (acceptor.clone(), state.clone(), limits.clone());
         async move {
-            let mut stream = stream;
             let peer_addr = stream.peer_addr().ok();
             let Some(secured) = acceptor.accept(&mut stream, peer_addr).await else { return };
-            serve_connection(stream, state, secured, (requests_max, frame_bytes_max)).await
+            serve_connection(stream, state, secured, limits).await
         }
     })
     .await
@@ -112,49 +143,60 @@ fn auth_bounds(config: &MetaConfig) -> AuthBounds {
     }
 }
 
-type Outgoing = (u64, MetaReply);
+/// A reply with the frame memory its request held, released once the reply is written.
+type Outgoing = (u64, MetaReply, Option<OwnedSemaphorePermit>);
 
 async fn serve_connection(
     stream: TcpStream,
     state: Arc<State>,
     secured: Secured,
-    (requests_max, frame_bytes_max): (usize, u32),
+    limits: Arc<ConnectionLimits>,
 ) {
     let _ = stream.set_nodelay(true);
     let Secured { peer, sealer, opener } = secured;
     let (read_half, write_half) = stream.into_split();
-    let (replies, queue) = mpsc::channel::<Outgoing>(requests_max);
-    let writer = tokio::spawn(write_replies((write_half, sealer), queue));
+    let (replies, queue) = mpsc::channel::<Outgoing>(limits.requests_max);
+    let mut writer = tokio::spawn(write_replies((write_half, sealer), queue, limits.reply_stall));
     let peer = Arc::new(peer);
-    read_requests((read_half, opener, peer), state, replies, requests_max, frame_bytes_max).await;
-    let _ = writer.await;
+    // A writer that gives up (peer not reading) ends the reader too, releasing its memory.
+    tokio::select! {
+        _ = read_requests((read_half, opener, peer), state, replies, &limits) => { let _ = writer.await; }
+        _ = &mut writer => {}
+    }
 }
 
 async fn read_requests(
     (mut read_half, mut opener, peer): (OwnedReadHalf, Opener, Arc<Peer>),
     state: Arc<State>,
     replies: mpsc::Sender<Outgoing>,
-    requests_max: usize,
-    frame_bytes_max: u32,
+    limits: &ConnectionLimits,
 ) {
-    let in_progress = Arc::new(Semaphore::new(requests_max));
+    let in_progress = Arc::new(Semaphore::new(limits.requests_max));
+    let (counted, requests_max) = (in_progress.clone(), limits.requests_max);
+    let busy = move || counted.available_permits() < requests_max;
     let mut buffer = BytesMut::new();
     loop {
-        let read = match read_frame(&mut read_half, &mut buffer, frame_bytes_max).await {
-            Ok(frame) => opener.check(&mut read_half, &frame).await.map(|()| frame),
+        let read = read_frame_bounded(&mut read_half, &mut buffer, limits.read_bounds, &limits.budget, &busy);
+        let read = match read.await {
+            Ok((frame, memory)) => opener.check(&mut read_half, &frame).await.map(|()| (frame, memory)),
             Err(error) => Err(error),
         };
-        let frame = match read {
-            Ok(frame) => frame,
+        let (frame, memory) = match read {
+            Ok(read) => read,
             Err(FrameError::Closed) => return,
+            Err(FrameError::IdleTimeout { ms }) => {
+                tracing::debug!(ms, "closing an idle metadata connection");
+                return;
+            }
             Err(error) => {
                 let request_id = match &error {
                     FrameError::PayloadChecksum { request_id, .. } => *request_id,
                     _ => 0,
                 };
+                tracing::warn!(%error, "bad or late frame on a metadata connection");
                 let reply = MetaReply::Error(WireError::new(ErrorCode::Protocol, error.to_string()));
-                let _ = replies.send((request_id, reply)).await;
-                // Even a bad payload breaks the stream here: its tag was not read.
+                let _ = replies.send((request_id, reply, None)).await;
+                // Even a bad payload breaks the stream here: the tag after it was not read.
                 return;
             }
         };
@@ -162,21 +204,22 @@ async fn read_requests(
             Ok(request) => request,
             Err(error) => {
                 let reply = MetaReply::Error(WireError::new(ErrorCode::BadRequest, error.to_string()));
-                let _ = replies.send((frame.request_id, reply)).await;
+                let _ = replies.send((frame.request_id, reply, Some(memory))).await;
                 continue;
             }
         };
         let Ok(permit) = in_progress.clone().acquire_owned().await else { return };
-        let (state, replies, peer) = (state.clone(), replies.clone(), peer.clone());
+        let (state, replies, policy) = (state.clone(), replies.clone(), limits.policy.clone());
+        let peer = peer.clone();
         tokio::spawn(async move {
             let reply = tokio::task::spawn_blocking(move || match admit(&state, &peer, &request) {
-                Ok(()) => state.handle(request),
+                Ok(()) => state.handle(request, &policy),
                 Err(refused) => MetaReply::Error(refused),
             })
             .await;
             let reply =
                 reply.unwrap_or_else(|e| MetaReply::Error(WireError::new(ErrorCode::Io, e.to_string())));
-            let _ = replies.send((frame.request_id, reply)).await;
+            let _ = replies.send((frame.request_id, reply, Some(memory))).await;
             drop(permit);
         });
     }
@@ -185,21 +228,30 @@ async fn read_requests(
 async fn write_replies(
     (write_half, mut sealer): (OwnedWriteHalf, Sealer),
     mut queue: mpsc::Receiver<Outgoing>,
+    reply_stall: Duration,
 ) {
     let mut writer = BufWriter::new(write_half);
     while let Some(first) = queue.recv().await {
         let mut next = Some(first);
-        while let Some((request_id, reply)) = next.take() {
+        while let Some((request_id, reply, _memory)) = next.take() {
             let written = match encode_body(&reply) {
-                Ok(body) => sealer.write_frame(&mut writer, request_id, &body, &[]).await,
-                Err(error) => Err(error),
+                Ok(body) => {
+                    let write = sealer.write_frame(&mut writer, request_id, &body, &[]);
+                    tokio::time::timeout(reply_stall, write).await
+                }
+                Err(error) => Ok(Err(error)),
             };
-            if written.is_err() {
+            if !matches!(written, Ok(Ok(()))) {
+                tracing::warn!(
+                    ?reply_stall,
+                    "dropping metadata connection: reply not written in time or failed"
+                );
                 return;
             }
             next = queue.try_recv().ok();
         }
-        if writer.flush().await.is_err() {
+        if !matches!(tokio::time::timeout(reply_stall, writer.flush()).await, Ok(Ok(()))) {
+            tracing::warn!(?reply_stall, "dropping metadata connection: replies not flushed in time");
             return;
         }
     }

@@ -6,6 +6,7 @@ use crate::edit::{
 };
 use crate::entry::Entry;
 use crate::error::NamespaceError;
+use crate::guard::may_add;
 use crate::namespace::{new_attrs, Namespace};
 use crate::placement::{check_targets, choose_targets, TargetUsage};
 use crate::record::{Body, Inode};
@@ -13,18 +14,30 @@ use crate::request::{CreateFile, Owner};
 use crate::schema::PLACEMENT_CURSOR_KEY;
 use crate::tables::{Source, WriteTables};
 use crate::walk::{locate, resolve};
-use flotilla_types::{split_path, FileKind, Layout, NameError, TargetId, TimeNs, PATH_BYTES_MAX};
+use flotilla_types::{split_path, Caller, FileKind, Layout, NameError, TargetId, TimeNs, PATH_BYTES_MAX};
 
 impl Namespace {
     /// Creates a directory; it inherits its parent's default layout.
     pub fn mkdir(&self, path: &str, owner: Owner, now_ns: TimeNs) -> Result<Entry, NamespaceError> {
+        self.mkdir_as(&Caller::root(), path, owner, now_ns)
+    }
+
+    /// `mkdir` for `who` (write and search on the parent).
+    pub fn mkdir_as(
+        &self,
+        who: &Caller,
+        path: &str,
+        owner: Owner,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
         check_owner(&owner)?;
         if split_path(path)?.is_empty() {
             return Err(NamespaceError::AlreadyExists { path: path.into() });
         }
         self.write(|tables| {
-            let place = locate(tables, path)?;
+            let place = locate(tables, path, who)?;
             refuse_taken(&place, path)?;
+            may_add(tables, &place, who, path)?;
             let default_layout = parent_default_layout(tables, place.parent)?;
             let inode = Inode {
                 attrs: new_attrs(FileKind::Directory, &owner, now_ns),
@@ -45,6 +58,18 @@ impl Namespace {
         live: &[TargetUsage],
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
+        self.create_file_as(&Caller::root(), path, spec, live, now_ns)
+    }
+
+    /// `create_file` for `who` (write and search on the parent when the file is new).
+    pub fn create_file_as(
+        &self,
+        who: &Caller,
+        path: &str,
+        spec: &CreateFile,
+        live: &[TargetUsage],
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
         check_owner(&spec.owner)?;
         if spec.subfile_count != 0 {
             check_subfile_count(spec.subfile_count)?;
@@ -53,10 +78,11 @@ impl Namespace {
             check_layout(layout)?;
         }
         self.write(|tables| {
-            let place = locate(tables, path)?;
+            let place = locate(tables, path, who)?;
             if let Some(id) = place.child {
                 return existing_file(tables, id, spec.exclusive, path);
             }
+            may_add(tables, &place, who, path)?;
             let default_layout = parent_default_layout(tables, place.parent)?;
             let layout = spec.layout.or(default_layout).unwrap_or(DEFAULT_LAYOUT);
             let count = subfile_count(spec, &layout, live);
@@ -79,11 +105,24 @@ impl Namespace {
         owner: Owner,
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
+        self.symlink_as(&Caller::root(), path, target, owner, now_ns)
+    }
+
+    /// `symlink` for `who` (write and search on the parent).
+    pub fn symlink_as(
+        &self,
+        who: &Caller,
+        path: &str,
+        target: &str,
+        owner: Owner,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
         check_owner(&owner)?;
         check_symlink_target(target)?;
         self.write(|tables| {
-            let place = locate(tables, path)?;
+            let place = locate(tables, path, who)?;
             refuse_taken(&place, path)?;
+            may_add(tables, &place, who, path)?;
             let mut inode = Inode {
                 attrs: new_attrs(FileKind::Symlink, &owner, now_ns),
                 body: Body::Symlink { target: target.into() },
@@ -97,15 +136,27 @@ impl Namespace {
 
     /// Gives the file or symlink at `existing` a second name, `new`.
     pub fn link(&self, existing: &str, new: &str, now_ns: TimeNs) -> Result<Entry, NamespaceError> {
+        self.link_as(&Caller::root(), existing, new, now_ns)
+    }
+
+    /// `link` for `who` (search along both paths, write and search on the new parent).
+    pub fn link_as(
+        &self,
+        who: &Caller,
+        existing: &str,
+        new: &str,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
         self.write(|tables| {
-            let found = resolve(tables, existing, false)?;
+            let found = resolve(tables, existing, false, who)?;
             if found.inode.is_directory() {
                 return Err(NamespaceError::NotPermitted {
                     what: format!("{existing}: hard link to a directory"),
                 });
             }
-            let place = locate(tables, new)?;
+            let place = locate(tables, new, who)?;
             refuse_taken(&place, new)?;
+            may_add(tables, &place, who, new)?;
             let mut inode = found.inode;
             inode.attrs.nlink =
                 inode.attrs.nlink.checked_add(1).filter(|nlink| *nlink <= NLINK_MAX).ok_or_else(|| {
@@ -131,7 +182,7 @@ impl Namespace {
             check_layout(layout)?;
         }
         self.write(|tables| {
-            let found = resolve(tables, path, true)?;
+            let found = resolve(tables, path, true, &Caller::root())?;
             let mut inode = found.inode;
             let Body::Directory { default_layout } = &mut inode.body else {
                 return Err(NamespaceError::NotADirectory { path: path.into() });

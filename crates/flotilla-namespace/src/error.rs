@@ -20,6 +20,10 @@ pub const EISDIR: i32 = 21;
 pub const EINVAL: i32 = 22;
 /// No space left on device (not enough storage targets).
 pub const ENOSPC: i32 = 28;
+/// Permission denied (a permission bit is missing).
+pub const EACCES: i32 = 13;
+/// Read-only file system.
+pub const EROFS: i32 = 30;
 /// Too many links.
 pub const EMLINK: i32 = 31;
 /// File name too long.
@@ -53,6 +57,10 @@ pub enum NamespaceError {
     InvalidArgument { what: String },
     #[error("not permitted: {what}")]
     NotPermitted { what: String },
+    #[error("permission denied: {what}")]
+    AccessDenied { what: String },
+    #[error("read-only: {what}")]
+    ReadOnly { what: String },
     #[error("{wanted} subfiles need {wanted} distinct live targets, but only {live} are live")]
     NotEnoughTargets { wanted: usize, live: usize },
     #[error("target {target} is not live")]
@@ -86,6 +94,8 @@ impl NamespaceError {
             }
             Self::NotPermitted { .. } => EPERM,
             Self::NotEnoughTargets { .. } | Self::NoSpace { .. } => ENOSPC,
+            Self::AccessDenied { .. } => EACCES,
+            Self::ReadOnly { .. } => EROFS,
             Self::UnsupportedFormat { .. } | Self::Corrupt { .. } | Self::Storage(_) => EIO,
         }
     }

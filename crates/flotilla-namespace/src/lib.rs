@@ -19,12 +19,14 @@
 //!
 //! The on-disk format is documented byte by byte in `FORMAT.md` (the `schema` module).
 
+pub mod access;
 mod codec;
 mod create;
 pub use create::DEFAULT_LAYOUT;
 mod edit;
 mod entry;
 mod error;
+mod guard;
 mod namespace;
 mod placement;
 mod record;
@@ -40,8 +42,8 @@ mod walk;
 pub use edit::{IsOpen, NLINK_MAX};
 pub use entry::{DirEntry, Entry, FileRecord};
 pub use error::{
-    NamespaceError, EEXIST, EINVAL, EIO, EISDIR, ELOOP, EMLINK, ENAMETOOLONG, ENOENT, ENOSPC, ENOTDIR,
-    ENOTEMPTY, EPERM,
+    NamespaceError, EACCES, EEXIST, EINVAL, EIO, EISDIR, ELOOP, EMLINK, ENAMETOOLONG, ENOENT, ENOSPC,
+    ENOTDIR, ENOTEMPTY, EPERM, EROFS,
 };
 pub use namespace::{Namespace, READDIR_PAGE_ENTRIES_MAX};
 pub use placement::{check_targets, choose_targets, TargetUsage, FREE_PERCENT_MIN};

@@ -13,7 +13,7 @@ use crate::record::{Body, Inode};
 use crate::schema::{ROOT_ID, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use crate::tables::{ReadTables, Source, WriteTables};
 use crate::walk::resolve;
-use flotilla_types::{Attributes, FileKind, TimeNs};
+use flotilla_types::{Attributes, Caller, FileKind, TimeNs};
 use parking_lot::RwLock;
 use redb::backends::InMemoryBackend;
 use redb::{Database, ReadableDatabase, ReadableTableMetadata, StorageBackend};
@@ -161,8 +161,13 @@ impl Namespace {
 
     /// The entry at `path`; a symlink as the last component is returned, not followed.
     pub fn lookup(&self, path: &str) -> Result<Entry, NamespaceError> {
+        self.lookup_as(&Caller::root(), path)
+    }
+
+    /// `lookup` for `who`, who needs search permission along the path.
+    pub fn lookup_as(&self, who: &Caller, path: &str) -> Result<Entry, NamespaceError> {
         self.read(|tables| {
-            let found = resolve(tables, path, false)?;
+            let found = resolve(tables, path, false, who)?;
             Ok(found.inode.into_entry(found.id))
         })
     }
@@ -170,7 +175,7 @@ impl Namespace {
     /// The entry at `path`, following a symlink in the last component too.
     pub fn lookup_follow(&self, path: &str) -> Result<Entry, NamespaceError> {
         self.read(|tables| {
-            let found = resolve(tables, path, true)?;
+            let found = resolve(tables, path, true, &Caller::root())?;
             Ok(found.inode.into_entry(found.id))
         })
     }
@@ -185,10 +190,16 @@ impl Namespace {
 
     /// Every entry of the directory at `path` (symlinks followed), in name order.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, NamespaceError> {
+        self.readdir_as(&Caller::root(), path)
+    }
+
+    /// `readdir` for `who`, who needs search permission along the path and read permission
+    /// on the directory.
+    pub fn readdir_as(&self, who: &Caller, path: &str) -> Result<Vec<DirEntry>, NamespaceError> {
         let mut all = Vec::new();
         loop {
             let after = all.last().map(|entry: &DirEntry| entry.name.clone());
-            let page = self.readdir_page(path, after.as_deref(), READDIR_PAGE_ENTRIES_MAX)?;
+            let page = self.readdir_page_as(who, path, after.as_deref(), READDIR_PAGE_ENTRIES_MAX)?;
             let done = page.len() < READDIR_PAGE_ENTRIES_MAX;
             all.extend(page);
             if done {
@@ -205,11 +216,23 @@ impl Namespace {
         after: Option<&str>,
         max: usize,
     ) -> Result<Vec<DirEntry>, NamespaceError> {
+        self.readdir_page_as(&Caller::root(), path, after, max)
+    }
+
+    /// `readdir_page` for `who`.
+    pub fn readdir_page_as(
+        &self,
+        who: &Caller,
+        path: &str,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<DirEntry>, NamespaceError> {
         self.read(|tables| {
-            let dir = resolve(tables, path, true)?;
+            let dir = resolve(tables, path, true, who)?;
             if !dir.inode.is_directory() {
                 return Err(NamespaceError::NotADirectory { path: path.into() });
             }
+            crate::access::require(&dir.inode.attrs, who, crate::access::READ, path)?;
             let children = tables.children(dir.id, after, max.min(READDIR_PAGE_ENTRIES_MAX))?;
             children
                 .into_iter()

@@ -4,10 +4,11 @@
 use crate::edit::{adjust_dir, drop_link, refuse_non_empty, Change, IsOpen};
 use crate::entry::FileRecord;
 use crate::error::NamespaceError;
+use crate::guard::may_remove;
 use crate::namespace::Namespace;
 use crate::tables::{Source, WriteTables};
 use crate::walk::{locate, Located};
-use flotilla_types::TimeNs;
+use flotilla_types::{Caller, TimeNs};
 use redb::ReadableTable;
 
 /// Orphans: files whose last name went away while a client had them open.
@@ -45,7 +46,17 @@ impl Namespace {
     /// Removes the name of a file or symlink. Returns the file record when the file lost its
     /// last link; its subfiles are then queued in `pending_deletes` in the same transaction.
     pub fn unlink(&self, path: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(path, None, &|_| false, now_ns)
+        self.unlink_checked(&Caller::root(), path, None, &|_| false, now_ns)
+    }
+
+    /// `unlink` for `who` (write and search on the parent; the sticky rule).
+    pub fn unlink_as(
+        &self,
+        who: &Caller,
+        path: &str,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_checked(who, path, None, &|_| false, now_ns)
     }
 
     /// `unlink` that keeps a file some client still has open (`is_open`) as an orphan.
@@ -55,7 +66,18 @@ impl Namespace {
         is_open: IsOpen<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(path, None, is_open, now_ns)
+        self.unlink_checked(&Caller::root(), path, None, is_open, now_ns)
+    }
+
+    /// `unlink_keeping_open` for `who`.
+    pub fn unlink_keeping_open_as(
+        &self,
+        who: &Caller,
+        path: &str,
+        is_open: IsOpen<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_checked(who, path, None, is_open, now_ns)
     }
 
     /// Removes the name `path` only if it names entry `expected_id` (the undo of a failed
@@ -66,22 +88,24 @@ impl Namespace {
         expected_id: u64,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(path, Some(expected_id), &|_| false, now_ns)
+        self.unlink_checked(&Caller::root(), path, Some(expected_id), &|_| false, now_ns)
     }
 
     fn unlink_checked(
         &self,
+        who: &Caller,
         path: &str,
         expected_id: Option<u64>,
         is_open: IsOpen<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
         self.write(|tables| {
-            let place = locate(tables, path)?;
+            let place = locate(tables, path, who)?;
             let id = place.child.ok_or_else(|| not_found(path))?;
             if expected_id.is_some_and(|expected| expected != id) {
                 return Err(not_found(path));
             }
+            may_remove(tables, &place, id, who, path)?;
             let inode = tables.load(id)?;
             if inode.is_directory() {
                 return Err(NamespaceError::IsADirectory { path: path.into() });
@@ -94,9 +118,15 @@ impl Namespace {
 
     /// Removes an empty directory.
     pub fn rmdir(&self, path: &str, now_ns: TimeNs) -> Result<(), NamespaceError> {
+        self.rmdir_as(&Caller::root(), path, now_ns)
+    }
+
+    /// `rmdir` for `who` (write and search on the parent; the sticky rule).
+    pub fn rmdir_as(&self, who: &Caller, path: &str, now_ns: TimeNs) -> Result<(), NamespaceError> {
         self.write(|tables| {
-            let place = locate(tables, path)?;
+            let place = locate(tables, path, who)?;
             let id = place.child.ok_or_else(|| not_found(path))?;
+            may_remove(tables, &place, id, who, path)?;
             if !tables.load(id)?.is_directory() {
                 return Err(NamespaceError::NotADirectory { path: path.into() });
             }
@@ -112,7 +142,19 @@ impl Namespace {
     /// its own subtree. If `from` and `to` already name the same inode nothing changes.
     /// Returns the record of a replaced file that lost its last link.
     pub fn rename(&self, from: &str, to: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
-        self.rename_with(from, to, Replace::Allowed(&|_| false), now_ns)
+        self.rename_with(&Caller::root(), from, to, Replace::Allowed(&|_| false), now_ns)
+    }
+
+    /// `rename` for `who`: removing `from` and, if taken, `to` as `unlink` would, and adding
+    /// `to` as a create would.
+    pub fn rename_as(
+        &self,
+        who: &Caller,
+        from: &str,
+        to: &str,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.rename_with(who, from, to, Replace::Allowed(&|_| false), now_ns)
     }
 
     /// `rename` that keeps a replaced file some client still has open (`is_open`) as an orphan.
@@ -123,26 +165,51 @@ impl Namespace {
         is_open: IsOpen<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.rename_with(from, to, Replace::Allowed(is_open), now_ns)
+        self.rename_with(&Caller::root(), from, to, Replace::Allowed(is_open), now_ns)
+    }
+
+    /// `rename_keeping_open` for `who`.
+    pub fn rename_keeping_open_as(
+        &self,
+        who: &Caller,
+        from: &str,
+        to: &str,
+        is_open: IsOpen<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.rename_with(who, from, to, Replace::Allowed(is_open), now_ns)
     }
 
     /// `rename` that never replaces: `AlreadyExists` if `to` names anything, decided in the
     /// same transaction as the move (`RENAME_NOREPLACE`).
     pub fn rename_no_replace(&self, from: &str, to: &str, now_ns: TimeNs) -> Result<(), NamespaceError> {
-        self.rename_with(from, to, Replace::Refused, now_ns).map(|_| ())
+        self.rename_no_replace_as(&Caller::root(), from, to, now_ns)
+    }
+
+    /// `rename_no_replace` for `who`.
+    pub fn rename_no_replace_as(
+        &self,
+        who: &Caller,
+        from: &str,
+        to: &str,
+        now_ns: TimeNs,
+    ) -> Result<(), NamespaceError> {
+        self.rename_with(who, from, to, Replace::Refused, now_ns).map(|_| ())
     }
 
     fn rename_with(
         &self,
+        who: &Caller,
         from: &str,
         to: &str,
         replace_mode: Replace<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
         self.write(|tables| {
-            let source = locate(tables, from)?;
+            let source = locate(tables, from, who)?;
             let moved = source.child.ok_or_else(|| not_found(from))?;
-            let dest = locate(tables, to)?;
+            may_remove(tables, &source, moved, who, from)?;
+            let dest = locate(tables, to, who)?;
             let is_open = match replace_mode {
                 Replace::Allowed(is_open) => is_open,
                 Replace::Refused if dest.child.is_some() => {
@@ -150,6 +217,10 @@ impl Namespace {
                 }
                 Replace::Refused => &|_| false,
             };
+            match dest.child {
+                Some(old) => may_remove(tables, &dest, old, who, to)?,
+                None => crate::guard::may_add(tables, &dest, who, to)?,
+            }
             if dest.child == Some(moved) {
                 return Ok(None);
             }

@@ -7,18 +7,31 @@ use crate::namespace::{not_found_id, Namespace};
 use crate::record::{Body, Inode};
 use crate::request::SetAttr;
 use crate::tables::Source;
-use flotilla_types::{Attributes, FileKind, TimeNs};
+use flotilla_types::{Attributes, Caller, FileKind, TimeNs};
 
 impl Namespace {
     /// Applies `change` to inode `id` and sets its `ctime` to `now_ns` (and its `mtime`
     /// too when the size changes and no `mtime` is given). Returns the new attributes.
     pub fn set_attr(&self, id: u64, change: &SetAttr, now_ns: TimeNs) -> Result<Attributes, NamespaceError> {
+        self.set_attr_as(&Caller::root(), id, change, now_ns)
+    }
+
+    /// `set_attr` for `who`, under the POSIX rules of [`crate::access::checked_set_attr`]
+    /// (which may also clear setuid/setgid).
+    pub fn set_attr_as(
+        &self,
+        who: &Caller,
+        id: u64,
+        change: &SetAttr,
+        now_ns: TimeNs,
+    ) -> Result<Attributes, NamespaceError> {
         if let Some(mode) = change.mode {
             check_mode(mode)?;
         }
         self.write(|tables| {
             let mut inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
-            apply(&mut inode, id, change, now_ns)?;
+            let change = crate::access::checked_set_attr(&inode.attrs, who, change, now_ns)?;
+            apply(&mut inode, id, &change, now_ns)?;
             tables.put(id, &inode)?;
             Ok(inode.attrs)
         })

@@ -7,11 +7,12 @@
 //! the true ancestor chain of the result because every directory has exactly one parent;
 //! `rename` relies on it to refuse moving a directory into its own subtree.
 
+use crate::access::{require, SEARCH};
 use crate::error::NamespaceError;
 use crate::record::{Body, Inode};
 use crate::schema::ROOT_ID;
 use crate::tables::Source;
-use flotilla_types::{check_name, split_path};
+use flotilla_types::{check_name, split_path, Caller};
 use std::collections::VecDeque;
 
 /// Most symbolic links followed while resolving one path, as on Linux.
@@ -35,26 +36,34 @@ pub(crate) struct Located<'p> {
 }
 
 /// Resolves an existing entry.
+/// `who` needs search permission on every directory walked through.
 pub(crate) fn resolve(
     source: &impl Source,
     path: &str,
     follow_final: bool,
+    who: &Caller,
 ) -> Result<Walked, NamespaceError> {
     let components = split_path(path)?;
-    walk(source, path, owned(&components), follow_final)
+    walk(source, path, owned(&components), follow_final, who)
 }
 
 /// Resolves the parent directory of `path` and looks its last component up without
-/// following it. The root has no parent, so `/` is refused.
-pub(crate) fn locate<'p>(source: &impl Source, path: &'p str) -> Result<Located<'p>, NamespaceError> {
+/// following it. The root has no parent, so `/` is refused. `who` needs search permission
+/// on every directory walked through, the parent included.
+pub(crate) fn locate<'p>(
+    source: &impl Source,
+    path: &'p str,
+    who: &Caller,
+) -> Result<Located<'p>, NamespaceError> {
     let mut components = split_path(path)?;
     let name = components
         .pop()
         .ok_or_else(|| NamespaceError::invalid(format!("{path:?} names the root directory")))?;
-    let parent = walk(source, path, owned(&components), true)?;
+    let parent = walk(source, path, owned(&components), true, who)?;
     if !parent.inode.is_directory() {
         return Err(NamespaceError::NotADirectory { path: path.into() });
     }
+    require(&parent.inode.attrs, who, SEARCH, &format!("parent directory of {path}"))?;
     let mut chain = parent.ancestors;
     chain.push(parent.id);
     Ok(Located { chain, parent: parent.id, name, child: source.child(parent.id, name)? })
@@ -69,6 +78,7 @@ fn walk(
     path: &str,
     mut queue: VecDeque<String>,
     follow_final: bool,
+    who: &Caller,
 ) -> Result<Walked, NamespaceError> {
     let mut stack = vec![ROOT_ID];
     let mut follows = 0;
@@ -80,6 +90,9 @@ fn walk(
             continue;
         }
         let parent = stack.last().copied().unwrap_or(ROOT_ID);
+        if !who.is_root() {
+            require(&source.load(parent)?.attrs, who, SEARCH, &format!("a directory on the way to {path}"))?;
+        }
         let id =
             source.child(parent, &name)?.ok_or_else(|| NamespaceError::NotFound { path: path.into() })?;
         let inode = source.load(id)?;

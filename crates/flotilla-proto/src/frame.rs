@@ -253,33 +253,63 @@ impl FrameBudget {
     }
 }
 
-/// Reads one frame from an untrusted peer: waits at most `idle_timeout` for its first byte,
-/// then reserves the payload length the header claims from `budget` (waiting while others
-/// hold it) BEFORE any buffer grows, then reads header and payload each within
-/// `frame_timeout`. The permit is returned with the frame; hold it until the reply is sent.
+/// Reads one frame from an untrusted peer. Waits for its first byte as long as `busy()`
+/// says requests are in flight, else at most `idle_timeout`. From that byte on, the frame
+/// must arrive within `frame_timeout`. The payload length the header claims is reserved from
+/// `budget` BEFORE any buffer grows; the wait for it may last up to another `frame_timeout`
+/// (others' frames hold the budget), but a frame that gets its memory after its own
+/// deadline is completed only from bytes that have already arrived: a peer that stalls
+/// holds the budget for at most `frame_timeout`, while a peer whose whole frame is waiting
+/// in the socket is served once the budget frees. The permit is returned with the frame;
+/// hold it until the reply is sent.
 pub async fn read_frame_bounded<R: AsyncRead + Unpin>(
     reader: &mut R,
     buffer: &mut BytesMut,
     bounds: ReadBounds,
     budget: &FrameBudget,
+    busy: &(dyn Fn() -> bool + Sync),
 ) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
     let mut header_bytes = [0u8; HEADER_BYTES];
-    let idle_ms = bounds.idle_timeout.as_millis() as u64;
-    tokio::time::timeout(bounds.idle_timeout, read_exact_or_closed(reader, &mut header_bytes[..1]))
-        .await
-        .map_err(|_| FrameError::IdleTimeout { ms: idle_ms })??;
-    let frame_ms = bounds.frame_timeout.as_millis() as u64;
-    let timed_out = |_| FrameError::FrameTimeout { ms: frame_ms };
-    tokio::time::timeout(bounds.frame_timeout, read_exact_or_closed(reader, &mut header_bytes[1..]))
+    wait_first_byte(reader, &mut header_bytes[..1], bounds.idle_timeout, busy).await?;
+    let deadline = tokio::time::Instant::now() + bounds.frame_timeout;
+    let timed_out = |_| FrameError::FrameTimeout { ms: bounds.frame_timeout.as_millis() as u64 };
+    tokio::time::timeout_at(deadline, read_exact_or_closed(reader, &mut header_bytes[1..]))
         .await
         .map_err(timed_out)??;
     let header = FrameHeader::decode(&header_bytes, bounds.frame_bytes_max)?;
-    let payload_bytes = u64::from(header.body_bytes) + u64::from(header.data_bytes);
-    let permit = budget.take(budget.units(payload_bytes)).await?;
-    let frame = tokio::time::timeout(bounds.frame_timeout, read_payload(reader, buffer, &header))
-        .await
-        .map_err(timed_out)??;
-    Ok((frame, permit))
+    let payload_bytes = header.body_bytes as usize + header.data_bytes as usize;
+    let take = budget.take(budget.units(payload_bytes as u64));
+    let permit =
+        tokio::time::timeout_at(deadline + bounds.frame_timeout, take).await.map_err(timed_out)??;
+    buffer.clear();
+    let arrived = match tokio::time::timeout_at(deadline, fill_payload(reader, buffer, payload_bytes)).await {
+        Ok(arrived) => arrived,
+        // Past the deadline, only what is already here: a brief wait lets the reactor report it.
+        Err(_) => tokio::time::timeout(LATE_GRACE, fill_payload(reader, buffer, payload_bytes))
+            .await
+            .map_err(timed_out)?,
+    };
+    arrived?;
+    Ok((split_payload(buffer, &header)?, permit))
+}
+
+/// How long a frame that got its memory after its deadline may still take to be read.
+const LATE_GRACE: Duration = Duration::from_millis(1);
+
+async fn wait_first_byte<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    first: &mut [u8],
+    idle_timeout: Duration,
+    busy: &(dyn Fn() -> bool + Sync),
+) -> Result<(), FrameError> {
+    loop {
+        // Reading one byte is cancel-safe: it either arrived or it did not.
+        match tokio::time::timeout(idle_timeout, read_exact_or_closed(reader, first)).await {
+            Ok(outcome) => return outcome,
+            Err(_) if busy() => continue,
+            Err(_) => return Err(FrameError::IdleTimeout { ms: idle_timeout.as_millis() as u64 }),
+        }
+    }
 }
 
 async fn read_exact_or_closed<R: AsyncRead + Unpin>(
@@ -299,8 +329,17 @@ async fn read_payload<R: AsyncRead + Unpin>(
     buffer: &mut BytesMut,
     header: &FrameHeader,
 ) -> Result<Frame, FrameError> {
-    let payload_bytes = header.body_bytes as usize + header.data_bytes as usize;
     buffer.clear();
+    fill_payload(reader, buffer, header.body_bytes as usize + header.data_bytes as usize).await?;
+    split_payload(buffer, header)
+}
+
+/// Reads until `buffer` holds `payload_bytes`; cancel-safe (what was read stays in `buffer`).
+async fn fill_payload<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+    payload_bytes: usize,
+) -> Result<(), FrameError> {
     while buffer.len() < payload_bytes {
         let remaining = payload_bytes - buffer.len();
         buffer.reserve(remaining.min(GROWTH_BYTES_MAX));
@@ -310,7 +349,12 @@ async fn read_payload<R: AsyncRead + Unpin>(
             return Err(FrameError::Io(error));
         }
     }
-    let mut payload = buffer.split_to(payload_bytes);
+    Ok(())
+}
+
+/// Splits a complete payload off `buffer` into body and data and checks its checksum.
+fn split_payload(buffer: &mut BytesMut, header: &FrameHeader) -> Result<Frame, FrameError> {
+    let mut payload = buffer.split_to(header.body_bytes as usize + header.data_bytes as usize);
     let data = payload.split_off(header.body_bytes as usize);
     header.check_payload(&payload, &data)?;
     let (request_id, flags) = (header.request_id, header.flags);
@@ -413,7 +457,7 @@ mod tests {
         client.write_all(&header.encode()).await.unwrap();
         let budget = FrameBudget::new(64 << 20);
         let mut buffer = BytesMut::new();
-        let outcome = read_frame_bounded(&mut server, &mut buffer, bounds(), &budget).await;
+        let outcome = read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &|| false).await;
         assert!(matches!(outcome, Err(FrameError::FrameTimeout { ms: 200 })), "{outcome:?}");
         assert!(
             buffer.capacity() <= GROWTH_BYTES_MAX,
@@ -427,7 +471,8 @@ mod tests {
     async fn silence_between_frames_is_an_idle_timeout() {
         let (_client, mut server) = tokio::io::duplex(1 << 16);
         let budget = FrameBudget::new(1 << 20);
-        let outcome = read_frame_bounded(&mut server, &mut BytesMut::new(), bounds(), &budget).await;
+        let outcome =
+            read_frame_bounded(&mut server, &mut BytesMut::new(), bounds(), &budget, &|| false).await;
         assert!(matches!(outcome, Err(FrameError::IdleTimeout { ms: 200 })), "{outcome:?}");
     }
 
@@ -437,9 +482,80 @@ mod tests {
         write_frame(&mut wire, 9, b"body", &[7u8; 5000]).await.unwrap();
         let budget = FrameBudget::new(1 << 20);
         let (frame, permit) =
-            read_frame_bounded(&mut &wire[..], &mut BytesMut::new(), bounds(), &budget).await.unwrap();
+            read_frame_bounded(&mut &wire[..], &mut BytesMut::new(), bounds(), &budget, &|| false)
+                .await
+                .unwrap();
         assert_eq!((frame.request_id, frame.data.len()), (9, 5000));
         assert_eq!(permit.num_permits(), 5, "5004 bytes hold 5 KiB");
         assert_eq!(budget.kib.available_permits(), 1024 - 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_is_not_idle() {
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        let budget = FrameBudget::new(1 << 20);
+        let polls = std::sync::atomic::AtomicU32::new(0);
+        // Busy for the first three idle periods, then the frame arrives.
+        let busy = || polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3;
+        let send = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            write_frame(&mut client, 5, b"late", b"").await.unwrap();
+        };
+        let mut buffer = BytesMut::new();
+        let (outcome, ()) =
+            tokio::join!(read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &busy), send);
+        assert_eq!(outcome.expect("frame after a busy wait").0.request_id, 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_memory_counts_against_the_frame_timeout() {
+        let budget = FrameBudget::new(1 << 20);
+        let _held = budget.take(budget.kib_max).await.unwrap();
+        let mut wire = Vec::new();
+        write_frame(&mut wire, 9, b"body", &[7u8; 5000]).await.unwrap();
+        let outcome =
+            read_frame_bounded(&mut &wire[..], &mut BytesMut::new(), bounds(), &budget, &|| false).await;
+        assert!(matches!(outcome, Err(FrameError::FrameTimeout { ms: 200 })), "{outcome:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_whole_frame_waiting_past_its_deadline_is_served_when_memory_frees() {
+        let budget = FrameBudget::new(1 << 20);
+        let held = budget.take(budget.kib_max).await.unwrap();
+        let mut wire = Vec::new();
+        write_frame(&mut wire, 9, b"body", &[7u8; 5000]).await.unwrap();
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(held);
+        };
+        let (mut buffer, mut reader) = (BytesMut::new(), &wire[..]);
+        let (outcome, ()) =
+            tokio::join!(read_frame_bounded(&mut reader, &mut buffer, bounds(), &budget, &|| false), release);
+        assert_eq!(outcome.expect("served after its deadline").0.data.len(), 5000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_claim_that_gets_memory_late_gives_it_back_at_once() {
+        let budget = FrameBudget::new(1 << 20);
+        let held = budget.take(budget.kib_max).await.unwrap();
+        let header = FrameHeader { body_bytes: 4096, ..FrameHeader::for_payload(1, b"", b"").unwrap() };
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        client.write_all(&header.encode()).await.unwrap();
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(held);
+        };
+        let started = tokio::time::Instant::now();
+        let mut buffer = BytesMut::new();
+        let (outcome, ()) =
+            tokio::join!(read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &|| false), release);
+        assert!(matches!(outcome, Err(FrameError::FrameTimeout { ms: 200 })), "{outcome:?}");
+        // Virtual time (the clock is paused): the late claim failed as soon as it got the memory.
+        assert!(
+            started.elapsed() < Duration::from_millis(350),
+            "held the late memory for {:?}",
+            started.elapsed()
+        );
+        assert_eq!(budget.kib.available_permits(), 1024, "reservation released");
     }
 }

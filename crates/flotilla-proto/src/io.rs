@@ -93,10 +93,21 @@ impl IoRequest {
 /// packed in the order of the request's pieces.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum IoReply {
-    Welcome { server: String, limits: Limits },
+    /// `boot_epoch` changes on every start of the server process (random, never 0): every
+    /// reply on a connection comes from the epoch its `Welcome` named, so a client that meets
+    /// a new epoch knows the server restarted and lost whatever it had not yet synced.
+    Welcome {
+        server: String,
+        limits: Limits,
+        boot_epoch: u64,
+    },
     Data,
-    Done { bytes: u64 },
+    Done {
+        bytes: u64,
+    },
     Forks(Vec<ForkInfo>),
-    Size { bytes: u64 },
+    Size {
+        bytes: u64,
+    },
     Error(WireError),
 }

@@ -35,5 +35,10 @@ pub fn decode_body<'a, T: serde::Deserialize<'a>>(
     body: &'a [u8],
     what: &'static str,
 ) -> Result<T, FrameError> {
-    postcard::from_bytes(body).map_err(|e| FrameError::Decode { what, message: e.to_string() })
+    flotilla_request::take_decode_refusal();
+    postcard::from_bytes(body).map_err(|e| {
+        // postcard drops a custom error's text; the batch decoder keeps it aside.
+        let message = flotilla_request::take_decode_refusal().unwrap_or_else(|| e.to_string());
+        FrameError::Decode { what, message }
+    })
 }

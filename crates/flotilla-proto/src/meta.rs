@@ -1,7 +1,7 @@
 //! Messages to the metadata service, from clients and from I/O servers.
 
 use crate::wire_error::WireError;
-use flotilla_types::{Attributes, FileId, FileKind, Layout, SetAttr, SubfileIndex, TargetId};
+use flotilla_types::{Attributes, Caller, FileId, FileKind, Layout, SetAttr, SubfileIndex, TargetId};
 use serde::{Deserialize, Serialize};
 
 /// Where one subfile of a file lives.
@@ -187,6 +187,14 @@ pub enum MetaRequest {
     KeepOpen {
         session: u64,
         files: Vec<u64>,
+    },
+    /// `request` made on behalf of `caller` (a program's uid, gid and groups); the service
+    /// maps it by the connection's policy and checks permissions for it. A request sent
+    /// bare acts with the connection's identity (root on an unrestricted connection).
+    /// Never nested.
+    As {
+        caller: Caller,
+        request: Box<MetaRequest>,
     },
 }
 

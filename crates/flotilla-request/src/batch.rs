@@ -39,6 +39,16 @@ thread_local! {
     static DECODE_DEPTH: Cell<usize> = const { Cell::new(0) };
 }
 
+thread_local! {
+    /// Why the last batch decode on this thread was refused (postcard keeps only "custom error").
+    static DECODE_REFUSAL: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Why the batch decoder last refused input on this thread, cleared by the call.
+pub fn take_decode_refusal() -> Option<String> {
+    DECODE_REFUSAL.with(|r| r.borrow_mut().take())
+}
+
 /// Leaves one nesting level when dropped, also when decoding fails or unwinds.
 struct DepthGuard;
 
@@ -62,9 +72,10 @@ impl Drop for DepthGuard {
 /// Decodes a node's `sub`, counting the nesting level before recursing into it.
 fn deserialize_sub<'de, D: Deserializer<'de>>(deserializer: D) -> Result<BatchSub, D::Error> {
     let _guard = DepthGuard::enter().map_err(|depth| {
-        serde::de::Error::custom(format!(
-            "batched request nests at least {depth} deep, over the decoding limit of {BATCH_DECODE_DEPTH_MAX}"
-        ))
+        let message =
+            format!("batched request nests at least {depth} deep, over the decoding limit of {BATCH_DECODE_DEPTH_MAX}");
+        DECODE_REFUSAL.with(|r| *r.borrow_mut() = Some(message.clone()));
+        serde::de::Error::custom(message)
     })?;
     BatchSub::deserialize(deserializer)
 }

@@ -15,6 +15,6 @@ mod batch;
 mod error;
 mod shape;
 
-pub use batch::{BatchNode, BatchSub, BATCH_DECODE_DEPTH_MAX};
+pub use batch::{take_decode_refusal, BatchNode, BatchSub, BATCH_DECODE_DEPTH_MAX};
 pub use error::ShapeError;
 pub use shape::{Piece, Shape, ShapeLimits, StrideLevel, Summary, BATCH_DEPTH_MAX, STRIDE_LEVELS_MAX};

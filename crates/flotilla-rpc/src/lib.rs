@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -31,6 +32,8 @@ pub enum RpcError {
     BadReply { addr: String, message: String },
     #[error("cannot encode request: {message}")]
     Encode { message: String },
+    #[error("no reply from {addr} within {ms} ms (call_timeout_ms)")]
+    CallTimeout { addr: String, ms: u64 },
 }
 
 /// Settings of one connection.
@@ -38,6 +41,13 @@ pub enum RpcError {
 pub struct ConnectionConfig {
     pub frame_bytes_max: u32,
     pub queue_frames_max: usize,
+    /// A connection not established within this long fails.
+    pub connect_timeout_ms: u64,
+    /// A call whose reply has not arrived this long after it was made fails (the connection
+    /// stays up; a late reply is dropped).
+    pub call_timeout_ms: u64,
+    /// TCP keepalive: idle time before the first probe, so a vanished peer is noticed.
+    pub keepalive_idle_ms: u64,
     /// The credential this side proves itself with; `None` connects without a handshake,
     /// which every Flotilla service refuses.
     pub auth: Option<ClientAuth>,
@@ -48,6 +58,9 @@ impl Default for ConnectionConfig {
         Self {
             frame_bytes_max: flotilla_types::Limits::default().frame_bytes_max,
             queue_frames_max: 1024,
+            connect_timeout_ms: 10_000,
+            call_timeout_ms: 120_000,
+            keepalive_idle_ms: 60_000,
             auth: None,
         }
     }
@@ -75,17 +88,27 @@ pub struct Connection {
     pending: Pending,
     next_request_id: AtomicU64,
     broken: Arc<AtomicBool>,
+    call_timeout: Duration,
 }
 
 impl Connection {
-    /// Connects and starts the reader and writer tasks on the current runtime.
+    /// Connects (within `connect_timeout_ms`) and starts the reader and writer tasks on the
+    /// current runtime.
     pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Connection, RpcError> {
-        let connect_error = |message: String| RpcError::Connect { addr: addr.to_string(), message };
-        let mut stream = TcpStream::connect(addr).await.map_err(|e| connect_error(e.to_string()))?;
-        stream.set_nodelay(true).map_err(|e| connect_error(e.to_string()))?;
+        let failed = |message: String| RpcError::Connect { addr: addr.to_string(), message };
+        let connect_timeout = Duration::from_millis(config.connect_timeout_ms.max(1));
+        let mut stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                failed(format!("not connected within {} ms (connect_timeout_ms)", config.connect_timeout_ms))
+            })?
+            .map_err(|e| failed(e.to_string()))?;
+        stream.set_nodelay(true).map_err(|e| failed(e.to_string()))?;
+        let keepalive_idle = Duration::from_millis(config.keepalive_idle_ms.max(1000));
+        set_keepalive(&stream, keepalive_idle).map_err(|e| failed(format!("set TCP keepalive: {e}")))?;
         let (sealer, opener) = match &config.auth {
             Some(auth) => {
-                let secured = auth.connect(&mut stream).await.map_err(|e| connect_error(e.to_string()))?;
+                let secured = auth.connect(&mut stream).await.map_err(|e| failed(e.to_string()))?;
                 (Some(secured.sealer), Some(secured.opener))
             }
             None => (None, None),
@@ -109,6 +132,7 @@ impl Connection {
             pending,
             next_request_id: AtomicU64::new(1),
             broken,
+            call_timeout: Duration::from_millis(config.call_timeout_ms.max(1)),
         })
     }
 
@@ -122,9 +146,20 @@ impl Connection {
         self.broken.load(Ordering::Acquire)
     }
 
-    /// Sends one request frame and waits for its reply frame.
+    /// Sends one request frame and waits for its reply frame, at most `call_timeout_ms`
+    /// from the call to its reply (queueing and sending included).
     pub async fn call_raw(&self, body: Vec<u8>, data: Bytes) -> Result<Frame, RpcError> {
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let outcome =
+            tokio::time::timeout(self.call_timeout, self.send_and_wait(request_id, body, data)).await;
+        outcome.unwrap_or_else(|_| {
+            self.pending.lock().remove(&request_id);
+            let ms = self.call_timeout.as_millis() as u64;
+            Err(RpcError::CallTimeout { addr: self.addr.clone(), ms })
+        })
+    }
+
+    async fn send_and_wait(&self, request_id: u64, body: Vec<u8>, data: Bytes) -> Result<Frame, RpcError> {
         let (reply_tx, reply_rx) = oneshot::channel();
         self.pending.lock().insert(request_id, reply_tx);
         if self.is_broken() {
@@ -346,5 +381,101 @@ pub async fn accept_loop_limited<F, Fut>(
             drop(slot);
             drop(peer_slot);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    #[tokio::test]
+    async fn a_call_without_a_reply_fails_naming_the_peer() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // A peer that accepts and reads but never replies.
+        let silent = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut sink = Vec::new();
+            let _ = stream.read_to_end(&mut sink).await;
+        });
+        let config = ConnectionConfig { call_timeout_ms: 200, ..ConnectionConfig::default() };
+        let connection = Connection::connect(&addr, config).await.unwrap();
+        let outcome = connection.call_raw(b"hello".to_vec(), Bytes::new()).await;
+        match outcome {
+            Err(error @ RpcError::CallTimeout { .. }) => {
+                let text = error.to_string();
+                assert!(text.contains(&addr) && text.contains("200 ms"), "{text}");
+            }
+            other => panic!("expected a call timeout, got {other:?}"),
+        }
+        assert!(connection.pending.lock().is_empty(), "timed-out call left its waiter behind");
+        drop(connection);
+        silent.abort();
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_per_peer_limit_are_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = AcceptLimits {
+            connections_max: 16,
+            connections_per_peer_max: 2,
+            keepalive_idle: std::time::Duration::from_secs(60),
+        };
+        let (release, released) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(async move {
+            accept_loop_limited(&listener, limits, move |mut stream| {
+                let mut released = released.clone();
+                async move {
+                    let _ = released.wait_for(|done| *done).await;
+                    let _ = stream.write_all(b"x").await;
+                }
+            })
+            .await
+        });
+        let mut streams = Vec::new();
+        for _ in 0..3 {
+            streams.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // The third is accepted and closed at once: it reads end-of-stream.
+        let mut byte = [0u8; 1];
+        assert_eq!(streams[2].read(&mut byte).await.unwrap(), 0, "third connection was served");
+        release.send(true).unwrap();
+        for stream in &mut streams[..2] {
+            assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "an allowed connection was not served");
+        }
+        drop(streams);
+        // Slots come back when connections end: a new one is served.
+        let mut fourth = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(fourth.read(&mut byte).await.unwrap(), 1, "slot not returned after close");
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_connect_that_hangs_fails_within_the_connect_timeout() {
+        // A listener that never accepts, with its accept queue filled: further SYNs are
+        // dropped, so a connect hangs.
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+        socket.listen(0).unwrap();
+        let addr = socket.local_addr().unwrap().as_socket().unwrap();
+        let mut fillers = Vec::new();
+        let config = ConnectionConfig { connect_timeout_ms: 300, ..ConnectionConfig::default() };
+        for _ in 0..8 {
+            match Connection::connect(&addr.to_string(), config).await {
+                Ok(connection) => fillers.push(connection),
+                Err(error) => {
+                    let text = error.to_string();
+                    assert!(
+                        text.contains("connect_timeout_ms") && text.contains(&addr.to_string()),
+                        "{text}"
+                    );
+                    return;
+                }
+            }
+        }
+        panic!("{} connects to a listener that never accepts all succeeded", fillers.len());
     }
 }

@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     pub scheduler: Arc<Scheduler<Job>>,
     pub limits: Limits,
     pub server_name: String,
+    /// This process's boot epoch (random, nonzero), sent in every `Welcome`.
+    pub boot_epoch: u64,
     pub connection_queue_max: usize,
     pub reply_queue_max: usize,
     /// Server-wide budget for request and reply data held in memory, in KiB
@@ -115,9 +117,12 @@ impl Reader {
     async fn run(self, mut read_half: OwnedReadHalf, mut opener: Opener) {
         let mut buffer = BytesMut::new();
         let budget = FrameBudget { kib: self.shared.memory.clone(), kib_max: self.shared.memory_units_max };
+        let (slots, queue_max) = (self.slots.clone(), self.shared.connection_queue_max);
+        let busy = move || slots.available_permits() < queue_max;
         loop {
             let read =
-                read_frame_bounded(&mut read_half, &mut buffer, self.shared.read_bounds, &budget).await;
+                read_frame_bounded(&mut read_half, &mut buffer, self.shared.read_bounds, &budget, &busy)
+                    .await;
             let checked = match read {
                 Ok((frame, held)) => opener.check(&mut read_half, &frame).await.map(|()| (frame, held)),
                 Err(error) => Err(error),
@@ -129,6 +134,10 @@ impl Reader {
                     }
                 }
                 Err(FrameError::Closed) => return,
+                Err(FrameError::IdleTimeout { ms }) => {
+                    tracing::debug!(connection = self.id, ms, "closing an idle connection");
+                    return;
+                }
                 // The tag after a bad payload was not read: the stream is off its frame
                 // boundary, so the connection ends after the reply.
                 Err(error @ FrameError::PayloadChecksum { request_id, .. }) => {
@@ -159,8 +168,11 @@ impl Reader {
         }
         if let IoRequest::Hello { client } = &request {
             tracing::debug!(connection = self.id, client, "hello");
-            let message =
-                IoReply::Welcome { server: self.shared.server_name.clone(), limits: self.shared.limits };
+            let message = IoReply::Welcome {
+                server: self.shared.server_name.clone(),
+                limits: self.shared.limits,
+                boot_epoch: self.shared.boot_epoch,
+            };
             return self
                 .replies
                 .send(Reply { request_id, message, data: Vec::new(), memory: None })

@@ -52,6 +52,7 @@ impl Server {
             scheduler: Arc::new(Scheduler::default()),
             limits: config.limits,
             server_name: advertise.clone(),
+            boot_epoch: rand::random::<u64>().max(1),
             connection_queue_max: config.connection_queue_max.max(1),
             reply_queue_max: config.reply_queue_max.max(1),
             memory: Arc::new(Semaphore::new(memory_units_max as usize)),

@@ -4,12 +4,14 @@
 //! protocol and the client agree on one definition of a file id, a fork name or a limit.
 
 mod attr;
+mod caller;
 mod ids;
 mod layout;
 mod limits;
 mod name;
 
 pub use attr::{Attributes, FileKind, Layout, SetAttr, TimeNs};
+pub use caller::{Caller, CallerError, CallerPolicy, CALLER_GROUPS_MAX, NOBODY_ID};
 pub use ids::{FileId, SubfileIndex, TargetId};
 pub use layout::{parse_size, placement_hash, LayoutError, LinearExtent};
 pub use limits::{Limits, LimitsError};

@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 pub const FLOTILLA: &str = env!("CARGO_BIN_EXE_flotilla");
 
 /// Fast heartbeats so that down servers are noticed quickly; `meta_extra` adds lines to the
-/// `[meta]` table. Every process gets the shared test keys.
-fn config_text(meta_extra: &str) -> String {
+/// `[meta]` table, `server_extra` to the `[server]` table. Every process gets the shared
+/// test keys.
+fn config_text(meta_extra: &str, server_extra: &str) -> String {
     let (server, client) = (server_key(), client_key());
     format!(
         "[meta]\nheartbeat_ms = 200\ndown_after_ms = 1000\nkey = {server:?}\n{meta_extra}\n\n\
-         [server]\nheartbeat_ms = 200\nkey = {server:?}\n\n[client]\nkey = {client:?}\n"
+         [server]\nheartbeat_ms = 200\nkey = {server:?}\n{server_extra}\n\n[client]\nkey = {client:?}\n"
     )
 }
 
@@ -40,6 +41,26 @@ pub fn test_keys() -> &'static Path {
         }
         dir
     })
+}
+
+/// A client of the metadata service at `meta` with the shared test client credential.
+pub fn client_at(meta: &str) -> Client {
+    let mut config = flotilla_client::ClientConfig::new(meta);
+    config.key = Some(client_key());
+    Client::with_config(config).expect("client")
+}
+
+/// A copy of the shared client credential that user `uid` can read (in a new folder under
+/// `dir`), for tests that run commands as another user.
+pub fn client_key_for(dir: &Path, uid: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let folder = dir.join(format!("key-for-{uid}"));
+    std::fs::create_dir_all(&folder).expect("key folder");
+    std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755)).expect("key folder mode");
+    let copy = folder.join("client.cred");
+    std::fs::copy(client_key(), &copy).expect("copy the client credential");
+    std::os::unix::fs::chown(&copy, Some(uid), Some(uid)).expect("chown the credential copy");
+    copy
 }
 
 /// The shared test client credential.
@@ -118,8 +139,14 @@ impl Cluster {
 
     /// A cluster whose metadata service also gets the settings in `meta_extra` (TOML lines).
     pub fn start_with(servers: usize, meta_extra: &str) -> Cluster {
+        Cluster::start_configured(servers, meta_extra, "")
+    }
+
+    /// A cluster whose `[meta]` and `[server]` tables also get these settings (TOML lines).
+    pub fn start_configured(servers: usize, meta_extra: &str, server_extra: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("temporary folder");
-        std::fs::write(dir.path().join("flotilla.toml"), config_text(meta_extra)).expect("write config");
+        let text = config_text(meta_extra, server_extra);
+        std::fs::write(dir.path().join("flotilla.toml"), text).expect("write config");
         let mut cluster = Cluster { dir, meta: None, servers: Vec::new() };
         cluster.start_meta("127.0.0.1:0");
         for index in 0..servers {
@@ -157,6 +184,12 @@ impl Cluster {
 
     /// Starts an I/O server of this cluster whose one target is `target` (an existing folder).
     pub fn start_server_on(&self, target: &Path) -> Process {
+        self.start_server_listening(target, "127.0.0.1:0")
+    }
+
+    /// Starts an I/O server on `target` listening on `listen` (e.g. the address of a server
+    /// that was killed, so clients find it again where they left it).
+    pub fn start_server_listening(&self, target: &Path, listen: &str) -> Process {
         let config = self.config();
         let meta = self.meta_addr();
         let args = [
@@ -168,15 +201,13 @@ impl Cluster {
             "--target",
             path(target),
             "--listen",
-            "127.0.0.1:0",
+            listen,
         ];
         Process::start(&args, "server").expect("start server")
     }
 
     pub fn client(&self) -> Client {
-        let mut config = flotilla_client::ClientConfig::new(self.meta_addr());
-        config.key = Some(client_key());
-        Client::with_config(config).expect("client")
+        client_at(&self.meta_addr())
     }
 
     /// Waits until `count` targets are up.
@@ -296,10 +327,20 @@ pub fn raw_connect(addr: &str, key: &Path) -> Result<RawConnection, String> {
         .or_else(|_| flotilla_auth::load_credential(Some(key), "the test", flotilla_auth::Role::Server))
         .map_err(|e| e.to_string())?;
     let auth = flotilla_auth::ClientAuth { credential, bounds: flotilla_auth::AuthBounds::default() };
+    let stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    authenticate(stream, auth)
+}
+
+/// Runs the client side of the handshake on an already connected `stream`.
+pub fn authenticate(
+    stream: std::net::TcpStream,
+    auth: flotilla_auth::ClientAuth,
+) -> Result<RawConnection, String> {
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    stream.set_nonblocking(true).map_err(|e| e.to_string())?;
     let (stream, secured) = runtime.block_on(async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let mut stream = tokio::net::TcpStream::from_std(stream).map_err(|e| e.to_string())?;
         let secured = auth.connect(&mut stream).await.map_err(|e| e.to_string())?;
         Ok::<_, String>((stream, secured))
     })?;

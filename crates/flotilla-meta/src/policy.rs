@@ -1,0 +1,116 @@
+//! What a connection's [`CallerPolicy`] refuses before a request reaches the namespace, and
+//! the owner a caller may give a new entry.
+
+use flotilla_namespace::Owner;
+use flotilla_proto::{ErrorCode, MetaRequest, WireError};
+use flotilla_types::{Caller, CallerPolicy};
+
+/// Refuses a change on a read-only connection and a path outside the policy's subtree.
+pub(crate) fn admit(request: &MetaRequest, policy: &CallerPolicy) -> Result<(), WireError> {
+    if policy.read_only && changes(request) {
+        return Err(WireError::new(
+            ErrorCode::PermissionDenied,
+            format!("read-only connection: {} is a change", name(request)),
+        ));
+    }
+    if policy.subtree.is_some() {
+        if matches!(request, MetaRequest::Register { .. } | MetaRequest::Heartbeat { .. }) {
+            return Err(WireError::new(
+                ErrorCode::PermissionDenied,
+                "a confined connection may not register",
+            ));
+        }
+        for path in paths(request) {
+            if !policy.allows_path(path) {
+                return Err(WireError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("{path} is outside the connection's subtree"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The owner of a new entry: root may name any; anyone else owns what they create, with
+/// the group they ask for if they belong to it, else their own.
+pub(crate) fn owner(who: &Caller, mode: u32, uid: u32, gid: u32) -> Owner {
+    if who.is_root() {
+        return Owner { mode, uid, gid };
+    }
+    let gid = if who.in_group(gid) { gid } else { who.gid };
+    Owner { mode, uid: who.uid, gid }
+}
+
+fn changes(request: &MetaRequest) -> bool {
+    !matches!(
+        request,
+        MetaRequest::Lookup { .. }
+            | MetaRequest::Readdir { .. }
+            | MetaRequest::GetById { .. }
+            | MetaRequest::Status
+    )
+}
+
+fn name(request: &MetaRequest) -> &'static str {
+    match request {
+        MetaRequest::Mkdir { .. } => "mkdir",
+        MetaRequest::Create { .. } => "create",
+        MetaRequest::Unlink { .. } => "unlink",
+        MetaRequest::Rmdir { .. } => "rmdir",
+        MetaRequest::Rename { .. } => "rename",
+        MetaRequest::SetAttr { .. } => "setattr",
+        MetaRequest::Symlink { .. } => "symlink",
+        MetaRequest::Link { .. } => "link",
+        MetaRequest::GrowSize { .. } => "grow size",
+        MetaRequest::SetLayout { .. } => "set layout",
+        MetaRequest::Register { .. } | MetaRequest::Heartbeat { .. } => "server registration",
+        _ => "this request",
+    }
+}
+
+fn paths(request: &MetaRequest) -> Vec<&str> {
+    match request {
+        MetaRequest::Lookup { path }
+        | MetaRequest::Mkdir { path, .. }
+        | MetaRequest::Create { path, .. }
+        | MetaRequest::Readdir { path }
+        | MetaRequest::Unlink { path }
+        | MetaRequest::Rmdir { path }
+        | MetaRequest::Symlink { path, .. }
+        | MetaRequest::SetLayout { path, .. } => vec![path],
+        MetaRequest::Rename { from, to } => vec![from, to],
+        MetaRequest::Link { existing, new } => vec![existing, new],
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_only_refuses_changes_only() {
+        let policy = CallerPolicy { read_only: true, ..Default::default() };
+        assert!(admit(&MetaRequest::Lookup { path: "/a".into() }, &policy).is_ok());
+        let refused = admit(&MetaRequest::Unlink { path: "/a".into() }, &policy).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::PermissionDenied);
+        assert!(refused.message.contains("unlink"));
+    }
+
+    #[test]
+    fn subtree_refuses_outside_paths() {
+        let policy = CallerPolicy { subtree: Some("/home/a".into()), ..Default::default() };
+        assert!(admit(&MetaRequest::Lookup { path: "/home/a/x".into() }, &policy).is_ok());
+        let rename = MetaRequest::Rename { from: "/home/a/x".into(), to: "/home/b/x".into() };
+        assert!(admit(&rename, &policy).is_err());
+    }
+
+    #[test]
+    fn non_root_owns_what_it_creates() {
+        let who = Caller { uid: 5, gid: 6, groups: vec![7] };
+        assert_eq!(owner(&who, 0o644, 0, 7), Owner { mode: 0o644, uid: 5, gid: 7 });
+        assert_eq!(owner(&who, 0o644, 0, 0), Owner { mode: 0o644, uid: 5, gid: 6 });
+        assert_eq!(owner(&Caller::root(), 0o600, 9, 9), Owner { mode: 0o600, uid: 9, gid: 9 });
+    }
+}
