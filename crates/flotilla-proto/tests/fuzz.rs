@@ -448,13 +448,14 @@ fn meta_reply() -> impl Strategy<Value = MetaReply> {
         });
     let dir_entry =
         (text(), any::<u64>(), kind()).prop_map(|(name, id, kind)| DirEntryInfo { name, id, kind });
-    let status = (target_id(), text(), any::<bool>(), any::<(u64, u64)>()).prop_map(
-        |(target, server, up, (used_bytes, free_bytes))| TargetStatus {
+    let status = (target_id(), text(), any::<bool>(), any::<(u64, u64)>(), text()).prop_map(
+        |(target, server, up, (used_bytes, free_bytes), credential)| TargetStatus {
             target,
             server,
             state: if up { TargetState::Up } else { TargetState::Down },
             used_bytes,
             free_bytes,
+            credential,
         },
     );
     prop_oneof![

@@ -464,7 +464,7 @@ mod tests {
         let mut fillers = Vec::new();
         let config = ConnectionConfig { connect_timeout_ms: 300, ..ConnectionConfig::default() };
         for _ in 0..8 {
-            match Connection::connect(&addr.to_string(), config).await {
+            match Connection::connect(&addr.to_string(), config.clone()).await {
                 Ok(connection) => fillers.push(connection),
                 Err(error) => {
                     let text = error.to_string();
