@@ -16,7 +16,7 @@ use flotilla_proto::{
     TargetState, TargetStatus, WireError, HEADER_BYTES,
 };
 use flotilla_request::{BatchNode, BatchSub, Piece, Shape, ShapeLimits, StrideLevel};
-use flotilla_types::{Attributes, FileId, FileKind, Layout, Limits, SetAttr, SubfileIndex, TargetId};
+use flotilla_types::{Attributes, Caller, FileId, FileKind, Layout, Limits, SetAttr, SubfileIndex, TargetId};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -423,6 +423,12 @@ fn meta_request() -> impl Strategy<Value = MetaRequest> {
         any::<(u64, u64)>().prop_map(|(session, id)| MetaRequest::Closed { session, id }),
         (any::<u64>(), prop::collection::vec(id, 0..8))
             .prop_map(|(session, files)| MetaRequest::KeepOpen { session, files }),
+        (any::<(u32, u32)>(), prop::collection::vec(any::<u32>(), 0..4), text()).prop_map(
+            |((uid, gid), groups, path)| MetaRequest::As {
+                caller: Caller { uid, gid, groups },
+                request: Box::new(MetaRequest::Lookup { path }),
+            }
+        ),
     ]
 }
 
