@@ -287,3 +287,32 @@ fn a_silent_peer_is_dropped_after_the_handshake_timeout() {
     assert!(closed && received.is_empty(), "a silent peer was kept ({} bytes sent)", received.len());
     still_serving(&cluster);
 }
+
+/// A credential's limits are the metadata service's policy for its connections: a
+/// subtree-confined credential reaches nothing outside its subtree, and a root-squashed one
+/// acts as nobody (root's files in root's directories are out of its reach), while a plain
+/// client credential still may.
+#[test]
+fn subtree_and_root_squash_credentials_are_enforced_by_the_metadata_service() {
+    let cluster = Cluster::start(1);
+    let meta = cluster.meta_addr();
+    let admin = cluster.client();
+    admin.mkdir("/project", 0o777).unwrap();
+    admin.mkdir("/private", 0o755).unwrap();
+    admin.create("/private/results", &CreateOptions::default()).unwrap();
+
+    let confined = issue(cluster.dir.path(), "confined", &["--role", "client", "--subtree", "/project"]);
+    let (ok, _, stderr) = cli(&["--key", path(&confined), "mkdir", "/project/run1", "--meta", &meta]);
+    assert!(ok, "inside its subtree: {stderr}");
+    let (ok, _, stderr) = cli(&["--key", path(&confined), "ls", "/private", "--meta", &meta]);
+    assert!(!ok && stderr.contains("outside"), "outside its subtree: {stderr}");
+
+    let squashed = issue(cluster.dir.path(), "squashed", &["--role", "client", "--root-squash"]);
+    let (ok, _, stderr) = cli(&["--key", path(&squashed), "rm", "/private/results", "--meta", &meta]);
+    assert!(!ok && stderr.to_lowercase().contains("permission"), "root squashed to nobody: {stderr}");
+    assert!(admin.stat("/private/results").is_ok(), "the file is still there");
+    let (ok, _, stderr) = cli(&["--key", path(&squashed), "mkdir", "/project/by-nobody", "--meta", &meta]);
+    assert!(ok, "nobody may write a 0777 directory: {stderr}");
+    assert_eq!(admin.stat("/project/by-nobody").unwrap().attrs.uid, flotilla_types::NOBODY_ID);
+    still_serving(&cluster);
+}

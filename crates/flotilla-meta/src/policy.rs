@@ -5,6 +5,19 @@ use flotilla_namespace::Owner;
 use flotilla_proto::{ErrorCode, MetaRequest, WireError};
 use flotilla_types::{Caller, CallerPolicy};
 
+/// The policy of a connection authenticated as `peer`: the service's default narrowed by the
+/// limits in the peer's certificate (a limit in either applies; the certificate's fixed ids
+/// and subtree win over the default's).
+pub(crate) fn for_peer(default: &CallerPolicy, limits: &flotilla_auth::Limits) -> CallerPolicy {
+    CallerPolicy {
+        read_only: default.read_only || limits.read_only,
+        subtree: limits.subtree.clone().or_else(|| default.subtree.clone()),
+        uid: limits.uid.or(default.uid),
+        gid: limits.gid.or(default.gid),
+        root_squash: default.root_squash || limits.root_squash,
+    }
+}
+
 /// Refuses a change on a read-only connection and a path outside the policy's subtree.
 pub(crate) fn admit(request: &MetaRequest, policy: &CallerPolicy) -> Result<(), WireError> {
     if policy.read_only && changes(request) {
@@ -112,5 +125,28 @@ mod tests {
         assert_eq!(owner(&who, 0o644, 0, 7), Owner { mode: 0o644, uid: 5, gid: 7 });
         assert_eq!(owner(&who, 0o644, 0, 0), Owner { mode: 0o644, uid: 5, gid: 6 });
         assert_eq!(owner(&Caller::root(), 0o600, 9, 9), Owner { mode: 0o600, uid: 9, gid: 9 });
+    }
+
+    #[test]
+    fn a_credential_narrows_the_default_policy() {
+        let default = CallerPolicy {
+            read_only: false,
+            subtree: Some("/a".into()),
+            uid: Some(7),
+            gid: None,
+            root_squash: true,
+        };
+        let limits = flotilla_auth::Limits {
+            read_only: true,
+            subtree: Some("/b".into()),
+            uid: None,
+            gid: Some(9),
+            root_squash: false,
+        };
+        let policy = for_peer(&default, &limits);
+        assert!(policy.read_only && policy.root_squash);
+        assert_eq!((policy.subtree.as_deref(), policy.uid, policy.gid), (Some("/b"), Some(7), Some(9)));
+        let open = for_peer(&CallerPolicy::default(), &flotilla_auth::Limits::default());
+        assert_eq!(open, CallerPolicy::default());
     }
 }

@@ -92,7 +92,8 @@ struct ConnectionLimits {
     read_bounds: ReadBounds,
     budget: FrameBudget,
     reply_stall: Duration,
-    /// The caller policy of every connection (until authentication gives each its own).
+    /// The service's default caller policy; each connection's is this narrowed by the limits
+    /// of its peer's credential.
     policy: Arc<CallerPolicy>,
 }
 
@@ -174,6 +175,7 @@ async fn read_requests(
     let in_progress = Arc::new(Semaphore::new(limits.requests_max));
     let (counted, requests_max) = (in_progress.clone(), limits.requests_max);
     let busy = move || counted.available_permits() < requests_max;
+    let policy = Arc::new(crate::policy::for_peer(&limits.policy, &peer.limits));
     let mut buffer = BytesMut::new();
     loop {
         let read = read_frame_bounded(&mut read_half, &mut buffer, limits.read_bounds, &limits.budget, &busy);
@@ -209,7 +211,7 @@ async fn read_requests(
             }
         };
         let Ok(permit) = in_progress.clone().acquire_owned().await else { return };
-        let (state, replies, policy) = (state.clone(), replies.clone(), limits.policy.clone());
+        let (state, replies, policy) = (state.clone(), replies.clone(), policy.clone());
         let peer = peer.clone();
         tokio::spawn(async move {
             let reply = tokio::task::spawn_blocking(move || match admit(&state, &peer, &request) {
