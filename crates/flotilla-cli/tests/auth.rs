@@ -254,6 +254,10 @@ fn a_read_only_credential_reads_but_cannot_write() {
     assert!(!ok && stderr.contains("read-only"), "{stderr}");
     let (ok, _, stderr) = cli(&["--key", path(&reader), "rm", "/shared", "--meta", &meta]);
     assert!(!ok && stderr.contains("read-only"), "{stderr}");
+    // Opening a file to read it is not a change: a read-only credential may.
+    let copy = cluster.dir.path().join("copy");
+    let (ok, _, stderr) = cli(&["--key", path(&reader), "get", "/shared", path(&copy), "--meta", &meta]);
+    assert!(ok, "a read-only credential opens and reads: {stderr}");
 
     let server = file.entry().subfiles[0].server.clone();
     let (read, write) = runtime().block_on(async {

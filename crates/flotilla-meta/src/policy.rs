@@ -20,7 +20,7 @@ pub(crate) fn for_peer(default: &CallerPolicy, limits: &flotilla_auth::Limits) -
 
 /// Refuses a change on a read-only connection and a path outside the policy's subtree.
 pub(crate) fn admit(request: &MetaRequest, policy: &CallerPolicy) -> Result<(), WireError> {
-    if policy.read_only && changes(request) {
+    if policy.read_only && crate::admission::is_mutating(request) {
         return Err(WireError::new(
             ErrorCode::PermissionDenied,
             format!("read-only connection: {} is a change", name(request)),
@@ -53,16 +53,6 @@ pub(crate) fn owner(who: &Caller, mode: u32, uid: u32, gid: u32) -> Owner {
     }
     let gid = if who.in_group(gid) { gid } else { who.gid };
     Owner { mode, uid: who.uid, gid }
-}
-
-fn changes(request: &MetaRequest) -> bool {
-    !matches!(
-        request,
-        MetaRequest::Lookup { .. }
-            | MetaRequest::Readdir { .. }
-            | MetaRequest::GetById { .. }
-            | MetaRequest::Status
-    )
 }
 
 fn name(request: &MetaRequest) -> &'static str {
