@@ -318,5 +318,15 @@ fn subtree_and_root_squash_credentials_are_enforced_by_the_metadata_service() {
     let (ok, _, stderr) = cli(&["--key", path(&squashed), "mkdir", "/project/by-nobody", "--meta", &meta]);
     assert!(ok, "nobody may write a 0777 directory: {stderr}");
     assert_eq!(admin.stat("/project/by-nobody").unwrap().attrs.uid, flotilla_types::NOBODY_ID);
+
+    // A squashed root may not give root's file away (chown is the owner's, and it is nobody).
+    let mut config = flotilla_client::ClientConfig::new(meta.clone());
+    config.key = Some(squashed.clone());
+    let squashed_root = flotilla_client::Client::with_config(config).expect("client");
+    let id = admin.stat("/private/results").unwrap().id;
+    let chown = flotilla_client::SetAttr { uid: Some(1234), ..flotilla_client::SetAttr::default() };
+    let refused = squashed_root.set_attr(id, chown).unwrap_err();
+    assert_eq!(refused.code(), Some(flotilla_client::ErrorCode::PermissionDenied), "{refused}");
+    assert_eq!(admin.stat("/private/results").unwrap().attrs.uid, 0, "still root's");
     still_serving(&cluster);
 }
