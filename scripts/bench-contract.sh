@@ -40,6 +40,9 @@ start() {
     done
     grep -q '^mount=' "$WORK/run/local.out" || { echo "bench-contract: $bin did not mount" >&2; cat "$WORK/run/local.err" >&2; exit 1; }
     META=$(sed -n 's/^meta=//p' "$WORK/run/local.out")
+    # Binaries with authentication print the client credential they made; older ones do not.
+    FLOTILLA_KEY=$(sed -n 's/^key=//p' "$WORK/run/local.out")
+    export FLOTILLA_KEY
 }
 
 stop() {

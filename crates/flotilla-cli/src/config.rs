@@ -37,6 +37,9 @@ pub struct ClientFileConfig {
     pub key: Option<std::path::PathBuf>,
     /// `mac` (default) or `none`; `flotilla bench`'s embedded cluster uses it for every process.
     pub integrity: flotilla_auth::Integrity,
+    /// Most bytes of acknowledged, not yet durable writes a client keeps to resend after a
+    /// server restart (`ClientConfig::unstable_bytes_max`; default 256 MiB).
+    pub unstable_bytes_max: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

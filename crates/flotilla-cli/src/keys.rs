@@ -43,10 +43,18 @@ pub fn server_key(
 /// The client's integrity setting (`[client] integrity`), resolved once in `main`.
 static CLIENT_INTEGRITY: OnceLock<Integrity> = OnceLock::new();
 
+/// The client's `[client] unstable_bytes_max`, resolved once in `main`.
+static CLIENT_UNSTABLE_BYTES_MAX: OnceLock<Option<u64>> = OnceLock::new();
+
 /// Remembers the client credential and integrity setting for the file commands.
 pub fn set_client_key(flag: Option<&Path>, config: Option<&Path>, integrity: Integrity) {
     let _ = CLIENT_KEY.set(resolve(flag, config, "client"));
     let _ = CLIENT_INTEGRITY.set(integrity);
+}
+
+/// Remembers `[client] unstable_bytes_max` for every client this process makes.
+pub fn set_unstable_bytes_max(bytes: Option<u64>) {
+    let _ = CLIENT_UNSTABLE_BYTES_MAX.set(bytes);
 }
 
 /// The client's integrity setting.
@@ -73,6 +81,9 @@ pub fn client(meta: &str) -> anyhow::Result<Client> {
 pub fn client_with(meta: &str, key: Option<&Path>) -> anyhow::Result<Client> {
     let mut config = ClientConfig::new(meta);
     config.integrity = integrity();
+    if let Some(bytes) = CLIENT_UNSTABLE_BYTES_MAX.get().copied().flatten() {
+        config.unstable_bytes_max = bytes;
+    }
     if let Some(key) = key {
         config.key = Some(key.to_path_buf());
     }
