@@ -16,18 +16,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A legitimate client still creates, writes and reads a file.
-fn still_serving(cluster: &Cluster) {
-    let client = cluster.client();
-    let name = format!("/canary-{}", rand::random::<u64>());
-    let file = client.create(&name, &CreateOptions::default()).unwrap();
-    let fork = file.fork(0, "data").unwrap();
-    fork.write(&Shape::contiguous(0, 6), b"canary").unwrap();
-    let mut back = [0u8; 6];
-    fork.read(&Shape::contiguous(0, 6), &mut back).unwrap();
-    assert_eq!(&back, b"canary");
-}
-
 /// Reads until the peer closes (or 10 s pass) and returns what arrived.
 fn read_until_closed(stream: &mut TcpStream) -> (Vec<u8>, bool) {
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -88,7 +76,7 @@ fn no_credential_is_refused_with_a_clear_error() {
         assert!(closed, "{addr}: connection without a handshake left open");
         assert!(decode_frame(&received, 1 << 20).is_err(), "{addr}: answered without a handshake");
     }
-    still_serving(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 #[test]
@@ -125,7 +113,7 @@ fn a_credential_from_another_cluster_is_refused() {
     let status = cluster.client().status().unwrap();
     assert!(status.iter().all(|t| t.server != foreign.addr), "foreign server registered: {status:?}");
     foreign.kill();
-    still_serving(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 #[test]
@@ -158,7 +146,7 @@ fn membership_needs_the_server_credential_that_owns_the_target() {
     expect_denied(register(&intruder, existing), "bound to server credential \"server\"");
     let status = cluster.client().status().unwrap();
     assert!(status.iter().all(|t| t.server != "127.0.0.1:9"), "{status:?}");
-    still_serving(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 /// Forwards one connection to `target`, recording what the client sent.
@@ -202,7 +190,7 @@ fn a_replayed_handshake_is_refused() {
     // What came back is the service's own (fresh) handshake message, never a frame.
     let frame_found = (0..received.len()).any(|at| decode_frame(&received[at..], 1 << 20).is_ok());
     assert!(!frame_found, "the service answered a replayed handshake with a frame");
-    still_serving(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 #[test]
@@ -236,7 +224,7 @@ fn a_frame_with_an_altered_tag_closes_only_its_connection() {
     let (frame, _) = decode_frame(&received, 1 << 20).unwrap();
     let reply = flotilla_proto::decode_body::<IoReply>(&frame.body, "reply").unwrap();
     assert!(matches!(reply, IoReply::Welcome { .. }), "{reply:?}");
-    still_serving(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 #[test]
@@ -280,7 +268,7 @@ fn a_read_only_credential_reads_but_cannot_write() {
     let mut back = [0u8; 5];
     fork.read(&Shape::contiguous(0, 5), &mut back).unwrap();
     assert_eq!(&back, b"hello");
-    still_serving(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 #[test]
@@ -289,7 +277,7 @@ fn a_silent_peer_is_dropped_after_the_handshake_timeout() {
     let mut silent = TcpStream::connect(cluster.meta_addr()).unwrap();
     let (received, closed) = read_until_closed(&mut silent);
     assert!(closed && received.is_empty(), "a silent peer was kept ({} bytes sent)", received.len());
-    still_serving(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 /// A credential's limits are the metadata service's policy for its connections: a
@@ -328,5 +316,5 @@ fn subtree_and_root_squash_credentials_are_enforced_by_the_metadata_service() {
     let refused = squashed_root.set_attr(id, chown).unwrap_err();
     assert_eq!(refused.code(), Some(flotilla_client::ErrorCode::PermissionDenied), "{refused}");
     assert_eq!(admin.stat("/private/results").unwrap().attrs.uid, 0, "still root's");
-    still_serving(&cluster);
+    common::assert_still_serving(&cluster);
 }

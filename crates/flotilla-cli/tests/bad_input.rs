@@ -12,22 +12,6 @@ use flotilla_proto::{
 use flotilla_rpc::Connection;
 use std::io::{Read, Write};
 
-/// Checks that an ordinary client still gets its data from the cluster.
-fn others_unaffected(cluster: &Cluster) {
-    let client = cluster.client();
-    let name = format!("/canary-{}", rand_suffix());
-    let file = client.create(&name, &CreateOptions::default()).unwrap();
-    let fork = file.fork(0, "data").unwrap();
-    fork.write(&Shape::contiguous(0, 6), b"canary").unwrap();
-    let mut back = [0u8; 6];
-    fork.read(&Shape::contiguous(0, 6), &mut back).unwrap();
-    assert_eq!(&back, b"canary");
-}
-
-fn rand_suffix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-}
-
 /// A connection that has completed its handshake with the test client credential.
 fn connect(addr: &str) -> common::RawConnection {
     common::raw_connect(addr, &common::client_key()).unwrap()
@@ -106,7 +90,7 @@ fn malformed_frames_get_clear_errors_and_others_are_unaffected() {
             connection.frame(9, &encode_body(&IoRequest::Hello { client: "x".into() }).unwrap(), &[0u8; 100]);
         connection.stream.write_all(&full[..HEADER_BYTES + 3]).unwrap();
     }
-    others_unaffected(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 #[test]
@@ -180,7 +164,7 @@ fn requests_over_limits_and_bad_shapes_are_refused_by_the_server() {
     // The client library refuses a bad shape before sending it.
     let error = file.fork(0, "data").unwrap().read(&backwards, &mut [0u8; 24]).err().unwrap();
     assert!(error.to_string().contains("before offset 0"), "{error}");
-    others_unaffected(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 #[test]
@@ -196,7 +180,7 @@ fn bad_paths_are_refused() {
     assert_eq!(error.errno(), 36, "{error}");
     let error = client.create("/missing-dir/file", &CreateOptions::default()).err().unwrap();
     assert_eq!(error.errno(), 2, "{error}");
-    others_unaffected(&cluster);
+    common::assert_still_serving(&cluster);
 }
 
 #[test]
@@ -302,6 +286,6 @@ fn a_full_target_refuses_writes_and_keeps_acknowledged_data() {
     let mut back = vec![0u8; kept.len()];
     fork.read(&Shape::contiguous(0, kept.len() as u64), &mut back).unwrap();
     assert!(back == kept, "acknowledged data was lost on a full target");
-    others_unaffected(&cluster);
+    common::assert_still_serving(&cluster);
     small_server.kill();
 }

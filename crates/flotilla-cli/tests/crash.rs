@@ -290,7 +290,7 @@ impl CheckerMount {
     fn mount(&self, meta: &str) -> common::Process {
         let args = ["mount", "--meta", meta, common::path(&self.dir)];
         let process = common::Process::start(&args, "mount").expect("start flotilla mount");
-        assert!(is_mounted(&self.dir), "{} is not mounted", self.dir.display());
+        assert!(common::is_mounted(&self.dir), "{} is not mounted", self.dir.display());
         process
     }
 
@@ -438,7 +438,7 @@ impl Local {
             printed.first().is_some_and(|l| l.starts_with("meta=")),
             "flotilla local printed {printed:?}"
         );
-        assert!(is_mounted(mount), "flotilla local did not mount {}", mount.display());
+        assert!(common::is_mounted(mount), "flotilla local did not mount {}", mount.display());
         Local { child: Some(child), mount: mount.to_path_buf() }
     }
 
@@ -459,19 +459,13 @@ impl Drop for Local {
 }
 
 fn unmount(dir: &Path) {
-    if is_mounted(dir) {
+    if common::is_mounted(dir) {
         let _ = Command::new(FLOTILLA).args(["umount", "--lazy", common::path(dir)]).status();
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while is_mounted(dir) && Instant::now() < deadline {
+    while common::is_mounted(dir) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn is_mounted(dir: &Path) -> bool {
-    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let wanted = dir.to_string_lossy();
-    mounts.lines().any(|line| line.split(' ').nth(1) == Some(&*wanted))
 }
 
 /// Issue 8's first reproduction: `cp` a 20 MB file into the mount, `kill -9` the whole

@@ -44,7 +44,7 @@ impl Mount {
         assert!(self.process.is_none());
         let args = ["mount", "--meta", meta, common::path(&self.dir)];
         self.process = Some(Process::start(&args, "mount").expect("start flotilla mount"));
-        assert!(is_mounted(&self.dir), "{} is not in /proc/mounts", self.dir.display());
+        assert!(common::is_mounted(&self.dir), "{} is not in /proc/mounts", self.dir.display());
     }
 
     fn path(&self, relative: &str) -> PathBuf {
@@ -58,7 +58,7 @@ impl Mount {
         unsafe { libc::kill(process.child.id() as i32, libc::SIGTERM) };
         let status = wait_with_timeout(&mut process.child, Duration::from_secs(20));
         assert!(status.is_some_and(|s| s.success()), "flotilla mount exited with {status:?}");
-        assert!(!is_mounted(&self.dir), "still mounted after SIGTERM");
+        assert!(!common::is_mounted(&self.dir), "still mounted after SIGTERM");
     }
 }
 
@@ -72,7 +72,7 @@ impl Drop for Mount {
                 let _ = process.child.wait();
             }
         }
-        if is_mounted(&self.dir) {
+        if common::is_mounted(&self.dir) {
             let _ = Command::new(FLOTILLA).args(["umount", "--lazy", common::path(&self.dir)]).status();
         }
     }
@@ -89,12 +89,6 @@ fn wait_with_timeout(child: &mut std::process::Child, timeout: Duration) -> Opti
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn is_mounted(dir: &Path) -> bool {
-    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let wanted = dir.to_string_lossy();
-    mounts.lines().any(|line| line.split(' ').nth(1) == Some(&*wanted))
 }
 
 /// The errno of a failed call.
@@ -728,7 +722,7 @@ fn umount_cleans_up_after_a_killed_mount_process() {
     // Phase 2: `flotilla umount` removes it; a new mount serves the same files.
     let status = Command::new(FLOTILLA).args(["umount", common::path(&mount.dir)]).status().unwrap();
     assert!(status.success());
-    assert!(!is_mounted(&mount.dir));
+    assert!(!common::is_mounted(&mount.dir));
     mount.remount(&cluster.meta_addr());
     assert_eq!(fs::read(mount.path("f")).unwrap(), b"x");
     // Phase 3: SIGTERM unmounts cleanly (checked by `stop`).
@@ -759,7 +753,7 @@ fn local_cluster_mounts_and_unmounts() {
     // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = wait_with_timeout(&mut child, Duration::from_secs(20));
-    let unmounted = !is_mounted(&dir);
+    let unmounted = !common::is_mounted(&dir);
     if !unmounted {
         let _ = Command::new(FLOTILLA).args(["umount", "--lazy", common::path(&dir)]).status();
     }

@@ -363,3 +363,24 @@ pub fn connection_config_with(key: &Path) -> flotilla_rpc::ConnectionConfig {
     let auth = flotilla_auth::ClientAuth { credential, bounds: flotilla_auth::AuthBounds::default() };
     flotilla_rpc::ConnectionConfig::with_auth(auth)
 }
+
+/// Asserts that a legitimate client still creates, writes and reads a file on `cluster`
+/// (after an attack or a refusal).
+pub fn assert_still_serving(cluster: &Cluster) {
+    use flotilla_client::{CreateOptions, Shape};
+    let client = cluster.client();
+    let name = format!("/canary-{}", rand::random::<u64>());
+    let file = client.create(&name, &CreateOptions::default()).unwrap();
+    let fork = file.fork(0, "data").unwrap();
+    fork.write(&Shape::contiguous(0, 6), b"canary").unwrap();
+    let mut back = [0u8; 6];
+    fork.read(&Shape::contiguous(0, 6), &mut back).unwrap();
+    assert_eq!(&back, b"canary");
+}
+
+/// Whether `dir` is a mount point now (per /proc/self/mounts).
+pub fn is_mounted(dir: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let wanted = dir.to_string_lossy();
+    mounts.lines().any(|line| line.split(' ').nth(1) == Some(&*wanted))
+}
