@@ -118,12 +118,13 @@ pub(crate) async fn commit_file(core: &Core, file: FileId) -> Result<(), ClientE
     commit_forks(core, forks).await
 }
 
-/// Write-behind for durability: once the unstable log holds more than half its bound, one
+/// Write-behind for durability: once the unstable log holds (`held_bytes`, as `record`
+/// returned) more than half its bound, one
 /// background task commits every fork in it while writes go on, so the syncs overlap the
 /// writes (as a kernel's background write-back starts before dirty memory is full) and
 /// writers rarely wait in `make_room`. Errors are left to the foreground paths to meet.
-pub(crate) fn start_background_drain(core: &Arc<Core>) {
-    if core.unstable.lock().bytes() <= core.unstable_bytes_max / 2 {
+pub(crate) fn start_background_drain(core: &Arc<Core>, held_bytes: u64) {
+    if held_bytes <= core.unstable_bytes_max / 2 {
         return;
     }
     if core.draining.swap(true, Ordering::AcqRel) {

@@ -120,11 +120,11 @@ impl File {
     /// handle with nothing to commit sends nothing.
     pub fn flush(&self) -> Result<(), ClientError> {
         let core = &self.client.core;
-        let unstable = !core.unstable.lock().forks(Some(self.entry.file_id())).is_empty();
-        if !unstable && core.pending_size(self.entry.id).is_none() {
+        let forks = core.unstable.lock().forks(Some(self.entry.file_id()));
+        if forks.is_empty() && core.pending_size(self.entry.id).is_none() {
             return Ok(());
         }
-        self.commit()?;
+        self.client.block_on(crate::commit::commit_forks(core, forks))?;
         self.publish()
     }
 

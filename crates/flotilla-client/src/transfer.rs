@@ -194,8 +194,8 @@ pub(crate) async fn write_shape(
                 (IoReply::Done { bytes: written }, _) if written == bytes => {
                     let (fork, addr) = (fork.clone(), addr.to_string());
                     let write = UnstableWrite { fork, addr, shape, data, epoch: server.epoch };
-                    core.unstable.lock().record(write);
-                    crate::commit::start_background_drain(core);
+                    let held_bytes = core.unstable.lock().record(write);
+                    crate::commit::start_background_drain(core, held_bytes);
                     Ok(())
                 }
                 (other, _) => Err(unexpected("write", &other)),

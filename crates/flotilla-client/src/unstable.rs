@@ -46,13 +46,13 @@ impl UnstableLog {
         self.bytes
     }
 
-    /// Keeps an acknowledged write; returns its sequence number.
+    /// Keeps an acknowledged write; returns the memory the log holds now (see `bytes`).
     pub fn record(&mut self, write: UnstableWrite) -> u64 {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         self.bytes += held_bytes(&write);
         self.writes.insert(sequence, write);
-        sequence
+        self.bytes
     }
 
     /// The writes matching `select`, oldest first (cheap clones: data is shared).
@@ -150,8 +150,9 @@ mod tests {
     #[test]
     fn a_sync_releases_only_its_fork_and_epoch() {
         let mut log = UnstableLog::default();
-        log.record(write(1, 0, 10, 5));
-        let old = log.record(write(1, 0, 20, 4));
+        assert_eq!(log.record(write(1, 0, 10, 5)), 10 + WRITE_OVERHEAD_BYTES, "record returns what is held");
+        log.record(write(1, 0, 20, 4));
+        let old = log.last_sequence().unwrap();
         log.record(write(1, 1, 30, 5));
         log.record(write(2, 0, 40, 5));
         const O: u64 = WRITE_OVERHEAD_BYTES;
@@ -184,7 +185,8 @@ mod tests {
                 match op {
                     0 | 1 => {
                         let w = write(file, subfile, bytes, epoch);
-                        let s = log.record(w.clone());
+                        log.record(w.clone());
+                        let s = log.last_sequence().unwrap();
                         model.insert(s, w);
                     }
                     2 => {
