@@ -1,6 +1,7 @@
 //! Flotilla's authentication: the cluster CA, credentials, the Noise handshake every
 //! connection starts with, and the keyed integrity tags on frames after it.
 
+pub mod capability;
 pub mod credential;
 pub mod handshake;
 pub mod tag;
@@ -8,6 +9,7 @@ pub mod wire;
 
 use std::path::PathBuf;
 
+pub use capability::{now_unix_ms, CapabilityError, CapabilityKey, Grant};
 pub use credential::{Certificate, ClusterCa, Credential, IssueRequest, Limits, Role, SignedCertificate};
 pub use handshake::{initiate, respond, Established, Peer};
 pub use tag::{FrameOpen, FrameSeal, TagKeys, TAG_BYTES};

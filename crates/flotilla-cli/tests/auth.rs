@@ -7,7 +7,8 @@ use bytes::Bytes;
 use common::{cli, cli_without_key, path, Cluster};
 use flotilla_client::{CreateOptions, Shape};
 use flotilla_proto::{
-    decode_frame, encode_body, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, TargetReport,
+    decode_frame, encode_body, Capability, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, Rights,
+    TargetReport,
 };
 use flotilla_rpc::Connection;
 use std::io::{Read, Write};
@@ -41,6 +42,37 @@ fn issue(dir: &std::path::Path, name: &str, extra: &[&str]) -> PathBuf {
     assert!(ok, "keygen issue: {stderr}");
     assert!(stdout.contains(&format!("key={}", out.display())), "{stdout}");
     out
+}
+
+/// The capability the metadata service hands credential `key` with the entry at `path`.
+async fn capability_as(meta: &str, key: &std::path::Path, path: &str) -> Capability {
+    let connection = Connection::connect(meta, common::connection_config_with(key)).await.unwrap();
+    let lookup = MetaRequest::Lookup { path: path.to_string() };
+    match connection.call::<MetaRequest, MetaReply>(&lookup, Bytes::new()).await.unwrap().0 {
+        MetaReply::Entry(entry) => entry.capability.expect("a file entry carries a capability"),
+        other => panic!("lookup {path}: {other:?}"),
+    }
+}
+
+/// One request under `capability`.
+async fn call_with(
+    connection: &Connection,
+    capability: &Capability,
+    request: IoRequest,
+    data: Bytes,
+) -> (IoReply, Bytes) {
+    let with = IoRequest::With { capability: capability.clone(), request: Box::new(request) };
+    connection.call::<IoRequest, IoReply>(&with, data).await.unwrap()
+}
+
+fn expect_refusal(reply: IoReply, code: ErrorCode, needle: &str) {
+    match reply {
+        IoReply::Error(error) => {
+            assert_eq!(error.code, code, "{error:?}");
+            assert!(error.message.contains(needle), "{:?} should mention {needle:?}", error.message);
+        }
+        other => panic!("expected a {code:?} refusal mentioning {needle:?}, got {other:?}"),
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -247,24 +279,23 @@ fn a_read_only_credential_reads_but_cannot_write() {
     let (ok, _, stderr) = cli(&["--key", path(&reader), "get", "/shared", path(&copy), "--meta", &meta]);
     assert!(ok, "a read-only credential opens and reads: {stderr}");
 
+    // At the I/O server: the capability the metadata service gives a read-only credential
+    // reads and does not write; a write without one is refused too.
     let server = file.entry().subfiles[0].server.clone();
-    let (read, write) = runtime().block_on(async {
+    let (read, write, bare) = runtime().block_on(async {
+        let capability = capability_as(&meta, &reader, "/shared").await;
+        assert_eq!(capability.rights, Rights::READ, "a read-only credential is granted reading only");
         let connection = Connection::connect(&server, common::connection_config_with(&reader)).await.unwrap();
         let read = IoRequest::Read { fork: fork_ref.clone(), shape: Shape::contiguous(0, 5) };
-        let read = connection.call::<IoRequest, IoReply>(&read, Bytes::new()).await.unwrap();
+        let read = call_with(&connection, &capability, read, Bytes::new()).await;
         let write = IoRequest::Write { fork: fork_ref.clone(), shape: Shape::contiguous(0, 5) };
-        let write =
-            connection.call::<IoRequest, IoReply>(&write, Bytes::from_static(b"HACKD")).await.unwrap();
-        (read, write.0)
+        let bare = connection.call::<IoRequest, IoReply>(&write, Bytes::from_static(b"HACKD")).await.unwrap();
+        let write = call_with(&connection, &capability, write, Bytes::from_static(b"HACKD")).await;
+        (read, write.0, bare.0)
     });
     assert_eq!(&read.1[..], b"hello", "{:?}", read.0);
-    match write {
-        IoReply::Error(error) => {
-            assert_eq!(error.code, ErrorCode::PermissionDenied);
-            assert!(error.message.contains("read-only"), "{error:?}");
-        }
-        other => panic!("a read-only credential wrote: {other:?}"),
-    }
+    expect_refusal(write, ErrorCode::PermissionDenied, "needs write");
+    expect_refusal(bare, ErrorCode::PermissionDenied, "needs a capability");
     let mut back = [0u8; 5];
     fork.read(&Shape::contiguous(0, 5), &mut back).unwrap();
     assert_eq!(&back, b"hello");
@@ -316,5 +347,74 @@ fn subtree_and_root_squash_credentials_are_enforced_by_the_metadata_service() {
     let refused = squashed_root.set_attr(id, chown).unwrap_err();
     assert_eq!(refused.code(), Some(flotilla_client::ErrorCode::PermissionDenied), "{refused}");
     assert_eq!(admin.stat("/private/results").unwrap().attrs.uid, 0, "still root's");
+    common::assert_still_serving(&cluster);
+}
+
+#[test]
+fn io_servers_refuse_requests_their_capability_does_not_cover() {
+    let cluster = Cluster::start_with(1, "capability_lifetime_ms = 1500\n");
+    let meta = cluster.meta_addr();
+    let client = cluster.client();
+    let options = CreateOptions::default();
+    let (a, b) = (client.create("/a", &options).unwrap(), client.create("/b", &options).unwrap());
+    a.fork(0, "data").unwrap().write(&Shape::contiguous(0, 6), b"secret").unwrap();
+    b.fork(0, "data").unwrap().write(&Shape::contiguous(0, 2), b"bb").unwrap();
+    let fork_a = a.fork(0, "data").unwrap().fork_ref().clone();
+    let fork_b = b.fork(0, "data").unwrap().fork_ref().clone();
+    let server = a.entry().subfiles[0].server.clone();
+    let other = issue(cluster.dir.path(), "other", &["--role", "client"]);
+    let replies = runtime().block_on(async {
+        let own = capability_as(&meta, &common::client_key(), "/b").await;
+        let others = capability_as(&meta, &other, "/a").await;
+        let connection = Connection::connect(&server, common::connection_config()).await.unwrap();
+        let read_a = || IoRequest::Read { fork: fork_a.clone(), shape: Shape::contiguous(0, 6) };
+        let mut forged = own.clone();
+        forged.file = fork_a.file;
+        let mut extended = own.clone();
+        extended.expires_unix_ms += 3_600_000;
+        extended.file = fork_a.file;
+        let replies = vec![
+            ("B's capability on A", call_with(&connection, &own, read_a(), Bytes::new()).await.0),
+            ("B's capability renamed to A", call_with(&connection, &forged, read_a(), Bytes::new()).await.0),
+            (
+                "another credential's capability",
+                call_with(&connection, &others, read_a(), Bytes::new()).await.0,
+            ),
+            ("an extended capability", call_with(&connection, &extended, read_a(), Bytes::new()).await.0),
+        ];
+        let good = IoRequest::Read { fork: fork_b.clone(), shape: Shape::contiguous(0, 2) };
+        let (reply, data) = call_with(&connection, &own, good, Bytes::new()).await;
+        assert!(matches!(reply, IoReply::Data) && &data[..] == b"bb", "B's capability reads B: {reply:?}");
+        tokio::time::sleep(Duration::from_millis(1700)).await;
+        let late = IoRequest::Read { fork: fork_b.clone(), shape: Shape::contiguous(0, 2) };
+        (replies, call_with(&connection, &own, late, Bytes::new()).await.0)
+    });
+    let (refused, expired) = replies;
+    let needles = ["not file", "forged", "not to this connection's credential", "forged"];
+    for ((what, reply), needle) in refused.into_iter().zip(needles) {
+        match reply {
+            IoReply::Error(error) => {
+                assert_eq!(error.code, ErrorCode::PermissionDenied, "{what}: {error:?}");
+                assert!(
+                    error.message.contains(needle),
+                    "{what}: {:?} should mention {needle:?}",
+                    error.message
+                );
+            }
+            other => panic!("{what} was accepted: {other:?}"),
+        }
+    }
+    expect_refusal(expired, ErrorCode::CapabilityExpired, "expired");
+    // The library renews before and after expiry without the program noticing: a handle
+    // kept open across several lifetimes still writes, syncs and reads.
+    let fork = a.fork(0, "data").unwrap();
+    for round in 0..3u8 {
+        std::thread::sleep(Duration::from_millis(900));
+        fork.write(&Shape::contiguous(0, 6), &[b'a' + round; 6]).unwrap();
+    }
+    a.sync().unwrap();
+    let mut back = [0u8; 6];
+    fork.read(&Shape::contiguous(0, 6), &mut back).unwrap();
+    assert_eq!(&back, b"cccccc");
     common::assert_still_serving(&cluster);
 }

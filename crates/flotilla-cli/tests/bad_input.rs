@@ -101,11 +101,20 @@ fn requests_over_limits_and_bad_shapes_are_refused_by_the_server() {
     let fork = file.fork(0, "data").unwrap().fork_ref().clone();
     let server = cluster.servers[0].as_ref().unwrap().addr.clone();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let call = |request: IoRequest| -> IoReply {
+    // Requests go with the capability the create handed out, as the library sends them.
+    let capability = file.entry().capability.clone().expect("a create hands out a capability");
+    let with =
+        |request: IoRequest| IoRequest::With { capability: capability.clone(), request: Box::new(request) };
+    let call_as = |config: flotilla_rpc::ConnectionConfig, request: IoRequest, data: Bytes| -> IoReply {
         runtime.block_on(async {
-            let connection = Connection::connect(&server, common::connection_config()).await.unwrap();
-            connection.call::<IoRequest, IoReply>(&request, Bytes::new()).await.unwrap().0
+            let connection = Connection::connect(&server, config).await.unwrap();
+            connection.call::<IoRequest, IoReply>(&request, data).await.unwrap().0
         })
+    };
+    let call = |request: IoRequest| call_as(common::connection_config(), with(request), Bytes::new());
+    // The cluster's own services are trusted without capabilities.
+    let server_call = |request: IoRequest| {
+        call_as(common::connection_config_with(&common::server_key()), request, Bytes::new())
     };
     let read = |shape: Shape| IoRequest::Read { fork: fork.clone(), shape };
 
@@ -141,11 +150,9 @@ fn requests_over_limits_and_bad_shapes_are_refused_by_the_server() {
     let overflow = Shape::Nested { file_offset: 0, memory_offset: 0, record_bytes: 8, levels };
     expect_error(Some(call(read(overflow))), ErrorCode::InvalidArgument, "past the largest offset");
     let unknown_file = ForkRef { file: flotilla_client::FileId(0xdead), ..fork.clone() };
-    expect_error(
-        Some(call(IoRequest::Read { fork: unknown_file, shape: Shape::contiguous(0, 1) })),
-        ErrorCode::NotFound,
-        "dead",
-    );
+    let unknown_read = IoRequest::Read { fork: unknown_file, shape: Shape::contiguous(0, 1) };
+    expect_error(Some(call(unknown_read.clone())), ErrorCode::PermissionDenied, "not file");
+    expect_error(Some(server_call(unknown_read)), ErrorCode::NotFound, "dead");
     let unknown_fork = ForkRef { fork: "nope".into(), ..fork.clone() };
     expect_error(
         Some(call(IoRequest::Read { fork: unknown_fork, shape: Shape::contiguous(0, 1) })),
@@ -155,10 +162,7 @@ fn requests_over_limits_and_bad_shapes_are_refused_by_the_server() {
     let bad_name = ForkRef { fork: "../escape".into(), ..fork.clone() };
     expect_error(Some(call(IoRequest::CreateFork { fork: bad_name })), ErrorCode::InvalidArgument, "escape");
     let short = IoRequest::Write { fork: fork.clone(), shape: Shape::contiguous(0, 100) };
-    let reply = runtime.block_on(async {
-        let connection = Connection::connect(&server, common::connection_config()).await.unwrap();
-        connection.call::<IoRequest, IoReply>(&short, Bytes::from_static(b"only ten b")).await.unwrap().0
-    });
+    let reply = call_as(common::connection_config(), with(short), Bytes::from_static(b"only ten b"));
     expect_error(Some(reply), ErrorCode::BadRequest, "data bytes");
 
     // The client library refuses a bad shape before sending it.

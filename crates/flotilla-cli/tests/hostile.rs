@@ -215,6 +215,12 @@ fn nested_shape_bytes(depth: usize) -> Vec<u8> {
     out
 }
 
+/// `request` under the capability the metadata service gave `file`'s opener.
+fn with_capability(file: &flotilla_client::File, request: IoRequest) -> IoRequest {
+    let capability = file.entry().capability.clone().expect("an open hands out a capability");
+    IoRequest::With { capability, request: Box::new(request) }
+}
+
 /// A read request whose shape nests `depth` vectors deep.
 fn deep_read_body(fork: &flotilla_proto::ForkRef, depth: usize) -> Vec<u8> {
     let plain = Shape::contiguous(0, 1);
@@ -297,8 +303,10 @@ fn a_thousand_stalled_maximum_claims_do_not_grow_memory() {
 #[test]
 fn a_client_that_never_reads_its_replies_is_dropped() {
     let (mut cluster, data) = cluster_with_file(META_SETTINGS, SERVER_SETTINGS);
-    let fork = cluster.client().open("/kept").unwrap().fork(0, "data").unwrap().fork_ref().clone();
-    let body = encode_body(&IoRequest::Read { fork, shape: Shape::contiguous(0, 1 << 20) }).unwrap();
+    let file = cluster.client().open("/kept").unwrap();
+    let fork = file.fork(0, "data").unwrap().fork_ref().clone();
+    let read = IoRequest::Read { fork, shape: Shape::contiguous(0, 1 << 20) };
+    let body = encode_body(&with_capability(&file, read)).unwrap();
     let mut greedy = raw_connect(&server_addr(&cluster));
     greedy.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
     let mut sent = 0u64;
@@ -322,8 +330,10 @@ fn a_client_that_never_reads_its_replies_is_dropped() {
 #[test]
 fn clients_vanishing_mid_frame_release_what_they_held() {
     let (mut cluster, data) = cluster_with_file(META_SETTINGS, SERVER_SETTINGS);
-    let fork = cluster.client().open("/kept").unwrap().fork(0, "data").unwrap().fork_ref().clone();
-    let write = encode_body(&IoRequest::Write { fork, shape: Shape::contiguous(0, 4 << 20) }).unwrap();
+    let file = cluster.client().open("/kept").unwrap();
+    let fork = file.fork(0, "data").unwrap().fork_ref().clone();
+    let write = IoRequest::Write { fork, shape: Shape::contiguous(0, 4 << 20) };
+    let write = encode_body(&with_capability(&file, write)).unwrap();
     let whole = frame_bytes(7, &write, &vec![0x5a; 4 << 20]);
     for round in 0..100u64 {
         // Half a real write (its claim covers most of the data budget), then gone.

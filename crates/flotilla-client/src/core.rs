@@ -6,14 +6,16 @@
 //! to one server wait for that server's connect (bounded by the connect timeout) and calls to
 //! every other server go on.
 
+use crate::capabilities::CapabilityCache;
 use crate::error::ClientError;
 use crate::unstable::UnstableLog;
 use bytes::Bytes;
-use flotilla_proto::{IoReply, IoRequest, MetaReply, MetaRequest};
+use flotilla_proto::{Capability, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, WithRef};
 use flotilla_rpc::{Connection, ConnectionConfig};
 use flotilla_types::Limits;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::{Mutex, Semaphore};
 
 /// Credit is counted in units of this many bytes, so a semaphore's u32 permits suffice.
@@ -66,6 +68,8 @@ pub(crate) struct Core {
     servers: parking_lot::Mutex<HashMap<String, ServerSlot>>,
     /// The identity metadata requests are made as (`None`: the connection's own).
     caller: parking_lot::RwLock<Option<flotilla_types::Caller>>,
+    /// The capabilities the metadata service handed out, attached to I/O requests.
+    capabilities: parking_lot::Mutex<CapabilityCache>,
 }
 
 impl Core {
@@ -89,6 +93,7 @@ impl Core {
             meta: Mutex::new(None),
             servers: parking_lot::Mutex::new(HashMap::new()),
             caller: parking_lot::RwLock::new(None),
+            capabilities: parking_lot::Mutex::new(CapabilityCache::default()),
         }
     }
 
@@ -175,8 +180,30 @@ impl Core {
         let (reply, _) = connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await?;
         match reply {
             MetaReply::Error(error) => Err(ClientError::Meta(error)),
+            MetaReply::Entry(entry) => {
+                if let Some(capability) = entry.capability.clone() {
+                    self.capabilities.lock().remember(capability, Instant::now());
+                }
+                Ok(MetaReply::Entry(entry))
+            }
             other => Ok(other),
         }
+    }
+
+    /// The capability to send with `request`: a fresh one held, else one renewed from the
+    /// metadata service (a lookup by id as the current caller), else whatever is held (the
+    /// service may be unreachable; the server judges the expiry). `None` for requests no
+    /// capability covers, or when none was ever given (the server then says why).
+    async fn capability_for(&self, request: &IoRequest) -> Option<Arc<Capability>> {
+        let (file, _, wanted) = flotilla_proto::capability::needs(request)?;
+        if let Some(fresh) = self.capabilities.lock().fresh(file.0, wanted, Instant::now()) {
+            return Some(fresh);
+        }
+        let renewed = self.meta_call(MetaRequest::GetById { id: file.0 }).await;
+        if let Err(error) = renewed {
+            tracing::debug!(file = file.0, %error, "capability renewal failed; using the one held");
+        }
+        self.capabilities.lock().any(file.0)
     }
 
     /// The connection to the server at `addr`, opened (and greeted) on first use or after
@@ -220,12 +247,29 @@ impl Core {
     ) -> Result<(IoReply, Bytes), ClientError> {
         let units = server.units_for(data_bytes);
         let _credit = server.credit.acquire_many(units).await.map_err(|_| ClientError::Abandoned)?;
-        let (reply, data) = server.connection.call::<IoRequest, IoReply>(request, data).await?;
-        match reply {
-            IoReply::Error(error) => {
-                Err(ClientError::Server { server: server.connection.addr().to_string(), error })
+        let mut renewed = false;
+        loop {
+            let capability = self.capability_for(request).await;
+            let (reply, out) = match &capability {
+                Some(capability) => {
+                    let with = WithRef { capability, request };
+                    server.connection.call::<WithRef, IoReply>(&with, data.clone()).await?
+                }
+                None => server.connection.call::<IoRequest, IoReply>(request, data.clone()).await?,
+            };
+            match reply {
+                // The server's clock says it ran out: renew once and send again.
+                IoReply::Error(error) if error.code == ErrorCode::CapabilityExpired && !renewed => {
+                    if let Some(capability) = capability {
+                        self.capabilities.lock().forget(capability.file.0);
+                    }
+                    renewed = true;
+                }
+                IoReply::Error(error) => {
+                    return Err(ClientError::Server { server: server.connection.addr().to_string(), error })
+                }
+                other => return Ok((other, out)),
             }
-            other => Ok((other, data)),
         }
     }
 

@@ -365,7 +365,7 @@ mod tests {
         let subfiles = (0..subfiles)
             .map(|i| SubfilePlace { target: TargetId(i as u64), server: String::new(), up: true })
             .collect();
-        EntryInfo { id: 99, attrs, layout: Some(layout), subfiles, symlink: None }
+        EntryInfo { id: 99, attrs, layout: Some(layout), subfiles, symlink: None, capability: None }
     }
 
     #[test]

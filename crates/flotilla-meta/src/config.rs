@@ -62,6 +62,8 @@ pub struct MetaConfig {
     /// The policy every connection starts with (unrestricted by default; an authenticated
     /// peer's credential will narrow it).
     pub default_policy: CallerPolicy,
+    /// How long a capability the service hands out stays valid; clients renew at half.
+    pub capability_lifetime_ms: u64,
 }
 
 impl Default for MetaConfig {
@@ -91,6 +93,7 @@ impl Default for MetaConfig {
             keepalive_idle_ms: 60_000,
             connections_per_peer_max: 1024,
             default_policy: CallerPolicy::default(),
+            capability_lifetime_ms: 600_000,
         }
     }
 }

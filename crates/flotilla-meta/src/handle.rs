@@ -4,8 +4,8 @@ use crate::membership::Membership;
 use crate::opens::{OpenError, OpenTable};
 use flotilla_namespace::{CreateFile, Entry, Namespace, NamespaceError};
 use flotilla_proto::{
-    DeleteOrder, DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, SubfilePlace, TargetReport,
-    WireError,
+    DeleteOrder, DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, Rights, SubfilePlace,
+    TargetReport, WireError,
 };
 use flotilla_types::{Caller, CallerPolicy, FileId, SubfileIndex, TargetId};
 use std::cell::Cell;
@@ -27,12 +27,28 @@ pub(crate) struct State {
     pub recovery_until: Instant,
     /// Targets one server credential may report (`targets_per_server_max`).
     pub targets_per_server_max: usize,
+    /// Tags the capabilities file entries carry.
+    pub issuer: Issuer,
+}
+
+/// The capability key and the lifetime of the capabilities the service issues.
+pub(crate) struct Issuer {
+    pub key: flotilla_auth::CapabilityKey,
+    pub lifetime_ms: u64,
+}
+
+/// Who asks: the caller after the connection's policy, the credential the connection
+/// authenticated with (a capability's holder), and whether the connection is read-only.
+struct Asker<'a> {
+    who: &'a Caller,
+    holder: &'a str,
+    read_only: bool,
 }
 
 impl State {
     /// Executes one request (on a blocking thread: the namespace commits to disk).
-    pub fn handle(&self, request: MetaRequest, policy: &CallerPolicy) -> MetaReply {
-        match self.admit(request, policy) {
+    pub fn handle(&self, request: MetaRequest, (policy, holder): (&CallerPolicy, &str)) -> MetaReply {
+        match self.admit(request, policy, holder) {
             Ok(reply) => reply,
             Err(error) => MetaReply::Error(error),
         }
@@ -40,7 +56,12 @@ impl State {
 
     /// Maps the claimed caller by the connection's policy and refuses what the policy
     /// forbids (read-only, outside the subtree) before running the request.
-    fn admit(&self, request: MetaRequest, policy: &CallerPolicy) -> Result<MetaReply, WireError> {
+    fn admit(
+        &self,
+        request: MetaRequest,
+        policy: &CallerPolicy,
+        holder: &str,
+    ) -> Result<MetaReply, WireError> {
         let (claimed, request) = match request {
             MetaRequest::As { caller, request } => (caller, *request),
             bare => (Caller::root(), bare),
@@ -50,18 +71,19 @@ impl State {
         }
         claimed.check().map_err(|e| WireError::new(ErrorCode::BadRequest, e.to_string()))?;
         crate::policy::admit(&request, policy)?;
-        self.dispatch(request, &policy.effective(&claimed))
+        let who = policy.effective(&claimed);
+        self.dispatch(request, &Asker { who: &who, holder, read_only: policy.read_only })
     }
 
-    fn dispatch(&self, request: MetaRequest, who: &Caller) -> Result<MetaReply, WireError> {
-        let ns = &self.namespace;
+    fn dispatch(&self, request: MetaRequest, asker: &Asker) -> Result<MetaReply, WireError> {
+        let (ns, who) = (&self.namespace, asker.who);
         let now = now_ns();
         let reply = match request {
             MetaRequest::As { .. } => {
                 return Err(WireError::new(ErrorCode::BadRequest, "a caller request may not be nested"))
             }
             MetaRequest::Lookup { path } => {
-                MetaReply::Entry(self.info(ns.lookup_as(who, &path).map_err(wire)?))
+                MetaReply::Entry(self.granted(ns.lookup_as(who, &path).map_err(wire)?, asker))
             }
             MetaRequest::Mkdir { path, mode, uid, gid } => {
                 let owner = crate::policy::owner(who, mode, uid, gid);
@@ -77,7 +99,9 @@ impl State {
                     exclusive: spec.exclusive,
                 };
                 let live = self.live_for_create(&create);
-                MetaReply::Entry(self.info(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?))
+                MetaReply::Entry(
+                    self.granted(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?, asker),
+                )
             }
             MetaRequest::Readdir { path } => MetaReply::Entries(
                 ns.readdir_as(who, &path)
@@ -90,7 +114,9 @@ impl State {
                 self.remove(|is_open| ns.unlink_keeping_open_as(who, &path, is_open, now).map(|_| ()))?
             }
             MetaRequest::RenameNoReplace { from, to } => done(ns.rename_no_replace_as(who, &from, &to, now))?,
-            MetaRequest::Opened { session, id } => MetaReply::Entry(self.info(self.opened(session, id)?)),
+            MetaRequest::Opened { session, id } => {
+                MetaReply::Entry(self.granted(self.opened(session, id)?, asker))
+            }
             MetaRequest::Closed { session, id } => {
                 self.closed(session, id)?;
                 MetaReply::Done
@@ -112,14 +138,15 @@ impl State {
                 MetaReply::Entry(self.info(ns.symlink_as(who, &path, &target, owner, now).map_err(wire)?))
             }
             MetaRequest::Link { existing, new } => {
-                MetaReply::Entry(self.info(ns.link_as(who, &existing, &new, now).map_err(wire)?))
+                MetaReply::Entry(self.granted(ns.link_as(who, &existing, &new, now).map_err(wire)?, asker))
             }
-            MetaRequest::GetById { id } => MetaReply::Entry(self.info(ns.get(id).map_err(wire)?)),
+            MetaRequest::GetById { id } => MetaReply::Entry(self.granted(ns.get(id).map_err(wire)?, asker)),
             MetaRequest::GrowSize { id, size_bytes, mtime_ns } => {
+                self.require_writer(id, asker)?;
                 MetaReply::Attributes(ns.grow_size(id, size_bytes, mtime_ns, now).map_err(wire)?)
             }
             MetaRequest::SetLayout { path, layout } => {
-                MetaReply::Entry(self.info(self.set_layout(&path, layout, now)?))
+                MetaReply::Entry(self.granted(self.set_layout(&path, layout, now)?, asker))
             }
             MetaRequest::Status => MetaReply::Status(self.membership.status(&ns.targets().map_err(wire)?)),
             MetaRequest::Register { server, targets } => {
@@ -290,6 +317,37 @@ impl State {
     }
 
     /// The client's view of an entry: each subfile's target with its server and state.
+    /// `info` plus the capability `asker` gets on a file: read if it may read the file,
+    /// write, truncate and remove if it may write it (an owner may do both: it could
+    /// chmod itself the rights anyway); nothing on a read-only connection but read.
+    fn granted(&self, entry: Entry, asker: &Asker) -> EntryInfo {
+        let rights = rights_for(&entry.attrs, asker);
+        let mut info = self.info(entry);
+        if info.layout.is_some() && !info.subfiles.is_empty() && !rights.is_empty() {
+            let grant = flotilla_auth::Grant {
+                file: info.file_id(),
+                subfiles: info.subfiles.len() as u32,
+                rights,
+                holder: asker.holder.to_string(),
+                lifetime_ms: self.issuer.lifetime_ms,
+            };
+            info.capability = self.issuer.key.issue(&grant, flotilla_auth::now_unix_ms()).ok();
+        }
+        info
+    }
+
+    /// Refuses a size change from a caller that may not write file `id`.
+    fn require_writer(&self, id: u64, asker: &Asker) -> Result<(), WireError> {
+        let entry = self.namespace.get(id).map_err(wire)?;
+        if rights_for(&entry.attrs, asker).contains(Rights::WRITE) {
+            return Ok(());
+        }
+        Err(WireError::new(
+            ErrorCode::PermissionDenied,
+            format!("file {id}: write permission needed to grow its size"),
+        ))
+    }
+
     fn info(&self, entry: Entry) -> EntryInfo {
         let remembered = || self.namespace.targets().unwrap_or_default();
         let (layout, subfiles) = match &entry.file {
@@ -315,12 +373,36 @@ impl State {
             }
             None => (entry.default_layout, Vec::new()),
         };
-        EntryInfo { id: entry.id, attrs: entry.attrs, layout, subfiles, symlink: entry.symlink_target }
+        EntryInfo {
+            id: entry.id,
+            attrs: entry.attrs,
+            layout,
+            subfiles,
+            symlink: entry.symlink_target,
+            capability: None,
+        }
     }
 }
 
 fn open_error(error: OpenError) -> WireError {
     WireError::new(ErrorCode::OverLimit, error.to_string())
+}
+
+/// The data rights `asker` has on a file with `attrs`.
+fn rights_for(attrs: &flotilla_types::Attributes, asker: &Asker) -> Rights {
+    use flotilla_namespace::access::{allows, READ, WRITE};
+    if attrs.kind != flotilla_types::FileKind::File {
+        return Rights::NONE;
+    }
+    let owner = asker.who.uid == attrs.uid;
+    let mut rights = Rights::NONE;
+    if owner || allows(attrs, asker.who, READ) {
+        rights = rights.union(Rights::READ);
+    }
+    if !asker.read_only && (owner || allows(attrs, asker.who, WRITE)) {
+        rights = rights.union(Rights::WRITE).union(Rights::TRUNCATE).union(Rights::REMOVE);
+    }
+    rights
 }
 
 fn done(outcome: Result<(), NamespaceError>) -> Result<MetaReply, WireError> {

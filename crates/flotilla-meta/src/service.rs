@@ -3,7 +3,7 @@
 
 use crate::admission::admit;
 use crate::config::MetaConfig;
-use crate::handle::State;
+use crate::handle::{Issuer, State};
 use crate::membership::Membership;
 use crate::opens::OpenTable;
 use flotilla_auth::{Acceptor, AuthBounds, Opener, Peer, Role, Sealer, Secured};
@@ -59,7 +59,14 @@ impl MetaService {
             .with_context(|| format!("listen on {}", config.listen))?;
         let local_addr = listener.local_addr().context("read the bound address")?;
         let membership = Membership::new(Duration::from_millis(config.down_after_ms));
-        let state = Arc::new(new_state(&config, namespace, membership)?);
+        let secret = credential.capability_key().context(
+            "the metadata service's credential carries no capability key (issue it with the server role)",
+        )?;
+        let issuer = Issuer {
+            key: flotilla_auth::CapabilityKey::new(secret),
+            lifetime_ms: config.capability_lifetime_ms.max(1),
+        };
+        let state = Arc::new(new_state(&config, namespace, membership, issuer)?);
         let acceptor =
             Arc::new(Acceptor::new(credential, vec![Role::Client, Role::Server], auth_bounds(&config)));
         Ok(MetaService { config, listener, local_addr, state, acceptor })
@@ -215,7 +222,7 @@ async fn read_requests(
         let peer = peer.clone();
         tokio::spawn(async move {
             let reply = tokio::task::spawn_blocking(move || match admit(&state, &peer, &request) {
-                Ok(()) => state.handle(request, &policy),
+                Ok(()) => state.handle(request, (&policy, &peer.name)),
                 Err(refused) => MetaReply::Error(refused),
             })
             .await;
@@ -262,7 +269,12 @@ async fn write_replies(
 
 /// The shared state of a starting service: the orphans the namespace keeps are loaded into
 /// the open table (released one lease after start unless a client re-announces them).
-fn new_state(config: &MetaConfig, namespace: Namespace, membership: Membership) -> anyhow::Result<State> {
+fn new_state(
+    config: &MetaConfig,
+    namespace: Namespace,
+    membership: Membership,
+    issuer: Issuer,
+) -> anyhow::Result<State> {
     let now = std::time::Instant::now();
     let lease = Duration::from_millis(config.open_lease_ms);
     let mut opens = OpenTable::new(lease, now, config.open_files_per_session_max, config.open_sessions_max);
@@ -281,6 +293,7 @@ fn new_state(config: &MetaConfig, namespace: Namespace, membership: Membership) 
         opens: parking_lot::Mutex::new(opens),
         recovery_until: now + Duration::from_millis(config.recovery_window_ms),
         targets_per_server_max: config.targets_per_server_max,
+        issuer,
     })
 }
 

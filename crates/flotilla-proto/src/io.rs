@@ -74,9 +74,19 @@ pub enum IoRequest {
     Sync {
         fork: ForkRef,
     },
+    /// `request` made under `capability` (issued by the metadata service): how a client
+    /// credential reaches a file's data. Never nested. Keep this the last variant
+    /// (`WITH_VARIANT_INDEX`).
+    With {
+        capability: crate::Capability,
+        request: Box<IoRequest>,
+    },
 }
 
 impl IoRequest {
+    /// The postcard variant index of `With` (see `capability::WithRef`).
+    pub const WITH_VARIANT_INDEX: u32 = 12;
+
     /// Data bytes the request moves, for flow control (0 for metadata operations).
     pub fn data_bytes(&self) -> Result<u64, flotilla_request::ShapeError> {
         match self {
@@ -84,6 +94,7 @@ impl IoRequest {
                 let (_, bytes) = shape.piece_and_byte_count()?;
                 Ok(u64::try_from(bytes).unwrap_or(u64::MAX))
             }
+            IoRequest::With { request, .. } => request.data_bytes(),
             _ => Ok(0),
         }
     }

@@ -9,11 +9,13 @@
 //! any buffer is sized from a length field; both checksums are verified before the body is
 //! decoded; decoding never panics on any input (a fuzz target in `fuzz/` checks this).
 
+pub mod capability;
 pub mod frame;
 mod io;
 mod meta;
 mod wire_error;
 
+pub use capability::{Capability, Rights, WithRef};
 pub use frame::{
     decode_frame, read_frame, read_frame_bounded, write_frame, Frame, FrameBudget, FrameError, FrameHeader,
     ReadBounds, FLAG_TAGGED, GROWTH_BYTES_MAX, HEADER_BYTES, MAGIC, VERSION,

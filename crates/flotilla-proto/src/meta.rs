@@ -22,6 +22,9 @@ pub struct EntryInfo {
     pub layout: Option<Layout>,
     pub subfiles: Vec<SubfilePlace>,
     pub symlink: Option<String>,
+    /// For files: what the asking credential may do to the file's data on the I/O servers
+    /// (`None` when it may do nothing, and for directories and symlinks).
+    pub capability: Option<crate::Capability>,
 }
 
 impl EntryInfo {

@@ -28,6 +28,8 @@ pub enum ErrorCode {
     PermissionDenied,
     NameTooLong,
     CrossDevice,
+    /// A capability's lifetime ran out: ask the metadata service for a new one and retry.
+    CapabilityExpired,
 }
 
 impl ErrorCode {
@@ -36,7 +38,7 @@ impl ErrorCode {
         match self {
             ErrorCode::NotFound => 2,
             ErrorCode::Io | ErrorCode::Protocol => 5,
-            ErrorCode::PermissionDenied => 13,
+            ErrorCode::PermissionDenied | ErrorCode::CapabilityExpired => 13,
             ErrorCode::AlreadyExists => 17,
             ErrorCode::CrossDevice => 18,
             ErrorCode::NotADirectory => 20,

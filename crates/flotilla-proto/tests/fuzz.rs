@@ -11,9 +11,9 @@
 //! `FLOTILLA_FUZZ_SEED=<hex>` replays a run.
 
 use flotilla_proto::{
-    decode_body, decode_frame, encode_body, CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, ErrorCode,
-    ForkInfo, ForkRef, FrameHeader, IoReply, IoRequest, MetaReply, MetaRequest, SubfilePlace, TargetReport,
-    TargetState, TargetStatus, WireError, HEADER_BYTES,
+    decode_body, decode_frame, encode_body, Capability, CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo,
+    ErrorCode, ForkInfo, ForkRef, FrameHeader, IoReply, IoRequest, MetaReply, MetaRequest, Rights,
+    SubfilePlace, TargetReport, TargetState, TargetStatus, WireError, HEADER_BYTES,
 };
 use flotilla_request::{BatchNode, BatchSub, Piece, Shape, ShapeLimits, StrideLevel};
 use flotilla_types::{Attributes, Caller, FileId, FileKind, Layout, Limits, SetAttr, SubfileIndex, TargetId};
@@ -227,7 +227,34 @@ fn shape() -> impl Strategy<Value = Shape> {
     ]
 }
 
+fn capability() -> impl Strategy<Value = Capability> {
+    (any::<u64>(), any::<u32>(), any::<u8>(), text(), any::<u64>(), any::<u64>(), any::<[u8; 32]>()).prop_map(
+        |(file, subfiles, rights, holder, issued_unix_ms, expires_unix_ms, tag)| Capability {
+            file: FileId(file),
+            subfiles,
+            rights: Rights(rights),
+            holder,
+            issued_unix_ms,
+            expires_unix_ms,
+            tag,
+        },
+    )
+}
+
 fn io_request() -> impl Strategy<Value = IoRequest> {
+    plain_io_request().prop_flat_map(|request| {
+        let plain = request.clone();
+        prop_oneof![
+            3 => Just(plain),
+            1 => capability().prop_map(move |capability| IoRequest::With {
+                capability,
+                request: Box::new(request.clone())
+            }),
+        ]
+    })
+}
+
+fn plain_io_request() -> impl Strategy<Value = IoRequest> {
     let ids = (target_id(), any::<u64>(), any::<u32>());
     prop_oneof![
         text().prop_map(|client| IoRequest::Hello { client }),
@@ -274,6 +301,7 @@ fn wire_error() -> impl Strategy<Value = WireError> {
         ErrorCode::PermissionDenied,
         ErrorCode::NameTooLong,
         ErrorCode::CrossDevice,
+        ErrorCode::CapabilityExpired,
     ];
     (prop::sample::select(codes.to_vec()), text()).prop_map(|(code, message)| WireError::new(code, message))
 }
@@ -444,13 +472,15 @@ fn meta_reply() -> impl Strategy<Value = MetaReply> {
         prop::option::of(layout()),
         prop::collection::vec(place, 0..4),
         prop::option::of(text()),
+        prop::option::of(capability()),
     )
-        .prop_map(|(id, attrs, layout, subfiles, symlink)| EntryInfo {
+        .prop_map(|(id, attrs, layout, subfiles, symlink, capability)| EntryInfo {
             id,
             attrs,
             layout,
             subfiles,
             symlink,
+            capability,
         });
     let dir_entry =
         (text(), any::<u64>(), kind()).prop_map(|(name, id, kind)| DirEntryInfo { name, id, kind });

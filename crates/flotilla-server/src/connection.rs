@@ -3,6 +3,7 @@
 //! stream (bad magic, header checksum, version, oversize) ends the connection, and then
 //! only this one.
 
+use crate::authorize::{authorize, Principal};
 use crate::execute::{shape_error, BufferPool, Executor, Reply};
 use crate::scheduler::{ConnectionId, Scheduler};
 use bytes::{Bytes, BytesMut};
@@ -68,6 +69,8 @@ pub(crate) struct Shared {
     pub acceptor: Acceptor,
     /// This server's credential towards the metadata service.
     pub meta_auth: flotilla_auth::ClientAuth,
+    /// Checks the capabilities client requests carry.
+    pub capabilities: flotilla_auth::CapabilityKey,
 }
 
 /// Serves one connection until the client goes away or sends a stream-breaking frame.
@@ -87,7 +90,7 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
     let reader = Reader {
         shared: shared.clone(),
         id,
-        read_only: secured.peer.limits.read_only.then(|| secured.peer.name.clone()),
+        principal: Principal::from(&secured.peer),
         replies,
         slots: Arc::new(Semaphore::new(shared.connection_queue_max)),
         in_flight_bytes: Arc::new(AtomicU64::new(0)),
@@ -106,8 +109,8 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
 struct Reader {
     shared: Arc<Shared>,
     id: ConnectionId,
-    /// The credential name, when the peer's credential is read-only.
-    read_only: Option<String>,
+    /// The peer's credential: whose capabilities count, and whether it may change data.
+    principal: Principal,
     replies: mpsc::Sender<Reply>,
     slots: Arc<Semaphore>,
     in_flight_bytes: Arc<AtomicU64>,
@@ -162,10 +165,11 @@ impl Reader {
             Ok(request) => request,
             Err(error) => return self.refuse(request_id, ErrorCode::BadRequest, error.to_string()).await,
         };
-        if let Some(name) = self.read_only.as_ref().filter(|_| is_mutating(&request)) {
-            let message = format!("credential {name:?} is read-only; this request changes data");
-            return self.refuse(request_id, ErrorCode::PermissionDenied, message).await;
-        }
+        let now_unix_ms = flotilla_auth::now_unix_ms();
+        let request = match authorize(request, &self.principal, &self.shared.capabilities, now_unix_ms) {
+            Ok(request) => request,
+            Err(refused) => return self.refuse(request_id, refused.code, refused.message).await,
+        };
         if let IoRequest::Hello { client } = &request {
             tracing::debug!(connection = self.id, client, "hello");
             let message = IoReply::Welcome {

@@ -115,6 +115,9 @@ impl Executor {
                 Ok(IoReply::Done { bytes: 0 })
             }
             IoRequest::Hello { .. } => Err(WireError::new(ErrorCode::BadRequest, "hello sent twice")),
+            IoRequest::With { .. } => {
+                Err(WireError::new(ErrorCode::BadRequest, "capability envelope not unwrapped"))
+            }
         }
     }
 

@@ -11,6 +11,7 @@
 //! hand them to the store, whose buffer cache and C-SCAN disk scheduler do the rest; the
 //! reply goes back through the connection's bounded writer queue.
 
+mod authorize;
 pub mod config;
 mod connection;
 mod execute;

@@ -37,6 +37,10 @@ impl Server {
         config.limits.validate().context("check limits")?;
         let credential =
             flotilla_auth::load_credential(config.key.as_deref(), "the I/O server", Role::Server)?;
+        let secret = credential.capability_key().context(
+            "the I/O server's credential carries no capability key (issue it with the server role)",
+        )?;
+        let capabilities = flotilla_auth::CapabilityKey::new(secret);
         let store = open_store(&config).await?;
         let listener = TcpListener::bind(&config.listen)
             .await
@@ -69,6 +73,7 @@ impl Server {
                 auth_bounds(&config),
             ),
             meta_auth: ClientAuth { credential, bounds: auth_bounds(&config) },
+            capabilities,
         });
         let workers = (0..config.workers.max(1))
             .map(|i| start_worker(i, shared.clone()))
