@@ -41,19 +41,11 @@ impl std::fmt::Display for Role {
     }
 }
 
-/// Restrictions a client credential carries; enforced by the metadata service.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
-    pub read_only: bool,
-    /// Only paths under this absolute path are reachable.
-    pub subtree: Option<String>,
-    /// Every call runs as this uid, whatever the caller says.
-    pub uid: Option<u32>,
-    /// Every call runs as this gid, whatever the caller says.
-    pub gid: Option<u32>,
-    /// uid 0 is mapped to nobody.
-    pub root_squash: bool,
-}
+/// Restrictions a client credential carries, enforced by the metadata service: the same
+/// type as a connection's policy (read-only, subtree, fixed uid/gid, root squash), so a
+/// certificate's limits and the service's default combine field by field
+/// (`CallerPolicy::narrowed_by`). Its postcard encoding is the certificate's limits field.
+pub type Limits = flotilla_types::CallerPolicy;
 
 /// The signed statement binding a handshake key to a role, name and limits.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

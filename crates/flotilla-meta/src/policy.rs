@@ -6,16 +6,9 @@ use flotilla_proto::{ErrorCode, MetaRequest, WireError};
 use flotilla_types::{Caller, CallerPolicy};
 
 /// The policy of a connection authenticated as `peer`: the service's default narrowed by the
-/// limits in the peer's certificate (a limit in either applies; the certificate's fixed ids
-/// and subtree win over the default's).
+/// limits in the peer's certificate.
 pub(crate) fn for_peer(default: &CallerPolicy, limits: &flotilla_auth::Limits) -> CallerPolicy {
-    CallerPolicy {
-        read_only: default.read_only || limits.read_only,
-        subtree: limits.subtree.clone().or_else(|| default.subtree.clone()),
-        uid: limits.uid.or(default.uid),
-        gid: limits.gid.or(default.gid),
-        root_squash: default.root_squash || limits.root_squash,
-    }
+    default.narrowed_by(limits)
 }
 
 /// Refuses a change on a read-only connection and a path outside the policy's subtree.

@@ -70,6 +70,18 @@ pub struct CallerPolicy {
 }
 
 impl CallerPolicy {
+    /// This policy narrowed by `other` (a credential's limits): a restriction in either
+    /// applies; `other`'s fixed ids and subtree win over this one's.
+    pub fn narrowed_by(&self, other: &CallerPolicy) -> CallerPolicy {
+        CallerPolicy {
+            read_only: self.read_only || other.read_only,
+            subtree: other.subtree.clone().or_else(|| self.subtree.clone()),
+            uid: other.uid.or(self.uid),
+            gid: other.gid.or(self.gid),
+            root_squash: self.root_squash || other.root_squash,
+        }
+    }
+
     /// The identity a request claiming `claimed` acts as under this policy.
     pub fn effective(&self, claimed: &Caller) -> Caller {
         let mut caller = claimed.clone();
