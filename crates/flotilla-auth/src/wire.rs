@@ -45,15 +45,13 @@ impl Sealer {
         body: &[u8],
         data: &[u8],
     ) -> Result<(FrameHeader, Option<[u8; TAG_BYTES]>), FrameError> {
-        let mut header = FrameHeader::for_payload(request_id, body, data)?;
-        let tag = match self.integrity {
+        match self.integrity {
             Integrity::Mac => {
-                header.flags |= FLAG_TAGGED;
-                Some(self.seal.seal(request_id, body, data))
+                let header = FrameHeader::for_tagged_payload(request_id, body, data)?;
+                Ok((header, Some(self.seal.seal(request_id, body, data))))
             }
-            Integrity::None => None,
-        };
-        Ok((header, tag))
+            Integrity::None => Ok((FrameHeader::for_payload(request_id, body, data)?, None)),
+        }
     }
 
     /// The bytes of one frame and its tag, for tools and tests that write raw bytes.

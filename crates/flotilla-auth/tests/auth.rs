@@ -304,10 +304,13 @@ async fn sealed_frames_pass_and_tampered_or_untagged_frames_are_refused() {
     let mut bytes = client.sealer.seal_frame(9, b"body", b"data").unwrap();
     let at = bytes.len() - flotilla_auth::TAG_BYTES - 1;
     bytes[at] ^= 1;
-    // Its CRC32C is made to match, so only the keyed tag can notice.
-    let crc = flotilla_proto::FrameHeader::for_payload(9, b"body", &bytes[at - 3..at + 1]).unwrap();
-    let header = flotilla_proto::FrameHeader { flags: flotilla_proto::FLAG_TAGGED, ..crc };
-    bytes[..32].copy_from_slice(&header.encode());
+    // A tagged frame carries no payload CRC32C: the keyed tag is what notices.
+    assert_eq!(
+        flotilla_proto::FrameHeader::decode(&bytes[..32].try_into().unwrap(), 1 << 20)
+            .unwrap()
+            .payload_crc32c,
+        0
+    );
     a.write_all(&bytes).await.unwrap();
     let frame = flotilla_proto::read_frame(&mut b, &mut buffer, 1 << 20).await.unwrap();
     let error = server.opener.check(&mut b, &frame).await.unwrap_err();
