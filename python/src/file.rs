@@ -66,7 +66,7 @@ pymethods_with_data!(PyFile {
         self.file.subfile_count()
     }
 
-    /// The layout, e.g. "stripe:1048576:0".
+    /// The layout, e.g. "stripe:1M:0".
     #[getter]
     fn layout(&self) -> String {
         self.file.layout().to_string()

@@ -9,7 +9,7 @@ def test_mkdir_listdir_stat_rename_remove(client, workdir):
     client.mkdir(f"{workdir}/sub")
     with client.create(f"{workdir}/a.dat", subfiles=2, layout="stripe:4k") as f:
         assert f.subfiles == 2
-        assert f.layout == "stripe:4096:0"
+        assert f.layout == "stripe:4K:0"
         f.write_at(0, b"hello")
     assert sorted(client.listdir(workdir)) == ["a.dat", "sub"]
     kinds = {e.name: e.kind for e in client.scandir(workdir)}

@@ -1,8 +1,9 @@
 //! File commands: status, mkdir, ls, stat, rm, put, get, fork.
 
+use crate::show::Output;
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use flotilla_client::{Client, CreateOptions, FileKind, Layout, TargetState, DEFAULT_FORK};
+use flotilla_client::{Client, CreateOptions, FileKind, Layout, DEFAULT_FORK};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
@@ -27,6 +28,25 @@ pub struct PathArgs {
     #[command(flatten)]
     meta: MetaArg,
     path: String,
+}
+
+/// A report on the cluster, in human units, bytes or JSON.
+#[derive(Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    meta: MetaArg,
+    #[command(flatten)]
+    output: Output,
+}
+
+/// A report on one path, in human units, bytes or JSON.
+#[derive(Args)]
+pub struct PathReportArgs {
+    #[command(flatten)]
+    meta: MetaArg,
+    path: String,
+    #[command(flatten)]
+    output: Output,
 }
 
 #[derive(Args)]
@@ -114,15 +134,83 @@ pub enum ForkCommand {
     },
 }
 
-pub fn status(args: MetaArg) -> anyhow::Result<()> {
-    let client = args.client()?;
-    for target in client.status()? {
-        let state = if target.state == TargetState::Up { "up" } else { "down" };
-        println!(
-            "target={} server={} state={} used_bytes={} free_bytes={} credential={}",
-            target.target, target.server, state, target.used_bytes, target.free_bytes, target.credential
-        );
+pub fn status(args: ReportArgs) -> anyhow::Result<()> {
+    let targets = args.meta.client()?.status()?;
+    if args.output.json {
+        println!("{}", crate::show::targets_json(&targets));
+        return Ok(());
     }
+    for line in crate::show::status_lines(&targets, args.output) {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+pub fn df(args: ReportArgs) -> anyhow::Result<()> {
+    let targets = args.meta.client()?.status()?;
+    if args.output.json {
+        println!("{}", crate::show::targets_json(&targets));
+        return Ok(());
+    }
+    print!("{}", crate::show::df_table(&targets, args.output));
+    Ok(())
+}
+
+/// What `du` found under a path.
+#[derive(Default)]
+struct Usage {
+    bytes: u64,
+    files: u64,
+    directories: u64,
+    symlinks: u64,
+}
+
+/// Walks `root` (symlinks not followed), adding up file sizes.
+fn usage(client: &Client, root: &str) -> anyhow::Result<Usage> {
+    let mut total = Usage::default();
+    let mut pending = vec![root.to_string()];
+    while let Some(path) = pending.pop() {
+        let entry = client.stat(&path).with_context(|| format!("stat {path}"))?;
+        match entry.attrs.kind {
+            FileKind::File => {
+                total.files += 1;
+                total.bytes = total.bytes.saturating_add(entry.attrs.size_bytes);
+            }
+            FileKind::Symlink => total.symlinks += 1,
+            FileKind::Directory => {
+                total.directories += 1;
+                let base = path.trim_end_matches('/');
+                for child in client.readdir(&path).with_context(|| format!("list {path}"))? {
+                    pending.push(format!("{base}/{}", child.name));
+                }
+            }
+        }
+    }
+    Ok(total)
+}
+
+pub fn du(args: PathReportArgs) -> anyhow::Result<()> {
+    let client = args.meta.client()?;
+    let found = usage(&client, &args.path)?;
+    if args.output.json {
+        let report = serde_json::json!({
+            "path": args.path,
+            "size_bytes": found.bytes,
+            "files": found.files,
+            "directories": found.directories,
+            "symlinks": found.symlinks,
+        });
+        println!("{report}");
+        return Ok(());
+    }
+    println!(
+        "{}\t{}\t({} files, {} directories, {} symlinks)",
+        args.output.size(found.bytes),
+        args.path,
+        found.files,
+        found.directories,
+        found.symlinks
+    );
     Ok(())
 }
 
@@ -146,19 +234,14 @@ pub fn ls(args: PathArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn stat(args: PathArgs) -> anyhow::Result<()> {
+pub fn stat(args: PathReportArgs) -> anyhow::Result<()> {
     let entry = args.meta.client()?.stat(&args.path)?;
-    let a = &entry.attrs;
-    println!(
-        "id={:016x} kind={:?} mode={:o} uid={} gid={} size={} nlink={}",
-        entry.id, a.kind, a.mode, a.uid, a.gid, a.size_bytes, a.nlink
-    );
-    println!("atime_ns={} mtime_ns={} ctime_ns={}", a.atime_ns, a.mtime_ns, a.ctime_ns);
-    if let Some(layout) = entry.layout {
-        println!("layout={layout:?}");
+    if args.output.json {
+        println!("{}", crate::show::stat_json(&entry));
+        return Ok(());
     }
-    for (index, place) in entry.subfiles.iter().enumerate() {
-        println!("subfile={index} target={} server={} up={}", place.target, place.server, place.up);
+    for line in crate::show::stat_lines(&entry, args.output) {
+        println!("{line}");
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ mod files;
 mod keygen;
 mod keys;
 mod mount;
+mod show;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -34,14 +35,18 @@ enum Command {
     Meta(cluster::MetaArgs),
     /// Runs an I/O server.
     Server(cluster::ServerArgs),
-    /// One line per storage target: server, state, space used and free.
-    Status(files::MetaArg),
+    /// One line per storage target: server, state, space used and free, credential.
+    Status(files::ReportArgs),
+    /// Space per storage target and in total.
+    Df(files::ReportArgs),
+    /// Bytes, files and directories under a path.
+    Du(files::PathReportArgs),
     /// Creates a directory.
     Mkdir(files::MkdirArgs),
     /// Lists a directory.
     Ls(files::PathArgs),
-    /// Shows an entry's attributes and placement.
-    Stat(files::PathArgs),
+    /// Shows an entry's attributes, layout and placement.
+    Stat(files::PathReportArgs),
     /// Removes a file, a symlink or an empty directory.
     Rm(files::PathArgs),
     /// Stores a local file, striped round robin over its subfiles.
@@ -100,6 +105,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Keygen(args) => keygen::run(args),
         Command::Status(args) => files::status(args),
+        Command::Df(args) => files::df(args),
+        Command::Du(args) => files::du(args),
         Command::Mkdir(args) => files::mkdir(args),
         Command::Ls(args) => files::ls(args),
         Command::Stat(args) => files::stat(args),

@@ -24,8 +24,34 @@ fn file_commands_round_trip() {
     let listing = run(&["ls", "/data"]);
     assert_eq!(listing.trim(), "input.bin");
     let stat = run(&["stat", "/data/input.bin"]);
-    assert!(stat.contains(&format!("size={}", data.len())), "{stat}");
+    assert!(stat.contains(&format!("size=5.00 MiB ({} bytes)", data.len())), "{stat}");
+    assert!(stat.contains("layout=stripe:64K:0"), "the layout in --layout syntax: {stat}");
     assert_eq!(stat.matches("subfile=").count(), 4, "{stat}");
+    assert!(run(&["stat", "/data/input.bin", "--bytes"]).contains(&format!("size={}\n", data.len())));
+    let json: serde_json::Value = serde_json::from_str(&run(&["stat", "/data/input.bin", "--json"])).unwrap();
+    assert_eq!(json["size_bytes"], data.len() as u64);
+    assert_eq!(json["layout"], "stripe:64K:0");
+    assert_eq!(json["subfiles"].as_array().unwrap().len(), 4);
+
+    // du adds up what is under a path; df and status show space per target and in total.
+    run(&["mkdir", "/data/sub"]);
+    run(&["put", path(&local), "/data/sub/copy.bin"]);
+    let du: serde_json::Value = serde_json::from_str(&run(&["du", "/data", "--json"])).unwrap();
+    assert_eq!(du["size_bytes"], 2 * data.len() as u64, "{du}");
+    assert_eq!((du["files"].as_u64(), du["directories"].as_u64()), (Some(2), Some(2)), "{du}");
+    let du = run(&["du", "/data"]);
+    assert!(du.starts_with("10.0 MiB\t/data\t(2 files, 2 directories"), "{du}");
+    let df = run(&["df"]);
+    assert_eq!(df.lines().count(), 6, "a header, 4 targets and a total: {df}");
+    assert!(df.lines().last().unwrap().starts_with("total") && df.contains(" up "), "{df}");
+    let df: serde_json::Value = serde_json::from_str(&run(&["df", "--json"])).unwrap();
+    let targets = df["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 4);
+    let free: u64 = targets.iter().map(|t| t["free_bytes"].as_u64().unwrap()).sum();
+    assert_eq!(df["total"]["free_bytes"].as_u64(), Some(free));
+    assert!(free > 0, "{df}");
+    run(&["rm", "/data/sub/copy.bin"]);
+    run(&["rm", "/data/sub"]);
 
     let out = cluster.dir.path().join("output.bin");
     run(&["get", "/data/input.bin", path(&out)]);
@@ -40,6 +66,10 @@ fn file_commands_round_trip() {
 
     let status = run(&["status"]);
     assert_eq!(status.lines().filter(|l| l.contains("state=up")).count(), 4, "{status}");
+    assert!(status.contains(" free=\"") && status.contains("iB\""), "human units: {status}");
+    assert_eq!(run(&["status", "--bytes"]).matches("free_bytes=").count(), 4);
+    let status: serde_json::Value = serde_json::from_str(&run(&["status", "--json"])).unwrap();
+    assert!(status["targets"].as_array().unwrap().iter().all(|t| t["state"] == "up"), "{status}");
 
     run(&["rm", "/data/input.bin"]);
     run(&["rm", "/data"]);

@@ -105,14 +105,14 @@ fn directories_pass_their_layout_on_and_explicit_files_have_no_linear_view() {
     let meta = cluster.meta_addr();
     let (ok, stdout, stderr) = cli(&["layout", "set", "/hashed", "hash:8k:2:3", "--meta", &meta]);
     assert!(ok, "{stderr}");
-    assert_eq!(stdout.trim(), "hash:8192:2:3");
+    assert_eq!(stdout.trim(), "hash:8K:2:3");
     let file =
         client.create("/hashed/f", &CreateOptions { subfiles: 0, ..CreateOptions::default() }).unwrap();
     assert_eq!(file.layout(), Layout::Hash { block_bytes: 8192, sequentiality: 2, count: 3 });
     assert_eq!(file.subfile_count(), 3, "the layout's count sets the subfile count");
     let (ok, stdout, _) = cli(&["layout", "get", "/hashed/f", "--meta", &meta]);
     assert!(ok);
-    assert_eq!(stdout.trim(), "hash:8192:2:3");
+    assert_eq!(stdout.trim(), "hash:8K:2:3");
 
     let explicit = client
         .create("/explicit", &CreateOptions { layout: Some(Layout::Explicit), ..CreateOptions::default() })

@@ -174,12 +174,23 @@ impl std::fmt::Display for Layout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Layout::Explicit => write!(f, "explicit"),
-            Layout::Stripe { unit_bytes, count } => write!(f, "stripe:{unit_bytes}:{count}"),
+            Layout::Stripe { unit_bytes, count } => write!(f, "stripe:{}:{count}", size_text(*unit_bytes)),
             Layout::Hash { block_bytes, sequentiality, count } => {
-                write!(f, "hash:{block_bytes}:{sequentiality}:{count}")
+                write!(f, "hash:{}:{sequentiality}:{count}", size_text(*block_bytes))
             }
         }
     }
+}
+
+/// A byte count as `parse_size` reads it, with the largest of G, M, K that divides it
+/// exactly: `1M`, `64K`, `1000`.
+pub fn size_text(bytes: u64) -> String {
+    for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
+        if bytes != 0 && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
 }
 
 /// Parses a byte count with an optional K, M or G suffix (powers of 1024): `64`, `16k`, `4M`.
@@ -214,10 +225,13 @@ mod tests {
 
     #[test]
     fn parse_and_display_round_trip() {
-        for text in ["explicit", "stripe:65536:4", "hash:4096:8:16"] {
+        for text in
+            ["explicit", "stripe:64K:4", "hash:4K:8:16", "stripe:1000:2", "hash:3M:1:0", "stripe:2G:0"]
+        {
             assert_eq!(Layout::parse(text).unwrap().to_string(), text);
         }
         assert_eq!(Layout::parse("stripe:64k").unwrap(), Layout::Stripe { unit_bytes: 65536, count: 0 });
+        assert_eq!(Layout::parse("stripe:65536:4").unwrap().to_string(), "stripe:64K:4");
         assert!(Layout::parse("stripe:0").is_err());
         assert!(Layout::parse("zigzag:4").is_err());
     }
