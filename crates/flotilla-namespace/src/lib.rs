@@ -35,6 +35,7 @@ mod request;
 mod schema;
 mod set_attr;
 mod tables;
+mod target_owner;
 mod target_record;
 mod targets;
 mod walk;
@@ -50,6 +51,7 @@ pub use placement::{check_targets, choose_targets, TargetUsage, FREE_PERCENT_MIN
 pub use record::SUBFILE_COUNT_MAX;
 pub use request::{CreateFile, Owner, SetAttr, MODE_MAX};
 pub use schema::ROOT_ID;
+pub use target_owner::{OWNER_NAME_BYTES_MAX, TARGETS_BOUND_PER_CALL_MAX};
 pub use target_record::{TargetRecord, SERVER_ADDR_BYTES_MAX};
 pub use targets::PENDING_DELETES_BATCH_MAX;
 pub use walk::SYMLINK_FOLLOWS_MAX;
