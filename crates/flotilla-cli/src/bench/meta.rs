@@ -39,6 +39,10 @@ pub struct MetaArgs {
     /// Files (and directories) each process creates, stats and removes per round.
     #[arg(long, default_value_t = 1000)]
     pub files_per_client: u64,
+    /// Subfiles of each created file: 0 (as the POSIX mount creates) is the directory's
+    /// layout count, else one per live target; 1 is `CreateOptions::default()`.
+    #[arg(long, default_value_t = 0)]
+    pub subfiles: u32,
     /// Rounds; the median, min and max of each phase's rate are reported.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -281,6 +285,7 @@ impl Workers {
             command
                 .args(["--dir", &format!("{base}/{dir}")])
                 .args(["--files", &args.files_per_client.to_string()])
+                .args(["--subfiles", &args.subfiles.to_string()])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped());
             let mut child = command.spawn().context("start a benchmark client process")?;
@@ -415,6 +420,7 @@ fn report_json(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> Valu
         "servers": if args.meta.is_some() { Value::Null } else { json!(args.servers) },
         "clients": args.clients,
         "files_per_client": args.files_per_client,
+        "subfiles": args.subfiles,
         "runs": args.runs,
         "local_dir": args.local.as_ref().map(|d| d.display().to_string()),
         "files_found": flotilla.files_found,
@@ -425,8 +431,8 @@ fn report_json(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> Valu
 
 fn report_text(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> String {
     let mut out = format!(
-        "bench meta: {} clients x {} files, {} rounds (medians, ops/s; min-max in brackets)\n",
-        args.clients, args.files_per_client, args.runs
+        "bench meta: {} clients x {} files ({} subfiles each), {} rounds (medians, ops/s; min-max in brackets)\n",
+        args.clients, args.files_per_client, args.subfiles, args.runs
     );
     out.push_str(&format!("{:<12} {:>30} {:>30} {:>8}\n", "phase", "flotilla", "local", "ratio"));
     for (index, phase) in PHASES.iter().enumerate() {
@@ -471,6 +477,9 @@ pub struct MetaWorkerArgs {
     /// Files and directories per phase.
     #[arg(long)]
     files: u64,
+    /// Subfiles of each created file (0: the layout's count, else every live target).
+    #[arg(long, default_value_t = 0)]
+    subfiles: u32,
 }
 
 /// The operations a process runs: through the library or std::fs.
@@ -479,20 +488,27 @@ trait Ops {
     fn entries(&self, dir: &str) -> anyhow::Result<u64>;
 }
 
-impl Ops for Client {
+/// The library, creating files with these options.
+struct Library {
+    client: Client,
+    create: CreateOptions,
+}
+
+impl Ops for Library {
     fn run(&self, phase: Phase, path: &str) -> anyhow::Result<()> {
+        let client = &self.client;
         match phase {
-            Phase::FileCreate => self.create(path, &CreateOptions::default())?.close()?,
-            Phase::FileStat => self.stat(path).map(|_| ())?,
-            Phase::DirCreate => self.mkdir(path, 0o755).map(|_| ())?,
-            Phase::FileRemove => self.remove(path)?,
-            Phase::DirRemove => self.rmdir(path)?,
+            Phase::FileCreate => client.create(path, &self.create)?.close()?,
+            Phase::FileStat => client.stat(path).map(|_| ())?,
+            Phase::DirCreate => client.mkdir(path, 0o755).map(|_| ())?,
+            Phase::FileRemove => client.remove(path)?,
+            Phase::DirRemove => client.rmdir(path)?,
         }
         Ok(())
     }
 
     fn entries(&self, dir: &str) -> anyhow::Result<u64> {
-        Ok(self.readdir(dir)?.len() as u64)
+        Ok(self.client.readdir(dir)?.len() as u64)
     }
 }
 
@@ -527,7 +543,10 @@ pub fn phase_path(dir: &str, phase: Phase, index: u64) -> String {
 /// `phase {json}`.
 pub fn meta_worker(args: MetaWorkerArgs) -> anyhow::Result<()> {
     let ops: Box<dyn Ops> = match &args.meta {
-        Some(meta) => Box::new(crate::keys::client(meta)?),
+        Some(meta) => Box::new(Library {
+            client: crate::keys::client(meta)?,
+            create: CreateOptions { subfiles: args.subfiles, ..CreateOptions::default() },
+        }),
         None => Box::new(LocalFs),
     };
     super::worker::say("ready")?;
