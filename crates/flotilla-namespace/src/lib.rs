@@ -1,6 +1,6 @@
 //! The metadata service's namespace: directories, files and their subfile placement,
-//! symlinks, hard links, subfiles waiting for deletion and the targets ever seen, kept in one
-//! redb database.
+//! symlinks, hard links, subfiles waiting for deletion, the targets ever seen and the server
+//! credential each target is bound to, kept in one redb database.
 //!
 //! This crate is pure storage logic with no networking. [`Namespace`] is synchronous; the
 //! metadata service calls it from a blocking thread. Crash safety comes from redb: every
