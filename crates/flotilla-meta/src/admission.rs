@@ -17,9 +17,9 @@ pub(crate) fn admit(state: &State, peer: &Peer, request: &MetaRequest) -> Result
                 )));
             }
             let persist = |new: &[flotilla_types::TargetId]| {
-                state.namespace.bind_targets(&peer.name, new).map_err(|e| format!("binding targets: {e}"))
+                state.namespace.bind_targets(&peer.name, new).map_err(crate::handle::wire)
             };
-            state.membership.bind(&peer.name, targets, state.targets_per_server_max, persist).map_err(denied)
+            state.membership.bind(&peer.name, targets, state.targets_per_server_max, persist)
         }
         request if peer.limits.read_only && is_mutating(request) => Err(denied(format!(
             "credential {:?} is read-only; {} changes the namespace",

@@ -1,7 +1,7 @@
 //! Which targets are alive, on which server, with how much space.
 
 use flotilla_namespace::{TargetRecord, TargetUsage};
-use flotilla_proto::{TargetReport, TargetState, TargetStatus};
+use flotilla_proto::{ErrorCode, TargetReport, TargetState, TargetStatus, WireError};
 use flotilla_types::TargetId;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -37,28 +37,28 @@ impl Membership {
     /// Binds every target in `targets` to `credential`, refusing a target another
     /// credential holds and more than `targets_max` targets in one report. Targets not bound
     /// yet are handed to `persist` first (with the lock held, so two credentials never race
-    /// for one target); they are bound only if it succeeds.
+    /// for one target); they are bound only if it succeeds, and its error is returned as is.
     pub fn bind(
         &self,
         credential: &str,
         targets: &[TargetReport],
         targets_max: usize,
-        persist: impl FnOnce(&[TargetId]) -> Result<(), String>,
-    ) -> Result<(), String> {
+        persist: impl FnOnce(&[TargetId]) -> Result<(), WireError>,
+    ) -> Result<(), WireError> {
         if targets.len() > targets_max {
-            return Err(format!(
+            return Err(denied(format!(
                 "server credential {credential:?} reports {} targets, over targets_per_server_max = {targets_max}",
                 targets.len()
-            ));
+            )));
         }
         let mut owners = self.owners.lock();
         if let Some((target, owner)) = targets
             .iter()
             .find_map(|r| owners.get(&r.target).filter(|o| *o != credential).map(|o| (r.target, o)))
         {
-            return Err(format!(
+            return Err(denied(format!(
                 "target {target} is bound to server credential {owner:?}; {credential:?} may not report it"
-            ));
+            )));
         }
         let mut new: Vec<TargetId> =
             targets.iter().map(|r| r.target).filter(|t| !owners.contains_key(t)).collect();
@@ -150,6 +150,10 @@ impl Membership {
     }
 }
 
+fn denied(message: String) -> WireError {
+    WireError::new(ErrorCode::PermissionDenied, message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,7 +166,7 @@ mod tests {
     fn loaded_bindings_refuse_other_credentials_and_new_ones_are_persisted_once() {
         let membership = Membership::new(Duration::from_secs(1), vec![(TargetId(1), "a".into())]);
         let refused = membership.bind("b", &[report(1)], 8, |_| panic!("nothing new to persist"));
-        assert!(refused.unwrap_err().contains("bound to server credential \"a\""));
+        assert!(refused.unwrap_err().message.contains("bound to server credential \"a\""));
         membership.bind("a", &[report(1)], 8, |_| panic!("nothing new to persist")).unwrap();
         let mut persisted = Vec::new();
         membership
@@ -178,7 +182,9 @@ mod tests {
     #[test]
     fn a_failed_persist_binds_nothing() {
         let membership = Membership::new(Duration::from_secs(1), Vec::new());
-        assert!(membership.bind("a", &[report(3)], 8, |_| Err("disk full".into())).is_err());
+        assert!(membership
+            .bind("a", &[report(3)], 8, |_| Err(WireError::new(ErrorCode::Io, "disk")))
+            .is_err());
         membership.bind("b", &[report(3)], 8, |_| Ok(())).unwrap();
         assert_eq!(membership.owner(TargetId(3)), "b");
     }
