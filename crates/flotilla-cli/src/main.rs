@@ -71,6 +71,9 @@ enum Command {
     /// One benchmark client process (started by `flotilla bench`).
     #[command(hide = true)]
     BenchWorker(bench::WorkerArgs),
+    /// One metadata benchmark process (started by `flotilla bench meta`).
+    #[command(hide = true)]
+    BenchMetaWorker(bench::MetaWorkerArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -119,6 +122,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Umount(args) => mount::umount(args),
         Command::Bench(command) => bench::run(command),
         Command::BenchWorker(args) => bench::worker(args),
+        Command::BenchMetaWorker(args) => bench::meta_worker(args),
     }
 }
 

@@ -148,36 +148,65 @@ fn a_credential_from_another_cluster_is_refused() {
     common::assert_still_serving(&cluster);
 }
 
+/// Registers `target` (with 1 PiB free, at a made-up address) as the holder of `key`.
+fn register_as(meta: &str, key: &std::path::Path, target: flotilla_types::TargetId) -> MetaReply {
+    let report = TargetReport { target, used_bytes: 0, free_bytes: 1 << 50 };
+    runtime().block_on(async {
+        let connection = Connection::connect(meta, common::connection_config_with(key)).await.unwrap();
+        let request = MetaRequest::Register { server: "127.0.0.1:9".into(), targets: vec![report] };
+        connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await.unwrap().0
+    })
+}
+
+fn expect_denied(reply: MetaReply, needle: &str) {
+    match reply {
+        MetaReply::Error(error) => {
+            assert_eq!(error.code, ErrorCode::PermissionDenied, "{error:?}");
+            assert!(error.message.contains(needle), "{:?} should mention {needle:?}", error.message);
+        }
+        other => panic!("expected a refusal mentioning {needle:?}, got {other:?}"),
+    }
+}
+
 #[test]
 fn membership_needs_the_server_credential_that_owns_the_target() {
     let cluster = Cluster::start(1);
     let (ok, status, stderr) = cli(&["status", "--meta", &cluster.meta_addr()]);
     assert!(ok && status.contains("credential=server"), "{status}{stderr}");
     let existing = cluster.client().status().unwrap()[0].target;
-    let report = |target| TargetReport { target, used_bytes: 0, free_bytes: 1 << 50 };
-    let register = |key: &std::path::Path, target| {
-        runtime().block_on(async {
-            let connection =
-                Connection::connect(&cluster.meta_addr(), common::connection_config_with(key)).await.unwrap();
-            let request =
-                MetaRequest::Register { server: "127.0.0.1:9".into(), targets: vec![report(target)] };
-            connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await.unwrap().0
-        })
-    };
-    let expect_denied = |reply: MetaReply, needle: &str| match reply {
-        MetaReply::Error(error) => {
-            assert_eq!(error.code, ErrorCode::PermissionDenied, "{error:?}");
-            assert!(error.message.contains(needle), "{:?} should mention {needle:?}", error.message);
-        }
-        other => panic!("expected a refusal mentioning {needle:?}, got {other:?}"),
-    };
+    let meta = cluster.meta_addr();
     // A client credential may not register any target.
-    expect_denied(register(&common::client_key(), flotilla_types::TargetId(77)), "only a server credential");
+    expect_denied(
+        register_as(&meta, &common::client_key(), flotilla_types::TargetId(77)),
+        "only a server credential",
+    );
     // Another server credential of the same cluster may not take over a bound target.
     let intruder = issue(cluster.dir.path(), "intruder", &["--role", "server"]);
-    expect_denied(register(&intruder, existing), "bound to server credential \"server\"");
+    expect_denied(register_as(&meta, &intruder, existing), "bound to server credential \"server\"");
     let status = cluster.client().status().unwrap();
     assert!(status.iter().all(|t| t.server != "127.0.0.1:9"), "{status:?}");
+    common::assert_still_serving(&cluster);
+}
+
+#[test]
+fn a_target_binding_survives_a_killed_metadata_service() {
+    let mut cluster = Cluster::start(1);
+    let existing = cluster.client().status().unwrap()[0].target;
+    let listen = cluster.meta_addr();
+    // The server and the metadata service die; the new metadata service has heard from
+    // nobody when the intruder claims the target, so only the stored binding can refuse it.
+    cluster.servers[0].take().expect("server running").kill();
+    cluster.meta.take().expect("meta running").kill();
+    cluster.start_meta(&listen);
+    let intruder = issue(cluster.dir.path(), "intruder", &["--role", "server"]);
+    expect_denied(register_as(&listen, &intruder, existing), "bound to server credential \"server\"");
+    // The owner's own server registers again and serves.
+    cluster.servers[0] = Some(cluster.start_server(0));
+    cluster.wait_up(1);
+    let status = cluster.client().status().unwrap();
+    let target = status.iter().find(|t| t.target == existing).expect("the server's target");
+    assert_eq!(target.credential, "server", "{status:?}");
+    assert_ne!(target.server, "127.0.0.1:9", "{status:?}");
     common::assert_still_serving(&cluster);
 }
 

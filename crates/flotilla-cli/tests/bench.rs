@@ -2,6 +2,8 @@
 //! client processes check every byte they read and the driver every byte written, so a run
 //! that completes has moved the right data; speed is not asserted.
 
+mod common;
+
 use serde_json::Value;
 use std::process::Command;
 
@@ -230,4 +232,70 @@ fn paper_prints_the_papers_figures_beside_ours() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("a factor of 5 (Fig. 7-2)"), "{stdout}");
     assert!(stdout.contains("direction"), "{stdout}");
+}
+
+/// Checks a `bench meta` report: every phase in order, `ops` operations per round, one rate
+/// per round with min <= median <= max, on Flotilla and (when `local`) on the local disk.
+fn assert_meta_report(value: &Value, ops: u64, runs: usize, local: bool) {
+    let phases = value["phases"].as_array().expect("phases");
+    let names: Vec<&str> = phases.iter().map(|p| p["phase"].as_str().unwrap()).collect();
+    assert_eq!(names, ["file_create", "file_stat", "dir_create", "file_remove", "dir_remove"], "{value}");
+    let systems: &[&str] = if local { &["flotilla", "local"] } else { &["flotilla"] };
+    for phase in phases {
+        assert_eq!(phase["ops_per_round"].as_u64(), Some(ops), "{phase}");
+        for system in systems {
+            let rates = &phase[system];
+            let median = rates["median_ops_per_s"].as_f64().expect("median");
+            assert!(median > 0.0, "{phase}");
+            assert!(rates["min_ops_per_s"].as_f64().unwrap() <= median, "{phase}");
+            assert!(rates["max_ops_per_s"].as_f64().unwrap() >= median, "{phase}");
+            assert_eq!(rates["runs_ops_per_s"].as_array().unwrap().len(), runs, "{phase}");
+        }
+        assert_eq!(phase["flotilla_over_local"].as_f64().is_some_and(|r| r > 0.0), local, "{phase}");
+    }
+    let found: Vec<u64> =
+        value["files_found"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!(found, vec![ops; runs], "{value}");
+}
+
+#[test]
+fn meta_counts_every_file_beside_the_local_disk_and_leaves_nothing_behind() {
+    let local = tempfile::tempdir().unwrap();
+    let dir = local.path().to_str().unwrap();
+    let args = ["meta", "--servers", "2", "--clients", "3", "--files-per-client", "7", "--runs", "2"];
+    let value = bench(&[&args[..], &["--local", dir]].concat());
+    assert_meta_report(&value, 21, 2, true);
+    assert_eq!(value["local_files_found"], serde_json::json!([21, 21]), "{value}");
+    assert_eq!(value["clients"].as_u64(), Some(3));
+    assert_eq!(std::fs::read_dir(local.path()).unwrap().count(), 0, "the local run left entries behind");
+    let missing = Command::new(FLOTILLA)
+        .args(["bench", "meta", "--local", "/nonexistent/flotilla-bench"])
+        .output()
+        .expect("run flotilla bench");
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr)
+        .contains("--local /nonexistent/flotilla-bench: not a directory"));
+}
+
+#[test]
+fn meta_runs_on_an_attached_cluster_and_removes_its_tree() {
+    let cluster = common::Cluster::start(2);
+    let key = common::client_key();
+    let meta = cluster.meta_addr();
+    let args = ["meta", "--meta", &meta, "--clients", "2", "--files-per-client", "5", "--runs", "1"];
+    let output = Command::new(FLOTILLA)
+        .arg("--key")
+        .arg(&key)
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run flotilla bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench meta failed:\n{stderr}");
+    let value: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_meta_report(&value, 10, 1, false);
+    assert_eq!(value["cluster"], "attached");
+    let left = cluster.client().readdir("/").unwrap();
+    assert!(left.is_empty(), "bench meta left {left:?}");
 }

@@ -16,7 +16,10 @@ pub(crate) fn admit(state: &State, peer: &Peer, request: &MetaRequest) -> Result
                     peer.name, peer.role
                 )));
             }
-            state.membership.bind(&peer.name, targets, state.targets_per_server_max).map_err(denied)
+            let persist = |new: &[flotilla_types::TargetId]| {
+                state.namespace.bind_targets(&peer.name, new).map_err(crate::handle::wire)
+            };
+            state.membership.bind(&peer.name, targets, state.targets_per_server_max, persist)
         }
         request if peer.limits.read_only && is_mutating(request) => Err(denied(format!(
             "credential {:?} is read-only; {} changes the namespace",

@@ -58,7 +58,8 @@ impl MetaService {
             .await
             .with_context(|| format!("listen on {}", config.listen))?;
         let local_addr = listener.local_addr().context("read the bound address")?;
-        let membership = Membership::new(Duration::from_millis(config.down_after_ms));
+        let owners = namespace.target_owners().context("load target bindings")?;
+        let membership = Membership::new(Duration::from_millis(config.down_after_ms), owners);
         let secret = credential.capability_key().context(
             "the metadata service's credential carries no capability key (issue it with the server role)",
         )?;

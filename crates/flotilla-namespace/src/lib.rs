@@ -1,6 +1,6 @@
 //! The metadata service's namespace: directories, files and their subfile placement,
-//! symlinks, hard links, subfiles waiting for deletion and the targets ever seen, kept in one
-//! redb database.
+//! symlinks, hard links, subfiles waiting for deletion, the targets ever seen and the server
+//! credential each target is bound to, kept in one redb database.
 //!
 //! This crate is pure storage logic with no networking. [`Namespace`] is synchronous; the
 //! metadata service calls it from a blocking thread. Crash safety comes from redb: every
@@ -35,6 +35,7 @@ mod request;
 mod schema;
 mod set_attr;
 mod tables;
+mod target_owner;
 mod target_record;
 mod targets;
 mod walk;
@@ -50,6 +51,7 @@ pub use placement::{check_targets, choose_targets, TargetUsage, FREE_PERCENT_MIN
 pub use record::SUBFILE_COUNT_MAX;
 pub use request::{CreateFile, Owner, SetAttr, MODE_MAX};
 pub use schema::ROOT_ID;
+pub use target_owner::{OWNER_NAME_BYTES_MAX, TARGETS_BOUND_PER_CALL_MAX};
 pub use target_record::{TargetRecord, SERVER_ADDR_BYTES_MAX};
 pub use targets::PENDING_DELETES_BATCH_MAX;
 pub use walk::SYMLINK_FOLLOWS_MAX;

@@ -14,6 +14,9 @@ pub(crate) const TARGETS: TableDefinition<u64, &[u8]> = TableDefinition::new("ta
 /// File id → nothing: files whose last name is gone while a client still has them open
 /// (their inode stays, with nlink 0, until the metadata service releases them).
 pub(crate) const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
+/// Target id → owner record (see `target_owner.rs`): the server credential bound to the
+/// target when it was first reported.
+pub(crate) const TARGET_OWNERS: TableDefinition<u64, &[u8]> = TableDefinition::new("target_owners");
 /// Counter name → value.
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 

@@ -8,7 +8,7 @@
 use crate::entry::FileRecord;
 use crate::error::NamespaceError;
 use crate::record::Inode;
-use crate::schema::{COUNTERS, DIRENTS, INODES, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS};
+use crate::schema::{COUNTERS, DIRENTS, INODES, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS};
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, Table, WriteTransaction};
 use std::ops::Bound;
 
@@ -120,6 +120,7 @@ pub(crate) struct WriteTables<'txn> {
     pub(crate) targets: Table<'txn, u64, &'static [u8]>,
     pub(crate) counters: Table<'txn, &'static str, u64>,
     pub(crate) orphans: Table<'txn, u64, ()>,
+    pub(crate) owners: Table<'txn, u64, &'static [u8]>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -131,6 +132,7 @@ impl<'txn> WriteTables<'txn> {
             targets: txn.open_table(TARGETS)?,
             counters: txn.open_table(COUNTERS)?,
             orphans: txn.open_table(ORPHANS)?,
+            owners: txn.open_table(TARGET_OWNERS)?,
         })
     }
 

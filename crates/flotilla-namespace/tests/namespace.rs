@@ -46,6 +46,7 @@ fn everything_survives_reopen() {
     let file = ns.create_file("/d/f", &spec(2), &live(3), 6).unwrap();
     ns.symlink("/l", "/d/f", OWNER, 7).unwrap();
     ns.record_target(TargetId(10), "10.0.0.1:7100", 1, 2).unwrap();
+    ns.bind_targets("server-a", &[TargetId(10)]).unwrap();
     drop(ns);
 
     // Phase 2: reopen and find all of it, including the advanced placement cursor.
@@ -56,6 +57,8 @@ fn everything_survives_reopen() {
     let targets = ns.targets().unwrap();
     assert_eq!(targets.len(), 1);
     assert_eq!(targets[0].server_addr, "10.0.0.1:7100");
+    assert_eq!(ns.target_owners().unwrap(), vec![(TargetId(10), "server-a".to_string())]);
+    assert!(ns.bind_targets("server-b", &[TargetId(10)]).is_err());
     let next = ns.create_file("/d/g", &spec(1), &live(3), 8).unwrap();
     assert_eq!(next.file.unwrap().targets, vec![TargetId(20)]);
 }

@@ -10,10 +10,12 @@
 //!
 //! Modules: `plan` (the access patterns, pure), `data` (the byte pattern), `worker` (a client
 //! process), `cluster` (the embedded cluster), `runner` (one point), `report`, `plot`,
-//! `paper` (the papers' headline experiments beside their published figures).
+//! `paper` (the papers' headline experiments beside their published figures), `meta` (the
+//! mdtest-style metadata benchmark, with its own worker `bench-meta-worker`).
 
 mod cluster;
 mod data;
+mod meta;
 mod paper;
 mod plan;
 mod plot;
@@ -21,6 +23,7 @@ mod report;
 mod runner;
 mod worker;
 
+pub use meta::{meta_worker, MetaWorkerArgs};
 pub use worker::{worker, WorkerArgs};
 
 use anyhow::Context;
@@ -51,6 +54,8 @@ pub enum BenchCommand {
     Rama(RamaArgs),
     /// A paper's headline experiments at this machine's scale, beside the paper's figures.
     Paper(paper::PaperArgs),
+    /// mdtest-style metadata rates: file creates, stats, directory creates, removes per second.
+    Meta(meta::MetaArgs),
 }
 
 /// Options every workload takes.
@@ -211,6 +216,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Gpfs(args) => emit(&args.common.clone(), gpfs_report(&args)?),
         BenchCommand::Rama(args) => emit(&args.common.clone(), rama_report(&args)?),
         BenchCommand::Paper(args) => paper::run(args),
+        BenchCommand::Meta(args) => meta::run(args),
     }
 }
 

@@ -48,14 +48,14 @@ pub fn now_ns() -> u128 {
 }
 
 /// Waits for the driver's `go`.
-fn wait_go() -> anyhow::Result<()> {
+pub(super) fn wait_go() -> anyhow::Result<()> {
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line).context("read go from the driver")?;
     anyhow::ensure!(line.trim() == "go", "expected go, got {line:?}");
     Ok(())
 }
 
-fn say(line: &str) -> anyhow::Result<()> {
+pub(super) fn say(line: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{line}")?;
     stdout.flush()?;
