@@ -1,13 +1,19 @@
 //! The Noise_XX_25519_ChaChaPoly_BLAKE2s handshake every connection starts with.
 //!
 //! Three messages, each `length (u16 LE) | Noise message`:
-//! 1. initiator → responder: `e` (empty payload);
-//! 2. responder → initiator: `e, ee, s, es` + the responder's signed certificate;
+//! 1. initiator → responder: `e` + payload: the initiator's integrity level (1 byte);
+//! 2. responder → initiator: `e, ee, s, es` + payload: the responder's integrity level
+//!    (1 byte) then its signed certificate;
 //! 3. initiator → responder: `s, se` + the initiator's signed certificate.
+//!
+//! Integrity levels: 0 = none, 1 = mac, 2 = encrypt. Both sides use the stronger of the two
+//! levels (never weaker than either asked). The first payload travels in clear but is
+//! mixed into the handshake hash, so an attacker who lowers it makes the handshake fail.
 //!
 //! Each side checks the peer certificate's CA signature, expiry, role and that its
 //! public key is the Noise remote static key. Both sides then derive the frame tag
-//! keys from the handshake hash ([`crate::tag::TagKeys`]).
+//! keys from the handshake hash ([`crate::tag::TagKeys`]), and with `encrypt` the frame
+//! encryption keys ([`crate::crypt::CryptKeys`]).
 
 use std::time::Duration;
 
@@ -16,7 +22,9 @@ use snow::resolvers::{CryptoResolver, DefaultResolver};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::credential::{Certificate, Credential, Limits, Role, SignedCertificate};
+use crate::crypt::CryptKeys;
 use crate::tag::TagKeys;
+use crate::wire::Integrity;
 use crate::AuthError;
 
 /// The Noise protocol name.
@@ -51,6 +59,10 @@ impl From<Certificate> for Peer {
 pub struct Established {
     pub peer: Peer,
     pub keys: TagKeys,
+    /// The level both sides agreed on: the stronger of the two they asked for.
+    pub integrity: Integrity,
+    /// The frame encryption keys, when the agreed level is `encrypt`.
+    pub crypt: Option<CryptKeys>,
 }
 
 fn params() -> NoiseParams {
@@ -81,8 +93,8 @@ fn noise(e: snow::Error) -> AuthError {
     AuthError::Handshake(format!("noise: {e}"))
 }
 
-/// Runs the initiator side (the connecting side) and requires the peer to hold a
-/// server-role certificate.
+/// Runs the initiator side (the connecting side) asking for `integrity = mac`, and
+/// requires the peer to hold a server-role certificate.
 pub async fn initiate<S>(
     stream: &mut S,
     credential: &Credential,
@@ -91,12 +103,29 @@ pub async fn initiate<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    tokio::time::timeout(timeout, initiate_inner(stream, credential))
+    initiate_with(stream, credential, Integrity::Mac, timeout).await
+}
+
+/// Runs the initiator side asking for `integrity`.
+pub async fn initiate_with<S>(
+    stream: &mut S,
+    credential: &Credential,
+    integrity: Integrity,
+    timeout: Duration,
+) -> Result<Established, AuthError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::time::timeout(timeout, initiate_inner(stream, credential, integrity))
         .await
         .map_err(|_| AuthError::Timeout { timeout_ms: timeout.as_millis() as u64 })?
 }
 
-async fn initiate_inner<S>(stream: &mut S, credential: &Credential) -> Result<Established, AuthError>
+async fn initiate_inner<S>(
+    stream: &mut S,
+    credential: &Credential,
+    integrity: Integrity,
+) -> Result<Established, AuthError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -105,14 +134,19 @@ where
         .prologue(PROLOGUE)
         .build_initiator()
         .map_err(noise)?;
-    send(stream, &mut state, &[]).await?;
+    send(stream, &mut state, &[integrity.to_wire()]).await?;
     let payload = receive(stream, &mut state).await?;
-    let cert = check_peer(&state, &payload, credential, &[Role::Server])?;
+    let (peer_integrity, certificate) = payload
+        .split_first()
+        .ok_or_else(|| AuthError::Handshake("second handshake message carries no integrity level".into()))?;
+    let peer_integrity = Integrity::from_wire(*peer_integrity)?;
+    let cert = check_peer(&state, certificate, credential, &[Role::Server])?;
     send(stream, &mut state, &credential.signed_certificate().to_bytes()).await?;
-    finish(state, cert)
+    finish(state, cert, integrity.max(peer_integrity))
 }
 
-/// Runs the responder side (the accepting side); the peer's role must be one of `allowed`.
+/// Runs the responder side (the accepting side) with `integrity = mac`; the peer's role
+/// must be one of `allowed`.
 pub async fn respond<S>(
     stream: &mut S,
     credential: &Credential,
@@ -122,7 +156,21 @@ pub async fn respond<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    tokio::time::timeout(timeout, respond_inner(stream, credential, allowed))
+    respond_with(stream, credential, allowed, Integrity::Mac, timeout).await
+}
+
+/// Runs the responder side configured with `integrity`.
+pub async fn respond_with<S>(
+    stream: &mut S,
+    credential: &Credential,
+    allowed: &[Role],
+    integrity: Integrity,
+    timeout: Duration,
+) -> Result<Established, AuthError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::time::timeout(timeout, respond_inner(stream, credential, allowed, integrity))
         .await
         .map_err(|_| AuthError::Timeout { timeout_ms: timeout.as_millis() as u64 })?
 }
@@ -131,6 +179,7 @@ async fn respond_inner<S>(
     stream: &mut S,
     credential: &Credential,
     allowed: &[Role],
+    integrity: Integrity,
 ) -> Result<Established, AuthError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -141,18 +190,31 @@ where
         .build_responder()
         .map_err(noise)?;
     let first = receive(stream, &mut state).await?;
-    if !first.is_empty() {
-        return Err(AuthError::Handshake("first handshake message carries a payload".into()));
-    }
-    send(stream, &mut state, &credential.signed_certificate().to_bytes()).await?;
+    let peer_integrity = match first[..] {
+        [level] => Integrity::from_wire(level)?,
+        _ => {
+            let message =
+                format!("first handshake message carries {} payload bytes, expected 1", first.len());
+            return Err(AuthError::Handshake(message));
+        }
+    };
+    let mut second = vec![integrity.to_wire()];
+    second.extend_from_slice(&credential.signed_certificate().to_bytes());
+    send(stream, &mut state, &second).await?;
     let payload = receive(stream, &mut state).await?;
     let cert = check_peer(&state, &payload, credential, allowed)?;
-    finish(state, cert)
+    finish(state, cert, integrity.max(peer_integrity))
 }
 
-fn finish(state: snow::HandshakeState, cert: Certificate) -> Result<Established, AuthError> {
-    let keys = TagKeys::from_handshake_hash(state.get_handshake_hash(), state.is_initiator());
-    Ok(Established { peer: cert.into(), keys })
+fn finish(
+    state: snow::HandshakeState,
+    cert: Certificate,
+    integrity: Integrity,
+) -> Result<Established, AuthError> {
+    let (hash, initiator) = (state.get_handshake_hash(), state.is_initiator());
+    let keys = TagKeys::from_handshake_hash(hash, initiator);
+    let crypt = (integrity == Integrity::Encrypt).then(|| CryptKeys::from_handshake_hash(hash, initiator));
+    Ok(Established { peer: cert.into(), keys, integrity, crypt })
 }
 
 /// Checks the peer certificate carried in `payload` against the handshake state.

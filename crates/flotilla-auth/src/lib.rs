@@ -1,8 +1,9 @@
 //! Flotilla's authentication: the cluster CA, credentials, the Noise handshake every
-//! connection starts with, and the keyed integrity tags on frames after it.
+//! connection starts with, and the keyed integrity tags (or encryption) on frames after it.
 
 pub mod capability;
 pub mod credential;
+pub mod crypt;
 pub mod handshake;
 pub mod tag;
 pub mod wire;
@@ -11,7 +12,8 @@ use std::path::PathBuf;
 
 pub use capability::{now_unix_ms, CapabilityError, CapabilityKey, Grant};
 pub use credential::{Certificate, ClusterCa, Credential, IssueRequest, Limits, Role, SignedCertificate};
-pub use handshake::{initiate, respond, Established, Peer};
+pub use crypt::{CryptKeys, FrameDecrypt, FrameEncrypt};
+pub use handshake::{initiate, initiate_with, respond, respond_with, Established, Peer};
 pub use tag::{FrameOpen, FrameSeal, TagKeys, TAG_BYTES};
 pub use wire::{Acceptor, AuthBounds, ClientAuth, Integrity, Opener, Sealer, Secured};
 
@@ -47,6 +49,10 @@ pub enum AuthError {
     CredentialRole { path: PathBuf, name: String, role: Role, who: String, wanted: Role },
     #[error("integrity tag mismatch on frame {sequence} (request {request_id}); closing the connection")]
     BadTag { request_id: u64, sequence: u64 },
+    #[error("encrypted frame {sequence} (request {request_id}) does not decrypt: altered, replayed, reordered or sealed with another key; closing the connection")]
+    Decrypt { request_id: u64, sequence: u64 },
+    #[error("encryption failed: {0}")]
+    Crypt(String),
 }
 
 /// Loads the credential `who` (e.g. "the I/O server") runs with and checks its role.

@@ -6,22 +6,31 @@
 //! the tag. A receiver checks the tag of every tagged frame, and with `integrity = mac`
 //! refuses frames without one. Any failure breaks the connection: its byte stream can no
 //! longer be trusted.
+//!
+//! A frame sent with `integrity = encrypt` has the flag `FLAG_ENCRYPTED`, an encrypted
+//! payload and a 16-byte AEAD tag after it ([`crate::crypt`]). The sender copies body and
+//! data once into a buffer of its own (reused from frame to frame) and encrypts that copy,
+//! since it only borrows them; the receiver's reader decrypts in place in the frame's own
+//! buffer ([`Opener`] is the reader's [`PayloadOpener`]). The level a connection uses is
+//! the stronger of the two sides' settings, agreed in the handshake.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_proto::{Frame, FrameError, FrameHeader, FLAG_TAGGED};
+use flotilla_proto::{Frame, FrameError, FrameHeader, PayloadOpener, FLAG_ENCRYPTED, FLAG_TAGGED};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::handshake::{initiate, respond, Peer};
+use crate::crypt::{FrameDecrypt, FrameEncrypt};
+use crate::handshake::{initiate_with, respond_with, Peer};
 use crate::tag::{FrameOpen, FrameSeal, TAG_BYTES};
 use crate::{AuthError, Credential, Role};
 
-/// Whether frames carry a keyed integrity tag (the default) or only CRC32C.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Whether frames carry a keyed integrity tag (the default), are encrypted, or carry
+/// only CRC32C. Ordered from weakest to strongest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Integrity {
     /// Frames carry CRC32C only (for measuring the tag's cost; not for shared networks).
@@ -29,15 +38,97 @@ pub enum Integrity {
     /// Every frame carries a BLAKE3 keyed tag.
     #[default]
     Mac,
+    /// Every frame's body and data are encrypted and authenticated (AES-256-GCM).
+    Encrypt,
 }
 
-/// Adds tags to outgoing frames.
+impl Integrity {
+    /// The level's byte in the handshake.
+    pub fn to_wire(self) -> u8 {
+        match self {
+            Integrity::None => 0,
+            Integrity::Mac => 1,
+            Integrity::Encrypt => 2,
+        }
+    }
+
+    /// The level a handshake byte names.
+    pub fn from_wire(byte: u8) -> Result<Integrity, AuthError> {
+        match byte {
+            0 => Ok(Integrity::None),
+            1 => Ok(Integrity::Mac),
+            2 => Ok(Integrity::Encrypt),
+            other => Err(AuthError::Handshake(format!(
+                "unknown integrity level {other} (0 none, 1 mac, 2 encrypt)"
+            ))),
+        }
+    }
+
+    /// The name used in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Integrity::None => "none",
+            Integrity::Mac => "mac",
+            Integrity::Encrypt => "encrypt",
+        }
+    }
+}
+
+impl std::fmt::Display for Integrity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Integrity {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Integrity, String> {
+        match text {
+            "none" => Ok(Integrity::None),
+            "mac" => Ok(Integrity::Mac),
+            "encrypt" => Ok(Integrity::Encrypt),
+            other => Err(format!("unknown integrity {other:?}: expected none, mac or encrypt")),
+        }
+    }
+}
+
+/// Adds tags to outgoing frames, or encrypts them.
 pub struct Sealer {
     seal: FrameSeal,
     integrity: Integrity,
+    encrypt: Option<FrameEncrypt>,
+    /// The copy of body and data an encrypted frame is encrypted in (reused).
+    scratch: Vec<u8>,
 }
 
 impl Sealer {
+    /// The level this side's frames are sent with (agreed in the handshake).
+    pub fn integrity(&self) -> Integrity {
+        self.integrity
+    }
+
+    /// Copies body and data into the scratch buffer and encrypts them there; the header
+    /// and AEAD tag to send with them.
+    fn encrypt(
+        &mut self,
+        request_id: u64,
+        body: &[u8],
+        data: &[u8],
+    ) -> Result<(FrameHeader, [u8; flotilla_proto::AEAD_TAG_BYTES]), FrameError> {
+        let encrypt =
+            self.encrypt.as_mut().ok_or_else(|| FrameError::Integrity("no encryption keys".into()))?;
+        let body_bytes = u32::try_from(body.len())
+            .map_err(|_| FrameError::TooLarge { bytes: body.len() as u64, limit: u32::MAX })?;
+        self.scratch.clear();
+        self.scratch.reserve(body.len() + data.len());
+        self.scratch.extend_from_slice(body);
+        self.scratch.extend_from_slice(data);
+        encrypt
+            .seal(request_id, body_bytes, &mut self.scratch)
+            .map_err(|e| FrameError::Integrity(e.to_string()))
+    }
+
     /// The header of the next frame and its tag (with `integrity = mac`).
     fn next(
         &mut self,
@@ -50,12 +141,22 @@ impl Sealer {
                 let header = FrameHeader::for_tagged_payload(request_id, body, data)?;
                 Ok((header, Some(self.seal.seal(request_id, body, data))))
             }
-            Integrity::None => Ok((FrameHeader::for_payload(request_id, body, data)?, None)),
+            // Encrypted frames are written by `encrypt`, never through here.
+            Integrity::None | Integrity::Encrypt => {
+                Ok((FrameHeader::for_payload(request_id, body, data)?, None))
+            }
         }
     }
 
     /// The bytes of one frame and its tag, for tools and tests that write raw bytes.
     pub fn seal_frame(&mut self, request_id: u64, body: &[u8], data: &[u8]) -> Result<Vec<u8>, FrameError> {
+        if self.integrity == Integrity::Encrypt {
+            let (header, tag) = self.encrypt(request_id, body, data)?;
+            let mut out = header.encode().to_vec();
+            out.extend_from_slice(&self.scratch);
+            out.extend_from_slice(&tag);
+            return Ok(out);
+        }
         let (header, tag) = self.next(request_id, body, data)?;
         let mut out = header.encode().to_vec();
         out.extend_from_slice(body);
@@ -72,6 +173,13 @@ impl Sealer {
         body: &[u8],
         data: &[u8],
     ) -> Result<(), FrameError> {
+        if self.integrity == Integrity::Encrypt {
+            let (header, tag) = self.encrypt(request_id, body, data)?;
+            writer.write_all(&header.encode()).await?;
+            writer.write_all(&self.scratch).await?;
+            writer.write_all(&tag).await?;
+            return Ok(());
+        }
         let (header, tag) = self.next(request_id, body, data)?;
         writer.write_all(&header.encode()).await?;
         writer.write_all(body).await?;
@@ -85,21 +193,54 @@ impl Sealer {
     }
 }
 
-/// Checks the tags of incoming frames.
+/// Checks the tags of incoming frames, and decrypts encrypted ones (as the reader's
+/// [`PayloadOpener`]: pass it to `read_frame_opened` / `read_frame_bounded_opened`).
 pub struct Opener {
     open: FrameOpen,
     integrity: Integrity,
     tag_timeout: Duration,
+    decrypt: Option<FrameDecrypt>,
+    /// Frames decrypted by `open_payload` and not yet passed through `check`.
+    decrypted_unchecked: u64,
+}
+
+impl PayloadOpener for Opener {
+    fn open_payload(
+        &mut self,
+        header: &FrameHeader,
+        payload: &mut [u8],
+        trailer: &[u8],
+    ) -> Result<(), FrameError> {
+        let Some(decrypt) = self.decrypt.as_mut() else {
+            return Err(FrameError::Integrity(format!(
+                "encrypted frame of request {}, but this connection agreed on integrity = {}",
+                header.request_id, self.integrity
+            )));
+        };
+        decrypt.open(header, payload, trailer).map_err(|e| FrameError::Integrity(e.to_string()))?;
+        self.decrypted_unchecked += 1;
+        Ok(())
+    }
 }
 
 impl Opener {
+    /// The level this side requires of incoming frames (agreed in the handshake).
+    pub fn integrity(&self) -> Integrity {
+        self.integrity
+    }
+
     /// Reads and checks the tag that follows `frame` (read by `read_frame*` from the same
-    /// reader); refuses an untagged frame when this side requires tags.
+    /// reader); refuses an untagged frame when this side requires tags, and an unencrypted
+    /// one (or one the reader did not decrypt through this opener) when it requires
+    /// encryption.
     pub async fn check<R: AsyncRead + Unpin>(
         &mut self,
         reader: &mut R,
         frame: &Frame,
     ) -> Result<(), FrameError> {
+        if self.integrity == Integrity::Encrypt || frame.flags & FLAG_ENCRYPTED != 0 {
+            return self.check_decrypted(frame);
+        }
         if frame.flags & FLAG_TAGGED == 0 {
             if self.integrity == Integrity::Mac {
                 return Err(FrameError::Integrity(format!(
@@ -120,6 +261,23 @@ impl Opener {
         self.open
             .open(frame.request_id, &frame.body, &frame.data, &tag)
             .map_err(|e| FrameError::Integrity(e.to_string()))
+    }
+
+    /// An encrypted frame must have been decrypted by this opener as the reader read it.
+    fn check_decrypted(&mut self, frame: &Frame) -> Result<(), FrameError> {
+        let request_id = frame.request_id;
+        if frame.flags & FLAG_ENCRYPTED == 0 {
+            return Err(FrameError::Integrity(format!(
+                "frame of request {request_id} is not encrypted, and this connection requires integrity = encrypt"
+            )));
+        }
+        if self.decrypted_unchecked == 0 {
+            return Err(FrameError::Integrity(format!(
+                "encrypted frame of request {request_id} was not decrypted by this connection's reader"
+            )));
+        }
+        self.decrypted_unchecked -= 1;
+        Ok(())
     }
 }
 
@@ -145,8 +303,8 @@ pub async fn check_frame<R: AsyncRead + Unpin>(
 ) -> Result<(), FrameError> {
     match opener {
         Some(opener) => opener.check(reader, frame).await,
-        None if frame.flags & FLAG_TAGGED != 0 => {
-            Err(FrameError::Integrity("tagged frame on a connection without a handshake".into()))
+        None if frame.flags & (FLAG_TAGGED | FLAG_ENCRYPTED) != 0 => {
+            Err(FrameError::Integrity("tagged or encrypted frame on a connection without a handshake".into()))
         }
         None => Ok(()),
     }
@@ -178,11 +336,24 @@ impl Default for AuthBounds {
 }
 
 fn secured(established: crate::Established, bounds: AuthBounds) -> Secured {
-    let keys = established.keys;
+    let (keys, integrity) = (established.keys, established.integrity);
+    let (encrypt, decrypt) = match established.crypt {
+        Some(crypt) => (Some(crypt.seal), Some(crypt.open)),
+        None => (None, None),
+    };
+    if integrity != bounds.integrity {
+        tracing::debug!(asked = %bounds.integrity, agreed = %integrity, peer = %established.peer.name, "the peer asked for a stronger integrity level");
+    }
     Secured {
         peer: established.peer,
-        sealer: Sealer { seal: keys.seal, integrity: bounds.integrity },
-        opener: Opener { open: keys.open, integrity: bounds.integrity, tag_timeout: bounds.tag_timeout },
+        sealer: Sealer { seal: keys.seal, integrity, encrypt, scratch: Vec::new() },
+        opener: Opener {
+            open: keys.open,
+            integrity,
+            tag_timeout: bounds.tag_timeout,
+            decrypt,
+            decrypted_unchecked: 0,
+        },
     }
 }
 
@@ -208,7 +379,8 @@ impl ClientAuth {
         &self,
         stream: &mut S,
     ) -> Result<Secured, AuthError> {
-        let established = initiate(stream, &self.credential, self.bounds.handshake_timeout).await?;
+        let (integrity, timeout) = (self.bounds.integrity, self.bounds.handshake_timeout);
+        let established = initiate_with(stream, &self.credential, integrity, timeout).await?;
         Ok(secured(established, self.bounds))
     }
 }
@@ -234,7 +406,8 @@ impl Acceptor {
         stream: &mut S,
         peer_addr: Option<SocketAddr>,
     ) -> Option<Secured> {
-        let outcome = respond(stream, &self.credential, &self.allowed, self.bounds.handshake_timeout).await;
+        let (integrity, timeout) = (self.bounds.integrity, self.bounds.handshake_timeout);
+        let outcome = respond_with(stream, &self.credential, &self.allowed, integrity, timeout).await;
         match outcome {
             Ok(established) => {
                 tracing::debug!(?peer_addr, peer = %established.peer.name, "authenticated");

@@ -331,8 +331,189 @@ async fn integrity_none_sends_untagged_frames_which_a_mac_side_refuses() {
     let frame = flotilla_proto::read_frame(&mut b, &mut buffer, 1 << 20).await.unwrap();
     assert_eq!(frame.flags & flotilla_proto::FLAG_TAGGED, 0);
     server.opener.check(&mut b, &frame).await.unwrap();
-    let (mut a, mut client, mut b, mut server) = secured_pair(Integrity::None, Integrity::Mac).await;
-    client.sealer.write_frame(&mut a, 1, b"body", b"").await.unwrap();
+    // A side asking for none is raised to mac by a mac peer (the stronger wins) ...
+    let (mut a, client, mut b, mut server) = secured_pair(Integrity::None, Integrity::Mac).await;
+    assert_eq!((client.sealer.integrity(), client.opener.integrity()), (Integrity::Mac, Integrity::Mac));
+    // ... and an untagged frame sent anyway is refused.
+    flotilla_proto::write_frame(&mut a, 1, b"body", b"").await.unwrap();
     let frame = flotilla_proto::read_frame(&mut b, &mut buffer, 1 << 20).await.unwrap();
     assert!(server.opener.check(&mut b, &frame).await.is_err(), "a mac side took an untagged frame");
+}
+
+/// Reads one frame as the services and rpc do: decrypted by `opener` as it is read, then
+/// checked.
+async fn read_checked<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut bytes::BytesMut,
+    opener: &mut flotilla_auth::Opener,
+) -> Result<flotilla_proto::Frame, flotilla_proto::FrameError> {
+    let frame = flotilla_proto::read_frame_opened(reader, buffer, 1 << 24, Some(opener)).await?;
+    opener.check(reader, &frame).await.map(|()| frame)
+}
+
+/// A distinctive 64 KiB pattern.
+fn pattern() -> Vec<u8> {
+    (0..64 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn encrypted_frames_round_trip_both_ways_and_the_wire_carries_no_plaintext() {
+    use flotilla_auth::Integrity;
+    let (_a, mut client, _b, mut server) = secured_pair(Integrity::Encrypt, Integrity::Encrypt).await;
+    let data = pattern();
+    let mut wire = Vec::new();
+    for request_id in 1..4u64 {
+        client.sealer.write_frame(&mut wire, request_id, b"a body", &data).await.unwrap();
+    }
+    assert!(!contains(&wire, &data[..256]), "plaintext data on the wire");
+    assert!(!contains(&wire, b"a body"), "plaintext body on the wire");
+    let (mut reader, mut buffer) = (&wire[..], bytes::BytesMut::new());
+    for request_id in 1..4u64 {
+        let frame = read_checked(&mut reader, &mut buffer, &mut server.opener).await.unwrap();
+        assert_eq!(frame.flags, flotilla_proto::FLAG_ENCRYPTED);
+        assert_eq!((frame.request_id, &frame.body[..]), (request_id, &b"a body"[..]));
+        assert!(frame.data == data, "data of request {request_id} differs after decryption");
+    }
+    // The reply direction, with an empty data part.
+    let mut reply = Vec::new();
+    server.sealer.write_frame(&mut reply, 3, b"reply", b"").await.unwrap();
+    let frame = read_checked(&mut &reply[..], &mut buffer, &mut client.opener).await.unwrap();
+    assert_eq!((&frame.body[..], frame.data.len()), (&b"reply"[..], 0));
+    // With mac, the same data is visible on the wire (the check above can fail).
+    let (_a, mut client, _b, _server) = secured_pair(Integrity::Mac, Integrity::Mac).await;
+    let mut wire = Vec::new();
+    client.sealer.write_frame(&mut wire, 1, b"a body", &data).await.unwrap();
+    assert!(contains(&wire, &data[..256]));
+}
+
+#[tokio::test]
+async fn the_stronger_setting_wins_on_both_sides() {
+    use flotilla_auth::Integrity::{Encrypt, Mac, None};
+    for (asked_by_client, asked_by_server) in
+        [(None, Mac), (Mac, Encrypt), (Encrypt, Mac), (None, Encrypt), (None, None)]
+    {
+        let (_a, client, _b, server) = secured_pair(asked_by_client, asked_by_server).await;
+        let agreed = asked_by_client.max(asked_by_server);
+        for (side, sealer, opener) in
+            [("client", &client.sealer, &client.opener), ("server", &server.sealer, &server.opener)]
+        {
+            let levels = (sealer.integrity(), opener.integrity());
+            assert_eq!(levels, (agreed, agreed), "{side} of {asked_by_client} / {asked_by_server}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_encrypting_side_refuses_plain_tagged_and_altered_frames() {
+    use flotilla_auth::Integrity;
+    let (_a, mut client, _b, mut server) = secured_pair(Integrity::Mac, Integrity::Encrypt).await;
+    let mut buffer = bytes::BytesMut::new();
+    // A plain frame, and a frame carrying a mac tag.
+    let mut plain = Vec::new();
+    flotilla_proto::write_frame(&mut plain, 1, b"x", b"").await.unwrap();
+    let error = read_checked(&mut &plain[..], &mut buffer, &mut server.opener).await.unwrap_err();
+    assert!(error.to_string().contains("requires integrity = encrypt"), "{error}");
+    let mut tagged = plain.clone();
+    let header = flotilla_proto::FrameHeader {
+        flags: flotilla_proto::FLAG_TAGGED,
+        ..flotilla_proto::FrameHeader::for_payload(1, b"x", b"").unwrap()
+    };
+    tagged[..32].copy_from_slice(&header.encode());
+    tagged.extend_from_slice(&[0u8; flotilla_auth::TAG_BYTES]);
+    let error = read_checked(&mut &tagged[..], &mut buffer, &mut server.opener).await.unwrap_err();
+    assert!(error.to_string().contains("requires integrity = encrypt"), "{error}");
+    // An encrypted frame whose request id was changed (header checksum made to match).
+    let mut sealed = client.sealer.seal_frame(5, b"body", b"data").unwrap();
+    let mut header = flotilla_proto::FrameHeader::decode(sealed[..32].try_into().unwrap(), 1 << 20).unwrap();
+    header.request_id = 6;
+    sealed[..32].copy_from_slice(&header.encode());
+    let error = read_checked(&mut &sealed[..], &mut buffer, &mut server.opener).await.unwrap_err();
+    assert!(error.to_string().contains("does not decrypt"), "{error}");
+    // The same frame unaltered still opens: the failure did not advance the sequence.
+    let sealed = {
+        let mut s = sealed.clone();
+        header.request_id = 5;
+        s[..32].copy_from_slice(&header.encode());
+        s
+    };
+    read_checked(&mut &sealed[..], &mut buffer, &mut server.opener).await.unwrap();
+    // Replayed: refused.
+    let error = read_checked(&mut &sealed[..], &mut buffer, &mut server.opener).await.unwrap_err();
+    assert!(error.to_string().contains("does not decrypt"), "{error}");
+    // Its last byte (the AEAD tag) altered: refused.
+    let mut next = client.sealer.seal_frame(7, b"body", b"data").unwrap();
+    *next.last_mut().unwrap() ^= 1;
+    let error = read_checked(&mut &next[..], &mut buffer, &mut server.opener).await.unwrap_err();
+    assert!(error.to_string().contains("does not decrypt"), "{error}");
+}
+
+#[tokio::test]
+async fn an_encrypted_frame_is_refused_where_nothing_decrypts_it() {
+    use flotilla_auth::Integrity;
+    let (_a, mut client, _b, mut server) = secured_pair(Integrity::Encrypt, Integrity::Encrypt).await;
+    let sealed = client.sealer.seal_frame(1, b"body", b"data").unwrap();
+    let mut buffer = bytes::BytesMut::new();
+    // A reader without the opener refuses it ...
+    let error = flotilla_proto::read_frame(&mut &sealed[..], &mut buffer, 1 << 20).await.unwrap_err();
+    assert!(error.to_string().contains("without encryption keys"), "{error}");
+    // ... and so does a mac side given one (the check without decryption).
+    let (_a, _client, _b, mut mac_server) = secured_pair(Integrity::Mac, Integrity::Mac).await;
+    let error = read_checked(&mut &sealed[..], &mut buffer, &mut mac_server.opener).await.unwrap_err();
+    assert!(error.to_string().contains("agreed on integrity = mac"), "{error}");
+    // An opener's check refuses a frame its reader did not decrypt.
+    let frame = flotilla_proto::Frame {
+        request_id: 1,
+        flags: flotilla_proto::FLAG_ENCRYPTED,
+        body: bytes::Bytes::from_static(b"body"),
+        data: bytes::Bytes::new(),
+    };
+    let error = server.opener.check(&mut &[][..], &frame).await.unwrap_err();
+    assert!(error.to_string().contains("not decrypted"), "{error}");
+}
+
+#[tokio::test]
+async fn lowering_the_asked_level_in_transit_breaks_the_handshake() {
+    use flotilla_auth::{initiate_with, respond_with, Integrity};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca = ClusterCa::generate();
+    let client = issue(&ca, Role::Client, "alice");
+    let server = issue(&ca, Role::Server, "meta");
+    let (mut a, b) = tokio::io::duplex(16 * 1024);
+    let (mut to_server, server_end) = tokio::io::duplex(16 * 1024);
+    let (mut b_read, mut b_write) = tokio::io::split(b);
+    let (mut s_read, mut s_write) = tokio::io::split(server_end);
+    let (c, s, (), ()) = tokio::join!(
+        async {
+            let r = initiate_with(&mut a, &client, Integrity::Encrypt, TIMEOUT).await;
+            drop(a);
+            r
+        },
+        async {
+            // The server may only notice when its wait for message 3 ends: keep that short.
+            let wait = Duration::from_millis(500);
+            let r = respond_with(&mut to_server, &server, &[Role::Client], Integrity::Mac, wait).await;
+            drop(to_server);
+            r
+        },
+        async {
+            // Message 1 is `length (2) | e (32) | level (1)`: rewrite encrypt as none.
+            let mut first = [0u8; 35];
+            b_read.read_exact(&mut first).await.unwrap();
+            assert_eq!(first[34], Integrity::Encrypt.to_wire());
+            first[34] = Integrity::None.to_wire();
+            s_write.write_all(&first).await.unwrap();
+            let _ = tokio::io::copy(&mut b_read, &mut s_write).await;
+            drop(s_write);
+        },
+        async {
+            let _ = tokio::io::copy(&mut s_read, &mut b_write).await;
+            drop(b_write);
+        }
+    );
+    assert!(c.is_err(), "the client completed a handshake whose first message was altered");
+    assert!(s.is_err(), "the server completed a handshake whose first message was altered");
 }

@@ -32,6 +32,11 @@ pub struct LocalArgs {
     /// Also mount the cluster (POSIX, through FUSE) on this directory; unmounted on shutdown.
     #[arg(long)]
     mount: Option<PathBuf>,
+    /// Protection of every connection's frames: mac (default), encrypt, or none (for
+    /// measuring). Sets [meta] and [server] integrity; clients are raised to it in the
+    /// handshake.
+    #[arg(long)]
+    integrity: Option<flotilla_auth::Integrity>,
 }
 
 #[derive(Args)]
@@ -135,10 +140,12 @@ pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
     let mut server_config = file.server.clone();
     server_config.cache_capacity_bytes = args.cache_bytes.unwrap_or(server_config.cache_capacity_bytes);
     server_config.key = Some(keys.server.clone());
+    server_config.integrity = args.integrity.unwrap_or(server_config.integrity);
     let meta_config = MetaConfig {
         data: local.data.join("meta"),
         listen: local.listen.clone(),
         key: Some(keys.server.clone()),
+        integrity: args.integrity.unwrap_or(file.meta.integrity),
         ..file.meta.clone()
     };
     let target_kind = local.target_kind.clone();

@@ -35,7 +35,7 @@ impl Default for LocalConfig {
 pub struct ClientFileConfig {
     /// The client credential file.
     pub key: Option<std::path::PathBuf>,
-    /// `mac` (default) or `none`; `flotilla bench`'s embedded cluster uses it for every process.
+    /// `mac` (default), `encrypt` or `none`; `flotilla bench`'s embedded cluster uses it for every process.
     pub integrity: flotilla_auth::Integrity,
     /// Most bytes of acknowledged, not yet durable writes a client keeps to resend after a
     /// server restart (`ClientConfig::unstable_bytes_max`; default 256 MiB).

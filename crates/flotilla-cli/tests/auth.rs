@@ -447,3 +447,146 @@ fn io_servers_refuse_requests_their_capability_does_not_cover() {
     assert_eq!(&back, b"cccccc");
     common::assert_still_serving(&cluster);
 }
+
+/// What a relay saw: bytes from its clients and bytes to them.
+#[derive(Default)]
+struct Recorded {
+    sent: Vec<u8>,
+    received: Vec<u8>,
+}
+
+/// Copies `from` to `to`, appending what passed to `record`'s chosen half.
+fn relay_half(mut from: TcpStream, mut to: TcpStream, record: Arc<Mutex<Recorded>>, sent: bool) {
+    let mut chunk = vec![0u8; 64 * 1024];
+    while let Ok(n) = from.read(&mut chunk) {
+        if n == 0 || to.write_all(&chunk[..n]).is_err() {
+            break;
+        }
+        let mut record = record.lock().unwrap();
+        let half = if sent { &mut record.sent } else { &mut record.received };
+        half.extend_from_slice(&chunk[..n]);
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// Forwards every connection it accepts to `target`, recording both directions. Stops
+/// accepting when the test process ends.
+fn recording_relay(target: String) -> (String, Arc<Mutex<Recorded>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let recorded = Arc::new(Mutex::new(Recorded::default()));
+    let record = recorded.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = TcpStream::connect(&target) else { return };
+            let (client_reader, server_writer) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let up = record.clone();
+            std::thread::spawn(move || relay_half(client_reader, server_writer, up, true));
+            let down = record.clone();
+            std::thread::spawn(move || relay_half(server, client, down, false));
+        }
+    });
+    (addr, recorded)
+}
+
+/// A distinctive 64 KiB pattern, and a file of several copies of it.
+fn pattern_file(dir: &std::path::Path) -> (Vec<u8>, PathBuf) {
+    let pattern = common::random_bytes(0x5eed_c0de, 64 * 1024);
+    let local = dir.join("pattern.bin");
+    std::fs::write(&local, pattern.repeat(8)).unwrap();
+    (pattern, local)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A one-server cluster configured with `integrity` on [meta] and [server], whose I/O
+/// server clients reach through a recording relay; puts and gets a file of a distinctive
+/// pattern with the default client (which asks for mac) and returns what crossed the relay.
+fn put_and_get_through_a_relay(integrity: &str) -> (Vec<u8>, Recorded) {
+    let setting = format!("integrity = {integrity:?}");
+    let mut cluster = Cluster::start_configured(0, &setting, &setting);
+    let listen = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let (relay, recorded) = recording_relay(listen.clone());
+    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), cluster.target_dir(0));
+    std::fs::create_dir_all(&target).unwrap();
+    let args = [
+        "--config",
+        path(&config),
+        "server",
+        "--meta",
+        &meta,
+        "--target",
+        path(&target),
+        "--listen",
+        &listen,
+        "--advertise",
+        &relay,
+    ];
+    cluster.servers.push(Some(common::Process::start(&args, "server").expect("start server")));
+    cluster.wait_up(1);
+    let (pattern, local) = pattern_file(cluster.dir.path());
+    let (ok, _, stderr) = cli(&["put", path(&local), "/pattern", "--meta", &meta]);
+    assert!(ok, "put with integrity = {integrity}: {stderr}");
+    let copy = cluster.dir.path().join("copy.bin");
+    let (ok, _, stderr) = cli(&["get", "/pattern", path(&copy), "--meta", &meta]);
+    assert!(ok, "get with integrity = {integrity}: {stderr}");
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&local).unwrap(), "the copy differs");
+    let recorded = std::mem::take(&mut *recorded.lock().unwrap());
+    (pattern, recorded)
+}
+
+#[test]
+fn an_encrypted_cluster_moves_files_byte_exact_and_no_plaintext_crosses_the_wire() {
+    let (pattern, recorded) = put_and_get_through_a_relay("encrypt");
+    let total = pattern.len() * 8;
+    assert!(recorded.sent.len() > total && recorded.received.len() > total, "the data went around the relay");
+    assert!(!contains(&recorded.sent, &pattern), "the pattern crossed the wire in clear (put)");
+    assert!(!contains(&recorded.received, &pattern), "the pattern crossed the wire in clear (get)");
+    // The same run with mac: the pattern is visible, so the check above can fail.
+    let (pattern, recorded) = put_and_get_through_a_relay("mac");
+    assert!(contains(&recorded.sent, &pattern), "with mac, the put's data is on the wire");
+    assert!(contains(&recorded.received, &pattern), "with mac, the get's data is on the wire");
+}
+
+#[test]
+fn local_integrity_encrypt_encrypts_every_service_and_raises_clients_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let args = [
+        "local",
+        "--servers",
+        "2",
+        "--data",
+        path(&data),
+        "--listen",
+        "127.0.0.1:0",
+        "--integrity",
+        "encrypt",
+    ];
+    let local = common::Process::start(&args, "meta").unwrap();
+    let key = local.credential.clone().expect("key= line");
+    let meta = local.addr.clone();
+    let (ok, status, stderr) = cli(&["--key", path(&key), "status", "--meta", &meta]);
+    assert!(ok, "{stderr}");
+    let servers: Vec<&str> =
+        status.lines().filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("server="))).collect();
+    assert_eq!(servers.len(), 2, "{status}");
+    // A client that asks for mac (the default) gets encrypt from every service.
+    for addr in servers.iter().copied().chain([meta.as_str()]) {
+        let connection = common::raw_connect(addr, &key).unwrap();
+        assert_eq!(connection.sealer.integrity(), flotilla_auth::Integrity::Encrypt, "{addr}");
+    }
+    let (_, local_file) = pattern_file(dir.path());
+    let copy = dir.path().join("copy.bin");
+    let (ok, _, stderr) = cli(&["--key", path(&key), "put", path(&local_file), "/p", "--meta", &meta]);
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = cli(&["--key", path(&key), "get", "/p", path(&copy), "--meta", &meta]);
+    assert!(ok, "{stderr}");
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&local_file).unwrap(), "the copy differs");
+    let (ok, _, stderr) = cli(&["local", "--integrity", "secret", "--data", path(&data)]);
+    assert!(!ok && stderr.contains("expected none, mac or encrypt"), "{stderr}");
+    local.stop();
+}

@@ -36,7 +36,8 @@ pub struct ClientConfig {
     /// The credential file (`FLOTILLA_KEY` by default); loaded by [`Client::with_config`]
     /// unless `connection.auth` is already set.
     pub key: Option<std::path::PathBuf>,
-    /// Integrity tags on this client's frames (`mac` by default).
+    /// Integrity tags on this client's frames (`mac` by default; `encrypt` encrypts them; a
+    /// connection uses the stronger of this and the server's setting).
     pub integrity: flotilla_auth::Integrity,
     /// Most bytes of acknowledged but not yet durable writes the client keeps a copy of (to
     /// send again if a server restarts before they are synced); past it, writes wait while

@@ -14,8 +14,8 @@ use anyhow::Context;
 use bytes::BytesMut;
 use flotilla_namespace::Namespace;
 use flotilla_proto::{
-    decode_body, encode_body, read_frame_bounded, ErrorCode, FrameBudget, FrameError, MetaReply, MetaRequest,
-    ReadBounds, WireError,
+    decode_body, encode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, MetaReply,
+    MetaRequest, ReadBounds, WireError,
 };
 use flotilla_types::CallerPolicy;
 use std::future::Future;
@@ -186,7 +186,9 @@ async fn read_requests(
     let policy = Arc::new(crate::policy::for_peer(&limits.policy, &peer.limits));
     let mut buffer = BytesMut::new();
     loop {
-        let read = read_frame_bounded(&mut read_half, &mut buffer, limits.read_bounds, &limits.budget, &busy);
+        let (bounds, budget) = (limits.read_bounds, &limits.budget);
+        let read =
+            read_frame_bounded_opened(&mut read_half, &mut buffer, bounds, budget, &busy, Some(&mut opener));
         let read = match read.await {
             Ok((frame, memory)) => opener.check(&mut read_half, &frame).await.map(|()| (frame, memory)),
             Err(error) => Err(error),

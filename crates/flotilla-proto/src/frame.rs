@@ -4,7 +4,7 @@
 //! offset size field
 //!  0     4    magic            b"FLOT"
 //!  4     2    version          u16 LE, 2
-//!  6     2    flags            u16 LE, bit 0 = FLAG_TAGGED (other bits 0)
+//!  6     2    flags            u16 LE, bit 0 = FLAG_TAGGED, bit 1 = FLAG_ENCRYPTED (other bits 0)
 //!  8     8    request_id       u64 LE, echoed by the reply
 //! 16     4    body_bytes       u32 LE
 //! 20     4    data_bytes       u32 LE
@@ -13,7 +13,13 @@
 //! 28     4    header_crc32c    CRC32C of bytes 0..28
 //! 32     body_bytes + data_bytes
 //! ..     32   integrity tag    only when FLAG_TAGGED is set (see flotilla-auth `wire`)
+//! ..     16   AEAD tag         only when FLAG_ENCRYPTED is set (see flotilla-auth `crypt`)
 //! ```
+//!
+//! With FLAG_ENCRYPTED, body and data are ciphertext and `payload_crc32c` is the CRC32C of
+//! the ciphertext. The reader reads the AEAD tag with the payload (same deadline, same
+//! memory reservation) and hands both to a [`PayloadOpener`], which decrypts the payload
+//! in place before it is split into body and data.
 
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
@@ -27,8 +33,25 @@ pub const MAGIC: [u8; 4] = *b"FLOT";
 pub const VERSION: u16 = 2;
 /// Header flag: a 32-byte integrity tag follows the payload (not counted in its lengths).
 pub const FLAG_TAGGED: u16 = 1;
+/// Header flag: body and data are encrypted and a 16-byte AEAD tag follows them (not
+/// counted in their lengths).
+pub const FLAG_ENCRYPTED: u16 = 2;
+/// Length of the AEAD tag after the payload of a frame with [`FLAG_ENCRYPTED`].
+pub const AEAD_TAG_BYTES: usize = 16;
 /// Length of the fixed frame header.
 pub const HEADER_BYTES: usize = 32;
+
+/// Decrypts the payload of a frame with [`FLAG_ENCRYPTED`] in place (flotilla-auth's
+/// `Opener`), between reading it and splitting it into body and data.
+pub trait PayloadOpener: Send {
+    /// Checks `trailer` (the AEAD tag) and decrypts `payload` (body then data) in place.
+    fn open_payload(
+        &mut self,
+        header: &FrameHeader,
+        payload: &mut [u8],
+        trailer: &[u8],
+    ) -> Result<(), FrameError>;
+}
 
 /// What was wrong with a frame.
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +194,15 @@ impl FrameHeader {
         HEADER_BYTES as u64 + u64::from(self.body_bytes) + u64::from(self.data_bytes)
     }
 
+    /// Bytes that follow the payload and are read with it (the AEAD tag of an encrypted frame).
+    pub fn trailer_bytes(&self) -> usize {
+        if self.flags & FLAG_ENCRYPTED != 0 {
+            AEAD_TAG_BYTES
+        } else {
+            0
+        }
+    }
+
     /// Checks the payload CRC32C, except on a tagged frame: there the reader's caller checks
     /// the keyed tag (flotilla-auth `Opener::check`) before anything decodes the payload.
     fn check_payload(&self, body: &[u8], data: &[u8]) -> Result<(), FrameError> {
@@ -232,10 +264,20 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     buffer: &mut BytesMut,
     frame_bytes_max: u32,
 ) -> Result<Frame, FrameError> {
+    read_frame_opened(reader, buffer, frame_bytes_max, None).await
+}
+
+/// [`read_frame`] on a connection whose encrypted frames `opener` decrypts.
+pub async fn read_frame_opened<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+    frame_bytes_max: u32,
+    opener: Option<&mut dyn PayloadOpener>,
+) -> Result<Frame, FrameError> {
     let mut header_bytes = [0u8; HEADER_BYTES];
     read_exact_or_closed(reader, &mut header_bytes).await?;
     let header = FrameHeader::decode(&header_bytes, frame_bytes_max)?;
-    read_payload(reader, buffer, &header).await
+    read_payload(reader, buffer, &header, opener).await
 }
 
 /// Most bytes the payload buffer grows by ahead of the bytes that have arrived.
@@ -292,6 +334,19 @@ pub async fn read_frame_bounded<R: AsyncRead + Unpin>(
     budget: &FrameBudget,
     busy: &(dyn Fn() -> bool + Sync),
 ) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
+    read_frame_bounded_opened(reader, buffer, bounds, budget, busy, None).await
+}
+
+/// [`read_frame_bounded`] on a connection whose encrypted frames `opener` decrypts; the
+/// AEAD tag after the payload is read within the same deadline and reservation.
+pub async fn read_frame_bounded_opened<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+    bounds: ReadBounds,
+    budget: &FrameBudget,
+    busy: &(dyn Fn() -> bool + Sync),
+    opener: Option<&mut dyn PayloadOpener>,
+) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
     let mut header_bytes = [0u8; HEADER_BYTES];
     wait_first_byte(reader, &mut header_bytes[..1], bounds.idle_timeout, busy).await?;
     let deadline = tokio::time::Instant::now() + bounds.frame_timeout;
@@ -300,7 +355,7 @@ pub async fn read_frame_bounded<R: AsyncRead + Unpin>(
         .await
         .map_err(timed_out)??;
     let header = FrameHeader::decode(&header_bytes, bounds.frame_bytes_max)?;
-    let payload_bytes = header.body_bytes as usize + header.data_bytes as usize;
+    let payload_bytes = header.body_bytes as usize + header.data_bytes as usize + header.trailer_bytes();
     let take = budget.take(budget.units(payload_bytes as u64));
     let permit =
         tokio::time::timeout_at(deadline + bounds.frame_timeout, take).await.map_err(timed_out)??;
@@ -313,7 +368,7 @@ pub async fn read_frame_bounded<R: AsyncRead + Unpin>(
             .map_err(timed_out)?,
     };
     arrived?;
-    Ok((split_payload(buffer, &header)?, permit))
+    Ok((split_payload(buffer, &header, opener)?, permit))
 }
 
 /// How long a frame that got its memory after its deadline may still take to be read.
@@ -351,10 +406,12 @@ async fn read_payload<R: AsyncRead + Unpin>(
     reader: &mut R,
     buffer: &mut BytesMut,
     header: &FrameHeader,
+    opener: Option<&mut dyn PayloadOpener>,
 ) -> Result<Frame, FrameError> {
     buffer.clear();
-    fill_payload(reader, buffer, header.body_bytes as usize + header.data_bytes as usize).await?;
-    split_payload(buffer, header)
+    let payload_bytes = header.body_bytes as usize + header.data_bytes as usize + header.trailer_bytes();
+    fill_payload(reader, buffer, payload_bytes).await?;
+    split_payload(buffer, header, opener)
 }
 
 /// Reads until `buffer` holds `payload_bytes`; cancel-safe (what was read stays in `buffer`).
@@ -375,11 +432,29 @@ async fn fill_payload<R: AsyncRead + Unpin>(
     Ok(())
 }
 
-/// Splits a complete payload off `buffer` into body and data and checks its checksum.
-fn split_payload(buffer: &mut BytesMut, header: &FrameHeader) -> Result<Frame, FrameError> {
+/// Splits a complete payload off `buffer` into body and data and checks its checksum; an
+/// encrypted payload is checked (CRC32C of the ciphertext) and decrypted in place first.
+fn split_payload(
+    buffer: &mut BytesMut,
+    header: &FrameHeader,
+    opener: Option<&mut dyn PayloadOpener>,
+) -> Result<Frame, FrameError> {
     let mut payload = buffer.split_to(header.body_bytes as usize + header.data_bytes as usize);
+    if header.flags & FLAG_ENCRYPTED != 0 {
+        let trailer = buffer.split_to(header.trailer_bytes());
+        header.check_payload(&payload, &[])?;
+        let opener = opener.ok_or_else(|| {
+            FrameError::Integrity(format!(
+                "encrypted frame of request {} on a connection without encryption keys",
+                header.request_id
+            ))
+        })?;
+        opener.open_payload(header, &mut payload, &trailer)?;
+    }
     let data = payload.split_off(header.body_bytes as usize);
-    header.check_payload(&payload, &data)?;
+    if header.flags & FLAG_ENCRYPTED == 0 {
+        header.check_payload(&payload, &data)?;
+    }
     let (request_id, flags) = (header.request_id, header.flags);
     Ok(Frame { request_id, flags, body: payload.freeze(), data: data.freeze() })
 }
@@ -459,6 +534,75 @@ mod tests {
         let second = read_frame(&mut reader, &mut buffer, 1 << 20).await.unwrap();
         assert_eq!(second.request_id, 4);
         assert!(matches!(read_frame(&mut reader, &mut buffer, 1 << 20).await, Err(FrameError::Closed)));
+    }
+
+    /// A stand-in for flotilla-auth's opener: records what it was given, flips every
+    /// payload byte, and refuses a trailer other than `b"T"` repeated.
+    #[derive(Default)]
+    struct Recorder {
+        trailers: Vec<Vec<u8>>,
+    }
+
+    impl PayloadOpener for Recorder {
+        fn open_payload(
+            &mut self,
+            _: &FrameHeader,
+            payload: &mut [u8],
+            trailer: &[u8],
+        ) -> Result<(), FrameError> {
+            self.trailers.push(trailer.to_vec());
+            if trailer != [b'T'; AEAD_TAG_BYTES] {
+                return Err(FrameError::Integrity("bad trailer".into()));
+            }
+            payload.iter_mut().for_each(|b| *b ^= 0xff);
+            Ok(())
+        }
+    }
+
+    /// An "encrypted" frame: flipped payload, checksum of the flipped bytes, then `trailer`.
+    fn flipped_frame(request_id: u64, body: &[u8], data: &[u8], trailer: u8) -> Vec<u8> {
+        let flip = |bytes: &[u8]| bytes.iter().map(|b| b ^ 0xff).collect::<Vec<u8>>();
+        let (body, data) = (flip(body), flip(data));
+        let header = FrameHeader {
+            flags: FLAG_ENCRYPTED,
+            ..FrameHeader::for_payload(request_id, &body, &data).unwrap()
+        };
+        let mut out = header.encode().to_vec();
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&data);
+        out.extend_from_slice(&[trailer; AEAD_TAG_BYTES]);
+        out
+    }
+
+    #[tokio::test]
+    async fn an_encrypted_frame_is_read_with_its_trailer_and_opened_in_place() {
+        let mut wire = flipped_frame(3, b"body", &[9u8; 3000], b'T');
+        wire.extend_from_slice(&flipped_frame(4, b"next", b"", b'T'));
+        wire.extend_from_slice(&flipped_frame(5, b"bad", b"", b'X'));
+        let (mut reader, mut buffer, mut opener) = (&wire[..], BytesMut::new(), Recorder::default());
+        let budget = FrameBudget::new(1 << 20);
+        let (frame, permit) = read_frame_bounded_opened(
+            &mut reader,
+            &mut buffer,
+            bounds(),
+            &budget,
+            &|| false,
+            Some(&mut opener),
+        )
+        .await
+        .unwrap();
+        assert_eq!((frame.request_id, &frame.body[..], &frame.data[..]), (3, &b"body"[..], &[9u8; 3000][..]));
+        assert_eq!(permit.num_permits(), 3, "3020 bytes (tag included) hold 3 KiB");
+        let frame = read_frame_opened(&mut reader, &mut buffer, 1 << 20, Some(&mut opener)).await.unwrap();
+        assert_eq!((frame.request_id, &frame.body[..]), (4, &b"next"[..]));
+        let error =
+            read_frame_opened(&mut reader, &mut buffer, 1 << 20, Some(&mut opener)).await.unwrap_err();
+        assert!(error.to_string().contains("bad trailer"), "{error}");
+        assert_eq!(opener.trailers.len(), 3);
+        // Without an opener, an encrypted frame is refused.
+        let wire = flipped_frame(6, b"x", b"", b'T');
+        let error = read_frame(&mut &wire[..], &mut buffer, 1 << 20).await.unwrap_err();
+        assert!(error.to_string().contains("without encryption keys"), "{error}");
     }
 
     fn bounds() -> ReadBounds {

@@ -20,6 +20,9 @@ pub use frame::{
     decode_frame, read_frame, read_frame_bounded, write_frame, Frame, FrameBudget, FrameError, FrameHeader,
     ReadBounds, FLAG_TAGGED, GROWTH_BYTES_MAX, HEADER_BYTES, MAGIC, VERSION,
 };
+pub use frame::{
+    read_frame_bounded_opened, read_frame_opened, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED,
+};
 pub use io::{ForkInfo, ForkRef, IoReply, IoRequest};
 pub use meta::{
     CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, MetaReply, MetaRequest, SubfilePlace, TargetReport,

@@ -9,7 +9,7 @@
 use bytes::{Bytes, BytesMut};
 use flotilla_auth::wire::{check_frame, write_frame, Opener, Sealer};
 use flotilla_auth::ClientAuth;
-use flotilla_proto::{decode_body, encode_body, read_frame, Frame, FrameError};
+use flotilla_proto::{decode_body, encode_body, read_frame_opened, Frame, FrameError, PayloadOpener};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -244,7 +244,8 @@ async fn read_loop(
 ) {
     let mut buffer = BytesMut::new();
     loop {
-        let frame = match read_frame(&mut read_half, &mut buffer, frame_bytes_max).await {
+        let decrypt = opener.as_mut().map(|o| o as &mut dyn PayloadOpener);
+        let frame = match read_frame_opened(&mut read_half, &mut buffer, frame_bytes_max, decrypt).await {
             Ok(frame) => check_frame(opener.as_mut(), &mut read_half, &frame).await.map(|()| frame),
             Err(error) => Err(error),
         };

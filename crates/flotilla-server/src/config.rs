@@ -50,7 +50,9 @@ pub struct ServerConfig {
     pub connections_per_peer_max: usize,
     /// The server credential (`server.cred`); the CLI also takes `--key` and `FLOTILLA_KEY`.
     pub key: Option<PathBuf>,
-    /// `mac` (default): every frame carries a keyed integrity tag; `none`: CRC32C only.
+    /// `mac` (default): every frame carries a keyed integrity tag; `encrypt`: frames are
+    /// encrypted (AES-256-GCM); `none`: CRC32C only. A connection uses the stronger of its
+    /// two sides' settings.
     pub integrity: flotilla_auth::Integrity,
     /// A connection must finish its handshake within this long of being accepted.
     pub handshake_timeout_ms: u64,

@@ -9,8 +9,8 @@ use crate::scheduler::{ConnectionId, Scheduler};
 use bytes::{Bytes, BytesMut};
 use flotilla_auth::{Acceptor, Opener, Sealer};
 use flotilla_proto::{
-    decode_body, encode_body, read_frame_bounded, ErrorCode, FrameBudget, FrameError, IoReply, IoRequest,
-    ReadBounds, WireError,
+    decode_body, encode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, IoReply,
+    IoRequest, ReadBounds, WireError,
 };
 use flotilla_types::Limits;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,9 +123,16 @@ impl Reader {
         let (slots, queue_max) = (self.slots.clone(), self.shared.connection_queue_max);
         let busy = move || slots.available_permits() < queue_max;
         loop {
-            let read =
-                read_frame_bounded(&mut read_half, &mut buffer, self.shared.read_bounds, &budget, &busy)
-                    .await;
+            let bounds = self.shared.read_bounds;
+            let read = read_frame_bounded_opened(
+                &mut read_half,
+                &mut buffer,
+                bounds,
+                &budget,
+                &busy,
+                Some(&mut opener),
+            )
+            .await;
             let checked = match read {
                 Ok((frame, held)) => opener.check(&mut read_half, &frame).await.map(|()| (frame, held)),
                 Err(error) => Err(error),

@@ -16,10 +16,7 @@ use std::time::{Duration, Instant};
 /// Fast heartbeats, so restarted servers are seen quickly; every process (workers too) uses
 /// the client's integrity setting, so `[client] integrity = "none"` measures without tags.
 fn config_text(integrity: flotilla_auth::Integrity) -> String {
-    let integrity = match integrity {
-        flotilla_auth::Integrity::Mac => "mac",
-        flotilla_auth::Integrity::None => "none",
-    };
+    let integrity = integrity.name();
     format!(
         "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\nintegrity = \"{integrity}\"\n\n\
          [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\n\n[client]\nintegrity = \"{integrity}\"\n"
