@@ -9,7 +9,8 @@
 //! 16     4    body_bytes       u32 LE
 //! 20     4    data_bytes       u32 LE
 //! 24     4    payload_crc32c   CRC32C of body then data; 0 and not checked when
-//!                                 FLAG_TAGGED is set (the keyed tag covers the payload)
+//!                                 FLAG_TAGGED or FLAG_ENCRYPTED is set (the keyed
+//!                                 tag or the AEAD tag covers the payload)
 //! 28     4    header_crc32c    CRC32C of bytes 0..28
 //! 32     body_bytes + data_bytes
 //! ..     32   integrity tag    only when FLAG_TAGGED is set (see flotilla-auth `wire`)
@@ -433,7 +434,8 @@ async fn fill_payload<R: AsyncRead + Unpin>(
 }
 
 /// Splits a complete payload off `buffer` into body and data and checks its checksum; an
-/// encrypted payload is checked (CRC32C of the ciphertext) and decrypted in place first.
+/// encrypted payload carries no CRC32C (its AEAD tag covers it) and is checked and decrypted
+/// in place by the opener first.
 fn split_payload(
     buffer: &mut BytesMut,
     header: &FrameHeader,
@@ -442,7 +444,6 @@ fn split_payload(
     let mut payload = buffer.split_to(header.body_bytes as usize + header.data_bytes as usize);
     if header.flags & FLAG_ENCRYPTED != 0 {
         let trailer = buffer.split_to(header.trailer_bytes());
-        header.check_payload(&payload, &[])?;
         let opener = opener.ok_or_else(|| {
             FrameError::Integrity(format!(
                 "encrypted frame of request {} on a connection without encryption keys",
