@@ -69,3 +69,48 @@ fn flotilla_rm_as_nobody_cannot_delete_a_root_owned_file() {
     let (removed, _, stderr) = common::cli(&["rm", "--meta", &cluster.meta_addr(), "/data/results"]);
     assert!(removed, "root's rm failed: {stderr}");
 }
+
+/// The capability the metadata service hands a user carries exactly the data rights POSIX
+/// gives them, and the I/O servers hold them to it: a non-owner reads a 0644 file but cannot
+/// write it, reads nothing of a 0600 file, and cannot grow its size through the service.
+#[test]
+fn io_servers_give_each_user_only_the_data_rights_posix_gives() {
+    use flotilla_client::Shape;
+    let cluster = Cluster::start(1);
+    let admin = cluster.client();
+    let shared = admin.create("/shared", &CreateOptions { mode: 0o644, ..CreateOptions::default() }).unwrap();
+    shared.fork(0, "data").unwrap().write(&Shape::contiguous(0, 4), b"open").unwrap();
+    shared.close().unwrap();
+    let private =
+        admin.create("/private", &CreateOptions { mode: 0o600, ..CreateOptions::default() }).unwrap();
+    private.write_at(0, b"mine").unwrap();
+    private.close().unwrap();
+
+    let alice = user(&cluster, 1000);
+    let file = alice.open("/shared").unwrap();
+    let rights = file.entry().capability.as_ref().map(|c| c.rights);
+    assert_eq!(rights, Some(flotilla_proto::Rights::READ), "read-only rights for a non-owner of a 0644 file");
+    let mut back = [0u8; 4];
+    file.fork(0, "data").unwrap().read(&Shape::contiguous(0, 4), &mut back).unwrap();
+    assert_eq!(&back, b"open");
+    let refused = file.fork(0, "data").unwrap().write(&Shape::contiguous(0, 4), b"HACK").unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::PermissionDenied), "{refused}");
+    assert!(refused.to_string().contains("needs write"), "{refused}");
+
+    let file = alice.open("/private").unwrap();
+    assert!(file.entry().capability.is_none(), "no rights, no capability");
+    let refused = file.fork(0, "data").unwrap().read(&Shape::contiguous(0, 4), &mut back).unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::PermissionDenied), "{refused}");
+    assert!(refused.to_string().contains("needs a capability"), "{refused}");
+    let id = file.entry().id;
+    let refused = alice.grow_size(id, 1 << 40).unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::PermissionDenied), "{refused}");
+    assert_eq!(admin.stat("/private").unwrap().attrs.size_bytes, 4, "the refused grow left the size");
+
+    // The owner still reads and writes both.
+    let mut mine = [0u8; 4];
+    let private = admin.open("/private").unwrap();
+    private.fork(0, "data").unwrap().read(&Shape::contiguous(0, 4), &mut mine).unwrap();
+    assert_eq!(&mine, b"mine");
+    common::assert_still_serving(&cluster);
+}
