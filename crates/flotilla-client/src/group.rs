@@ -250,9 +250,23 @@ impl<'b> Group<'b> {
         self.planner.submitted();
         self.submit_pending()?;
         while let Some(list) = self.outstanding.pop_front() {
-            self.finish(list);
+            self.complete(list);
         }
         self.take_failures()
+    }
+
+    /// Ends the group: `doneio` and `waitio`, then the borrowed read buffers are the caller's
+    /// again. (After `waitio` a group holds nothing but its settings, its direction and its
+    /// statistics, so a loop that needs its buffers back goes on with `Group::new`.)
+    pub fn finish(mut self) -> Result<GroupStats, GroupError> {
+        self.doneio()?;
+        self.waitio()?;
+        Ok(self.stats)
+    }
+
+    /// Whether the group reads or writes until the next `doneio` (`None`: not decided yet).
+    pub fn direction(&self) -> Option<Direction> {
+        self.planner.direction()
     }
 
     /// Asks the planner about one request and adds it to its target's pending list; returns
@@ -343,7 +357,7 @@ impl<'b> Group<'b> {
         let bytes: u64 = self.pending.iter().map(|l| l.bytes).sum();
         while self.outstanding_bytes.saturating_add(bytes) > self.config.submitted_bytes_max {
             let Some(oldest) = self.outstanding.pop_front() else { break };
-            self.finish(oldest);
+            self.complete(oldest);
         }
         self.stats.submissions += 1;
         for list in std::mem::take(&mut self.pending) {
@@ -382,7 +396,7 @@ impl<'b> Group<'b> {
                 Call::Write(handle) => handle.test(),
             };
             if done {
-                self.finish(list);
+                self.complete(list);
             } else {
                 still.push_back(list);
             }
@@ -391,14 +405,17 @@ impl<'b> Group<'b> {
     }
 
     /// Waits for one list, copies read data into the caller's buffers, records a failure.
-    fn finish(&mut self, list: Submitted<'b>) {
+    fn complete(&mut self, list: Submitted<'b>) {
         self.outstanding_bytes -= list.bytes;
         let outcome = match list.call {
-            Call::Read(handle) => handle.wait().and_then(|data| scatter(&list.pieces, &data, list.destinations)),
+            Call::Read(handle) => {
+                handle.wait().and_then(|data| scatter(&list.pieces, &data, list.destinations))
+            }
             Call::Write(handle) => handle.wait().and_then(|written| check_written(written, list.bytes)),
         };
         if let Err(error) = outcome {
-            let first = list.requests.first().copied().unwrap_or(Request { index: 0, offset: 0, size_bytes: 0 });
+            let first =
+                list.requests.first().copied().unwrap_or(Request { index: 0, offset: 0, size_bytes: 0 });
             self.failures.push(RequestFailure {
                 index: first.index,
                 target: self.targets[list.target].describe(),
@@ -441,5 +458,8 @@ fn check_written(written: u64, bytes: u64) -> Result<(), ClientError> {
     if written == bytes {
         return Ok(());
     }
-    Err(ClientError::UnexpectedReply { request: "group write", reply: format!("{written} of {bytes} bytes written") })
+    Err(ClientError::UnexpectedReply {
+        request: "group write",
+        reply: format!("{written} of {bytes} bytes written"),
+    })
 }

@@ -261,10 +261,7 @@ mod tests {
     }
 
     /// A plain restatement of §3.1, one request at a time, for the property test.
-    fn reference(
-        config: &GroupConfig,
-        calls: &[(usize, u64, bool)],
-    ) -> Vec<Admission> {
+    fn reference(config: &GroupConfig, calls: &[(usize, u64, bool)]) -> Vec<Admission> {
         let (mut count, mut bytes, mut last): (usize, u64, Option<usize>) = (0, 0, None);
         let mut out = Vec::new();
         for &(target, size, outstanding) in calls {
