@@ -133,6 +133,16 @@ pub enum GroupError {
     Failed { first: Box<RequestFailure>, more_failed_lists: usize },
 }
 
+impl GroupError {
+    /// The Linux errno that best describes the failure.
+    pub fn errno(&self) -> i32 {
+        match self {
+            GroupError::Mixed { .. } | GroupError::OutOfRange { .. } => 22,
+            GroupError::Failed { first, .. } => first.error.errno(),
+        }
+    }
+}
+
 /// What a group has done so far (for tests and benchmarks).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GroupStats {
