@@ -14,6 +14,7 @@
 
 mod cluster;
 mod data;
+mod group;
 mod paper;
 mod plan;
 mod plot;
