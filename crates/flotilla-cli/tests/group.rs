@@ -292,6 +292,9 @@ fn borrowed_buffers_and_thresholds_on_a_real_cluster() {
     assert!(message.contains("request 200") && message.contains("doneio"), "{message}");
     let stats = group.finish().unwrap();
     assert_eq!(stats.requests, 200, "the refused request is not counted");
+    // Batched across forks, the column change does not submit: requests 91..120 (both forks)
+    // go in one submission of two lists; 7 submissions, 8 lists (the paper's way: 8 and 8).
+    assert_eq!((stats.submissions, stats.lists), (7, 8), "{stats:?}");
     assert!(back == matrix, "group reads differ from what the group wrote");
 }
 
@@ -308,6 +311,7 @@ fn a_failed_request_is_named_at_waitio() {
     group.group_write(&present, 0, &[1; 10]).unwrap();
     group.group_write(&missing, 4096, &[2; 10]).unwrap();
     group.group_write(&missing, 8192, &[3; 10]).unwrap();
+    group.group_write(&present, 50, &[]).unwrap();
     let error = group.waitio().unwrap_err();
     match &error {
         GroupError::Failed { first, more_failed_lists } => {
@@ -320,4 +324,13 @@ fn a_failed_request_is_named_at_waitio() {
     let message = error.to_string();
     assert!(message.contains("request 1") && message.contains("offset 4096"), "{message}");
     assert!(group.waitio().is_ok(), "a failure is reported once");
+    // Requests of 0 bytes count but move nothing, in either direction.
+    group.doneio().unwrap();
+    let (mut empty, mut ten, mut none) = ([0u8; 0], [0u8; 10], [0u8; 0]);
+    group.group_read(&present, 0, &mut empty).unwrap();
+    group.group_read(&present, 0, &mut ten).unwrap();
+    group.group_read(&present, 1 << 20, &mut none).unwrap();
+    let stats = group.finish().unwrap();
+    assert_eq!(stats.requests, 7);
+    assert_eq!(ten, [1; 10]);
 }

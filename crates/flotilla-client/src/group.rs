@@ -76,6 +76,7 @@ struct Request {
 /// packed from 0 in request order.
 struct PendingList<'b> {
     target: usize,
+    direction: Direction,
     pieces: Vec<Piece>,
     requests: Vec<Request>,
     bytes: u64,
@@ -202,7 +203,9 @@ impl<'b> Group<'b> {
     ) -> Result<(), GroupError> {
         let size_bytes = buffer.len() as u64;
         let (list, submit_after) = self.admit(target.into(), Direction::Read, offset, size_bytes)?;
-        self.pending[list].destinations.push(buffer);
+        if let Some(list) = list {
+            self.pending[list].destinations.push(buffer);
+        }
         self.after_admit(submit_after)
     }
 
@@ -230,7 +233,9 @@ impl<'b> Group<'b> {
         data: &[u8],
     ) -> Result<(), GroupError> {
         let (list, submit_after) = self.admit(target.into(), Direction::Write, offset, data.len() as u64)?;
-        self.pending[list].data.extend_from_slice(data);
+        if let Some(list) = list {
+            self.pending[list].data.extend_from_slice(data);
+        }
         self.after_admit(submit_after)
     }
 
@@ -280,14 +285,15 @@ impl<'b> Group<'b> {
     }
 
     /// Asks the planner about one request and adds it to its target's pending list; returns
-    /// the list's position and whether everything must be submitted now.
+    /// the list's position (`None` for a request of 0 bytes) and whether everything must be
+    /// submitted now.
     fn admit(
         &mut self,
         target: GroupTarget<'_>,
         direction: Direction,
         offset: u64,
         size_bytes: u64,
-    ) -> Result<(usize, bool), GroupError> {
+    ) -> Result<(Option<usize>, bool), GroupError> {
         let index = self.stats.requests;
         if offset.checked_add(size_bytes).is_none_or(|end| end > i64::MAX as u64) {
             return Err(GroupError::OutOfRange { index, offset, size_bytes });
@@ -309,12 +315,16 @@ impl<'b> Group<'b> {
             self.submit_pending()?;
         }
         self.stats.requests += 1;
-        let position = self.pending_list(target_index);
+        if size_bytes == 0 {
+            // Nothing to move: the request counts (index, thresholds) but travels in no list.
+            return Ok((None, admission.submit_after));
+        }
+        let position = self.pending_list(target_index, direction);
         let list = &mut self.pending[position];
         list.pieces.push(Piece { file_offset: offset, memory_offset: list.bytes, length: size_bytes });
         list.requests.push(Request { index, offset, size_bytes });
         list.bytes += size_bytes;
-        Ok((position, admission.submit_after))
+        Ok((Some(position), admission.submit_after))
     }
 
     fn after_admit(&mut self, submit_after: bool) -> Result<(), GroupError> {
@@ -337,12 +347,13 @@ impl<'b> Group<'b> {
     }
 
     /// The position of the pending list for `target`, made if there is none.
-    fn pending_list(&mut self, target: usize) -> usize {
+    fn pending_list(&mut self, target: usize, direction: Direction) -> usize {
         if let Some(i) = self.pending.iter().rposition(|l| l.target == target) {
             return i;
         }
         self.pending.push(PendingList {
             target,
+            direction,
             pieces: Vec::new(),
             requests: Vec::new(),
             bytes: 0,
@@ -379,7 +390,7 @@ impl<'b> Group<'b> {
     fn send(&mut self, list: PendingList<'b>) {
         self.stats.lists += 1;
         let shape = Shape::List { pieces: list.pieces.clone() };
-        let reading = list.data.is_empty() && !list.destinations.is_empty();
+        let reading = list.direction == Direction::Read;
         let call = match (&self.targets[list.target], reading) {
             (Target::Fork(fork), true) => Call::Read(fork.read_nb(shape, vec![0; list.bytes as usize])),
             (Target::Fork(fork), false) => Call::Write(fork.write_nb(shape, list.data)),
