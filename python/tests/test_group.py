@@ -62,6 +62,7 @@ def test_mixing_reads_and_writes_is_refused(forks):
     with pytest.raises(flotilla.InvalidRequestError, match="doneio"):
         group.read(forks[0], 0, bytearray(4))
     group.doneio()
+    group.waitio()  # doneio does not wait: without this the read could pass the write
     back = bytearray(4)
     group.read(forks[0], 0, back)
     group.waitio()
