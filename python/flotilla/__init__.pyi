@@ -7,6 +7,7 @@ from ._native import Client as Client
 from ._native import DirEntry as DirEntry
 from ._native import File as File
 from ._native import Fork as Fork
+from ._native import Group as Group
 from ._native import Handle as Handle
 from ._native import Shape as Shape
 from ._native import Stat as Stat

@@ -89,6 +89,30 @@ class Handle:
         """Bytes moved (or the new array, for read_array_nb); raises the call's error."""
     def __await__(self) -> Generator[Any, None, Any]: ...
 
+class Group:
+    """GFS-GROUP: split-phase grouped reads and writes on Files and Forks. ``with group:``
+    calls doneio() and then waitio() on exit. write() copies the bytes at once; read() keeps
+    its buffer (a numpy array: filled in place) exported until waitio()."""
+
+    mode: str  # "nosend" or "send"
+    def __init__(
+        self,
+        mode: str = "nosend",
+        pending_requests_max: int = 1024,
+        pending_bytes_max: int = 16 << 20,
+        submitted_bytes_max: int = 256 << 20,
+        batch_across_forks: bool = False,
+    ) -> None: ...
+    def read(self, target: Union[File, Fork], offset: int, buffer: BufferLike) -> None: ...
+    def write(self, target: Union[File, Fork], offset: int, buffer: BufferLike) -> None: ...
+    def doneio(self) -> None: ...
+    def testio(self) -> bool: ...
+    def waitio(self) -> None: ...
+    def stats(self) -> Tuple[int, int, int]:
+        """(requests, submissions, lists) so far."""
+    def __enter__(self) -> Group: ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
 class _DataCalls:
     """Calls shared by File (linear bytes) and Fork."""
 

@@ -35,7 +35,7 @@ impl PyFile {
         Ok(self.file.clone())
     }
 
-    fn target(&self, py: Python<'_>) -> PyResult<Target> {
+    pub(crate) fn target(&self, py: Python<'_>) -> PyResult<Target> {
         self.open_file(py).map(Target::Linear)
     }
 

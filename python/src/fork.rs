@@ -27,7 +27,7 @@ impl PyFork {
         Ok(self.fork.clone())
     }
 
-    fn target(&self, py: Python<'_>) -> PyResult<Target> {
+    pub(crate) fn target(&self, py: Python<'_>) -> PyResult<Target> {
         self.open_fork(py).map(Target::Fork)
     }
 }

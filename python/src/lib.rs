@@ -10,6 +10,7 @@ mod client;
 mod errors;
 mod file;
 mod fork;
+mod group;
 mod handle;
 mod io;
 mod methods;
@@ -26,6 +27,7 @@ fn native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<file::PyFile>()?;
     module.add_class::<fork::PyFork>()?;
     module.add_class::<handle::PyHandle>()?;
+    module.add_class::<group::PyGroup>()?;
     module.add_class::<shape::PyShape>()?;
     module.add_class::<shape::PyBatchNode>()?;
     module.add("STRIDE_LEVELS_MAX", flotilla_request::STRIDE_LEVELS_MAX)?;

@@ -25,6 +25,12 @@
 // A symbolic link.
 #define FLOTILLA_KIND_SYMLINK 3
 
+// Submission mode *nosend* (the paper's group-nosend; the default).
+#define FLOTILLA_GROUP_NOSEND 0
+
+// Submission mode *send* (also submit whenever nothing submitted is outstanding).
+#define FLOTILLA_GROUP_SEND 1
+
 // `length` bytes at `file_offset`, to or from `memory_offset`.
 #define FLOTILLA_SHAPE_CONTIGUOUS 0
 
@@ -60,6 +66,9 @@ typedef struct flotilla_file flotilla_file;
 
 // One fork of one subfile (opaque).
 typedef struct flotilla_fork flotilla_fork;
+
+// A group of split-phase requests (opaque). One thread at a time.
+typedef struct flotilla_group flotilla_group;
 
 // A non-blocking call (opaque). Freeing an unfinished handle waits for the call first, so
 // the caller's buffer is never used after `flotilla_handle_free` returns.
@@ -153,6 +162,21 @@ typedef struct flotilla_request {
   const struct flotilla_piece *pieces;
   size_t piece_count;
 } flotilla_request;
+
+// Settings of a group. Zeros mean the defaults (1024 requests, 16 MiB, 256 MiB).
+typedef struct flotilla_group_options {
+  // FLOTILLA_GROUP_NOSEND or FLOTILLA_GROUP_SEND.
+  int mode;
+  // Pending requests that trigger a submission.
+  uint64_t pending_requests_max;
+  // Pending bytes that trigger a submission.
+  uint64_t pending_bytes_max;
+  // Most bytes of submitted, unfinished requests.
+  uint64_t submitted_bytes_max;
+  // Nonzero: requests to other forks do not submit what is pending; every fork's list goes
+  // out at the next submission, all lists to one server together.
+  int batch_across_forks;
+} flotilla_group_options;
 
 #ifdef __cplusplus
 extern "C" {
@@ -313,6 +337,61 @@ int flotilla_fork_write_nb(const struct flotilla_fork *fork,
                            const void *buffer,
                            size_t buffer_bytes,
                            struct flotilla_handle **out);
+
+// Makes a group with `options` (NULL: the defaults) and stores it in `*out`.
+int flotilla_group_new(const struct flotilla_group_options *options, struct flotilla_group **out);
+
+// Changes a group's settings for the calls that follow (NULL options: the defaults).
+int flotilla_group_configure(struct flotilla_group *group,
+                             const struct flotilla_group_options *options);
+
+// Queues a read of `size` bytes at `offset` of the fork into `buffer`, which holds them after
+// `flotilla_group_waitio`. Returns 0 or a negative errno (-EINVAL when the group is writing:
+// call flotilla_group_doneio first).
+int flotilla_group_read_fork(struct flotilla_group *group,
+                             const struct flotilla_fork *fork,
+                             uint64_t offset,
+                             void *buffer,
+                             size_t size);
+
+// Queues a write of `size` bytes from `buffer` at `offset` of the fork; the bytes are copied
+// before this returns. Returns 0 or a negative errno.
+int flotilla_group_write_fork(struct flotilla_group *group,
+                              const struct flotilla_fork *fork,
+                              uint64_t offset,
+                              const void *buffer,
+                              size_t size);
+
+// `flotilla_group_read_fork` on the linear bytes of a file (any layout).
+int flotilla_group_read_file(struct flotilla_group *group,
+                             const struct flotilla_file *file,
+                             uint64_t offset,
+                             void *buffer,
+                             size_t size);
+
+// `flotilla_group_write_fork` on the linear bytes of a file (any layout).
+int flotilla_group_write_file(struct flotilla_group *group,
+                              const struct flotilla_file *file,
+                              uint64_t offset,
+                              const void *buffer,
+                              size_t size);
+
+// Ends one group of requests: submits everything pending; the next request may go the other
+// way. Does not wait. Returns 0 or a negative errno.
+int flotilla_group_doneio(struct flotilla_group *group);
+
+// Returns 1 if everything submitted has finished (read buffers are then filled), 0 if not,
+// or a negative errno for a failed request (the message names it). Submits pending requests
+// only when nothing submitted is still outstanding.
+int flotilla_group_testio(struct flotilla_group *group);
+
+// Submits everything pending and waits for every request. Returns 0, or a negative errno
+// whose message names the first failed request (index, fork or file, offset, size).
+int flotilla_group_waitio(struct flotilla_group *group);
+
+// Submits what is pending, waits for everything, and frees the group. Returns 0 or the
+// negative errno of a failed request. NULL is accepted.
+int flotilla_group_free(struct flotilla_group *group);
 
 // Returns 1 if the call has finished (its result is then ready for flotilla_handle_wait),
 // 0 if not, or a negative errno for a NULL handle. Never blocks.

@@ -19,6 +19,7 @@ mod client;
 mod error;
 mod file;
 mod fork;
+mod group;
 mod handle;
 mod request;
 
@@ -26,5 +27,6 @@ pub use client::*;
 pub use error::*;
 pub use file::*;
 pub use fork::*;
+pub use group::*;
 pub use handle::*;
 pub use request::*;

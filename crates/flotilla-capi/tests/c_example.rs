@@ -1,5 +1,5 @@
-//! Compiles `examples/strided.c` with gcc against the shared library and runs it against a
-//! real cluster (a metadata service and two I/O servers in this process, on loopback).
+//! Compiles `examples/strided.c` and `examples/group.c` with gcc against the shared library
+//! and runs each against a real cluster (a metadata service and two I/O servers in this process, on loopback).
 
 use flotilla_meta::{MetaConfig, MetaService};
 use flotilla_server::{Server, ServerConfig};
@@ -117,13 +117,13 @@ fn library_dir() -> PathBuf {
         .unwrap_or_else(|| panic!("libflotilla_c.so not found next to {}", exe.display()))
 }
 
-fn compile(crate_dir: &Path, out: &Path) {
+fn compile(crate_dir: &Path, example: &str, out: &Path) {
     let lib = library_dir();
     let status = Command::new("gcc")
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
         .arg("-I")
         .arg(crate_dir.join("include"))
-        .arg(crate_dir.join("examples").join("strided.c"))
+        .arg(crate_dir.join("examples").join(example))
         .arg("-L")
         .arg(&lib)
         .arg("-lflotilla_c")
@@ -132,15 +132,24 @@ fn compile(crate_dir: &Path, out: &Path) {
         .arg(out)
         .status()
         .expect("run gcc (is it installed?)");
-    assert!(status.success(), "gcc failed to build the C example");
+    assert!(status.success(), "gcc failed to build the C example {example}");
 }
 
 #[test]
 fn c_example_runs_against_a_live_cluster() {
+    run_example("strided.c");
+}
+
+#[test]
+fn c_group_example_runs_against_a_live_cluster() {
+    run_example("group.c");
+}
+
+fn run_example(example: &str) {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let build = tempfile::tempdir().expect("build folder");
-    let program = build.path().join("strided");
-    compile(crate_dir, &program);
+    let program = build.path().join(example.trim_end_matches(".c"));
+    compile(crate_dir, example, &program);
     let cluster = Cluster::start(2);
     let output = Command::new(&program)
         // cargo's LD_LIBRARY_PATH would win over the rpath and could load a stale copy.
@@ -151,6 +160,6 @@ fn c_example_runs_against_a_live_cluster() {
         .expect("run the C example");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "C example failed:\n{stdout}\n{stderr}");
+    assert!(output.status.success(), "C example {example} failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("all checks passed"), "{stdout}");
 }

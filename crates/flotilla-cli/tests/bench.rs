@@ -299,3 +299,21 @@ fn meta_runs_on_an_attached_cluster_and_removes_its_tree() {
     let left = cluster.client().readdir("/").unwrap();
     assert!(left.is_empty(), "bench meta left {left:?}");
 }
+
+#[test]
+fn paper_group_runs_the_four_programs_and_checks_their_data() {
+    let output = Command::new(FLOTILLA)
+        .args(["bench", "paper", "group", "--quick", "--runs", "1", "--target-kind", "dir", "--json"])
+        .env_remove("FLOTILLA_META")
+        .output()
+        .expect("run flotilla bench paper group");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let value: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let findings = value["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 20, "5 comparisons × 2 directions × 2 matrices: {stdout}");
+    for finding in findings {
+        assert!(finding["ours"].as_f64().unwrap() > 0.0, "every program was timed: {finding}");
+        assert!(finding["paper"].as_str().unwrap().contains("Table 3"), "{finding}");
+    }
+}

@@ -18,6 +18,8 @@ mod core;
 mod error;
 mod file;
 mod fork;
+mod group;
+mod group_plan;
 mod handle;
 mod nonblocking;
 mod opens;
@@ -38,6 +40,8 @@ pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, SetAttr, SubfileIndex, TargetId,
 };
 pub use fork::Fork;
+pub use group::{Group, GroupError, GroupStats, GroupTarget, RequestFailure};
+pub use group_plan::{Admission, Direction, GroupConfig, GroupMode, Mixed, Planner};
 pub use handle::Handle;
 pub use posix::Owner;
 pub use raw::RawBuffer;

@@ -47,6 +47,15 @@ impl RawBuffer {
         self.length_bytes == 0
     }
 
+    /// The memory as a slice living for `'a`.
+    ///
+    /// # Safety
+    /// The promise of `new` must hold for all of `'a`.
+    pub(crate) unsafe fn into_slice<'a>(self) -> &'a mut [u8] {
+        // SAFETY: `new`'s contract, extended by the caller to `'a`.
+        unsafe { std::slice::from_raw_parts_mut(self.pointer.as_ptr(), self.length_bytes) }
+    }
+
     fn as_slice(&self) -> &[u8] {
         // SAFETY: `new`'s contract: the memory is valid for reads for the buffer's lifetime;
         // a zero-length buffer uses a dangling, well-aligned, non-null pointer.

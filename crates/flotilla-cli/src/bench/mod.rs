@@ -15,6 +15,7 @@
 
 mod cluster;
 mod data;
+mod group;
 mod meta;
 mod paper;
 mod plan;

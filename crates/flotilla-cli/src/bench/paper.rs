@@ -1,4 +1,4 @@
-//! `flotilla bench paper galley|gpfs|rama`: each paper's headline experiments at a scale
+//! `flotilla bench paper galley|gpfs|rama|group`: each paper's headline experiments at a scale
 //! this machine runs in minutes, printed beside the paper's own figure, with whether the
 //! direction and the order of magnitude agree.
 //!
@@ -21,6 +21,8 @@ pub enum Paper {
     Galley,
     Gpfs,
     Rama,
+    /// GFS-GROUP (Khanna & Kotz, PCS-TR97-312): Tables 1 and 3.
+    Group,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -84,6 +86,7 @@ pub fn run(args: PaperArgs) -> anyhow::Result<()> {
         Paper::Galley => galley(&args)?,
         Paper::Gpfs => gpfs(&args)?,
         Paper::Rama => rama(&args)?,
+        Paper::Group => group(&args)?,
     };
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
@@ -430,4 +433,109 @@ fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
         },
     ];
     Ok((vec![whole, strided, lu], findings))
+}
+
+/// GFS-GROUP Table 1 (mean seconds; 256 MB, four IOPs): [write, read] × [16 B, 16 KiB]
+/// elements × [synchronous, asynchronous, group-nosend, group-send].
+const GROUP_TABLE1_S: [[[f64; 4]; 2]; 2] = [
+    [[148.9, 139.5, 144.2, 171.3], [103.4, 66.9, 65.3, 63.0]],
+    [[204.7, 175.2, 192.9, 206.2], [126.5, 70.3, 78.5, 77.2]],
+];
+
+/// GFS-GROUP Tables 1 and 3: the four programs on a 16 B-element and a 16 KiB-element matrix,
+/// scaled from 256 MB to 16 MiB (1024×1024×16 B and 32×32×16 KiB; --quick: 64×64×16 B and
+/// 8×8×16 KiB) on four simulated HP 97560 disks.
+fn group(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
+    use super::group::{measure, Matrix, PROGRAMS};
+    let matrices = if args.quick {
+        [Matrix { order: 64, element_bytes: 16 }, Matrix { order: 8, element_bytes: 16 << 10 }]
+    } else {
+        [Matrix { order: 1024, element_bytes: 16 }, Matrix { order: 32, element_bytes: 16 << 10 }]
+    };
+    let common = common(args, "sim:hp97560", vec![4]);
+    let mut cluster = super::start_cluster(&common, 4)?;
+    let mut timings = Vec::new();
+    for matrix in matrices {
+        timings.push(measure(&mut cluster, &common, matrix, args.runs)?);
+    }
+    cluster.stop();
+    let ours = |direction: usize, m: usize, p: usize| {
+        let t = &timings[m][p];
+        if direction == 0 {
+            t.write_median_s()
+        } else {
+            t.read_median_s()
+        }
+    };
+    let directions = ["write", "read"];
+    if !args.json {
+        println!(
+            "== GFS-GROUP Table 1: seconds (paper: mean of 10, 4096x4096x16B and 128x128x16384B; \
+             ours: median of {}, {} and {})",
+            args.runs,
+            matrices[0].label(),
+            matrices[1].label()
+        );
+        println!(
+            "{:<6} {:<14} {:>16} {:>10} {:>16} {:>10}",
+            "", "program", "paper 16 B", "ours", "paper 16 KiB", "ours"
+        );
+        for (d, direction) in directions.iter().enumerate() {
+            for (p, program) in PROGRAMS.iter().enumerate() {
+                println!(
+                    "{:<6} {:<14} {:>16.1} {:>10.3} {:>16.1} {:>10.3}",
+                    direction,
+                    program.name(),
+                    GROUP_TABLE1_S[d][0][p],
+                    ours(d, 0, p),
+                    GROUP_TABLE1_S[d][1][p],
+                    ours(d, 1, p)
+                );
+            }
+        }
+        println!();
+    }
+    // Table 3: speedup of a program over a base = base time / program time.
+    let pairs = [(1, 0), (2, 0), (3, 0), (2, 1), (3, 2)];
+    let mut findings = Vec::new();
+    for (d, direction) in directions.iter().enumerate() {
+        for (m, element) in ["16 B", "16 KiB"].iter().enumerate() {
+            for (program, base) in pairs {
+                let paper = GROUP_TABLE1_S[d][m][base] / GROUP_TABLE1_S[d][m][program];
+                findings.push(Finding {
+                    what: format!(
+                        "{direction} {element}: {} over {}",
+                        PROGRAMS[program].name(),
+                        PROGRAMS[base].name()
+                    ),
+                    paper: format!("{paper:.2} (Table 3)"),
+                    paper_ratio: paper,
+                    ours: ratio(ours(d, m, base), ours(d, m, program)),
+                });
+            }
+        }
+    }
+    let mut points = Vec::new();
+    for (matrix, timings) in matrices.iter().zip(&timings) {
+        let bytes = (matrix.order * matrix.order * matrix.element_bytes) as f64;
+        for timing in timings {
+            for (op, seconds) in [("write", &timing.write_s), ("read", &timing.read_s)] {
+                points.push(PointResult {
+                    params: vec![
+                        ("matrix".into(), json!(matrix.label())),
+                        ("program".into(), json!(timing.program.name())),
+                        ("op".into(), json!(op)),
+                    ],
+                    rates: seconds.iter().map(|s| ratio(bytes, *s)).collect(),
+                    extras: vec![("seconds".into(), seconds.clone())],
+                });
+            }
+        }
+    }
+    let facts = vec![
+        ("target_kind".into(), json!(common.target_kind)),
+        ("servers".into(), json!(4)),
+        ("runs".into(), json!(args.runs)),
+    ];
+    Ok((vec![Report { workload: "gfs-group".into(), points, facts }], findings))
 }
