@@ -36,14 +36,8 @@ python3 - "$WORK" "$ROUNDS" $MODES <<'PY'
 import json, statistics, sys
 work, rounds, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def rows(doc):
-    """(label, MB/s) of every result row in a bench --json document."""
-    out = []
-    for r in doc.get("results", doc.get("rows", [])):
-        label = r.get("mode") or r.get("op") or r.get("name")
-        value = r.get("median_mb_per_s", r.get("median_MB_per_s", r.get("median")))
-        if label is not None and value is not None:
-            out.append((label, value))
-    return out
+    """(mode label, MB/s) of every point of a bench --json document."""
+    return [(p.get("mode", ""), p["median_bytes_per_s"] / 1e6) for p in (doc.get("points") or [doc])]
 table = {}
 for kind in ("read", "write", "interleaved"):
     for mode in modes:

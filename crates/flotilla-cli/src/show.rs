@@ -58,11 +58,11 @@ pub fn human_bytes(bytes: u64) -> String {
 
 /// Percentage of `used` in `used + free`, for `df`.
 pub fn used_percent(used: u64, free: u64) -> u64 {
-    let total = used.saturating_add(free);
+    let total = u128::from(used) + u128::from(free);
     if total == 0 {
         return 0;
     }
-    ((u128::from(used) * 100).div_ceil(u128::from(total))) as u64
+    (u128::from(used) * 100).div_ceil(total) as u64
 }
 
 fn state_name(state: TargetState) -> &'static str {
