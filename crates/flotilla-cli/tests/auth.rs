@@ -510,22 +510,9 @@ fn put_and_get_through_a_relay(integrity: &str) -> (Vec<u8>, Recorded) {
     let mut cluster = Cluster::start_configured(0, &setting, &setting);
     let listen = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
     let (relay, recorded) = recording_relay(listen.clone());
-    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), cluster.target_dir(0));
+    let (meta, target) = (cluster.meta_addr(), cluster.target_dir(0));
     std::fs::create_dir_all(&target).unwrap();
-    let args = [
-        "--config",
-        path(&config),
-        "server",
-        "--meta",
-        &meta,
-        "--target",
-        path(&target),
-        "--listen",
-        &listen,
-        "--advertise",
-        &relay,
-    ];
-    cluster.servers.push(Some(common::Process::start(&args, "server").expect("start server")));
+    cluster.servers.push(Some(cluster.start_server_advertising(&target, &listen, Some(&relay))));
     cluster.wait_up(1);
     let (pattern, local) = pattern_file(cluster.dir.path());
     let (ok, _, stderr) = cli(&["put", path(&local), "/pattern", "--meta", &meta]);

@@ -190,19 +190,19 @@ impl Cluster {
     /// Starts an I/O server on `target` listening on `listen` (e.g. the address of a server
     /// that was killed, so clients find it again where they left it).
     pub fn start_server_listening(&self, target: &Path, listen: &str) -> Process {
+        self.start_server_advertising(target, listen, None)
+    }
+
+    /// `start_server_listening`, telling the metadata service to send clients to `advertise`
+    /// (e.g. a relay in front of the server) instead of the listening address.
+    pub fn start_server_advertising(&self, target: &Path, listen: &str, advertise: Option<&str>) -> Process {
         let config = self.config();
         let meta = self.meta_addr();
-        let args = [
-            "--config",
-            path(&config),
-            "server",
-            "--meta",
-            &meta,
-            "--target",
-            path(target),
-            "--listen",
-            listen,
-        ];
+        let mut args = vec!["--config", path(&config), "server", "--meta", &meta, "--target", path(target)];
+        args.extend_from_slice(&["--listen", listen]);
+        if let Some(advertise) = advertise {
+            args.extend_from_slice(&["--advertise", advertise]);
+        }
         Process::start(&args, "server").expect("start server")
     }
 
