@@ -68,6 +68,13 @@ enum Command {
     /// Runs a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Prints a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions { shell: clap_complete::Shell },
+    /// Writes man pages (flotilla.1 and one per command) into a directory.
+    Man {
+        /// Directory to write the pages into (created if missing).
+        dir: PathBuf,
+    },
     /// One benchmark client process (started by `flotilla bench`).
     #[command(hide = true)]
     BenchWorker(bench::WorkerArgs),
@@ -121,9 +128,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),
         Command::Bench(command) => bench::run(command),
+        Command::Completions { shell } => print_completions(shell),
+        Command::Man { dir } => write_man_pages(&dir),
         Command::BenchWorker(args) => bench::worker(args),
         Command::BenchMetaWorker(args) => bench::meta_worker(args),
     }
+}
+
+/// Prints the completion script for `shell`; a reader that stops early (`| head`) is fine.
+fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "flotilla", &mut script);
+    match std::io::stdout().write_all(&script) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `flotilla.1` and `flotilla-COMMAND.1` for every visible command into `dir`.
+fn write_man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let command = <Cli as clap::CommandFactory>::command();
+    clap_mangen::generate_to(command, dir)
+        .with_context(|| format!("write man pages into {}", dir.display()))?;
+    Ok(())
 }
 
 /// Keeps glibc's allocator from holding freed request buffers: buffers of 1 MiB and more are

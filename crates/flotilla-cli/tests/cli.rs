@@ -146,3 +146,25 @@ fn interleaved_benchmark_runs_end_to_end() {
     }
     assert!(value["ratio_of_medians"].as_f64().unwrap_or(0.0) > 0.0);
 }
+
+#[test]
+fn completions_and_man_pages_come_from_the_command_definitions() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (ok, script, stderr) = cli(&["completions", shell]);
+        assert!(ok, "completions {shell}: {stderr}");
+        for command in ["status", "df", "du", "put", "mount", "keygen"] {
+            assert!(script.contains(command), "{shell} completions lack {command}");
+        }
+    }
+    let (ok, _, stderr) = cli(&["completions", "tcsh"]);
+    assert!(!ok && stderr.contains("tcsh"), "an unknown shell is named: {stderr}");
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("man1");
+    let (ok, _, stderr) = cli(&["man", path(&pages)]);
+    assert!(ok, "{stderr}");
+    let main = std::fs::read_to_string(pages.join("flotilla.1")).unwrap();
+    assert!(main.contains(".TH flotilla") && main.contains("parallel file system"), "{main}");
+    let df = std::fs::read_to_string(pages.join("flotilla-df.1")).unwrap();
+    assert!(df.contains("Space per storage target") && df.contains("\\-\\-json"), "{df}");
+    assert!(!pages.join("flotilla-bench-worker.1").exists(), "no page for a hidden command");
+}
