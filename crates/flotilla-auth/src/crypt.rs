@@ -12,7 +12,7 @@
 //! (the AEAD tag covers every payload byte) and, like the header CRC32C, not part of it. Body and data
 //! are encrypted as one message (body then data); the 16-byte tag follows them.
 
-use flotilla_proto::{FrameHeader, AEAD_TAG_BYTES, FLAG_ENCRYPTED, VERSION};
+use flotilla_proto::{FrameHeader, AEAD_TAG_BYTES, FLAG_ENCRYPTED};
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 
 use crate::AuthError;
@@ -31,9 +31,8 @@ pub struct CryptKeys {
 impl CryptKeys {
     /// Derives both directions' keys; `initiator` tells which side this is.
     pub fn from_handshake_hash(hash: &[u8], initiator: bool) -> Self {
-        let outgoing = blake3::derive_key(INITIATOR_CONTEXT, hash);
-        let incoming = blake3::derive_key(RESPONDER_CONTEXT, hash);
-        let (send, receive) = if initiator { (outgoing, incoming) } else { (incoming, outgoing) };
+        let contexts = [INITIATOR_CONTEXT, RESPONDER_CONTEXT];
+        let (send, receive) = crate::tag::direction_keys(hash, initiator, contexts);
         CryptKeys {
             seal: FrameEncrypt { cipher: cipher(&send), sequence: 0 },
             open: FrameDecrypt { cipher: cipher(&receive), sequence: 0 },
@@ -74,17 +73,12 @@ impl FrameEncrypt {
         body_bytes: u32,
         payload: &mut [u8],
     ) -> Result<(FrameHeader, [u8; AEAD_TAG_BYTES]), AuthError> {
-        let data_bytes = u32::try_from(payload.len() - body_bytes as usize).map_err(|_| {
-            AuthError::Crypt(format!("frame payload of {} bytes is too large", payload.len()))
+        let body_len = body_bytes as usize;
+        let data_len = payload.len().checked_sub(body_len).ok_or_else(|| {
+            AuthError::Crypt(format!("frame body of {body_len} bytes is longer than its payload"))
         })?;
-        let header = FrameHeader {
-            version: VERSION,
-            flags: FLAG_ENCRYPTED,
-            request_id,
-            body_bytes,
-            data_bytes,
-            payload_crc32c: 0,
-        };
+        let header = FrameHeader::for_protected_payload(request_id, FLAG_ENCRYPTED, body_len, data_len)
+            .map_err(|e| AuthError::Crypt(e.to_string()))?;
         let sequence = self.sequence;
         let next =
             sequence.checked_add(1).ok_or_else(|| AuthError::Crypt("frame sequence exhausted".into()))?;

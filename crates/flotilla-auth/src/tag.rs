@@ -22,10 +22,20 @@ pub struct TagKeys {
 impl TagKeys {
     /// Derives both directions' keys; `initiator` tells which side this is.
     pub fn from_handshake_hash(hash: &[u8], initiator: bool) -> Self {
-        let outgoing = blake3::derive_key(INITIATOR_CONTEXT, hash);
-        let incoming = blake3::derive_key(RESPONDER_CONTEXT, hash);
-        let (send, receive) = if initiator { (outgoing, incoming) } else { (incoming, outgoing) };
+        let (send, receive) = direction_keys(hash, initiator, [INITIATOR_CONTEXT, RESPONDER_CONTEXT]);
         TagKeys { seal: FrameSeal { key: send, sequence: 0 }, open: FrameOpen { key: receive, sequence: 0 } }
+    }
+}
+
+/// This side's (sending, receiving) keys derived from the handshake hash: one key per
+/// direction, under the two contexts `[initiator to responder, responder to initiator]`.
+pub(crate) fn direction_keys(hash: &[u8], initiator: bool, contexts: [&str; 2]) -> ([u8; 32], [u8; 32]) {
+    let outgoing = blake3::derive_key(contexts[0], hash);
+    let incoming = blake3::derive_key(contexts[1], hash);
+    if initiator {
+        (outgoing, incoming)
+    } else {
+        (incoming, outgoing)
     }
 }
 

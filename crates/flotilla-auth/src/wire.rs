@@ -138,7 +138,8 @@ impl Sealer {
     ) -> Result<(FrameHeader, Option<[u8; TAG_BYTES]>), FrameError> {
         match self.integrity {
             Integrity::Mac => {
-                let header = FrameHeader::for_tagged_payload(request_id, body, data)?;
+                let header =
+                    FrameHeader::for_protected_payload(request_id, FLAG_TAGGED, body.len(), data.len())?;
                 Ok((header, Some(self.seal.seal(request_id, body, data))))
             }
             // Encrypted frames are written by `encrypt`, never through here.

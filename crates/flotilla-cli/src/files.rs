@@ -135,24 +135,26 @@ pub enum ForkCommand {
 }
 
 pub fn status(args: ReportArgs) -> anyhow::Result<()> {
-    let targets = args.meta.client()?.status()?;
-    if args.output.json {
-        println!("{}", crate::show::targets_json(&targets));
-        return Ok(());
-    }
-    for line in crate::show::status_lines(&targets, args.output) {
-        println!("{line}");
-    }
-    Ok(())
+    report_targets(args, |targets, output| {
+        crate::show::status_lines(targets, output).iter().map(|line| format!("{line}\n")).collect()
+    })
 }
 
 pub fn df(args: ReportArgs) -> anyhow::Result<()> {
+    report_targets(args, crate::show::df_table)
+}
+
+/// Prints every target's status as JSON with `--json`, else as `text` makes it.
+fn report_targets(
+    args: ReportArgs,
+    text: impl Fn(&[flotilla_client::TargetStatus], Output) -> String,
+) -> anyhow::Result<()> {
     let targets = args.meta.client()?.status()?;
     if args.output.json {
         println!("{}", crate::show::targets_json(&targets));
-        return Ok(());
+    } else {
+        print!("{}", text(&targets, args.output));
     }
-    print!("{}", crate::show::df_table(&targets, args.output));
     Ok(())
 }
 

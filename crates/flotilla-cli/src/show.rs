@@ -184,14 +184,18 @@ pub fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The lines of `flotilla stat`; the layout in the syntax `--layout` and the xattr use.
-pub fn stat_lines(entry: &EntryInfo, output: Output) -> Vec<String> {
-    let a = &entry.attrs;
-    let kind = match a.kind {
+fn kind_name(kind: FileKind) -> &'static str {
+    match kind {
         FileKind::File => "file",
         FileKind::Directory => "directory",
         FileKind::Symlink => "symlink",
-    };
+    }
+}
+
+/// The lines of `flotilla stat`; the layout in the syntax `--layout` and the xattr use.
+pub fn stat_lines(entry: &EntryInfo, output: Output) -> Vec<String> {
+    let a = &entry.attrs;
+    let kind = kind_name(a.kind);
     let size = if output.bytes {
         a.size_bytes.to_string()
     } else {
@@ -224,7 +228,7 @@ pub fn stat_json(entry: &EntryInfo) -> Value {
     let a = &entry.attrs;
     json!({
         "id": entry.id,
-        "kind": format!("{:?}", a.kind).to_lowercase(),
+        "kind": kind_name(a.kind),
         "mode": a.mode,
         "uid": a.uid,
         "gid": a.gid,

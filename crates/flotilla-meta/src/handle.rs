@@ -323,7 +323,7 @@ impl State {
     fn granted(&self, entry: Entry, asker: &Asker) -> EntryInfo {
         let rights = rights_for(&entry.attrs, asker);
         let mut info = self.info(entry);
-        if info.layout.is_some() && !info.subfiles.is_empty() && !rights.is_empty() {
+        if !rights.is_empty() && !info.subfiles.is_empty() {
             let grant = flotilla_auth::Grant {
                 file: info.file_id(),
                 subfiles: info.subfiles.len() as u32,

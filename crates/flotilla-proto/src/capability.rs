@@ -46,6 +46,11 @@ impl Rights {
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
+
+    /// Whether any right in `other` is in `self`.
+    pub fn intersects(self, other: Rights) -> bool {
+        self.0 & other.0 != 0
+    }
 }
 
 impl std::fmt::Display for Rights {
@@ -127,6 +132,14 @@ pub fn needs(request: &IoRequest) -> Option<(FileId, u32, Rights)> {
         IoRequest::Sync { fork } => (fork.file, fork.subfile.0, Rights::NONE),
         IoRequest::Hello { .. } | IoRequest::RemoveSubfile { .. } | IoRequest::With { .. } => return None,
     })
+}
+
+/// Whether `request` changes stored data (refused to read-only credentials): it needs a
+/// right beyond reading, or it removes a subfile.
+pub fn changes_data(request: &IoRequest) -> bool {
+    let changing = Rights::WRITE.union(Rights::TRUNCATE).union(Rights::REMOVE);
+    matches!(request, IoRequest::RemoveSubfile { .. })
+        || needs(request).is_some_and(|(_, _, wanted)| wanted.intersects(changing))
 }
 
 /// A short name of a request, for messages.
@@ -218,5 +231,8 @@ mod tests {
         let remove =
             IoRequest::RemoveSubfile { target: TargetId(1), file: FileId(7), subfile: SubfileIndex(0) };
         assert!(capability(Rights(15)).refusal(&remove).is_some(), "no client capability removes subfiles");
+        assert!(changes_data(&remove) && changes_data(&write) && !changes_data(&read_request));
+        assert!(!changes_data(&IoRequest::Sync { fork: fork(7, 0) }), "a sync changes nothing");
+        assert!(changes_data(&IoRequest::Truncate { fork: fork(7, 0), size_bytes: 0 }));
     }
 }

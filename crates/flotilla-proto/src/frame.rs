@@ -17,8 +17,7 @@
 //! ..     16   AEAD tag         only when FLAG_ENCRYPTED is set (see flotilla-auth `crypt`)
 //! ```
 //!
-//! With FLAG_ENCRYPTED, body and data are ciphertext and `payload_crc32c` is the CRC32C of
-//! the ciphertext. The reader reads the AEAD tag with the payload (same deadline, same
+//! With FLAG_ENCRYPTED, body and data are ciphertext and `payload_crc32c` is 0. The reader reads the AEAD tag with the payload (same deadline, same
 //! memory reservation) and hands both to a [`PayloadOpener`], which decrypts the payload
 //! in place before it is split into body and data.
 
@@ -122,28 +121,23 @@ pub struct Frame {
 impl FrameHeader {
     /// Builds the header of a frame carrying `body` and `data`.
     pub fn for_payload(request_id: u64, body: &[u8], data: &[u8]) -> Result<FrameHeader, FrameError> {
-        let too_large = |bytes: usize| FrameError::TooLarge { bytes: bytes as u64, limit: u32::MAX };
-        let body_bytes = u32::try_from(body.len()).map_err(|_| too_large(body.len()))?;
-        let data_bytes = u32::try_from(data.len()).map_err(|_| too_large(data.len()))?;
+        let (body_bytes, data_bytes) = payload_lengths(body.len(), data.len())?;
         let payload_crc32c = crc32c::crc32c_append(crc32c::crc32c(body), data);
         Ok(FrameHeader { version: VERSION, flags: 0, request_id, body_bytes, data_bytes, payload_crc32c })
     }
 
-    /// Builds the header of a frame whose payload an integrity tag will follow: the tag
-    /// covers every byte the CRC32C would, so no payload checksum is computed (one pass over
-    /// the data fewer on each side).
-    pub fn for_tagged_payload(request_id: u64, body: &[u8], data: &[u8]) -> Result<FrameHeader, FrameError> {
-        let too_large = |bytes: usize| FrameError::TooLarge { bytes: bytes as u64, limit: u32::MAX };
-        let body_bytes = u32::try_from(body.len()).map_err(|_| too_large(body.len()))?;
-        let data_bytes = u32::try_from(data.len()).map_err(|_| too_large(data.len()))?;
-        Ok(FrameHeader {
-            version: VERSION,
-            flags: FLAG_TAGGED,
-            request_id,
-            body_bytes,
-            data_bytes,
-            payload_crc32c: 0,
-        })
+    /// Builds the header of a frame whose payload a keyed tag (`FLAG_TAGGED`) or an AEAD
+    /// tag (`FLAG_ENCRYPTED`, in `flags`) will cover: the tag covers every byte the CRC32C
+    /// would, so no payload checksum is computed (one pass over the data fewer on each side).
+    pub fn for_protected_payload(
+        request_id: u64,
+        flags: u16,
+        body_len: usize,
+        data_len: usize,
+    ) -> Result<FrameHeader, FrameError> {
+        debug_assert!(flags & (FLAG_TAGGED | FLAG_ENCRYPTED) != 0, "a protected frame names its protection");
+        let (body_bytes, data_bytes) = payload_lengths(body_len, data_len)?;
+        Ok(FrameHeader { version: VERSION, flags, request_id, body_bytes, data_bytes, payload_crc32c: 0 })
     }
 
     /// The 32 header bytes, checksum included.
@@ -204,10 +198,11 @@ impl FrameHeader {
         }
     }
 
-    /// Checks the payload CRC32C, except on a tagged frame: there the reader's caller checks
-    /// the keyed tag (flotilla-auth `Opener::check`) before anything decodes the payload.
+    /// Checks the payload CRC32C, except on a tagged or encrypted frame: there the reader
+    /// checks the tag instead (the `PayloadOpener` the AEAD tag as it reads the payload, the
+    /// caller the keyed tag with flotilla-auth `Opener::check`) before anything decodes it.
     fn check_payload(&self, body: &[u8], data: &[u8]) -> Result<(), FrameError> {
-        if self.flags & FLAG_TAGGED != 0 {
+        if self.flags & (FLAG_TAGGED | FLAG_ENCRYPTED) != 0 {
             return Ok(());
         }
         let computed = crc32c::crc32c_append(crc32c::crc32c(body), data);
@@ -217,6 +212,14 @@ impl FrameHeader {
         }
         Ok(())
     }
+}
+
+/// Body and data lengths as the header's u32 fields.
+fn payload_lengths(body_len: usize, data_len: usize) -> Result<(u32, u32), FrameError> {
+    let too_large = |bytes: usize| FrameError::TooLarge { bytes: bytes as u64, limit: u32::MAX };
+    let body_bytes = u32::try_from(body_len).map_err(|_| too_large(body_len))?;
+    let data_bytes = u32::try_from(data_len).map_err(|_| too_large(data_len))?;
+    Ok((body_bytes, data_bytes))
 }
 
 fn le_u16(bytes: &[u8; HEADER_BYTES], at: usize) -> u16 {
@@ -453,9 +456,7 @@ fn split_payload(
         opener.open_payload(header, &mut payload, &trailer)?;
     }
     let data = payload.split_off(header.body_bytes as usize);
-    if header.flags & FLAG_ENCRYPTED == 0 {
-        header.check_payload(&payload, &data)?;
-    }
+    header.check_payload(&payload, &data)?;
     let (request_id, flags) = (header.request_id, header.flags);
     Ok(Frame { request_id, flags, body: payload.freeze(), data: data.freeze() })
 }

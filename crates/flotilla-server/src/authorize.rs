@@ -7,7 +7,7 @@
 //! credential (the cluster's own services) is trusted bare.
 
 use flotilla_auth::{CapabilityError, CapabilityKey, Peer, Role};
-use flotilla_proto::capability::{needs, request_name};
+use flotilla_proto::capability::{changes_data, needs, request_name};
 use flotilla_proto::{ErrorCode, IoRequest, WireError};
 
 /// Who is on the other end of a connection, as far as data access goes.
@@ -45,7 +45,7 @@ pub(crate) fn authorize(
         bare if principal.role == Role::Server => return Ok(bare),
         bare => return Err(needs_capability(&bare, principal)),
     };
-    if principal.read_only && crate::connection::is_mutating(&request) {
+    if principal.read_only && changes_data(&request) {
         let message = format!("credential {:?} is read-only; this request changes data", principal.name);
         return Err(WireError::new(ErrorCode::PermissionDenied, message));
     }

@@ -239,20 +239,6 @@ impl Reader {
     }
 }
 
-/// Whether a request changes stored data (refused to read-only credentials).
-pub(crate) fn is_mutating(request: &IoRequest) -> bool {
-    matches!(
-        request,
-        IoRequest::Write { .. }
-            | IoRequest::CreateSubfile { .. }
-            | IoRequest::RemoveSubfile { .. }
-            | IoRequest::CreateFork { .. }
-            | IoRequest::RemoveFork { .. }
-            | IoRequest::Extend { .. }
-            | IoRequest::Truncate { .. }
-    )
-}
-
 /// KiB units of the memory budget a request of `bytes` holds (at least one, at most all).
 pub(crate) fn memory_units(bytes: u64, units_max: u32) -> u32 {
     u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX).min(units_max)
