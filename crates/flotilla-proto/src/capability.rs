@@ -130,6 +130,12 @@ pub fn needs(request: &IoRequest) -> Option<(FileId, u32, Rights)> {
         IoRequest::RemoveFork { fork } => (fork.file, fork.subfile.0, Rights::REMOVE),
         // Syncing moves and exposes no data: any capability for the file suffices.
         IoRequest::Sync { fork } => (fork.file, fork.subfile.0, Rights::NONE),
+        // A flush moves data into the file: the member needs write access to it.
+        IoRequest::FlushDirectory { job, entries } => {
+            let highest = entries.iter().map(|e| e.subfile.0).max().unwrap_or(0);
+            (job.file, highest, Rights::WRITE)
+        }
+        IoRequest::FlushPull { job } | IoRequest::FlushData { job, .. } => (job.file, 0, Rights::WRITE),
         IoRequest::Hello { .. } | IoRequest::RemoveSubfile { .. } | IoRequest::With { .. } => return None,
     })
 }
@@ -158,6 +164,9 @@ pub fn request_name(request: &IoRequest) -> &'static str {
         IoRequest::Truncate { .. } => "truncate",
         IoRequest::Sync { .. } => "sync",
         IoRequest::With { .. } => "capability envelope",
+        IoRequest::FlushDirectory { .. } => "flush directory",
+        IoRequest::FlushPull { .. } => "flush pull",
+        IoRequest::FlushData { .. } => "flush data",
     }
 }
 

@@ -81,6 +81,57 @@ pub enum IoRequest {
         capability: crate::Capability,
         request: Box<IoRequest>,
     },
+    /// ENWRICH: a job member's directory entries for this server's subfiles of `job.file`
+    /// (docs/protocol.md "ENWRICH flush"). Replied `Done` once recorded.
+    FlushDirectory {
+        job: FlushJob,
+        entries: Vec<FlushEntry>,
+    },
+    /// ENWRICH: a long-poll for the next ranges this server pulls from the member; replied
+    /// `Pull`, or `Flushed` when the server's part of the flush is written and synced.
+    FlushPull {
+        job: FlushJob,
+    },
+    /// ENWRICH: the bytes of the ranges last pulled, packed in order in the data section;
+    /// replied like `FlushPull` (the next ranges, or `Flushed`).
+    FlushData {
+        job: FlushJob,
+        ranges: Vec<PullRange>,
+    },
+}
+
+/// Which collective flush a flush message belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FlushJob {
+    /// The job group's name.
+    pub name: String,
+    /// The job's flush generation (every member flushes generation `epoch` together).
+    pub epoch: u64,
+    /// The sender's member index, `0..members`.
+    pub member: u32,
+    /// The job's size (every member must send the same).
+    pub members: u32,
+    pub file: FileId,
+}
+
+/// One log-cache directory entry, mapped to one subfile's `data` fork: `length` bytes at
+/// fork offset `offset`, written at hybrid-logical-clock time `timestamp`, held in the
+/// member's data section at `cache_offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FlushEntry {
+    pub target: TargetId,
+    pub subfile: SubfileIndex,
+    pub offset: u64,
+    pub length: u64,
+    pub timestamp: u64,
+    pub cache_offset: u64,
+}
+
+/// Bytes of a member's data section the server asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PullRange {
+    pub cache_offset: u64,
+    pub length: u64,
 }
 
 impl IoRequest {
@@ -95,6 +146,9 @@ impl IoRequest {
                 Ok(u64::try_from(bytes).unwrap_or(u64::MAX))
             }
             IoRequest::With { request, .. } => request.data_bytes(),
+            IoRequest::FlushData { ranges, .. } => {
+                Ok(ranges.iter().fold(0u64, |sum, range| sum.saturating_add(range.length)))
+            }
             _ => Ok(0),
         }
     }
@@ -121,4 +175,12 @@ pub enum IoReply {
         bytes: u64,
     },
     Error(WireError),
+    /// ENWRICH: the ranges of the member's data section the server wants next.
+    Pull {
+        ranges: Vec<PullRange>,
+    },
+    /// ENWRICH: this server wrote and synced its whole part of the flush.
+    Flushed {
+        bytes: u64,
+    },
 }

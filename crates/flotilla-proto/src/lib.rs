@@ -23,9 +23,9 @@ pub use frame::{
 pub use frame::{
     read_frame_bounded_opened, read_frame_opened, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED,
 };
-pub use io::{ForkInfo, ForkRef, IoReply, IoRequest};
+pub use io::{FlushEntry, FlushJob, ForkInfo, ForkRef, IoReply, IoRequest, PullRange};
 pub use meta::{
-    CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, MetaReply, MetaRequest, SubfilePlace, TargetReport,
+    CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, SubfilePlace, TargetReport,
     TargetState, TargetStatus,
 };
 pub use wire_error::{ErrorCode, WireError};

@@ -199,6 +199,45 @@ pub enum MetaRequest {
         caller: Caller,
         request: Box<MetaRequest>,
     },
+    /// ENWRICH: joins (creating it if needed) the job group `name` of `size` members;
+    /// replied `JobJoined`.
+    JobJoin {
+        name: String,
+        size: u32,
+    },
+    /// ENWRICH: member `member` asks the whole job to flush generation `epoch`; `clock` is
+    /// its hybrid logical clock (the service keeps the largest it has seen).
+    JobFlush {
+        name: String,
+        member: u32,
+        epoch: u64,
+        clock: u64,
+    },
+    /// ENWRICH: waits up to `wait_ms` (bounded by the service) for a flush of generation
+    /// `epoch` or later to be asked; replied `Job`. Also renews the member's lease.
+    JobWait {
+        name: String,
+        member: u32,
+        epoch: u64,
+        clock: u64,
+        wait_ms: u64,
+    },
+    /// ENWRICH: member `member` leaves the job group.
+    JobLeave {
+        name: String,
+        member: u32,
+    },
+}
+
+/// What a job member learns from `JobWait` (and `JobJoin`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEvent {
+    /// Highest generation a flush was asked for (`None`: none yet).
+    pub flush_asked: Option<u64>,
+    /// The largest hybrid-logical-clock value any member reported.
+    pub clock: u64,
+    /// Members that left or whose lease ran out, by index.
+    pub gone: Vec<u32>,
 }
 
 /// A reply from the metadata service.
@@ -212,4 +251,8 @@ pub enum MetaReply {
     Registered { heartbeat_ms: u64 },
     HeartbeatAck { delete: Vec<DeleteOrder> },
     Error(WireError),
+    /// ENWRICH: the joining process's member index and the job's current generation.
+    JobJoined { member: u32, epoch: u64, event: JobEvent },
+    /// ENWRICH: the job group's state, answering `JobWait`.
+    Job(JobEvent),
 }

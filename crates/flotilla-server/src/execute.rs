@@ -118,6 +118,9 @@ impl Executor {
             IoRequest::With { .. } => {
                 Err(WireError::new(ErrorCode::BadRequest, "capability envelope not unwrapped"))
             }
+            IoRequest::FlushDirectory { .. } | IoRequest::FlushPull { .. } | IoRequest::FlushData { .. } => {
+                Err(WireError::new(ErrorCode::BadRequest, "flush message not routed to the flush sessions"))
+            }
         }
     }
 
