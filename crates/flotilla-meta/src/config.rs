@@ -66,6 +66,14 @@ pub struct MetaConfig {
     pub default_policy: CallerPolicy,
     /// How long a capability the service hands out stays valid; clients renew at half.
     pub capability_lifetime_ms: u64,
+    /// ENWRICH job groups that may exist at once.
+    pub jobs_max: usize,
+    /// Members one job group may have.
+    pub job_members_max: u32,
+    /// Longest a `JobWait` long-poll is held before it is answered anyway.
+    pub job_wait_ms_max: u64,
+    /// A job none of whose remaining members was heard from for this long is forgotten.
+    pub job_member_lease_ms: u64,
 }
 
 impl Default for MetaConfig {
@@ -96,6 +104,10 @@ impl Default for MetaConfig {
             connections_per_peer_max: 1024,
             default_policy: CallerPolicy::default(),
             capability_lifetime_ms: 600_000,
+            jobs_max: 1024,
+            job_members_max: 4096,
+            job_wait_ms_max: 1000,
+            job_member_lease_ms: 30_000,
         }
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct State {
     pub targets_per_server_max: usize,
     /// Tags the capabilities file entries carry.
     pub issuer: Issuer,
+    /// ENWRICH job groups.
+    pub jobs: crate::jobs::Jobs,
 }
 
 /// The capability key and the lifetime of the capabilities the service issues.
@@ -147,6 +149,21 @@ impl State {
             }
             MetaRequest::SetLayout { path, layout } => {
                 MetaReply::Entry(self.granted(self.set_layout(&path, layout, now)?, asker))
+            }
+            MetaRequest::JobJoin { name, size } => {
+                let (member, epoch, event) = self.jobs.join(&name, size)?;
+                MetaReply::JobJoined { member, epoch, event }
+            }
+            MetaRequest::JobFlush { name, member, epoch, clock } => {
+                self.jobs.ask_flush(&name, member, epoch, clock)?;
+                MetaReply::Done
+            }
+            MetaRequest::JobWait { name, member, epoch, clock, wait_ms } => {
+                MetaReply::Job(self.jobs.wait(&name, member, (epoch, clock), wait_ms)?)
+            }
+            MetaRequest::JobLeave { name, member, epoch } => {
+                self.jobs.leave(&name, member, epoch)?;
+                MetaReply::Done
             }
             MetaRequest::Status => MetaReply::Status(self.membership.status(&ns.targets().map_err(wire)?)),
             MetaRequest::Register { server, targets } => {

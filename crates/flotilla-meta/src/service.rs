@@ -297,6 +297,13 @@ fn new_state(
         recovery_until: now + Duration::from_millis(config.recovery_window_ms),
         targets_per_server_max: config.targets_per_server_max,
         issuer,
+        jobs: crate::jobs::Jobs::new(crate::jobs::JobBounds {
+            jobs_max: config.jobs_max,
+            members_max: config.job_members_max,
+            wait_ms_max: config.job_wait_ms_max,
+            lease: Duration::from_millis(config.job_member_lease_ms),
+            name_bytes_max: 255,
+        }),
     })
 }
 

@@ -111,6 +111,9 @@ pub struct FlushJob {
     pub member: u32,
     /// The job's size (every member must send the same).
     pub members: u32,
+    /// Members that left the job before this generation (they send nothing; every member
+    /// must send the same list, ascending).
+    pub absent: Vec<u32>,
     pub file: FileId,
 }
 

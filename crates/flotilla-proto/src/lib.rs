@@ -25,8 +25,8 @@ pub use frame::{
 };
 pub use io::{FlushEntry, FlushJob, ForkInfo, ForkRef, IoReply, IoRequest, PullRange};
 pub use meta::{
-    CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, SubfilePlace, TargetReport,
-    TargetState, TargetStatus,
+    CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, SubfilePlace,
+    TargetReport, TargetState, TargetStatus,
 };
 pub use wire_error::{ErrorCode, WireError};
 

@@ -222,10 +222,12 @@ pub enum MetaRequest {
         clock: u64,
         wait_ms: u64,
     },
-    /// ENWRICH: member `member` leaves the job group.
+    /// ENWRICH: member `member` leaves the job group, taking part in no flush of
+    /// generation `epoch` or later (refused once such a flush was asked).
     JobLeave {
         name: String,
         member: u32,
+        epoch: u64,
     },
 }
 
@@ -248,11 +250,19 @@ pub enum MetaReply {
     Attributes(Attributes),
     Done,
     Status(Vec<TargetStatus>),
-    Registered { heartbeat_ms: u64 },
-    HeartbeatAck { delete: Vec<DeleteOrder> },
+    Registered {
+        heartbeat_ms: u64,
+    },
+    HeartbeatAck {
+        delete: Vec<DeleteOrder>,
+    },
     Error(WireError),
     /// ENWRICH: the joining process's member index and the job's current generation.
-    JobJoined { member: u32, epoch: u64, event: JobEvent },
+    JobJoined {
+        member: u32,
+        epoch: u64,
+        event: JobEvent,
+    },
     /// ENWRICH: the job group's state, answering `JobWait`.
     Job(JobEvent),
 }

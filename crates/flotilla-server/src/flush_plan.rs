@@ -353,7 +353,8 @@ mod tests {
         };
         let bad = [MemberEntry { member: 3, index: 7, entry }];
         assert_eq!(check(&bad), Err(PlanError::Overflow { member: 3, index: 7 }));
-        let empty = [MemberEntry { member: 1, index: 0, entry: FlushEntry { length: 0, offset: 0, ..entry } }];
+        let empty =
+            [MemberEntry { member: 1, index: 0, entry: FlushEntry { length: 0, offset: 0, ..entry } }];
         assert_eq!(check(&empty).unwrap_err().to_string(), "member 1's directory entry 0 is empty");
     }
 

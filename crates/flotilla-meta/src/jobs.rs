@@ -1,0 +1,281 @@
+//! ENWRICH job groups: named sets of client processes that flush their write caches
+//! together. The table is pure (time is passed in); `Jobs` adds the lock and the condition
+//! variable long-polls wait on.
+//!
+//! A job has a fixed size; members join in any order and get indexes `0..size`. Flushes are
+//! numbered by generation (`epoch`): any member asks for generation `e` (`JobFlush`), every
+//! member learns it from its next `JobWait` and takes part. A member leaves at a generation
+//! (`JobLeave` after its last flush): it takes part in no flush from that generation on, and
+//! may not leave once a flush of that generation was asked (it must take part first), so
+//! the set of members of a generation is fixed when its flush is asked. A job whose members
+//! all left, or were not heard from for a lease, is forgotten.
+
+use flotilla_proto::{ErrorCode, JobEvent, WireError};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// Bounds of the job table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct JobBounds {
+    pub jobs_max: usize,
+    pub members_max: u32,
+    pub wait_ms_max: u64,
+    pub lease: Duration,
+    pub name_bytes_max: usize,
+}
+
+struct Job {
+    size: u32,
+    joined: u32,
+    flush_asked: Option<u64>,
+    /// Member index -> the generation from which it takes no part.
+    left: BTreeMap<u32, u64>,
+    /// Last time each joined member was heard from.
+    seen: Vec<Instant>,
+    clock: u64,
+}
+
+impl Job {
+    fn event(&self) -> JobEvent {
+        JobEvent {
+            flush_asked: self.flush_asked,
+            clock: self.clock,
+            gone: self.left.keys().copied().collect(),
+        }
+    }
+
+    fn finished(&self, now: Instant, lease: Duration) -> bool {
+        let members = (0..self.joined).filter(|m| !self.left.contains_key(m));
+        self.joined > 0 && members.clone().all(|m| now.duration_since(self.seen[m as usize]) > lease)
+    }
+}
+
+/// Every job group, by name.
+pub(crate) struct JobTable {
+    jobs: HashMap<String, Job>,
+    bounds: JobBounds,
+}
+
+fn refused(message: String) -> WireError {
+    WireError::new(ErrorCode::BadRequest, message)
+}
+
+impl JobTable {
+    pub fn new(bounds: JobBounds) -> JobTable {
+        JobTable { jobs: HashMap::new(), bounds }
+    }
+
+    /// Joins `name` (created with `size` if absent): the member index, the generation the
+    /// member starts at, and the job's state.
+    pub fn join(&mut self, name: &str, size: u32, now: Instant) -> Result<(u32, u64, JobEvent), WireError> {
+        self.forget_finished(now);
+        let bounds = self.bounds;
+        if name.is_empty() || name.len() > bounds.name_bytes_max {
+            return Err(refused(format!("job name must be 1..={} bytes", bounds.name_bytes_max)));
+        }
+        if size == 0 || size > bounds.members_max {
+            return Err(refused(format!(
+                "job size {size} outside 1..={} (job_members_max)",
+                bounds.members_max
+            )));
+        }
+        if !self.jobs.contains_key(name) && self.jobs.len() >= bounds.jobs_max {
+            let message =
+                format!("{} jobs exist, the limit jobs_max; job {name:?} not created", self.jobs.len());
+            return Err(WireError::new(ErrorCode::OverLimit, message));
+        }
+        let job = self.jobs.entry(name.to_string()).or_insert_with(|| Job {
+            size,
+            joined: 0,
+            flush_asked: None,
+            left: BTreeMap::new(),
+            seen: Vec::new(),
+            clock: 0,
+        });
+        if job.size != size {
+            return Err(refused(format!("job {name:?} has size {}, not {size}", job.size)));
+        }
+        if job.joined == job.size {
+            return Err(refused(format!("job {name:?} is full: all {size} members joined")));
+        }
+        let member = job.joined;
+        job.joined += 1;
+        job.seen.push(now);
+        let epoch = job.flush_asked.map_or(0, |e| e + 1);
+        Ok((member, epoch, job.event()))
+    }
+
+    fn job(&mut self, name: &str, member: u32, now: Instant) -> Result<&mut Job, WireError> {
+        let job = self.jobs.get_mut(name).ok_or_else(|| refused(format!("no job group named {name:?}")))?;
+        if member >= job.joined {
+            return Err(refused(format!("job {name:?} has no member {member}")));
+        }
+        job.seen[member as usize] = now;
+        Ok(job)
+    }
+
+    /// Member `member` asks for a flush of generation `epoch`.
+    pub fn ask_flush(
+        &mut self,
+        name: &str,
+        member: u32,
+        epoch: u64,
+        clock: u64,
+        now: Instant,
+    ) -> Result<(), WireError> {
+        let job = self.job(name, member, now)?;
+        if let Some(at) = job.left.get(&member) {
+            return Err(refused(format!("member {member} left job {name:?} at generation {at}")));
+        }
+        job.flush_asked = Some(job.flush_asked.map_or(epoch, |e| e.max(epoch)));
+        job.clock = job.clock.max(clock);
+        Ok(())
+    }
+
+    /// The job's state if a flush of `epoch` or later was asked, else `None` (wait).
+    pub fn poll(
+        &mut self,
+        name: &str,
+        member: u32,
+        (epoch, clock): (u64, u64),
+        now: Instant,
+    ) -> Result<Option<JobEvent>, WireError> {
+        let job = self.job(name, member, now)?;
+        job.clock = job.clock.max(clock);
+        Ok(job.flush_asked.filter(|asked| *asked >= epoch).map(|_| job.event()))
+    }
+
+    /// The job's state now.
+    pub fn event(&mut self, name: &str, member: u32, now: Instant) -> Result<JobEvent, WireError> {
+        Ok(self.job(name, member, now)?.event())
+    }
+
+    /// Member `member` leaves, taking part in no flush from generation `epoch` on.
+    pub fn leave(&mut self, name: &str, member: u32, epoch: u64, now: Instant) -> Result<(), WireError> {
+        let job = self.job(name, member, now)?;
+        if job.flush_asked.is_some_and(|asked| asked >= epoch) {
+            return Err(WireError::new(
+                ErrorCode::Unavailable,
+                format!("a flush of generation {epoch} of job {name:?} was asked: take part before leaving"),
+            ));
+        }
+        job.left.insert(member, epoch);
+        if job.left.len() as u32 == job.size {
+            self.jobs.remove(name);
+        }
+        Ok(())
+    }
+
+    /// Forgets jobs none of whose remaining members was heard from within the lease.
+    pub fn forget_finished(&mut self, now: Instant) {
+        let lease = self.bounds.lease;
+        self.jobs.retain(|_, job| !job.finished(now, lease));
+    }
+
+    pub fn wait_bound(&self, wait_ms: u64) -> Duration {
+        Duration::from_millis(wait_ms.min(self.bounds.wait_ms_max))
+    }
+}
+
+/// The job table with a lock and a condition variable for `JobWait`.
+pub(crate) struct Jobs {
+    table: parking_lot::Mutex<JobTable>,
+    changed: parking_lot::Condvar,
+}
+
+impl Jobs {
+    pub fn new(bounds: JobBounds) -> Jobs {
+        Jobs { table: parking_lot::Mutex::new(JobTable::new(bounds)), changed: parking_lot::Condvar::new() }
+    }
+
+    pub fn join(&self, name: &str, size: u32) -> Result<(u32, u64, JobEvent), WireError> {
+        self.table.lock().join(name, size, Instant::now())
+    }
+
+    pub fn ask_flush(&self, name: &str, member: u32, epoch: u64, clock: u64) -> Result<(), WireError> {
+        self.table.lock().ask_flush(name, member, epoch, clock, Instant::now())?;
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// Waits (on a blocking thread) up to `wait_ms`, bounded by `job_wait_ms_max`, for a
+    /// flush of `epoch` or later; returns the job's state either way.
+    pub fn wait(
+        &self,
+        name: &str,
+        member: u32,
+        (epoch, clock): (u64, u64),
+        wait_ms: u64,
+    ) -> Result<JobEvent, WireError> {
+        let mut table = self.table.lock();
+        let deadline = Instant::now() + table.wait_bound(wait_ms);
+        loop {
+            if let Some(event) = table.poll(name, member, (epoch, clock), Instant::now())? {
+                return Ok(event);
+            }
+            if self.changed.wait_until(&mut table, deadline).timed_out() {
+                return table.event(name, member, Instant::now());
+            }
+        }
+    }
+
+    pub fn leave(&self, name: &str, member: u32, epoch: u64) -> Result<(), WireError> {
+        self.table.lock().leave(name, member, epoch, Instant::now())?;
+        self.changed.notify_all();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> JobTable {
+        JobTable::new(JobBounds {
+            jobs_max: 2,
+            members_max: 8,
+            wait_ms_max: 100,
+            lease: Duration::from_secs(10),
+            name_bytes_max: 16,
+        })
+    }
+
+    #[test]
+    fn members_get_indexes_and_learn_of_a_flush() {
+        let (mut jobs, now) = (table(), Instant::now());
+        assert_eq!(jobs.join("j", 3, now).unwrap().0, 0);
+        assert_eq!(jobs.join("j", 3, now).unwrap().0, 1);
+        assert!(jobs.join("j", 4, now).unwrap_err().message.contains("has size 3"));
+        assert_eq!(jobs.join("j", 3, now).unwrap().0, 2);
+        assert!(jobs.join("j", 3, now).unwrap_err().message.contains("full"));
+        assert_eq!(jobs.poll("j", 1, (0, 5), now).unwrap(), None);
+        jobs.ask_flush("j", 2, 0, 9, now).unwrap();
+        let event = jobs.poll("j", 0, (0, 0), now).unwrap().unwrap();
+        assert_eq!((event.flush_asked, event.clock), (Some(0), 9));
+        assert_eq!(jobs.poll("j", 0, (1, 0), now).unwrap(), None, "generation 1 not asked yet");
+    }
+
+    #[test]
+    fn leaving_is_refused_once_the_generation_is_asked() {
+        let (mut jobs, now) = (table(), Instant::now());
+        jobs.join("j", 2, now).unwrap();
+        jobs.join("j", 2, now).unwrap();
+        jobs.ask_flush("j", 0, 0, 1, now).unwrap();
+        assert_eq!(jobs.leave("j", 1, 0, now).unwrap_err().code, ErrorCode::Unavailable);
+        jobs.leave("j", 1, 1, now).unwrap();
+        assert_eq!(jobs.event("j", 0, now).unwrap().gone, vec![1]);
+        jobs.leave("j", 0, 1, now).unwrap();
+        assert!(jobs.event("j", 0, now).is_err(), "a job all members left is forgotten");
+    }
+
+    #[test]
+    fn jobs_are_bounded_and_silent_ones_forgotten() {
+        let (mut jobs, now) = (table(), Instant::now());
+        jobs.join("a", 1, now).unwrap();
+        jobs.join("b", 1, now).unwrap();
+        assert_eq!(jobs.join("c", 1, now).unwrap_err().code, ErrorCode::OverLimit);
+        assert!(jobs.join("x", 9, now).unwrap_err().message.contains("job_members_max"));
+        let later = now + Duration::from_secs(11);
+        assert_eq!(jobs.join("c", 1, later).unwrap().0, 0, "a and b were not heard from for a lease");
+    }
+}
