@@ -297,6 +297,8 @@ impl Client {
         if entry.attrs.kind != flotilla_types::FileKind::File {
             return Err(ClientError::NotAFile { path: path.to_string() });
         }
+        // Flush-on-read: this process's ENWRICH writes to the file reach the servers first.
+        self.flush_enwrich(entry.id)?;
         self.block_on(open_file(self.clone(), path.to_string(), entry.id))
     }
 }

@@ -36,6 +36,9 @@ pub enum ClientError {
     Abandoned,
     #[error("local I/O failed: {0}")]
     Local(String),
+    /// An ENWRICH write, flush or close failed (the message names the member or server).
+    #[error("ENWRICH: {0}")]
+    Enwrich(String),
 }
 
 impl ClientError {

@@ -15,6 +15,7 @@ mod capabilities;
 mod client;
 mod commit;
 mod core;
+pub mod enwrich;
 mod error;
 mod file;
 mod fork;
@@ -30,6 +31,7 @@ mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
 pub use client::{process_caller, Client, ClientConfig, CreateOptions};
+pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File};
 pub use flotilla_proto::{

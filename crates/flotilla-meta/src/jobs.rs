@@ -40,7 +40,7 @@ impl Job {
         JobEvent {
             flush_asked: self.flush_asked,
             clock: self.clock,
-            gone: self.left.keys().copied().collect(),
+            left: self.left.iter().map(|(m, e)| (*m, *e)).collect(),
         }
     }
 
@@ -263,7 +263,7 @@ mod tests {
         jobs.ask_flush("j", 0, 0, 1, now).unwrap();
         assert_eq!(jobs.leave("j", 1, 0, now).unwrap_err().code, ErrorCode::Unavailable);
         jobs.leave("j", 1, 1, now).unwrap();
-        assert_eq!(jobs.event("j", 0, now).unwrap().gone, vec![1]);
+        assert_eq!(jobs.event("j", 0, now).unwrap().left, vec![(1, 1)]);
         jobs.leave("j", 0, 1, now).unwrap();
         assert!(jobs.event("j", 0, now).is_err(), "a job all members left is forgotten");
     }

@@ -238,8 +238,8 @@ pub struct JobEvent {
     pub flush_asked: Option<u64>,
     /// The largest hybrid-logical-clock value any member reported.
     pub clock: u64,
-    /// Members that left or whose lease ran out, by index.
-    pub gone: Vec<u32>,
+    /// Members that left: (member index, the generation from which it takes no part).
+    pub left: Vec<(u32, u64)>,
 }
 
 /// A reply from the metadata service.
