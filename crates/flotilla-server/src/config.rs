@@ -56,6 +56,20 @@ pub struct ServerConfig {
     pub integrity: flotilla_auth::Integrity,
     /// A connection must finish its handshake within this long of being accepted.
     pub handshake_timeout_ms: u64,
+    /// ENWRICH flushes (job, generation, file) in progress at once.
+    pub flush_sessions_max: usize,
+    /// Members one ENWRICH job may have.
+    pub flush_members_max: u32,
+    /// Directory entries one member may send in one flush.
+    pub flush_entries_max: usize,
+    /// How long a flush waits for a member's directory, or for its answer to a pull,
+    /// before it fails naming the member.
+    pub flush_member_wait_ms: u64,
+    /// Bytes of one flush block: the unit pulled from the members and written while the
+    /// next is pulled (two are in memory at most per flush, from the data budget).
+    pub flush_block_bytes: u64,
+    /// Pieces one flush block may gather (each one pulled range).
+    pub flush_segments_per_step_max: usize,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +99,12 @@ impl Default for ServerConfig {
             key: None,
             integrity: flotilla_auth::Integrity::Mac,
             handshake_timeout_ms: 10_000,
+            flush_sessions_max: 64,
+            flush_members_max: 4096,
+            flush_entries_max: 1 << 20,
+            flush_member_wait_ms: 10_000,
+            flush_block_bytes: 1 << 20,
+            flush_segments_per_step_max: 1 << 16,
         }
     }
 }

@@ -49,6 +49,8 @@ impl Drop for Credit {
 /// What every connection shares.
 pub(crate) struct Shared {
     pub executor: Arc<Executor>,
+    /// ENWRICH flush sessions (flush messages bypass the workers).
+    pub flush: Arc<crate::flush::Sessions>,
     pub scheduler: Arc<Scheduler<Job>>,
     pub limits: Limits,
     pub server_name: String,
@@ -81,6 +83,7 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
     tracing::debug!(connection = id, peer = %secured.peer.name, "client authenticated");
     let (read_half, write_half) = stream.into_split();
     let (replies, reply_queue) = mpsc::channel(shared.reply_queue_max);
+    let (closed_tx, closed) = tokio::sync::watch::channel(false);
     let mut writer = tokio::spawn(write_replies(
         (write_half, secured.sealer),
         reply_queue,
@@ -94,6 +97,7 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
         replies,
         slots: Arc::new(Semaphore::new(shared.connection_queue_max)),
         in_flight_bytes: Arc::new(AtomicU64::new(0)),
+        closed,
     };
     // A writer that gives up (peer not reading) ends the reader too, releasing its budget.
     let writer_done = tokio::select! {
@@ -101,6 +105,8 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
         _ = &mut writer => true,
     };
     shared.scheduler.close(id);
+    // Flushes this connection takes part in learn that its member is gone.
+    let _ = closed_tx.send(true);
     if !writer_done {
         let _ = writer.await;
     }
@@ -114,6 +120,8 @@ struct Reader {
     replies: mpsc::Sender<Reply>,
     slots: Arc<Semaphore>,
     in_flight_bytes: Arc<AtomicU64>,
+    /// Turns true when this connection ends.
+    closed: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Reader {
@@ -190,6 +198,9 @@ impl Reader {
                 .await
                 .is_ok();
         }
+        if crate::flush::is_flush(&request) {
+            return self.flush(request_id, request, data, held).await;
+        }
         let credit = match self.take_credit(&request) {
             Ok(credit) => credit,
             Err(error) => return self.refuse(request_id, error.code, error.message).await,
@@ -205,6 +216,19 @@ impl Reader {
         let job =
             Job { request_id, request, data, replies: self.replies.clone(), _slot: slot, credit, memory };
         self.shared.scheduler.push(self.id, job);
+        true
+    }
+
+    /// Hands a flush message to the flush sessions on its own task (its answer may wait for
+    /// other members), holding one of the connection's queue slots until it is answered.
+    async fn flush(&self, request_id: u64, request: IoRequest, data: Bytes, held: OwnedSemaphorePermit) -> bool {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
+        let (sessions, replies, closed) = (self.shared.flush.clone(), self.replies.clone(), self.closed.clone());
+        tokio::spawn(async move {
+            let message = sessions.handle(request, data, held, closed).await;
+            let _ = replies.send(Reply { request_id, message, data: Vec::new(), memory: None }).await;
+            drop(slot);
+        });
         true
     }
 

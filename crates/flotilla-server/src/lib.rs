@@ -15,6 +15,7 @@ mod authorize;
 pub mod config;
 mod connection;
 mod execute;
+mod flush;
 mod flush_plan;
 mod membership;
 pub mod scheduler;

@@ -51,15 +51,23 @@ impl Server {
         let executor = Arc::new(Executor { store, limits: config.limits, pool });
         let memory_units_max =
             u32::try_from((config.data_bytes_in_memory_max / 1024).max(1)).unwrap_or(u32::MAX >> 4);
+        let memory = Arc::new(Semaphore::new(memory_units_max as usize));
+        let flush = Arc::new(crate::flush::Sessions::new(
+            flush_config(&config),
+            executor.clone(),
+            (memory.clone(), memory_units_max),
+            advertise.clone(),
+        ));
         let shared = Arc::new(Shared {
             executor,
+            flush,
             scheduler: Arc::new(Scheduler::default()),
             limits: config.limits,
             server_name: advertise.clone(),
             boot_epoch: rand::random::<u64>().max(1),
             connection_queue_max: config.connection_queue_max.max(1),
             reply_queue_max: config.reply_queue_max.max(1),
-            memory: Arc::new(Semaphore::new(memory_units_max as usize)),
+            memory,
             memory_units_max,
             read_bounds: flotilla_proto::ReadBounds {
                 frame_bytes_max: config.limits.frame_bytes_max,
@@ -124,6 +132,17 @@ impl Server {
 }
 
 /// The handshake and tag bounds of the server's connections.
+fn flush_config(config: &ServerConfig) -> crate::flush::FlushConfig {
+    crate::flush::FlushConfig {
+        sessions_max: config.flush_sessions_max.max(1),
+        members_max: config.flush_members_max.max(1),
+        entries_max: config.flush_entries_max.max(1),
+        member_wait: Duration::from_millis(config.flush_member_wait_ms.max(1)),
+        block_bytes: config.flush_block_bytes.max(1),
+        segments_per_step_max: config.flush_segments_per_step_max.max(1),
+    }
+}
+
 fn auth_bounds(config: &ServerConfig) -> AuthBounds {
     AuthBounds {
         integrity: config.integrity,

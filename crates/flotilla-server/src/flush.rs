@@ -1,0 +1,456 @@
+//! ENWRICH flush sessions: the server's side of a job's collective, disk-directed flush
+//! (docs/architecture.md "ENWRICH", docs/protocol.md "ENWRICH flush").
+//!
+//! One session per (job, generation, file). Its conductor task waits for every member's
+//! directory (bounded by `flush_member_wait_ms`), plans the newest-wins blocks in disk order
+//! (`flush_plan`), then for each block sends the members the ranges it needs — as the reply
+//! to their pending `FlushPull`/`FlushData` — and writes the assembled block through the
+//! store while the next block is pulled (double buffering: at most one block being written
+//! and one being pulled). When every block is written it syncs the forks and answers every
+//! member `Flushed`; any failure (a member's connection closing, a member not answering, a
+//! bad directory, a store error) answers every member the same error, naming the cause.
+//! Connection handlers never block a worker thread: they wait for the conductor's orders
+//! on the async runtime, each holding one of its connection's queue slots.
+
+use crate::connection::memory_units;
+use crate::execute::{store_error, Executor};
+use crate::flush_plan::{assemble, check, plan, MemberEntry, PlanBounds, Step};
+use bytes::Bytes;
+use flotilla_proto::{ErrorCode, FlushEntry, FlushJob, IoReply, IoRequest, PullRange, WireError};
+use flotilla_store::{Extent, ForkRef};
+use flotilla_types::{FileId, SubfileIndex, TargetId};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{timeout_at, Instant};
+
+/// The fork a file's linear data lives in (the client's `DEFAULT_FORK`).
+const DATA_FORK: &str = "data";
+/// Orders queued for one member (one pull and the final answer at most, with room).
+const ORDERS_QUEUED_MAX: usize = 4;
+/// Events queued for a conductor per member.
+const EVENTS_PER_MEMBER: usize = 2;
+
+/// Settings of the flush sessions (from `ServerConfig`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlushConfig {
+    pub sessions_max: usize,
+    pub members_max: u32,
+    pub entries_max: usize,
+    pub member_wait: Duration,
+    pub block_bytes: u64,
+    pub segments_per_step_max: usize,
+}
+
+type SessionKey = (String, u64, FileId);
+
+enum Event {
+    Directory { member: u32, entries: Vec<FlushEntry>, closed: watch::Receiver<bool> },
+    Data { member: u32, ranges: Vec<PullRange>, data: Bytes, _held: OwnedSemaphorePermit },
+    Gone { member: u32 },
+}
+
+#[derive(Clone)]
+enum Order {
+    Pull(Vec<PullRange>),
+    Done(u64),
+    Fail(WireError),
+}
+
+struct Session {
+    members: u32,
+    absent: Vec<u32>,
+    inbox: mpsc::Sender<Event>,
+    orders: Vec<tokio::sync::Mutex<mpsc::Receiver<Order>>>,
+}
+
+/// Every flush session of this server.
+pub(crate) struct Sessions {
+    sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+    config: FlushConfig,
+    executor: Arc<Executor>,
+    memory: Arc<Semaphore>,
+    memory_units_max: u32,
+    server_name: String,
+}
+
+/// Whether `request` belongs to the flush sessions rather than the workers.
+pub(crate) fn is_flush(request: &IoRequest) -> bool {
+    matches!(
+        request,
+        IoRequest::FlushDirectory { .. } | IoRequest::FlushPull { .. } | IoRequest::FlushData { .. }
+    )
+}
+
+fn bad(message: String) -> WireError {
+    WireError::new(ErrorCode::BadRequest, message)
+}
+
+fn unavailable(message: String) -> WireError {
+    WireError::new(ErrorCode::Unavailable, message)
+}
+
+impl Sessions {
+    pub fn new(
+        config: FlushConfig,
+        executor: Arc<Executor>,
+        (memory, memory_units_max): (Arc<Semaphore>, u32),
+        server_name: String,
+    ) -> Sessions {
+        Sessions { sessions: Mutex::new(HashMap::new()), config, executor, memory, memory_units_max, server_name }
+    }
+
+    /// Answers one flush message (after the connection authorized it). `held` is the
+    /// frame's share of the memory budget, kept with pulled data until it is written;
+    /// `closed` turns true when the sender's connection ends.
+    pub async fn handle(
+        self: &Arc<Self>,
+        request: IoRequest,
+        data: Bytes,
+        held: OwnedSemaphorePermit,
+        closed: watch::Receiver<bool>,
+    ) -> IoReply {
+        let outcome = match request {
+            IoRequest::FlushDirectory { job, entries } => self.directory(job, entries, closed).await,
+            IoRequest::FlushPull { job } => match self.session(&job, false) {
+                Ok(session) => Ok(next_order(&session, job.member).await),
+                Err(error) => Err(error),
+            },
+            IoRequest::FlushData { job, ranges } => self.data(job, ranges, data, held).await,
+            other => Err(bad(format!("{other:?} is not a flush message"))),
+        };
+        outcome.unwrap_or_else(IoReply::Error)
+    }
+
+    async fn directory(
+        self: &Arc<Self>,
+        job: FlushJob,
+        entries: Vec<FlushEntry>,
+        closed: watch::Receiver<bool>,
+    ) -> Result<IoReply, WireError> {
+        if entries.len() > self.config.entries_max {
+            return Err(WireError::new(
+                ErrorCode::OverLimit,
+                format!("{} directory entries, over flush_entries_max = {}", entries.len(), self.config.entries_max),
+            ));
+        }
+        for (index, entry) in entries.iter().enumerate() {
+            if self.executor.store.target_dir(entry.target).is_err() {
+                let message = format!("directory entry {index} names target {}, not on this server", entry.target);
+                return Err(WireError::new(ErrorCode::NotFound, message));
+            }
+        }
+        let session = self.session(&job, true)?;
+        let event = Event::Directory { member: job.member, entries, closed };
+        session.inbox.send(event).await.map_err(|_| ended(&job))?;
+        Ok(IoReply::Done { bytes: 0 })
+    }
+
+    async fn data(
+        self: &Arc<Self>,
+        job: FlushJob,
+        ranges: Vec<PullRange>,
+        data: Bytes,
+        held: OwnedSemaphorePermit,
+    ) -> Result<IoReply, WireError> {
+        let session = self.session(&job, false)?;
+        let event = Event::Data { member: job.member, ranges, data, _held: held };
+        session.inbox.send(event).await.map_err(|_| ended(&job))?;
+        Ok(next_order(&session, job.member).await)
+    }
+
+    /// The job's session, created (with its conductor) by the first directory.
+    fn session(self: &Arc<Self>, job: &FlushJob, create: bool) -> Result<Arc<Session>, WireError> {
+        check_job(job, self.config.members_max)?;
+        let key = (job.name.clone(), job.epoch, job.file);
+        let mut sessions = self.sessions.lock();
+        if let Some(session) = sessions.get(&key) {
+            if session.members != job.members || session.absent != job.absent {
+                return Err(bad(format!(
+                    "member {} of job {:?} says {} members, absent {:?}; others said {}, absent {:?}",
+                    job.member, job.name, job.members, job.absent, session.members, session.absent
+                )));
+            }
+            return Ok(session.clone());
+        }
+        if !create {
+            return Err(WireError::new(
+                ErrorCode::NotFound,
+                format!("no flush of generation {} of job {:?} here: send the directory first", job.epoch, job.name),
+            ));
+        }
+        if sessions.len() >= self.config.sessions_max {
+            return Err(WireError::new(
+                ErrorCode::OverLimit,
+                format!("{} flushes in progress, the limit flush_sessions_max", sessions.len()),
+            ));
+        }
+        let (inbox, events) = mpsc::channel(EVENTS_PER_MEMBER * job.members as usize + 1);
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..job.members).map(|_| mpsc::channel(ORDERS_QUEUED_MAX)).unzip();
+        let session = Arc::new(Session {
+            members: job.members,
+            absent: job.absent.clone(),
+            inbox,
+            orders: receivers.into_iter().map(tokio::sync::Mutex::new).collect(),
+        });
+        sessions.insert(key.clone(), session.clone());
+        let conductor = Conductor { sessions: self.clone(), key, job: job.clone(), session: session.clone(), senders };
+        tokio::spawn(conductor.run(events));
+        Ok(session)
+    }
+}
+
+fn ended(job: &FlushJob) -> WireError {
+    unavailable(format!("the flush of generation {} of job {:?} has ended", job.epoch, job.name))
+}
+
+/// Checks what a member says about the job: bounded, consistent.
+fn check_job(job: &FlushJob, members_max: u32) -> Result<(), WireError> {
+    if job.members == 0 || job.members > members_max {
+        return Err(bad(format!("job of {} members, outside 1..={members_max} (flush_members_max)", job.members)));
+    }
+    if job.member >= job.members {
+        return Err(bad(format!("member {} of a job of {} members", job.member, job.members)));
+    }
+    let ascending = job.absent.windows(2).all(|w| w[0] < w[1]);
+    if !ascending || job.absent.iter().any(|m| *m >= job.members || *m == job.member) {
+        return Err(bad(format!("absent members {:?} are not ascending, distinct others of the job", job.absent)));
+    }
+    Ok(())
+}
+
+/// Waits for the conductor's next order for `member` and turns it into the reply.
+async fn next_order(session: &Session, member: u32) -> IoReply {
+    let Some(orders) = session.orders.get(member as usize) else {
+        return IoReply::Error(bad(format!("no member {member} in this job")));
+    };
+    match orders.lock().await.recv().await {
+        Some(Order::Pull(ranges)) => IoReply::Pull { ranges },
+        Some(Order::Done(bytes)) => IoReply::Flushed { bytes },
+        Some(Order::Fail(error)) => IoReply::Error(error),
+        None => IoReply::Error(unavailable("the flush ended".into())),
+    }
+}
+
+/// The task that runs one session.
+struct Conductor {
+    sessions: Arc<Sessions>,
+    key: SessionKey,
+    job: FlushJob,
+    session: Arc<Session>,
+    senders: Vec<mpsc::Sender<Order>>,
+}
+
+impl Conductor {
+    async fn run(self, mut events: mpsc::Receiver<Event>) {
+        let outcome = self.flush(&mut events).await;
+        let last = match outcome {
+            Ok(bytes) => Order::Done(bytes),
+            Err(error) => {
+                tracing::warn!(job = %self.job.name, epoch = self.job.epoch, %error, "ENWRICH flush failed");
+                Order::Fail(error)
+            }
+        };
+        for sender in &self.senders {
+            let _ = sender.try_send(last.clone());
+        }
+        // Late messages of this generation are answered from the queued orders, then dropped.
+        let linger = self.sessions.config.member_wait;
+        let _ = tokio::time::timeout(linger, async { while events.recv().await.is_some() {} }).await;
+        self.sessions.sessions.lock().remove(&self.key);
+    }
+
+    fn expected(&self) -> Vec<u32> {
+        (0..self.session.members).filter(|m| !self.session.absent.contains(m)).collect()
+    }
+
+    fn gone(&self, member: u32) -> WireError {
+        unavailable(format!(
+            "member {member} of job {:?} went away during flush {}: its connection to server {} closed",
+            self.job.name, self.job.epoch, self.sessions.server_name
+        ))
+    }
+
+    async fn flush(&self, events: &mut mpsc::Receiver<Event>) -> Result<u64, WireError> {
+        let directories = self.directories(events).await?;
+        let entries: Vec<MemberEntry> = directories
+            .iter()
+            .flat_map(|(member, list)| {
+                list.iter().enumerate().map(|(index, entry)| MemberEntry {
+                    member: *member,
+                    index: index as u32,
+                    entry: *entry,
+                })
+            })
+            .collect();
+        check(&entries).map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        let config = &self.sessions.config;
+        let bounds =
+            PlanBounds { block_bytes: config.block_bytes, segments_per_step_max: config.segments_per_step_max };
+        let steps = plan(&entries, bounds);
+        let mut forks = BTreeSet::new();
+        let mut writing: Option<tokio::task::JoinHandle<Result<(), WireError>>> = None;
+        let mut total = 0;
+        for step in steps {
+            let (extents, packed, permit) = self.pull(&step, events).await?;
+            if let Some(previous) = writing.take() {
+                join(previous).await?;
+            }
+            forks.insert((step.target, step.subfile));
+            total += step.bytes();
+            writing = Some(self.write(&step, extents, packed, permit));
+        }
+        if let Some(previous) = writing {
+            join(previous).await?;
+        }
+        self.sync(forks).await?;
+        Ok(total)
+    }
+
+    /// Every expected member's directory, or an error naming who is missing or gone.
+    async fn directories(&self, events: &mut mpsc::Receiver<Event>) -> Result<BTreeMap<u32, Vec<FlushEntry>>, WireError> {
+        let expected = self.expected();
+        let mut directories = BTreeMap::new();
+        let deadline = Instant::now() + self.sessions.config.member_wait;
+        while directories.len() < expected.len() {
+            let Ok(event) = timeout_at(deadline, events.recv()).await else {
+                let missing: Vec<u32> = expected.iter().filter(|m| !directories.contains_key(*m)).copied().collect();
+                return Err(unavailable(format!(
+                    "no directory from member(s) {missing:?} of job {:?} within {} ms (flush_member_wait_ms); \
+                     server {}",
+                    self.job.name,
+                    self.sessions.config.member_wait.as_millis(),
+                    self.sessions.server_name
+                )));
+            };
+            match event {
+                Some(Event::Directory { member, entries, closed }) => {
+                    if !expected.contains(&member) || directories.contains_key(&member) {
+                        return Err(bad(format!("member {member} sent a directory it may not send")));
+                    }
+                    self.watch(member, closed);
+                    directories.insert(member, entries);
+                }
+                Some(Event::Gone { member }) => return Err(self.gone(member)),
+                Some(Event::Data { member, .. }) => {
+                    return Err(bad(format!("member {member} sent data before it was asked")))
+                }
+                None => return Err(ended(&self.job)),
+            }
+        }
+        Ok(directories)
+    }
+
+    /// Reports `member` gone when its connection closes (until the session ends).
+    fn watch(&self, member: u32, mut closed: watch::Receiver<bool>) {
+        let inbox = self.session.inbox.clone();
+        tokio::spawn(async move {
+            let gone = tokio::select! {
+                _ = async { closed.wait_for(|closed| *closed).await.map(|_| ()) } => true,
+                _ = inbox.closed() => false,
+            };
+            if gone {
+                let _ = inbox.send(Event::Gone { member }).await;
+            }
+        });
+    }
+
+    /// Asks the step's members for their ranges, waits for all of them (bounded), and
+    /// assembles the block in memory reserved from the server's data budget first.
+    async fn pull(
+        &self,
+        step: &Step,
+        events: &mut mpsc::Receiver<Event>,
+    ) -> Result<(Vec<Extent>, Vec<u8>, OwnedSemaphorePermit), WireError> {
+        let members = step.members();
+        for member in &members {
+            let sender = &self.senders[*member as usize];
+            sender.send(Order::Pull(step.pulls(*member))).await.map_err(|_| ended(&self.job))?;
+        }
+        let mut answers: BTreeMap<u32, Bytes> = BTreeMap::new();
+        let deadline = Instant::now() + self.sessions.config.member_wait;
+        while answers.len() < members.len() {
+            let Ok(event) = timeout_at(deadline, events.recv()).await else {
+                let silent: Vec<u32> = members.iter().filter(|m| !answers.contains_key(*m)).copied().collect();
+                return Err(unavailable(format!(
+                    "member(s) {silent:?} of job {:?} did not answer a pull within {} ms (flush_member_wait_ms)",
+                    self.job.name,
+                    self.sessions.config.member_wait.as_millis()
+                )));
+            };
+            match event {
+                Some(Event::Data { member, ranges, data, .. }) => {
+                    if !members.contains(&member) || answers.contains_key(&member) || ranges != step.pulls(member) {
+                        return Err(bad(format!("member {member} sent data that was not asked for")));
+                    }
+                    answers.insert(member, data);
+                }
+                Some(Event::Gone { member }) => return Err(self.gone(member)),
+                Some(Event::Directory { member, .. }) => {
+                    return Err(bad(format!("member {member} sent its directory twice")))
+                }
+                None => return Err(ended(&self.job)),
+            }
+        }
+        let units = memory_units(step.bytes(), self.sessions.memory_units_max);
+        let permit = self.sessions.memory.clone().acquire_many_owned(units).await.map_err(|_| ended(&self.job))?;
+        let empty = Bytes::new();
+        let (extents, packed) = assemble(step, |m| answers.get(&m).unwrap_or(&empty).as_ref())
+            .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        let extents = extents.into_iter().map(|(offset, length)| Extent { offset, length }).collect();
+        Ok((extents, packed, permit))
+    }
+
+    /// Writes one block through the store on a blocking thread, holding its memory.
+    fn write(
+        &self,
+        step: &Step,
+        extents: Vec<Extent>,
+        packed: Vec<u8>,
+        permit: OwnedSemaphorePermit,
+    ) -> tokio::task::JoinHandle<Result<(), WireError>> {
+        let executor = self.sessions.executor.clone();
+        let (target, file, subfile) = (step.target, self.job.file, step.subfile);
+        tokio::task::spawn_blocking(move || {
+            let _memory = permit;
+            let fork = ForkRef::new(target, file, subfile, DATA_FORK);
+            executor.store.write(&fork, &extents, &packed).map_err(store_error)
+        })
+    }
+
+    async fn sync(&self, forks: BTreeSet<(TargetId, SubfileIndex)>) -> Result<(), WireError> {
+        let executor = self.sessions.executor.clone();
+        let file = self.job.file;
+        join(tokio::task::spawn_blocking(move || {
+            let refs: Vec<ForkRef> =
+                forks.iter().map(|(target, subfile)| ForkRef::new(*target, file, *subfile, DATA_FORK)).collect();
+            executor.store.sync_many(&refs).map_err(store_error)
+        }))
+        .await
+    }
+}
+
+async fn join(task: tokio::task::JoinHandle<Result<(), WireError>>) -> Result<(), WireError> {
+    task.await.map_err(|e| WireError::new(ErrorCode::Io, format!("flush write task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(member: u32, members: u32, absent: Vec<u32>) -> FlushJob {
+        FlushJob { name: "j".into(), epoch: 0, member, members, absent, file: FileId(1) }
+    }
+
+    #[test]
+    fn what_a_member_says_about_its_job_is_checked() {
+        assert!(check_job(&job(0, 4, vec![1, 3]), 8).is_ok());
+        assert!(check_job(&job(4, 4, vec![]), 8).unwrap_err().message.contains("member 4 of a job of 4"));
+        assert!(check_job(&job(0, 9, vec![]), 8).unwrap_err().message.contains("flush_members_max"));
+        assert!(check_job(&job(0, 4, vec![3, 1]), 8).is_err(), "not ascending");
+        assert!(check_job(&job(1, 4, vec![1]), 8).is_err(), "a sender is not absent");
+    }
+}
