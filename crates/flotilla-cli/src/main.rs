@@ -4,6 +4,7 @@
 mod bench;
 mod cluster;
 mod config;
+mod enwrich;
 mod files;
 mod keygen;
 mod keys;
@@ -81,6 +82,9 @@ enum Command {
     /// One metadata benchmark process (started by `flotilla bench meta`).
     #[command(hide = true)]
     BenchMetaWorker(bench::MetaWorkerArgs),
+    /// One ENWRICH job member driven by commands on stdin (see `enwrich.rs`).
+    #[command(hide = true)]
+    EnwrichMember(enwrich::MemberArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -132,6 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Man { dir } => write_man_pages(&dir),
         Command::BenchWorker(args) => bench::worker(args),
         Command::BenchMetaWorker(args) => bench::meta_worker(args),
+        Command::EnwrichMember(args) => enwrich::member(args),
     }
 }
 

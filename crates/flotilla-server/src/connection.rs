@@ -221,9 +221,16 @@ impl Reader {
 
     /// Hands a flush message to the flush sessions on its own task (its answer may wait for
     /// other members), holding one of the connection's queue slots until it is answered.
-    async fn flush(&self, request_id: u64, request: IoRequest, data: Bytes, held: OwnedSemaphorePermit) -> bool {
+    async fn flush(
+        &self,
+        request_id: u64,
+        request: IoRequest,
+        data: Bytes,
+        held: OwnedSemaphorePermit,
+    ) -> bool {
         let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
-        let (sessions, replies, closed) = (self.shared.flush.clone(), self.replies.clone(), self.closed.clone());
+        let (sessions, replies, closed) =
+            (self.shared.flush.clone(), self.replies.clone(), self.closed.clone());
         tokio::spawn(async move {
             let message = sessions.handle(request, data, held, closed).await;
             let _ = replies.send(Reply { request_id, message, data: Vec::new(), memory: None }).await;

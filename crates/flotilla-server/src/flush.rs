@@ -99,7 +99,14 @@ impl Sessions {
         (memory, memory_units_max): (Arc<Semaphore>, u32),
         server_name: String,
     ) -> Sessions {
-        Sessions { sessions: Mutex::new(HashMap::new()), config, executor, memory, memory_units_max, server_name }
+        Sessions {
+            sessions: Mutex::new(HashMap::new()),
+            config,
+            executor,
+            memory,
+            memory_units_max,
+            server_name,
+        }
     }
 
     /// Answers one flush message (after the connection authorized it). `held` is the
@@ -133,12 +140,17 @@ impl Sessions {
         if entries.len() > self.config.entries_max {
             return Err(WireError::new(
                 ErrorCode::OverLimit,
-                format!("{} directory entries, over flush_entries_max = {}", entries.len(), self.config.entries_max),
+                format!(
+                    "{} directory entries, over flush_entries_max = {}",
+                    entries.len(),
+                    self.config.entries_max
+                ),
             ));
         }
         for (index, entry) in entries.iter().enumerate() {
             if self.executor.store.target_dir(entry.target).is_err() {
-                let message = format!("directory entry {index} names target {}, not on this server", entry.target);
+                let message =
+                    format!("directory entry {index} names target {}, not on this server", entry.target);
                 return Err(WireError::new(ErrorCode::NotFound, message));
             }
         }
@@ -178,7 +190,10 @@ impl Sessions {
         if !create {
             return Err(WireError::new(
                 ErrorCode::NotFound,
-                format!("no flush of generation {} of job {:?} here: send the directory first", job.epoch, job.name),
+                format!(
+                    "no flush of generation {} of job {:?} here: send the directory first",
+                    job.epoch, job.name
+                ),
             ));
         }
         if sessions.len() >= self.config.sessions_max {
@@ -197,7 +212,8 @@ impl Sessions {
             orders: receivers.into_iter().map(tokio::sync::Mutex::new).collect(),
         });
         sessions.insert(key.clone(), session.clone());
-        let conductor = Conductor { sessions: self.clone(), key, job: job.clone(), session: session.clone(), senders };
+        let conductor =
+            Conductor { sessions: self.clone(), key, job: job.clone(), session: session.clone(), senders };
         tokio::spawn(conductor.run(events));
         Ok(session)
     }
@@ -210,14 +226,20 @@ fn ended(job: &FlushJob) -> WireError {
 /// Checks what a member says about the job: bounded, consistent.
 fn check_job(job: &FlushJob, members_max: u32) -> Result<(), WireError> {
     if job.members == 0 || job.members > members_max {
-        return Err(bad(format!("job of {} members, outside 1..={members_max} (flush_members_max)", job.members)));
+        return Err(bad(format!(
+            "job of {} members, outside 1..={members_max} (flush_members_max)",
+            job.members
+        )));
     }
     if job.member >= job.members {
         return Err(bad(format!("member {} of a job of {} members", job.member, job.members)));
     }
     let ascending = job.absent.windows(2).all(|w| w[0] < w[1]);
     if !ascending || job.absent.iter().any(|m| *m >= job.members || *m == job.member) {
-        return Err(bad(format!("absent members {:?} are not ascending, distinct others of the job", job.absent)));
+        return Err(bad(format!(
+            "absent members {:?} are not ascending, distinct others of the job",
+            job.absent
+        )));
     }
     Ok(())
 }
@@ -288,8 +310,10 @@ impl Conductor {
             .collect();
         check(&entries).map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
         let config = &self.sessions.config;
-        let bounds =
-            PlanBounds { block_bytes: config.block_bytes, segments_per_step_max: config.segments_per_step_max };
+        let bounds = PlanBounds {
+            block_bytes: config.block_bytes,
+            segments_per_step_max: config.segments_per_step_max,
+        };
         let steps = plan(&entries, bounds);
         let mut forks = BTreeSet::new();
         let mut writing: Option<tokio::task::JoinHandle<Result<(), WireError>>> = None;
@@ -311,16 +335,20 @@ impl Conductor {
     }
 
     /// Every expected member's directory, or an error naming who is missing or gone.
-    async fn directories(&self, events: &mut mpsc::Receiver<Event>) -> Result<BTreeMap<u32, Vec<FlushEntry>>, WireError> {
+    async fn directories(
+        &self,
+        events: &mut mpsc::Receiver<Event>,
+    ) -> Result<BTreeMap<u32, Vec<FlushEntry>>, WireError> {
         let expected = self.expected();
         let mut directories = BTreeMap::new();
         let deadline = Instant::now() + self.sessions.config.member_wait;
         while directories.len() < expected.len() {
             let Ok(event) = timeout_at(deadline, events.recv()).await else {
-                let missing: Vec<u32> = expected.iter().filter(|m| !directories.contains_key(*m)).copied().collect();
+                let missing: Vec<u32> =
+                    expected.iter().filter(|m| !directories.contains_key(*m)).copied().collect();
                 return Err(unavailable(format!(
-                    "no directory from member(s) {missing:?} of job {:?} within {} ms (flush_member_wait_ms); \
-                     server {}",
+                    "no directory from {} of job {:?} within {} ms (flush_member_wait_ms); server {}",
+                    members_named(&missing),
                     self.job.name,
                     self.sessions.config.member_wait.as_millis(),
                     self.sessions.server_name
@@ -374,16 +402,21 @@ impl Conductor {
         let deadline = Instant::now() + self.sessions.config.member_wait;
         while answers.len() < members.len() {
             let Ok(event) = timeout_at(deadline, events.recv()).await else {
-                let silent: Vec<u32> = members.iter().filter(|m| !answers.contains_key(*m)).copied().collect();
+                let silent: Vec<u32> =
+                    members.iter().filter(|m| !answers.contains_key(*m)).copied().collect();
                 return Err(unavailable(format!(
-                    "member(s) {silent:?} of job {:?} did not answer a pull within {} ms (flush_member_wait_ms)",
+                    "{} of job {:?} did not answer a pull within {} ms (flush_member_wait_ms)",
+                    members_named(&silent),
                     self.job.name,
                     self.sessions.config.member_wait.as_millis()
                 )));
             };
             match event {
                 Some(Event::Data { member, ranges, data, .. }) => {
-                    if !members.contains(&member) || answers.contains_key(&member) || ranges != step.pulls(member) {
+                    if !members.contains(&member)
+                        || answers.contains_key(&member)
+                        || ranges != step.pulls(member)
+                    {
                         return Err(bad(format!("member {member} sent data that was not asked for")));
                     }
                     answers.insert(member, data);
@@ -396,7 +429,8 @@ impl Conductor {
             }
         }
         let units = memory_units(step.bytes(), self.sessions.memory_units_max);
-        let permit = self.sessions.memory.clone().acquire_many_owned(units).await.map_err(|_| ended(&self.job))?;
+        let permit =
+            self.sessions.memory.clone().acquire_many_owned(units).await.map_err(|_| ended(&self.job))?;
         let empty = Bytes::new();
         let (extents, packed) = assemble(step, |m| answers.get(&m).unwrap_or(&empty).as_ref())
             .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
@@ -425,11 +459,22 @@ impl Conductor {
         let executor = self.sessions.executor.clone();
         let file = self.job.file;
         join(tokio::task::spawn_blocking(move || {
-            let refs: Vec<ForkRef> =
-                forks.iter().map(|(target, subfile)| ForkRef::new(*target, file, *subfile, DATA_FORK)).collect();
+            let refs: Vec<ForkRef> = forks
+                .iter()
+                .map(|(target, subfile)| ForkRef::new(*target, file, *subfile, DATA_FORK))
+                .collect();
             executor.store.sync_many(&refs).map_err(store_error)
         }))
         .await
+    }
+}
+
+/// "member 2" or "members 1, 3".
+fn members_named(members: &[u32]) -> String {
+    let list: Vec<String> = members.iter().map(u32::to_string).collect();
+    match list.len() {
+        1 => format!("member {}", list[0]),
+        _ => format!("members {}", list.join(", ")),
     }
 }
 
@@ -452,5 +497,11 @@ mod tests {
         assert!(check_job(&job(0, 9, vec![]), 8).unwrap_err().message.contains("flush_members_max"));
         assert!(check_job(&job(0, 4, vec![3, 1]), 8).is_err(), "not ascending");
         assert!(check_job(&job(1, 4, vec![1]), 8).is_err(), "a sender is not absent");
+    }
+
+    #[test]
+    fn missing_members_are_named() {
+        assert_eq!(members_named(&[2]), "member 2");
+        assert_eq!(members_named(&[1, 3]), "members 1, 3");
     }
 }

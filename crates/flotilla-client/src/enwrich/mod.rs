@@ -116,8 +116,10 @@ pub struct EnwrichFile {
 }
 
 /// This process's ENWRICH handles by (client core, file id), for flush-on-read.
-fn registry() -> &'static Mutex<HashMap<(usize, u64), Weak<Shared>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<(usize, u64), Weak<Shared>>>> = OnceLock::new();
+type Registry = Mutex<HashMap<(usize, u64), Weak<Shared>>>;
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -191,6 +193,11 @@ impl EnwrichFile {
     /// Flushes this member took part in.
     pub fn flushes(&self) -> u64 {
         self.shared.state.lock().flushes
+    }
+
+    /// Why the last failed flush this member took part in failed, if one did.
+    pub fn last_failure(&self) -> Option<String> {
+        self.shared.state.lock().failed.as_ref().map(|(_, message)| message.clone())
     }
 
     /// Logs `data` at `offset`; returns the hybrid-logical-clock stamp of its (last) entry.
