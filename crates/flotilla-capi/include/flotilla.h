@@ -61,6 +61,9 @@
 // A connection to a cluster (opaque).
 typedef struct flotilla_client flotilla_client;
 
+// A file open for writing in ENWRICH mode (opaque). One thread at a time.
+typedef struct flotilla_enwrich flotilla_enwrich;
+
 // An open file (opaque).
 typedef struct flotilla_file flotilla_file;
 
@@ -92,6 +95,18 @@ typedef struct flotilla_attributes {
 
 // Called once per directory entry by `flotilla_readdir`; a nonzero return stops the listing.
 typedef int (*flotilla_readdir_callback)(const char *name, uint64_t id, uint32_t kind, void *context);
+
+// How to open a file in ENWRICH mode. NULL options, or a NULL `job_name` / zero
+// `job_size`, take the job from FLOTILLA_JOB_NAME / FLOTILLA_JOB_SIZE (or SLURM, Open MPI,
+// MPICH). Zeros elsewhere mean the defaults (4 MiB cache, directory fraction 0.1, flush
+// after 30 s).
+typedef struct flotilla_enwrich_options {
+  const char *job_name;
+  uint32_t job_size;
+  uint64_t cache_bytes;
+  double directory_fraction;
+  uint64_t flush_timeout_ms;
+} flotilla_enwrich_options;
 
 // How to create a file. NULL options mean: 1 subfile, mode 0644, exclusive, the directory's
 // default layout.
@@ -213,6 +228,31 @@ int flotilla_readdir(const struct flotilla_client *client,
                      const char *path,
                      flotilla_readdir_callback callback,
                      void *context);
+
+// Opens `path` (an existing file) for writing in ENWRICH mode as a member of a job and
+// stores it in `*out`.
+int flotilla_enwrich_open(const struct flotilla_client *client,
+                          const char *path,
+                          const struct flotilla_enwrich_options *options,
+                          struct flotilla_enwrich **out);
+
+// Logs `buffer_bytes` bytes at `offset` in this process's cache (a full cache flushes the
+// job first). Returns the bytes written or a negative errno.
+int64_t flotilla_enwrich_write(const struct flotilla_enwrich *file,
+                               uint64_t offset,
+                               const void *buffer,
+                               size_t buffer_bytes);
+
+// Flushes the whole job now; returns once this process's writes are durable and the
+// file's size published.
+int flotilla_enwrich_sync(const struct flotilla_enwrich *file);
+
+// This process's member index in the job, or a negative errno.
+int64_t flotilla_enwrich_member(const struct flotilla_enwrich *file);
+
+// Flushes, leaves the job and frees the file. NULL is accepted. The file is freed even when
+// the flush fails (the error is returned).
+int flotilla_enwrich_close(struct flotilla_enwrich *file);
 
 // The message of the last failure on this thread ("" if none). The string stays valid until
 // the next call into the library on this thread.

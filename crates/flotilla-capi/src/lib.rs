@@ -16,6 +16,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod client;
+mod enwrich;
 mod error;
 mod file;
 mod fork;
@@ -24,6 +25,7 @@ mod handle;
 mod request;
 
 pub use client::*;
+pub use enwrich::*;
 pub use error::*;
 pub use file::*;
 pub use fork::*;

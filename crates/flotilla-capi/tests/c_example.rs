@@ -163,3 +163,8 @@ fn run_example(example: &str) {
     assert!(output.status.success(), "C example {example} failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("all checks passed"), "{stdout}");
 }
+
+#[test]
+fn c_enwrich_example_runs_against_a_live_cluster() {
+    run_example("enwrich.c");
+}

@@ -206,10 +206,7 @@ pub(crate) type Assembled = (Vec<(u64, u64)>, Vec<u8>);
 
 /// The step's write extents (fork offset, length) and its data packed in extent order, from
 /// each member's packed answer (`data(member)`, bytes in the order of `Step::pulls`).
-pub(crate) fn assemble<'a>(
-    step: &Step,
-    data: impl Fn(u32) -> &'a [u8],
-) -> Result<Assembled, AssembleError> {
+pub(crate) fn assemble<'a>(step: &Step, data: impl Fn(u32) -> &'a [u8]) -> Result<Assembled, AssembleError> {
     for member in step.members() {
         let wanted: u64 = step.segments.iter().filter(|s| s.member == member).map(|s| s.length).sum();
         let sent = data(member).len() as u64;
