@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing_extensions import Buffer
-from typing import Any, Awaitable, Generator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Generator, List, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -145,6 +145,21 @@ class _DataCalls:
         order: str = "C",
     ) -> Handle: ...
 
+class EnwrichFile:
+    """A file open for writing in ENWRICH mode (``client.open(path, enwrich=True, job=...,
+    job_size=...)``): writes go to this process's log cache and reach the servers in
+    collective flushes of the whole job. ``with`` closes it (flush, leave the job)."""
+
+    @property
+    def member(self) -> int: ...
+    @property
+    def flushes(self) -> int: ...
+    def write(self, offset: int, buffer: Any) -> int: ...
+    def sync(self) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "EnwrichFile": ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
 class File(_DataCalls):
     """An open file; data calls address its linear bytes (through its layout)."""
 
@@ -211,5 +226,18 @@ class Client:
     def create(
         self, path: str, subfiles: int = 1, layout: Optional[str] = None, mode: int = 0o644, exclusive: bool = True
     ) -> File: ...
+    @overload
     def open(self, path: str) -> File: ...
+    @overload
+    def open(
+        self,
+        path: str,
+        *,
+        enwrich: bool,
+        job: Optional[str] = None,
+        job_size: Optional[int] = None,
+        cache_bytes: Optional[int] = None,
+        directory_fraction: Optional[float] = None,
+        flush_timeout_ms: Optional[int] = None,
+    ) -> Union[File, "EnwrichFile"]: ...
     def status(self) -> List[dict]: ...

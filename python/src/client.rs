@@ -3,6 +3,7 @@
 //! Every object made through a client (files, forks) shares its [`Session`]; closing the
 //! client makes every later call on any of them raise `flotilla.ClosedError`.
 
+use crate::enwrich::{EnwrichArgs, PyEnwrichFile};
 use crate::errors::{closed, invalid, OrRaise};
 use crate::file::PyFile;
 use flotilla_client::{Client, CreateOptions, EntryInfo, FileKind, Layout};
@@ -257,11 +258,31 @@ impl PyClient {
         Ok(PyFile::new(self.session.clone(), created.or_raise(py)?))
     }
 
-    /// Opens an existing file.
-    fn open(&self, py: Python<'_>, path: &str) -> PyResult<PyFile> {
+    /// Opens an existing file. `enwrich=True` opens it for writing in ENWRICH mode as a
+    /// member of job `job` of `job_size` processes (default: FLOTILLA_JOB_NAME and
+    /// FLOTILLA_JOB_SIZE) and returns an `EnwrichFile`.
+    #[pyo3(signature = (path, *, enwrich = false, job = None, job_size = None, cache_bytes = None,
+        directory_fraction = None, flush_timeout_ms = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        enwrich: bool,
+        job: Option<String>,
+        job_size: Option<u32>,
+        cache_bytes: Option<u64>,
+        directory_fraction: Option<f64>,
+        flush_timeout_ms: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
         let client = self.client(py)?;
+        if enwrich {
+            let args = EnwrichArgs { job, job_size, cache_bytes, directory_fraction, flush_timeout_ms };
+            let file = PyEnwrichFile::open(py, client, path, args)?;
+            return Ok(Py::new(py, file)?.into_any());
+        }
         let file = py.detach(|| client.open(path)).or_raise(py)?;
-        Ok(PyFile::new(self.session.clone(), file))
+        Ok(Py::new(py, PyFile::new(self.session.clone(), file))?.into_any())
     }
 
     /// One dict per storage target: target, server, up, used_bytes, free_bytes.

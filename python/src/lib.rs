@@ -7,6 +7,7 @@
 
 mod buffer;
 mod client;
+mod enwrich;
 mod errors;
 mod file;
 mod fork;
@@ -28,6 +29,7 @@ fn native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<fork::PyFork>()?;
     module.add_class::<handle::PyHandle>()?;
     module.add_class::<group::PyGroup>()?;
+    module.add_class::<enwrich::PyEnwrichFile>()?;
     module.add_class::<shape::PyShape>()?;
     module.add_class::<shape::PyBatchNode>()?;
     module.add("STRIDE_LEVELS_MAX", flotilla_request::STRIDE_LEVELS_MAX)?;
