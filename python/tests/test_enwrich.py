@@ -62,7 +62,7 @@ def test_two_processes_flush_together(client, workdir):
         (c, child_member, 4096, b"c" * 4096),
     ]
     reading = client.open(path)
-    assert reading.size == 8192
+    assert reading.size() == 8192
     back = bytearray(8192)
     reading.read_into(back, 0)
     assert bytes(back) == model(writes)
