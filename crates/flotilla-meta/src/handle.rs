@@ -154,8 +154,8 @@ impl State {
                 let (member, epoch, event) = self.jobs.join(&name, size)?;
                 MetaReply::JobJoined { member, epoch, event }
             }
-            MetaRequest::JobFlush { name, member, epoch, clock } => {
-                self.jobs.ask_flush(&name, member, epoch, clock)?;
+            MetaRequest::JobFlush { name, member, epoch, clock, durable } => {
+                self.jobs.ask_flush(&name, member, (epoch, durable), clock)?;
                 MetaReply::Done
             }
             MetaRequest::JobWait { name, member, epoch, clock, wait_ms } => {

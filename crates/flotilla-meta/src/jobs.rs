@@ -28,6 +28,7 @@ struct Job {
     size: u32,
     joined: u32,
     flush_asked: Option<u64>,
+    durable_asked: Option<u64>,
     /// Member index -> the generation from which it takes no part.
     left: BTreeMap<u32, u64>,
     /// Last time each joined member was heard from.
@@ -39,6 +40,7 @@ impl Job {
     fn event(&self) -> JobEvent {
         JobEvent {
             flush_asked: self.flush_asked,
+            durable_asked: self.durable_asked,
             clock: self.clock,
             left: self.left.iter().map(|(m, e)| (*m, *e)).collect(),
         }
@@ -88,6 +90,7 @@ impl JobTable {
             size,
             joined: 0,
             flush_asked: None,
+            durable_asked: None,
             left: BTreeMap::new(),
             seen: Vec::new(),
             clock: 0,
@@ -119,7 +122,7 @@ impl JobTable {
         &mut self,
         name: &str,
         member: u32,
-        epoch: u64,
+        (epoch, durable): (u64, bool),
         clock: u64,
         now: Instant,
     ) -> Result<(), WireError> {
@@ -128,6 +131,9 @@ impl JobTable {
             return Err(refused(format!("member {member} left job {name:?} at generation {at}")));
         }
         job.flush_asked = Some(job.flush_asked.map_or(epoch, |e| e.max(epoch)));
+        if durable {
+            job.durable_asked = Some(job.durable_asked.map_or(epoch, |e| e.max(epoch)));
+        }
         job.clock = job.clock.max(clock);
         Ok(())
     }
@@ -192,8 +198,14 @@ impl Jobs {
         self.table.lock().join(name, size, Instant::now())
     }
 
-    pub fn ask_flush(&self, name: &str, member: u32, epoch: u64, clock: u64) -> Result<(), WireError> {
-        self.table.lock().ask_flush(name, member, epoch, clock, Instant::now())?;
+    pub fn ask_flush(
+        &self,
+        name: &str,
+        member: u32,
+        asked: (u64, bool),
+        clock: u64,
+    ) -> Result<(), WireError> {
+        self.table.lock().ask_flush(name, member, asked, clock, Instant::now())?;
         self.changed.notify_all();
         Ok(())
     }
@@ -249,9 +261,12 @@ mod tests {
         assert_eq!(jobs.join("j", 3, now).unwrap().0, 2);
         assert!(jobs.join("j", 3, now).unwrap_err().message.contains("full"));
         assert_eq!(jobs.poll("j", 1, (0, 5), now).unwrap(), None);
-        jobs.ask_flush("j", 2, 0, 9, now).unwrap();
+        jobs.ask_flush("j", 2, (0, false), 9, now).unwrap();
         let event = jobs.poll("j", 0, (0, 0), now).unwrap().unwrap();
-        assert_eq!((event.flush_asked, event.clock), (Some(0), 9));
+        assert_eq!((event.flush_asked, event.durable_asked, event.clock), (Some(0), None, 9));
+        jobs.ask_flush("j", 1, (0, true), 3, now).unwrap();
+        let event = jobs.poll("j", 0, (0, 0), now).unwrap().unwrap();
+        assert_eq!((event.durable_asked, event.clock), (Some(0), 9), "the largest clock is kept");
         assert_eq!(jobs.poll("j", 0, (1, 0), now).unwrap(), None, "generation 1 not asked yet");
     }
 
@@ -260,7 +275,7 @@ mod tests {
         let (mut jobs, now) = (table(), Instant::now());
         jobs.join("j", 2, now).unwrap();
         jobs.join("j", 2, now).unwrap();
-        jobs.ask_flush("j", 0, 0, 1, now).unwrap();
+        jobs.ask_flush("j", 0, (0, false), 1, now).unwrap();
         assert_eq!(jobs.leave("j", 1, 0, now).unwrap_err().code, ErrorCode::Unavailable);
         jobs.leave("j", 1, 1, now).unwrap();
         assert_eq!(jobs.event("j", 0, now).unwrap().left, vec![(1, 1)]);

@@ -115,6 +115,11 @@ pub struct FlushJob {
     /// must send the same list, ascending).
     pub absent: Vec<u32>,
     pub file: FileId,
+    /// Whether the flush must end with the written forks synced (`sync`, `close`, a read);
+    /// the server syncs if any member says so. A flush that is not durable leaves its bytes
+    /// in the server's cache; the members detect a server restart before the next durable
+    /// flush by its boot epoch and fail that flush.
+    pub durable: bool,
 }
 
 /// One log-cache directory entry, mapped to one subfile's `data` fork: `length` bytes at

@@ -212,6 +212,8 @@ pub enum MetaRequest {
         member: u32,
         epoch: u64,
         clock: u64,
+        /// The flush must end with the data synced (a `sync` or `close`, not a full cache).
+        durable: bool,
     },
     /// ENWRICH: waits up to `wait_ms` (bounded by the service) for a flush of generation
     /// `epoch` or later to be asked; replied `Job`. Also renews the member's lease.
@@ -236,6 +238,8 @@ pub enum MetaRequest {
 pub struct JobEvent {
     /// Highest generation a flush was asked for (`None`: none yet).
     pub flush_asked: Option<u64>,
+    /// Highest generation a durable flush was asked for.
+    pub durable_asked: Option<u64>,
     /// The largest hybrid-logical-clock value any member reported.
     pub clock: u64,
     /// Members that left: (member index, the generation from which it takes no part).

@@ -47,7 +47,7 @@ pub(crate) struct FlushConfig {
 type SessionKey = (String, u64, FileId);
 
 enum Event {
-    Directory { member: u32, entries: Vec<FlushEntry>, closed: watch::Receiver<bool> },
+    Directory { member: u32, entries: Vec<FlushEntry>, closed: watch::Receiver<bool>, durable: bool },
     Data { member: u32, ranges: Vec<PullRange>, data: Bytes, _held: OwnedSemaphorePermit },
     Gone { member: u32 },
 }
@@ -66,9 +66,18 @@ struct Session {
     orders: Vec<tokio::sync::Mutex<mpsc::Receiver<Order>>>,
 }
 
+/// Forks written by flushes that were not durable, per (job, file): the next durable flush
+/// of the job syncs them.
+type Unsynced = HashMap<(String, FileId), BTreeSet<(TargetId, SubfileIndex)>>;
+
+/// Jobs whose non-durable flushes a server remembers, per allowed session; past this a
+/// flush syncs at once.
+const UNSYNCED_JOBS_PER_SESSION: usize = 16;
+
 /// Every flush session of this server.
 pub(crate) struct Sessions {
     sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+    unsynced: Mutex<Unsynced>,
     config: FlushConfig,
     executor: Arc<Executor>,
     memory: Arc<Semaphore>,
@@ -101,6 +110,7 @@ impl Sessions {
     ) -> Sessions {
         Sessions {
             sessions: Mutex::new(HashMap::new()),
+            unsynced: Mutex::new(HashMap::new()),
             config,
             executor,
             memory,
@@ -155,7 +165,7 @@ impl Sessions {
             }
         }
         let session = self.session(&job, true)?;
-        let event = Event::Directory { member: job.member, entries, closed };
+        let event = Event::Directory { member: job.member, entries, closed, durable: job.durable };
         session.inbox.send(event).await.map_err(|_| ended(&job))?;
         Ok(IoReply::Done { bytes: 0 })
     }
@@ -297,7 +307,7 @@ impl Conductor {
     }
 
     async fn flush(&self, events: &mut mpsc::Receiver<Event>) -> Result<u64, WireError> {
-        let directories = self.directories(events).await?;
+        let (directories, durable) = self.directories(events).await?;
         let entries: Vec<MemberEntry> = directories
             .iter()
             .flat_map(|(member, list)| {
@@ -330,17 +340,34 @@ impl Conductor {
         if let Some(previous) = writing {
             join(previous).await?;
         }
-        self.sync(forks).await?;
+        let unsynced_key = (self.job.name.clone(), self.job.file);
+        let to_sync = {
+            let config = &self.sessions.config;
+            let mut unsynced = self.sessions.unsynced.lock();
+            let room = unsynced.contains_key(&unsynced_key)
+                || unsynced.len() < config.sessions_max.saturating_mul(UNSYNCED_JOBS_PER_SESSION);
+            if durable || !room {
+                let mut all = unsynced.remove(&unsynced_key).unwrap_or_default();
+                all.extend(forks);
+                all
+            } else {
+                unsynced.entry(unsynced_key).or_default().extend(forks);
+                BTreeSet::new()
+            }
+        };
+        self.sync(to_sync).await?;
         Ok(total)
     }
 
-    /// Every expected member's directory, or an error naming who is missing or gone.
+    /// Every expected member's directory, and whether any member asked for a durable
+    /// flush; or an error naming who is missing or gone.
     async fn directories(
         &self,
         events: &mut mpsc::Receiver<Event>,
-    ) -> Result<BTreeMap<u32, Vec<FlushEntry>>, WireError> {
+    ) -> Result<(BTreeMap<u32, Vec<FlushEntry>>, bool), WireError> {
         let expected = self.expected();
         let mut directories = BTreeMap::new();
+        let mut durable = false;
         let deadline = Instant::now() + self.sessions.config.member_wait;
         while directories.len() < expected.len() {
             let Ok(event) = timeout_at(deadline, events.recv()).await else {
@@ -355,7 +382,8 @@ impl Conductor {
                 )));
             };
             match event {
-                Some(Event::Directory { member, entries, closed }) => {
+                Some(Event::Directory { member, entries, closed, durable: asked }) => {
+                    durable |= asked;
                     if !expected.contains(&member) || directories.contains_key(&member) {
                         return Err(bad(format!("member {member} sent a directory it may not send")));
                     }
@@ -369,7 +397,7 @@ impl Conductor {
                 None => return Err(ended(&self.job)),
             }
         }
-        Ok(directories)
+        Ok((directories, durable))
     }
 
     /// Reports `member` gone when its connection closes (until the session ends).
@@ -487,7 +515,7 @@ mod tests {
     use super::*;
 
     fn job(member: u32, members: u32, absent: Vec<u32>) -> FlushJob {
-        FlushJob { name: "j".into(), epoch: 0, member, members, absent, file: FileId(1) }
+        FlushJob { name: "j".into(), epoch: 0, member, members, absent, file: FileId(1), durable: false }
     }
 
     #[test]

@@ -15,7 +15,9 @@
 
 mod cluster;
 mod data;
+mod enwrich;
 mod group;
+mod hpf;
 mod meta;
 mod paper;
 mod plan;

@@ -61,19 +61,21 @@ pub(crate) fn gather(cache: &LogCache, ranges: &[PullRange], server: &str) -> Re
     Ok(packed.freeze())
 }
 
+/// What one server reported: its address, its boot epoch, the bytes it wrote.
+pub(crate) type ServerDone = (String, u64, u64);
+
 /// Flushes the log's entries for `entry` as member `job.member`: every server's part, all at
-/// once; the bytes the servers wrote. Fails naming the first server (or member, as the
-/// server reports) that failed.
+/// once; what each server reported. Fails naming the first server (or member, as the server
+/// reports) that failed.
 pub(crate) async fn flush(
     core: &Arc<Core>,
     entry: &EntryInfo,
     job: &FlushJob,
     cache: &LogCache,
-) -> Result<u64, ClientError> {
+) -> Result<Vec<ServerDone>, ClientError> {
     let parts = directories(entry, cache.entries())?;
     let calls = parts.into_iter().map(|(server, entries)| flush_server(core, server, job, entries, cache));
-    let written = futures::future::try_join_all(calls).await?;
-    Ok(written.iter().sum())
+    futures::future::try_join_all(calls).await
 }
 
 async fn flush_server(
@@ -82,7 +84,7 @@ async fn flush_server(
     job: &FlushJob,
     entries: Vec<FlushEntry>,
     cache: &LogCache,
-) -> Result<u64, ClientError> {
+) -> Result<ServerDone, ClientError> {
     let server = core.server(&addr).await?;
     let directory = IoRequest::FlushDirectory { job: job.clone(), entries };
     match core.io_call(&server, &directory, Bytes::new(), 0).await?.0 {
@@ -99,7 +101,7 @@ async fn flush_server(
                 let answer = IoRequest::FlushData { job: job.clone(), ranges };
                 reply = core.io_call(&server, &answer, data, bytes).await?.0;
             }
-            IoReply::Flushed { bytes } => return Ok(bytes),
+            IoReply::Flushed { bytes } => return Ok((addr, server.epoch, bytes)),
             other => return Err(unexpected("flush pull", &other)),
         }
     }

@@ -106,6 +106,13 @@ struct State {
     end_bytes: u64,
     /// Flushes this member took part in, and bytes its servers wrote.
     flushes: u64,
+    /// The last generation flushed durably (synced on every server).
+    durable_done: Option<u64>,
+    /// Each server's boot epoch when a flush that was not durable left bytes in its cache:
+    /// a server that restarted before the next durable flush may have lost them.
+    unsynced: HashMap<String, u64>,
+    /// Set once a server restart may have lost flushed bytes: every later sync fails.
+    lost: Option<String>,
 }
 
 /// A file open for writing in ENWRICH mode. Reads go through [`Client::open`], which flushes
@@ -135,7 +142,7 @@ impl Client {
         let key = (Arc::as_ptr(&self.core) as usize, id);
         let handle = registry().lock().get(&key).and_then(Weak::upgrade);
         match handle {
-            Some(shared) => flush_and_wait(&shared),
+            Some(shared) => flush_and_wait(&shared, true),
             None => Ok(()),
         }
     }
@@ -159,6 +166,9 @@ impl EnwrichFile {
             first_write: None,
             end_bytes: 0,
             flushes: 0,
+            durable_done: None,
+            unsynced: HashMap::new(),
+            lost: None,
         };
         let size = options.job_size;
         let shared = Arc::new(Shared {
@@ -219,7 +229,7 @@ impl EnwrichFile {
                 return Ok(stamp);
             }
             drop(state);
-            flush_and_wait(shared)?;
+            flush_and_wait(shared, false)?;
             if rest.is_empty() {
                 return Ok(stamp);
             }
@@ -229,7 +239,7 @@ impl EnwrichFile {
     /// Flushes the whole job now and waits until this member's data is durable and the size
     /// published.
     pub fn sync(&self) -> Result<(), ClientError> {
-        flush_and_wait(&self.shared)
+        flush_and_wait(&self.shared, true)
     }
 
     /// Flushes, leaves the job group and stops the watcher.
@@ -242,14 +252,16 @@ impl EnwrichFile {
     fn leave(&self) -> Result<(), ClientError> {
         let shared = &self.shared;
         loop {
-            let (epoch, empty) = {
+            // Logged bytes, bytes flushed but not synced, or a size not published: a durable
+            // flush first.
+            let pending = {
                 let state = shared.state.lock();
-                (state.epoch, state.cache.is_empty())
+                !state.cache.is_empty() || !state.unsynced.is_empty() || state.end_bytes > 0
             };
-            if !empty {
-                flush_and_wait(shared)?;
-                continue;
+            if pending {
+                flush_and_wait(shared, true)?;
             }
+            let epoch = shared.state.lock().epoch;
             let request = MetaRequest::JobLeave { name: shared.group.clone(), member: shared.member, epoch };
             match shared.file.client.meta(request) {
                 Ok(_) => return Ok(()),
@@ -262,11 +274,11 @@ impl EnwrichFile {
         }
     }
 
+    /// Stops the watcher without waiting for its long-poll to end: it checks the flag before
+    /// taking part in anything, and exits at its next turn (within `job_wait_ms`).
     fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        if let Some(watcher) = self.watcher.take() {
-            let _ = watcher.join();
-        }
+        drop(self.watcher.take());
         let key = (Arc::as_ptr(&self.shared.file.client.core) as usize, self.shared.file.id());
         registry().lock().remove(&key);
     }
@@ -278,19 +290,37 @@ impl Drop for EnwrichFile {
     }
 }
 
-/// Asks the job to flush the current generation and waits until it is done here. Nothing to
-/// flush anywhere is still a flush: the job's other members may hold data.
-fn flush_and_wait(shared: &Shared) -> Result<(), ClientError> {
-    let (epoch, clock) = {
+/// Flushes a `durable` generation asked before it started, at most this many times over.
+const DURABLE_ATTEMPTS_MAX: usize = 16;
+
+/// Asks the job to flush the current generation and waits until it is done here; a
+/// `durable` flush also waits until a generation flushed as durable (synced) has covered
+/// everything this member logged before the call. Nothing to flush anywhere is still a flush:
+/// the job's other members may hold data.
+fn flush_and_wait(shared: &Shared, durable: bool) -> Result<(), ClientError> {
+    for _ in 0..DURABLE_ATTEMPTS_MAX {
+        let (epoch, clock) = {
+            let state = shared.state.lock();
+            if let Some(lost) = &state.lost {
+                return Err(ClientError::Enwrich(lost.clone()));
+            }
+            (state.epoch, state.clock.last())
+        };
+        ask_flush(shared, (epoch, durable), clock)?;
+        wait_flushed(shared, epoch)?;
         let state = shared.state.lock();
-        (state.epoch, state.clock.last())
-    };
-    ask_flush(shared, epoch, clock)?;
-    wait_flushed(shared, epoch)
+        // A generation already under way when this member asked may not be durable: then
+        // the next one is (it was asked durable before it started).
+        if !durable || state.durable_done.is_some_and(|done| done >= epoch) {
+            return Ok(());
+        }
+    }
+    Err(ClientError::Enwrich(format!("no durable flush in {DURABLE_ATTEMPTS_MAX} generations")))
 }
 
-fn ask_flush(shared: &Shared, epoch: u64, clock: u64) -> Result<(), ClientError> {
-    let request = MetaRequest::JobFlush { name: shared.group.clone(), member: shared.member, epoch, clock };
+fn ask_flush(shared: &Shared, (epoch, durable): (u64, bool), clock: u64) -> Result<(), ClientError> {
+    let request =
+        MetaRequest::JobFlush { name: shared.group.clone(), member: shared.member, epoch, clock, durable };
     shared.file.client.meta(request).map(|_| ())
 }
 
@@ -321,7 +351,7 @@ fn watch(shared: &Arc<Shared>) {
             (state.epoch, state.clock.last(), due)
         };
         if due {
-            if let Err(error) = ask_flush(shared, epoch, clock) {
+            if let Err(error) = ask_flush(shared, (epoch, false), clock) {
                 tracing::warn!(%error, "ENWRICH: timed flush not asked");
             }
         }
@@ -346,6 +376,9 @@ fn watch(shared: &Arc<Shared>) {
 /// Runs generation `epoch`'s flush here if `event` says it was asked.
 fn take_part(shared: &Shared, epoch: u64, event: &JobEvent) {
     let mut state = shared.state.lock();
+    if shared.stop.load(Ordering::Acquire) {
+        return;
+    }
     state.clock.observe(event.clock);
     if event.flush_asked.is_none_or(|asked| asked < epoch) || state.epoch != epoch {
         return;
@@ -359,29 +392,66 @@ fn take_part(shared: &Shared, epoch: u64, event: &JobEvent) {
         members: shared.size,
         absent,
         file: shared.file.entry().file_id(),
+        durable: event.durable_asked.is_some_and(|asked| asked >= epoch),
     };
     let client = &shared.file.client;
     let outcome = client.block_on(flush::flush(&client.core, shared.file.entry(), &job, &state.cache));
-    let outcome = outcome.and_then(|_| {
-        if state.end_bytes > 0 {
-            client.core.note_write(shared.file.id(), state.end_bytes, crate::file::now_ns());
-        }
-        shared.file.flush()
-    });
+    let outcome = outcome.and_then(|servers| settle(shared, &mut state, &servers, job.durable));
     match outcome {
         Ok(()) => {
             state.cache.clear();
             state.first_write = None;
-            state.end_bytes = 0;
             state.flushes += 1;
+            if job.durable {
+                state.durable_done = Some(epoch);
+            }
         }
         Err(error) => {
             let message = format!("flush {epoch} of job {:?} failed: {error}", shared.options.job_name);
             tracing::warn!(%message, "ENWRICH");
             state.failed = Some((epoch, message));
+            // The timeout trigger tries again one timeout later, not at once.
+            if state.first_write.is_some() {
+                state.first_write = Some(Instant::now());
+            }
         }
     }
     state.epoch = epoch + 1;
     drop(state);
     shared.changed.notify_all();
+}
+
+/// After every server answered: a durable flush checks that no server restarted since a
+/// flush that was not durable left bytes in its cache (else those bytes may be lost, and
+/// every later sync says so), then publishes the size; a flush that was not durable notes
+/// each server's boot epoch.
+fn settle(
+    shared: &Shared,
+    state: &mut State,
+    servers: &[flush::ServerDone],
+    durable: bool,
+) -> Result<(), ClientError> {
+    for (server, epoch, _) in servers {
+        let before = *state.unsynced.entry(server.clone()).or_insert(*epoch);
+        if before != *epoch {
+            let lost = format!(
+                "server {server} restarted after an earlier flush of job {:?} left bytes in its cache \
+                 unsynced; they may be lost",
+                shared.options.job_name
+            );
+            state.lost = Some(lost.clone());
+            return Err(ClientError::Enwrich(lost));
+        }
+    }
+    if !durable {
+        return Ok(());
+    }
+    state.unsynced.clear();
+    if state.end_bytes > 0 {
+        let client = &shared.file.client;
+        client.core.note_write(shared.file.id(), state.end_bytes, crate::file::now_ns());
+    }
+    shared.file.flush()?;
+    state.end_bytes = 0;
+    Ok(())
 }

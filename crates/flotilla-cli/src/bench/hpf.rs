@@ -1,0 +1,124 @@
+//! The ENWRICH paper's HPF write patterns (§4, after Kotz's disk-directed I/O paper): one
+//! 2-D array of `order` × `order` records, row-major in the file, distributed over the
+//! processes NONE, BLOCK or CYCLIC in each dimension. `wXY` names the row (X) and column (Y)
+//! distributions: `wnn` maps the whole array to process 0; `wbn`/`wcn` split rows over all
+//! processes, `wnb`/`wnc` columns; `wbb`, `wcc`, `wbc`, `wcb` use a process grid as square
+//! as the count allows. Each process writes its records in row-major order, one write per
+//! record. Pure: no I/O.
+
+/// How one dimension is spread over the processes along it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dist {
+    None,
+    Block,
+    Cyclic,
+}
+
+impl Dist {
+    fn letter(self) -> char {
+        match self {
+            Dist::None => 'n',
+            Dist::Block => 'b',
+            Dist::Cyclic => 'c',
+        }
+    }
+
+    /// The process (along this dimension, of `count`) holding index `i` of `order`.
+    fn owner(self, i: u64, order: u64, count: u64) -> u64 {
+        match self {
+            Dist::None => 0,
+            Dist::Block => i / order.div_ceil(count),
+            Dist::Cyclic => i % count,
+        }
+    }
+}
+
+/// A single-array write pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pattern {
+    pub rows: Dist,
+    pub columns: Dist,
+}
+
+/// The patterns `flotilla bench paper enwrich` runs.
+pub const PATTERNS: [Pattern; 7] = [
+    Pattern { rows: Dist::None, columns: Dist::None },
+    Pattern { rows: Dist::Block, columns: Dist::Block },
+    Pattern { rows: Dist::Cyclic, columns: Dist::Cyclic },
+    Pattern { rows: Dist::Block, columns: Dist::Cyclic },
+    Pattern { rows: Dist::Cyclic, columns: Dist::None },
+    Pattern { rows: Dist::None, columns: Dist::Cyclic },
+    Pattern { rows: Dist::Block, columns: Dist::None },
+];
+
+impl Pattern {
+    pub fn name(self) -> String {
+        format!("w{}{}", self.rows.letter(), self.columns.letter())
+    }
+
+    /// Processes along rows and along columns, for `processes` in all.
+    fn grid(self, processes: u64) -> (u64, u64) {
+        match (self.rows, self.columns) {
+            (Dist::None, Dist::None) => (1, 1),
+            (_, Dist::None) => (processes, 1),
+            (Dist::None, _) => (1, processes),
+            _ => {
+                let rows = (1..=processes)
+                    .filter(|d| processes.is_multiple_of(*d) && d * d <= processes)
+                    .max()
+                    .unwrap_or(1);
+                (rows, processes / rows)
+            }
+        }
+    }
+
+    /// The process (of `processes`) that writes record (`row`, `column`).
+    pub fn owner(self, row: u64, column: u64, order: u64, processes: u64) -> u64 {
+        let (along_rows, along_columns) = self.grid(processes);
+        self.rows.owner(row, order, along_rows) * along_columns
+            + self.columns.owner(column, order, along_columns)
+    }
+
+    /// The records process `process` writes, in its order, as row-major record indexes.
+    pub fn records(self, order: u64, processes: u64, process: u64) -> Vec<u64> {
+        (0..order * order).filter(|r| self.owner(r / order, r % order, order, processes) == process).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn every_record_is_written_by_exactly_one_process(order in 1u64..40, processes in 1u64..9, p in 0usize..7) {
+            let pattern = PATTERNS[p];
+            let mut seen = vec![0u32; (order * order) as usize];
+            for process in 0..processes {
+                for record in pattern.records(order, processes, process) {
+                    seen[record as usize] += 1;
+                }
+            }
+            prop_assert!(seen.iter().all(|&n| n == 1));
+        }
+    }
+
+    #[test]
+    fn the_distributions_are_the_papers() {
+        let owners = |p: Pattern| (0..16).map(|r| p.owner(r / 4, r % 4, 4, 4)).collect::<Vec<_>>();
+        assert_eq!(owners(PATTERNS[0]), vec![0; 16], "wnn: all on process 0");
+        assert_eq!(
+            owners(PATTERNS[1]),
+            vec![0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3],
+            "wbb: 2x2 blocks"
+        );
+        assert_eq!(owners(PATTERNS[2]), vec![0, 1, 0, 1, 2, 3, 2, 3, 0, 1, 0, 1, 2, 3, 2, 3], "wcc");
+        assert_eq!(
+            owners(PATTERNS[4]),
+            vec![0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3],
+            "wcn: rows cyclic"
+        );
+        assert_eq!(PATTERNS[5].name(), "wnc");
+    }
+}
