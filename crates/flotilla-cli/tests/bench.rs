@@ -317,3 +317,22 @@ fn paper_group_runs_the_four_programs_and_checks_their_data() {
         assert!(finding["paper"].as_str().unwrap().contains("Table 3"), "{finding}");
     }
 }
+
+#[test]
+fn paper_enwrich_runs_both_methods_and_checks_their_data() {
+    let output = Command::new(FLOTILLA)
+        .args(["bench", "paper", "enwrich", "--quick", "--runs", "1", "--target-kind", "dir", "--json"])
+        .env_remove("FLOTILLA_META")
+        .output()
+        .expect("run flotilla bench paper enwrich");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let value: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let findings = value["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 4, "2 comparisons × 2 record sizes: {stdout}");
+    for finding in findings {
+        assert!(finding["ours"].as_f64().unwrap() > 0.0, "both methods were timed: {finding}");
+    }
+    let points = value["experiments"][0]["points"].as_array().expect("points");
+    assert_eq!(points.len(), 8, "2 patterns × 2 record sizes × 2 methods: {stdout}");
+}
