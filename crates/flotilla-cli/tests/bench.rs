@@ -329,7 +329,7 @@ fn paper_enwrich_runs_both_methods_and_checks_their_data() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let value: Value = serde_json::from_str(&stdout).expect("one JSON object");
     let findings = value["findings"].as_array().expect("findings");
-    assert_eq!(findings.len(), 4, "2 comparisons × 2 record sizes: {stdout}");
+    assert_eq!(findings.len(), 5, "2 comparisons × 2 record sizes, and the cache sweep: {stdout}");
     for finding in findings {
         assert!(finding["ours"].as_f64().unwrap() > 0.0, "both methods were timed: {finding}");
     }
