@@ -357,3 +357,21 @@ fn a_server_restart_after_an_unsynced_flush_fails_the_next_sync() {
     let again = members[0].ask("sync");
     assert!(again.contains("may be lost"), "the loss is reported on every later sync: {again:?}");
 }
+
+#[test]
+fn members_that_left_take_no_part_in_later_flushes() {
+    let cluster = cluster();
+    let client = cluster.client();
+    create(&client, "/leavers");
+    let mut members = job(&cluster, "leavers", 3, "/leavers", (64 << 10, 0.1, 0));
+    assert_eq!(members[1].ask("close"), "ok");
+    assert_eq!(members[2].ask("close"), "ok");
+    // Member 0 alone: a full cache (not durable), then a sync (durable), then a close.
+    members[0].write(0, 100_000, 31);
+    assert_eq!(members[0].ask("sync"), "ok");
+    members[0].write(100_000, 1000, 32);
+    assert_eq!(members[0].ask("close"), "ok");
+    let mut expected = member_bytes(31, 100_000);
+    expected.extend(member_bytes(32, 1000));
+    assert_eq!(read_all(&client, "/leavers", 101_000), expected);
+}

@@ -385,6 +385,10 @@ fn take_part(shared: &Shared, epoch: u64, event: &JobEvent) {
     }
     let absent: Vec<u32> =
         event.left.iter().filter(|(_, from)| *from <= epoch).map(|(member, _)| *member).collect();
+    // This member left before this generation (its watcher not yet stopped): no part in it.
+    if absent.contains(&shared.member) {
+        return;
+    }
     let job = FlushJob {
         name: shared.group.clone(),
         epoch,
