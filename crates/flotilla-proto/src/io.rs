@@ -75,8 +75,8 @@ pub enum IoRequest {
         fork: ForkRef,
     },
     /// `request` made under `capability` (issued by the metadata service): how a client
-    /// credential reaches a file's data. Never nested. Keep this the last variant
-    /// (`WITH_VARIANT_INDEX`).
+    /// credential reaches a file's data. Never nested. Its index stays 12
+    /// (`WITH_VARIANT_INDEX`): later variants are appended after it.
     With {
         capability: crate::Capability,
         request: Box<IoRequest>,
