@@ -40,7 +40,7 @@ pub const JOB_SIZE_ENV: &str = "FLOTILLA_JOB_SIZE";
 pub struct EnwrichOptions {
     /// The job group's name: every process of the job passes the same one.
     pub job_name: String,
-    /// How many processes the job has (all must join before the first flush completes).
+    /// How many processes the job has (all must join before any of them asks for a flush).
     pub job_size: u32,
     /// The log cache's size (paper: 1 MB per process).
     pub cache_bytes: u64,
