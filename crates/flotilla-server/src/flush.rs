@@ -527,6 +527,171 @@ mod tests {
         assert!(check_job(&job(1, 4, vec![1]), 8).is_err(), "a sender is not absent");
     }
 
+    mod sessions {
+        use super::super::*;
+        use crate::execute::BufferPool;
+        use flotilla_store::{Store, StoreConfig};
+        use flotilla_types::Limits;
+
+        struct Rig {
+            sessions: Arc<Sessions>,
+            target: TargetId,
+            frames: Arc<Semaphore>,
+            _dir: tempfile::TempDir,
+        }
+
+        fn rig(wait_ms: u64) -> Rig {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(StoreConfig::new(vec![dir.path().to_path_buf()], true)).unwrap();
+            let target = store.target_ids()[0];
+            store.create_subfile(target, FileId(1), SubfileIndex(0)).unwrap();
+            let executor =
+                Arc::new(Executor { store, limits: Limits::default(), pool: BufferPool::new(1, 1 << 20) });
+            let config = FlushConfig {
+                sessions_max: 4,
+                members_max: 8,
+                entries_max: 100,
+                member_wait: Duration::from_millis(wait_ms),
+                block_bytes: 8,
+                segments_per_step_max: 4,
+            };
+            let memory = (Arc::new(Semaphore::new(1 << 10)), 1 << 10);
+            let sessions = Arc::new(Sessions::new(config, executor, memory, "server-t".into()));
+            Rig { sessions, target, frames: Arc::new(Semaphore::new(64)), _dir: dir }
+        }
+
+        fn job(member: u32, members: u32) -> FlushJob {
+            FlushJob {
+                name: "j".into(),
+                epoch: 0,
+                member,
+                members,
+                absent: vec![],
+                file: FileId(1),
+                durable: true,
+            }
+        }
+
+        fn entry(target: TargetId, offset: u64, length: u64, timestamp: u64) -> FlushEntry {
+            FlushEntry { target, subfile: SubfileIndex(0), offset, length, timestamp, cache_offset: 0 }
+        }
+
+        impl Rig {
+            async fn send(&self, request: IoRequest, data: Bytes, closed: &watch::Receiver<bool>) -> IoReply {
+                let held = self.frames.clone().acquire_owned().await.unwrap();
+                self.sessions.handle(request, data, held, closed.clone()).await
+            }
+
+            /// One member's whole part: directory, then answering pulls from `cache`.
+            async fn member(&self, job: FlushJob, entries: Vec<FlushEntry>, cache: Vec<u8>) -> IoReply {
+                let (_open, closed) = watch::channel(false);
+                let directory = IoRequest::FlushDirectory { job: job.clone(), entries };
+                match self.send(directory, Bytes::new(), &closed).await {
+                    IoReply::Done { .. } => {}
+                    other => return other,
+                }
+                let mut reply =
+                    self.send(IoRequest::FlushPull { job: job.clone() }, Bytes::new(), &closed).await;
+                while let IoReply::Pull { ranges } = reply {
+                    let mut data = Vec::new();
+                    for r in &ranges {
+                        data.extend_from_slice(
+                            &cache[r.cache_offset as usize..(r.cache_offset + r.length) as usize],
+                        );
+                    }
+                    let answer = IoRequest::FlushData { job: job.clone(), ranges };
+                    reply = self.send(answer, Bytes::from(data), &closed).await;
+                }
+                reply
+            }
+
+            fn read(&self, length: usize) -> Vec<u8> {
+                let fork = ForkRef::new(self.target, FileId(1), SubfileIndex(0), DATA_FORK);
+                let mut out = vec![0u8; length];
+                self.sessions
+                    .executor
+                    .store
+                    .read(&fork, &[Extent { offset: 0, length: length as u64 }], &mut out)
+                    .unwrap();
+                out
+            }
+        }
+
+        fn error(reply: IoReply) -> WireError {
+            match reply {
+                IoReply::Error(error) => error,
+                other => panic!("expected an error, got {other:?}"),
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn two_members_newest_wins_across_blocks() {
+            let rig = Arc::new(rig(5000));
+            let target = rig.target;
+            let (a, b) = (rig.clone(), rig.clone());
+            let first =
+                tokio::spawn(
+                    async move { a.member(job(0, 2), vec![entry(target, 0, 20, 1)], vec![1; 20]).await },
+                );
+            let second =
+                tokio::spawn(
+                    async move { b.member(job(1, 2), vec![entry(target, 6, 6, 2)], vec![2; 6]).await },
+                );
+            assert_eq!(first.await.unwrap(), IoReply::Flushed { bytes: 20 });
+            assert_eq!(second.await.unwrap(), IoReply::Flushed { bytes: 20 });
+            let mut expected = vec![1u8; 20];
+            expected[6..12].fill(2);
+            assert_eq!(rig.read(20), expected);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_missing_member_is_named() {
+            let rig = rig(100);
+            let reply = rig.member(job(0, 3), vec![entry(rig.target, 0, 4, 1)], vec![1; 4]).await;
+            let error = error(reply);
+            assert_eq!(error.code, ErrorCode::Unavailable);
+            assert!(error.message.contains("no directory from members 1, 2"), "{}", error.message);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_member_whose_connection_closes_fails_the_flush_naming_it() {
+            let rig = Arc::new(rig(5000));
+            let (gone, closed) = watch::channel(false);
+            let directory =
+                IoRequest::FlushDirectory { job: job(1, 2), entries: vec![entry(rig.target, 0, 4, 1)] };
+            assert!(matches!(rig.send(directory, Bytes::new(), &closed).await, IoReply::Done { .. }));
+            let other = rig.clone();
+            let target = rig.target;
+            let first = tokio::spawn(async move {
+                other.member(job(0, 2), vec![entry(target, 4, 4, 1)], vec![1; 4]).await
+            });
+            gone.send(true).unwrap();
+            let error = error(first.await.unwrap());
+            assert!(error.message.contains("member 1 of job \"j\" went away"), "{}", error.message);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn bad_messages_are_refused_with_their_reason() {
+            let rig = rig(100);
+            let (_open, closed) = watch::channel(false);
+            let foreign =
+                IoRequest::FlushDirectory { job: job(0, 1), entries: vec![entry(TargetId(999), 0, 4, 1)] };
+            let refused = error(rig.send(foreign, Bytes::new(), &closed).await);
+            assert_eq!(refused.code, ErrorCode::NotFound);
+            assert!(refused.message.contains("not on this server"), "{}", refused.message);
+            let early = error(rig.send(IoRequest::FlushPull { job: job(0, 1) }, Bytes::new(), &closed).await);
+            assert_eq!(early.code, ErrorCode::NotFound, "no session yet: {}", early.message);
+            let overflow = IoRequest::FlushDirectory {
+                job: job(0, 1),
+                entries: vec![entry(rig.target, u64::MAX, 4, 1)],
+            };
+            assert!(matches!(rig.send(overflow, Bytes::new(), &closed).await, IoReply::Done { .. }));
+            let planned =
+                error(rig.send(IoRequest::FlushPull { job: job(0, 1) }, Bytes::new(), &closed).await);
+            assert!(planned.message.contains("runs past the largest offset"), "{}", planned.message);
+        }
+    }
+
     #[test]
     fn missing_members_are_named() {
         assert_eq!(members_named(&[2]), "member 2");
