@@ -107,6 +107,19 @@ impl Member {
         }
     }
 
+    /// Waits (bounded) until this member's watcher recorded a failed flush; its message.
+    fn wait_failure(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let failure = self.value("failure", "failure");
+            if !failure.is_empty() {
+                return failure;
+            }
+            assert!(Instant::now() < deadline, "member {} recorded no failed flush", self.index);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -290,7 +303,7 @@ fn a_member_killed_mid_flush_fails_the_flush_on_every_member_naming_it() {
     members[2].kill();
     let answer = members[0].answer();
     assert!(answer.starts_with("error=") && answer.contains("member 2"), "member 0 got {answer:?}");
-    let failure = members[1].value("failure", "failure");
+    let failure = members[1].wait_failure();
     assert!(failure.contains("member 2"), "member 1's flush failed with {failure:?}");
     // What was durable before stays durable.
     let file = client.open("/member-dies").unwrap();
@@ -322,7 +335,7 @@ fn a_server_killed_mid_flush_fails_the_flush_naming_it_and_loses_nothing_durable
     unsafe { libc::kill(members[2].child.id() as i32, libc::SIGCONT) };
     let answer = members[0].answer();
     assert!(answer.starts_with("error=") && answer.contains(&victim_addr), "member 0 got {answer:?}");
-    let failure = members[1].value("failure", "failure");
+    let failure = members[1].wait_failure();
     assert!(failure.contains(&victim_addr), "member 1's flush failed with {failure:?}");
     // The server comes back where it was: the bytes flushed before are all there.
     let target = cluster.target_dir(3);
