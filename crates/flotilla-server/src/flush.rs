@@ -426,6 +426,9 @@ impl Conductor {
             let sender = &self.senders[*member as usize];
             sender.send(Order::Pull(step.pulls(*member))).await.map_err(|_| ended(&self.job))?;
         }
+        // A frame's share of the data budget ends when its bytes arrive here (holding it while
+        // waiting for the block's share below could deadlock flushes against each other); the
+        // bytes wait here at most one step, for at most `flush_sessions_max` sessions.
         let mut answers: BTreeMap<u32, Bytes> = BTreeMap::new();
         let deadline = Instant::now() + self.sessions.config.member_wait;
         while answers.len() < members.len() {
