@@ -334,5 +334,5 @@ fn paper_enwrich_runs_both_methods_and_checks_their_data() {
         assert!(finding["ours"].as_f64().unwrap() > 0.0, "both methods were timed: {finding}");
     }
     let points = value["experiments"][0]["points"].as_array().expect("points");
-    assert_eq!(points.len(), 8, "2 patterns × 2 record sizes × 2 methods: {stdout}");
+    assert_eq!(points.len(), 12, "2 patterns and wrnnbb × 2 record sizes × 2 methods: {stdout}");
 }

@@ -64,6 +64,10 @@ struct Session {
     absent: Vec<u32>,
     inbox: mpsc::Sender<Event>,
     orders: Vec<tokio::sync::Mutex<mpsc::Receiver<Order>>>,
+    /// Members that were handed the final answer (`Flushed` or the error), and a signal
+    /// for each: the session is forgotten once every expected member has its answer.
+    answered: std::sync::atomic::AtomicUsize,
+    answer_given: tokio::sync::Notify,
 }
 
 /// Forks written by flushes that were not durable, per (job, file): the next durable flush
@@ -220,6 +224,8 @@ impl Sessions {
             absent: job.absent.clone(),
             inbox,
             orders: receivers.into_iter().map(tokio::sync::Mutex::new).collect(),
+            answered: std::sync::atomic::AtomicUsize::new(0),
+            answer_given: tokio::sync::Notify::new(),
         });
         sessions.insert(key.clone(), session.clone());
         let conductor =
@@ -259,7 +265,12 @@ async fn next_order(session: &Session, member: u32) -> IoReply {
     let Some(orders) = session.orders.get(member as usize) else {
         return IoReply::Error(bad(format!("no member {member} in this job")));
     };
-    match orders.lock().await.recv().await {
+    let order = orders.lock().await.recv().await;
+    if matches!(order, Some(Order::Done(_) | Order::Fail(_))) {
+        session.answered.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        session.answer_given.notify_one();
+    }
+    match order {
         Some(Order::Pull(ranges)) => IoReply::Pull { ranges },
         Some(Order::Done(bytes)) => IoReply::Flushed { bytes },
         Some(Order::Fail(error)) => IoReply::Error(error),
@@ -289,9 +300,21 @@ impl Conductor {
         for sender in &self.senders {
             let _ = sender.try_send(last.clone());
         }
-        // Late messages of this generation are answered from the queued orders, then dropped.
-        let linger = self.sessions.config.member_wait;
-        let _ = tokio::time::timeout(linger, async { while events.recv().await.is_some() {} }).await;
+        // Members still to poll get the queued answer; late events are dropped. The session
+        // is forgotten once every expected member has its answer, or after
+        // `flush_member_wait_ms` (a member that never polls again).
+        let deadline = Instant::now() + self.sessions.config.member_wait;
+        let expected = self.expected().len();
+        let session = &self.session;
+        while session.answered.load(std::sync::atomic::Ordering::Acquire) < expected {
+            let waited = tokio::select! {
+                event = timeout_at(deadline, events.recv()) => event.is_ok(),
+                _ = timeout_at(deadline, session.answer_given.notified()) => Instant::now() < deadline,
+            };
+            if !waited {
+                break;
+            }
+        }
         self.sessions.sessions.lock().remove(&self.key);
     }
 
@@ -645,6 +668,14 @@ mod tests {
             let mut expected = vec![1u8; 20];
             expected[6..12].fill(2);
             assert_eq!(rig.read(20), expected);
+            // Both members have their answer: the session goes long before flush_member_wait_ms.
+            for _ in 0..200 {
+                if rig.sessions.sessions.lock().is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the finished session is still kept");
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,11 +8,14 @@
 //! - *ENWRICH*: every writer opens the file in ENWRICH mode in one job; records go to its
 //!   log cache; flushes are triggered by full caches and by the final close.
 //!
+//! Two-array workloads write two files (each array half the bytes); in ENWRICH each file is
+//! its own job (of the processes writing that array), the cache split between them.
+//!
 //! A run's time is from the first writer starting to the last one finishing (its data
 //! durable and the size published). The file is read back and checked after the timer.
 
 use super::cluster::Cluster;
-use super::hpf::Pattern;
+use super::hpf::Workload;
 use flotilla_client::{Client, CreateOptions, EnwrichOptions, Layout};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -38,7 +41,7 @@ impl Method {
 /// One experiment point.
 #[derive(Clone, Copy, Debug)]
 pub struct Point {
-    pub pattern: Pattern,
+    pub workload: Workload,
     pub record_bytes: u64,
     pub file_bytes: u64,
     pub cache_bytes: u64,
@@ -46,18 +49,34 @@ pub struct Point {
 }
 
 impl Point {
+    /// Records per side of each array (two arrays share the file bytes).
     fn order(self) -> u64 {
-        ((self.file_bytes / self.record_bytes) as f64).sqrt() as u64
+        ((self.file_bytes / self.workload.arrays() as u64 / self.record_bytes) as f64).sqrt() as u64
+    }
+
+    /// Bytes of one array.
+    fn array_bytes(self) -> u64 {
+        self.order() * self.order() * self.record_bytes
     }
 
     pub fn bytes(self) -> u64 {
-        self.order() * self.order() * self.record_bytes
+        self.array_bytes() * self.workload.arrays() as u64
     }
 }
 
 /// The bytes of record `index`.
 fn record(index: u64, bytes: u64) -> Vec<u8> {
     (0..bytes).map(|i| (index.wrapping_mul(131).wrapping_add(i * 7) % 251) as u8).collect()
+}
+
+/// The arrays member `member` writes: (array, its file path, that array's writer count).
+fn arrays_of(point: Point, path: &str, member: u64) -> Vec<(usize, String, u64)> {
+    (0..point.workload.arrays())
+        .filter_map(|array| {
+            let (first, count) = point.workload.writers(array, MEMBERS);
+            (member >= first && member < first + count).then(|| (array, format!("{path}-{array}"), count))
+        })
+        .collect()
 }
 
 fn writer(
@@ -67,31 +86,39 @@ fn writer(
     member: u64,
     start: &Barrier,
 ) -> anyhow::Result<(Instant, Instant)> {
-    let order = point.order();
-    let records = point.pattern.records(order, MEMBERS, member);
+    let writes = point.workload.writes(point.order(), MEMBERS, member);
+    let arrays = arrays_of(point, path, member);
+    let slot = |array: usize| arrays.iter().position(|a| a.0 == array).unwrap_or(0);
     match point.method {
         Method::Traditional => {
-            let file = client.open(path)?;
+            let files = arrays.iter().map(|(_, file, _)| client.open(file)).collect::<Result<Vec<_>, _>>()?;
             start.wait();
             let began = Instant::now();
-            for r in records {
-                file.write_at(r * point.record_bytes, &record(r, point.record_bytes))?;
+            for (array, r) in writes {
+                files[slot(array)].write_at(r * point.record_bytes, &record(r, point.record_bytes))?;
             }
-            file.sync()?;
+            for file in &files {
+                file.sync()?;
+            }
             Ok((began, Instant::now()))
         }
         Method::Enwrich => {
-            let job = format!("bench-{}", path.trim_start_matches('/'));
-            let mut options = EnwrichOptions::new(job, MEMBERS as u32);
-            options.cache_bytes = point.cache_bytes;
-            options.flush_timeout_ms = 0;
-            let file = client.open_enwrich(path, &options)?;
+            let mut files = Vec::new();
+            for (_, file, count) in &arrays {
+                let job = format!("bench-{}", file.trim_start_matches('/'));
+                let mut options = EnwrichOptions::new(job, *count as u32);
+                options.cache_bytes = point.cache_bytes / arrays.len() as u64;
+                options.flush_timeout_ms = 0;
+                files.push(client.open_enwrich(file, &options)?);
+            }
             start.wait();
             let began = Instant::now();
-            for r in records {
-                file.write_at(r * point.record_bytes, &record(r, point.record_bytes))?;
+            for (array, r) in writes {
+                files[slot(array)].write_at(r * point.record_bytes, &record(r, point.record_bytes))?;
             }
-            file.close()?;
+            for file in files {
+                file.close()?;
+            }
             Ok((began, Instant::now()))
         }
     }
@@ -103,7 +130,7 @@ pub fn run_once(cluster: &Cluster, point: Point, run: usize) -> anyhow::Result<f
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let path = format!(
         "/enwrich-{}-{}-{}-{run}-{}-{nanos}",
-        point.pattern.name(),
+        point.workload.name(),
         point.record_bytes,
         point.method.name(),
         std::process::id()
@@ -114,7 +141,9 @@ pub fn run_once(cluster: &Cluster, point: Point, run: usize) -> anyhow::Result<f
         layout: Some(Layout::Stripe { unit_bytes: 64 << 10, count: 4 }),
         ..CreateOptions::default()
     };
-    client.create(&path, &options)?.close()?;
+    for array in 0..point.workload.arrays() {
+        client.create(&format!("{path}-{array}"), &options)?.close()?;
+    }
     let start = Arc::new(Barrier::new(MEMBERS as usize));
     let writers: Vec<_> = (0..MEMBERS)
         .map(|member| {
@@ -128,22 +157,25 @@ pub fn run_once(cluster: &Cluster, point: Point, run: usize) -> anyhow::Result<f
     }
     let began = spans.iter().map(|s| s.0).min().unwrap_or_else(Instant::now);
     let ended = spans.iter().map(|s| s.1).max().unwrap_or(began);
-    check(&client, &path, point)?;
-    client.remove(&path)?;
+    for array in 0..point.workload.arrays() {
+        let file = format!("{path}-{array}");
+        check(&client, &file, point)?;
+        client.remove(&file)?;
+    }
     Ok(ended.duration_since(began).as_secs_f64())
 }
 
 /// Reads the file back: every record must hold its bytes.
 fn check(client: &Client, path: &str, point: Point) -> anyhow::Result<()> {
     let file = client.open(path)?;
-    let mut data = vec![0u8; point.bytes() as usize];
+    let mut data = vec![0u8; point.array_bytes() as usize];
     file.read_at(0, &mut data)?;
     for (index, chunk) in data.chunks(point.record_bytes as usize).enumerate() {
         if chunk != record(index as u64, point.record_bytes).as_slice() {
             anyhow::bail!(
                 "{} {}: record {index} of {path} is wrong after the run",
                 point.method.name(),
-                point.pattern.name()
+                point.workload.name()
             );
         }
     }

@@ -85,6 +85,81 @@ impl Pattern {
     }
 }
 
+/// One array, or two arrays in two files (the paper's `wr…` and `wp…` patterns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    One(Pattern),
+    /// Every process writes its records of both arrays, alternating (`wrXYZW`).
+    RoundRobin(Pattern, Pattern),
+    /// The first half of the processes writes the first array, the rest the second (`wpXYZW`).
+    Partition(Pattern, Pattern),
+}
+
+/// The two-array workloads `flotilla bench paper enwrich` runs (the paper's `wrnnbb`, `wpnncc`).
+pub const TWO_ARRAYS: [Workload; 2] =
+    [Workload::RoundRobin(PATTERNS[0], PATTERNS[1]), Workload::Partition(PATTERNS[0], PATTERNS[2])];
+
+impl Workload {
+    pub fn name(self) -> String {
+        let tail = |a: Pattern, b: Pattern| format!("{}{}", &a.name()[1..], &b.name()[1..]);
+        match self {
+            Workload::One(p) => p.name(),
+            Workload::RoundRobin(a, b) => format!("wr{}", tail(a, b)),
+            Workload::Partition(a, b) => format!("wp{}", tail(a, b)),
+        }
+    }
+
+    pub fn arrays(self) -> usize {
+        match self {
+            Workload::One(_) => 1,
+            _ => 2,
+        }
+    }
+
+    /// The processes (of `processes`) that write array `array`, in the array's own
+    /// numbering: (first process, count).
+    pub fn writers(self, array: usize, processes: u64) -> (u64, u64) {
+        let half = processes / 2;
+        match (self, array) {
+            (Workload::Partition(..), 0) => (0, half),
+            (Workload::Partition(..), _) => (half, processes - half),
+            _ => (0, processes),
+        }
+    }
+
+    /// Process `process`'s writes, in its order: (array, record index in that array).
+    pub fn writes(self, order: u64, processes: u64, process: u64) -> Vec<(usize, u64)> {
+        let tag = |array: usize, records: Vec<u64>| records.into_iter().map(move |r| (array, r));
+        match self {
+            Workload::One(p) => tag(0, p.records(order, processes, process)).collect(),
+            Workload::RoundRobin(a, b) => {
+                let (mut a, mut b) = (
+                    tag(0, a.records(order, processes, process)),
+                    tag(1, b.records(order, processes, process)),
+                );
+                let mut out = Vec::new();
+                loop {
+                    let (x, y) = (a.next(), b.next());
+                    if x.is_none() && y.is_none() {
+                        return out;
+                    }
+                    out.extend(x);
+                    out.extend(y);
+                }
+            }
+            Workload::Partition(a, b) => {
+                let (first, count) = self.writers(0, processes);
+                if process < first + count {
+                    tag(0, a.records(order, count, process - first)).collect()
+                } else {
+                    let (first, count) = self.writers(1, processes);
+                    tag(1, b.records(order, count, process - first)).collect()
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +179,22 @@ mod tests {
         }
     }
 
+    proptest! {
+        #[test]
+        fn two_array_workloads_write_every_record_of_both_once(order in 1u64..30, processes in 2u64..9, w in 0usize..2) {
+            let workload = TWO_ARRAYS[w];
+            let mut seen = vec![vec![0u32; (order * order) as usize]; 2];
+            for process in 0..processes {
+                for (array, record) in workload.writes(order, processes, process) {
+                    let (first, count) = workload.writers(array, processes);
+                    prop_assert!(process >= first && process < first + count, "only the array's writers write it");
+                    seen[array][record as usize] += 1;
+                }
+            }
+            prop_assert!(seen.iter().flatten().all(|&n| n == 1));
+        }
+    }
+
     #[test]
     fn the_distributions_are_the_papers() {
         let owners = |p: Pattern| (0..16).map(|r| p.owner(r / 4, r % 4, 4, 4)).collect::<Vec<_>>();
@@ -120,5 +211,9 @@ mod tests {
             "wcn: rows cyclic"
         );
         assert_eq!(PATTERNS[5].name(), "wnc");
+        assert_eq!(TWO_ARRAYS[0].name(), "wrnnbb");
+        assert_eq!(TWO_ARRAYS[1].name(), "wpnncc");
+        let round_robin = TWO_ARRAYS[0].writes(2, 4, 0);
+        assert_eq!(&round_robin[..3], &[(0, 0), (1, 0), (0, 1)], "alternating between the arrays");
     }
 }

@@ -548,9 +548,17 @@ fn group(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
 /// the paper's ratio of file size to total cache kept (64 MB over 16 × 1 MB: 4).
 fn enwrich(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     use super::enwrich::{run_once, Method, Point, MEMBERS};
-    use super::hpf::PATTERNS;
-    let (file_bytes, patterns) =
-        if args.quick { (256u64 << 10, &PATTERNS[..2]) } else { (8u64 << 20, &PATTERNS[..]) };
+    use super::hpf::{Workload, PATTERNS, TWO_ARRAYS};
+    let (file_bytes, mut patterns): (u64, Vec<Workload>) = if args.quick {
+        (256 << 10, PATTERNS[..2].iter().map(|p| Workload::One(*p)).collect())
+    } else {
+        (8 << 20, PATTERNS.iter().map(|p| Workload::One(*p)).collect())
+    };
+    patterns.push(TWO_ARRAYS[0]);
+    if !args.quick {
+        patterns.push(TWO_ARRAYS[1]);
+    }
+    let patterns = &patterns[..];
     let cache_bytes = file_bytes / 4 / MEMBERS;
     let records = [8192u64, 512];
     let mut common = common(args, "sim:hp97560", vec![4]);
@@ -563,7 +571,7 @@ fn enwrich(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     for &record_bytes in &records {
         for pattern in patterns {
             for method in [Method::Traditional, Method::Enwrich] {
-                let point = Point { pattern: *pattern, record_bytes, file_bytes, cache_bytes, method };
+                let point = Point { workload: *pattern, record_bytes, file_bytes, cache_bytes, method };
                 let mut seconds = Vec::new();
                 for run in 0..args.runs.max(1) {
                     seconds.push(run_once(&cluster, point, run)?);
@@ -592,8 +600,8 @@ fn enwrich(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     for pattern in sweep_patterns {
         for cache in [cache_bytes / 2, cache_bytes, cache_bytes * 2] {
             let point = Point {
-                pattern: *pattern,
-                record_bytes: 8192,
+                workload: Workload::One(*pattern),
+                record_bytes: sweep_record,
                 file_bytes,
                 cache_bytes: cache,
                 method: Method::Enwrich,
