@@ -64,6 +64,7 @@ impl Namespace {
             Self { db: RwLock::new(db), path, broken: AtomicBool::new(false), created: false };
         namespace.created = namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
             Some(SCHEMA_VERSION) => Ok(false),
+            Some(1) => migrate_from_v1(tables).map(|()| false),
             Some(found) => Err(NamespaceError::UnsupportedFormat { found, supported: SCHEMA_VERSION }),
             None => create_root(tables).map(|()| true),
         })?;
@@ -180,6 +181,17 @@ impl Namespace {
         })
     }
 
+    /// The entry named `name` in directory `parent` (no symlink followed); `who` needs
+    /// search permission on `parent`.
+    pub fn lookup_at(&self, who: &Caller, parent: u64, name: &str) -> Result<Entry, NamespaceError> {
+        self.read(|tables| {
+            let at = crate::walk::Place::At { parent, name };
+            let place = crate::walk::locate_place(tables, at, who)?;
+            let id = place.child.ok_or_else(|| NamespaceError::NotFound { path: at.describe() })?;
+            Ok(tables.load(id)?.into_entry(id))
+        })
+    }
+
     /// The entry with inode id `id`.
     pub fn get(&self, id: u64) -> Result<Entry, NamespaceError> {
         self.read(|tables| {
@@ -229,20 +241,66 @@ impl Namespace {
     ) -> Result<Vec<DirEntry>, NamespaceError> {
         self.read(|tables| {
             let dir = resolve(tables, path, true, who)?;
-            if !dir.inode.is_directory() {
-                return Err(NamespaceError::NotADirectory { path: path.into() });
-            }
-            crate::access::require(&dir.inode.attrs, who, crate::access::READ, path)?;
-            let children = tables.children(dir.id, after, max.min(READDIR_PAGE_ENTRIES_MAX))?;
-            children
-                .into_iter()
-                .map(|(name, id)| {
-                    let kind = tables.load(id)?.attrs.kind;
-                    Ok(DirEntry { name, id, kind })
-                })
-                .collect()
+            list_page(tables, who, dir.id, dir.inode, path, after, max)
         })
     }
+
+    /// `readdir_page_as` of the directory with inode id `id`; `who` needs read permission on
+    /// it.
+    pub fn readdir_page_id(
+        &self,
+        who: &Caller,
+        id: u64,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<DirEntry>, NamespaceError> {
+        self.read(|tables| {
+            let inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
+            list_page(tables, who, id, inode, &format!("inode {id:016x}"), after, max)
+        })
+    }
+}
+
+fn list_page(
+    tables: &ReadTables,
+    who: &Caller,
+    id: u64,
+    dir: Inode,
+    what: &str,
+    after: Option<&str>,
+    max: usize,
+) -> Result<Vec<DirEntry>, NamespaceError> {
+    if !dir.is_directory() {
+        return Err(NamespaceError::NotADirectory { path: what.into() });
+    }
+    crate::access::require(&dir.attrs, who, crate::access::READ, what)?;
+    let children = tables.children(id, after, max.min(READDIR_PAGE_ENTRIES_MAX))?;
+    children
+        .into_iter()
+        .map(|(name, id)| {
+            let kind = tables.load(id)?.attrs.kind;
+            Ok(DirEntry { name, id, kind })
+        })
+        .collect()
+}
+
+/// Schema 1 to 2: fills `dir_parents` from the directory entries, in the opening transaction
+/// (so a crash during it leaves a version 1 database that the next open migrates again).
+fn migrate_from_v1(tables: &mut WriteTables<'_>) -> Result<(), NamespaceError> {
+    use redb::ReadableTable;
+    let mut directories = Vec::new();
+    for item in tables.dirents.iter()? {
+        let (key, child) = item?;
+        let (parent, _) = key.value();
+        directories.push((child.value(), parent));
+    }
+    for (child, parent) in directories {
+        if tables.load(child)?.is_directory() {
+            tables.set_dir_parent(child, parent)?;
+        }
+    }
+    tracing::info!("namespace database migrated from schema version 1 to {SCHEMA_VERSION}");
+    tables.set_counter(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
 }
 
 pub(crate) fn not_found_id(id: u64) -> NamespaceError {
@@ -261,6 +319,7 @@ pub(crate) fn new_attrs(kind: FileKind, owner: &crate::Owner, now_ns: TimeNs) ->
         atime_ns: now_ns,
         mtime_ns: now_ns,
         ctime_ns: now_ns,
+        rdev: 0,
     }
 }
 

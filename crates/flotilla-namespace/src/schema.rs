@@ -17,13 +17,18 @@ pub(crate) const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orpha
 /// Target id → owner record (see `target_owner.rs`): the server credential bound to the
 /// target when it was first reported.
 pub(crate) const TARGET_OWNERS: TableDefinition<u64, &[u8]> = TableDefinition::new("target_owners");
+/// Directory inode id → the id of its parent directory (the root has no row). Lets an
+/// operation addressed by (parent id, name) find a directory's ancestors, which `rename`
+/// needs to refuse moving a directory into its own subtree. Added in schema version 2.
+pub(crate) const DIR_PARENTS: TableDefinition<u64, u64> = TableDefinition::new("dir_parents");
 /// Counter name → value.
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
 /// `counters` key holding the database format version.
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
-/// Database format version written by this build.
-pub(crate) const SCHEMA_VERSION: u64 = 1;
+/// Database format version written by this build. Version 1 databases (without
+/// `dir_parents`) are migrated on open.
+pub(crate) const SCHEMA_VERSION: u64 = 2;
 /// `counters` key holding the round-robin placement cursor.
 pub(crate) const PLACEMENT_CURSOR_KEY: &str = "placement_cursor";
 /// Inode id of the root directory.

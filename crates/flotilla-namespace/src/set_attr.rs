@@ -97,6 +97,7 @@ fn apply(inode: &mut Inode, id: u64, change: &SetAttr, now_ns: TimeNs) -> Result
                 return Err(NamespaceError::IsADirectory { path: format!("inode {id:016x}") })
             }
             FileKind::Symlink => return Err(NamespaceError::invalid("cannot set the size of a symlink")),
+            _ => return Err(NamespaceError::invalid("cannot set the size of a FIFO, socket or device")),
         }
         attrs.size_bytes = size_bytes;
         attrs.mtime_ns = now_ns;

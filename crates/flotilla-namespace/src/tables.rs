@@ -8,7 +8,9 @@
 use crate::entry::FileRecord;
 use crate::error::NamespaceError;
 use crate::record::Inode;
-use crate::schema::{COUNTERS, DIRENTS, INODES, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS};
+use crate::schema::{
+    COUNTERS, DIRENTS, DIR_PARENTS, INODES, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS,
+};
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, Table, WriteTransaction};
 use std::ops::Bound;
 
@@ -19,6 +21,8 @@ const ID_DRAWS_MAX: usize = 16;
 pub(crate) trait Source {
     fn inode(&self, id: u64) -> Result<Option<Inode>, NamespaceError>;
     fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError>;
+    /// The parent of directory `dir` (`None` for the root).
+    fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError>;
     /// Up to `max` entries of `parent` in name order, after `after` when given.
     fn children(
         &self,
@@ -78,6 +82,7 @@ fn read_children(
 pub(crate) struct ReadTables {
     pub(crate) inodes: ReadOnlyTable<u64, &'static [u8]>,
     pub(crate) dirents: ReadOnlyTable<(u64, &'static str), u64>,
+    pub(crate) dir_parents: ReadOnlyTable<u64, u64>,
     pub(crate) pending: ReadOnlyTable<(u64, u64, u32), ()>,
     pub(crate) targets: ReadOnlyTable<u64, &'static [u8]>,
 }
@@ -87,6 +92,7 @@ impl ReadTables {
         Ok(Self {
             inodes: txn.open_table(INODES)?,
             dirents: txn.open_table(DIRENTS)?,
+            dir_parents: txn.open_table(DIR_PARENTS)?,
             pending: txn.open_table(PENDING_DELETES)?,
             targets: txn.open_table(TARGETS)?,
         })
@@ -100,6 +106,10 @@ impl Source for ReadTables {
 
     fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError> {
         read_child(&self.dirents, parent, name)
+    }
+
+    fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError> {
+        Ok(self.dir_parents.get(dir)?.map(|guard| guard.value()))
     }
 
     fn children(
@@ -116,6 +126,7 @@ impl Source for ReadTables {
 pub(crate) struct WriteTables<'txn> {
     pub(crate) inodes: Table<'txn, u64, &'static [u8]>,
     pub(crate) dirents: Table<'txn, (u64, &'static str), u64>,
+    pub(crate) dir_parents: Table<'txn, u64, u64>,
     pub(crate) pending: Table<'txn, (u64, u64, u32), ()>,
     pub(crate) targets: Table<'txn, u64, &'static [u8]>,
     pub(crate) counters: Table<'txn, &'static str, u64>,
@@ -128,6 +139,7 @@ impl<'txn> WriteTables<'txn> {
         Ok(Self {
             inodes: txn.open_table(INODES)?,
             dirents: txn.open_table(DIRENTS)?,
+            dir_parents: txn.open_table(DIR_PARENTS)?,
             pending: txn.open_table(PENDING_DELETES)?,
             targets: txn.open_table(TARGETS)?,
             counters: txn.open_table(COUNTERS)?,
@@ -144,6 +156,7 @@ impl<'txn> WriteTables<'txn> {
     pub(crate) fn remove_inode(&mut self, id: u64) -> Result<(), NamespaceError> {
         assert_ne!(id, ROOT_ID, "the root directory is never removed");
         self.inodes.remove(id)?;
+        self.dir_parents.remove(id)?;
         Ok(())
     }
 
@@ -161,6 +174,12 @@ impl<'txn> WriteTables<'txn> {
         if self.dirents.remove((parent, name))?.is_none() {
             return Err(NamespaceError::corrupt(format!("entry {name:?} of {parent:016x} vanished")));
         }
+        Ok(())
+    }
+
+    /// Records that directory `dir` now lives in directory `parent`.
+    pub(crate) fn set_dir_parent(&mut self, dir: u64, parent: u64) -> Result<(), NamespaceError> {
+        self.dir_parents.insert(dir, parent)?;
         Ok(())
     }
 
@@ -202,6 +221,10 @@ impl Source for WriteTables<'_> {
 
     fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError> {
         read_child(&self.dirents, parent, name)
+    }
+
+    fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError> {
+        Ok(self.dir_parents.get(dir)?.map(|guard| guard.value()))
     }
 
     fn children(

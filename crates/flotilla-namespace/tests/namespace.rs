@@ -371,13 +371,61 @@ fn an_unknown_schema_version_is_refused() {
     let counters: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters");
     let db = redb::Database::open(&path).unwrap();
     let txn = db.begin_write().unwrap();
-    txn.open_table(counters).unwrap().insert("schema_version", 2).unwrap();
+    txn.open_table(counters).unwrap().insert("schema_version", 3).unwrap();
     txn.commit().unwrap();
     drop(db);
     assert_eq!(
         Namespace::open(&path).unwrap_err(),
-        NamespaceError::UnsupportedFormat { found: 2, supported: 1 }
+        NamespaceError::UnsupportedFormat { found: 3, supported: 2 }
     );
+}
+
+/// A version 1 database (no `dir_parents` table) is migrated on open: the parents of its
+/// directories are found again, so renames by directory id still refuse cycles.
+#[test]
+fn a_version_1_database_is_migrated() {
+    let (_dir, path, ns) = fresh();
+    let owner = flotilla_namespace::Owner { mode: 0o755, uid: 0, gid: 0 };
+    let a = ns.mkdir("/a", owner, 1).unwrap();
+    let b = ns.mkdir("/a/b", owner, 1).unwrap();
+    ns.mkdir("/a/b/c", owner, 1).unwrap();
+    drop(ns);
+    let counters: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters");
+    let parents: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("dir_parents");
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(counters).unwrap().insert("schema_version", 1).unwrap();
+    assert!(txn.delete_table(parents).unwrap());
+    txn.commit().unwrap();
+    drop(db);
+
+    let ns = Namespace::open(&path).unwrap();
+    let root = flotilla_types::Caller::root();
+    let into_own_subtree = ns.rename_in(
+        &root,
+        flotilla_namespace::Place::At { parent: 1, name: "a" },
+        flotilla_namespace::Place::At { parent: b.id, name: "a2" },
+        &|_| false,
+        2,
+    );
+    assert_eq!(into_own_subtree.unwrap_err().errno(), flotilla_namespace::EINVAL);
+    let c = ns.lookup("/a/b/c").unwrap();
+    ns.rename_in(
+        &root,
+        flotilla_namespace::Place::At { parent: b.id, name: "c" },
+        flotilla_namespace::Place::At { parent: 1, name: "c" },
+        &|_| false,
+        3,
+    )
+    .unwrap();
+    assert_eq!(ns.lookup_at(&root, 1, "c").unwrap().id, c.id);
+    assert_eq!(ns.lookup("/a").unwrap().id, a.id);
+    drop(ns);
+    let db = redb::Database::open(&path).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let version = txn.open_table(counters).unwrap().get("schema_version").unwrap().unwrap().value();
+    assert_eq!(version, 2);
+    assert_eq!(txn.open_table(parents).unwrap().get(c.id).unwrap().unwrap().value(), 1);
 }
 
 #[test]
@@ -477,4 +525,54 @@ fn a_file_renamed_over_while_open_is_kept_and_a_closed_one_is_not() {
     let other = ns.create_file("/x", &spec(1), &live(1), 4).unwrap();
     let replaced = ns.rename_keeping_open("/old", "/x", &open, 5).unwrap();
     assert_eq!(replaced.map(|r| r.id.0), Some(other.id), "a file nobody has open is deleted");
+}
+
+/// The operations addressed by (directory id, name): special files, hard links across
+/// directories, RENAME_EXCHANGE (files and directories), and listing by id.
+#[test]
+fn id_addressed_operations() {
+    use flotilla_namespace::Place::At;
+    use flotilla_types::{Caller, FileKind};
+    let (_dir, _path, ns) = fresh();
+    let root = Caller::root();
+    let owner = flotilla_namespace::Owner { mode: 0o755, uid: 0, gid: 0 };
+    let q1 = ns.mkdir_in(&root, At { parent: 1, name: "q1" }, owner, 1).unwrap();
+    let other = ns.mkdir_in(&root, At { parent: 1, name: "other" }, owner, 1).unwrap();
+    let fifo = ns.mknod_in(&root, At { parent: q1.id, name: "p" }, FileKind::Fifo, 0, owner, 2).unwrap();
+    let dev =
+        ns.mknod_in(&root, At { parent: q1.id, name: "d" }, FileKind::BlockDevice, 0x0801, owner, 2).unwrap();
+    assert_eq!(ns.get(dev.id).unwrap().attrs.rdev, 0x0801);
+    assert_eq!(ns.get(fifo.id).unwrap().kind(), FileKind::Fifo);
+    let bad = ns.mknod_in(&root, At { parent: q1.id, name: "x" }, FileKind::Fifo, 7, owner, 2);
+    assert_eq!(bad.unwrap_err().errno(), flotilla_namespace::EINVAL);
+
+    // A hard link into another directory, by the entry's id.
+    let linked = ns.link_in(&root, fifo.id, At { parent: other.id, name: "p2" }, 3).unwrap();
+    assert_eq!(linked.attrs.nlink, 2);
+    assert_eq!(ns.lookup("/other/p2").unwrap().id, fifo.id);
+
+    // Rename q1 away and make a new q1: the old directory's id still names the old one.
+    ns.rename_in(&root, At { parent: 1, name: "q1" }, At { parent: 1, name: "q2" }, &|_| false, 4).unwrap();
+    let new_q1 = ns.mkdir_in(&root, At { parent: 1, name: "q1" }, owner, 5).unwrap();
+    assert_ne!(new_q1.id, q1.id);
+    assert_eq!(ns.lookup_at(&root, q1.id, "p").unwrap().id, fifo.id);
+    assert!(ns.readdir_page_id(&root, new_q1.id, None, 10).unwrap().is_empty());
+    let listed: Vec<String> =
+        ns.readdir_page_id(&root, q1.id, None, 10).unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(listed, ["d", "p"]);
+
+    // Exchange a directory with a file in another directory; nlinks follow.
+    ns.exchange_in(&root, At { parent: 1, name: "q1" }, At { parent: other.id, name: "p2" }, 6).unwrap();
+    assert_eq!(ns.lookup("/q1").unwrap().id, fifo.id);
+    assert_eq!(ns.lookup("/other/p2").unwrap().id, new_q1.id);
+    assert_eq!(ns.get(other.id).unwrap().attrs.nlink, 3);
+    let exchanged_into_itself =
+        ns.exchange_in(&root, At { parent: 1, name: "other" }, At { parent: other.id, name: "p2" }, 7);
+    assert_eq!(exchanged_into_itself.unwrap_err().errno(), flotilla_namespace::EINVAL);
+    let no_replace =
+        ns.rename_no_replace_in(&root, At { parent: 1, name: "q2" }, At { parent: 1, name: "q1" }, 8);
+    assert_eq!(no_replace.unwrap_err().errno(), flotilla_namespace::EEXIST);
+    // A name that is not a single component is refused.
+    let slash = ns.lookup_at(&root, 1, "a/b");
+    assert_eq!(slash.unwrap_err().errno(), flotilla_namespace::EINVAL);
 }
