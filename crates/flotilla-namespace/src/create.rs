@@ -254,16 +254,29 @@ impl Namespace {
         if let Some(layout) = &layout {
             check_layout(layout)?;
         }
+        let id = self.lookup_follow(path)?.id;
+        self.set_default_layout_id(id, layout, now_ns)
+    }
+
+    /// `set_default_layout` of the directory with inode id `id`.
+    pub fn set_default_layout_id(
+        &self,
+        id: u64,
+        layout: Option<Layout>,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        if let Some(layout) = &layout {
+            check_layout(layout)?;
+        }
         self.write(|tables| {
-            let found = resolve(tables, path, true, &Caller::root())?;
-            let mut inode = found.inode;
+            let mut inode = tables.inode(id)?.ok_or_else(|| crate::namespace::not_found_id(id))?;
             let Body::Directory { default_layout } = &mut inode.body else {
-                return Err(NamespaceError::NotADirectory { path: path.into() });
+                return Err(NamespaceError::NotADirectory { path: format!("inode {id:016x}") });
             };
             *default_layout = layout;
             inode.attrs.ctime_ns = now_ns;
-            tables.put(found.id, &inode)?;
-            Ok(inode.into_entry(found.id))
+            tables.put(id, &inode)?;
+            Ok(inode.into_entry(id))
         })
     }
 }

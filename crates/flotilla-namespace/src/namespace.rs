@@ -192,6 +192,23 @@ impl Namespace {
         })
     }
 
+    /// Whether directory `dir` is the directory at `subtree` or below it (a confined
+    /// connection's id-addressed requests are checked with it). `false` for a `dir` that is
+    /// not a directory or a `subtree` that does not exist.
+    pub fn directory_within(&self, dir: u64, subtree: &str) -> Result<bool, NamespaceError> {
+        self.read(|tables| {
+            let top = match resolve(tables, subtree, true, &Caller::root()) {
+                Ok(found) => found.id,
+                Err(NamespaceError::NotFound { .. }) => return Ok(false),
+                Err(other) => return Err(other),
+            };
+            match tables.inode(dir)? {
+                Some(inode) if inode.is_directory() => crate::walk::is_within(tables, dir, top),
+                _ => Ok(false),
+            }
+        })
+    }
+
     /// The entry with inode id `id`.
     pub fn get(&self, id: u64) -> Result<Entry, NamespaceError> {
         self.read(|tables| {

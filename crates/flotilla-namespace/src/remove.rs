@@ -80,15 +80,17 @@ impl Namespace {
         self.unlink_checked(who, Place::Path(path), None, is_open, now_ns)
     }
 
-    /// `unlink_keeping_open_as` at a path or in a directory named by id.
+    /// `unlink_keeping_open_as` at a path or in a directory named by id; with
+    /// `expected_id`, only if the name names that entry (`NotFound` otherwise).
     pub fn unlink_in(
         &self,
         who: &Caller,
         at: Place<'_>,
+        expected_id: Option<u64>,
         is_open: IsOpen<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(who, at, None, is_open, now_ns)
+        self.unlink_checked(who, at, expected_id, is_open, now_ns)
     }
 
     /// Removes the name `path` only if it names entry `expected_id` (the undo of a failed
