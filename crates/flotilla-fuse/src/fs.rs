@@ -251,7 +251,7 @@ impl Filesystem for FlotillaFs {
 
     fn write(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -261,7 +261,7 @@ impl Filesystem for FlotillaFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.write_file(ino.0, fh.0, offset, data) {
+        match self.write_file(request.uid(), ino.0, fh.0, offset, data) {
             Ok(written) => reply.written(written),
             Err(errno) => reply.error(errno),
         }

@@ -19,6 +19,7 @@ mod handles;
 mod names;
 pub mod nodes;
 mod open_files;
+mod privileges;
 mod write_behind;
 mod xattr;
 
