@@ -86,7 +86,8 @@ fn close(fd: i32) {
 fn write_at(dir_fd: i32, name: &[u8], data: &[u8]) {
     let name = c_bytes(name);
     // SAFETY: valid fd and NUL-terminated name.
-    let fd = unsafe { libc::openat(dir_fd, name.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, 0o644) };
+    let fd =
+        unsafe { libc::openat(dir_fd, name.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, 0o644) };
     check(fd, "openat create");
     let mut file = fd_file(fd);
     file.write_all(data).unwrap();
@@ -99,10 +100,8 @@ fn fd_file(fd: i32) -> fs::File {
 }
 
 fn names(dir: &Path) -> Vec<Vec<u8>> {
-    let mut names: Vec<Vec<u8>> = fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().as_bytes().to_vec())
-        .collect();
+    let mut names: Vec<Vec<u8>> =
+        fs::read_dir(dir).unwrap().map(|entry| entry.unwrap().file_name().as_bytes().to_vec()).collect();
     names.sort();
     names
 }
@@ -141,7 +140,10 @@ fn another_mounts_rename_never_redirects_this_mount() {
     assert_eq!(names(&b.path("q1")), [b"new".to_vec()]);
     // A hard link made by B into another directory names the same file.
     fs::hard_link(b.path("q2/old"), b.path("q1/linked")).unwrap();
-    assert_eq!(fs::metadata(a.path("q1/linked")).unwrap().ino(), fs::metadata(a.path("q2/old")).unwrap().ino());
+    assert_eq!(
+        fs::metadata(a.path("q1/linked")).unwrap().ino(),
+        fs::metadata(a.path("q2/old")).unwrap().ino()
+    );
     assert_eq!(fs::metadata(a.path("q2/old")).unwrap().nlink(), 2);
 }
 
@@ -222,8 +224,14 @@ fn fifos_sockets_and_device_nodes() {
     // SAFETY: valid NUL-terminated paths.
     check(unsafe { libc::mkfifo(c_path(&fifo).as_ptr(), 0o644) }, "mkfifo");
     let device = libc::makedev(1, 3);
-    check(unsafe { libc::mknod(c_path(&a.path("null")).as_ptr(), libc::S_IFCHR | 0o600, device) }, "mknod chr");
-    check(unsafe { libc::mknod(c_path(&a.path("disk")).as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(8, 1)) }, "mknod blk");
+    check(
+        unsafe { libc::mknod(c_path(&a.path("null")).as_ptr(), libc::S_IFCHR | 0o600, device) },
+        "mknod chr",
+    );
+    check(
+        unsafe { libc::mknod(c_path(&a.path("disk")).as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(8, 1)) },
+        "mknod blk",
+    );
     let listener = std::os::unix::net::UnixListener::bind(a.path("sock")).unwrap();
 
     let meta = |name: &str| fs::symlink_metadata(b.path(name)).unwrap();

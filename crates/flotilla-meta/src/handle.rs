@@ -118,7 +118,7 @@ impl State {
                 ns.readdir_as(who, &path)
                     .map_err(wire)?
                     .into_iter()
-                    .map(|e| DirEntryInfo { name: e.name, id: e.id, kind: e.kind })
+                    .map(|e| DirEntryInfo { name: e.name_lossy(), id: e.id, kind: e.kind })
                     .collect(),
             ),
             MetaRequest::Unlink { path } => {

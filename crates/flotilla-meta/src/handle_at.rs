@@ -10,21 +10,16 @@ use flotilla_proto::{
 };
 use flotilla_types::CallerPolicy;
 
-/// A name from the wire, checked: at most `NAME_BYTES_MAX` bytes, UTF-8 (the namespace keeps
-/// names as UTF-8 strings; single-component rules are checked by the namespace).
-pub(crate) fn name(bytes: &[u8]) -> Result<&str, WireError> {
+/// A name from the wire, checked to be at most `NAME_BYTES_MAX` bytes (names are bytes; the
+/// namespace checks the single-component rules: no '/' or NUL, not "." or "..").
+pub(crate) fn name(bytes: &[u8]) -> Result<&[u8], WireError> {
     if bytes.len() > NAME_BYTES_MAX {
         return Err(WireError::new(
             ErrorCode::NameTooLong,
             format!("a {}-byte name is over the {NAME_BYTES_MAX}-byte limit", bytes.len()),
         ));
     }
-    std::str::from_utf8(bytes).map_err(|_| {
-        WireError::new(
-            ErrorCode::InvalidArgument,
-            format!("name {:?} is not UTF-8", String::from_utf8_lossy(bytes)),
-        )
-    })
+    Ok(bytes)
 }
 
 fn at(parent: u64, bytes: &[u8]) -> Result<Place<'_>, WireError> {
@@ -135,9 +130,7 @@ impl State {
                 let max = entries_max.min(READDIR_ENTRIES_MAX) as usize;
                 let page = ns.readdir_page_id(who, id, after, max).map_err(wire)?;
                 MetaReply::Listing(
-                    page.into_iter()
-                        .map(|e| ListedEntry { name: e.name.into_bytes(), id: e.id, kind: e.kind })
-                        .collect(),
+                    page.into_iter().map(|e| ListedEntry { name: e.name, id: e.id, kind: e.kind }).collect(),
                 )
             }
             other => {

@@ -60,11 +60,11 @@ impl Namespace {
     }
 
     fn init(db: Database, path: Option<PathBuf>) -> Result<Self, NamespaceError> {
+        migrate_from_v1(&db)?;
         let mut namespace =
             Self { db: RwLock::new(db), path, broken: AtomicBool::new(false), created: false };
         namespace.created = namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
             Some(SCHEMA_VERSION) => Ok(false),
-            Some(1) => migrate_from_v1(tables).map(|()| false),
             Some(found) => Err(NamespaceError::UnsupportedFormat { found, supported: SCHEMA_VERSION }),
             None => create_root(tables).map(|()| true),
         })?;
@@ -183,7 +183,7 @@ impl Namespace {
 
     /// The entry named `name` in directory `parent` (no symlink followed); `who` needs
     /// search permission on `parent`.
-    pub fn lookup_at(&self, who: &Caller, parent: u64, name: &str) -> Result<Entry, NamespaceError> {
+    pub fn lookup_at(&self, who: &Caller, parent: u64, name: &[u8]) -> Result<Entry, NamespaceError> {
         self.read(|tables| {
             let at = crate::walk::Place::At { parent, name };
             let place = crate::walk::locate_place(tables, at, who)?;
@@ -242,7 +242,7 @@ impl Namespace {
     pub fn readdir_page(
         &self,
         path: &str,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
     ) -> Result<Vec<DirEntry>, NamespaceError> {
         self.readdir_page_as(&Caller::root(), path, after, max)
@@ -253,7 +253,7 @@ impl Namespace {
         &self,
         who: &Caller,
         path: &str,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
     ) -> Result<Vec<DirEntry>, NamespaceError> {
         self.read(|tables| {
@@ -268,7 +268,7 @@ impl Namespace {
         &self,
         who: &Caller,
         id: u64,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
     ) -> Result<Vec<DirEntry>, NamespaceError> {
         self.read(|tables| {
@@ -284,7 +284,7 @@ fn list_page(
     id: u64,
     dir: Inode,
     what: &str,
-    after: Option<&str>,
+    after: Option<&[u8]>,
     max: usize,
 ) -> Result<Vec<DirEntry>, NamespaceError> {
     if !dir.is_directory() {
@@ -301,23 +301,40 @@ fn list_page(
         .collect()
 }
 
-/// Schema 1 to 2: fills `dir_parents` from the directory entries, in the opening transaction
-/// (so a crash during it leaves a version 1 database that the next open migrates again).
-fn migrate_from_v1(tables: &mut WriteTables<'_>) -> Result<(), NamespaceError> {
+/// Schema 1 to 2, in one transaction (a crash during it leaves the version 1 database, which
+/// the next open migrates again): the UTF-8 names of `dirents` move to the byte-keyed
+/// `entries`, and `dir_parents` is filled from them. Does nothing to other versions.
+fn migrate_from_v1(db: &Database) -> Result<(), NamespaceError> {
+    use crate::schema::{COUNTERS, DIRENTS, DIRENTS_V1, DIR_PARENTS, INODES};
     use redb::ReadableTable;
-    let mut directories = Vec::new();
-    for item in tables.dirents.iter()? {
-        let (key, child) = item?;
-        let (parent, _) = key.value();
-        directories.push((child.value(), parent));
+    let txn = db.begin_write()?;
+    let version = txn.open_table(COUNTERS)?.get(SCHEMA_VERSION_KEY)?.map(|guard| guard.value());
+    if version != Some(1) {
+        txn.abort()?;
+        return Ok(());
     }
-    for (child, parent) in directories {
-        if tables.load(child)?.is_directory() {
-            tables.set_dir_parent(child, parent)?;
+    {
+        let old = txn.open_table(DIRENTS_V1)?;
+        let mut entries = txn.open_table(DIRENTS)?;
+        let mut parents = txn.open_table(DIR_PARENTS)?;
+        let inodes = txn.open_table(INODES)?;
+        for item in old.iter()? {
+            let (key, child) = item?;
+            let ((parent, name), child) = (key.value(), child.value());
+            entries.insert((parent, name.as_bytes()), child)?;
+            let record = inodes.get(child)?.ok_or_else(|| {
+                NamespaceError::corrupt(format!("inode {child:016x} is referenced but missing"))
+            })?;
+            if Inode::decode(record.value())?.is_directory() {
+                parents.insert(child, parent)?;
+            }
         }
     }
+    txn.delete_table(DIRENTS_V1)?;
+    txn.open_table(COUNTERS)?.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+    txn.commit()?;
     tracing::info!("namespace database migrated from schema version 1 to {SCHEMA_VERSION}");
-    tables.set_counter(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
+    Ok(())
 }
 
 pub(crate) fn not_found_id(id: u64) -> NamespaceError {

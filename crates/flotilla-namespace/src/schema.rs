@@ -4,8 +4,12 @@ use redb::TableDefinition;
 
 /// Inode id → inode record (see `record.rs`).
 pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
-/// (parent inode id, name) → child inode id.
-pub(crate) const DIRENTS: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
+/// (parent inode id, name as bytes) → child inode id. Names are any bytes but '/' and NUL
+/// (schema version 2; version 1 kept UTF-8 names in `dirents_v1`'s place, see FORMAT.md).
+pub(crate) const DIRENTS: TableDefinition<(u64, &[u8]), u64> = TableDefinition::new("entries");
+/// Schema version 1's directory entries, (parent inode id, UTF-8 name) → child inode id:
+/// read once by the migration to version 2, then deleted.
+pub(crate) const DIRENTS_V1: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
 /// (target id, file id, subfile index) → nothing.
 pub(crate) const PENDING_DELETES: TableDefinition<(u64, u64, u32), ()> =
     TableDefinition::new("pending_deletes");
@@ -26,8 +30,8 @@ pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("co
 
 /// `counters` key holding the database format version.
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
-/// Database format version written by this build. Version 1 databases (without
-/// `dir_parents`) are migrated on open.
+/// Database format version written by this build. Version 1 databases (UTF-8 names in
+/// `dirents`, no `dir_parents`) are migrated on open.
 pub(crate) const SCHEMA_VERSION: u64 = 2;
 /// `counters` key holding the round-robin placement cursor.
 pub(crate) const PLACEMENT_CURSOR_KEY: &str = "placement_cursor";

@@ -20,16 +20,16 @@ const ID_DRAWS_MAX: usize = 16;
 /// Read access shared by snapshots and write transactions.
 pub(crate) trait Source {
     fn inode(&self, id: u64) -> Result<Option<Inode>, NamespaceError>;
-    fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError>;
+    fn child(&self, parent: u64, name: &[u8]) -> Result<Option<u64>, NamespaceError>;
     /// The parent of directory `dir` (`None` for the root).
     fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError>;
     /// Up to `max` entries of `parent` in name order, after `after` when given.
     fn children(
         &self,
         parent: u64,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
-    ) -> Result<Vec<(String, u64)>, NamespaceError>;
+    ) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError>;
 
     /// An inode that a directory entry or the root refers to, so it must exist.
     fn load(&self, id: u64) -> Result<Inode, NamespaceError> {
@@ -49,31 +49,31 @@ fn read_inode(
 }
 
 fn read_child(
-    table: &impl ReadableTable<(u64, &'static str), u64>,
+    table: &impl ReadableTable<(u64, &'static [u8]), u64>,
     parent: u64,
-    name: &str,
+    name: &[u8],
 ) -> Result<Option<u64>, NamespaceError> {
     Ok(table.get((parent, name))?.map(|guard| guard.value()))
 }
 
 fn read_children(
-    table: &impl ReadableTable<(u64, &'static str), u64>,
+    table: &impl ReadableTable<(u64, &'static [u8]), u64>,
     parent: u64,
-    after: Option<&str>,
+    after: Option<&[u8]>,
     max: usize,
-) -> Result<Vec<(String, u64)>, NamespaceError> {
+) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError> {
     let start = match after {
         Some(name) => Bound::Excluded((parent, name)),
-        None => Bound::Included((parent, "")),
+        None => Bound::Included((parent, &[][..])),
     };
     let mut out = Vec::new();
-    for item in table.range::<(u64, &str)>((start, Bound::Unbounded))? {
+    for item in table.range::<(u64, &[u8])>((start, Bound::Unbounded))? {
         let (key, value) = item?;
         let (key_parent, name) = key.value();
         if key_parent != parent || out.len() >= max {
             break;
         }
-        out.push((name.to_string(), value.value()));
+        out.push((name.to_vec(), value.value()));
     }
     Ok(out)
 }
@@ -81,7 +81,7 @@ fn read_children(
 /// The tables of a read snapshot.
 pub(crate) struct ReadTables {
     pub(crate) inodes: ReadOnlyTable<u64, &'static [u8]>,
-    pub(crate) dirents: ReadOnlyTable<(u64, &'static str), u64>,
+    pub(crate) dirents: ReadOnlyTable<(u64, &'static [u8]), u64>,
     pub(crate) dir_parents: ReadOnlyTable<u64, u64>,
     pub(crate) pending: ReadOnlyTable<(u64, u64, u32), ()>,
     pub(crate) targets: ReadOnlyTable<u64, &'static [u8]>,
@@ -104,7 +104,7 @@ impl Source for ReadTables {
         read_inode(&self.inodes, id)
     }
 
-    fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError> {
+    fn child(&self, parent: u64, name: &[u8]) -> Result<Option<u64>, NamespaceError> {
         read_child(&self.dirents, parent, name)
     }
 
@@ -115,9 +115,9 @@ impl Source for ReadTables {
     fn children(
         &self,
         parent: u64,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
-    ) -> Result<Vec<(String, u64)>, NamespaceError> {
+    ) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError> {
         read_children(&self.dirents, parent, after, max)
     }
 }
@@ -125,7 +125,7 @@ impl Source for ReadTables {
 /// The tables of one write transaction.
 pub(crate) struct WriteTables<'txn> {
     pub(crate) inodes: Table<'txn, u64, &'static [u8]>,
-    pub(crate) dirents: Table<'txn, (u64, &'static str), u64>,
+    pub(crate) dirents: Table<'txn, (u64, &'static [u8]), u64>,
     pub(crate) dir_parents: Table<'txn, u64, u64>,
     pub(crate) pending: Table<'txn, (u64, u64, u32), ()>,
     pub(crate) targets: Table<'txn, u64, &'static [u8]>,
@@ -163,15 +163,16 @@ impl<'txn> WriteTables<'txn> {
     pub(crate) fn insert_dirent(
         &mut self,
         parent: u64,
-        name: &str,
+        name: &[u8],
         child: u64,
     ) -> Result<(), NamespaceError> {
         self.dirents.insert((parent, name), child)?;
         Ok(())
     }
 
-    pub(crate) fn remove_dirent(&mut self, parent: u64, name: &str) -> Result<(), NamespaceError> {
+    pub(crate) fn remove_dirent(&mut self, parent: u64, name: &[u8]) -> Result<(), NamespaceError> {
         if self.dirents.remove((parent, name))?.is_none() {
+            let name = String::from_utf8_lossy(name);
             return Err(NamespaceError::corrupt(format!("entry {name:?} of {parent:016x} vanished")));
         }
         Ok(())
@@ -219,7 +220,7 @@ impl Source for WriteTables<'_> {
         read_inode(&self.inodes, id)
     }
 
-    fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError> {
+    fn child(&self, parent: u64, name: &[u8]) -> Result<Option<u64>, NamespaceError> {
         read_child(&self.dirents, parent, name)
     }
 
@@ -230,9 +231,9 @@ impl Source for WriteTables<'_> {
     fn children(
         &self,
         parent: u64,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
-    ) -> Result<Vec<(String, u64)>, NamespaceError> {
+    ) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError> {
         read_children(&self.dirents, parent, after, max)
     }
 }

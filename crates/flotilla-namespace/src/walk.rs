@@ -14,7 +14,7 @@ use crate::error::NamespaceError;
 use crate::record::{Body, Inode};
 use crate::schema::ROOT_ID;
 use crate::tables::Source;
-use flotilla_types::{check_name, split_path, Caller};
+use flotilla_types::{check_name, split_path, Caller, NameError, NAME_BYTES_MAX};
 use std::collections::VecDeque;
 
 /// Most symbolic links followed while resolving one path, as on Linux.
@@ -29,7 +29,7 @@ pub(crate) struct Walked {
 /// The place a path names: an existing directory and a name in it, maybe taken.
 pub(crate) struct Located<'p> {
     pub(crate) parent: u64,
-    pub(crate) name: &'p str,
+    pub(crate) name: &'p [u8],
     pub(crate) child: Option<u64>,
 }
 
@@ -62,6 +62,7 @@ pub(crate) fn locate<'p>(
         return Err(NamespaceError::NotADirectory { path: path.into() });
     }
     require(&parent.inode.attrs, who, SEARCH, &format!("parent directory of {path}"))?;
+    let name = name.as_bytes();
     Ok(Located { parent: parent.id, name, child: source.child(parent.id, name)? })
 }
 
@@ -71,7 +72,11 @@ pub(crate) fn locate<'p>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Place<'a> {
     Path(&'a str),
-    At { parent: u64, name: &'a str },
+    /// `name` is one directory entry's name: any bytes but '/' and NUL, not "." or "..".
+    At {
+        parent: u64,
+        name: &'a [u8],
+    },
 }
 
 impl Place<'_> {
@@ -79,7 +84,9 @@ impl Place<'_> {
     pub fn describe(&self) -> String {
         match self {
             Place::Path(path) => (*path).to_string(),
-            Place::At { parent, name } => format!("{name:?} in directory {parent:016x}"),
+            Place::At { parent, name } => {
+                format!("{:?} in directory {parent:016x}", String::from_utf8_lossy(name))
+            }
         }
     }
 }
@@ -100,13 +107,30 @@ pub(crate) fn locate_place<'p>(
         Place::Path(path) => return locate(source, path, who),
         Place::At { parent, name } => (parent, name),
     };
-    check_name(name)?;
+    check_name_bytes(name)?;
     let dir = source.inode(parent)?.ok_or_else(|| crate::namespace::not_found_id(parent))?;
     if !dir.is_directory() {
         return Err(NamespaceError::NotADirectory { path: format!("inode {parent:016x}") });
     }
     require(&dir.attrs, who, SEARCH, &format!("directory {parent:016x}"))?;
     Ok(Located { parent, name, child: source.child(parent, name)? })
+}
+
+/// Checks one entry name given as bytes, by the rules `check_name` applies to UTF-8 names.
+pub(crate) fn check_name_bytes(name: &[u8]) -> Result<(), NamespaceError> {
+    let shown = || String::from_utf8_lossy(name).into_owned();
+    let error = if name.is_empty() {
+        NameError::Empty
+    } else if name.len() > NAME_BYTES_MAX {
+        NameError::TooLong { name: shown().chars().take(32).collect(), length: name.len() }
+    } else if name.contains(&0) || name.contains(&b'/') {
+        NameError::BadCharacter { name: shown() }
+    } else if name == b"." || name == b".." {
+        NameError::DotComponent { path: shown() }
+    } else {
+        return Ok(());
+    };
+    Err(error.into())
 }
 
 /// Whether directory `dir` is `ancestor` or lies below it, by walking up `dir_parents`.
@@ -152,8 +176,9 @@ fn walk(
         if !who.is_root() {
             require(&source.load(parent)?.attrs, who, SEARCH, &format!("a directory on the way to {path}"))?;
         }
-        let id =
-            source.child(parent, &name)?.ok_or_else(|| NamespaceError::NotFound { path: path.into() })?;
+        let id = source
+            .child(parent, name.as_bytes())?
+            .ok_or_else(|| NamespaceError::NotFound { path: path.into() })?;
         let inode = source.load(id)?;
         let last = queue.is_empty();
         match &inode.body {
