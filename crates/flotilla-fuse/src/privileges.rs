@@ -11,10 +11,10 @@ use fuser::Errno;
 
 /// The mode a write by a user without `CAP_FSETID` leaves, or `None` if it changes nothing.
 pub fn killed_mode(mode: u32) -> Option<u32> {
-    let mut killed = mode & !(libc::S_ISUID as u32);
-    let setgid_exec = (libc::S_ISGID | libc::S_IXGRP) as u32;
+    let mut killed = mode & !libc::S_ISUID;
+    let setgid_exec = libc::S_ISGID | libc::S_IXGRP;
     if mode & setgid_exec == setgid_exec {
-        killed &= !(libc::S_ISGID as u32);
+        killed &= !libc::S_ISGID;
     }
     (killed != mode).then_some(killed)
 }
