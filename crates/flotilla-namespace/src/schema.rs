@@ -5,7 +5,7 @@ use redb::TableDefinition;
 /// Inode id → inode record (see `record.rs`).
 pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 /// (parent inode id, name as bytes) → child inode id. Names are any bytes but '/' and NUL
-/// (schema version 2; version 1 kept UTF-8 names in `dirents_v1`'s place, see FORMAT.md).
+/// (schema version 2; version 1 kept UTF-8 names in the table `dirents`, see FORMAT.md).
 pub(crate) const DIRENTS: TableDefinition<(u64, &[u8]), u64> = TableDefinition::new("entries");
 /// Schema version 1's directory entries, (parent inode id, UTF-8 name) → child inode id:
 /// read once by the migration to version 2, then deleted.
