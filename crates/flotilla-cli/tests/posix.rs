@@ -30,10 +30,16 @@ struct Mount {
 
 impl Mount {
     fn start(meta: &str) -> Mount {
+        Mount::start_with(meta, &[])
+    }
+
+    fn start_with(meta: &str, extra: &[&str]) -> Mount {
         let holder = tempfile::tempdir().expect("temporary folder");
         fs::set_permissions(holder.path(), fs::Permissions::from_mode(0o755)).unwrap();
         let dir = holder.path().join("mnt");
-        let args = ["mount", "--meta", meta, "--attr-timeout-ms", "0", common::path(&dir)];
+        let mut args = vec!["mount", "--meta", meta, "--attr-timeout-ms", "0"];
+        args.extend_from_slice(extra);
+        args.push(common::path(&dir));
         let process = Process::start(&args, "mount").expect("start flotilla mount");
         assert!(common::is_mounted(&dir), "{} is not mounted", dir.display());
         Mount { process: Some(process), dir, _holder: holder }
@@ -306,4 +312,45 @@ fn setuid_and_setgid_are_cleared_by_writes_truncates_and_chown() {
     std::os::unix::fs::chown(&file, Some(NOBODY), None).unwrap();
     assert_eq!(mode(), 0o0755);
     assert_eq!(fs::metadata(&file).unwrap().uid(), NOBODY);
+}
+
+/// Sets a file's atime and mtime (seconds since the epoch) through the mount.
+fn set_times(path: &Path, atime_s: i64, mtime_s: i64) {
+    let times =
+        [libc::timespec { tv_sec: atime_s, tv_nsec: 0 }, libc::timespec { tv_sec: mtime_s, tv_nsec: 0 }];
+    // SAFETY: a valid path and two timespecs.
+    check(unsafe { libc::utimensat(libc::AT_FDCWD, c_path(path).as_ptr(), times.as_ptr(), 0) }, "utimensat");
+}
+
+/// Access times of reads: relatime (the default) updates an atime not after the mtime (or
+/// ctime), and leaves a recent one; strictatime updates at every read; noatime never. No read
+/// changes the ctime.
+#[test]
+fn reads_update_atime_by_the_mount_rule() {
+    let cluster = Cluster::start(1);
+    let meta = cluster.meta_addr();
+    let relatime = Mount::start(&meta);
+    let strict = Mount::start_with(&meta, &["--atime", "strictatime"]);
+    let noatime = Mount::start_with(&meta, &["--atime", "noatime"]);
+    fs::write(relatime.path("f"), b"data").unwrap();
+    let stat = |mount: &Mount| fs::metadata(mount.path("f")).unwrap();
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+
+    // An atime before the mtime: relatime updates it, without touching the ctime.
+    set_times(&relatime.path("f"), 1_000, 2_000);
+    let ctime = (stat(&relatime).ctime(), stat(&relatime).ctime_nsec());
+    assert_eq!(fs::read(noatime.path("f")).unwrap(), b"data");
+    assert_eq!(stat(&relatime).atime(), 1_000, "noatime updated the atime");
+    assert_eq!(fs::read(relatime.path("f")).unwrap(), b"data");
+    assert!(stat(&relatime).atime() >= now_s, "relatime did not update an atime before the mtime");
+    assert_eq!((stat(&relatime).ctime(), stat(&relatime).ctime_nsec()), ctime, "a read changed the ctime");
+
+    // Now the atime is recent and after the mtime and ctime: relatime leaves it,
+    // strictatime updates it.
+    let atime = |mount: &Mount| (stat(mount).atime(), stat(mount).atime_nsec());
+    let updated = atime(&relatime);
+    fs::read(relatime.path("f")).unwrap();
+    assert_eq!(atime(&relatime), updated, "relatime updated a recent atime");
+    fs::read(strict.path("f")).unwrap();
+    assert!(atime(&strict) > updated, "strictatime did not update the atime");
 }

@@ -125,6 +125,14 @@ impl Client {
         done(self.meta(request)?, "rename")
     }
 
+    /// Sets entry `id`'s atime as a read does (no ctime change).
+    pub fn touch_atime(&self, id: u64, atime_ns: i64) -> Result<(), ClientError> {
+        match self.meta(MetaRequest::TouchAtime { id, atime_ns })? {
+            MetaReply::Attributes(_) => Ok(()),
+            other => Err(unexpected("touch atime", &other)),
+        }
+    }
+
     /// Sets the default layout of directory `id` (`None` clears it) or the layout of the
     /// empty file `id`.
     pub fn set_layout_id(

@@ -24,6 +24,8 @@ pub struct MountConfig {
     /// Let every user use the mount (`allow_other`) with the kernel checking permissions
     /// (`default_permissions`); `None` means "when running as root".
     pub allow_other: Option<bool>,
+    /// When reads update access times: `relatime` (default), `strictatime` or `noatime`.
+    pub atime: crate::AtimeMode,
 }
 
 impl Default for MountConfig {
@@ -38,6 +40,7 @@ impl Default for MountConfig {
             write_behind_bytes_max: 4 << 20,
             write_behind_total_bytes_max: 256 << 20,
             allow_other: None,
+            atime: crate::AtimeMode::RelAtime,
         }
     }
 }

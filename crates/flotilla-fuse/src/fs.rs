@@ -42,6 +42,8 @@ pub struct FlotillaFs {
     pub(crate) ttl: Duration,
     /// Most entries one open directory listing holds (`listing_entries_max`).
     pub(crate) listing_entries_max: usize,
+    /// When reads update access times.
+    pub(crate) atime: crate::AtimeMode,
 }
 
 impl FlotillaFs {
@@ -58,6 +60,7 @@ impl FlotillaFs {
             }),
             ttl: Duration::from_millis(config.attr_timeout_ms),
             listing_entries_max: config.listing_entries_max,
+            atime: config.atime,
         }
     }
 

@@ -34,6 +34,8 @@ pub struct OpenFile {
     /// The file had setuid (or setgid with group execute) when opened: the first write by
     /// a user other than root clears them (see `privileges.rs`).
     setid: std::sync::atomic::AtomicBool,
+    /// A read went through this handle already (relatime looks at the first only).
+    read_once: std::sync::atomic::AtomicBool,
 }
 
 impl OpenFile {
@@ -104,7 +106,8 @@ impl FlotillaFs {
         let (ino, size) = (file.id(), file.size());
         let sync_writes = flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
         let setid = crate::privileges::killed_mode(file.entry().attrs.mode).is_some().into();
-        let open = OpenFile { ino, file: parking_lot::RwLock::new(file), sync_writes, setid };
+        let read_once = false.into();
+        let open = OpenFile { ino, file: parking_lot::RwLock::new(file), sync_writes, setid, read_once };
         let handle = self.files.insert(open)?;
         self.sizes.opened(ino, size);
         Ok(handle)
@@ -155,11 +158,12 @@ impl FlotillaFs {
             self.sizes.wrote(ino, known);
         }
         let length = known.saturating_sub(offset).min(u64::from(size));
-        if length == 0 {
-            return Ok(Vec::new());
-        }
         let mut buffer = vec![0u8; length as usize];
-        self.with_file(&open, |file| file.read_shape(&Shape::contiguous(offset, length), &mut buffer))?;
+        if length > 0 {
+            self.with_file(&open, |file| file.read_shape(&Shape::contiguous(offset, length), &mut buffer))?;
+        }
+        let first_read = !open.read_once.swap(true, std::sync::atomic::Ordering::AcqRel);
+        self.note_read(ino, &open.file.read().entry().attrs, first_read);
         Ok(buffer)
     }
 

@@ -279,6 +279,12 @@ pub enum MetaRequest {
         id: u64,
         layout: Option<Layout>,
     },
+    /// A read's access time: sets the atime of entry `id` to `atime_ns` and nothing else
+    /// (no ctime change, unlike `SetAttr`). The mount sends it under its atime rules.
+    TouchAtime {
+        id: u64,
+        atime_ns: i64,
+    },
 }
 
 /// What a `RenameAt` does when the destination exists.
