@@ -249,6 +249,11 @@ fn fifos_sockets_and_device_nodes() {
     assert_eq!(meta("disk").rdev(), libc::makedev(8, 1));
     let client = cluster.client();
     assert_eq!(client.stat("/pipe").unwrap().attrs.kind, flotilla_client::FileKind::Fifo);
+    // statfs counts the inodes in use: the root and the four made here.
+    // SAFETY: a valid path; `stats` is written by statvfs.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::statvfs(c_path(&b.dir).as_ptr(), &mut stats) }, "statvfs");
+    assert_eq!(stats.f_files - stats.f_ffree, 5);
     assert_eq!(client.stat("/null").unwrap().attrs.rdev, device);
 
     // The FIFO is a pipe: what a writer on mount A sends, a reader on mount A receives.

@@ -125,6 +125,14 @@ impl Client {
         done(self.meta(request)?, "rename")
     }
 
+    /// How many inodes the namespace holds (`statfs`'s files in use).
+    pub fn inode_count(&self) -> Result<u64, ClientError> {
+        match self.meta(MetaRequest::CountInodes)? {
+            MetaReply::Inodes { count } => Ok(count),
+            other => Err(unexpected("count inodes", &other)),
+        }
+    }
+
     /// Sets entry `id`'s atime as a read does (no ctime change).
     pub fn touch_atime(&self, id: u64, atime_ns: i64) -> Result<(), ClientError> {
         match self.meta(MetaRequest::TouchAtime { id, atime_ns })? {

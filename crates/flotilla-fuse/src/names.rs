@@ -14,8 +14,9 @@ use std::path::Path;
 
 /// The block `statfs` counts in.
 pub const STATFS_BLOCK_BYTES: u64 = 4096;
-/// Inodes reported by `statfs`: the namespace has no fixed inode table.
-const STATFS_FILES: u64 = 1 << 32;
+/// Free inodes reported by `statfs`: the namespace has no fixed inode table (ids are random
+/// 64-bit numbers), so as many as a `u32` counts.
+const STATFS_FILES_FREE: u64 = 1 << 32;
 
 /// What a `setattr` asks for.
 pub struct Change {
@@ -238,11 +239,12 @@ impl FlotillaFs {
         let targets = self.retrying(|| self.client.status()).map_err(failed)?;
         let used: u64 = targets.iter().map(|t| t.used_bytes).sum();
         let free: u64 = targets.iter().map(|t| t.free_bytes).sum();
+        let inodes = self.retrying(|| self.client.inode_count()).map_err(failed)?;
         Ok(Space {
             blocks: (used + free) / STATFS_BLOCK_BYTES,
             blocks_free: free / STATFS_BLOCK_BYTES,
-            files: STATFS_FILES,
-            files_free: STATFS_FILES,
+            files: inodes.saturating_add(STATFS_FILES_FREE),
+            files_free: STATFS_FILES_FREE,
         })
     }
 

@@ -160,6 +160,7 @@ impl State {
                 let id = self.namespace.lookup(&path).map_err(wire)?.id;
                 MetaReply::Entry(self.granted(self.set_layout(id, layout, now)?, asker))
             }
+            MetaRequest::CountInodes => MetaReply::Inodes { count: ns.inode_count().map_err(wire)? },
             MetaRequest::TouchAtime { id, atime_ns } => {
                 MetaReply::Attributes(ns.touch_atime(id, atime_ns).map_err(wire)?)
             }

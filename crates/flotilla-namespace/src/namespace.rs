@@ -209,6 +209,11 @@ impl Namespace {
         })
     }
 
+    /// How many inodes there are (directories, files, symlinks, special files, orphans).
+    pub fn inode_count(&self) -> Result<u64, NamespaceError> {
+        self.read(|tables| Ok(tables.inodes.len()?))
+    }
+
     /// The entry with inode id `id`.
     pub fn get(&self, id: u64) -> Result<Entry, NamespaceError> {
         self.read(|tables| {

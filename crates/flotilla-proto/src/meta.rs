@@ -285,6 +285,8 @@ pub enum MetaRequest {
         id: u64,
         atime_ns: i64,
     },
+    /// How many inodes the namespace holds (for `statfs`); replies `Inodes`.
+    CountInodes,
 }
 
 /// What a `RenameAt` does when the destination exists.
@@ -328,4 +330,8 @@ pub enum MetaReply {
     Error(WireError),
     /// One page of a `ReaddirId` listing; fewer than asked means the end.
     Listing(Vec<ListedEntry>),
+    /// Inodes the namespace holds, the root and orphans included.
+    Inodes {
+        count: u64,
+    },
 }
