@@ -42,3 +42,7 @@ PATH="$PWD/$PYENV/bin:$PATH" "$PYENV/bin/python" -m pip install --quiet --disabl
     --no-build-isolation ./python
 "$PYENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
 cargo test -p flotilla-capi --test c_example --test header
+
+# POSIX conformance through the mount (issue 11): pjdfstest against a `flotilla local` mount.
+# Fails on any failure not listed with its reason in scripts/pjdfstest-known-failures.txt.
+scripts/pjdfstest.sh

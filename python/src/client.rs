@@ -71,6 +71,10 @@ pub fn kind_name(kind: FileKind) -> &'static str {
         FileKind::File => "file",
         FileKind::Directory => "directory",
         FileKind::Symlink => "symlink",
+        FileKind::Fifo => "fifo",
+        FileKind::Socket => "socket",
+        FileKind::CharDevice => "character device",
+        FileKind::BlockDevice => "block device",
     }
 }
 

@@ -25,6 +25,9 @@
 // A symbolic link.
 #define FLOTILLA_KIND_SYMLINK 3
 
+// A FIFO, socket or device node (made through the mount).
+#define FLOTILLA_KIND_SPECIAL 4
+
 // Submission mode *nosend* (the paper's group-nosend; the default).
 #define FLOTILLA_GROUP_NOSEND 0
 

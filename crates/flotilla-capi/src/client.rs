@@ -15,6 +15,8 @@ pub const FLOTILLA_KIND_FILE: u32 = 1;
 pub const FLOTILLA_KIND_DIRECTORY: u32 = 2;
 /// A symbolic link.
 pub const FLOTILLA_KIND_SYMLINK: u32 = 3;
+/// A FIFO, socket or device node (made through the mount).
+pub const FLOTILLA_KIND_SPECIAL: u32 = 4;
 
 /// Attributes of a namespace entry.
 #[repr(C)]
@@ -39,6 +41,9 @@ pub(crate) fn kind_code(kind: FileKind) -> u32 {
         FileKind::File => FLOTILLA_KIND_FILE,
         FileKind::Directory => FLOTILLA_KIND_DIRECTORY,
         FileKind::Symlink => FLOTILLA_KIND_SYMLINK,
+        FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice => {
+            FLOTILLA_KIND_SPECIAL
+        }
     }
 }
 

@@ -178,7 +178,12 @@ fn usage(client: &Client, root: &str) -> anyhow::Result<Usage> {
                 total.files += 1;
                 total.bytes = total.bytes.saturating_add(entry.attrs.size_bytes);
             }
-            FileKind::Symlink => total.symlinks += 1,
+            // Special files (FIFOs, sockets, devices) have no bytes: counted with symlinks.
+            FileKind::Symlink
+            | FileKind::Fifo
+            | FileKind::Socket
+            | FileKind::CharDevice
+            | FileKind::BlockDevice => total.symlinks += 1,
             FileKind::Directory => {
                 total.directories += 1;
                 let base = path.trim_end_matches('/');
@@ -229,7 +234,9 @@ pub fn ls(args: PathArgs) -> anyhow::Result<()> {
         let suffix = match entry.kind {
             FileKind::Directory => "/",
             FileKind::Symlink => "@",
-            FileKind::File => "",
+            FileKind::Fifo => "|",
+            FileKind::Socket => "=",
+            FileKind::File | FileKind::CharDevice | FileKind::BlockDevice => "",
         };
         println!("{}{suffix}", entry.name);
     }

@@ -29,6 +29,9 @@ pub struct MountArgs {
     /// Bytes of small writes gathered per file before they are sent (0: no write-behind).
     #[arg(long)]
     write_behind_bytes: Option<u64>,
+    /// When reads update access times: relatime (default), strictatime or noatime.
+    #[arg(long)]
+    atime: Option<flotilla_fuse::AtimeMode>,
 }
 
 #[derive(Args)]
@@ -44,6 +47,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     let mut config = MountConfig::default();
     config.threads = args.threads.unwrap_or(config.threads);
     config.attr_timeout_ms = args.attr_timeout_ms.unwrap_or(config.attr_timeout_ms);
+    config.atime = args.atime.unwrap_or(config.atime);
     if let Some(bytes) = args.write_behind_bytes {
         config.write_behind_bytes_max = bytes;
         config.write_behind_piece_bytes_max = config.write_behind_piece_bytes_max.min(bytes);

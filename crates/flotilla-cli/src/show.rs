@@ -189,6 +189,10 @@ fn kind_name(kind: FileKind) -> &'static str {
         FileKind::File => "file",
         FileKind::Directory => "directory",
         FileKind::Symlink => "symlink",
+        FileKind::Fifo => "fifo",
+        FileKind::Socket => "socket",
+        FileKind::CharDevice => "character device",
+        FileKind::BlockDevice => "block device",
     }
 }
 

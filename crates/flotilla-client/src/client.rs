@@ -351,7 +351,7 @@ async fn create_entry(core: &Core, path: &str, spec: CreateSpec) -> Result<(Entr
     }
 }
 
-async fn create_subfiles(core: &Core, entry: &EntryInfo) -> Result<(), ClientError> {
+pub(crate) async fn create_subfiles(core: &Core, entry: &EntryInfo) -> Result<(), ClientError> {
     let calls = entry.subfiles.iter().enumerate().map(|(index, place)| {
         let request = IoRequest::CreateSubfile {
             target: place.target,

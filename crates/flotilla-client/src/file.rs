@@ -361,6 +361,7 @@ mod tests {
             atime_ns: 0,
             mtime_ns: 0,
             ctime_ns: 0,
+            rdev: 0,
         };
         let subfiles = (0..subfiles)
             .map(|i| SubfilePlace { target: TargetId(i as u64), server: String::new(), up: true })

@@ -25,6 +25,7 @@ mod handle;
 mod nonblocking;
 mod opens;
 mod posix;
+mod posix_at;
 mod raw;
 mod transfer;
 mod unstable;
@@ -37,6 +38,7 @@ pub use file::{subfile_lengths, File};
 pub use flotilla_proto::{
     DirEntryInfo, EntryInfo, ErrorCode, ForkInfo, TargetState, TargetStatus, WireError,
 };
+pub use flotilla_proto::{ListedEntry, RenameMode, NAME_BYTES_MAX};
 pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
 pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, SetAttr, SubfileIndex, TargetId,
@@ -46,6 +48,7 @@ pub use group::{Group, GroupError, GroupStats, GroupTarget, RequestFailure};
 pub use group_plan::{Admission, Direction, GroupConfig, GroupMode, Mixed, Planner};
 pub use handle::Handle;
 pub use posix::Owner;
+pub use posix_at::At;
 pub use raw::RawBuffer;
 
 /// The environment variable naming the metadata service's address.

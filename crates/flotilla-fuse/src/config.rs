@@ -10,8 +10,9 @@ pub struct MountConfig {
     pub open_files_max: usize,
     /// Most directory listings open at once (ENFILE beyond).
     pub open_dirs_max: usize,
-    /// Most inodes the kernel may hold references to (ENFILE beyond).
-    pub nodes_max: usize,
+    /// Most entries one open directory listing holds (a larger directory fails to open,
+    /// with EINVAL).
+    pub listing_entries_max: usize,
     /// How long the kernel may cache attributes and names, in milliseconds.
     pub attr_timeout_ms: u64,
     /// Writes shorter than this wait in their file's write-behind buffer and travel packed.
@@ -23,6 +24,8 @@ pub struct MountConfig {
     /// Let every user use the mount (`allow_other`) with the kernel checking permissions
     /// (`default_permissions`); `None` means "when running as root".
     pub allow_other: Option<bool>,
+    /// When reads update access times: `relatime` (default), `strictatime` or `noatime`.
+    pub atime: crate::AtimeMode,
 }
 
 impl Default for MountConfig {
@@ -31,12 +34,13 @@ impl Default for MountConfig {
             threads: 16,
             open_files_max: 65_536,
             open_dirs_max: 4_096,
-            nodes_max: 1 << 20,
+            listing_entries_max: 1 << 22,
             attr_timeout_ms: 1_000,
             write_behind_piece_bytes_max: 512 << 10,
             write_behind_bytes_max: 4 << 20,
             write_behind_total_bytes_max: 256 << 20,
             allow_other: None,
+            atime: crate::AtimeMode::RelAtime,
         }
     }
 }

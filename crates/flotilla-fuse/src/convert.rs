@@ -31,6 +31,10 @@ pub fn file_type(kind: FileKind) -> FileType {
         FileKind::Directory => FileType::Directory,
         FileKind::File => FileType::RegularFile,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
     }
 }
 
@@ -48,7 +52,8 @@ pub fn file_attr(ino: u64, attrs: &Attributes) -> FileAttr {
         nlink: attrs.nlink,
         uid: attrs.uid,
         gid: attrs.gid,
-        rdev: 0,
+        // The kernel's FUSE `rdev` is the 32-bit encoding it passed to `mknod`, kept as is.
+        rdev: u32::try_from(attrs.rdev).unwrap_or(0),
         blksize: BLOCK_BYTES_PREFERRED,
         flags: 0,
     }

@@ -9,7 +9,6 @@
 use crate::config::MountConfig;
 use crate::convert::{file_attr, is_transport};
 use crate::handles::HandleTable;
-use crate::nodes::NodeTable;
 use crate::open_files::{OpenFile, SizeTable};
 use crate::write_behind::{WriteBehind, WriteBehindLimits};
 use flotilla_client::{ClientError, EntryInfo};
@@ -31,24 +30,26 @@ const BACKGROUND_REQUESTS_MAX: u16 = 64;
 pub(crate) struct Listed {
     pub ino: u64,
     pub kind: fuser::FileType,
-    pub name: String,
+    pub name: std::ffi::OsString,
 }
 
 pub struct FlotillaFs {
     pub(crate) client: flotilla_client::Client,
-    pub(crate) nodes: NodeTable,
     pub(crate) files: HandleTable<OpenFile>,
     pub(crate) dirs: HandleTable<Vec<Listed>>,
     pub(crate) sizes: SizeTable,
     pub(crate) write_behind: WriteBehind,
     pub(crate) ttl: Duration,
+    /// Most entries one open directory listing holds (`listing_entries_max`).
+    pub(crate) listing_entries_max: usize,
+    /// When reads update access times.
+    pub(crate) atime: crate::AtimeMode,
 }
 
 impl FlotillaFs {
     pub fn new(client: flotilla_client::Client, config: &MountConfig) -> FlotillaFs {
         FlotillaFs {
             client,
-            nodes: NodeTable::new(config.nodes_max),
             files: HandleTable::new(config.open_files_max),
             dirs: HandleTable::new(config.open_dirs_max),
             sizes: SizeTable::default(),
@@ -58,6 +59,8 @@ impl FlotillaFs {
                 total_bytes_max: config.write_behind_total_bytes_max,
             }),
             ttl: Duration::from_millis(config.attr_timeout_ms),
+            listing_entries_max: config.listing_entries_max,
+            atime: config.atime,
         }
     }
 
@@ -121,8 +124,8 @@ impl Filesystem for FlotillaFs {
         self.reply_entry(reply, self.lookup_entry(parent.0, name));
     }
 
-    fn forget(&self, _request: &Request, ino: INodeNo, nlookup: u64) {
-        self.nodes.forget(ino.0, nlookup);
+    fn forget(&self, _request: &Request, _ino: INodeNo, _nlookup: u64) {
+        // The mount keeps nothing per inode: the kernel's inode is the namespace's id.
     }
 
     fn getattr(&self, _request: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -174,6 +177,19 @@ impl Filesystem for FlotillaFs {
         reply: ReplyEntry,
     ) {
         self.reply_entry(reply, self.make_directory(request, parent.0, name, mode));
+    }
+
+    fn mknod(
+        &self,
+        request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.reply_entry(reply, self.make_node(request, parent.0, name, mode, rdev));
     }
 
     fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -238,7 +254,7 @@ impl Filesystem for FlotillaFs {
 
     fn write(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -248,7 +264,7 @@ impl Filesystem for FlotillaFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.write_file(ino.0, fh.0, offset, data) {
+        match self.write_file(request.uid(), ino.0, fh.0, offset, data) {
             Ok(written) => reply.written(written),
             Err(errno) => reply.error(errno),
         }

@@ -12,6 +12,7 @@
 //!
 //! The mount uses fuser's own mount code (no libfuse, no fusermount when root).
 
+mod atime;
 mod config;
 mod convert;
 mod fs;
@@ -19,9 +20,11 @@ mod handles;
 mod names;
 pub mod nodes;
 mod open_files;
+mod privileges;
 mod write_behind;
 mod xattr;
 
+pub use atime::AtimeMode;
 pub use config::MountConfig;
 pub use fs::{FlotillaFs, IO_BYTES_MAX};
 pub use open_files::FILE_BYTES_MAX;
@@ -58,7 +61,13 @@ fn session_config(config: &MountConfig) -> fuser::Config {
         fuser::MountOption::Subtype("flotilla".to_string()),
         fuser::MountOption::DefaultPermissions,
         fuser::MountOption::RW,
-        fuser::MountOption::NoAtime,
+        // The kernel leaves a FUSE file's atime to the file system (see `atime.rs`); the flag
+        // only tells what the mount does.
+        if config.atime == crate::AtimeMode::NoAtime {
+            fuser::MountOption::NoAtime
+        } else {
+            fuser::MountOption::Atime
+        },
     ];
     session.acl = if allow_other { fuser::SessionACL::All } else { fuser::SessionACL::Owner };
     session.n_threads = Some(config.threads.max(1));

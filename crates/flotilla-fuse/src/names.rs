@@ -1,17 +1,22 @@
-//! Namespace operations: lookup, attributes, directories, links, renames, listings, space.
+//! Namespace operations: lookup, attributes, directories, special files, links, renames,
+//! listings, space. Every call names a directory by its inode id and an entry by its name
+//! there (`At`), or an entry by its id: the mount never builds a path.
 
 use crate::convert::{errno, file_attr, file_type, time_or_now};
 use crate::fs::{FlotillaFs, Listed};
+use crate::nodes::{check_name, ROOT_INO};
 use crate::open_files::FILE_BYTES_MAX;
-use flotilla_client::{ClientError, CreateOptions, EntryInfo, FileKind, Owner, SetAttr};
+use flotilla_client::{At, ClientError, CreateOptions, EntryInfo, FileKind, Owner, RenameMode, SetAttr};
 use fuser::{Errno, FileAttr, RenameFlags, Request, TimeOrNow};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
 /// The block `statfs` counts in.
 pub const STATFS_BLOCK_BYTES: u64 = 4096;
-/// Inodes reported by `statfs`: the namespace has no fixed inode table.
-const STATFS_FILES: u64 = 1 << 32;
+/// Free inodes reported by `statfs`: the namespace has no fixed inode table (ids are random
+/// 64-bit numbers), so as many as a `u32` counts.
+const STATFS_FILES_FREE: u64 = 1 << 32;
 
 /// What a `setattr` asks for.
 pub struct Change {
@@ -45,9 +50,8 @@ fn owner(request: &Request) -> Owner {
 
 impl FlotillaFs {
     pub(crate) fn lookup_entry(&self, parent: u64, name: &OsStr) -> Result<FileAttr, Errno> {
-        let (path, name) = self.nodes.child_path(parent, name)?;
-        let entry = self.retrying(|| self.client.stat(&path)).map_err(failed)?;
-        self.nodes.remember(entry.id, parent, &name)?;
+        let at = At { parent, name: check_name(name)? };
+        let entry = self.retrying(|| self.client.lookup_at(at)).map_err(failed)?;
         Ok(self.attr_of(&entry))
     }
 
@@ -123,10 +127,43 @@ impl FlotillaFs {
         name: &OsStr,
         mode: u32,
     ) -> Result<FileAttr, Errno> {
-        let (path, name) = self.nodes.child_path(parent, name)?;
-        let entry = self.client.mkdir_as(&path, mode & 0o7777, owner(request)).map_err(failed)?;
-        self.nodes.remember(entry.id, parent, &name)?;
+        let at = At { parent, name: check_name(name)? };
+        let entry = self.client.mkdir_at(at, mode & 0o7777, owner(request)).map_err(failed)?;
         Ok(self.attr_of(&entry))
+    }
+
+    /// `mknod`: a FIFO, socket or device node; a regular file is created (and closed) as
+    /// `create` would.
+    pub(crate) fn make_node(
+        &self,
+        request: &Request,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<FileAttr, Errno> {
+        let at = At { parent, name: check_name(name)? };
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            0 | libc::S_IFREG => return self.make_regular(request, at, mode),
+            _ => return Err(Errno::EINVAL),
+        };
+        let rdev =
+            if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) { u64::from(rdev) } else { 0 };
+        let entry = self.client.mknod_at(at, kind, rdev, mode & 0o7777, owner(request)).map_err(failed)?;
+        Ok(self.attr_of(&entry))
+    }
+
+    fn make_regular(&self, request: &Request, at: At<'_>, mode: u32) -> Result<FileAttr, Errno> {
+        let options =
+            CreateOptions { subfiles: 0, targets: None, layout: None, mode: mode & 0o7777, exclusive: true };
+        let file = self.client.create_at(at, &options, owner(request)).map_err(failed)?;
+        let attr = self.attr_of(file.entry());
+        file.close().map_err(failed)?;
+        Ok(attr)
     }
 
     pub(crate) fn make_symlink(
@@ -136,16 +173,15 @@ impl FlotillaFs {
         name: &OsStr,
         target: &Path,
     ) -> Result<FileAttr, Errno> {
-        let (path, name) = self.nodes.child_path(parent, name)?;
+        let at = At { parent, name: check_name(name)? };
         let target = target.to_str().ok_or(Errno::EINVAL)?;
-        let entry = self.client.symlink_as(&path, target, owner(request)).map_err(failed)?;
-        self.nodes.remember(entry.id, parent, &name)?;
+        let entry = self.client.symlink_at(at, target, owner(request)).map_err(failed)?;
         Ok(self.attr_of(&entry))
     }
 
     pub(crate) fn remove_name(&self, parent: u64, name: &OsStr, directory: bool) -> Result<(), Errno> {
-        let (path, _) = self.nodes.child_path(parent, name)?;
-        let removed = if directory { self.client.rmdir(&path) } else { self.client.remove(&path) };
+        let at = At { parent, name: check_name(name)? };
+        let removed = if directory { self.client.rmdir_at(at) } else { self.client.unlink_at(at) };
         removed.map_err(failed)
     }
 
@@ -157,45 +193,44 @@ impl FlotillaFs {
         new_name: &OsStr,
         flags: RenameFlags,
     ) -> Result<(), Errno> {
-        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
+        let mode = if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return Err(Errno::EINVAL);
-        }
-        let (from, name) = self.nodes.child_path(parent, name)?;
-        let (to, new_name) = self.nodes.child_path(new_parent, new_name)?;
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-            self.client.rename_no_replace(&from, &to).map_err(failed)?;
+        } else if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                return Err(Errno::EINVAL);
+            }
+            RenameMode::Exchange
+        } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            RenameMode::NoReplace
         } else {
-            self.client.rename(&from, &to).map_err(failed)?;
-        }
-        self.nodes.moved(parent, &name, new_parent, &new_name);
-        Ok(())
+            RenameMode::Replace
+        };
+        let from = At { parent, name: check_name(name)? };
+        let to = At { parent: new_parent, name: check_name(new_name)? };
+        self.client.rename_at(from, to, mode).map_err(failed)
     }
 
-    /// A second name for file `ino`. The namespace links by path, so the link is checked to
-    /// name `ino` (another client may have renamed it) and undone if it does not.
+    /// A second name for entry `ino`, linked by its id (so it is `ino` whatever another
+    /// client did to its other names meanwhile).
     pub(crate) fn hard_link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> Result<FileAttr, Errno> {
-        let existing = self.nodes.path(ino)?;
-        let (new, new_name) = self.nodes.child_path(new_parent, new_name)?;
-        let entry = self.client.link(&existing, &new).map_err(failed)?;
-        if entry.id != ino {
-            let _ = self.client.remove(&new);
-            return Err(Errno::ESTALE);
-        }
-        self.nodes.remember(ino, new_parent, &new_name)?;
+        let at = At { parent: new_parent, name: check_name(new_name)? };
+        let entry = self.client.link_at(ino, at).map_err(failed)?;
         Ok(self.attr_of(&entry))
     }
 
+    /// Reads the whole listing of directory `ino` (at most `listing_entries_max` entries)
+    /// when it is opened. The ".." entry carries the root's inode number: the mount keeps no
+    /// parents (the kernel resolves ".." itself).
     pub(crate) fn open_directory(&self, ino: u64) -> Result<u64, Errno> {
-        let path = self.nodes.path(ino)?;
-        let entries = self.retrying(|| self.client.readdir(&path)).map_err(failed)?;
+        let entries =
+            self.retrying(|| self.client.readdir_id(ino, self.listing_entries_max)).map_err(failed)?;
         let mut listing = Vec::with_capacity(entries.len() + 2);
-        listing.push(Listed { ino, kind: fuser::FileType::Directory, name: ".".to_string() });
-        let parent = self.nodes.parent(ino);
-        listing.push(Listed { ino: parent, kind: fuser::FileType::Directory, name: "..".to_string() });
+        listing.push(Listed { ino, kind: fuser::FileType::Directory, name: OsString::from(".") });
+        listing.push(Listed { ino: ROOT_INO, kind: fuser::FileType::Directory, name: OsString::from("..") });
         listing.extend(entries.into_iter().map(|entry| Listed {
             ino: entry.id,
             kind: file_type(entry.kind),
-            name: entry.name,
+            name: OsString::from_vec(entry.name),
         }));
         self.dirs.insert(listing)
     }
@@ -204,11 +239,12 @@ impl FlotillaFs {
         let targets = self.retrying(|| self.client.status()).map_err(failed)?;
         let used: u64 = targets.iter().map(|t| t.used_bytes).sum();
         let free: u64 = targets.iter().map(|t| t.free_bytes).sum();
+        let inodes = self.retrying(|| self.client.inode_count()).map_err(failed)?;
         Ok(Space {
             blocks: (used + free) / STATFS_BLOCK_BYTES,
             blocks_free: free / STATFS_BLOCK_BYTES,
-            files: STATFS_FILES,
-            files_free: STATFS_FILES,
+            files: inodes.saturating_add(STATFS_FILES_FREE),
+            files_free: STATFS_FILES_FREE,
         })
     }
 
@@ -221,24 +257,24 @@ impl FlotillaFs {
         mode: u32,
         flags: i32,
     ) -> Result<(FileAttr, u64), Errno> {
-        let (path, name) = self.nodes.child_path(parent, name)?;
+        let at = At { parent, name: check_name(name)? };
         // Always exclusive: the client removes a file whose subfiles it could not create, which
         // must never be a file that existed before.
         let options =
             CreateOptions { subfiles: 0, targets: None, layout: None, mode: mode & 0o7777, exclusive: true };
-        let file = match self.client.create_as(&path, &options, owner(request)) {
+        let file = match self.client.create_at(at, &options, owner(request)) {
             Ok(file) => file,
             Err(error) if errno(&error) == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
-                self.client.open(&path).map_err(failed)?
+                let existing = self.client.lookup_at(at).map_err(failed)?;
+                if existing.attrs.kind == FileKind::Directory {
+                    return Err(Errno::EISDIR);
+                }
+                self.client.open_id(existing.id).map_err(failed)?
             }
             Err(error) => return Err(failed(error)),
         };
         let entry: EntryInfo = file.entry().clone();
         let handle = self.insert_open(file, flags)?;
-        if let Err(errno) = self.nodes.remember(entry.id, parent, &name) {
-            let _ = self.release_file(handle);
-            return Err(errno);
-        }
         Ok((self.attr_of(&entry), handle))
     }
 }

@@ -31,6 +31,11 @@ pub struct OpenFile {
     file: parking_lot::RwLock<File>,
     /// Opened with O_SYNC or O_DSYNC: every write is sent and synced before it is answered.
     sync_writes: bool,
+    /// The file had setuid (or setgid with group execute) when opened: the first write by
+    /// a user other than root clears them (see `privileges.rs`).
+    setid: std::sync::atomic::AtomicBool,
+    /// A read went through this handle already (relatime looks at the first only).
+    read_once: std::sync::atomic::AtomicBool,
 }
 
 impl OpenFile {
@@ -100,7 +105,9 @@ impl FlotillaFs {
     pub(crate) fn insert_open(&self, file: File, flags: i32) -> Result<u64, Errno> {
         let (ino, size) = (file.id(), file.size());
         let sync_writes = flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
-        let open = OpenFile { ino, file: parking_lot::RwLock::new(file), sync_writes };
+        let setid = crate::privileges::killed_mode(file.entry().attrs.mode).is_some().into();
+        let read_once = false.into();
+        let open = OpenFile { ino, file: parking_lot::RwLock::new(file), sync_writes, setid, read_once };
         let handle = self.files.insert(open)?;
         self.sizes.opened(ino, size);
         Ok(handle)
@@ -151,16 +158,27 @@ impl FlotillaFs {
             self.sizes.wrote(ino, known);
         }
         let length = known.saturating_sub(offset).min(u64::from(size));
-        if length == 0 {
-            return Ok(Vec::new());
-        }
         let mut buffer = vec![0u8; length as usize];
-        self.with_file(&open, |file| file.read_shape(&Shape::contiguous(offset, length), &mut buffer))?;
+        if length > 0 {
+            self.with_file(&open, |file| file.read_shape(&Shape::contiguous(offset, length), &mut buffer))?;
+        }
+        let first_read = !open.read_once.swap(true, std::sync::atomic::Ordering::AcqRel);
+        self.note_read(ino, &open.file.read().entry().attrs, first_read);
         Ok(buffer)
     }
 
-    pub(crate) fn write_file(&self, ino: u64, handle: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+    pub(crate) fn write_file(
+        &self,
+        writer_uid: u32,
+        ino: u64,
+        handle: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u32, Errno> {
         let open = self.files.get(handle)?;
+        if writer_uid != 0 && open.setid.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            self.drop_privileges(ino)?;
+        }
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         if end > FILE_BYTES_MAX {
             return Err(Errno::EFBIG);

@@ -55,8 +55,8 @@ impl FlotillaFs {
         if flags & libc::XATTR_REPLACE != 0 && !exists {
             return Err(Errno::NO_XATTR);
         }
-        let path = self.path_of(&entry)?;
-        self.client.set_layout(&path, Some(layout)).map(|_| ()).map_err(failed)
+        refuse_symlink(&entry)?;
+        self.client.set_layout_id(entry.id, Some(layout)).map(|_| ()).map_err(failed)
     }
 
     pub(crate) fn remove_xattr(&self, ino: u64, name: &OsStr) -> Result<(), Errno> {
@@ -67,21 +67,15 @@ impl FlotillaFs {
         if entry.layout.is_none() {
             return Err(Errno::NO_XATTR);
         }
-        let path = self.path_of(&entry)?;
-        self.client.set_layout(&path, None).map(|_| ()).map_err(failed)
+        refuse_symlink(&entry)?;
+        self.client.set_layout_id(entry.id, None).map(|_| ()).map_err(failed)
     }
+}
 
-    /// The path of an entry whose layout is to change, checked to still name it.
-    fn path_of(&self, entry: &EntryInfo) -> Result<String, Errno> {
-        if entry.attrs.kind == FileKind::Symlink {
-            // Linux allows no user attributes on symbolic links.
-            return Err(Errno::EPERM);
-        }
-        let path = self.nodes.path(entry.id)?;
-        let found = self.client.stat(&path).map_err(failed)?;
-        if found.id != entry.id {
-            return Err(Errno::ESTALE);
-        }
-        Ok(path)
+/// Linux allows no user attributes on symbolic links.
+fn refuse_symlink(entry: &EntryInfo) -> Result<(), Errno> {
+    if entry.attrs.kind == FileKind::Symlink {
+        return Err(Errno::EPERM);
     }
+    Ok(())
 }

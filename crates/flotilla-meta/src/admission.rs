@@ -50,6 +50,16 @@ pub(crate) fn is_mutating(request: &MetaRequest) -> bool {
             | MetaRequest::Link { .. }
             | MetaRequest::GrowSize { .. }
             | MetaRequest::SetLayout { .. }
+            | MetaRequest::CreateAt { .. }
+            | MetaRequest::MkdirAt { .. }
+            | MetaRequest::MknodAt { .. }
+            | MetaRequest::SymlinkAt { .. }
+            | MetaRequest::LinkAt { .. }
+            | MetaRequest::UnlinkAt { .. }
+            | MetaRequest::RmdirAt { .. }
+            | MetaRequest::RenameAt { .. }
+            | MetaRequest::SetLayoutId { .. }
+            | MetaRequest::TouchAtime { .. }
     )
 }
 

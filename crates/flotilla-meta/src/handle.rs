@@ -41,8 +41,8 @@ pub(crate) struct Issuer {
 
 /// Who asks: the caller after the connection's policy, the credential the connection
 /// authenticated with (a capability's holder), and whether the connection is read-only.
-struct Asker<'a> {
-    who: &'a Caller,
+pub(crate) struct Asker<'a> {
+    pub(crate) who: &'a Caller,
     holder: &'a str,
     read_only: bool,
 }
@@ -73,6 +73,7 @@ impl State {
         }
         claimed.check().map_err(|e| WireError::new(ErrorCode::BadRequest, e.to_string()))?;
         crate::policy::admit(&request, policy)?;
+        self.admit_at(&request, policy)?;
         let who = policy.effective(&claimed);
         self.dispatch(request, &Asker { who: &who, holder, read_only: policy.read_only })
     }
@@ -84,6 +85,16 @@ impl State {
             MetaRequest::As { .. } => {
                 return Err(WireError::new(ErrorCode::BadRequest, "a caller request may not be nested"))
             }
+            request @ (MetaRequest::LookupAt { .. }
+            | MetaRequest::CreateAt { .. }
+            | MetaRequest::MkdirAt { .. }
+            | MetaRequest::MknodAt { .. }
+            | MetaRequest::SymlinkAt { .. }
+            | MetaRequest::LinkAt { .. }
+            | MetaRequest::UnlinkAt { .. }
+            | MetaRequest::RmdirAt { .. }
+            | MetaRequest::RenameAt { .. }
+            | MetaRequest::ReaddirId { .. }) => return self.dispatch_at(request, asker, now),
             MetaRequest::Lookup { path } => {
                 MetaReply::Entry(self.granted(ns.lookup_as(who, &path).map_err(wire)?, asker))
             }
@@ -109,7 +120,7 @@ impl State {
                 ns.readdir_as(who, &path)
                     .map_err(wire)?
                     .into_iter()
-                    .map(|e| DirEntryInfo { name: e.name, id: e.id, kind: e.kind })
+                    .map(|e| DirEntryInfo { name: e.name_lossy(), id: e.id, kind: e.kind })
                     .collect(),
             ),
             MetaRequest::Unlink { path } => {
@@ -148,7 +159,15 @@ impl State {
                 MetaReply::Attributes(ns.grow_size(id, size_bytes, mtime_ns, now).map_err(wire)?)
             }
             MetaRequest::SetLayout { path, layout } => {
-                MetaReply::Entry(self.granted(self.set_layout(&path, layout, now)?, asker))
+                let id = self.namespace.lookup(&path).map_err(wire)?.id;
+                MetaReply::Entry(self.granted(self.set_layout(id, layout, now)?, asker))
+            }
+            MetaRequest::CountInodes => MetaReply::Inodes { count: ns.inode_count().map_err(wire)? },
+            MetaRequest::TouchAtime { id, atime_ns } => {
+                MetaReply::Attributes(ns.touch_atime(id, atime_ns).map_err(wire)?)
+            }
+            MetaRequest::SetLayoutId { id, layout } => {
+                MetaReply::Entry(self.granted(self.set_layout(id, layout, now)?, asker))
             }
             MetaRequest::JobJoin { name, size } => {
                 let (member, epoch, event) = self.jobs.join(&name, size)?;
@@ -181,14 +200,14 @@ impl State {
 
     fn set_layout(
         &self,
-        path: &str,
+        id: u64,
         layout: Option<flotilla_types::Layout>,
         now: i64,
     ) -> Result<Entry, WireError> {
         self.check_satisfiable(layout.as_ref())?;
-        let entry = self.namespace.lookup(path).map_err(wire)?;
+        let entry = self.namespace.get(id).map_err(wire)?;
         match (entry.file.is_some(), layout) {
-            (false, layout) => self.namespace.set_default_layout(path, layout, now).map_err(wire),
+            (false, layout) => self.namespace.set_default_layout_id(id, layout, now).map_err(wire),
             (true, Some(layout)) => self.namespace.set_file_layout(entry.id, layout, now).map_err(wire),
             (true, None) => {
                 Err(WireError::new(ErrorCode::InvalidArgument, "a file's layout cannot be cleared"))
@@ -198,7 +217,7 @@ impl State {
 
     /// Runs a namespace change that may drop a file's last name (unlink, rename over), with
     /// the open table locked: a file some client has open becomes an orphan, not deleted.
-    fn remove(
+    pub(crate) fn remove(
         &self,
         change: impl FnOnce(flotilla_namespace::IsOpen<'_>) -> Result<(), NamespaceError>,
     ) -> Result<MetaReply, WireError> {
@@ -256,7 +275,7 @@ impl State {
     /// The live targets a create may use. During the recovery window after a restart, a
     /// create that needs more targets than are live waits (bounded) for the targets the
     /// namespace remembers to register again, instead of failing or placing fewer subfiles.
-    fn live_for_create(&self, create: &CreateFile) -> Vec<flotilla_namespace::TargetUsage> {
+    pub(crate) fn live_for_create(&self, create: &CreateFile) -> Vec<flotilla_namespace::TargetUsage> {
         loop {
             let live = self.membership.live();
             if Instant::now() >= self.recovery_until {
@@ -281,7 +300,7 @@ impl State {
 
     /// Refuses a layout that asks for more subfiles than the cluster has storage targets:
     /// each subfile needs a target of its own, so no create could ever place such a file.
-    fn check_satisfiable(&self, layout: Option<&flotilla_types::Layout>) -> Result<(), WireError> {
+    pub(crate) fn check_satisfiable(&self, layout: Option<&flotilla_types::Layout>) -> Result<(), WireError> {
         let Some(count) = layout.and_then(flotilla_types::Layout::subfile_count) else { return Ok(()) };
         let remembered = self.namespace.targets().map_err(wire)?.len();
         let known = remembered.max(self.membership.live().len());
@@ -337,7 +356,7 @@ impl State {
     /// `info` plus the capability `asker` gets on a file: read if it may read the file,
     /// write, truncate and remove if it may write it (an owner may do both: it could
     /// chmod itself the rights anyway); nothing on a read-only connection but read.
-    fn granted(&self, entry: Entry, asker: &Asker) -> EntryInfo {
+    pub(crate) fn granted(&self, entry: Entry, asker: &Asker) -> EntryInfo {
         let rights = rights_for(&entry.attrs, asker);
         let mut info = self.info(entry);
         if !rights.is_empty() && !info.subfiles.is_empty() {
@@ -365,7 +384,7 @@ impl State {
         ))
     }
 
-    fn info(&self, entry: Entry) -> EntryInfo {
+    pub(crate) fn info(&self, entry: Entry) -> EntryInfo {
         let remembered = || self.namespace.targets().unwrap_or_default();
         let (layout, subfiles) = match &entry.file {
             Some(file) => {

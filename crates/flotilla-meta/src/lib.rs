@@ -10,6 +10,7 @@
 mod admission;
 pub mod config;
 mod handle;
+mod handle_at;
 mod jobs;
 mod membership;
 mod opens;

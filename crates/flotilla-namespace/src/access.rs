@@ -165,7 +165,18 @@ mod tests {
     use proptest::prelude::*;
 
     fn attrs(kind: FileKind, mode: u32, uid: u32, gid: u32) -> Attributes {
-        Attributes { kind, mode, uid, gid, size_bytes: 0, nlink: 1, atime_ns: 0, mtime_ns: 0, ctime_ns: 0 }
+        Attributes {
+            kind,
+            mode,
+            uid,
+            gid,
+            size_bytes: 0,
+            nlink: 1,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            rdev: 0,
+        }
     }
 
     fn user(uid: u32, gid: u32, groups: &[u32]) -> Caller {

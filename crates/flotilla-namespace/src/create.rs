@@ -13,7 +13,7 @@ use crate::record::{Body, Inode};
 use crate::request::{CreateFile, Owner};
 use crate::schema::PLACEMENT_CURSOR_KEY;
 use crate::tables::{Source, WriteTables};
-use crate::walk::{locate, resolve};
+use crate::walk::{locate_place, resolve, Place};
 use flotilla_types::{split_path, Caller, FileKind, Layout, NameError, TargetId, TimeNs, PATH_BYTES_MAX};
 
 impl Namespace {
@@ -30,12 +30,24 @@ impl Namespace {
         owner: Owner,
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
+        self.mkdir_in(who, Place::Path(path), owner, now_ns)
+    }
+
+    /// `mkdir_as` at a path or in a directory named by id.
+    pub fn mkdir_in(
+        &self,
+        who: &Caller,
+        at: Place<'_>,
+        owner: Owner,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
         check_owner(&owner)?;
-        if split_path(path)?.is_empty() {
+        let path = &at.describe();
+        if matches!(at, Place::Path(path) if split_path(path)?.is_empty()) {
             return Err(NamespaceError::AlreadyExists { path: path.into() });
         }
         self.write(|tables| {
-            let place = locate(tables, path, who)?;
+            let place = locate_place(tables, at, who)?;
             refuse_taken(&place, path)?;
             may_add(tables, &place, who, path)?;
             let default_layout = parent_default_layout(tables, place.parent)?;
@@ -70,6 +82,19 @@ impl Namespace {
         live: &[TargetUsage],
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
+        self.create_file_in(who, Place::Path(path), spec, live, now_ns)
+    }
+
+    /// `create_file_as` at a path or in a directory named by id.
+    pub fn create_file_in(
+        &self,
+        who: &Caller,
+        at: Place<'_>,
+        spec: &CreateFile,
+        live: &[TargetUsage],
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        let path = &at.describe();
         check_owner(&spec.owner)?;
         if spec.subfile_count != 0 {
             check_subfile_count(spec.subfile_count)?;
@@ -78,7 +103,7 @@ impl Namespace {
             check_layout(layout)?;
         }
         self.write(|tables| {
-            let place = locate(tables, path, who)?;
+            let place = locate_place(tables, at, who)?;
             if let Some(id) = place.child {
                 return existing_file(tables, id, spec.exclusive, path);
             }
@@ -117,10 +142,23 @@ impl Namespace {
         owner: Owner,
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
+        self.symlink_in(who, Place::Path(path), target, owner, now_ns)
+    }
+
+    /// `symlink_as` at a path or in a directory named by id.
+    pub fn symlink_in(
+        &self,
+        who: &Caller,
+        at: Place<'_>,
+        target: &str,
+        owner: Owner,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        let path = &at.describe();
         check_owner(&owner)?;
         check_symlink_target(target)?;
         self.write(|tables| {
-            let place = locate(tables, path, who)?;
+            let place = locate_place(tables, at, who)?;
             refuse_taken(&place, path)?;
             may_add(tables, &place, who, path)?;
             let mut inode = Inode {
@@ -149,24 +187,59 @@ impl Namespace {
     ) -> Result<Entry, NamespaceError> {
         self.write(|tables| {
             let found = resolve(tables, existing, false, who)?;
-            if found.inode.is_directory() {
-                return Err(NamespaceError::NotPermitted {
-                    what: format!("{existing}: hard link to a directory"),
-                });
+            add_link(tables, who, found.id, found.inode, Place::Path(new), now_ns)
+        })
+    }
+
+    /// Gives the file, symlink or special file with inode id `id` a name at `at` (a hard
+    /// link by identity: no path to the existing entry is needed, so none can be stale).
+    pub fn link_in(
+        &self,
+        who: &Caller,
+        id: u64,
+        at: Place<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        self.write(|tables| {
+            let inode = tables.inode(id)?.ok_or_else(|| crate::namespace::not_found_id(id))?;
+            if inode.attrs.nlink == 0 {
+                return Err(crate::namespace::not_found_id(id));
             }
-            let place = locate(tables, new, who)?;
-            refuse_taken(&place, new)?;
-            may_add(tables, &place, who, new)?;
-            let mut inode = found.inode;
-            inode.attrs.nlink =
-                inode.attrs.nlink.checked_add(1).filter(|nlink| *nlink <= NLINK_MAX).ok_or_else(|| {
-                    NamespaceError::TooManyLinks { path: existing.into(), nlink_max: NLINK_MAX }
-                })?;
-            inode.attrs.ctime_ns = now_ns;
-            tables.put(found.id, &inode)?;
-            tables.insert_dirent(place.parent, place.name, found.id)?;
-            adjust_dir(tables, place.parent, Change::Added, false, now_ns)?;
-            Ok(inode.into_entry(found.id))
+            add_link(tables, who, id, inode, at, now_ns)
+        })
+    }
+
+    /// Creates a FIFO, socket or device node (`mknod`) at `at`; `rdev` is the device
+    /// number of a device node and must be 0 for the others.
+    pub fn mknod_in(
+        &self,
+        who: &Caller,
+        at: Place<'_>,
+        kind: FileKind,
+        rdev: u64,
+        owner: Owner,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        let path = &at.describe();
+        check_owner(&owner)?;
+        if !kind.is_special() {
+            return Err(NamespaceError::invalid(format!(
+                "mknod {path}: {kind:?} is not a special file kind"
+            )));
+        }
+        let device = matches!(kind, FileKind::CharDevice | FileKind::BlockDevice);
+        if !device && rdev != 0 {
+            return Err(NamespaceError::invalid(format!("mknod {path}: a {kind:?} has no device number")));
+        }
+        self.write(|tables| {
+            let place = locate_place(tables, at, who)?;
+            refuse_taken(&place, path)?;
+            may_add(tables, &place, who, path)?;
+            let mut inode = Inode { attrs: new_attrs(kind, &owner, now_ns), body: Body::Special };
+            inode.attrs.rdev = rdev;
+            let id = tables.new_id()?;
+            insert_new(tables, &place, id, &inode, now_ns)?;
+            Ok(inode.into_entry(id))
         })
     }
 
@@ -181,18 +254,60 @@ impl Namespace {
         if let Some(layout) = &layout {
             check_layout(layout)?;
         }
+        let id = self.lookup_follow(path)?.id;
+        self.set_default_layout_id(id, layout, now_ns)
+    }
+
+    /// `set_default_layout` of the directory with inode id `id`.
+    pub fn set_default_layout_id(
+        &self,
+        id: u64,
+        layout: Option<Layout>,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        if let Some(layout) = &layout {
+            check_layout(layout)?;
+        }
         self.write(|tables| {
-            let found = resolve(tables, path, true, &Caller::root())?;
-            let mut inode = found.inode;
+            let mut inode = tables.inode(id)?.ok_or_else(|| crate::namespace::not_found_id(id))?;
             let Body::Directory { default_layout } = &mut inode.body else {
-                return Err(NamespaceError::NotADirectory { path: path.into() });
+                return Err(NamespaceError::NotADirectory { path: format!("inode {id:016x}") });
             };
             *default_layout = layout;
             inode.attrs.ctime_ns = now_ns;
-            tables.put(found.id, &inode)?;
-            Ok(inode.into_entry(found.id))
+            tables.put(id, &inode)?;
+            Ok(inode.into_entry(id))
         })
     }
+}
+
+/// Names entry `id` (not a directory) at `at` too: one more link, checked against `NLINK_MAX`.
+fn add_link(
+    tables: &mut WriteTables<'_>,
+    who: &Caller,
+    id: u64,
+    mut inode: Inode,
+    at: Place<'_>,
+    now_ns: TimeNs,
+) -> Result<Entry, NamespaceError> {
+    let new = &at.describe();
+    if inode.is_directory() {
+        return Err(NamespaceError::NotPermitted { what: format!("{new}: hard link to a directory") });
+    }
+    let place = locate_place(tables, at, who)?;
+    refuse_taken(&place, new)?;
+    may_add(tables, &place, who, new)?;
+    inode.attrs.nlink = inode
+        .attrs
+        .nlink
+        .checked_add(1)
+        .filter(|nlink| *nlink <= NLINK_MAX)
+        .ok_or_else(|| NamespaceError::TooManyLinks { path: new.clone(), nlink_max: NLINK_MAX })?;
+    inode.attrs.ctime_ns = now_ns;
+    tables.put(id, &inode)?;
+    tables.insert_dirent(place.parent, place.name, id)?;
+    adjust_dir(tables, place.parent, Change::Added, false, now_ns)?;
+    Ok(inode.into_entry(id))
 }
 
 fn parent_default_layout(tables: &impl Source, parent: u64) -> Result<Option<Layout>, NamespaceError> {

@@ -38,6 +38,9 @@ pub(crate) fn insert_new(
     debug_assert!(place.child.is_none());
     tables.put(id, inode)?;
     tables.insert_dirent(place.parent, place.name, id)?;
+    if inode.is_directory() {
+        tables.set_dir_parent(id, place.parent)?;
+    }
     adjust_dir(tables, place.parent, Change::Added, inode.is_directory(), now_ns)
 }
 

@@ -43,7 +43,15 @@ impl Entry {
 /// One directory entry as listed by `readdir`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
-    pub name: String,
+    /// The name as stored: any bytes but '/' and NUL.
+    pub name: Vec<u8>,
     pub id: u64,
     pub kind: FileKind,
+}
+
+impl DirEntry {
+    /// The name as text, with bytes that are not UTF-8 replaced (for path-based callers).
+    pub fn name_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
 }

@@ -54,7 +54,7 @@ pub use schema::ROOT_ID;
 pub use target_owner::{OWNER_NAME_BYTES_MAX, TARGETS_BOUND_PER_CALL_MAX};
 pub use target_record::{TargetRecord, SERVER_ADDR_BYTES_MAX};
 pub use targets::PENDING_DELETES_BATCH_MAX;
-pub use walk::SYMLINK_FOLLOWS_MAX;
+pub use walk::{Place, DIRECTORY_DEPTH_MAX, SYMLINK_FOLLOWS_MAX};
 
 /// Decodes an inode record (the value of the `inodes` table); for fuzzing and tools.
 /// Returns `Corrupt` for anything that is not a valid record, never panics.

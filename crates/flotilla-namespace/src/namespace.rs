@@ -60,6 +60,7 @@ impl Namespace {
     }
 
     fn init(db: Database, path: Option<PathBuf>) -> Result<Self, NamespaceError> {
+        migrate_from_v1(&db)?;
         let mut namespace =
             Self { db: RwLock::new(db), path, broken: AtomicBool::new(false), created: false };
         namespace.created = namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
@@ -180,6 +181,39 @@ impl Namespace {
         })
     }
 
+    /// The entry named `name` in directory `parent` (no symlink followed); `who` needs
+    /// search permission on `parent`.
+    pub fn lookup_at(&self, who: &Caller, parent: u64, name: &[u8]) -> Result<Entry, NamespaceError> {
+        self.read(|tables| {
+            let at = crate::walk::Place::At { parent, name };
+            let place = crate::walk::locate_place(tables, at, who)?;
+            let id = place.child.ok_or_else(|| NamespaceError::NotFound { path: at.describe() })?;
+            Ok(tables.load(id)?.into_entry(id))
+        })
+    }
+
+    /// Whether directory `dir` is the directory at `subtree` or below it (a confined
+    /// connection's id-addressed requests are checked with it). `false` for a `dir` that is
+    /// not a directory or a `subtree` that does not exist.
+    pub fn directory_within(&self, dir: u64, subtree: &str) -> Result<bool, NamespaceError> {
+        self.read(|tables| {
+            let top = match resolve(tables, subtree, true, &Caller::root()) {
+                Ok(found) => found.id,
+                Err(NamespaceError::NotFound { .. }) => return Ok(false),
+                Err(other) => return Err(other),
+            };
+            match tables.inode(dir)? {
+                Some(inode) if inode.is_directory() => crate::walk::is_within(tables, dir, top),
+                _ => Ok(false),
+            }
+        })
+    }
+
+    /// How many inodes there are (directories, files, symlinks, special files, orphans).
+    pub fn inode_count(&self) -> Result<u64, NamespaceError> {
+        self.read(|tables| Ok(tables.inodes.len()?))
+    }
+
     /// The entry with inode id `id`.
     pub fn get(&self, id: u64) -> Result<Entry, NamespaceError> {
         self.read(|tables| {
@@ -213,7 +247,7 @@ impl Namespace {
     pub fn readdir_page(
         &self,
         path: &str,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
     ) -> Result<Vec<DirEntry>, NamespaceError> {
         self.readdir_page_as(&Caller::root(), path, after, max)
@@ -224,25 +258,88 @@ impl Namespace {
         &self,
         who: &Caller,
         path: &str,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
     ) -> Result<Vec<DirEntry>, NamespaceError> {
         self.read(|tables| {
             let dir = resolve(tables, path, true, who)?;
-            if !dir.inode.is_directory() {
-                return Err(NamespaceError::NotADirectory { path: path.into() });
-            }
-            crate::access::require(&dir.inode.attrs, who, crate::access::READ, path)?;
-            let children = tables.children(dir.id, after, max.min(READDIR_PAGE_ENTRIES_MAX))?;
-            children
-                .into_iter()
-                .map(|(name, id)| {
-                    let kind = tables.load(id)?.attrs.kind;
-                    Ok(DirEntry { name, id, kind })
-                })
-                .collect()
+            list_page(tables, who, dir.id, dir.inode, path, after, max)
         })
     }
+
+    /// `readdir_page_as` of the directory with inode id `id`; `who` needs read permission on
+    /// it.
+    pub fn readdir_page_id(
+        &self,
+        who: &Caller,
+        id: u64,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> Result<Vec<DirEntry>, NamespaceError> {
+        self.read(|tables| {
+            let inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
+            list_page(tables, who, id, inode, &format!("inode {id:016x}"), after, max)
+        })
+    }
+}
+
+fn list_page(
+    tables: &ReadTables,
+    who: &Caller,
+    id: u64,
+    dir: Inode,
+    what: &str,
+    after: Option<&[u8]>,
+    max: usize,
+) -> Result<Vec<DirEntry>, NamespaceError> {
+    if !dir.is_directory() {
+        return Err(NamespaceError::NotADirectory { path: what.into() });
+    }
+    crate::access::require(&dir.attrs, who, crate::access::READ, what)?;
+    let children = tables.children(id, after, max.min(READDIR_PAGE_ENTRIES_MAX))?;
+    children
+        .into_iter()
+        .map(|(name, id)| {
+            let kind = tables.load(id)?.attrs.kind;
+            Ok(DirEntry { name, id, kind })
+        })
+        .collect()
+}
+
+/// Schema 1 to 2, in one transaction (a crash during it leaves the version 1 database, which
+/// the next open migrates again): the UTF-8 names of `dirents` move to the byte-keyed
+/// `entries`, and `dir_parents` is filled from them. Does nothing to other versions.
+fn migrate_from_v1(db: &Database) -> Result<(), NamespaceError> {
+    use crate::schema::{COUNTERS, DIRENTS, DIRENTS_V1, DIR_PARENTS, INODES};
+    use redb::ReadableTable;
+    let txn = db.begin_write()?;
+    let version = txn.open_table(COUNTERS)?.get(SCHEMA_VERSION_KEY)?.map(|guard| guard.value());
+    if version != Some(1) {
+        txn.abort()?;
+        return Ok(());
+    }
+    {
+        let old = txn.open_table(DIRENTS_V1)?;
+        let mut entries = txn.open_table(DIRENTS)?;
+        let mut parents = txn.open_table(DIR_PARENTS)?;
+        let inodes = txn.open_table(INODES)?;
+        for item in old.iter()? {
+            let (key, child) = item?;
+            let ((parent, name), child) = (key.value(), child.value());
+            entries.insert((parent, name.as_bytes()), child)?;
+            let record = inodes.get(child)?.ok_or_else(|| {
+                NamespaceError::corrupt(format!("inode {child:016x} is referenced but missing"))
+            })?;
+            if Inode::decode(record.value())?.is_directory() {
+                parents.insert(child, parent)?;
+            }
+        }
+    }
+    txn.delete_table(DIRENTS_V1)?;
+    txn.open_table(COUNTERS)?.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+    txn.commit()?;
+    tracing::info!("namespace database migrated from schema version 1 to {SCHEMA_VERSION}");
+    Ok(())
 }
 
 pub(crate) fn not_found_id(id: u64) -> NamespaceError {
@@ -261,6 +358,7 @@ pub(crate) fn new_attrs(kind: FileKind, owner: &crate::Owner, now_ns: TimeNs) ->
         atime_ns: now_ns,
         mtime_ns: now_ns,
         ctime_ns: now_ns,
+        rdev: 0,
     }
 }
 

@@ -17,6 +17,10 @@ pub const SUBFILE_COUNT_MAX: u32 = 65_536;
 const KIND_DIRECTORY: u8 = 1;
 const KIND_FILE: u8 = 2;
 const KIND_SYMLINK: u8 = 3;
+const KIND_FIFO: u8 = 4;
+const KIND_SOCKET: u8 = 5;
+const KIND_CHAR_DEVICE: u8 = 6;
+const KIND_BLOCK_DEVICE: u8 = 7;
 const LAYOUT_EXPLICIT: u8 = 0;
 const LAYOUT_STRIPE: u8 = 1;
 const LAYOUT_HASH: u8 = 2;
@@ -24,9 +28,18 @@ const LAYOUT_HASH: u8 = 2;
 /// What an inode holds beyond its attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Body {
-    Directory { default_layout: Option<Layout> },
-    File { layout: Layout, targets: Vec<TargetId> },
-    Symlink { target: String },
+    Directory {
+        default_layout: Option<Layout>,
+    },
+    File {
+        layout: Layout,
+        targets: Vec<TargetId>,
+    },
+    Symlink {
+        target: String,
+    },
+    /// A FIFO, socket or device node (its kind and device number are in the attributes).
+    Special,
 }
 
 /// One decoded `inodes` value.
@@ -56,14 +69,14 @@ impl Inode {
         let (symlink_target, default_layout) = match self.body {
             Body::Symlink { target } => (Some(target), None),
             Body::Directory { default_layout } => (None, default_layout),
-            Body::File { .. } => (None, None),
+            Body::File { .. } | Body::Special => (None, None),
         };
         Entry { id, attrs: self.attrs, file, symlink_target, default_layout }
     }
 
     /// Encodes the record. Panics if the inode breaks an invariant (a bug, not bad input).
     pub(crate) fn encode(&self) -> Vec<u8> {
-        assert_eq!(self.attrs.kind, body_kind(&self.body), "kind disagrees with body");
+        assert!(kind_agrees(self.attrs.kind, &self.body), "kind disagrees with body");
         let mut writer = Writer::new(INODE_FORMAT_VERSION);
         writer.u8(kind_byte(self.attrs.kind));
         encode_attrs(&mut writer, &self.attrs);
@@ -71,6 +84,7 @@ impl Inode {
             Body::Directory { default_layout } => encode_directory(&mut writer, default_layout),
             Body::File { layout, targets } => encode_file(&mut writer, layout, targets),
             Body::Symlink { target } => encode_symlink(&mut writer, target),
+            Body::Special => writer.u64(self.attrs.rdev),
         }
         writer.finish()
     }
@@ -81,16 +95,31 @@ impl Inode {
             KIND_DIRECTORY => FileKind::Directory,
             KIND_FILE => FileKind::File,
             KIND_SYMLINK => FileKind::Symlink,
+            KIND_FIFO => FileKind::Fifo,
+            KIND_SOCKET => FileKind::Socket,
+            KIND_CHAR_DEVICE => FileKind::CharDevice,
+            KIND_BLOCK_DEVICE => FileKind::BlockDevice,
             other => return Err(reader.error(format!("has unknown kind {other}"))),
         };
-        let attrs = decode_attrs(&mut reader, kind)?;
+        let mut attrs = decode_attrs(&mut reader, kind)?;
         let body = match kind {
             FileKind::Directory => decode_directory(&mut reader)?,
             FileKind::File => decode_file(&mut reader)?,
             FileKind::Symlink => decode_symlink(&mut reader)?,
+            _ => {
+                attrs.rdev = reader.u64()?;
+                Body::Special
+            }
         };
         reader.finish()?;
         Ok(Self { attrs, body })
+    }
+}
+
+fn kind_agrees(kind: FileKind, body: &Body) -> bool {
+    match body {
+        Body::Special => kind.is_special(),
+        other => body_kind(other) == kind,
     }
 }
 
@@ -99,6 +128,7 @@ fn body_kind(body: &Body) -> FileKind {
         Body::Directory { .. } => FileKind::Directory,
         Body::File { .. } => FileKind::File,
         Body::Symlink { .. } => FileKind::Symlink,
+        Body::Special => FileKind::Fifo,
     }
 }
 
@@ -107,6 +137,10 @@ fn kind_byte(kind: FileKind) -> u8 {
         FileKind::Directory => KIND_DIRECTORY,
         FileKind::File => KIND_FILE,
         FileKind::Symlink => KIND_SYMLINK,
+        FileKind::Fifo => KIND_FIFO,
+        FileKind::Socket => KIND_SOCKET,
+        FileKind::CharDevice => KIND_CHAR_DEVICE,
+        FileKind::BlockDevice => KIND_BLOCK_DEVICE,
     }
 }
 
@@ -132,6 +166,7 @@ fn decode_attrs(reader: &mut Reader<'_>, kind: FileKind) -> Result<Attributes, N
         atime_ns: reader.i64()?,
         mtime_ns: reader.i64()?,
         ctime_ns: reader.i64()?,
+        rdev: 0,
     })
 }
 
@@ -257,6 +292,7 @@ mod tests {
             atime_ns: -1,
             mtime_ns: 2,
             ctime_ns: 3,
+            rdev: 0,
         }
     }
 
@@ -271,6 +307,8 @@ mod tests {
                 body: Body::File { layout: Layout::Explicit, targets: vec![TargetId(3), TargetId(u64::MAX)] },
             },
             Inode { attrs: attrs(FileKind::Symlink), body: Body::Symlink { target: "../x/ÿ".into() } },
+            Inode { attrs: attrs(FileKind::Fifo), body: Body::Special },
+            Inode { attrs: Attributes { rdev: 0x0803, ..attrs(FileKind::BlockDevice) }, body: Body::Special },
         ]
     }
 

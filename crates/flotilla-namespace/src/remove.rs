@@ -7,7 +7,7 @@ use crate::error::NamespaceError;
 use crate::guard::may_remove;
 use crate::namespace::Namespace;
 use crate::tables::{Source, WriteTables};
-use crate::walk::{locate, Located};
+use crate::walk::{is_within, locate_place, Located, Place};
 use flotilla_types::{Caller, TimeNs};
 use redb::ReadableTable;
 
@@ -46,7 +46,7 @@ impl Namespace {
     /// Removes the name of a file or symlink. Returns the file record when the file lost its
     /// last link; its subfiles are then queued in `pending_deletes` in the same transaction.
     pub fn unlink(&self, path: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(&Caller::root(), path, None, &|_| false, now_ns)
+        self.unlink_checked(&Caller::root(), Place::Path(path), None, &|_| false, now_ns)
     }
 
     /// `unlink` for `who` (write and search on the parent; the sticky rule).
@@ -56,7 +56,7 @@ impl Namespace {
         path: &str,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(who, path, None, &|_| false, now_ns)
+        self.unlink_checked(who, Place::Path(path), None, &|_| false, now_ns)
     }
 
     /// `unlink` that keeps a file some client still has open (`is_open`) as an orphan.
@@ -66,7 +66,7 @@ impl Namespace {
         is_open: IsOpen<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(&Caller::root(), path, None, is_open, now_ns)
+        self.unlink_checked(&Caller::root(), Place::Path(path), None, is_open, now_ns)
     }
 
     /// `unlink_keeping_open` for `who`.
@@ -77,7 +77,20 @@ impl Namespace {
         is_open: IsOpen<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(who, path, None, is_open, now_ns)
+        self.unlink_checked(who, Place::Path(path), None, is_open, now_ns)
+    }
+
+    /// `unlink_keeping_open_as` at a path or in a directory named by id; with
+    /// `expected_id`, only if the name names that entry (`NotFound` otherwise).
+    pub fn unlink_in(
+        &self,
+        who: &Caller,
+        at: Place<'_>,
+        expected_id: Option<u64>,
+        is_open: IsOpen<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_checked(who, at, expected_id, is_open, now_ns)
     }
 
     /// Removes the name `path` only if it names entry `expected_id` (the undo of a failed
@@ -88,19 +101,20 @@ impl Namespace {
         expected_id: u64,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(&Caller::root(), path, Some(expected_id), &|_| false, now_ns)
+        self.unlink_checked(&Caller::root(), Place::Path(path), Some(expected_id), &|_| false, now_ns)
     }
 
     fn unlink_checked(
         &self,
         who: &Caller,
-        path: &str,
+        at: Place<'_>,
         expected_id: Option<u64>,
         is_open: IsOpen<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
+        let path = &at.describe();
         self.write(|tables| {
-            let place = locate(tables, path, who)?;
+            let place = locate_place(tables, at, who)?;
             let id = place.child.ok_or_else(|| not_found(path))?;
             if expected_id.is_some_and(|expected| expected != id) {
                 return Err(not_found(path));
@@ -123,8 +137,14 @@ impl Namespace {
 
     /// `rmdir` for `who` (write and search on the parent; the sticky rule).
     pub fn rmdir_as(&self, who: &Caller, path: &str, now_ns: TimeNs) -> Result<(), NamespaceError> {
+        self.rmdir_in(who, Place::Path(path), now_ns)
+    }
+
+    /// `rmdir_as` at a path or in a directory named by id.
+    pub fn rmdir_in(&self, who: &Caller, at: Place<'_>, now_ns: TimeNs) -> Result<(), NamespaceError> {
+        let path = &at.describe();
         self.write(|tables| {
-            let place = locate(tables, path, who)?;
+            let place = locate_place(tables, at, who)?;
             let id = place.child.ok_or_else(|| not_found(path))?;
             may_remove(tables, &place, id, who, path)?;
             if !tables.load(id)?.is_directory() {
@@ -142,7 +162,13 @@ impl Namespace {
     /// its own subtree. If `from` and `to` already name the same inode nothing changes.
     /// Returns the record of a replaced file that lost its last link.
     pub fn rename(&self, from: &str, to: &str, now_ns: TimeNs) -> Result<Option<FileRecord>, NamespaceError> {
-        self.rename_with(&Caller::root(), from, to, Replace::Allowed(&|_| false), now_ns)
+        self.rename_with(
+            &Caller::root(),
+            Place::Path(from),
+            Place::Path(to),
+            Replace::Allowed(&|_| false),
+            now_ns,
+        )
     }
 
     /// `rename` for `who`: removing `from` and, if taken, `to` as `unlink` would, and adding
@@ -154,7 +180,7 @@ impl Namespace {
         to: &str,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.rename_with(who, from, to, Replace::Allowed(&|_| false), now_ns)
+        self.rename_with(who, Place::Path(from), Place::Path(to), Replace::Allowed(&|_| false), now_ns)
     }
 
     /// `rename` that keeps a replaced file some client still has open (`is_open`) as an orphan.
@@ -165,7 +191,13 @@ impl Namespace {
         is_open: IsOpen<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.rename_with(&Caller::root(), from, to, Replace::Allowed(is_open), now_ns)
+        self.rename_with(
+            &Caller::root(),
+            Place::Path(from),
+            Place::Path(to),
+            Replace::Allowed(is_open),
+            now_ns,
+        )
     }
 
     /// `rename_keeping_open` for `who`.
@@ -177,7 +209,7 @@ impl Namespace {
         is_open: IsOpen<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.rename_with(who, from, to, Replace::Allowed(is_open), now_ns)
+        self.rename_with(who, Place::Path(from), Place::Path(to), Replace::Allowed(is_open), now_ns)
     }
 
     /// `rename` that never replaces: `AlreadyExists` if `to` names anything, decided in the
@@ -194,22 +226,70 @@ impl Namespace {
         to: &str,
         now_ns: TimeNs,
     ) -> Result<(), NamespaceError> {
+        self.rename_with(who, Place::Path(from), Place::Path(to), Replace::Refused, now_ns).map(|_| ())
+    }
+
+    /// `rename_keeping_open_as` between places given by path or by directory id.
+    pub fn rename_in(
+        &self,
+        who: &Caller,
+        from: Place<'_>,
+        to: Place<'_>,
+        is_open: IsOpen<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.rename_with(who, from, to, Replace::Allowed(is_open), now_ns)
+    }
+
+    /// `rename_no_replace_as` between places given by path or by directory id.
+    pub fn rename_no_replace_in(
+        &self,
+        who: &Caller,
+        from: Place<'_>,
+        to: Place<'_>,
+        now_ns: TimeNs,
+    ) -> Result<(), NamespaceError> {
         self.rename_with(who, from, to, Replace::Refused, now_ns).map(|_| ())
+    }
+
+    /// `RENAME_EXCHANGE`: swaps the entries `first` and `second` name, atomically; both must
+    /// exist, and neither may be a directory moved into its own subtree.
+    pub fn exchange_in(
+        &self,
+        who: &Caller,
+        first: Place<'_>,
+        second: Place<'_>,
+        now_ns: TimeNs,
+    ) -> Result<(), NamespaceError> {
+        let (first_name, second_name) = (first.describe(), second.describe());
+        self.write(|tables| {
+            let a = locate_place(tables, first, who)?;
+            let b = locate_place(tables, second, who)?;
+            let a_id = a.child.ok_or_else(|| not_found(&first_name))?;
+            let b_id = b.child.ok_or_else(|| not_found(&second_name))?;
+            may_remove(tables, &a, a_id, who, &first_name)?;
+            may_remove(tables, &b, b_id, who, &second_name)?;
+            if a_id == b_id {
+                return Ok(());
+            }
+            exchange(tables, (&a, a_id), (&b, b_id), now_ns)
+        })
     }
 
     fn rename_with(
         &self,
         who: &Caller,
-        from: &str,
-        to: &str,
+        from_place: Place<'_>,
+        to_place: Place<'_>,
         replace_mode: Replace<'_>,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
+        let (from, to) = (&from_place.describe(), &to_place.describe());
         self.write(|tables| {
-            let source = locate(tables, from, who)?;
+            let source = locate_place(tables, from_place, who)?;
             let moved = source.child.ok_or_else(|| not_found(from))?;
             may_remove(tables, &source, moved, who, from)?;
-            let dest = locate(tables, to, who)?;
+            let dest = locate_place(tables, to_place, who)?;
             let is_open = match replace_mode {
                 Replace::Allowed(is_open) => is_open,
                 Replace::Refused if dest.child.is_some() => {
@@ -226,7 +306,7 @@ impl Namespace {
             }
             let mut inode = tables.load(moved)?;
             let is_dir = inode.is_directory();
-            if is_dir && dest.chain.contains(&moved) {
+            if is_dir && is_within(tables, dest.parent, moved)? {
                 return Err(NamespaceError::invalid(format!(
                     "cannot move {from} into its own subtree ({to})"
                 )));
@@ -239,6 +319,9 @@ impl Namespace {
             adjust_dir(tables, source.parent, Change::Removed, is_dir, now_ns)?;
             tables.insert_dirent(dest.parent, dest.name, moved)?;
             adjust_dir(tables, dest.parent, Change::Added, is_dir, now_ns)?;
+            if is_dir {
+                tables.set_dir_parent(moved, dest.parent)?;
+            }
             inode.attrs.ctime_ns = now_ns;
             tables.put(moved, &inode)?;
             Ok(replaced)
@@ -256,6 +339,58 @@ enum Replace<'a> {
 
 fn not_found(path: &str) -> NamespaceError {
     NamespaceError::NotFound { path: path.into() }
+}
+
+/// Swaps two entries (distinct inodes) between their names.
+fn exchange(
+    tables: &mut WriteTables<'_>,
+    (a, a_id): (&Located<'_>, u64),
+    (b, b_id): (&Located<'_>, u64),
+    now_ns: TimeNs,
+) -> Result<(), NamespaceError> {
+    let (mut a_inode, mut b_inode) = (tables.load(a_id)?, tables.load(b_id)?);
+    let (a_dir, b_dir) = (a_inode.is_directory(), b_inode.is_directory());
+    if (a_dir && is_within(tables, b.parent, a_id)?) || (b_dir && is_within(tables, a.parent, b_id)?) {
+        return Err(NamespaceError::invalid("cannot exchange a directory with an entry of its own subtree"));
+    }
+    tables.insert_dirent(a.parent, a.name, b_id)?;
+    tables.insert_dirent(b.parent, b.name, a_id)?;
+    if a_dir {
+        tables.set_dir_parent(a_id, b.parent)?;
+    }
+    if b_dir {
+        tables.set_dir_parent(b_id, a.parent)?;
+    }
+    // Each parent loses one entry and gains one: only its subdirectory count may change.
+    touch_exchanged(tables, a.parent, a_dir, b_dir, now_ns)?;
+    if b.parent != a.parent {
+        touch_exchanged(tables, b.parent, b_dir, a_dir, now_ns)?;
+    }
+    a_inode.attrs.ctime_ns = now_ns;
+    b_inode.attrs.ctime_ns = now_ns;
+    tables.put(a_id, &a_inode)?;
+    tables.put(b_id, &b_inode)
+}
+
+/// A directory whose entry `lost` (a subdirectory or not) was swapped for `gained`.
+fn touch_exchanged(
+    tables: &mut WriteTables<'_>,
+    dir: u64,
+    lost_subdir: bool,
+    gained_subdir: bool,
+    now_ns: TimeNs,
+) -> Result<(), NamespaceError> {
+    let mut inode = tables.load(dir)?;
+    let step = i32::from(gained_subdir) - i32::from(lost_subdir);
+    inode.attrs.nlink = inode
+        .attrs
+        .nlink
+        .checked_add_signed(step)
+        .filter(|nlink| *nlink >= 2)
+        .ok_or_else(|| NamespaceError::corrupt(format!("nlink of {dir:016x} out of range")))?;
+    inode.attrs.mtime_ns = now_ns;
+    inode.attrs.ctime_ns = now_ns;
+    tables.put(dir, &inode)
 }
 
 /// Removes the entry `old` that a rename is about to overwrite.

@@ -4,8 +4,12 @@ use redb::TableDefinition;
 
 /// Inode id → inode record (see `record.rs`).
 pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
-/// (parent inode id, name) → child inode id.
-pub(crate) const DIRENTS: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
+/// (parent inode id, name as bytes) → child inode id. Names are any bytes but '/' and NUL
+/// (schema version 2; version 1 kept UTF-8 names in the table `dirents`, see FORMAT.md).
+pub(crate) const DIRENTS: TableDefinition<(u64, &[u8]), u64> = TableDefinition::new("entries");
+/// Schema version 1's directory entries, (parent inode id, UTF-8 name) → child inode id:
+/// read once by the migration to version 2, then deleted.
+pub(crate) const DIRENTS_V1: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
 /// (target id, file id, subfile index) → nothing.
 pub(crate) const PENDING_DELETES: TableDefinition<(u64, u64, u32), ()> =
     TableDefinition::new("pending_deletes");
@@ -17,13 +21,18 @@ pub(crate) const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orpha
 /// Target id → owner record (see `target_owner.rs`): the server credential bound to the
 /// target when it was first reported.
 pub(crate) const TARGET_OWNERS: TableDefinition<u64, &[u8]> = TableDefinition::new("target_owners");
+/// Directory inode id → the id of its parent directory (the root has no row). Lets an
+/// operation addressed by (parent id, name) find a directory's ancestors, which `rename`
+/// needs to refuse moving a directory into its own subtree. Added in schema version 2.
+pub(crate) const DIR_PARENTS: TableDefinition<u64, u64> = TableDefinition::new("dir_parents");
 /// Counter name → value.
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
 /// `counters` key holding the database format version.
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
-/// Database format version written by this build.
-pub(crate) const SCHEMA_VERSION: u64 = 1;
+/// Database format version written by this build. Version 1 databases (UTF-8 names in
+/// `dirents`, no `dir_parents`) are migrated on open.
+pub(crate) const SCHEMA_VERSION: u64 = 2;
 /// `counters` key holding the round-robin placement cursor.
 pub(crate) const PLACEMENT_CURSOR_KEY: &str = "placement_cursor";
 /// Inode id of the root directory.

@@ -39,6 +39,16 @@ impl Namespace {
 }
 
 impl Namespace {
+    /// Sets the atime of inode `id` as a read does: nothing else changes (not the ctime).
+    pub fn touch_atime(&self, id: u64, atime_ns: TimeNs) -> Result<Attributes, NamespaceError> {
+        self.write(|tables| {
+            let mut inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
+            inode.attrs.atime_ns = atime_ns;
+            tables.put(id, &inode)?;
+            Ok(inode.attrs)
+        })
+    }
+
     /// Raises a file's size to at least `size_bytes` (never lowers it) and sets its mtime:
     /// what a writer reports on close or fsync, so that two writers of disjoint ranges
     /// closing in either order leave the larger size.
@@ -97,6 +107,7 @@ fn apply(inode: &mut Inode, id: u64, change: &SetAttr, now_ns: TimeNs) -> Result
                 return Err(NamespaceError::IsADirectory { path: format!("inode {id:016x}") })
             }
             FileKind::Symlink => return Err(NamespaceError::invalid("cannot set the size of a symlink")),
+            _ => return Err(NamespaceError::invalid("cannot set the size of a FIFO, socket or device")),
         }
         attrs.size_bytes = size_bytes;
         attrs.mtime_ns = now_ns;

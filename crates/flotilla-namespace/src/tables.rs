@@ -8,7 +8,9 @@
 use crate::entry::FileRecord;
 use crate::error::NamespaceError;
 use crate::record::Inode;
-use crate::schema::{COUNTERS, DIRENTS, INODES, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS};
+use crate::schema::{
+    COUNTERS, DIRENTS, DIR_PARENTS, INODES, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS,
+};
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, Table, WriteTransaction};
 use std::ops::Bound;
 
@@ -18,14 +20,16 @@ const ID_DRAWS_MAX: usize = 16;
 /// Read access shared by snapshots and write transactions.
 pub(crate) trait Source {
     fn inode(&self, id: u64) -> Result<Option<Inode>, NamespaceError>;
-    fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError>;
+    fn child(&self, parent: u64, name: &[u8]) -> Result<Option<u64>, NamespaceError>;
+    /// The parent of directory `dir` (`None` for the root).
+    fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError>;
     /// Up to `max` entries of `parent` in name order, after `after` when given.
     fn children(
         &self,
         parent: u64,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
-    ) -> Result<Vec<(String, u64)>, NamespaceError>;
+    ) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError>;
 
     /// An inode that a directory entry or the root refers to, so it must exist.
     fn load(&self, id: u64) -> Result<Inode, NamespaceError> {
@@ -45,31 +49,31 @@ fn read_inode(
 }
 
 fn read_child(
-    table: &impl ReadableTable<(u64, &'static str), u64>,
+    table: &impl ReadableTable<(u64, &'static [u8]), u64>,
     parent: u64,
-    name: &str,
+    name: &[u8],
 ) -> Result<Option<u64>, NamespaceError> {
     Ok(table.get((parent, name))?.map(|guard| guard.value()))
 }
 
 fn read_children(
-    table: &impl ReadableTable<(u64, &'static str), u64>,
+    table: &impl ReadableTable<(u64, &'static [u8]), u64>,
     parent: u64,
-    after: Option<&str>,
+    after: Option<&[u8]>,
     max: usize,
-) -> Result<Vec<(String, u64)>, NamespaceError> {
+) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError> {
     let start = match after {
         Some(name) => Bound::Excluded((parent, name)),
-        None => Bound::Included((parent, "")),
+        None => Bound::Included((parent, &[][..])),
     };
     let mut out = Vec::new();
-    for item in table.range::<(u64, &str)>((start, Bound::Unbounded))? {
+    for item in table.range::<(u64, &[u8])>((start, Bound::Unbounded))? {
         let (key, value) = item?;
         let (key_parent, name) = key.value();
         if key_parent != parent || out.len() >= max {
             break;
         }
-        out.push((name.to_string(), value.value()));
+        out.push((name.to_vec(), value.value()));
     }
     Ok(out)
 }
@@ -77,7 +81,8 @@ fn read_children(
 /// The tables of a read snapshot.
 pub(crate) struct ReadTables {
     pub(crate) inodes: ReadOnlyTable<u64, &'static [u8]>,
-    pub(crate) dirents: ReadOnlyTable<(u64, &'static str), u64>,
+    pub(crate) dirents: ReadOnlyTable<(u64, &'static [u8]), u64>,
+    pub(crate) dir_parents: ReadOnlyTable<u64, u64>,
     pub(crate) pending: ReadOnlyTable<(u64, u64, u32), ()>,
     pub(crate) targets: ReadOnlyTable<u64, &'static [u8]>,
 }
@@ -87,6 +92,7 @@ impl ReadTables {
         Ok(Self {
             inodes: txn.open_table(INODES)?,
             dirents: txn.open_table(DIRENTS)?,
+            dir_parents: txn.open_table(DIR_PARENTS)?,
             pending: txn.open_table(PENDING_DELETES)?,
             targets: txn.open_table(TARGETS)?,
         })
@@ -98,16 +104,20 @@ impl Source for ReadTables {
         read_inode(&self.inodes, id)
     }
 
-    fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError> {
+    fn child(&self, parent: u64, name: &[u8]) -> Result<Option<u64>, NamespaceError> {
         read_child(&self.dirents, parent, name)
+    }
+
+    fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError> {
+        Ok(self.dir_parents.get(dir)?.map(|guard| guard.value()))
     }
 
     fn children(
         &self,
         parent: u64,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
-    ) -> Result<Vec<(String, u64)>, NamespaceError> {
+    ) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError> {
         read_children(&self.dirents, parent, after, max)
     }
 }
@@ -115,7 +125,8 @@ impl Source for ReadTables {
 /// The tables of one write transaction.
 pub(crate) struct WriteTables<'txn> {
     pub(crate) inodes: Table<'txn, u64, &'static [u8]>,
-    pub(crate) dirents: Table<'txn, (u64, &'static str), u64>,
+    pub(crate) dirents: Table<'txn, (u64, &'static [u8]), u64>,
+    pub(crate) dir_parents: Table<'txn, u64, u64>,
     pub(crate) pending: Table<'txn, (u64, u64, u32), ()>,
     pub(crate) targets: Table<'txn, u64, &'static [u8]>,
     pub(crate) counters: Table<'txn, &'static str, u64>,
@@ -128,6 +139,7 @@ impl<'txn> WriteTables<'txn> {
         Ok(Self {
             inodes: txn.open_table(INODES)?,
             dirents: txn.open_table(DIRENTS)?,
+            dir_parents: txn.open_table(DIR_PARENTS)?,
             pending: txn.open_table(PENDING_DELETES)?,
             targets: txn.open_table(TARGETS)?,
             counters: txn.open_table(COUNTERS)?,
@@ -144,23 +156,31 @@ impl<'txn> WriteTables<'txn> {
     pub(crate) fn remove_inode(&mut self, id: u64) -> Result<(), NamespaceError> {
         assert_ne!(id, ROOT_ID, "the root directory is never removed");
         self.inodes.remove(id)?;
+        self.dir_parents.remove(id)?;
         Ok(())
     }
 
     pub(crate) fn insert_dirent(
         &mut self,
         parent: u64,
-        name: &str,
+        name: &[u8],
         child: u64,
     ) -> Result<(), NamespaceError> {
         self.dirents.insert((parent, name), child)?;
         Ok(())
     }
 
-    pub(crate) fn remove_dirent(&mut self, parent: u64, name: &str) -> Result<(), NamespaceError> {
+    pub(crate) fn remove_dirent(&mut self, parent: u64, name: &[u8]) -> Result<(), NamespaceError> {
         if self.dirents.remove((parent, name))?.is_none() {
+            let name = String::from_utf8_lossy(name);
             return Err(NamespaceError::corrupt(format!("entry {name:?} of {parent:016x} vanished")));
         }
+        Ok(())
+    }
+
+    /// Records that directory `dir` now lives in directory `parent`.
+    pub(crate) fn set_dir_parent(&mut self, dir: u64, parent: u64) -> Result<(), NamespaceError> {
+        self.dir_parents.insert(dir, parent)?;
         Ok(())
     }
 
@@ -200,16 +220,20 @@ impl Source for WriteTables<'_> {
         read_inode(&self.inodes, id)
     }
 
-    fn child(&self, parent: u64, name: &str) -> Result<Option<u64>, NamespaceError> {
+    fn child(&self, parent: u64, name: &[u8]) -> Result<Option<u64>, NamespaceError> {
         read_child(&self.dirents, parent, name)
+    }
+
+    fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError> {
+        Ok(self.dir_parents.get(dir)?.map(|guard| guard.value()))
     }
 
     fn children(
         &self,
         parent: u64,
-        after: Option<&str>,
+        after: Option<&[u8]>,
         max: usize,
-    ) -> Result<Vec<(String, u64)>, NamespaceError> {
+    ) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError> {
         read_children(&self.dirents, parent, after, max)
     }
 }

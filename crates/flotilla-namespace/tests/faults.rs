@@ -71,7 +71,7 @@ fn snapshot(ns: &Namespace) -> String {
     while let Some(dir) = stack.pop() {
         let path = if dir.is_empty() { "/".to_string() } else { dir.clone() };
         for entry in ns.readdir(&path).unwrap() {
-            let child = format!("{dir}/{}", entry.name);
+            let child = format!("{dir}/{}", entry.name_lossy());
             let attrs = ns.lookup(&child).unwrap().attrs;
             out += &format!("{child} {:?} {} {}\n", attrs.kind, attrs.nlink, attrs.size_bytes);
             if entry.kind == flotilla_types::FileKind::Directory {

@@ -253,7 +253,7 @@ fn check(ns: &Namespace, model: &Model, paths: &[String], ids: &mut HashMap<u32,
             (expected, real) => panic!("{path}: model {expected:?}, namespace {real:?}"),
         }
     }
-    let root: Vec<String> = ns.readdir("/").unwrap().into_iter().map(|e| e.name).collect();
+    let root: Vec<String> = ns.readdir("/").unwrap().into_iter().map(|e| e.name_lossy()).collect();
     assert_eq!(root, model.children(""));
     let pending = ns.pending_deletes(TARGET, PENDING_DELETES_BATCH_MAX).unwrap();
     assert_eq!(pending.len(), model.deleted_files);
@@ -275,7 +275,7 @@ fn check_entry(
             assert_eq!(entry.attrs.kind, FileKind::Directory, "{path}");
             assert_eq!(entry.attrs.nlink as usize, 2 + subdirs, "{path}");
             assert_eq!(entry.attrs.size_bytes as usize, children.len(), "{path}");
-            let listed: Vec<String> = ns.readdir(path).unwrap().into_iter().map(|e| e.name).collect();
+            let listed: Vec<String> = ns.readdir(path).unwrap().into_iter().map(|e| e.name_lossy()).collect();
             assert_eq!(listed, children, "{path}");
         }
         Node::File(file) => {

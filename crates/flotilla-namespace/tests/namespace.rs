@@ -24,7 +24,7 @@ fn fresh() -> (tempfile::TempDir, PathBuf, Namespace) {
 }
 
 fn names(namespace: &Namespace, path: &str) -> Vec<String> {
-    namespace.readdir(path).unwrap().into_iter().map(|entry| entry.name).collect()
+    namespace.readdir(path).unwrap().into_iter().map(|entry| entry.name_lossy()).collect()
 }
 
 #[test]
@@ -97,7 +97,7 @@ fn bad_paths_and_arguments_are_typed_errors() {
         ns.create_file("/f", &spec(3), &live(2), 0),
         Err(NamespaceError::NotEnoughTargets { wanted: 3, live: 2 })
     );
-    let names: Vec<String> = ns.readdir("/").unwrap().into_iter().map(|e| e.name).collect();
+    let names: Vec<String> = ns.readdir("/").unwrap().into_iter().map(|e| e.name_lossy()).collect();
     assert_eq!(names, vec!["zero".to_string()], "failed calls change nothing");
 }
 
@@ -319,11 +319,11 @@ fn readdir_pages_in_name_order() {
     }
     ns.mkdir("/a/inner", OWNER, 0).unwrap();
     assert_eq!(names(&ns, "/"), vec!["a", "aa", "b", "c"]);
-    let page = ns.readdir_page("/", Some("aa"), 1).unwrap();
+    let page = ns.readdir_page("/", Some(b"aa".as_slice()), 1).unwrap();
     assert_eq!(page.len(), 1);
-    assert_eq!(page[0].name, "b");
+    assert_eq!(page[0].name, b"b");
     assert_eq!(page[0].kind, FileKind::Directory);
-    assert!(ns.readdir_page("/", Some("c"), 10).unwrap().is_empty());
+    assert!(ns.readdir_page("/", Some(b"c".as_slice()), 10).unwrap().is_empty());
     ns.create_file("/f", &spec(1), &live(1), 0).unwrap();
     assert_eq!(ns.readdir("/f").unwrap_err().errno(), ENOTDIR);
 }
@@ -371,13 +371,77 @@ fn an_unknown_schema_version_is_refused() {
     let counters: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters");
     let db = redb::Database::open(&path).unwrap();
     let txn = db.begin_write().unwrap();
-    txn.open_table(counters).unwrap().insert("schema_version", 2).unwrap();
+    txn.open_table(counters).unwrap().insert("schema_version", 3).unwrap();
     txn.commit().unwrap();
     drop(db);
     assert_eq!(
         Namespace::open(&path).unwrap_err(),
-        NamespaceError::UnsupportedFormat { found: 2, supported: 1 }
+        NamespaceError::UnsupportedFormat { found: 3, supported: 2 }
     );
+}
+
+/// A version 1 database (no `dir_parents` table) is migrated on open: the parents of its
+/// directories are found again, so renames by directory id still refuse cycles.
+#[test]
+fn a_version_1_database_is_migrated() {
+    let (_dir, path, ns) = fresh();
+    let owner = flotilla_namespace::Owner { mode: 0o755, uid: 0, gid: 0 };
+    let a = ns.mkdir("/a", owner, 1).unwrap();
+    let b = ns.mkdir("/a/b", owner, 1).unwrap();
+    ns.mkdir("/a/b/c", owner, 1).unwrap();
+    drop(ns);
+    // Turn it into what version 1 wrote: UTF-8 names in `dirents`, no `dir_parents`.
+    let counters: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters");
+    let parents: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("dir_parents");
+    let entries: redb::TableDefinition<(u64, &[u8]), u64> = redb::TableDefinition::new("entries");
+    let dirents_v1: redb::TableDefinition<(u64, &str), u64> = redb::TableDefinition::new("dirents");
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        use redb::ReadableTable;
+        let new = txn.open_table(entries).unwrap();
+        let mut old = txn.open_table(dirents_v1).unwrap();
+        for item in new.iter().unwrap() {
+            let (key, child) = item.unwrap();
+            let (parent, name) = key.value();
+            old.insert((parent, std::str::from_utf8(name).unwrap()), child.value()).unwrap();
+        }
+    }
+    assert!(txn.delete_table(entries).unwrap());
+    assert!(txn.delete_table(parents).unwrap());
+    txn.open_table(counters).unwrap().insert("schema_version", 1).unwrap();
+    txn.commit().unwrap();
+    drop(db);
+
+    let ns = Namespace::open(&path).unwrap();
+    let root = flotilla_types::Caller::root();
+    let into_own_subtree = ns.rename_in(
+        &root,
+        flotilla_namespace::Place::At { parent: 1, name: b"a" },
+        flotilla_namespace::Place::At { parent: b.id, name: b"a2" },
+        &|_| false,
+        2,
+    );
+    assert_eq!(into_own_subtree.unwrap_err().errno(), flotilla_namespace::EINVAL);
+    let c = ns.lookup("/a/b/c").unwrap();
+    ns.rename_in(
+        &root,
+        flotilla_namespace::Place::At { parent: b.id, name: b"c" },
+        flotilla_namespace::Place::At { parent: 1, name: b"c" },
+        &|_| false,
+        3,
+    )
+    .unwrap();
+    assert_eq!(ns.lookup_at(&root, 1, b"c").unwrap().id, c.id);
+    assert_eq!(ns.lookup("/a").unwrap().id, a.id);
+    drop(ns);
+    let db = redb::Database::open(&path).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let version = txn.open_table(counters).unwrap().get("schema_version").unwrap().unwrap().value();
+    assert_eq!(version, 2);
+    assert_eq!(txn.open_table(parents).unwrap().get(c.id).unwrap().unwrap().value(), 1);
+    assert_eq!(txn.open_table(entries).unwrap().get((1, b"a".as_slice())).unwrap().unwrap().value(), a.id);
+    assert!(txn.open_table(dirents_v1).is_err(), "the version 1 table is gone");
 }
 
 #[test]
@@ -477,4 +541,61 @@ fn a_file_renamed_over_while_open_is_kept_and_a_closed_one_is_not() {
     let other = ns.create_file("/x", &spec(1), &live(1), 4).unwrap();
     let replaced = ns.rename_keeping_open("/old", "/x", &open, 5).unwrap();
     assert_eq!(replaced.map(|r| r.id.0), Some(other.id), "a file nobody has open is deleted");
+}
+
+/// The operations addressed by (directory id, name): special files, hard links across
+/// directories, RENAME_EXCHANGE (files and directories), and listing by id.
+#[test]
+fn id_addressed_operations() {
+    use flotilla_namespace::Place::At;
+    use flotilla_types::{Caller, FileKind};
+    let (_dir, _path, ns) = fresh();
+    let root = Caller::root();
+    let owner = flotilla_namespace::Owner { mode: 0o755, uid: 0, gid: 0 };
+    let q1 = ns.mkdir_in(&root, At { parent: 1, name: b"q1" }, owner, 1).unwrap();
+    let other = ns.mkdir_in(&root, At { parent: 1, name: b"other" }, owner, 1).unwrap();
+    let fifo = ns.mknod_in(&root, At { parent: q1.id, name: b"p" }, FileKind::Fifo, 0, owner, 2).unwrap();
+    let dev = ns
+        .mknod_in(&root, At { parent: q1.id, name: b"d" }, FileKind::BlockDevice, 0x0801, owner, 2)
+        .unwrap();
+    assert_eq!(ns.get(dev.id).unwrap().attrs.rdev, 0x0801);
+    assert_eq!(ns.get(fifo.id).unwrap().kind(), FileKind::Fifo);
+    let bad = ns.mknod_in(&root, At { parent: q1.id, name: b"x" }, FileKind::Fifo, 7, owner, 2);
+    assert_eq!(bad.unwrap_err().errno(), flotilla_namespace::EINVAL);
+
+    // A hard link into another directory, by the entry's id.
+    let linked = ns.link_in(&root, fifo.id, At { parent: other.id, name: b"p2" }, 3).unwrap();
+    assert_eq!(linked.attrs.nlink, 2);
+    assert_eq!(ns.lookup("/other/p2").unwrap().id, fifo.id);
+
+    // Rename q1 away and make a new q1: the old directory's id still names the old one.
+    ns.rename_in(&root, At { parent: 1, name: b"q1" }, At { parent: 1, name: b"q2" }, &|_| false, 4).unwrap();
+    let new_q1 = ns.mkdir_in(&root, At { parent: 1, name: b"q1" }, owner, 5).unwrap();
+    assert_ne!(new_q1.id, q1.id);
+    assert_eq!(ns.lookup_at(&root, q1.id, b"p").unwrap().id, fifo.id);
+    assert!(ns.readdir_page_id(&root, new_q1.id, None, 10).unwrap().is_empty());
+    let listed: Vec<String> =
+        ns.readdir_page_id(&root, q1.id, None, 10).unwrap().into_iter().map(|e| e.name_lossy()).collect();
+    assert_eq!(listed, ["d", "p"]);
+
+    // Exchange a directory with a file in another directory; nlinks follow.
+    ns.exchange_in(&root, At { parent: 1, name: b"q1" }, At { parent: other.id, name: b"p2" }, 6).unwrap();
+    assert_eq!(ns.lookup("/q1").unwrap().id, fifo.id);
+    assert_eq!(ns.lookup("/other/p2").unwrap().id, new_q1.id);
+    assert_eq!(ns.get(other.id).unwrap().attrs.nlink, 3);
+    let exchanged_into_itself =
+        ns.exchange_in(&root, At { parent: 1, name: b"other" }, At { parent: other.id, name: b"p2" }, 7);
+    assert_eq!(exchanged_into_itself.unwrap_err().errno(), flotilla_namespace::EINVAL);
+    let no_replace =
+        ns.rename_no_replace_in(&root, At { parent: 1, name: b"q2" }, At { parent: 1, name: b"q1" }, 8);
+    assert_eq!(no_replace.unwrap_err().errno(), flotilla_namespace::EEXIST);
+    // Names are bytes: one that is not UTF-8 is kept and listed as it is.
+    let raw =
+        ns.mknod_in(&root, At { parent: q1.id, name: b"\xff\xfe" }, FileKind::Socket, 0, owner, 9).unwrap();
+    assert_eq!(ns.lookup_at(&root, q1.id, b"\xff\xfe").unwrap().id, raw.id);
+    let page = ns.readdir_page_id(&root, q1.id, Some(b"p".as_slice()), 10).unwrap();
+    assert_eq!(page.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), [b"\xff\xfe".to_vec()]);
+    // A name that is not a single component is refused.
+    let slash = ns.lookup_at(&root, 1, b"a/b");
+    assert_eq!(slash.unwrap_err().errno(), flotilla_namespace::EINVAL);
 }

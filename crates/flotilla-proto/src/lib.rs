@@ -28,6 +28,7 @@ pub use meta::{
     CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, SubfilePlace,
     TargetReport, TargetState, TargetStatus,
 };
+pub use meta::{ListedEntry, RenameMode, NAME_BYTES_MAX, READDIR_ENTRIES_MAX};
 pub use wire_error::{ErrorCode, WireError};
 
 /// Encodes a message body with postcard.

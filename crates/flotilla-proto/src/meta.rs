@@ -199,6 +199,94 @@ pub enum MetaRequest {
         caller: Caller,
         request: Box<MetaRequest>,
     },
+    // Requests addressed by identity (issue 11): a directory by its inode id and a name in
+    // it, as bytes of at most `NAME_BYTES_MAX`. The mount uses only these (and the id calls
+    // above), so it never rebuilds a path and another client's rename cannot redirect it.
+    /// The entry `name` in directory `parent` (a symlink is returned, not followed).
+    LookupAt {
+        parent: u64,
+        name: Vec<u8>,
+    },
+    /// `Create` of `name` in directory `parent`.
+    CreateAt {
+        parent: u64,
+        name: Vec<u8>,
+        spec: CreateSpec,
+    },
+    /// `Mkdir` of `name` in directory `parent`.
+    MkdirAt {
+        parent: u64,
+        name: Vec<u8>,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    /// A FIFO, socket or device node `name` in directory `parent`; `rdev` is the device
+    /// number of a device node (0 for the others).
+    MknodAt {
+        parent: u64,
+        name: Vec<u8>,
+        kind: FileKind,
+        rdev: u64,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    /// `Symlink` named `name` in directory `parent`.
+    SymlinkAt {
+        parent: u64,
+        name: Vec<u8>,
+        target: String,
+        uid: u32,
+        gid: u32,
+    },
+    /// A new name `name` in directory `parent` for the entry with id `id` (not a directory).
+    LinkAt {
+        id: u64,
+        parent: u64,
+        name: Vec<u8>,
+    },
+    /// Removes the name `name` of a non-directory in directory `parent`; with `id`, only if
+    /// the name still names that entry (the undo of a failed create).
+    UnlinkAt {
+        parent: u64,
+        name: Vec<u8>,
+        id: Option<u64>,
+    },
+    /// Removes the empty directory `name` in directory `parent`.
+    RmdirAt {
+        parent: u64,
+        name: Vec<u8>,
+    },
+    /// `rename(2)`/`renameat2(2)` between (directory id, name) places.
+    RenameAt {
+        from_parent: u64,
+        from_name: Vec<u8>,
+        to_parent: u64,
+        to_name: Vec<u8>,
+        mode: RenameMode,
+    },
+    /// Up to `entries_max` entries of directory `id` whose names sort after `after`, in
+    /// name order; replies `Listing`.
+    ReaddirId {
+        id: u64,
+        after: Option<Vec<u8>>,
+        entries_max: u32,
+    },
+    /// `SetLayout` of the entry with id `id` (a directory's default layout, or an empty
+    /// file's layout).
+    SetLayoutId {
+        id: u64,
+        layout: Option<Layout>,
+    },
+    /// A read's access time: sets the atime of entry `id` to `atime_ns` and nothing else
+    /// (no ctime change, unlike `SetAttr`). The mount sends it under its atime rules.
+    TouchAtime {
+        id: u64,
+        atime_ns: i64,
+    },
+    /// How many inodes the namespace holds (for `statfs`); replies `Inodes`.
+    CountInodes,
     /// ENWRICH: joins (creating it if needed) the job group `name` of `size` members;
     /// replied `JobJoined`.
     JobJoin {
@@ -233,6 +321,30 @@ pub enum MetaRequest {
     },
 }
 
+/// What a `RenameAt` does when the destination exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RenameMode {
+    /// Replaces it (plain `rename`).
+    Replace,
+    /// Fails with `AlreadyExists` (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swaps the two entries; both must exist (`RENAME_EXCHANGE`).
+    Exchange,
+}
+
+/// Longest name of one directory entry, in bytes (Linux `NAME_MAX`).
+pub const NAME_BYTES_MAX: usize = 255;
+/// Most entries one `ReaddirId` reply carries.
+pub const READDIR_ENTRIES_MAX: u32 = 4096;
+
+/// One directory entry of a `ReaddirId` listing: the name as bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedEntry {
+    pub name: Vec<u8>,
+    pub id: u64,
+    pub kind: FileKind,
+}
+
 /// What a job member learns from `JobWait` (and `JobJoin`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobEvent {
@@ -261,6 +373,12 @@ pub enum MetaReply {
         delete: Vec<DeleteOrder>,
     },
     Error(WireError),
+    /// One page of a `ReaddirId` listing; fewer than asked means the end.
+    Listing(Vec<ListedEntry>),
+    /// Inodes the namespace holds, the root and orphans included.
+    Inodes {
+        count: u64,
+    },
     /// ENWRICH: the joining process's member index and the job's current generation.
     JobJoined {
         member: u32,

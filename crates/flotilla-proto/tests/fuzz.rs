@@ -344,7 +344,15 @@ fn layout() -> impl Strategy<Value = Layout> {
 }
 
 fn kind() -> impl Strategy<Value = FileKind> {
-    prop::sample::select(vec![FileKind::Directory, FileKind::File, FileKind::Symlink])
+    prop::sample::select(vec![
+        FileKind::Directory,
+        FileKind::File,
+        FileKind::Symlink,
+        FileKind::Fifo,
+        FileKind::Socket,
+        FileKind::CharDevice,
+        FileKind::BlockDevice,
+    ])
 }
 
 fn attributes() -> impl Strategy<Value = Attributes> {
@@ -359,6 +367,7 @@ fn attributes() -> impl Strategy<Value = Attributes> {
             atime_ns,
             mtime_ns,
             ctime_ns,
+            rdev: 0,
         },
     )
 }

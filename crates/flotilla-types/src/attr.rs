@@ -13,6 +13,21 @@ pub enum FileKind {
     Directory,
     File,
     Symlink,
+    /// A named pipe (`mkfifo`).
+    Fifo,
+    /// A UNIX domain socket's name (`bind`).
+    Socket,
+    /// A character device node (`mknod`), with its device number in `Attributes::rdev`.
+    CharDevice,
+    /// A block device node (`mknod`), with its device number in `Attributes::rdev`.
+    BlockDevice,
+}
+
+impl FileKind {
+    /// A FIFO, socket or device node: an inode with no data of its own in the cluster.
+    pub fn is_special(self) -> bool {
+        matches!(self, FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice)
+    }
 }
 
 /// Attributes kept by the metadata service for every entry.
@@ -27,6 +42,8 @@ pub struct Attributes {
     pub atime_ns: TimeNs,
     pub mtime_ns: TimeNs,
     pub ctime_ns: TimeNs,
+    /// The device number of a character or block device node (Linux `dev_t`); 0 otherwise.
+    pub rdev: u64,
 }
 
 /// A change to an entry's attributes; `None` leaves a field as it is.

@@ -1,0 +1,361 @@
+//! POSIX through the mount with a namespace addressed by identity (issue 11): two mounts of
+//! one cluster where one renames what the other holds, paths longer than PATH_MAX, names
+//! that are not UTF-8, FIFOs, sockets and device nodes, and the setuid/setgid rules.
+//!
+//! Real processes: a cluster, `flotilla mount` processes, system calls through libc and std.
+//! Needs root (to mount, to make device nodes and to act as another user).
+
+mod common;
+
+use common::{Cluster, Process, FLOTILLA};
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The unprivileged user the permission rules are checked for.
+const NOBODY: u32 = 65534;
+
+/// A `flotilla mount` with the kernel's name and attribute caching off (so a change made
+/// through another mount is seen at once, not after a timeout); unmounted when dropped.
+struct Mount {
+    process: Option<Process>,
+    dir: PathBuf,
+    _holder: tempfile::TempDir,
+}
+
+impl Mount {
+    fn start(meta: &str) -> Mount {
+        Mount::start_with(meta, &[])
+    }
+
+    fn start_with(meta: &str, extra: &[&str]) -> Mount {
+        let holder = tempfile::tempdir().expect("temporary folder");
+        fs::set_permissions(holder.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = holder.path().join("mnt");
+        let mut args = vec!["mount", "--meta", meta, "--attr-timeout-ms", "0"];
+        args.extend_from_slice(extra);
+        args.push(common::path(&dir));
+        let process = Process::start(&args, "mount").expect("start flotilla mount");
+        assert!(common::is_mounted(&dir), "{} is not mounted", dir.display());
+        Mount { process: Some(process), dir, _holder: holder }
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.dir.join(relative)
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
+            unsafe { libc::kill(process.child.id() as i32, libc::SIGTERM) };
+            let _ = process.child.wait();
+        }
+        if common::is_mounted(&self.dir) {
+            let _ = Command::new(FLOTILLA).args(["umount", "--lazy", common::path(&self.dir)]).status();
+        }
+    }
+}
+
+fn c_bytes(bytes: &[u8]) -> CString {
+    CString::new(bytes).expect("no NUL")
+}
+
+fn c_path(path: &Path) -> CString {
+    c_bytes(path.as_os_str().as_bytes())
+}
+
+/// The last errno as an `io::Error`, for a libc call that returned -1.
+fn check(result: i32, what: &str) -> i32 {
+    assert!(result >= 0, "{what}: {}", std::io::Error::last_os_error());
+    result
+}
+
+/// Opens a directory (O_PATH is not enough for *at calls that create).
+fn open_dir(path: &Path) -> i32 {
+    // SAFETY: a valid NUL-terminated path; the fd is closed by the caller.
+    check(unsafe { libc::open(c_path(path).as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) }, "open dir")
+}
+
+fn close(fd: i32) {
+    // SAFETY: closing an fd this test opened.
+    unsafe { libc::close(fd) };
+}
+
+/// Creates (or truncates) `name` in the directory `dir_fd` and writes `data`.
+fn write_at(dir_fd: i32, name: &[u8], data: &[u8]) {
+    let name = c_bytes(name);
+    // SAFETY: valid fd and NUL-terminated name.
+    let fd =
+        unsafe { libc::openat(dir_fd, name.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, 0o644) };
+    check(fd, "openat create");
+    let mut file = fd_file(fd);
+    file.write_all(data).unwrap();
+}
+
+fn fd_file(fd: i32) -> fs::File {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `fd` is a fresh descriptor this test owns; the File closes it.
+    unsafe { fs::File::from_raw_fd(fd) }
+}
+
+fn names(dir: &Path) -> Vec<Vec<u8>> {
+    let mut names: Vec<Vec<u8>> =
+        fs::read_dir(dir).unwrap().map(|entry| entry.unwrap().file_name().as_bytes().to_vec()).collect();
+    names.sort();
+    names
+}
+
+/// The issue's case: mount A renames q1 to q2 and makes a new q1; mount B, which held the
+/// old q1 open (a directory handle and an open file in it), keeps acting on the old objects,
+/// and its path lookups see the new q1.
+#[test]
+fn another_mounts_rename_never_redirects_this_mount() {
+    let cluster = Cluster::start(2);
+    let (a, b) = (Mount::start(&cluster.meta_addr()), Mount::start(&cluster.meta_addr()));
+    fs::create_dir(b.path("q1")).unwrap();
+    fs::write(b.path("q1/old"), b"old").unwrap();
+    let held_dir = open_dir(&b.path("q1"));
+    let mut held_file = fs::OpenOptions::new().read(true).write(true).open(b.path("q1/old")).unwrap();
+
+    fs::rename(a.path("q1"), a.path("q2")).unwrap();
+    fs::create_dir(a.path("q1")).unwrap();
+    fs::write(a.path("q1/new"), b"new").unwrap();
+
+    // Through its old directory handle, B creates in the old directory (now q2).
+    write_at(held_dir, b"made-by-b", b"b");
+    assert_eq!(names(&a.path("q2")), [b"made-by-b".to_vec(), b"old".to_vec()]);
+    assert_eq!(names(&a.path("q1")), [b"new".to_vec()]);
+    // Listing the held handle lists the old directory.
+    let listed = names(&PathBuf::from(format!("/proc/self/fd/{held_dir}")));
+    assert_eq!(listed, [b"made-by-b".to_vec(), b"old".to_vec()]);
+    close(held_dir);
+    // The open file is still the old file.
+    held_file.write_all(b"+b").unwrap();
+    drop(held_file);
+    assert_eq!(fs::read(a.path("q2/old")).unwrap(), b"+bd");
+    let mut text = String::new();
+    fs::File::open(b.path("q1/new")).unwrap().read_to_string(&mut text).unwrap();
+    assert_eq!(text, "new");
+    assert_eq!(names(&b.path("q1")), [b"new".to_vec()]);
+    // A hard link made by B into another directory names the same file.
+    fs::hard_link(b.path("q2/old"), b.path("q1/linked")).unwrap();
+    assert_eq!(
+        fs::metadata(a.path("q1/linked")).unwrap().ino(),
+        fs::metadata(a.path("q2/old")).unwrap().ino()
+    );
+    assert_eq!(fs::metadata(a.path("q2/old")).unwrap().nlink(), 2);
+}
+
+/// Any path the kernel can walk works: components of 255 bytes, a path just under
+/// PATH_MAX given whole, and a tree deeper than PATH_MAX reached by directory handles.
+#[test]
+fn names_near_and_beyond_path_max() {
+    let cluster = Cluster::start(1);
+    let mount = Mount::start(&cluster.meta_addr());
+    let long = "n".repeat(255);
+    let mut path = mount.dir.clone();
+    // Whole paths: as deep as fits in PATH_MAX (4096 bytes with the NUL).
+    while path.as_os_str().len() + 1 + 255 + 1 + 10 < 4096 {
+        path.push(&long);
+        fs::create_dir(&path).unwrap();
+    }
+    let file = path.join("f");
+    assert!(file.as_os_str().len() > 3800, "{}", file.as_os_str().len());
+    fs::write(&file, b"deep").unwrap();
+    assert_eq!(fs::read(&file).unwrap(), b"deep");
+    assert_eq!(errno_of(fs::create_dir(path.join("x".repeat(256)))), libc::ENAMETOOLONG);
+
+    // Beyond PATH_MAX: walk down with directory handles, 20 levels of 255-byte names.
+    let mut dir_fd = open_dir(&mount.dir);
+    let name = c_bytes(b"d".repeat(255).as_slice());
+    for _ in 0..20 {
+        // SAFETY: valid fd and NUL-terminated name.
+        check(unsafe { libc::mkdirat(dir_fd, name.as_ptr(), 0o755) }, "mkdirat");
+        // SAFETY: as above.
+        let next = unsafe { libc::openat(dir_fd, name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+        close(dir_fd);
+        dir_fd = check(next, "openat dir");
+    }
+    write_at(dir_fd, b"bottom", b"5100 bytes down");
+    let bottom = c_bytes(b"bottom");
+    // SAFETY: valid fd and name; `stat` is written by fstatat.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::fstatat(dir_fd, bottom.as_ptr(), &mut stat, 0) }, "fstatat");
+    assert_eq!(stat.st_size, 15);
+    close(dir_fd);
+    // The library resolves the same tree component by component, past PATH_MAX too.
+    let client = cluster.client();
+    let top = client.stat(&format!("/{}", "d".repeat(255))).unwrap();
+    assert_eq!(top.attrs.kind, flotilla_client::FileKind::Directory);
+}
+
+fn errno_of<T: std::fmt::Debug>(result: std::io::Result<T>) -> i32 {
+    result.expect_err("the call should have failed").raw_os_error().expect("an errno")
+}
+
+/// Names are bytes: a name that is not UTF-8 is created, listed, renamed and removed.
+#[test]
+fn names_that_are_not_utf8() {
+    let cluster = Cluster::start(1);
+    let mount = Mount::start(&cluster.meta_addr());
+    let raw: &[u8] = b"caf\xe9-\xff\xfe";
+    let path = mount.dir.join(std::ffi::OsStr::from_bytes(raw));
+    fs::write(&path, b"latin-1").unwrap();
+    assert_eq!(names(&mount.dir), [raw.to_vec()]);
+    assert_eq!(fs::read(&path).unwrap(), b"latin-1");
+    let renamed = mount.dir.join(std::ffi::OsStr::from_bytes(b"\x80dir"));
+    fs::create_dir(&renamed).unwrap();
+    let inside = renamed.join(std::ffi::OsStr::from_bytes(raw));
+    fs::rename(&path, &inside).unwrap();
+    assert_eq!(names(&renamed), [raw.to_vec()]);
+    fs::remove_file(&inside).unwrap();
+    fs::remove_dir(&renamed).unwrap();
+    assert!(names(&mount.dir).is_empty());
+}
+
+/// FIFOs, UNIX sockets and device nodes are inodes of their own kind, with rdev, seen
+/// alike through a second mount and the library.
+#[test]
+fn fifos_sockets_and_device_nodes() {
+    let cluster = Cluster::start(1);
+    let (a, b) = (Mount::start(&cluster.meta_addr()), Mount::start(&cluster.meta_addr()));
+    let fifo = a.path("pipe");
+    // SAFETY: valid NUL-terminated paths.
+    check(unsafe { libc::mkfifo(c_path(&fifo).as_ptr(), 0o644) }, "mkfifo");
+    let device = libc::makedev(1, 3);
+    check(
+        unsafe { libc::mknod(c_path(&a.path("null")).as_ptr(), libc::S_IFCHR | 0o600, device) },
+        "mknod chr",
+    );
+    check(
+        unsafe { libc::mknod(c_path(&a.path("disk")).as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(8, 1)) },
+        "mknod blk",
+    );
+    let listener = std::os::unix::net::UnixListener::bind(a.path("sock")).unwrap();
+
+    let meta = |name: &str| fs::symlink_metadata(b.path(name)).unwrap();
+    assert!(meta("pipe").file_type().is_fifo());
+    assert!(meta("sock").file_type().is_socket());
+    assert!(meta("null").file_type().is_char_device());
+    assert_eq!(meta("null").rdev(), device);
+    assert!(meta("disk").file_type().is_block_device());
+    assert_eq!(meta("disk").rdev(), libc::makedev(8, 1));
+    let client = cluster.client();
+    assert_eq!(client.stat("/pipe").unwrap().attrs.kind, flotilla_client::FileKind::Fifo);
+    // statfs counts the inodes in use: the root and the four made here.
+    // SAFETY: a valid path; `stats` is written by statvfs.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::statvfs(c_path(&b.dir).as_ptr(), &mut stats) }, "statvfs");
+    assert_eq!(stats.f_files - stats.f_ffree, 5);
+    assert_eq!(client.stat("/null").unwrap().attrs.rdev, device);
+
+    // The FIFO is a pipe: what a writer on mount A sends, a reader on mount A receives.
+    let writer_path = fifo.clone();
+    let writer = std::thread::spawn(move || fs::write(writer_path, b"through the fifo").unwrap());
+    assert_eq!(fs::read(&fifo).unwrap(), b"through the fifo");
+    writer.join().unwrap();
+    // The socket works: a client connects through its name on the mount.
+    let mut stream = std::os::unix::net::UnixStream::connect(a.path("sock")).unwrap();
+    stream.write_all(b"hi").unwrap();
+    let (mut accepted, _) = listener.accept().unwrap();
+    let mut got = [0u8; 2];
+    accepted.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hi");
+    // Special files link, rename and unlink like files.
+    fs::hard_link(a.path("pipe"), a.path("pipe2")).unwrap();
+    assert_eq!(meta("pipe2").nlink(), 2);
+    fs::rename(a.path("null"), a.path("null2")).unwrap();
+    assert_eq!(meta("null2").rdev(), device);
+    for name in ["pipe", "pipe2", "null2", "disk", "sock"] {
+        fs::remove_file(a.path(name)).unwrap();
+    }
+    assert!(names(&b.dir).is_empty());
+}
+
+/// setuid/setgid are cleared when someone other than root writes, truncates or chowns the
+/// file (as on Linux), and kept when root writes.
+#[test]
+fn setuid_and_setgid_are_cleared_by_writes_truncates_and_chown() {
+    let cluster = Cluster::start(1);
+    let mount = Mount::start(&cluster.meta_addr());
+    let file = mount.path("prog");
+    let setid = |mode: u32| {
+        fs::set_permissions(&file, fs::Permissions::from_mode(mode)).unwrap();
+        assert_eq!(fs::metadata(&file).unwrap().mode() & 0o7777, mode);
+    };
+    let mode = || fs::metadata(&file).unwrap().mode() & 0o7777;
+    fs::write(&file, b"#!/bin/sh\n").unwrap();
+
+    // Root writes: the bits stay.
+    setid(0o6777);
+    fs::OpenOptions::new().append(true).open(&file).unwrap().write_all(b"true\n").unwrap();
+    assert_eq!(mode(), 0o6777);
+
+    // Another user writes: both go.
+    let as_nobody = |command: &str| {
+        let output = Command::new("sh").arg("-c").arg(command).uid(NOBODY).gid(NOBODY).output().unwrap();
+        assert!(output.status.success(), "{command}: {}", String::from_utf8_lossy(&output.stderr));
+    };
+    as_nobody(&format!("echo more >> {}", file.display()));
+    assert_eq!(mode(), 0o0777);
+
+    // Another user truncates: both go.
+    setid(0o6777);
+    as_nobody(&format!("truncate -s 3 {}", file.display()));
+    assert_eq!(mode(), 0o0777);
+    assert_eq!(fs::metadata(&file).unwrap().len(), 3);
+
+    // chown: both go (setgid with group execute).
+    setid(0o6755);
+    std::os::unix::fs::chown(&file, Some(NOBODY), None).unwrap();
+    assert_eq!(mode(), 0o0755);
+    assert_eq!(fs::metadata(&file).unwrap().uid(), NOBODY);
+}
+
+/// Sets a file's atime and mtime (seconds since the epoch) through the mount.
+fn set_times(path: &Path, atime_s: i64, mtime_s: i64) {
+    let times =
+        [libc::timespec { tv_sec: atime_s, tv_nsec: 0 }, libc::timespec { tv_sec: mtime_s, tv_nsec: 0 }];
+    // SAFETY: a valid path and two timespecs.
+    check(unsafe { libc::utimensat(libc::AT_FDCWD, c_path(path).as_ptr(), times.as_ptr(), 0) }, "utimensat");
+}
+
+/// Access times of reads: relatime (the default) updates an atime not after the mtime (or
+/// ctime), and leaves a recent one; strictatime updates at every read; noatime never. No read
+/// changes the ctime.
+#[test]
+fn reads_update_atime_by_the_mount_rule() {
+    let cluster = Cluster::start(1);
+    let meta = cluster.meta_addr();
+    let relatime = Mount::start(&meta);
+    let strict = Mount::start_with(&meta, &["--atime", "strictatime"]);
+    let noatime = Mount::start_with(&meta, &["--atime", "noatime"]);
+    fs::write(relatime.path("f"), b"data").unwrap();
+    let stat = |mount: &Mount| fs::metadata(mount.path("f")).unwrap();
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+
+    // An atime before the mtime: relatime updates it, without touching the ctime.
+    set_times(&relatime.path("f"), 1_000, 2_000);
+    let ctime = (stat(&relatime).ctime(), stat(&relatime).ctime_nsec());
+    assert_eq!(fs::read(noatime.path("f")).unwrap(), b"data");
+    assert_eq!(stat(&relatime).atime(), 1_000, "noatime updated the atime");
+    assert_eq!(fs::read(relatime.path("f")).unwrap(), b"data");
+    assert!(stat(&relatime).atime() >= now_s, "relatime did not update an atime before the mtime");
+    assert_eq!((stat(&relatime).ctime(), stat(&relatime).ctime_nsec()), ctime, "a read changed the ctime");
+
+    // Now the atime is recent and after the mtime and ctime: relatime leaves it,
+    // strictatime updates it.
+    let atime = |mount: &Mount| (stat(mount).atime(), stat(mount).atime_nsec());
+    let updated = atime(&relatime);
+    fs::read(relatime.path("f")).unwrap();
+    assert_eq!(atime(&relatime), updated, "relatime updated a recent atime");
+    fs::read(strict.path("f")).unwrap();
+    assert!(atime(&strict) > updated, "strictatime did not update the atime");
+}

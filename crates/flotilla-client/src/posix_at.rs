@@ -1,0 +1,208 @@
+//! Namespace calls addressed by identity, for the mount: a directory by its inode id and a
+//! name in it as bytes. Nothing here rebuilds a path, so a name that another client moved
+//! or replaced is never mistaken for the entry this client knew.
+
+use crate::client::{create_subfiles, Client, CreateOptions};
+use crate::core::{unexpected, Core};
+use crate::error::ClientError;
+use crate::file::File;
+use crate::posix::Owner;
+use flotilla_proto::{
+    CreateSpec, EntryInfo, ErrorCode, ListedEntry, MetaReply, MetaRequest, RenameMode, READDIR_ENTRIES_MAX,
+};
+use flotilla_types::FileKind;
+
+/// A directory entry's place: the directory's inode id and the name in it.
+#[derive(Clone, Copy, Debug)]
+pub struct At<'a> {
+    pub parent: u64,
+    pub name: &'a [u8],
+}
+
+impl At<'_> {
+    fn describe(&self) -> String {
+        format!("{:?} in directory {:016x}", String::from_utf8_lossy(self.name), self.parent)
+    }
+}
+
+impl Client {
+    /// The entry `at` names (a symlink is returned, not followed).
+    pub fn lookup_at(&self, at: At<'_>) -> Result<EntryInfo, ClientError> {
+        let request = MetaRequest::LookupAt { parent: at.parent, name: at.name.to_vec() };
+        let mut entry = entry_of(self.meta(request)?, "lookup")?;
+        self.overlay(entry.id, &mut entry.attrs);
+        Ok(entry)
+    }
+
+    /// Creates a file at `at` owned by `owner`, with its subfiles, and opens it. Fails with
+    /// `AlreadyExists` if the name is taken (the caller decides whether to open that instead).
+    pub fn create_at(&self, at: At<'_>, options: &CreateOptions, owner: Owner) -> Result<File, ClientError> {
+        let spec = CreateSpec {
+            mode: options.mode,
+            uid: owner.uid,
+            gid: owner.gid,
+            subfiles: options.subfiles,
+            targets: options.targets.clone(),
+            layout: options.layout,
+            exclusive: true,
+        };
+        let (core, parent, name) = (self.core.clone(), at.parent, at.name.to_vec());
+        let client = self.clone();
+        let path = at.describe();
+        self.block_on(async move {
+            let entry = create_entry_at(&core, parent, name, spec).await?;
+            crate::opens::open_file(client, path, entry.id).await
+        })
+    }
+
+    pub fn mkdir_at(&self, at: At<'_>, mode: u32, owner: Owner) -> Result<EntryInfo, ClientError> {
+        let request = MetaRequest::MkdirAt {
+            parent: at.parent,
+            name: at.name.to_vec(),
+            mode,
+            uid: owner.uid,
+            gid: owner.gid,
+        };
+        entry_of(self.meta(request)?, "mkdir")
+    }
+
+    /// A FIFO, socket or device node (`rdev` for devices, else 0).
+    pub fn mknod_at(
+        &self,
+        at: At<'_>,
+        kind: FileKind,
+        rdev: u64,
+        mode: u32,
+        owner: Owner,
+    ) -> Result<EntryInfo, ClientError> {
+        let request = MetaRequest::MknodAt {
+            parent: at.parent,
+            name: at.name.to_vec(),
+            kind,
+            rdev,
+            mode,
+            uid: owner.uid,
+            gid: owner.gid,
+        };
+        entry_of(self.meta(request)?, "mknod")
+    }
+
+    pub fn symlink_at(&self, at: At<'_>, target: &str, owner: Owner) -> Result<EntryInfo, ClientError> {
+        let request = MetaRequest::SymlinkAt {
+            parent: at.parent,
+            name: at.name.to_vec(),
+            target: target.to_string(),
+            uid: owner.uid,
+            gid: owner.gid,
+        };
+        entry_of(self.meta(request)?, "symlink")
+    }
+
+    /// A new name `at` for entry `id` (a hard link by identity).
+    pub fn link_at(&self, id: u64, at: At<'_>) -> Result<EntryInfo, ClientError> {
+        let request = MetaRequest::LinkAt { id, parent: at.parent, name: at.name.to_vec() };
+        entry_of(self.meta(request)?, "link")
+    }
+
+    pub fn unlink_at(&self, at: At<'_>) -> Result<(), ClientError> {
+        let request = MetaRequest::UnlinkAt { parent: at.parent, name: at.name.to_vec(), id: None };
+        done(self.meta(request)?, "unlink")
+    }
+
+    pub fn rmdir_at(&self, at: At<'_>) -> Result<(), ClientError> {
+        done(self.meta(MetaRequest::RmdirAt { parent: at.parent, name: at.name.to_vec() })?, "rmdir")
+    }
+
+    /// `renameat2` between places by directory id.
+    pub fn rename_at(&self, from: At<'_>, to: At<'_>, mode: RenameMode) -> Result<(), ClientError> {
+        let request = MetaRequest::RenameAt {
+            from_parent: from.parent,
+            from_name: from.name.to_vec(),
+            to_parent: to.parent,
+            to_name: to.name.to_vec(),
+            mode,
+        };
+        done(self.meta(request)?, "rename")
+    }
+
+    /// How many inodes the namespace holds (`statfs`'s files in use).
+    pub fn inode_count(&self) -> Result<u64, ClientError> {
+        match self.meta(MetaRequest::CountInodes)? {
+            MetaReply::Inodes { count } => Ok(count),
+            other => Err(unexpected("count inodes", &other)),
+        }
+    }
+
+    /// Sets entry `id`'s atime as a read does (no ctime change).
+    pub fn touch_atime(&self, id: u64, atime_ns: i64) -> Result<(), ClientError> {
+        match self.meta(MetaRequest::TouchAtime { id, atime_ns })? {
+            MetaReply::Attributes(_) => Ok(()),
+            other => Err(unexpected("touch atime", &other)),
+        }
+    }
+
+    /// Sets the default layout of directory `id` (`None` clears it) or the layout of the
+    /// empty file `id`.
+    pub fn set_layout_id(
+        &self,
+        id: u64,
+        layout: Option<flotilla_types::Layout>,
+    ) -> Result<EntryInfo, ClientError> {
+        entry_of(self.meta(MetaRequest::SetLayoutId { id, layout })?, "set layout")
+    }
+
+    /// Every entry of directory `id`, fetched in pages of `READDIR_ENTRIES_MAX`, at most
+    /// `entries_max` (`OverLimit` beyond: the caller bounds what it holds).
+    pub fn readdir_id(&self, id: u64, entries_max: usize) -> Result<Vec<ListedEntry>, ClientError> {
+        let mut all: Vec<ListedEntry> = Vec::new();
+        loop {
+            let after = all.last().map(|entry| entry.name.clone());
+            let request = MetaRequest::ReaddirId { id, after, entries_max: READDIR_ENTRIES_MAX };
+            let page = match self.meta(request)? {
+                MetaReply::Listing(page) => page,
+                other => return Err(unexpected("readdir", &other)),
+            };
+            let last = page.len() < READDIR_ENTRIES_MAX as usize;
+            all.extend(page);
+            if all.len() > entries_max {
+                let message = format!("directory {id:016x} has more than {entries_max} entries");
+                return Err(ClientError::Meta(flotilla_proto::WireError::new(ErrorCode::OverLimit, message)));
+            }
+            if last {
+                return Ok(all);
+            }
+        }
+    }
+}
+
+/// Creates the entry (exclusively) and then its subfiles; if a subfile cannot be made, the
+/// name is removed again, but only while it still names the entry made here.
+async fn create_entry_at(
+    core: &Core,
+    parent: u64,
+    name: Vec<u8>,
+    spec: CreateSpec,
+) -> Result<EntryInfo, ClientError> {
+    let request = MetaRequest::CreateAt { parent, name: name.clone(), spec };
+    let entry = entry_of(core.meta_call(request).await?, "create")?;
+    if let Err(error) = create_subfiles(core, &entry).await {
+        let undo = MetaRequest::UnlinkAt { parent, name, id: Some(entry.id) };
+        let _ = core.meta_call(undo).await;
+        return Err(error);
+    }
+    Ok(entry)
+}
+
+fn entry_of(reply: MetaReply, what: &'static str) -> Result<EntryInfo, ClientError> {
+    match reply {
+        MetaReply::Entry(entry) => Ok(entry),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+fn done(reply: MetaReply, what: &'static str) -> Result<(), ClientError> {
+    match reply {
+        MetaReply::Done => Ok(()),
+        other => Err(unexpected(what, &other)),
+    }
+}

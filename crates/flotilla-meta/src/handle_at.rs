@@ -1,0 +1,145 @@
+//! The namespace requests addressed by identity: a directory by inode id and a name in it
+//! (issue 11). They run the same namespace operations as the path requests, with the place
+//! given as `Place::At`, so permission checks, link counts and orphan handling are shared.
+
+use crate::handle::{wire, Asker, State};
+use flotilla_namespace::{CreateFile, Place};
+use flotilla_proto::{
+    ErrorCode, ListedEntry, MetaReply, MetaRequest, RenameMode, WireError, NAME_BYTES_MAX,
+    READDIR_ENTRIES_MAX,
+};
+use flotilla_types::CallerPolicy;
+
+/// A name from the wire, checked to be at most `NAME_BYTES_MAX` bytes (names are bytes; the
+/// namespace checks the single-component rules: no '/' or NUL, not "." or "..").
+pub(crate) fn name(bytes: &[u8]) -> Result<&[u8], WireError> {
+    if bytes.len() > NAME_BYTES_MAX {
+        return Err(WireError::new(
+            ErrorCode::NameTooLong,
+            format!("a {}-byte name is over the {NAME_BYTES_MAX}-byte limit", bytes.len()),
+        ));
+    }
+    Ok(bytes)
+}
+
+fn at(parent: u64, bytes: &[u8]) -> Result<Place<'_>, WireError> {
+    Ok(Place::At { parent, name: name(bytes)? })
+}
+
+/// The directory ids an id-addressed request acts in (for the subtree check).
+pub(crate) fn directories(request: &MetaRequest) -> Vec<u64> {
+    match request {
+        MetaRequest::LookupAt { parent, .. }
+        | MetaRequest::CreateAt { parent, .. }
+        | MetaRequest::MkdirAt { parent, .. }
+        | MetaRequest::MknodAt { parent, .. }
+        | MetaRequest::SymlinkAt { parent, .. }
+        | MetaRequest::LinkAt { parent, .. }
+        | MetaRequest::UnlinkAt { parent, .. }
+        | MetaRequest::RmdirAt { parent, .. } => vec![*parent],
+        MetaRequest::RenameAt { from_parent, to_parent, .. } => vec![*from_parent, *to_parent],
+        MetaRequest::ReaddirId { id, .. } => vec![*id],
+        _ => Vec::new(),
+    }
+}
+
+impl State {
+    /// On a connection confined to a subtree, refuses an id-addressed request that acts in
+    /// a directory outside it (found by walking up the directory's parents).
+    pub(crate) fn admit_at(&self, request: &MetaRequest, policy: &CallerPolicy) -> Result<(), WireError> {
+        let Some(subtree) = &policy.subtree else { return Ok(()) };
+        for dir in directories(request) {
+            if !self.namespace.directory_within(dir, subtree).map_err(wire)? {
+                return Err(WireError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("directory {dir:016x} is outside the connection's subtree {subtree}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Executes one id-addressed request.
+    pub(crate) fn dispatch_at(
+        &self,
+        request: MetaRequest,
+        asker: &Asker,
+        now: i64,
+    ) -> Result<MetaReply, WireError> {
+        let (ns, who) = (&self.namespace, asker.who);
+        let reply = match request {
+            MetaRequest::LookupAt { parent, name: bytes } => {
+                MetaReply::Entry(self.granted(ns.lookup_at(who, parent, name(&bytes)?).map_err(wire)?, asker))
+            }
+            MetaRequest::CreateAt { parent, name, spec } => {
+                self.check_satisfiable(spec.layout.as_ref())?;
+                let create = CreateFile {
+                    owner: crate::policy::owner(who, spec.mode, spec.uid, spec.gid),
+                    subfile_count: spec.subfiles,
+                    targets: spec.targets,
+                    layout: spec.layout,
+                    exclusive: spec.exclusive,
+                };
+                let live = self.live_for_create(&create);
+                let entry = ns.create_file_in(who, at(parent, &name)?, &create, &live, now).map_err(wire)?;
+                MetaReply::Entry(self.granted(entry, asker))
+            }
+            MetaRequest::MkdirAt { parent, name, mode, uid, gid } => {
+                let owner = crate::policy::owner(who, mode, uid, gid);
+                MetaReply::Entry(self.info(ns.mkdir_in(who, at(parent, &name)?, owner, now).map_err(wire)?))
+            }
+            MetaRequest::MknodAt { parent, name, kind, rdev, mode, uid, gid } => {
+                let owner = crate::policy::owner(who, mode, uid, gid);
+                let entry = ns.mknod_in(who, at(parent, &name)?, kind, rdev, owner, now).map_err(wire)?;
+                MetaReply::Entry(self.info(entry))
+            }
+            MetaRequest::SymlinkAt { parent, name, target, uid, gid } => {
+                let owner = crate::policy::owner(who, 0o777, uid, gid);
+                let entry = ns.symlink_in(who, at(parent, &name)?, &target, owner, now).map_err(wire)?;
+                MetaReply::Entry(self.info(entry))
+            }
+            MetaRequest::LinkAt { id, parent, name } => MetaReply::Entry(
+                self.granted(ns.link_in(who, id, at(parent, &name)?, now).map_err(wire)?, asker),
+            ),
+            MetaRequest::UnlinkAt { parent, name, id } => {
+                let place = at(parent, &name)?;
+                self.remove(|is_open| ns.unlink_in(who, place, id, is_open, now).map(|_| ()))?
+            }
+            MetaRequest::RmdirAt { parent, name } => {
+                ns.rmdir_in(who, at(parent, &name)?, now).map_err(wire)?;
+                MetaReply::Done
+            }
+            MetaRequest::RenameAt { from_parent, from_name, to_parent, to_name, mode } => {
+                let (from, to) = (at(from_parent, &from_name)?, at(to_parent, &to_name)?);
+                match mode {
+                    RenameMode::Replace => {
+                        self.remove(|is_open| ns.rename_in(who, from, to, is_open, now).map(|_| ()))?
+                    }
+                    RenameMode::NoReplace => {
+                        ns.rename_no_replace_in(who, from, to, now).map_err(wire)?;
+                        MetaReply::Done
+                    }
+                    RenameMode::Exchange => {
+                        ns.exchange_in(who, from, to, now).map_err(wire)?;
+                        MetaReply::Done
+                    }
+                }
+            }
+            MetaRequest::ReaddirId { id, after, entries_max } => {
+                let after = after.as_deref().map(name).transpose()?;
+                let max = entries_max.min(READDIR_ENTRIES_MAX) as usize;
+                let page = ns.readdir_page_id(who, id, after, max).map_err(wire)?;
+                MetaReply::Listing(
+                    page.into_iter().map(|e| ListedEntry { name: e.name, id: e.id, kind: e.kind }).collect(),
+                )
+            }
+            other => {
+                return Err(WireError::new(
+                    ErrorCode::BadRequest,
+                    format!("{other:?} is not an id-addressed request"),
+                ))
+            }
+        };
+        Ok(reply)
+    }
+}
