@@ -126,6 +126,7 @@ mod tests {
                 atime_ns: 0,
                 mtime_ns: 0,
                 ctime_ns: 0,
+                rdev: 0,
             },
             layout: Some(Layout::Stripe { unit_bytes: 10, count: 0 }),
             subfiles: servers
