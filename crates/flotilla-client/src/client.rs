@@ -43,6 +43,10 @@ pub struct ClientConfig {
     /// send again if a server restarts before they are synced); past it, writes wait while
     /// the oldest are synced.
     pub unstable_bytes_max: u64,
+    /// The job this client works for, sent once on every I/O server connection so the servers
+    /// count its bytes and operations under it (`flotilla jobs`); by default the first set of
+    /// the environment variables named in `FLOTILLA_JOB_ENV` (default `SLURM_JOB_ID,FLOTILLA_JOB`).
+    pub job: Option<String>,
 }
 
 impl ClientConfig {
@@ -56,8 +60,22 @@ impl ClientConfig {
             key: std::env::var_os(crate::KEY_ENV).map(std::path::PathBuf::from),
             integrity: flotilla_auth::Integrity::Mac,
             unstable_bytes_max: UNSTABLE_BYTES_MAX_DEFAULT,
+            job: job_from_env(),
         }
     }
+}
+
+/// The job id from the environment: the first nonempty variable of those `FLOTILLA_JOB_ENV`
+/// names (comma-separated; default `SLURM_JOB_ID,FLOTILLA_JOB`), cut to
+/// `flotilla_proto::JOB_ID_BYTES_MAX` bytes at a character boundary.
+pub fn job_from_env() -> Option<String> {
+    let names = std::env::var(crate::JOB_ENV_ENV).unwrap_or_else(|_| crate::JOB_ENV_DEFAULT.to_string());
+    let value = names.split(',').filter_map(|name| std::env::var(name.trim()).ok()).find(|v| !v.is_empty())?;
+    let mut end = value.len().min(flotilla_proto::JOB_ID_BYTES_MAX);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(value[..end].to_string())
 }
 
 /// How to create a file.
@@ -117,6 +135,9 @@ impl Client {
             config.connection,
             config.unstable_bytes_max,
         ));
+        if let Some(job) = config.job {
+            let _ = core.job.set(job);
+        }
         // A program acts as the user running it, as it would on a local file system (root
         // acts as the connection itself, which is root on an unrestricted connection).
         let caller = process_caller();
@@ -159,6 +180,15 @@ impl Client {
 
     pub(crate) fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
         self.block_on(self.core.meta_call(request))
+    }
+
+    /// The counters and busiest jobs of the I/O server at `addr` (`flotilla jobs`, `top`).
+    pub fn server_stats(&self, addr: &str) -> Result<flotilla_proto::ServerStats, ClientError> {
+        let request = flotilla_proto::IoRequest::Stats;
+        match self.block_on(self.core.io_simple(addr, request))? {
+            flotilla_proto::IoReply::Stats(stats) => Ok(stats),
+            other => Err(unexpected("stats", &other)),
+        }
     }
 
     /// Looks up a path.

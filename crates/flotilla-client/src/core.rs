@@ -70,6 +70,8 @@ pub(crate) struct Core {
     caller: parking_lot::RwLock<Option<flotilla_types::Caller>>,
     /// The capabilities the metadata service handed out, attached to I/O requests.
     capabilities: parking_lot::Mutex<CapabilityCache>,
+    /// The job id sent to every I/O server after `Hello` (`ClientConfig::job`).
+    pub job: std::sync::OnceLock<String>,
 }
 
 impl Core {
@@ -94,6 +96,7 @@ impl Core {
             servers: parking_lot::Mutex::new(HashMap::new()),
             caller: parking_lot::RwLock::new(None),
             capabilities: parking_lot::Mutex::new(CapabilityCache::default()),
+            job: std::sync::OnceLock::new(),
         }
     }
 
@@ -231,6 +234,14 @@ impl Core {
             IoReply::Error(error) => return Err(ClientError::Server { server: addr.to_string(), error }),
             other => return Err(unexpected("hello", &other)),
         };
+        if let Some(id) = self.job.get() {
+            // A server that predates job statistics refuses it; the connection still serves.
+            let job = IoRequest::Job { id: id.clone() };
+            let (reply, _) = connection.call::<IoRequest, IoReply>(&job, Bytes::new()).await?;
+            if let IoReply::Error(error) = reply {
+                tracing::debug!(server = addr, %error, "the server did not take the job id");
+            }
+        }
         let credit_units_max =
             u32::try_from((limits.in_flight_bytes_max / CREDIT_UNIT_BYTES).max(1)).unwrap_or(u32::MAX >> 4);
         let credit = Semaphore::new(credit_units_max as usize);

@@ -29,7 +29,7 @@ mod transfer;
 mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
-pub use client::{process_caller, Client, ClientConfig, CreateOptions};
+pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File};
 pub use flotilla_proto::{
@@ -50,5 +50,9 @@ pub use raw::RawBuffer;
 pub const META_ENV: &str = "FLOTILLA_META";
 /// The environment variable naming the client's credential file.
 pub const KEY_ENV: &str = "FLOTILLA_KEY";
+/// Names the environment variables a client takes its job id from (comma-separated).
+pub const JOB_ENV_ENV: &str = "FLOTILLA_JOB_ENV";
+/// The variables tried when `FLOTILLA_JOB_ENV` is not set, in order.
+pub const JOB_ENV_DEFAULT: &str = "SLURM_JOB_ID,FLOTILLA_JOB";
 /// The fork every subfile is created with.
 pub const DEFAULT_FORK: &str = "data";

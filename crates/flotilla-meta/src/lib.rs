@@ -11,6 +11,7 @@ mod admission;
 pub mod config;
 mod handle;
 mod membership;
+mod metrics;
 mod opens;
 mod policy;
 mod service;

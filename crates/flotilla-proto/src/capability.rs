@@ -130,7 +130,11 @@ pub fn needs(request: &IoRequest) -> Option<(FileId, u32, Rights)> {
         IoRequest::RemoveFork { fork } => (fork.file, fork.subfile.0, Rights::REMOVE),
         // Syncing moves and exposes no data: any capability for the file suffices.
         IoRequest::Sync { fork } => (fork.file, fork.subfile.0, Rights::NONE),
-        IoRequest::Hello { .. } | IoRequest::RemoveSubfile { .. } | IoRequest::With { .. } => return None,
+        IoRequest::Hello { .. }
+        | IoRequest::RemoveSubfile { .. }
+        | IoRequest::With { .. }
+        | IoRequest::Job { .. }
+        | IoRequest::Stats => return None,
     })
 }
 
@@ -158,6 +162,8 @@ pub fn request_name(request: &IoRequest) -> &'static str {
         IoRequest::Truncate { .. } => "truncate",
         IoRequest::Sync { .. } => "sync",
         IoRequest::With { .. } => "capability envelope",
+        IoRequest::Job { .. } => "job",
+        IoRequest::Stats => "stats",
     }
 }
 

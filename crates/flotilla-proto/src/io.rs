@@ -81,6 +81,44 @@ pub enum IoRequest {
         capability: crate::Capability,
         request: Box<IoRequest>,
     },
+    /// Names the job this connection works for (from the client's environment, e.g.
+    /// `SLURM_JOB_ID`); sent once after `Hello`, at most [`JOB_ID_BYTES_MAX`] bytes. The
+    /// server counts the connection's bytes and operations under it. Any credential may send it.
+    Job {
+        id: String,
+    },
+    /// Asks for the server's counters and its busiest jobs (`flotilla jobs`, `flotilla top`).
+    /// Any credential may send it.
+    Stats,
+}
+
+/// Longest job id a server accepts (`IoRequest::Job`).
+pub const JOB_ID_BYTES_MAX: usize = 128;
+
+/// What one job (or a whole server) moved, counted by an I/O server since it started.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStats {
+    /// The job id (`other`: jobs not listed; empty: the server's total).
+    pub job: String,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    /// Operations that move no data (create, sync, truncate, ...).
+    pub other_ops: u64,
+    /// Sum of the operations' times in the server (queue and execution), in nanoseconds.
+    pub latency_ns: u64,
+}
+
+/// An I/O server's answer to `IoRequest::Stats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerStats {
+    pub server: String,
+    pub uptime_ms: u64,
+    /// Everything the server did, all jobs and connections without a job together.
+    pub total: JobStats,
+    /// The busiest jobs, then `other` (bounded by the server's `jobs_listed_max`).
+    pub jobs: Vec<JobStats>,
 }
 
 impl IoRequest {
@@ -121,4 +159,5 @@ pub enum IoReply {
         bytes: u64,
     },
     Error(WireError),
+    Stats(ServerStats),
 }

@@ -56,6 +56,13 @@ pub struct ServerConfig {
     pub integrity: flotilla_auth::Integrity,
     /// A connection must finish its handshake within this long of being accepted.
     pub handshake_timeout_ms: u64,
+    /// Count bytes, operations, latencies and jobs for the metrics and `flotilla jobs`
+    /// (relaxed atomics; off only to measure their cost).
+    pub metrics: bool,
+    /// Jobs counted separately; when full, jobs without a connection are folded into `other`.
+    pub jobs_max: usize,
+    /// Jobs listed by `flotilla jobs` and labelled in the metrics (the busiest; the rest are `other`).
+    pub jobs_listed_max: usize,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +92,9 @@ impl Default for ServerConfig {
             key: None,
             integrity: flotilla_auth::Integrity::Mac,
             handshake_timeout_ms: 10_000,
+            metrics: true,
+            jobs_max: 1024,
+            jobs_listed_max: 20,
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod config;
 mod connection;
 mod execute;
 mod membership;
+mod metrics;
 pub mod scheduler;
 mod server;
 
