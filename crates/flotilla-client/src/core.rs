@@ -72,6 +72,8 @@ pub(crate) struct Core {
     capabilities: parking_lot::Mutex<CapabilityCache>,
     /// The job id sent to every I/O server after `Hello` (`ClientConfig::job`).
     pub job: std::sync::OnceLock<String>,
+    /// This client's counters, when it serves metrics (`ClientConfig::metrics_listen`).
+    pub metrics: std::sync::OnceLock<Arc<crate::metrics::ClientMetrics>>,
 }
 
 impl Core {
@@ -97,6 +99,7 @@ impl Core {
             caller: parking_lot::RwLock::new(None),
             capabilities: parking_lot::Mutex::new(CapabilityCache::default()),
             job: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
         }
     }
 
@@ -257,6 +260,10 @@ impl Core {
         data_bytes: u64,
     ) -> Result<(IoReply, Bytes), ClientError> {
         let units = server.units_for(data_bytes);
+        let (started, metrics) = (Instant::now(), self.metrics.get());
+        if let Some(metrics) = metrics.filter(|_| server.credit.available_permits() < units as usize) {
+            metrics.credit_wait();
+        }
         let _credit = server.credit.acquire_many(units).await.map_err(|_| ClientError::Abandoned)?;
         let mut renewed = false;
         loop {
@@ -277,9 +284,17 @@ impl Core {
                     renewed = true;
                 }
                 IoReply::Error(error) => {
-                    return Err(ClientError::Server { server: server.connection.addr().to_string(), error })
+                    if let Some(metrics) = metrics {
+                        metrics.errors.add(error.code);
+                    }
+                    return Err(ClientError::Server { server: server.connection.addr().to_string(), error });
                 }
-                other => return Ok((other, out)),
+                other => {
+                    if let Some(metrics) = metrics {
+                        metrics.observed(request, data_bytes, started.elapsed());
+                    }
+                    return Ok((other, out));
+                }
             }
         }
     }

@@ -23,6 +23,8 @@ pub struct MountConfig {
     /// Let every user use the mount (`allow_other`) with the kernel checking permissions
     /// (`default_permissions`); `None` means "when running as root".
     pub allow_other: Option<bool>,
+    /// Mount read-only (`ro`): the kernel refuses every change with EROFS.
+    pub read_only: bool,
 }
 
 impl Default for MountConfig {
@@ -37,6 +39,7 @@ impl Default for MountConfig {
             write_behind_bytes_max: 4 << 20,
             write_behind_total_bytes_max: 256 << 20,
             allow_other: None,
+            read_only: false,
         }
     }
 }

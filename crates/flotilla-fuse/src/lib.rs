@@ -57,7 +57,7 @@ fn session_config(config: &MountConfig) -> fuser::Config {
         fuser::MountOption::FSName("flotilla".to_string()),
         fuser::MountOption::Subtype("flotilla".to_string()),
         fuser::MountOption::DefaultPermissions,
-        fuser::MountOption::RW,
+        if config.read_only { fuser::MountOption::RO } else { fuser::MountOption::RW },
         fuser::MountOption::NoAtime,
     ];
     session.acl = if allow_other { fuser::SessionACL::All } else { fuser::SessionACL::Owner };

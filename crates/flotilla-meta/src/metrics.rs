@@ -48,7 +48,13 @@ impl MetaMetrics {
     /// Names the kind of requests whose body begins with `variant` (once per kind).
     pub fn name_kind(&self, variant: u8, request: &MetaRequest) {
         let index = usize::from(variant).min(KINDS_MAX - 1);
-        self.names[index].get_or_init(|| if index == KINDS_MAX - 1 { "other".into() } else { variant_name(request) });
+        self.names[index].get_or_init(|| {
+            if index == KINDS_MAX - 1 {
+                "other".into()
+            } else {
+                variant_name(request)
+            }
+        });
     }
 
     /// Counts one request whose body began with `variant` and was answered with `reply`.
@@ -110,7 +116,10 @@ impl Collector for MetaCollector {
     }
 }
 
-pub(crate) fn collector(metrics: &Arc<MetaMetrics>, acceptor: &Arc<flotilla_auth::Acceptor>) -> MetaCollector {
+pub(crate) fn collector(
+    metrics: &Arc<MetaMetrics>,
+    acceptor: &Arc<flotilla_auth::Acceptor>,
+) -> MetaCollector {
     MetaCollector { metrics: Arc::downgrade(metrics), acceptor: Arc::downgrade(acceptor) }
 }
 

@@ -119,7 +119,10 @@ async fn serve_connection(stream: tokio::net::TcpStream, registry: Arc<Registry>
 }
 
 /// The reply to one request: the metrics for `GET /metrics`, else 404 or 405.
-fn respond(request: &Request<Incoming>, registry: &Registry) -> Response<http_body_util::Full<hyper::body::Bytes>> {
+fn respond(
+    request: &Request<Incoming>,
+    registry: &Registry,
+) -> Response<http_body_util::Full<hyper::body::Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE, crate::render(registry)),
         (_, "/metrics") => (StatusCode::METHOD_NOT_ALLOWED, "text/plain", "only GET\n".to_string()),

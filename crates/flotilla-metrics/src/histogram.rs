@@ -5,8 +5,8 @@ use std::time::Duration;
 
 /// Upper bounds of the latency buckets, in seconds (then +Inf): 50 µs to 10 s.
 pub const LATENCY_BUCKETS_SECONDS: [f64; 16] = [
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    2.5, 10.0,
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    10.0,
 ];
 
 /// Counts of observations per bucket, their sum and their number.
@@ -57,7 +57,10 @@ impl LatencyHistogram {
 
 /// The bucket a latency of `seconds` falls in: the first bound at or above it, else +Inf.
 fn bucket_index(seconds: f64) -> usize {
-    LATENCY_BUCKETS_SECONDS.iter().position(|bound| seconds <= *bound).unwrap_or(LATENCY_BUCKETS_SECONDS.len())
+    LATENCY_BUCKETS_SECONDS
+        .iter()
+        .position(|bound| seconds <= *bound)
+        .unwrap_or(LATENCY_BUCKETS_SECONDS.len())
 }
 
 #[cfg(test)]

@@ -13,13 +13,25 @@ use std::fmt::Result;
 pub type Labels = Vec<(&'static str, String)>;
 
 /// A counter without labels: `NAME[_UNIT]_total`.
-pub fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, unit: Option<Unit>, value: u64) -> Result {
+pub fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    value: u64,
+) -> Result {
     let metric = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
     ConstCounter::new(value).encode(metric)
 }
 
 /// A gauge without labels.
-pub fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, unit: Option<Unit>, value: i64) -> Result {
+pub fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    value: i64,
+) -> Result {
     let metric = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
     ConstGauge::new(value).encode(metric)
 }

@@ -6,10 +6,10 @@
 use crate::authorize::{authorize, Principal};
 use crate::execute::{shape_error, BufferPool, Executor, Reply};
 use crate::metrics::ServerMetrics;
-use flotilla_metrics::JobCounters;
 use crate::scheduler::{ConnectionId, Scheduler};
 use bytes::{Bytes, BytesMut};
 use flotilla_auth::{Acceptor, Opener, Sealer};
+use flotilla_metrics::JobCounters;
 use flotilla_proto::{
     decode_body, encode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, IoReply,
     IoRequest, ReadBounds, WireError, JOB_ID_BYTES_MAX,
@@ -184,7 +184,13 @@ impl Reader {
     /// Checks one request and queues it; returns false when the connection should end.
     /// `held` is the frame's share of the memory budget; it grows to the request's data
     /// length and travels with the request until its reply is written.
-    async fn accept(&mut self, request_id: u64, body: &[u8], data: Bytes, held: OwnedSemaphorePermit) -> bool {
+    async fn accept(
+        &mut self,
+        request_id: u64,
+        body: &[u8],
+        data: Bytes,
+        held: OwnedSemaphorePermit,
+    ) -> bool {
         let request = match decode_body::<IoRequest>(body, "I/O request") {
             Ok(request) => request,
             Err(error) => return self.refuse(request_id, ErrorCode::BadRequest, error.to_string()).await,
@@ -195,7 +201,11 @@ impl Reader {
             Err(refused) => return self.refuse(request_id, refused.code, refused.message).await,
         };
         if let Some(message) = self.answer_inline(&request) {
-            return self.replies.send(Reply { request_id, message, data: Vec::new(), memory: None }).await.is_ok();
+            return self
+                .replies
+                .send(Reply { request_id, message, data: Vec::new(), memory: None })
+                .await
+                .is_ok();
         }
         let credit = match self.take_credit(&request) {
             Ok(credit) => credit,
@@ -206,7 +216,12 @@ impl Reader {
         let mut memory = held;
         let extra = units.saturating_sub(memory.num_permits() as u32);
         if extra > 0 {
-            if let Some(metrics) = self.shared.metrics.as_ref().filter(|_| self.shared.memory.available_permits() < extra as usize) {
+            if let Some(metrics) = self
+                .shared
+                .metrics
+                .as_ref()
+                .filter(|_| self.shared.memory.available_permits() < extra as usize)
+            {
                 metrics.memory_wait();
             }
             let Ok(more) = self.shared.memory.clone().acquire_many_owned(extra).await else { return false };
@@ -261,7 +276,10 @@ impl Reader {
             IoRequest::Job { id } => self.name_job(id),
             IoRequest::Stats => match &self.shared.metrics {
                 Some(metrics) => IoReply::Stats(metrics.stats(&self.shared.server_name)),
-                None => IoReply::Error(WireError::new(ErrorCode::Unavailable, "this server counts nothing (metrics = false)")),
+                None => IoReply::Error(WireError::new(
+                    ErrorCode::Unavailable,
+                    "this server counts nothing (metrics = false)",
+                )),
             },
             _ => return None,
         })

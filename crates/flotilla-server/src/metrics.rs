@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-
 /// Request kinds, as labels, in the order of [`kind_index`].
 const KINDS: [&str; 14] = [
     "hello",
@@ -32,6 +31,9 @@ const KINDS: [&str; 14] = [
     "job",
     "stats",
 ];
+
+/// Kinds the reader answers without a worker.
+const INLINE_KINDS: [&str; 3] = ["hello", "job", "stats"];
 
 /// The label index of a request's kind (`With` is never executed: it is unwrapped first).
 fn kind_index(request: &IoRequest) -> usize {
@@ -119,7 +121,13 @@ impl ServerMetrics {
     }
 
     /// Counts one executed request: its kind's latency, its target's and job's bytes.
-    pub fn executed(&self, request: &IoRequest, reply: &IoReply, job: Option<&JobCounters>, elapsed: Duration) {
+    pub fn executed(
+        &self,
+        request: &IoRequest,
+        reply: &IoReply,
+        job: Option<&JobCounters>,
+        elapsed: Duration,
+    ) {
         self.latency[kind_index(request)].observe(elapsed);
         let (kind, bytes, target) = match (request, reply) {
             (_, IoReply::Error(error)) => {
@@ -186,8 +194,12 @@ fn target_labels(target: TargetId) -> Labels {
 fn encode_targets(encoder: &mut DescriptorEncoder, metrics: &ServerMetrics) -> std::fmt::Result {
     type Pick = fn(&TargetCounters) -> &AtomicU64;
     let families: [(&str, &str, Option<Unit>, Pick); 4] = [
-        ("server_target_read", "Bytes read from the target by clients.", Some(Unit::Bytes), |c| &c.read_bytes),
-        ("server_target_written", "Bytes written to the target by clients.", Some(Unit::Bytes), |c| &c.write_bytes),
+        ("server_target_read", "Bytes read from the target by clients.", Some(Unit::Bytes), |c| {
+            &c.read_bytes
+        }),
+        ("server_target_written", "Bytes written to the target by clients.", Some(Unit::Bytes), |c| {
+            &c.write_bytes
+        }),
         ("server_target_reads", "Read requests served by the target.", None, |c| &c.read_ops),
         ("server_target_writes", "Write requests served by the target.", None, |c| &c.write_ops),
     ];
@@ -203,8 +215,13 @@ fn encode_targets(encoder: &mut DescriptorEncoder, metrics: &ServerMetrics) -> s
 }
 
 fn encode_requests(encoder: &mut DescriptorEncoder, metrics: &ServerMetrics) -> std::fmt::Result {
-    let latency: Vec<(Labels, &LatencyHistogram)> =
-        KINDS.iter().zip(&metrics.latency).map(|(kind, h)| (vec![("kind", kind.to_string())], h)).collect();
+    // Hello, job and stats are answered by the connection itself, never timed.
+    let latency: Vec<(Labels, &LatencyHistogram)> = KINDS
+        .iter()
+        .zip(&metrics.latency)
+        .filter(|(kind, _)| !INLINE_KINDS.contains(kind))
+        .map(|(kind, h)| (vec![("kind", kind.to_string())], h))
+        .collect();
     write::histograms(
         encoder,
         ("server_request_duration", "Time from a request's arrival to its reply, by kind."),
@@ -213,10 +230,22 @@ fn encode_requests(encoder: &mut DescriptorEncoder, metrics: &ServerMetrics) -> 
     let errors = metrics.errors.samples();
     write::counters(encoder, ("server_errors", "Requests answered with an error, by code.", None), &errors)?;
     let load = |gauge: &AtomicI64| gauge.load(Ordering::Relaxed);
-    write::gauge(encoder, "server_connections", "Client connections open.", None, load(&metrics.connections))?;
+    write::gauge(
+        encoder,
+        "server_connections",
+        "Client connections open.",
+        None,
+        load(&metrics.connections),
+    )?;
     let opened = metrics.connections_total.load(Ordering::Relaxed);
     write::counter(encoder, "server_connections_opened", "Connections authenticated.", None, opened)?;
-    write::gauge(encoder, "server_queue_depth", "Requests queued or executing.", None, load(&metrics.queued))?;
+    write::gauge(
+        encoder,
+        "server_queue_depth",
+        "Requests queued or executing.",
+        None,
+        load(&metrics.queued),
+    )?;
     let waits = metrics.memory_waits.load(Ordering::Relaxed);
     write::counter(
         encoder,
@@ -231,7 +260,9 @@ fn encode_jobs(encoder: &mut DescriptorEncoder, jobs: &[JobStats]) -> std::fmt::
     type Pick = fn(&JobStats) -> u64;
     let families: [(&str, &str, Option<Unit>, Pick); 5] = [
         ("server_job_read", "Bytes read by the job's connections.", Some(Unit::Bytes), |j| j.read_bytes),
-        ("server_job_written", "Bytes written by the job's connections.", Some(Unit::Bytes), |j| j.write_bytes),
+        ("server_job_written", "Bytes written by the job's connections.", Some(Unit::Bytes), |j| {
+            j.write_bytes
+        }),
         ("server_job_reads", "Read requests of the job.", None, |j| j.read_ops),
         ("server_job_writes", "Write requests of the job.", None, |j| j.write_ops),
         ("server_job_other_requests", "Requests of the job that move no data.", None, |j| j.other_ops),
@@ -247,8 +278,18 @@ fn encode_jobs(encoder: &mut DescriptorEncoder, jobs: &[JobStats]) -> std::fmt::
 fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreStats) -> std::fmt::Result {
     let counters: [(&str, &str, Option<Unit>, u64); 9] = [
         ("server_cache_hits", "Blocks requests found in the buffer cache.", None, stats.cache_hits),
-        ("server_cache_misses", "Blocks requests did not find in the buffer cache.", None, stats.cache_misses),
-        ("server_cache_evictions", "Clean blocks dropped from the cache to make room.", None, stats.evictions),
+        (
+            "server_cache_misses",
+            "Blocks requests did not find in the buffer cache.",
+            None,
+            stats.cache_misses,
+        ),
+        (
+            "server_cache_evictions",
+            "Clean blocks dropped from the cache to make room.",
+            None,
+            stats.evictions,
+        ),
         ("server_disk_read", "Bytes read from disk.", Some(Unit::Bytes), stats.disk_read_bytes),
         ("server_disk_written", "Bytes written to disk.", Some(Unit::Bytes), stats.disk_write_bytes),
         ("server_disk_reads", "Read system calls.", None, stats.disk_reads),
@@ -260,8 +301,20 @@ fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreSt
         write::counter(encoder, name, help, unit, value)?;
     }
     let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    write::gauge(encoder, "server_cache_dirty", "Dirty bytes in the cache.", Some(Unit::Bytes), gauge(stats.dirty_bytes))?;
-    write::gauge(encoder, "server_cache_cached", "Bytes of data in the cache.", Some(Unit::Bytes), gauge(stats.cached_bytes))
+    write::gauge(
+        encoder,
+        "server_cache_dirty",
+        "Dirty bytes in the cache.",
+        Some(Unit::Bytes),
+        gauge(stats.dirty_bytes),
+    )?;
+    write::gauge(
+        encoder,
+        "server_cache_cached",
+        "Bytes of data in the cache.",
+        Some(Unit::Bytes),
+        gauge(stats.cached_bytes),
+    )
 }
 
 /// The collector of a server's metrics.
