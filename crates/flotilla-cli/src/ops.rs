@@ -186,12 +186,11 @@ pub fn top(args: TopArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A server's or job's name and its rate.
+type Named = (String, Rate);
+
 /// Rates per server (matched by name) and per job (summed over servers).
-fn rates(
-    before: &[ServerStats],
-    after: &[ServerStats],
-    elapsed: Duration,
-) -> (Vec<(String, Rate)>, Vec<(String, Rate)>) {
+fn rates(before: &[ServerStats], after: &[ServerStats], elapsed: Duration) -> (Vec<Named>, Vec<Named>) {
     let servers = after
         .iter()
         .map(|now| {

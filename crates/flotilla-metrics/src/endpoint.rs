@@ -141,3 +141,62 @@ mod bytes_body {
         http_body_util::Full::new(hyper::body::Bytes::from(text))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, request: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut reply = String::new();
+        let _ = stream.read_to_string(&mut reply).await;
+        reply
+    }
+
+    fn endpoint_config() -> EndpointConfig {
+        EndpointConfig { connections_max: 1, request_timeout_ms: 300, ..EndpointConfig::default() }
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_and_refuses_other_paths_and_methods() {
+        let handle = bind(&endpoint_config(), Arc::new(Registry::with_prefix("flotilla"))).await.unwrap();
+        let addr = handle.local_addr();
+        let ok = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+        assert!(ok.starts_with("HTTP/1.1 200") && ok.contains("# EOF"), "{ok}");
+        let missing = get(addr, "GET /other HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+        let post =
+            get(addr, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await;
+        assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_is_closed_and_connections_are_bounded() {
+        let handle = bind(&endpoint_config(), Arc::new(Registry::default())).await.unwrap();
+        let addr = handle.local_addr();
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The only slot is taken by the silent connection: a second one is closed at once.
+        let mut refused = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), refused.read(&mut byte)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "over connections_max is closed: {read:?}");
+        // The silent one sends no request head within request_timeout_ms and is closed.
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(10), silent.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "a connection without a request is closed");
+        // Its slot is given back just after the close: retry briefly.
+        let mut ok = String::new();
+        for _ in 0..50 {
+            ok = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+            if ok.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(ok.starts_with("HTTP/1.1 200"), "its slot is free again: {ok}");
+    }
+}

@@ -95,6 +95,20 @@ pub enum IoRequest {
 /// Longest job id a server accepts (`IoRequest::Job`).
 pub const JOB_ID_BYTES_MAX: usize = 128;
 
+/// Whether `id` is a job id a server accepts: 1 to [`JOB_ID_BYTES_MAX`] bytes of ASCII
+/// letters, digits and `._-:+@/` (what batch systems use; safe as a metric label value).
+pub fn check_job_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > JOB_ID_BYTES_MAX {
+        return Err(format!("job id of {} bytes; it must have 1 to {JOB_ID_BYTES_MAX}", id.len()));
+    }
+    match id.chars().find(|c| !(c.is_ascii_alphanumeric() || "._-:+@/".contains(*c))) {
+        Some(bad) => {
+            Err(format!("job id {id:?} holds {bad:?}; only ASCII letters, digits and ._-:+@/ are allowed"))
+        }
+        None => Ok(()),
+    }
+}
+
 /// What one job (or a whole server) moved, counted by an I/O server since it started.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobStats {
@@ -160,4 +174,19 @@ pub enum IoReply {
     },
     Error(WireError),
     Stats(ServerStats),
+}
+
+#[cfg(test)]
+mod job_id_tests {
+    use super::*;
+
+    #[test]
+    fn job_ids_are_bounded_and_label_safe() {
+        assert!(check_job_id("12345_7").is_ok());
+        assert!(check_job_id("").is_err());
+        assert!(check_job_id(&"1".repeat(JOB_ID_BYTES_MAX + 1)).is_err());
+        let quote = check_job_id("a\"b").unwrap_err();
+        assert!(quote.contains("'\"'"), "{quote}");
+        assert!(check_job_id("a\nb").is_err());
+    }
 }

@@ -23,7 +23,7 @@ pub use frame::{
 pub use frame::{
     read_frame_bounded_opened, read_frame_opened, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED,
 };
-pub use io::{ForkInfo, ForkRef, IoReply, IoRequest, JobStats, ServerStats, JOB_ID_BYTES_MAX};
+pub use io::{check_job_id, ForkInfo, ForkRef, IoReply, IoRequest, JobStats, ServerStats, JOB_ID_BYTES_MAX};
 pub use meta::{
     CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, MetaReply, MetaRequest, SubfilePlace, TargetReport,
     TargetState, TargetStatus,

@@ -12,7 +12,7 @@ use flotilla_auth::{Acceptor, Opener, Sealer};
 use flotilla_metrics::JobCounters;
 use flotilla_proto::{
     decode_body, encode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, IoReply,
-    IoRequest, ReadBounds, WireError, JOB_ID_BYTES_MAX,
+    IoRequest, ReadBounds, WireError,
 };
 use flotilla_types::Limits;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -287,8 +287,7 @@ impl Reader {
 
     /// Counts the rest of the connection under job `id`.
     fn name_job(&mut self, id: &str) -> IoReply {
-        if id.is_empty() || id.len() > JOB_ID_BYTES_MAX {
-            let message = format!("job id of {} bytes; it must have 1 to {JOB_ID_BYTES_MAX}", id.len());
+        if let Err(message) = flotilla_proto::check_job_id(id) {
             return IoReply::Error(WireError::new(ErrorCode::InvalidArgument, message));
         }
         if let Some(metrics) = &self.shared.metrics {

@@ -269,7 +269,7 @@ fn encode_jobs(encoder: &mut DescriptorEncoder, jobs: &[JobStats]) -> std::fmt::
     ];
     for (name, help, unit, pick) in families {
         let samples: Vec<(Labels, u64)> =
-            jobs.iter().map(|job| (vec![("job", job.job.clone())], pick(job))).collect();
+            jobs.iter().map(|job| (vec![("job_id", job.job.clone())], pick(job))).collect();
         write::counters(encoder, (name, help, unit), &samples)?;
     }
     Ok(())
