@@ -65,6 +65,19 @@ pub fn set_metrics_listen(listen: &str) {
     let _ = CLIENT_METRICS_LISTEN.set(listen.to_string());
 }
 
+/// `[server] metrics` of the config file, for the servers `flotilla bench` starts.
+static SERVER_METRICS: OnceLock<bool> = OnceLock::new();
+
+/// Remembers `[server] metrics` (in `main`).
+pub fn set_server_metrics(on: bool) {
+    let _ = SERVER_METRICS.set(on);
+}
+
+/// Whether the servers `flotilla bench` starts count for metrics (default: yes).
+pub fn server_metrics() -> bool {
+    SERVER_METRICS.get().copied().unwrap_or(true)
+}
+
 /// The client's integrity setting.
 pub fn integrity() -> Integrity {
     CLIENT_INTEGRITY.get().copied().unwrap_or_default()
