@@ -444,3 +444,41 @@ fn cp_r_copies_a_tree_in_within_and_out_of_flotilla() {
     let total: usize = files.iter().map(|(_, n)| n).sum();
     assert!(ok && du["size_bytes"] == total as u64 && du["files"] == 5 && du["symlinks"] == 1, "{du}");
 }
+
+#[test]
+fn a_library_client_serves_its_own_metrics_on_request() {
+    let cluster = Local::start(1, true);
+    let mut config = flotilla_client::ClientConfig::new(&cluster.meta);
+    config.key = Some(cluster.key.clone());
+    config.metrics_listen = Some("127.0.0.1:0".to_string());
+    let client = flotilla_client::Client::with_config(config).unwrap();
+    let file = client.create("/m", &flotilla_client::CreateOptions::default()).unwrap();
+    file.write_at(0, &random_bytes(5, 100_000)).unwrap();
+    file.sync().unwrap();
+    let mut back = vec![0u8; 100_000];
+    assert_eq!(file.read_at(0, &mut back).unwrap(), 100_000);
+
+    let addr = client.metrics_addr().expect("the client serves metrics").to_string();
+    let text = http_get(&addr, "/metrics").expect("client metrics");
+    assert!(text.contains("flotilla_client_data_bytes_total{kind=\"write\"} 100000"), "{text}");
+    assert!(text.contains("flotilla_client_data_bytes_total{kind=\"read\"} 100000"), "{text}");
+    assert!(text.contains("flotilla_client_request_duration_seconds_count{kind=\"write\"}"), "{text}");
+
+    let cluster_text = http_get(cluster.metrics.as_deref().unwrap(), "/metrics").expect("cluster metrics");
+    for name in [
+        "flotilla_server_cache_dirty_bytes{service=\"server-0\"}",
+        "flotilla_server_connections{service=\"server-0\"} ",
+        "flotilla_server_queue_depth{service=\"server-0\"} ",
+        "flotilla_server_cache_hits_total{service=\"server-0\"}",
+        "flotilla_meta_connections{service=\"meta\"}",
+        "flotilla_server_target_read_bytes_total{service=\"server-0\",target=",
+    ] {
+        assert!(cluster_text.contains(name), "{name} missing from the cluster's metrics");
+    }
+    let written = cluster_text
+        .lines()
+        .find(|l| l.starts_with("flotilla_server_target_written_bytes_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<u64>().ok());
+    assert_eq!(written, Some(100_000), "the server counted the client's bytes");
+}

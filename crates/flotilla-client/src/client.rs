@@ -93,7 +93,14 @@ pub fn job_from_env() -> Option<String> {
     while !value.is_char_boundary(end) {
         end -= 1;
     }
-    Some(value[..end].to_string())
+    let job = &value[..end];
+    match flotilla_proto::check_job_id(job) {
+        Ok(()) => Some(job.to_string()),
+        Err(message) => {
+            tracing::warn!("not counting this process's I/O under a job: {message}");
+            None
+        }
+    }
 }
 
 /// How to create a file.

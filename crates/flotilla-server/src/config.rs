@@ -61,7 +61,8 @@ pub struct ServerConfig {
     pub metrics: bool,
     /// Jobs counted separately; when full, jobs without a connection are folded into `other`.
     pub jobs_max: usize,
-    /// Jobs listed by `flotilla jobs` and labelled in the metrics (the busiest; the rest are `other`).
+    /// Jobs listed by `flotilla jobs` and labelled in the metrics (the busiest; the rest are
+    /// `other`); at most 1000.
     pub jobs_listed_max: usize,
 }
 

@@ -32,6 +32,9 @@ const KINDS: [&str; 14] = [
     "stats",
 ];
 
+/// Most jobs a `Stats` reply or a scrape lists, whatever `jobs_listed_max` says.
+const JOBS_LISTED_CAP: usize = 1000;
+
 /// Kinds the reader answers without a worker.
 const INLINE_KINDS: [&str; 3] = ["hello", "job", "stats"];
 
@@ -93,7 +96,8 @@ impl ServerMetrics {
             queued: AtomicI64::new(0),
             memory_waits: AtomicU64::new(0),
             jobs: JobTable::new(jobs_max),
-            jobs_listed_max,
+            // Keeps a `Stats` reply far below any frame size limit.
+            jobs_listed_max: jobs_listed_max.min(JOBS_LISTED_CAP),
         }
     }
 
