@@ -96,6 +96,14 @@ mod tests {
     }
 
     #[test]
+    fn any_credential_may_name_its_job_and_ask_for_stats() {
+        let key = CapabilityKey::new(&[1; 32]);
+        for request in [IoRequest::Job { id: "4242".into() }, IoRequest::Stats] {
+            assert_eq!(authorize(request.clone(), &client(true), &key, 1050), Ok(request));
+        }
+    }
+
+    #[test]
     fn a_client_needs_a_covering_live_capability() {
         let key = CapabilityKey::new(&[1; 32]);
         let code = |r: Result<IoRequest, WireError>| r.map(|_| ()).map_err(|e| e.code);
