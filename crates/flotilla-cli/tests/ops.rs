@@ -482,3 +482,62 @@ fn a_library_client_serves_its_own_metrics_on_request() {
         .and_then(|v| v.parse::<u64>().ok());
     assert_eq!(written, Some(100_000), "the server counted the client's bytes");
 }
+
+/// `flotilla ARGS` (test server credential) and the values of its first `names` lines.
+fn start_service(args: &[&str], names: &[&str]) -> (KillOnDrop, Vec<String>) {
+    let mut child = Command::new(FLOTILLA)
+        .arg("--key")
+        .arg(common::server_key())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start flotilla");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let values = names
+        .iter()
+        .map(|name| {
+            let line = lines.next().expect("a line").expect("utf-8");
+            line.strip_prefix(&format!("{name}="))
+                .unwrap_or_else(|| panic!("{name}= expected: {line}"))
+                .to_string()
+        })
+        .collect();
+    (KillOnDrop(child), values)
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn meta_and_server_serve_metrics_on_their_own_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let (meta_data, target) = (dir.path().join("meta"), dir.path().join("target"));
+    std::fs::create_dir_all(&target).unwrap();
+    let metrics = ["--metrics-listen", "127.0.0.1:0"];
+    let meta_args = [&["meta", "--data", path(&meta_data), "--listen", "127.0.0.1:0"][..], &metrics].concat();
+    let (_meta, meta) = start_service(&meta_args, &["meta", "metrics"]);
+    let server_args =
+        [&["server", "--meta", &meta[0], "--target", path(&target), "--listen", "127.0.0.1:0"][..], &metrics]
+            .concat();
+    let (_server, server) = start_service(&server_args, &["server", "metrics"]);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let registered = "flotilla_meta_request_duration_seconds_count{kind=\"register\"} 1";
+    let mut text = String::new();
+    while Instant::now() < deadline && !text.contains(registered) {
+        text = http_get(&meta[1], "/metrics").unwrap_or_default();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(text.contains(registered), "the server's registration is counted: {text}");
+    assert!(text.contains("flotilla_meta_auth_failures_total 0"), "{text}");
+    let text = http_get(&server[1], "/metrics").expect("server metrics");
+    assert!(text.contains("flotilla_server_connections 0"), "no client connected yet: {text}");
+    assert!(text.contains("flotilla_server_target_written_bytes_total{target="), "{text}");
+}
