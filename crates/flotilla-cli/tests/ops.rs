@@ -541,3 +541,29 @@ fn meta_and_server_serve_metrics_on_their_own_flag() {
     assert!(text.contains("flotilla_server_connections 0"), "no client connected yet: {text}");
     assert!(text.contains("flotilla_server_target_written_bytes_total{target="), "{text}");
 }
+
+#[test]
+fn a_mount_serves_its_client_metrics() {
+    let cluster = Local::start(1, false);
+    let dir = tempfile::tempdir().unwrap();
+    let mountpoint = dir.path().join("mnt");
+    let _unmount = Unmount(&mountpoint);
+    let mut child = Command::new(FLOTILLA)
+        .arg("--key")
+        .arg(&cluster.key)
+        .args(["mount", "--meta", &cluster.meta, "--metrics-listen", "127.0.0.1:0", path(&mountpoint)])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start flotilla mount");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().expect("a line").expect("utf-8");
+    let metrics = next().strip_prefix("metrics=").expect("metrics= first").to_string();
+    assert!(next().starts_with("mount="));
+    let mount = KillOnDrop(child);
+    std::fs::write(mountpoint.join("file"), random_bytes(9, 50_000)).unwrap();
+    let text = http_get(&metrics, "/metrics").expect("mount metrics");
+    assert!(text.contains("flotilla_client_data_bytes_total{kind=\"write\"} 50000"), "{text}");
+    assert!(Command::new("umount").arg(&mountpoint).status().unwrap().success());
+    wait_unmounted(&mountpoint);
+    drop(mount);
+}
