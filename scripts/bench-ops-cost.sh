@@ -3,7 +3,7 @@
 # `[server] metrics = false` (nothing counted) and no job id; "on" runs them with metrics
 # counted (the default) and every client naming its job (FLOTILLA_JOB), so each request is
 # also counted under the job. The two alternate inside every round so both see the same
-# machine load. Measures 1 MiB sequential reads and writes through the library (`bench gpfs`,
+# machine load (in ABBA order). Measures 1 MiB sequential reads and writes through the library (`bench gpfs`,
 # 2 servers, 2 clients) and the 64-byte interleaved strided read (`bench interleaved`).
 #
 # Usage: scripts/bench-ops-cost.sh [BIN]   (default target/release/flotilla)
@@ -26,14 +26,18 @@ run() { # MODE ARGS...: one benchmark in MODE
   fi
 }
 for round in $(seq "$ROUNDS"); do
+  # ABBA order: a run that follows another (e.g. while its writes still drain to disk) is
+  # "on" in odd rounds and "off" in even ones, so that handicap falls on both alike.
+  order=$MODES
+  if [ $((round % 2)) -eq 0 ]; then order="on off"; fi
   for op in read write; do
-    for mode in $MODES; do
+    for mode in $order; do
       echo "round $round/$ROUNDS: 1 MiB $op, metrics $mode" >&2
       run "$mode" bench gpfs --pattern segmented --transfer 1m --op "$op" \
         --servers 2 --clients 2 --bytes-per-server 64m --runs 1 --json > "$WORK/$op-$mode-$round.json"
     done
   done
-  for mode in $MODES; do
+  for mode in $order; do
     echo "round $round/$ROUNDS: interleaved, metrics $mode" >&2
     run "$mode" bench interleaved --runs 1 --json > "$WORK/interleaved-$mode-$round.json"
   done
