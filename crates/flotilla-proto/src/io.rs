@@ -75,8 +75,8 @@ pub enum IoRequest {
         fork: ForkRef,
     },
     /// `request` made under `capability` (issued by the metadata service): how a client
-    /// credential reaches a file's data. Never nested. Keep this the last variant
-    /// (`WITH_VARIANT_INDEX`).
+    /// credential reaches a file's data. Never nested. Its index must stay 12
+    /// (`WITH_VARIANT_INDEX`): new variants go after it, never before.
     With {
         capability: crate::Capability,
         request: Box<IoRequest>,
