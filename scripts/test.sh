@@ -5,10 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Install system packages for the mount tests: the programs they drive on the mount (rsync,
-# sqlite3, git, an MPI-IO program built with MPICH) and fio for scripts/bench-fio.sh. Only
-# what is missing; the mount itself needs nothing but /dev/fuse and root.
+# sqlite3, git, an MPI-IO program built with MPICH), fio for scripts/bench-fio.sh, and the
+# Prometheus server that scrapes a cluster in tests/ops.rs. Only what is missing; the mount
+# itself needs nothing but /dev/fuse and root.
 missing=()
-for pair in rsync:rsync sqlite3:sqlite3 git:git mpicc:libmpich-dev mpiexec:mpich fio:fio tar:tar diff:diffutils python3:python3; do
+for pair in rsync:rsync sqlite3:sqlite3 git:git mpicc:libmpich-dev mpiexec:mpich fio:fio tar:tar diff:diffutils python3:python3 prometheus:prometheus; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

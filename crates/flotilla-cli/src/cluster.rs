@@ -37,6 +37,10 @@ pub struct LocalArgs {
     /// handshake.
     #[arg(long)]
     integrity: Option<flotilla_auth::Integrity>,
+    /// Serve the metrics of every service of the cluster on this address, each labelled
+    /// `service="meta"` or `service="server-N"`; off by default.
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 #[derive(Args)]
@@ -46,6 +50,9 @@ pub struct MetaArgs {
     data: Option<PathBuf>,
     #[arg(long)]
     listen: Option<String>,
+    /// Serve Prometheus metrics on this address (`HOST:PORT`, path /metrics); off by default.
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 #[derive(Args)]
@@ -71,6 +78,9 @@ pub struct ServerArgs {
     /// Worker threads executing requests.
     #[arg(long)]
     workers: Option<usize>,
+    /// Serve Prometheus metrics on this address (`HOST:PORT`, path /metrics); off by default.
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -92,7 +102,7 @@ pub async fn shutdown_signal() {
     }
 }
 
-fn announce(line: String) {
+pub fn announce(line: String) {
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "{line}");
     let _ = stdout.flush();
@@ -105,6 +115,12 @@ pub fn meta(args: MetaArgs, file: &FileConfig) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let service = MetaService::bind(config).await?;
         announce(format!("meta={}", service.local_addr()));
+        let _metrics = match &args.metrics_listen {
+            Some(listen) => {
+                Some(crate::ops::serve_metrics(listen, vec![(None, service.metrics_collector())]).await?)
+            }
+            None => None,
+        };
         service.serve(shutdown_signal()).await
     })
 }
@@ -124,6 +140,12 @@ pub fn server(args: ServerArgs, file: &FileConfig) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let server = Server::bind(config).await?;
         announce(format!("server={}", server.advertise()));
+        let _metrics = match &args.metrics_listen {
+            Some(listen) => {
+                Some(crate::ops::serve_metrics(listen, vec![(None, server.metrics_collector())]).await?)
+            }
+            None => None,
+        };
         server.serve(shutdown_signal()).await
     })
 }
@@ -155,7 +177,7 @@ pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
         target_kind,
         meta_config,
         server_config,
-        args.mount,
+        (args.mount, args.metrics_listen),
     ))
 }
 
@@ -167,10 +189,10 @@ async fn run_local(
     target_kind: String,
     meta_config: MetaConfig,
     server_template: ServerConfig,
-    mount: Option<PathBuf>,
+    (mount, metrics_listen): (Option<PathBuf>, Option<String>),
 ) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
-    let cluster = LocalCluster::start_with_kind(
+    let mut cluster = LocalCluster::start_with_kind(
         servers,
         (&data, &client_key),
         &target_kind,
@@ -181,6 +203,11 @@ async fn run_local(
     .await?;
     announce(format!("meta={}", cluster.meta_addr));
     announce(format!("key={}", client_key.display()));
+    let collectors = std::mem::take(&mut cluster.collectors);
+    let _metrics = match &metrics_listen {
+        Some(listen) => Some(crate::ops::serve_metrics(listen, collectors).await?),
+        None => None,
+    };
     let mounted = match mount {
         // The mount's client blocks on its own runtime: start and stop it off this one.
         Some(dir) => {
@@ -206,6 +233,8 @@ async fn run_local(
 pub struct LocalCluster {
     pub meta_addr: String,
     tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// Each service's metrics, named `meta` and `server-N`.
+    pub collectors: Vec<(Option<String>, Box<dyn prometheus_client::collector::Collector>)>,
 }
 
 impl LocalCluster {
@@ -221,6 +250,7 @@ impl LocalCluster {
     ) -> anyhow::Result<LocalCluster> {
         let meta = MetaService::bind(meta_config).await?;
         let meta_addr = meta.local_addr().to_string();
+        let mut collectors = vec![(Some("meta".to_string()), meta.metrics_collector())];
         let mut tasks = vec![tokio::spawn(meta.serve(wait_stop(stopped.clone())))];
         for index in 0..servers {
             let dir = data.join(format!("server-{index}")).join("target-0");
@@ -233,10 +263,11 @@ impl LocalCluster {
                 ..server_template.clone()
             };
             let server = Server::bind(config).await.with_context(|| format!("start I/O server {index}"))?;
+            collectors.push((Some(format!("server-{index}")), server.metrics_collector()));
             tasks.push(tokio::spawn(server.serve(wait_stop(stopped.clone()))));
         }
         wait_for_targets((&meta_addr, client_key), servers, Duration::from_secs(20)).await?;
-        Ok(LocalCluster { meta_addr, tasks })
+        Ok(LocalCluster { meta_addr, tasks, collectors })
     }
 
     /// Waits for every service to stop (after the stop signal was sent).

@@ -1,10 +1,10 @@
 //! File commands: status, mkdir, ls, stat, rm, put, get, fork.
 
+use crate::copy::{stream, Progress, Sink, Source};
 use crate::show::Output;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use flotilla_client::{Client, CreateOptions, FileKind, Layout, DEFAULT_FORK};
-use std::io::{Read, Write};
 use std::path::PathBuf;
 
 /// Bytes moved per round of `put` and `get`.
@@ -18,7 +18,7 @@ pub struct MetaArg {
 }
 
 impl MetaArg {
-    fn client(&self) -> anyhow::Result<Client> {
+    pub(crate) fn client(&self) -> anyhow::Result<Client> {
         crate::keys::client(&self.meta).context("connect to the metadata service")
     }
 }
@@ -37,6 +37,13 @@ pub struct ReportArgs {
     meta: MetaArg,
     #[command(flatten)]
     output: Output,
+}
+
+impl ReportArgs {
+    /// A client of the cluster and the output style.
+    pub fn parts(self) -> anyhow::Result<(Client, Output)> {
+        Ok((self.meta.client()?, self.output))
+    }
 }
 
 /// A report on one path, in human units, bytes or JSON.
@@ -286,53 +293,29 @@ pub fn put(args: PutArgs) -> anyhow::Result<()> {
         "put stores a linear file: the explicit layout has no linear view"
     );
     let client = args.meta.client()?;
-    let mut local =
-        std::fs::File::open(&args.local).with_context(|| format!("open {}", args.local.display()))?;
+    let local = std::fs::File::open(&args.local).with_context(|| format!("open {}", args.local.display()))?;
     let options =
         CreateOptions { subfiles: args.subfiles, layout, exclusive: true, ..CreateOptions::default() };
     let file = client.create(&args.path, &options)?;
+    let total_bytes = local.metadata().map(|m| m.len()).unwrap_or(0);
+    let progress = Progress::new(total_bytes);
     let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
-    let mut offset = 0u64;
-    loop {
-        let filled =
-            fill(&mut local, &mut chunk).with_context(|| format!("read {}", args.local.display()))?;
-        if filled == 0 {
-            break;
-        }
-        file.write_at(offset, &chunk[..filled])?;
-        offset += filled as u64;
-    }
-    file.sync()?;
+    stream(Source::Local(local), Sink::Cluster(file, 0), &mut chunk, &progress)
+        .with_context(|| format!("copy {} to {}", args.local.display(), args.path))?;
+    progress.finish(1);
     Ok(())
-}
-
-fn fill(reader: &mut impl Read, buffer: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buffer.len() {
-        match reader.read(&mut buffer[filled..])? {
-            0 => break,
-            n => filled += n,
-        }
-    }
-    Ok(filled)
 }
 
 pub fn get(args: GetArgs) -> anyhow::Result<()> {
     let client = args.meta.client()?;
     let file = client.open(&args.path)?;
-    let mut local =
+    let local =
         std::fs::File::create(&args.local).with_context(|| format!("create {}", args.local.display()))?;
+    let progress = Progress::new(file.size());
     let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
-    let mut offset = 0u64;
-    loop {
-        let length = file.read_at(offset, &mut chunk)?;
-        if length == 0 {
-            break;
-        }
-        local.write_all(&chunk[..length]).with_context(|| format!("write {}", args.local.display()))?;
-        offset += length as u64;
-    }
-    local.sync_all().with_context(|| format!("sync {}", args.local.display()))?;
+    stream(Source::Cluster(file, 0), Sink::Local(local), &mut chunk, &progress)
+        .with_context(|| format!("copy {} to {}", args.path, args.local.display()))?;
+    progress.finish(1);
     Ok(())
 }
 

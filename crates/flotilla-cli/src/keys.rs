@@ -57,6 +57,27 @@ pub fn set_unstable_bytes_max(bytes: Option<u64>) {
     let _ = CLIENT_UNSTABLE_BYTES_MAX.set(bytes);
 }
 
+/// Where the next client this process makes serves its metrics (`flotilla mount --metrics-listen`).
+static CLIENT_METRICS_LISTEN: OnceLock<String> = OnceLock::new();
+
+/// Makes the clients of this process serve their metrics on `listen`.
+pub fn set_metrics_listen(listen: &str) {
+    let _ = CLIENT_METRICS_LISTEN.set(listen.to_string());
+}
+
+/// `[server] metrics` of the config file, for the servers `flotilla bench` starts.
+static SERVER_METRICS: OnceLock<bool> = OnceLock::new();
+
+/// Remembers `[server] metrics` (in `main`).
+pub fn set_server_metrics(on: bool) {
+    let _ = SERVER_METRICS.set(on);
+}
+
+/// Whether the servers `flotilla bench` starts count for metrics (default: yes).
+pub fn server_metrics() -> bool {
+    SERVER_METRICS.get().copied().unwrap_or(true)
+}
+
 /// The client's integrity setting.
 pub fn integrity() -> Integrity {
     CLIENT_INTEGRITY.get().copied().unwrap_or_default()
@@ -86,6 +107,9 @@ pub fn client_with(meta: &str, key: Option<&Path>) -> anyhow::Result<Client> {
     }
     if let Some(key) = key {
         config.key = Some(key.to_path_buf());
+    }
+    if let Some(listen) = CLIENT_METRICS_LISTEN.get() {
+        config.metrics_listen = Some(listen.clone());
     }
     Ok(Client::with_config(config)?)
 }

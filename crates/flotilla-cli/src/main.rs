@@ -4,11 +4,14 @@
 mod bench;
 mod cluster;
 mod config;
+mod copy;
 mod enwrich;
 mod files;
 mod keygen;
 mod keys;
 mod mount;
+mod mount_helper;
+mod ops;
 mod show;
 
 use clap::{Parser, Subcommand};
@@ -54,6 +57,21 @@ enum Command {
     Put(files::PutArgs),
     /// Copies a file out to a local file.
     Get(files::GetArgs),
+    /// Copies files and trees (-r) between local paths and flotilla:/PATHs, in parallel.
+    Cp(copy::CpArgs),
+    /// The busiest jobs (by job id from SLURM_JOB_ID or FLOTILLA_JOB) over all I/O servers.
+    Jobs(files::ReportArgs),
+    /// Throughput, IOPS and latency per server and per job, refreshed every second.
+    Top(ops::TopArgs),
+    /// Links DIR/mount.flotilla (default /sbin) to this binary, for mount -t flotilla and fstab.
+    Install {
+        /// Where mount(8) looks for helpers.
+        #[arg(long, default_value = "/sbin")]
+        dir: PathBuf,
+        /// Remove the link instead.
+        #[arg(long)]
+        remove: bool,
+    },
     /// Shows or sets layouts.
     #[command(subcommand)]
     Layout(files::LayoutCommand),
@@ -90,6 +108,16 @@ enum Command {
 fn main() -> std::process::ExitCode {
     bound_allocator_memory();
     init_logging();
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.first().is_some_and(|name| name.ends_with(mount_helper::HELPER_NAME)) {
+        return match mount_helper::run(&argv[1..]) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("{}: {error:#}", mount_helper::HELPER_NAME);
+                std::process::ExitCode::from(32) // mount(8)'s "mount failure"
+            }
+        };
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -105,6 +133,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let flag = cli.key.as_deref();
     keys::set_client_key(flag, file.client.key.as_deref(), file.client.integrity);
     keys::set_unstable_bytes_max(file.client.unstable_bytes_max);
+    keys::set_server_metrics(file.server.metrics);
     match cli.command {
         Command::Local(args) => cluster::local(args, &file),
         Command::Meta(args) => {
@@ -127,6 +156,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rm(args) => files::rm(args),
         Command::Put(args) => files::put(args),
         Command::Get(args) => files::get(args),
+        Command::Cp(args) => copy::cp(args),
+        Command::Jobs(args) => ops::jobs(args),
+        Command::Top(args) => ops::top(args),
+        Command::Install { dir, remove } => mount_helper::install(&dir, remove),
         Command::Fork(command) => files::fork(command),
         Command::Layout(command) => files::layout(command),
         Command::Mount(args) => mount::mount(args),

@@ -32,6 +32,12 @@ pub struct MountArgs {
     /// When reads update access times: relatime (default), strictatime or noatime.
     #[arg(long)]
     atime: Option<flotilla_fuse::AtimeMode>,
+    /// Mount read-only.
+    #[arg(long)]
+    read_only: bool,
+    /// Serve the mount's client metrics on this address (`HOST:PORT`, path /metrics).
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 #[derive(Args)]
@@ -52,6 +58,10 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
         config.write_behind_bytes_max = bytes;
         config.write_behind_piece_bytes_max = config.write_behind_piece_bytes_max.min(bytes);
     }
+    config.read_only = args.read_only;
+    if let Some(listen) = &args.metrics_listen {
+        crate::keys::set_metrics_listen(listen);
+    }
     let mounted = mount_at((&args.meta, None), &args.mountpoint, &config)?;
     serve_until_signal(mounted)
 }
@@ -70,6 +80,9 @@ pub fn mount_at(
     };
     let client = client.context("connect to the metadata service")?;
     client.status().with_context(|| format!("reach the metadata service at {meta}"))?;
+    if let Some(addr) = client.metrics_addr() {
+        crate::cluster::announce(format!("metrics={addr}"));
+    }
     std::fs::create_dir_all(mountpoint)
         .with_context(|| format!("create mount point {}", mountpoint.display()))?;
     let mounted = flotilla_fuse::mount(client, mountpoint, config)

@@ -43,6 +43,13 @@ pub struct ClientConfig {
     /// send again if a server restarts before they are synced); past it, writes wait while
     /// the oldest are synced.
     pub unstable_bytes_max: u64,
+    /// The job this client works for, sent once on every I/O server connection so the servers
+    /// count its bytes and operations under it (`flotilla jobs`); by default the first set of
+    /// the environment variables named in `FLOTILLA_JOB_ENV` (default `SLURM_JOB_ID,FLOTILLA_JOB`).
+    pub job: Option<String>,
+    /// Serve this client's metrics (Prometheus text on `/metrics`) on this address; off by
+    /// default, `FLOTILLA_METRICS_LISTEN` sets it.
+    pub metrics_listen: Option<String>,
 }
 
 impl ClientConfig {
@@ -56,6 +63,42 @@ impl ClientConfig {
             key: std::env::var_os(crate::KEY_ENV).map(std::path::PathBuf::from),
             integrity: flotilla_auth::Integrity::Mac,
             unstable_bytes_max: UNSTABLE_BYTES_MAX_DEFAULT,
+            job: job_from_env(),
+            metrics_listen: std::env::var(crate::METRICS_LISTEN_ENV).ok().filter(|a| !a.is_empty()),
+        }
+    }
+}
+
+/// Starts counting and serves the counts on `listen`.
+fn serve_metrics(
+    core: &Arc<Core>,
+    runtime: &Runtime,
+    listen: &str,
+) -> Result<flotilla_metrics::MetricsHandle, ClientError> {
+    let metrics = core.metrics.get_or_init(Arc::default).clone();
+    let registry = Arc::new(crate::metrics::registry(&metrics));
+    let config = flotilla_metrics::EndpointConfig::on(listen);
+    let bound = runtime.block_on(flotilla_metrics::bind(&config, registry));
+    bound.map_err(|e| ClientError::Runtime(e.to_string()))
+}
+
+/// The job id from the environment: the first nonempty variable of those `FLOTILLA_JOB_ENV`
+/// names (comma-separated; default `SLURM_JOB_ID,FLOTILLA_JOB`), cut to
+/// `flotilla_proto::JOB_ID_BYTES_MAX` bytes at a character boundary.
+pub fn job_from_env() -> Option<String> {
+    let names = std::env::var(crate::JOB_ENV_ENV).unwrap_or_else(|_| crate::JOB_ENV_DEFAULT.to_string());
+    let value =
+        names.split(',').filter_map(|name| std::env::var(name.trim()).ok()).find(|v| !v.is_empty())?;
+    let mut end = value.len().min(flotilla_proto::JOB_ID_BYTES_MAX);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    let job = &value[..end];
+    match flotilla_proto::check_job_id(job) {
+        Ok(()) => Some(job.to_string()),
+        Err(message) => {
+            tracing::warn!("not counting this process's I/O under a job: {message}");
+            None
         }
     }
 }
@@ -83,6 +126,8 @@ impl Default for CreateOptions {
 pub struct Client {
     pub(crate) core: Arc<Core>,
     pub(crate) runtime: Arc<Runtime>,
+    /// The metrics endpoint, when `metrics_listen` was set.
+    endpoint: Option<Arc<flotilla_metrics::MetricsHandle>>,
 }
 
 impl Client {
@@ -117,6 +162,13 @@ impl Client {
             config.connection,
             config.unstable_bytes_max,
         ));
+        if let Some(job) = config.job {
+            let _ = core.job.set(job);
+        }
+        let endpoint = match &config.metrics_listen {
+            Some(listen) => Some(Arc::new(serve_metrics(&core, &runtime, listen)?)),
+            None => None,
+        };
         // A program acts as the user running it, as it would on a local file system (root
         // acts as the connection itself, which is root on an unrestricted connection).
         let caller = process_caller();
@@ -125,7 +177,7 @@ impl Client {
         }
         runtime
             .spawn(renew_leases(Arc::downgrade(&core), Duration::from_millis(config.open_renew_ms.max(1))));
-        Ok(Client { core, runtime: Arc::new(runtime) })
+        Ok(Client { core, runtime: Arc::new(runtime), endpoint })
     }
 
     /// The metadata service's address.
@@ -159,6 +211,20 @@ impl Client {
 
     pub(crate) fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
         self.block_on(self.core.meta_call(request))
+    }
+
+    /// Where this client serves its metrics, if it does.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.endpoint.as_ref().map(|endpoint| endpoint.local_addr())
+    }
+
+    /// The counters and busiest jobs of the I/O server at `addr` (`flotilla jobs`, `top`).
+    pub fn server_stats(&self, addr: &str) -> Result<flotilla_proto::ServerStats, ClientError> {
+        let request = flotilla_proto::IoRequest::Stats;
+        match self.block_on(self.core.io_simple(addr, request))? {
+            flotilla_proto::IoReply::Stats(stats) => Ok(stats),
+            other => Err(unexpected("stats", &other)),
+        }
     }
 
     /// Looks up a path.

@@ -70,6 +70,10 @@ pub(crate) struct Core {
     caller: parking_lot::RwLock<Option<flotilla_types::Caller>>,
     /// The capabilities the metadata service handed out, attached to I/O requests.
     capabilities: parking_lot::Mutex<CapabilityCache>,
+    /// The job id sent to every I/O server after `Hello` (`ClientConfig::job`).
+    pub job: std::sync::OnceLock<String>,
+    /// This client's counters, when it serves metrics (`ClientConfig::metrics_listen`).
+    pub metrics: std::sync::OnceLock<Arc<crate::metrics::ClientMetrics>>,
 }
 
 impl Core {
@@ -94,6 +98,8 @@ impl Core {
             servers: parking_lot::Mutex::new(HashMap::new()),
             caller: parking_lot::RwLock::new(None),
             capabilities: parking_lot::Mutex::new(CapabilityCache::default()),
+            job: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
         }
     }
 
@@ -231,6 +237,14 @@ impl Core {
             IoReply::Error(error) => return Err(ClientError::Server { server: addr.to_string(), error }),
             other => return Err(unexpected("hello", &other)),
         };
+        if let Some(id) = self.job.get() {
+            // A server that predates job statistics refuses it; the connection still serves.
+            let job = IoRequest::Job { id: id.clone() };
+            let (reply, _) = connection.call::<IoRequest, IoReply>(&job, Bytes::new()).await?;
+            if let IoReply::Error(error) = reply {
+                tracing::debug!(server = addr, %error, "the server did not take the job id");
+            }
+        }
         let credit_units_max =
             u32::try_from((limits.in_flight_bytes_max / CREDIT_UNIT_BYTES).max(1)).unwrap_or(u32::MAX >> 4);
         let credit = Semaphore::new(credit_units_max as usize);
@@ -246,6 +260,10 @@ impl Core {
         data_bytes: u64,
     ) -> Result<(IoReply, Bytes), ClientError> {
         let units = server.units_for(data_bytes);
+        let (started, metrics) = (Instant::now(), self.metrics.get());
+        if let Some(metrics) = metrics.filter(|_| server.credit.available_permits() < units as usize) {
+            metrics.credit_wait();
+        }
         let _credit = server.credit.acquire_many(units).await.map_err(|_| ClientError::Abandoned)?;
         let mut renewed = false;
         loop {
@@ -266,9 +284,17 @@ impl Core {
                     renewed = true;
                 }
                 IoReply::Error(error) => {
-                    return Err(ClientError::Server { server: server.connection.addr().to_string(), error })
+                    if let Some(metrics) = metrics {
+                        metrics.errors.add(error.code);
+                    }
+                    return Err(ClientError::Server { server: server.connection.addr().to_string(), error });
                 }
-                other => return Ok((other, out)),
+                other => {
+                    if let Some(metrics) = metrics {
+                        metrics.observed(request, data_bytes, started.elapsed());
+                    }
+                    return Ok((other, out));
+                }
             }
         }
     }

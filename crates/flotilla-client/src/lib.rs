@@ -22,6 +22,7 @@ mod fork;
 mod group;
 mod group_plan;
 mod handle;
+mod metrics;
 mod nonblocking;
 mod opens;
 mod posix;
@@ -31,7 +32,7 @@ mod transfer;
 mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
-pub use client::{process_caller, Client, ClientConfig, CreateOptions};
+pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptions};
 pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File};
@@ -55,5 +56,11 @@ pub use raw::RawBuffer;
 pub const META_ENV: &str = "FLOTILLA_META";
 /// The environment variable naming the client's credential file.
 pub const KEY_ENV: &str = "FLOTILLA_KEY";
+/// Where a library client serves its metrics, if set (`ClientConfig::metrics_listen`).
+pub const METRICS_LISTEN_ENV: &str = "FLOTILLA_METRICS_LISTEN";
+/// Names the environment variables a client takes its job id from (comma-separated).
+pub const JOB_ENV_ENV: &str = "FLOTILLA_JOB_ENV";
+/// The variables tried when `FLOTILLA_JOB_ENV` is not set, in order.
+pub const JOB_ENV_DEFAULT: &str = "SLURM_JOB_ID,FLOTILLA_JOB";
 /// The fork every subfile is created with.
 pub const DEFAULT_FORK: &str = "data";

@@ -26,6 +26,8 @@ pub struct MountConfig {
     pub allow_other: Option<bool>,
     /// When reads update access times: `relatime` (default), `strictatime` or `noatime`.
     pub atime: crate::AtimeMode,
+    /// Mount read-only (`ro`): the kernel refuses every change with EROFS.
+    pub read_only: bool,
 }
 
 impl Default for MountConfig {
@@ -41,6 +43,7 @@ impl Default for MountConfig {
             write_behind_total_bytes_max: 256 << 20,
             allow_other: None,
             atime: crate::AtimeMode::RelAtime,
+            read_only: false,
         }
     }
 }

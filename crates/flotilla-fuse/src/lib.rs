@@ -60,7 +60,7 @@ fn session_config(config: &MountConfig) -> fuser::Config {
         fuser::MountOption::FSName("flotilla".to_string()),
         fuser::MountOption::Subtype("flotilla".to_string()),
         fuser::MountOption::DefaultPermissions,
-        fuser::MountOption::RW,
+        if config.read_only { fuser::MountOption::RO } else { fuser::MountOption::RW },
         // The kernel leaves a FUSE file's atime to the file system (see `atime.rs`); the flag
         // only tells what the mount does.
         if config.atime == crate::AtimeMode::NoAtime {

@@ -13,6 +13,7 @@ mod handle;
 mod handle_at;
 mod jobs;
 mod membership;
+mod metrics;
 mod opens;
 mod policy;
 mod service;

@@ -5,6 +5,7 @@ use crate::admission::admit;
 use crate::config::MetaConfig;
 use crate::handle::{Issuer, State};
 use crate::membership::Membership;
+use crate::metrics::MetaMetrics;
 use crate::opens::OpenTable;
 use flotilla_auth::{Acceptor, AuthBounds, Opener, Peer, Role, Sealer, Secured};
 
@@ -37,6 +38,7 @@ pub struct MetaService {
     local_addr: SocketAddr,
     state: Arc<State>,
     acceptor: Arc<Acceptor>,
+    metrics: Arc<MetaMetrics>,
 }
 
 /// Binds and serves until `shutdown` completes.
@@ -70,7 +72,8 @@ impl MetaService {
         let state = Arc::new(new_state(&config, namespace, membership, issuer)?);
         let acceptor =
             Arc::new(Acceptor::new(credential, vec![Role::Client, Role::Server], auth_bounds(&config)));
-        Ok(MetaService { config, listener, local_addr, state, acceptor })
+        let metrics = Arc::new(MetaMetrics::default());
+        Ok(MetaService { config, listener, local_addr, state, acceptor, metrics })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -82,11 +85,16 @@ impl MetaService {
         self.acceptor.failures()
     }
 
+    /// Writes this service's metrics at scrape time (register it with a metrics registry).
+    pub fn metrics_collector(&self) -> Box<dyn prometheus_client::collector::Collector> {
+        Box::new(crate::metrics::collector(&self.metrics, &self.acceptor))
+    }
+
     /// Serves until `shutdown`; every acknowledged change is already committed.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         tokio::select! {
             _ = shutdown => {}
-            _ = accept_loop(&self.listener, (&self.state, &self.acceptor), &self.config) => {}
+            _ = accept_loop(&self.listener, (&self.state, &self.acceptor, &self.metrics), &self.config) => {}
             _ = sweep_opens(self.state.clone(), sweep_period(&self.config)) => {}
         }
         tracing::info!(addr = %self.local_addr, "metadata service stopped cleanly");
@@ -123,7 +131,7 @@ impl ConnectionLimits {
 
 async fn accept_loop(
     listener: &TcpListener,
-    (state, acceptor): (&Arc<State>, &Arc<Acceptor>),
+    (state, acceptor, metrics): (&Arc<State>, &Arc<Acceptor>, &Arc<MetaMetrics>),
     config: &MetaConfig,
 ) {
     let limits = Arc::new(ConnectionLimits::new(config));
@@ -134,10 +142,13 @@ async fn accept_loop(
     };
     flotilla_rpc::accept_loop_limited(listener, accept, |mut stream| {
         let (acceptor, state, limits) = (acceptor.clone(), state.clone(), limits.clone());
+        let metrics = metrics.clone();
         async move {
             let peer_addr = stream.peer_addr().ok();
             let Some(secured) = acceptor.accept(&mut stream, peer_addr).await else { return };
-            serve_connection(stream, state, secured, limits).await
+            metrics.connection(1);
+            serve_connection(stream, (state, metrics.clone()), secured, limits).await;
+            metrics.connection(-1);
         }
     })
     .await
@@ -157,7 +168,7 @@ type Outgoing = (u64, MetaReply, Option<OwnedSemaphorePermit>);
 
 async fn serve_connection(
     stream: TcpStream,
-    state: Arc<State>,
+    (state, metrics): (Arc<State>, Arc<MetaMetrics>),
     secured: Secured,
     limits: Arc<ConnectionLimits>,
 ) {
@@ -169,14 +180,14 @@ async fn serve_connection(
     let peer = Arc::new(peer);
     // A writer that gives up (peer not reading) ends the reader too, releasing its memory.
     tokio::select! {
-        _ = read_requests((read_half, opener, peer), state, replies, &limits) => { let _ = writer.await; }
+        _ = read_requests((read_half, opener, peer), (state, metrics), replies, &limits) => { let _ = writer.await; }
         _ = &mut writer => {}
     }
 }
 
 async fn read_requests(
     (mut read_half, mut opener, peer): (OwnedReadHalf, Opener, Arc<Peer>),
-    state: Arc<State>,
+    (state, metrics): (Arc<State>, Arc<MetaMetrics>),
     replies: mpsc::Sender<Outgoing>,
     limits: &ConnectionLimits,
 ) {
@@ -215,6 +226,7 @@ async fn read_requests(
         let request = match decode_body::<MetaRequest>(&frame.body, "metadata request") {
             Ok(request) => request,
             Err(error) => {
+                metrics.refused(ErrorCode::BadRequest);
                 let reply = MetaReply::Error(WireError::new(ErrorCode::BadRequest, error.to_string()));
                 let _ = replies.send((frame.request_id, reply, Some(memory))).await;
                 continue;
@@ -222,11 +234,17 @@ async fn read_requests(
         };
         let Ok(permit) = in_progress.clone().acquire_owned().await else { return };
         let (state, replies, policy) = (state.clone(), replies.clone(), policy.clone());
-        let peer = peer.clone();
+        let (peer, metrics) = (peer.clone(), metrics.clone());
+        let (started, variant) = (std::time::Instant::now(), frame.body.first().copied().unwrap_or(0));
         tokio::spawn(async move {
-            let reply = tokio::task::spawn_blocking(move || match admit(&state, &peer, &request) {
-                Ok(()) => state.handle(request, (&policy, &peer.name)),
-                Err(refused) => MetaReply::Error(refused),
+            let reply = tokio::task::spawn_blocking(move || {
+                metrics.name_kind(variant, &request);
+                let reply = match admit(&state, &peer, &request) {
+                    Ok(()) => state.handle(request, (&policy, &peer.name)),
+                    Err(refused) => MetaReply::Error(refused),
+                };
+                metrics.handled(variant, &reply, started.elapsed());
+                reply
             })
             .await;
             let reply =

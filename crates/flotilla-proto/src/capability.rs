@@ -136,7 +136,11 @@ pub fn needs(request: &IoRequest) -> Option<(FileId, u32, Rights)> {
             (job.file, highest, Rights::WRITE)
         }
         IoRequest::FlushPull { job } | IoRequest::FlushData { job, .. } => (job.file, 0, Rights::WRITE),
-        IoRequest::Hello { .. } | IoRequest::RemoveSubfile { .. } | IoRequest::With { .. } => return None,
+        IoRequest::Hello { .. }
+        | IoRequest::RemoveSubfile { .. }
+        | IoRequest::With { .. }
+        | IoRequest::Job { .. }
+        | IoRequest::Stats => return None,
     })
 }
 
@@ -167,6 +171,8 @@ pub fn request_name(request: &IoRequest) -> &'static str {
         IoRequest::FlushDirectory { .. } => "flush directory",
         IoRequest::FlushPull { .. } => "flush pull",
         IoRequest::FlushData { .. } => "flush data",
+        IoRequest::Job { .. } => "job",
+        IoRequest::Stats => "stats",
     }
 }
 

@@ -98,6 +98,15 @@ pub enum IoRequest {
         job: FlushJob,
         ranges: Vec<PullRange>,
     },
+    /// Names the job this connection works for (from the client's environment, e.g.
+    /// `SLURM_JOB_ID`); sent once after `Hello`, at most [`JOB_ID_BYTES_MAX`] bytes. The
+    /// server counts the connection's bytes and operations under it. Any credential may send it.
+    Job {
+        id: String,
+    },
+    /// Asks for the server's counters and its busiest jobs (`flotilla jobs`, `flotilla top`).
+    /// Any credential may send it.
+    Stats,
 }
 
 /// Which collective flush a flush message belongs to.
@@ -140,6 +149,49 @@ pub struct FlushEntry {
 pub struct PullRange {
     pub cache_offset: u64,
     pub length: u64,
+}
+
+/// Longest job id a server accepts (`IoRequest::Job`).
+pub const JOB_ID_BYTES_MAX: usize = 128;
+
+/// Whether `id` is a job id a server accepts: 1 to [`JOB_ID_BYTES_MAX`] bytes of ASCII
+/// letters, digits and `._-:+@/` (what batch systems use; safe as a metric label value).
+pub fn check_job_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > JOB_ID_BYTES_MAX {
+        return Err(format!("job id of {} bytes; it must have 1 to {JOB_ID_BYTES_MAX}", id.len()));
+    }
+    match id.chars().find(|c| !(c.is_ascii_alphanumeric() || "._-:+@/".contains(*c))) {
+        Some(bad) => {
+            Err(format!("job id {id:?} holds {bad:?}; only ASCII letters, digits and ._-:+@/ are allowed"))
+        }
+        None => Ok(()),
+    }
+}
+
+/// What one job (or a whole server) moved, counted by an I/O server since it started.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStats {
+    /// The job id (`other`: jobs not listed; empty: the server's total).
+    pub job: String,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    /// Operations that move no data (create, sync, truncate, ...).
+    pub other_ops: u64,
+    /// Sum of the operations' times in the server (queue and execution), in nanoseconds.
+    pub latency_ns: u64,
+}
+
+/// An I/O server's answer to `IoRequest::Stats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerStats {
+    pub server: String,
+    pub uptime_ms: u64,
+    /// Everything the server did, all jobs and connections without a job together.
+    pub total: JobStats,
+    /// The busiest jobs, then `other` (bounded by the server's `jobs_listed_max`).
+    pub jobs: Vec<JobStats>,
 }
 
 impl IoRequest {
@@ -191,4 +243,20 @@ pub enum IoReply {
     Flushed {
         bytes: u64,
     },
+    Stats(ServerStats),
+}
+
+#[cfg(test)]
+mod job_id_tests {
+    use super::*;
+
+    #[test]
+    fn job_ids_are_bounded_and_label_safe() {
+        assert!(check_job_id("12345_7").is_ok());
+        assert!(check_job_id("").is_err());
+        assert!(check_job_id(&"1".repeat(JOB_ID_BYTES_MAX + 1)).is_err());
+        let quote = check_job_id("a\"b").unwrap_err();
+        assert!(quote.contains("'\"'"), "{quote}");
+        assert!(check_job_id("a\nb").is_err());
+    }
 }

@@ -23,7 +23,10 @@ pub use frame::{
 pub use frame::{
     read_frame_bounded_opened, read_frame_opened, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED,
 };
-pub use io::{FlushEntry, FlushJob, ForkInfo, ForkRef, IoReply, IoRequest, PullRange};
+pub use io::{
+    check_job_id, FlushEntry, FlushJob, ForkInfo, ForkRef, IoReply, IoRequest, JobStats, PullRange,
+    ServerStats, JOB_ID_BYTES_MAX,
+};
 pub use meta::{
     CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, SubfilePlace,
     TargetReport, TargetState, TargetStatus,

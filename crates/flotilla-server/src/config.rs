@@ -70,6 +70,14 @@ pub struct ServerConfig {
     pub flush_block_bytes: u64,
     /// Pieces one flush block may gather (each one pulled range).
     pub flush_segments_per_step_max: usize,
+    /// Count bytes, operations, latencies and jobs for the metrics and `flotilla jobs`
+    /// (relaxed atomics; off only to measure their cost).
+    pub metrics: bool,
+    /// Jobs counted separately; when full, jobs without a connection are folded into `other`.
+    pub jobs_max: usize,
+    /// Jobs listed by `flotilla jobs` and labelled in the metrics (the busiest; the rest are
+    /// `other`); at most 1000.
+    pub jobs_listed_max: usize,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +113,9 @@ impl Default for ServerConfig {
             flush_member_wait_ms: 10_000,
             flush_block_bytes: 1 << 20,
             flush_segments_per_step_max: 1 << 16,
+            metrics: true,
+            jobs_max: 1024,
+            jobs_listed_max: 20,
         }
     }
 }

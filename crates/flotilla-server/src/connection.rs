@@ -5,9 +5,11 @@
 
 use crate::authorize::{authorize, Principal};
 use crate::execute::{shape_error, BufferPool, Executor, Reply};
+use crate::metrics::ServerMetrics;
 use crate::scheduler::{ConnectionId, Scheduler};
 use bytes::{Bytes, BytesMut};
 use flotilla_auth::{Acceptor, Opener, Sealer};
+use flotilla_metrics::JobCounters;
 use flotilla_proto::{
     decode_body, encode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, IoReply,
     IoRequest, ReadBounds, WireError,
@@ -15,7 +17,7 @@ use flotilla_proto::{
 use flotilla_types::Limits;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -32,6 +34,10 @@ pub(crate) struct Job {
     pub credit: Credit,
     /// The request's share of the server-wide data budget, held until its reply is written.
     pub memory: OwnedSemaphorePermit,
+    /// When the request's frame was read (for the latency metrics).
+    pub started: Instant,
+    /// The counters of the job the connection named, if it named one.
+    pub job: Option<Arc<JobCounters>>,
 }
 
 /// Bytes a request holds of its connection's credit, given back on drop.
@@ -73,6 +79,8 @@ pub(crate) struct Shared {
     pub meta_auth: flotilla_auth::ClientAuth,
     /// Checks the capabilities client requests carry.
     pub capabilities: flotilla_auth::CapabilityKey,
+    /// Counters for the metrics and `IoRequest::Stats`; `None` when `metrics` is off.
+    pub metrics: Option<ServerMetrics>,
 }
 
 /// Serves one connection until the client goes away or sends a stream-breaking frame.
@@ -98,7 +106,11 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
         slots: Arc::new(Semaphore::new(shared.connection_queue_max)),
         in_flight_bytes: Arc::new(AtomicU64::new(0)),
         closed,
+        job: None,
     };
+    if let Some(metrics) = &shared.metrics {
+        metrics.connection_opened();
+    }
     // A writer that gives up (peer not reading) ends the reader too, releasing its budget.
     let writer_done = tokio::select! {
         _ = reader.run(read_half, secured.opener) => false,
@@ -109,6 +121,9 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
     let _ = closed_tx.send(true);
     if !writer_done {
         let _ = writer.await;
+    }
+    if let Some(metrics) = &shared.metrics {
+        metrics.connection_closed();
     }
 }
 
@@ -122,10 +137,12 @@ struct Reader {
     in_flight_bytes: Arc<AtomicU64>,
     /// Turns true when this connection ends.
     closed: tokio::sync::watch::Receiver<bool>,
+    /// The counters of the job this connection named (`IoRequest::Job`).
+    job: Option<Arc<JobCounters>>,
 }
 
 impl Reader {
-    async fn run(self, mut read_half: OwnedReadHalf, mut opener: Opener) {
+    async fn run(mut self, mut read_half: OwnedReadHalf, mut opener: Opener) {
         let mut buffer = BytesMut::new();
         let budget = FrameBudget { kib: self.shared.memory.clone(), kib_max: self.shared.memory_units_max };
         let (slots, queue_max) = (self.slots.clone(), self.shared.connection_queue_max);
@@ -175,7 +192,13 @@ impl Reader {
     /// Checks one request and queues it; returns false when the connection should end.
     /// `held` is the frame's share of the memory budget; it grows to the request's data
     /// length and travels with the request until its reply is written.
-    async fn accept(&self, request_id: u64, body: &[u8], data: Bytes, held: OwnedSemaphorePermit) -> bool {
+    async fn accept(
+        &mut self,
+        request_id: u64,
+        body: &[u8],
+        data: Bytes,
+        held: OwnedSemaphorePermit,
+    ) -> bool {
         let request = match decode_body::<IoRequest>(body, "I/O request") {
             Ok(request) => request,
             Err(error) => return self.refuse(request_id, ErrorCode::BadRequest, error.to_string()).await,
@@ -185,13 +208,7 @@ impl Reader {
             Ok(request) => request,
             Err(refused) => return self.refuse(request_id, refused.code, refused.message).await,
         };
-        if let IoRequest::Hello { client } = &request {
-            tracing::debug!(connection = self.id, client, "hello");
-            let message = IoReply::Welcome {
-                server: self.shared.server_name.clone(),
-                limits: self.shared.limits,
-                boot_epoch: self.shared.boot_epoch,
-            };
+        if let Some(message) = self.answer_inline(&request) {
             return self
                 .replies
                 .send(Reply { request_id, message, data: Vec::new(), memory: None })
@@ -210,11 +227,23 @@ impl Reader {
         let mut memory = held;
         let extra = units.saturating_sub(memory.num_permits() as u32);
         if extra > 0 {
+            if let Some(metrics) = self
+                .shared
+                .metrics
+                .as_ref()
+                .filter(|_| self.shared.memory.available_permits() < extra as usize)
+            {
+                metrics.memory_wait();
+            }
             let Ok(more) = self.shared.memory.clone().acquire_many_owned(extra).await else { return false };
             memory.merge(more);
         }
-        let job =
-            Job { request_id, request, data, replies: self.replies.clone(), _slot: slot, credit, memory };
+        let (replies, job) = (self.replies.clone(), self.job.clone());
+        let started = Instant::now();
+        let job = Job { request_id, request, data, replies, _slot: slot, credit, memory, started, job };
+        if let Some(metrics) = &self.shared.metrics {
+            metrics.queued(1);
+        }
         self.shared.scheduler.push(self.id, job);
         true
     }
@@ -264,7 +293,44 @@ impl Reader {
         Ok(credit)
     }
 
+    /// The reply to a request answered by the reader itself (`Hello`, `Job`, `Stats`).
+    fn answer_inline(&mut self, request: &IoRequest) -> Option<IoReply> {
+        Some(match request {
+            IoRequest::Hello { client } => {
+                tracing::debug!(connection = self.id, client, "hello");
+                IoReply::Welcome {
+                    server: self.shared.server_name.clone(),
+                    limits: self.shared.limits,
+                    boot_epoch: self.shared.boot_epoch,
+                }
+            }
+            IoRequest::Job { id } => self.name_job(id),
+            IoRequest::Stats => match &self.shared.metrics {
+                Some(metrics) => IoReply::Stats(metrics.stats(&self.shared.server_name)),
+                None => IoReply::Error(WireError::new(
+                    ErrorCode::Unavailable,
+                    "this server counts nothing (metrics = false)",
+                )),
+            },
+            _ => return None,
+        })
+    }
+
+    /// Counts the rest of the connection under job `id`.
+    fn name_job(&mut self, id: &str) -> IoReply {
+        if let Err(message) = flotilla_proto::check_job_id(id) {
+            return IoReply::Error(WireError::new(ErrorCode::InvalidArgument, message));
+        }
+        if let Some(metrics) = &self.shared.metrics {
+            self.job = Some(metrics.jobs.counters(id));
+        }
+        IoReply::Done { bytes: 0 }
+    }
+
     async fn refuse(&self, request_id: u64, code: ErrorCode, message: String) -> bool {
+        if let Some(metrics) = &self.shared.metrics {
+            metrics.refused(code);
+        }
         let message = IoReply::Error(WireError::new(code, message));
         self.replies.send(Reply { request_id, message, data: Vec::new(), memory: None }).await.is_ok()
     }

@@ -114,7 +114,9 @@ impl Executor {
                 store.sync(&store_fork(fork)).map_err(store_error)?;
                 Ok(IoReply::Done { bytes: 0 })
             }
-            IoRequest::Hello { .. } => Err(WireError::new(ErrorCode::BadRequest, "hello sent twice")),
+            IoRequest::Hello { .. } | IoRequest::Job { .. } | IoRequest::Stats => {
+                Err(WireError::new(ErrorCode::BadRequest, "answered by the connection, not a worker"))
+            }
             IoRequest::With { .. } => {
                 Err(WireError::new(ErrorCode::BadRequest, "capability envelope not unwrapped"))
             }

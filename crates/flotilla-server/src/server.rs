@@ -4,6 +4,7 @@ use crate::config::ServerConfig;
 use crate::connection::{self, Job, Shared};
 use crate::execute::{BufferPool, Executor};
 use crate::membership::heartbeat_loop;
+use crate::metrics::ServerMetrics;
 use crate::scheduler::Scheduler;
 use anyhow::Context;
 use flotilla_auth::{Acceptor, AuthBounds, ClientAuth, Role};
@@ -48,6 +49,7 @@ impl Server {
         let local_addr = listener.local_addr().context("read the bound address")?;
         let advertise = config.advertise.clone().unwrap_or_else(|| local_addr.to_string());
         let pool = BufferPool::new(4, (config.limits.request_bytes_max as usize).min(4 << 20));
+        let executor_targets = store.target_ids();
         let executor = Arc::new(Executor { store, limits: config.limits, pool });
         let memory_units_max =
             u32::try_from((config.data_bytes_in_memory_max / 1024).max(1)).unwrap_or(u32::MAX >> 4);
@@ -82,6 +84,9 @@ impl Server {
             ),
             meta_auth: ClientAuth { credential, bounds: auth_bounds(&config) },
             capabilities,
+            metrics: config.metrics.then(|| {
+                ServerMetrics::new(executor_targets, config.jobs_max.max(1), config.jobs_listed_max)
+            }),
         });
         let workers = (0..config.workers.max(1))
             .map(|i| start_worker(i, shared.clone()))
@@ -97,6 +102,11 @@ impl Server {
     /// Handshakes refused since start.
     pub fn handshake_failures(&self) -> u64 {
         self.shared.acceptor.failures()
+    }
+
+    /// Writes this server's metrics at scrape time (register it with a metrics registry).
+    pub fn metrics_collector(&self) -> Box<dyn prometheus_client::collector::Collector> {
+        Box::new(crate::metrics::collector(&self.shared))
     }
 
     /// The address registered with the metadata service.
@@ -181,8 +191,12 @@ fn start_worker(index: usize, shared: Arc<Shared>) -> std::io::Result<std::threa
 
 fn work(shared: Arc<Shared>) {
     while let Some((_, job)) = shared.scheduler.next() {
-        let Job { request_id, request, data, replies, _slot, credit, memory } = job;
+        let Job { request_id, request, data, replies, _slot, credit, memory, started, job } = job;
         let mut reply = shared.executor.execute(request_id, &request, &data);
+        if let Some(metrics) = &shared.metrics {
+            metrics.queued(-1);
+            metrics.executed(&request, &reply.message, job.as_deref(), started.elapsed());
+        }
         reply.memory = Some(memory);
         drop(credit);
         drop(data);

@@ -14,12 +14,15 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Fast heartbeats, so restarted servers are seen quickly; every process (workers too) uses
-/// the client's integrity setting, so `[client] integrity = "none"` measures without tags.
+/// the client's integrity setting, so `[client] integrity = "none"` measures without tags;
+/// the servers count for metrics unless `[server] metrics = false` (to measure the counting).
 fn config_text(integrity: flotilla_auth::Integrity) -> String {
     let integrity = integrity.name();
+    let metrics = crate::keys::server_metrics();
     format!(
         "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\nintegrity = \"{integrity}\"\n\n\
-         [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\n\n[client]\nintegrity = \"{integrity}\"\n"
+         [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\nmetrics = {metrics}\n\n\
+         [client]\nintegrity = \"{integrity}\"\n"
     )
 }
 

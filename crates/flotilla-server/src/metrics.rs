@@ -1,0 +1,333 @@
+//! What an I/O server counts for its metrics endpoint and for `IoRequest::Stats`: relaxed
+//! atomics bumped by the readers and workers, read by a `prometheus_client` collector at
+//! scrape time. A connection finds its job's counters once; no lock is taken per request.
+
+use crate::connection::Shared;
+use flotilla_metrics::write::{self, Labels};
+use flotilla_metrics::{ErrorCounts, JobCounters, JobTable, LatencyHistogram};
+use flotilla_proto::{ErrorCode, IoReply, IoRequest, JobStats, ServerStats};
+use flotilla_types::TargetId;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Unit;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// Request kinds, as labels, in the order of [`kind_index`].
+const KINDS: [&str; 17] = [
+    "hello",
+    "read",
+    "write",
+    "create_subfile",
+    "remove_subfile",
+    "create_fork",
+    "remove_fork",
+    "list_forks",
+    "fork_size",
+    "extend",
+    "truncate",
+    "sync",
+    "job",
+    "stats",
+    "flush_directory",
+    "flush_pull",
+    "flush_data",
+];
+
+/// Most jobs a `Stats` reply or a scrape lists, whatever `jobs_listed_max` says.
+const JOBS_LISTED_CAP: usize = 1000;
+
+/// Kinds the reader (or an ENWRICH flush session) answers without a worker: never timed.
+const INLINE_KINDS: [&str; 6] = ["hello", "job", "stats", "flush_directory", "flush_pull", "flush_data"];
+
+/// The label index of a request's kind (`With` is never executed: it is unwrapped first).
+fn kind_index(request: &IoRequest) -> usize {
+    match request {
+        IoRequest::Hello { .. } | IoRequest::With { .. } => 0,
+        IoRequest::Read { .. } => 1,
+        IoRequest::Write { .. } => 2,
+        IoRequest::CreateSubfile { .. } => 3,
+        IoRequest::RemoveSubfile { .. } => 4,
+        IoRequest::CreateFork { .. } => 5,
+        IoRequest::RemoveFork { .. } => 6,
+        IoRequest::ListForks { .. } => 7,
+        IoRequest::ForkSize { .. } => 8,
+        IoRequest::Extend { .. } => 9,
+        IoRequest::Truncate { .. } => 10,
+        IoRequest::Sync { .. } => 11,
+        IoRequest::Job { .. } => 12,
+        IoRequest::Stats => 13,
+        IoRequest::FlushDirectory { .. } => 14,
+        IoRequest::FlushPull { .. } => 15,
+        IoRequest::FlushData { .. } => 16,
+    }
+}
+
+/// Bytes and operations of one storage target.
+#[derive(Debug, Default)]
+struct TargetCounters {
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+    read_ops: AtomicU64,
+    write_ops: AtomicU64,
+}
+
+/// The server's live counters.
+#[derive(Debug)]
+pub(crate) struct ServerMetrics {
+    started: Instant,
+    total: JobCounters,
+    latency: [LatencyHistogram; KINDS.len()],
+    targets: Vec<(TargetId, TargetCounters)>,
+    errors: ErrorCounts,
+    connections: AtomicI64,
+    connections_total: AtomicU64,
+    queued: AtomicI64,
+    memory_waits: AtomicU64,
+    pub jobs: JobTable,
+    jobs_listed_max: usize,
+}
+
+impl ServerMetrics {
+    pub fn new(targets: Vec<TargetId>, jobs_max: usize, jobs_listed_max: usize) -> ServerMetrics {
+        ServerMetrics {
+            started: Instant::now(),
+            total: JobCounters::default(),
+            latency: Default::default(),
+            targets: targets.into_iter().map(|t| (t, TargetCounters::default())).collect(),
+            errors: Default::default(),
+            connections: AtomicI64::new(0),
+            connections_total: AtomicU64::new(0),
+            queued: AtomicI64::new(0),
+            memory_waits: AtomicU64::new(0),
+            jobs: JobTable::new(jobs_max),
+            // Keeps a `Stats` reply far below any frame size limit.
+            jobs_listed_max: jobs_listed_max.min(JOBS_LISTED_CAP),
+        }
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        self.connections_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn queued(&self, delta: i64) {
+        self.queued.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// A request waited for the server-wide data budget.
+    pub fn memory_wait(&self) {
+        self.memory_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request refused before it was queued.
+    pub fn refused(&self, code: ErrorCode) {
+        self.errors.add(code);
+    }
+
+    /// Counts one executed request: its kind's latency, its target's and job's bytes.
+    pub fn executed(
+        &self,
+        request: &IoRequest,
+        reply: &IoReply,
+        job: Option<&JobCounters>,
+        elapsed: Duration,
+    ) {
+        self.latency[kind_index(request)].observe(elapsed);
+        let (kind, bytes, target) = match (request, reply) {
+            (_, IoReply::Error(error)) => {
+                self.refused(error.code);
+                (flotilla_metrics::OpKind::Other, 0, None)
+            }
+            (IoRequest::Read { fork, .. }, IoReply::Data) => {
+                (flotilla_metrics::OpKind::Read, request.data_bytes().unwrap_or(0), Some(fork.target))
+            }
+            (IoRequest::Write { fork, .. }, _) => {
+                (flotilla_metrics::OpKind::Write, request.data_bytes().unwrap_or(0), Some(fork.target))
+            }
+            _ => (flotilla_metrics::OpKind::Other, 0, None),
+        };
+        self.total.add(kind, bytes, elapsed);
+        if let Some(job) = job {
+            job.add(kind, bytes, elapsed);
+        }
+        if let Some(counters) = target.and_then(|t| self.targets.iter().find(|(id, _)| *id == t)) {
+            let (moved, ops) = match kind {
+                flotilla_metrics::OpKind::Read => (&counters.1.read_bytes, &counters.1.read_ops),
+                _ => (&counters.1.write_bytes, &counters.1.write_ops),
+            };
+            moved.fetch_add(bytes, Ordering::Relaxed);
+            ops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The answer to `IoRequest::Stats`.
+    pub fn stats(&self, server: &str) -> ServerStats {
+        ServerStats {
+            server: server.to_string(),
+            uptime_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            total: self.total.snapshot(""),
+            jobs: self.jobs.top(self.jobs_listed_max),
+        }
+    }
+}
+
+/// Writes a server's metrics at scrape time (holds the server weakly: a stopped server's
+/// metrics simply vanish).
+#[derive(Debug)]
+pub(crate) struct ServerCollector {
+    pub shared: Weak<Shared>,
+}
+
+impl Collector for ServerCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let Some(shared) = self.shared.upgrade() else { return Ok(()) };
+        let Some(metrics) = shared.metrics.as_ref() else { return Ok(()) };
+        encode_targets(&mut encoder, metrics)?;
+        encode_requests(&mut encoder, metrics)?;
+        encode_jobs(&mut encoder, &metrics.jobs.top(metrics.jobs_listed_max))?;
+        encode_store(&mut encoder, &shared.executor.store.stats())?;
+        let failures = shared.acceptor.failures();
+        write::counter(&mut encoder, "server_auth_failures", "Handshakes refused.", None, failures)
+    }
+}
+
+fn target_labels(target: TargetId) -> Labels {
+    vec![("target", target.0.to_string())]
+}
+
+fn encode_targets(encoder: &mut DescriptorEncoder, metrics: &ServerMetrics) -> std::fmt::Result {
+    type Pick = fn(&TargetCounters) -> &AtomicU64;
+    let families: [(&str, &str, Option<Unit>, Pick); 4] = [
+        ("server_target_read", "Bytes read from the target by clients.", Some(Unit::Bytes), |c| {
+            &c.read_bytes
+        }),
+        ("server_target_written", "Bytes written to the target by clients.", Some(Unit::Bytes), |c| {
+            &c.write_bytes
+        }),
+        ("server_target_reads", "Read requests served by the target.", None, |c| &c.read_ops),
+        ("server_target_writes", "Write requests served by the target.", None, |c| &c.write_ops),
+    ];
+    for (name, help, unit, pick) in families {
+        let samples: Vec<(Labels, u64)> = metrics
+            .targets
+            .iter()
+            .map(|(id, counters)| (target_labels(*id), pick(counters).load(Ordering::Relaxed)))
+            .collect();
+        write::counters(encoder, (name, help, unit), &samples)?;
+    }
+    Ok(())
+}
+
+fn encode_requests(encoder: &mut DescriptorEncoder, metrics: &ServerMetrics) -> std::fmt::Result {
+    // Hello, job, stats and flush messages are answered without a worker, never timed.
+    let latency: Vec<(Labels, &LatencyHistogram)> = KINDS
+        .iter()
+        .zip(&metrics.latency)
+        .filter(|(kind, _)| !INLINE_KINDS.contains(kind))
+        .map(|(kind, h)| (vec![("kind", kind.to_string())], h))
+        .collect();
+    write::histograms(
+        encoder,
+        ("server_request_duration", "Time from a request's arrival to its reply, by kind."),
+        &latency,
+    )?;
+    let errors = metrics.errors.samples();
+    write::counters(encoder, ("server_errors", "Requests answered with an error, by code.", None), &errors)?;
+    let load = |gauge: &AtomicI64| gauge.load(Ordering::Relaxed);
+    write::gauge(
+        encoder,
+        "server_connections",
+        "Client connections open.",
+        None,
+        load(&metrics.connections),
+    )?;
+    let opened = metrics.connections_total.load(Ordering::Relaxed);
+    write::counter(encoder, "server_connections_opened", "Connections authenticated.", None, opened)?;
+    write::gauge(
+        encoder,
+        "server_queue_depth",
+        "Requests queued or executing.",
+        None,
+        load(&metrics.queued),
+    )?;
+    let waits = metrics.memory_waits.load(Ordering::Relaxed);
+    write::counter(
+        encoder,
+        "server_memory_waits",
+        "Requests that waited for the server-wide data budget (data_bytes_in_memory_max).",
+        None,
+        waits,
+    )
+}
+
+fn encode_jobs(encoder: &mut DescriptorEncoder, jobs: &[JobStats]) -> std::fmt::Result {
+    type Pick = fn(&JobStats) -> u64;
+    let families: [(&str, &str, Option<Unit>, Pick); 5] = [
+        ("server_job_read", "Bytes read by the job's connections.", Some(Unit::Bytes), |j| j.read_bytes),
+        ("server_job_written", "Bytes written by the job's connections.", Some(Unit::Bytes), |j| {
+            j.write_bytes
+        }),
+        ("server_job_reads", "Read requests of the job.", None, |j| j.read_ops),
+        ("server_job_writes", "Write requests of the job.", None, |j| j.write_ops),
+        ("server_job_other_requests", "Requests of the job that move no data.", None, |j| j.other_ops),
+    ];
+    for (name, help, unit, pick) in families {
+        let samples: Vec<(Labels, u64)> =
+            jobs.iter().map(|job| (vec![("job_id", job.job.clone())], pick(job))).collect();
+        write::counters(encoder, (name, help, unit), &samples)?;
+    }
+    Ok(())
+}
+
+fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreStats) -> std::fmt::Result {
+    let counters: [(&str, &str, Option<Unit>, u64); 9] = [
+        ("server_cache_hits", "Blocks requests found in the buffer cache.", None, stats.cache_hits),
+        (
+            "server_cache_misses",
+            "Blocks requests did not find in the buffer cache.",
+            None,
+            stats.cache_misses,
+        ),
+        (
+            "server_cache_evictions",
+            "Clean blocks dropped from the cache to make room.",
+            None,
+            stats.evictions,
+        ),
+        ("server_disk_read", "Bytes read from disk.", Some(Unit::Bytes), stats.disk_read_bytes),
+        ("server_disk_written", "Bytes written to disk.", Some(Unit::Bytes), stats.disk_write_bytes),
+        ("server_disk_reads", "Read system calls.", None, stats.disk_reads),
+        ("server_disk_writes", "Write system calls.", None, stats.disk_writes),
+        ("server_disk_syncs", "fdatasync calls.", None, stats.disk_syncs),
+        ("server_checksum_errors", "Blocks read whose CRC32C did not match.", None, stats.checksum_errors),
+    ];
+    for (name, help, unit, value) in counters {
+        write::counter(encoder, name, help, unit, value)?;
+    }
+    let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    write::gauge(
+        encoder,
+        "server_cache_dirty",
+        "Dirty bytes in the cache.",
+        Some(Unit::Bytes),
+        gauge(stats.dirty_bytes),
+    )?;
+    write::gauge(
+        encoder,
+        "server_cache_cached",
+        "Bytes of data in the cache.",
+        Some(Unit::Bytes),
+        gauge(stats.cached_bytes),
+    )
+}
+
+/// The collector of a server's metrics.
+pub(crate) fn collector(shared: &Arc<Shared>) -> ServerCollector {
+    ServerCollector { shared: Arc::downgrade(shared) }
+}
