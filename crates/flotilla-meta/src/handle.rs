@@ -103,15 +103,7 @@ impl State {
                 MetaReply::Entry(self.info(ns.mkdir_as(who, &path, owner, now).map_err(wire)?))
             }
             MetaRequest::Create { path, spec } => {
-                self.check_satisfiable(spec.layout.as_ref())?;
-                let create = CreateFile {
-                    owner: crate::policy::owner(who, spec.mode, spec.uid, spec.gid),
-                    subfile_count: spec.subfiles,
-                    targets: spec.targets,
-                    layout: spec.layout,
-                    exclusive: spec.exclusive,
-                };
-                let live = self.live_for_create(&create);
+                let (create, live) = self.prepare_create(who, spec)?;
                 MetaReply::Entry(
                     self.granted(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?, asker),
                 )
@@ -275,6 +267,25 @@ impl State {
     /// The live targets a create may use. During the recovery window after a restart, a
     /// create that needs more targets than are live waits (bounded) for the targets the
     /// namespace remembers to register again, instead of failing or placing fewer subfiles.
+    /// A create request checked against the cluster's targets, with the targets to place it
+    /// on (the same for `Create` and `CreateAt`).
+    pub(crate) fn prepare_create(
+        &self,
+        who: &Caller,
+        spec: flotilla_proto::CreateSpec,
+    ) -> Result<(CreateFile, Vec<flotilla_namespace::TargetUsage>), WireError> {
+        self.check_satisfiable(spec.layout.as_ref())?;
+        let create = CreateFile {
+            owner: crate::policy::owner(who, spec.mode, spec.uid, spec.gid),
+            subfile_count: spec.subfiles,
+            targets: spec.targets,
+            layout: spec.layout,
+            exclusive: spec.exclusive,
+        };
+        let live = self.live_for_create(&create);
+        Ok((create, live))
+    }
+
     pub(crate) fn live_for_create(&self, create: &CreateFile) -> Vec<flotilla_namespace::TargetUsage> {
         loop {
             let live = self.membership.live();

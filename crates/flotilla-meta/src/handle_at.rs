@@ -3,7 +3,7 @@
 //! given as `Place::At`, so permission checks, link counts and orphan handling are shared.
 
 use crate::handle::{wire, Asker, State};
-use flotilla_namespace::{CreateFile, Place};
+use flotilla_namespace::Place;
 use flotilla_proto::{
     ErrorCode, ListedEntry, MetaReply, MetaRequest, RenameMode, WireError, NAME_BYTES_MAX,
     READDIR_ENTRIES_MAX,
@@ -72,15 +72,7 @@ impl State {
                 MetaReply::Entry(self.granted(ns.lookup_at(who, parent, name(&bytes)?).map_err(wire)?, asker))
             }
             MetaRequest::CreateAt { parent, name, spec } => {
-                self.check_satisfiable(spec.layout.as_ref())?;
-                let create = CreateFile {
-                    owner: crate::policy::owner(who, spec.mode, spec.uid, spec.gid),
-                    subfile_count: spec.subfiles,
-                    targets: spec.targets,
-                    layout: spec.layout,
-                    exclusive: spec.exclusive,
-                };
-                let live = self.live_for_create(&create);
+                let (create, live) = self.prepare_create(who, spec)?;
                 let entry = ns.create_file_in(who, at(parent, &name)?, &create, &live, now).map_err(wire)?;
                 MetaReply::Entry(self.granted(entry, asker))
             }
