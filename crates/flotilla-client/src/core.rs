@@ -10,7 +10,7 @@ use crate::capabilities::CapabilityCache;
 use crate::error::ClientError;
 use crate::unstable::UnstableLog;
 use bytes::Bytes;
-use flotilla_proto::{Capability, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, WithRef};
+use flotilla_proto::{Capability, EntryInfo, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, WithRef};
 use flotilla_rpc::{Connection, ConnectionConfig};
 use flotilla_types::Limits;
 use std::collections::HashMap;
@@ -260,7 +260,9 @@ impl Core {
         data_bytes: u64,
     ) -> Result<(IoReply, Bytes), ClientError> {
         let units = server.units_for(data_bytes);
-        let (started, metrics) = (Instant::now(), self.metrics.get());
+        let metrics = self.metrics.get();
+        // The clock is read only for a client that counts.
+        let started = metrics.map(|_| Instant::now());
         if let Some(metrics) = metrics.filter(|_| server.credit.available_permits() < units as usize) {
             metrics.credit_wait();
         }
@@ -290,7 +292,7 @@ impl Core {
                     return Err(ClientError::Server { server: server.connection.addr().to_string(), error });
                 }
                 other => {
-                    if let Some(metrics) = metrics {
+                    if let (Some(metrics), Some(started)) = (metrics, started) {
                         metrics.observed(request, data_bytes, started.elapsed());
                     }
                     return Ok((other, out));
@@ -309,4 +311,20 @@ impl Core {
 
 pub(crate) fn unexpected(request: &'static str, reply: &impl std::fmt::Debug) -> ClientError {
     ClientError::UnexpectedReply { request, reply: format!("{reply:?}").chars().take(200).collect() }
+}
+
+/// The entry of an `Entry` reply to request `what`.
+pub(crate) fn entry_reply(reply: MetaReply, what: &'static str) -> Result<EntryInfo, ClientError> {
+    match reply {
+        MetaReply::Entry(entry) => Ok(entry),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+/// A `Done` reply to request `what`.
+pub(crate) fn done_reply(reply: MetaReply, what: &'static str) -> Result<(), ClientError> {
+    match reply {
+        MetaReply::Done => Ok(()),
+        other => Err(unexpected(what, &other)),
+    }
 }

@@ -2,25 +2,11 @@
 //! [`Handle`] at once, with `test` and `wait`, like the data calls.
 
 use crate::client::Client;
-use crate::core::unexpected;
+use crate::core::{done_reply, entry_reply, unexpected};
 use crate::error::ClientError;
 use crate::file::File;
 use crate::handle::Handle;
 use flotilla_proto::{DirEntryInfo, EntryInfo, MetaReply, MetaRequest, TargetStatus};
-
-fn entry(reply: MetaReply, what: &'static str) -> Result<EntryInfo, ClientError> {
-    match reply {
-        MetaReply::Entry(entry) => Ok(entry),
-        other => Err(unexpected(what, &other)),
-    }
-}
-
-fn done(reply: MetaReply, what: &'static str) -> Result<(), ClientError> {
-    match reply {
-        MetaReply::Done => Ok(()),
-        other => Err(unexpected(what, &other)),
-    }
-}
 
 impl Client {
     /// Sends one metadata request on the runtime and converts its reply.
@@ -36,14 +22,14 @@ impl Client {
 
     /// Non-blocking `stat`.
     pub fn stat_nb(&self, path: &str) -> Handle<EntryInfo> {
-        self.meta_nb(MetaRequest::Lookup { path: path.to_string() }, "lookup", entry)
+        self.meta_nb(MetaRequest::Lookup { path: path.to_string() }, "lookup", entry_reply)
     }
 
     /// Non-blocking `mkdir` (owned by uid/gid 0 unless the caller sets them later).
     pub fn mkdir_nb(&self, path: &str, mode: u32) -> Handle<EntryInfo> {
         // SAFETY: getuid and getgid have no preconditions and cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        self.meta_nb(MetaRequest::Mkdir { path: path.to_string(), mode, uid, gid }, "mkdir", entry)
+        self.meta_nb(MetaRequest::Mkdir { path: path.to_string(), mode, uid, gid }, "mkdir", entry_reply)
     }
 
     /// Non-blocking `readdir`.
@@ -59,17 +45,17 @@ impl Client {
 
     /// Non-blocking `remove`.
     pub fn remove_nb(&self, path: &str) -> Handle<()> {
-        self.meta_nb(MetaRequest::Unlink { path: path.to_string() }, "unlink", done)
+        self.meta_nb(MetaRequest::Unlink { path: path.to_string() }, "unlink", done_reply)
     }
 
     /// Non-blocking `rmdir`.
     pub fn rmdir_nb(&self, path: &str) -> Handle<()> {
-        self.meta_nb(MetaRequest::Rmdir { path: path.to_string() }, "rmdir", done)
+        self.meta_nb(MetaRequest::Rmdir { path: path.to_string() }, "rmdir", done_reply)
     }
 
     /// Non-blocking `rename`.
     pub fn rename_nb(&self, from: &str, to: &str) -> Handle<()> {
-        self.meta_nb(MetaRequest::Rename { from: from.to_string(), to: to.to_string() }, "rename", done)
+        self.meta_nb(MetaRequest::Rename { from: from.to_string(), to: to.to_string() }, "rename", done_reply)
     }
 
     /// Non-blocking `status`.
@@ -89,7 +75,8 @@ impl Client {
         let path = path.to_string();
         let core = self.core.clone();
         self.spawn(async move {
-            let info = entry(core.meta_call(MetaRequest::Lookup { path: path.clone() }).await?, "lookup")?;
+            let info =
+                entry_reply(core.meta_call(MetaRequest::Lookup { path: path.clone() }).await?, "lookup")?;
             if info.attrs.kind != flotilla_types::FileKind::File {
                 return Err(ClientError::NotAFile { path });
             }

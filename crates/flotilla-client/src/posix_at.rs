@@ -3,7 +3,7 @@
 //! or replaced is never mistaken for the entry this client knew.
 
 use crate::client::{create_subfiles, Client, CreateOptions};
-use crate::core::{unexpected, Core};
+use crate::core::{done_reply, entry_reply, unexpected, Core};
 use crate::error::ClientError;
 use crate::file::File;
 use crate::posix::Owner;
@@ -29,7 +29,7 @@ impl Client {
     /// The entry `at` names (a symlink is returned, not followed).
     pub fn lookup_at(&self, at: At<'_>) -> Result<EntryInfo, ClientError> {
         let request = MetaRequest::LookupAt { parent: at.parent, name: at.name.to_vec() };
-        let mut entry = entry_of(self.meta(request)?, "lookup")?;
+        let mut entry = entry_reply(self.meta(request)?, "lookup")?;
         self.overlay(entry.id, &mut entry.attrs);
         Ok(entry)
     }
@@ -63,7 +63,7 @@ impl Client {
             uid: owner.uid,
             gid: owner.gid,
         };
-        entry_of(self.meta(request)?, "mkdir")
+        entry_reply(self.meta(request)?, "mkdir")
     }
 
     /// A FIFO, socket or device node (`rdev` for devices, else 0).
@@ -84,7 +84,7 @@ impl Client {
             uid: owner.uid,
             gid: owner.gid,
         };
-        entry_of(self.meta(request)?, "mknod")
+        entry_reply(self.meta(request)?, "mknod")
     }
 
     pub fn symlink_at(&self, at: At<'_>, target: &str, owner: Owner) -> Result<EntryInfo, ClientError> {
@@ -95,22 +95,22 @@ impl Client {
             uid: owner.uid,
             gid: owner.gid,
         };
-        entry_of(self.meta(request)?, "symlink")
+        entry_reply(self.meta(request)?, "symlink")
     }
 
     /// A new name `at` for entry `id` (a hard link by identity).
     pub fn link_at(&self, id: u64, at: At<'_>) -> Result<EntryInfo, ClientError> {
         let request = MetaRequest::LinkAt { id, parent: at.parent, name: at.name.to_vec() };
-        entry_of(self.meta(request)?, "link")
+        entry_reply(self.meta(request)?, "link")
     }
 
     pub fn unlink_at(&self, at: At<'_>) -> Result<(), ClientError> {
         let request = MetaRequest::UnlinkAt { parent: at.parent, name: at.name.to_vec(), id: None };
-        done(self.meta(request)?, "unlink")
+        done_reply(self.meta(request)?, "unlink")
     }
 
     pub fn rmdir_at(&self, at: At<'_>) -> Result<(), ClientError> {
-        done(self.meta(MetaRequest::RmdirAt { parent: at.parent, name: at.name.to_vec() })?, "rmdir")
+        done_reply(self.meta(MetaRequest::RmdirAt { parent: at.parent, name: at.name.to_vec() })?, "rmdir")
     }
 
     /// `renameat2` between places by directory id.
@@ -122,7 +122,7 @@ impl Client {
             to_name: to.name.to_vec(),
             mode,
         };
-        done(self.meta(request)?, "rename")
+        done_reply(self.meta(request)?, "rename")
     }
 
     /// How many inodes the namespace holds (`statfs`'s files in use).
@@ -148,7 +148,7 @@ impl Client {
         id: u64,
         layout: Option<flotilla_types::Layout>,
     ) -> Result<EntryInfo, ClientError> {
-        entry_of(self.meta(MetaRequest::SetLayoutId { id, layout })?, "set layout")
+        entry_reply(self.meta(MetaRequest::SetLayoutId { id, layout })?, "set layout")
     }
 
     /// Every entry of directory `id`, fetched in pages of `READDIR_ENTRIES_MAX`, at most
@@ -184,25 +184,11 @@ async fn create_entry_at(
     spec: CreateSpec,
 ) -> Result<EntryInfo, ClientError> {
     let request = MetaRequest::CreateAt { parent, name: name.clone(), spec };
-    let entry = entry_of(core.meta_call(request).await?, "create")?;
+    let entry = entry_reply(core.meta_call(request).await?, "create")?;
     if let Err(error) = create_subfiles(core, &entry).await {
         let undo = MetaRequest::UnlinkAt { parent, name, id: Some(entry.id) };
         let _ = core.meta_call(undo).await;
         return Err(error);
     }
     Ok(entry)
-}
-
-fn entry_of(reply: MetaReply, what: &'static str) -> Result<EntryInfo, ClientError> {
-    match reply {
-        MetaReply::Entry(entry) => Ok(entry),
-        other => Err(unexpected(what, &other)),
-    }
-}
-
-fn done(reply: MetaReply, what: &'static str) -> Result<(), ClientError> {
-    match reply {
-        MetaReply::Done => Ok(()),
-        other => Err(unexpected(what, &other)),
-    }
 }
