@@ -68,7 +68,9 @@ pub use file_fork::FileFork;
 pub use fork_ref::ForkRef;
 pub use sim_disk::SimDisk;
 pub use sim_fork::SimFork;
-pub use sim_model::{PublishedFigures, SimModel, SimModelError, SIM_SECTOR_BYTES};
+pub use sim_model::{
+    PublishedFigures, SimModel, SimModelError, SIM_LAYOUT_BLOCK_BYTES_DEFAULT, SIM_SECTOR_BYTES,
+};
 pub use sim_target::{TargetKind, TargetSpec, SIM_REGIONS_MAX, SIM_REGION_BYTES_MIN};
 pub use stats::StoreStats;
 pub use store::Store;

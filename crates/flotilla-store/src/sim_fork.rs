@@ -33,14 +33,16 @@ impl SimFork {
 impl ForkBackend for SimFork {
     fn read_at(&self, offset_bytes: u64, buffers: &mut [&mut [u8]]) -> io::Result<usize> {
         let length: usize = buffers.iter().map(|buffer| buffer.len()).sum();
-        let position = self.region_start.wrapping_add(offset_bytes);
-        self.disk.access(position, length as u64, false, || self.file.read_at(offset_bytes, buffers))
+        self.disk.access(self.region_start, offset_bytes, length as u64, false, || {
+            self.file.read_at(offset_bytes, buffers)
+        })
     }
 
     fn write_at(&self, offset_bytes: u64, buffers: &[&[u8]]) -> io::Result<()> {
         let length: usize = buffers.iter().map(|buffer| buffer.len()).sum();
-        let position = self.region_start.wrapping_add(offset_bytes);
-        self.disk.access(position, length as u64, true, || self.file.write_at(offset_bytes, buffers))
+        self.disk.access(self.region_start, offset_bytes, length as u64, true, || {
+            self.file.write_at(offset_bytes, buffers)
+        })
     }
 
     fn allocate(&self, offset_bytes: u64, length_bytes: u64, grow_size: bool) -> io::Result<()> {

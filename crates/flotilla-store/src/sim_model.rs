@@ -26,6 +26,10 @@ use std::fmt;
 /// Bytes per sector of every model.
 pub const SIM_SECTOR_BYTES: u64 = 512;
 
+/// The random-blocks layout's block unless `layout_block` says otherwise: the ENWRICH paper's
+/// 8 KB file-system block.
+pub const SIM_LAYOUT_BLOCK_BYTES_DEFAULT: u64 = 8 << 10;
+
 /// A disk model: geometry, mechanics and interface.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimModel {
@@ -45,6 +49,10 @@ pub struct SimModel {
     pub bus_bytes_per_s: f64,
     /// Read-ahead buffer; 0 disables it.
     pub track_buffer_bytes: u64,
+    /// Where a fork's bytes lie on the disk: 0 for the *contiguous* layout (fork byte `i` at
+    /// its region's start + `i`); otherwise the *random-blocks* layout of the ENWRICH paper
+    /// (§4): each block of this many bytes of a fork at a pseudo-random block of the disk.
+    pub random_block_bytes: u64,
     /// The published figures the model is checked against.
     pub published: PublishedFigures,
 }
@@ -94,6 +102,7 @@ impl SimModel {
             overhead_ms: 0.5,
             bus_bytes_per_s: 10e6,
             track_buffer_bytes: 128 << 10,
+            random_block_bytes: 0,
             published: PublishedFigures {
                 seek_avg_ms: 13.5,
                 sustained_bytes_per_s: 2.2e6,
@@ -119,6 +128,7 @@ impl SimModel {
             overhead_ms: 0.5,
             bus_bytes_per_s: 4e6,
             track_buffer_bytes: 0,
+            random_block_bytes: 0,
             published: PublishedFigures {
                 seek_avg_ms: 9.0,
                 sustained_bytes_per_s: media,
@@ -131,7 +141,9 @@ impl SimModel {
     /// Names of the built-in models.
     pub const NAMES: [&'static str; 2] = ["hp97560", "st31200n"];
 
-    /// Parses `NAME[,track_buffer=BYTES]` (sizes take a k, m or g suffix).
+    /// Parses `NAME[,track_buffer=BYTES][,layout=contiguous|random-blocks][,layout_block=BYTES]`
+    /// (sizes take a k, m or g suffix; `layout_block` is the random-blocks layout's block,
+    /// [`SIM_LAYOUT_BLOCK_BYTES_DEFAULT`] by default).
     pub fn parse(spec: &str) -> Result<SimModel, SimModelError> {
         let mut parts = spec.split(',');
         let name = parts.next().unwrap_or_default().trim();
@@ -145,17 +157,41 @@ impl SimModel {
                 )))
             }
         };
+        let (mut random_blocks, mut layout_block_bytes) = (false, SIM_LAYOUT_BLOCK_BYTES_DEFAULT);
         for option in parts {
             let Some((key, value)) = option.split_once('=') else {
                 return Err(SimModelError(format!("disk model option {option:?} is not KEY=VALUE")));
             };
+            let size = |what: &str| {
+                flotilla_types::parse_size(value)
+                    .ok_or_else(|| SimModelError(format!("bad {what} size {value:?}")))
+            };
             match key.trim() {
-                "track_buffer" => {
-                    model.track_buffer_bytes = flotilla_types::parse_size(value)
-                        .ok_or_else(|| SimModelError(format!("bad track_buffer size {value:?}")))?
+                "track_buffer" => model.track_buffer_bytes = size("track_buffer")?,
+                "layout" => {
+                    random_blocks = match value.trim() {
+                        "contiguous" => false,
+                        "random-blocks" => true,
+                        other => {
+                            return Err(SimModelError(format!(
+                                "unknown layout {other:?} (known: contiguous, random-blocks)"
+                            )))
+                        }
+                    }
+                }
+                "layout_block" => {
+                    layout_block_bytes = size("layout_block")?;
+                    if layout_block_bytes < SIM_SECTOR_BYTES || layout_block_bytes % SIM_SECTOR_BYTES != 0 {
+                        return Err(SimModelError(format!(
+                            "layout_block {value:?} must be a positive multiple of {SIM_SECTOR_BYTES} bytes"
+                        )));
+                    }
                 }
                 other => return Err(SimModelError(format!("unknown disk model option {other:?}"))),
             }
+        }
+        if random_blocks {
+            model.random_block_bytes = layout_block_bytes;
         }
         Ok(model)
     }
@@ -273,6 +309,16 @@ mod tests {
         assert_eq!(SimModel::parse("hp97560").unwrap().track_buffer_bytes, 128 << 10);
         assert_eq!(SimModel::parse("st31200n,track_buffer=256k").unwrap().track_buffer_bytes, 256 << 10);
         assert_eq!(SimModel::parse("hp97560,track_buffer=0").unwrap().track_buffer_bytes, 0);
+        assert_eq!(SimModel::parse("hp97560").unwrap().random_block_bytes, 0, "contiguous by default");
+        assert_eq!(SimModel::parse("hp97560,layout=random-blocks").unwrap().random_block_bytes, 8 << 10);
+        assert_eq!(
+            SimModel::parse("hp97560,layout_block=4k,layout=random-blocks").unwrap().random_block_bytes,
+            4096
+        );
+        assert_eq!(SimModel::parse("hp97560,layout=contiguous").unwrap().random_block_bytes, 0);
+        for bad in ["hp97560,layout=striped", "hp97560,layout_block=100", "hp97560,layout_block=0"] {
+            assert!(SimModel::parse(bad).is_err(), "{bad}");
+        }
         assert!(SimModel::parse("rk05").is_err());
         assert!(SimModel::parse("hp97560,speed=9").is_err());
         assert!(SimModel::parse("hp97560,track_buffer").is_err());

@@ -11,7 +11,9 @@
 //! `SIM_REGION_BYTES_MIN`, rounded up to a cylinder, wrapping at the disk's capacity. Fork
 //! byte `i` lies at `region + i`, where a file system that keeps logical gaps physically
 //! (ext4 aims a new extent at its logical distance from its neighbour) would put it; a
-//! sparse fork therefore spreads over its whole range.
+//! sparse fork therefore spreads over its whole range. That is the *contiguous* layout; with
+//! `layout=random-blocks` each block of a fork lies at a hashed block of the disk instead
+//! ([`disk_pieces`]).
 //!
 //! Simulated time runs in real time: a request computes its service time from the disk's
 //! state (`SimDisk`), does the real file I/O, and sleeps until the simulated completion, with
@@ -123,18 +125,31 @@ impl SimTarget {
         start
     }
 
-    /// Runs `real_io` as a request for `length_bytes` at `position` of the disk: holds the
-    /// arm, and returns no earlier than the simulated completion.
+    /// Runs `real_io` as a request for `length_bytes` at byte `offset_bytes` of the fork whose
+    /// region starts at `region_start`: holds the arm, and returns no earlier than the
+    /// simulated completion. In the contiguous layout that is one disk access; in the
+    /// random-blocks layout one access per block of the fork the request touches, in order.
     pub(crate) fn access<T>(
         &self,
-        position: u64,
+        region_start: u64,
+        offset_bytes: u64,
         length_bytes: u64,
         is_write: bool,
         real_io: impl FnOnce() -> T,
     ) -> T {
         let mut state = self.state.lock();
-        let now_ns = self.epoch.elapsed().as_nanos() as f64;
-        let done_ns = state.disk.service(position, length_bytes, is_write, now_ns);
+        let model = state.disk.model();
+        let pieces = disk_pieces(
+            region_start,
+            offset_bytes,
+            length_bytes,
+            model.random_block_bytes,
+            model.capacity_bytes(),
+        );
+        let mut done_ns = self.epoch.elapsed().as_nanos() as f64;
+        for (position, length) in pieces {
+            done_ns = state.disk.service(position, length, is_write, done_ns);
+        }
         let result = real_io();
         let done = self.epoch + Duration::from_nanos(done_ns as u64);
         let now = Instant::now();
@@ -144,6 +159,46 @@ impl SimTarget {
         drop(state);
         result
     }
+}
+
+/// The disk extents (position, length) that hold `length_bytes` at `offset_bytes` of the
+/// fork whose region starts at `region_start`. With `random_block_bytes` 0 (contiguous) that
+/// is the one extent at `region_start + offset_bytes`; otherwise each block `b` of the fork
+/// lies at a block of the disk chosen by a hash of (region, `b`), and extents that happen to
+/// be adjacent on the disk are merged. Pure.
+pub(crate) fn disk_pieces(
+    region_start: u64,
+    offset_bytes: u64,
+    length_bytes: u64,
+    random_block_bytes: u64,
+    capacity_bytes: u64,
+) -> Vec<(u64, u64)> {
+    if random_block_bytes == 0 {
+        return vec![(region_start.wrapping_add(offset_bytes), length_bytes)];
+    }
+    let disk_blocks = (capacity_bytes / random_block_bytes).max(1);
+    let mut pieces: Vec<(u64, u64)> = Vec::new();
+    let (mut at, end) = (offset_bytes, offset_bytes.saturating_add(length_bytes));
+    while at < end {
+        let block = at / random_block_bytes;
+        let within = at % random_block_bytes;
+        let length = (random_block_bytes - within).min(end - at);
+        let position = mix(region_start, block) % disk_blocks * random_block_bytes + within;
+        match pieces.last_mut() {
+            Some(last) if last.0 + last.1 == position => last.1 += length,
+            _ => pieces.push((position, length)),
+        }
+        at += length;
+    }
+    pieces
+}
+
+/// A 64-bit mix of a fork's region and a block number (splitmix64's finalizer).
+fn mix(region_start: u64, block: u64) -> u64 {
+    let mut z = region_start ^ block.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -181,12 +236,53 @@ mod tests {
         let target = SimTarget::new(SimModel::hp97560());
         let start = Instant::now();
         // A full-stroke seek and a 64 KiB write: at least 23 ms of seek plus 27 ms of transfer.
-        target.access(0, 4096, true, || ());
+        target.access(0, 0, 4096, true, || ());
         let begun = Instant::now();
-        target.access(SimModel::hp97560().capacity_bytes() - (64 << 10), 64 << 10, true, || ());
+        target.access(SimModel::hp97560().capacity_bytes() - (64 << 10), 0, 64 << 10, true, || ());
         let took = begun.elapsed();
         assert!(took >= Duration::from_millis(50), "{took:?}");
         assert!(took < Duration::from_millis(150), "{took:?}");
         assert!(start.elapsed() >= took);
+    }
+
+    #[test]
+    fn the_contiguous_layout_is_one_extent_at_the_region() {
+        assert_eq!(disk_pieces(1 << 20, 4096, 100_000, 0, 1 << 30), vec![((1 << 20) + 4096, 100_000)]);
+    }
+
+    #[test]
+    fn random_blocks_cost_more_disk_time_than_contiguous() {
+        let model = SimModel::parse("hp97560,layout=random-blocks").unwrap();
+        let time = |block_bytes: u64| {
+            let mut disk = SimDisk::new(model.clone());
+            let mut done_ns = 0.0;
+            for (position, length) in disk_pieces(64 << 20, 0, 1 << 20, block_bytes, model.capacity_bytes()) {
+                done_ns = disk.service(position, length, true, done_ns);
+            }
+            done_ns
+        };
+        let (contiguous, random) = (time(0), time(model.random_block_bytes));
+        // 128 blocks of 8 KiB, each with a seek and a rotation, against one 1 MiB transfer.
+        assert!(random > 3.0 * contiguous, "random {random} ns, contiguous {contiguous} ns");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_blocks_cover_the_request_and_stay_on_the_disk(
+            region in 0u64..(1 << 40), offset in 0u64..(1 << 30), length in 0u64..(1 << 20), shift in 9u32..17
+        ) {
+            let (block, capacity) = (1u64 << shift, 1u64 << 30);
+            let pieces = disk_pieces(region, offset, length, block, capacity);
+            proptest::prop_assert_eq!(pieces.iter().map(|p| p.1).sum::<u64>(), length);
+            for (position, piece) in &pieces {
+                proptest::prop_assert!(position + piece <= capacity + block, "{position}+{piece}");
+            }
+            // A block is always at the same place: asking for the request's first byte alone
+            // finds it where the whole request put it.
+            if length > 0 {
+                let first = disk_pieces(region, offset, 1, block, capacity);
+                proptest::prop_assert_eq!(first[0].0, pieces[0].0);
+            }
+        }
     }
 }

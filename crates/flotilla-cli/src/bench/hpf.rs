@@ -95,9 +95,26 @@ pub enum Workload {
     Partition(Pattern, Pattern),
 }
 
-/// The two-array workloads `flotilla bench paper enwrich` runs (the paper's `wrnnbb`, `wpnncc`).
-pub const TWO_ARRAYS: [Workload; 2] =
-    [Workload::RoundRobin(PATTERNS[0], PATTERNS[1]), Workload::Partition(PATTERNS[0], PATTERNS[2])];
+const fn pattern(rows: Dist, columns: Dist) -> Pattern {
+    Pattern { rows, columns }
+}
+
+/// The two-array workloads `flotilla bench paper enwrich` runs: the paper's (§4) round-robin
+/// `wrnnbb`, `wrnncc`, `wrnbbn`, `wrbccb` and partitioned `wpnnbb`, `wpnncc`, `wpnbbn`,
+/// `wpbccb`.
+pub const TWO_ARRAYS: [Workload; 8] = {
+    use Dist::{Block as B, Cyclic as C, None as N};
+    [
+        Workload::RoundRobin(pattern(N, N), pattern(B, B)),
+        Workload::Partition(pattern(N, N), pattern(C, C)),
+        Workload::RoundRobin(pattern(N, N), pattern(C, C)),
+        Workload::RoundRobin(pattern(N, B), pattern(B, N)),
+        Workload::RoundRobin(pattern(B, C), pattern(C, B)),
+        Workload::Partition(pattern(N, N), pattern(B, B)),
+        Workload::Partition(pattern(N, B), pattern(B, N)),
+        Workload::Partition(pattern(B, C), pattern(C, B)),
+    ]
+};
 
 impl Workload {
     pub fn name(self) -> String {
@@ -181,7 +198,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn two_array_workloads_write_every_record_of_both_once(order in 1u64..30, processes in 2u64..9, w in 0usize..2) {
+        fn two_array_workloads_write_every_record_of_both_once(order in 1u64..30, processes in 2u64..9, w in 0usize..8) {
             let workload = TWO_ARRAYS[w];
             let mut seen = vec![vec![0u32; (order * order) as usize]; 2];
             for process in 0..processes {
@@ -213,6 +230,8 @@ mod tests {
         assert_eq!(PATTERNS[5].name(), "wnc");
         assert_eq!(TWO_ARRAYS[0].name(), "wrnnbb");
         assert_eq!(TWO_ARRAYS[1].name(), "wpnncc");
+        let names: Vec<String> = TWO_ARRAYS.iter().map(|w| w.name()).collect();
+        assert_eq!(names, ["wrnnbb", "wpnncc", "wrnncc", "wrnbbn", "wrbccb", "wpnnbb", "wpnbbn", "wpbccb"]);
         let round_robin = TWO_ARRAYS[0].writes(2, 4, 0);
         assert_eq!(&round_robin[..3], &[(0, 0), (1, 0), (0, 1)], "alternating between the arrays");
     }

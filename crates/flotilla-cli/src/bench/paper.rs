@@ -543,47 +543,111 @@ fn group(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     Ok((vec![Report { workload: "gfs-group".into(), points, facts }], findings))
 }
 
-/// ENWRICH Figs. 4/5: ENWRICH vs traditional caching (TC) throughput for every pattern and
-/// two record sizes, 4 writers over 4 sim:hp97560 servers, file and caches scaled down with
-/// the paper's ratio of file size to total cache kept (64 MB over 16 × 1 MB: 4).
+/// ENWRICH Figs. 4 and 5: ENWRICH vs traditional caching (TC) throughput for every pattern
+/// and two record sizes, 4 writers over 4 sim:hp97560 servers, on the paper's random-blocks
+/// layout (Fig. 4) and its contiguous layout (Fig. 5); file and caches scaled down with the
+/// paper's ratio of file size to total cache kept (64 MB over 16 × 1 MB: 4). Fig. 6 (the cache
+/// sweep) runs on the contiguous layout. `--target-kind` runs one layout of the caller's.
 fn enwrich(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
-    use super::enwrich::{run_once, Method, Point, MEMBERS};
-    use super::hpf::{Workload, PATTERNS, TWO_ARRAYS};
-    let (file_bytes, mut patterns): (u64, Vec<Workload>) = if args.quick {
-        (256 << 10, PATTERNS[..2].iter().map(|p| Workload::One(*p)).collect())
-    } else {
-        (8 << 20, PATTERNS.iter().map(|p| Workload::One(*p)).collect())
+    use super::enwrich::MEMBERS;
+    let setup = EnwrichSetup::new(args);
+    let layouts: Vec<(&str, String)> = match &args.target_kind {
+        Some(kind) => vec![("given", kind.clone())],
+        None => vec![
+            ("random-blocks", "sim:hp97560,layout=random-blocks".to_string()),
+            ("contiguous", "sim:hp97560,layout=contiguous".to_string()),
+        ],
     };
-    patterns.push(TWO_ARRAYS[0]);
-    if !args.quick {
-        patterns.push(TWO_ARRAYS[1]);
+    let mut reports = Vec::new();
+    let mut findings = Vec::new();
+    for (index, (layout, kind)) in layouts.iter().enumerate() {
+        let sweep = index + 1 == layouts.len();
+        let (report, mut found) = enwrich_layout(args, &setup, layout, kind, sweep)?;
+        reports.push(report);
+        findings.append(&mut found);
     }
-    let patterns = &patterns[..];
-    let cache_bytes = file_bytes / 4 / MEMBERS;
-    let records = [8192u64, 512];
-    let mut common = common(args, "sim:hp97560", vec![4]);
+    if !args.json {
+        println!(
+            "(ENWRICH: {} writers, 4 sim:hp97560 servers, {} KiB file, {} KiB cache per writer, median of {} runs)",
+            MEMBERS,
+            setup.file_bytes >> 10,
+            setup.cache_bytes >> 10,
+            args.runs
+        );
+    }
+    Ok((reports, findings))
+}
+
+/// What every layout of `paper enwrich` runs.
+struct EnwrichSetup {
+    file_bytes: u64,
+    cache_bytes: u64,
+    records: Vec<u64>,
+    workloads: Vec<super::hpf::Workload>,
+}
+
+impl EnwrichSetup {
+    fn new(args: &PaperArgs) -> EnwrichSetup {
+        use super::enwrich::MEMBERS;
+        use super::hpf::{Workload, PATTERNS, TWO_ARRAYS};
+        let (file_bytes, mut workloads): (u64, Vec<Workload>) = if args.quick {
+            (256 << 10, PATTERNS[..2].iter().map(|p| Workload::One(*p)).collect())
+        } else {
+            (8 << 20, PATTERNS.iter().map(|p| Workload::One(*p)).collect())
+        };
+        workloads.extend(if args.quick { &TWO_ARRAYS[..1] } else { &TWO_ARRAYS[..] });
+        EnwrichSetup {
+            file_bytes,
+            cache_bytes: file_bytes / 4 / MEMBERS,
+            records: vec![8192, 512],
+            workloads,
+        }
+    }
+}
+
+/// Median MB/s of each (record, workload, method) measured on one layout.
+type EnwrichRates = Vec<(u64, String, super::enwrich::Method, f64)>;
+
+/// `paper enwrich` on one disk layout: its report and findings.
+fn enwrich_layout(
+    args: &PaperArgs,
+    setup: &EnwrichSetup,
+    layout: &str,
+    kind: &str,
+    sweep: bool,
+) -> anyhow::Result<(Report, Vec<Finding>)> {
+    use super::enwrich::{run_once, Method, Point, MEMBERS};
+    let mut common = common(args, kind, vec![4]);
+    common.target_kind = kind.to_string();
     // The paper's IOP cache for TC: two buffers per writer per disk (of the store's 32 KiB
     // blocks); ENWRICH's flushes go through the same cache.
     common.cache_bytes = 2 * MEMBERS * (32 << 10);
     let cluster = super::start_cluster(&common, 4)?;
     let mut points = Vec::new();
-    let mut rates: Vec<(u64, String, Method, f64)> = Vec::new();
-    for &record_bytes in &records {
-        for pattern in patterns {
+    let mut rates: EnwrichRates = Vec::new();
+    for &record_bytes in &setup.records {
+        for workload in &setup.workloads {
             for method in [Method::Traditional, Method::Enwrich] {
-                let point = Point { workload: *pattern, record_bytes, file_bytes, cache_bytes, method };
+                let point = Point {
+                    workload: *workload,
+                    record_bytes,
+                    file_bytes: setup.file_bytes,
+                    cache_bytes: setup.cache_bytes,
+                    method,
+                };
                 let mut seconds = Vec::new();
                 for run in 0..args.runs.max(1) {
                     seconds.push(run_once(&cluster, point, run)?);
                 }
-                let mb_s: Vec<f64> = seconds.iter().map(|s| ratio(point.bytes() as f64, *s) / 1e6).collect();
-                let mut sorted = mb_s.clone();
-                sorted.sort_by(|a, b| a.total_cmp(b));
-                rates.push((record_bytes, pattern.name(), method, sorted[sorted.len() / 2]));
+                let mut mb_s: Vec<f64> =
+                    seconds.iter().map(|s| ratio(point.bytes() as f64, *s) / 1e6).collect();
+                mb_s.sort_by(|a, b| a.total_cmp(b));
+                rates.push((record_bytes, workload.name(), method, mb_s[mb_s.len() / 2]));
                 points.push(PointResult {
                     params: vec![
+                        ("layout".into(), json!(layout)),
                         ("record_bytes".into(), json!(record_bytes)),
-                        ("pattern".into(), json!(pattern.name())),
+                        ("pattern".into(), json!(workload.name())),
                         ("method".into(), json!(method.name())),
                     ],
                     rates: seconds.iter().map(|s| ratio(point.bytes() as f64, *s)).collect(),
@@ -592,75 +656,112 @@ fn enwrich(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             }
         }
     }
-    // Fig. 6: ENWRICH with half, the same and twice the cache per writer (paper: 0.5, 1, 2 MB).
-    // (Quick runs use 512-byte records: their halved cache is smaller than an 8 KiB record.)
+    let swept = if sweep { enwrich_sweep(args, setup, &cluster)? } else { Vec::new() };
+    cluster.stop();
+    if !args.json {
+        print_enwrich_rates(setup, layout, &rates);
+    }
+    let mut findings = enwrich_findings(setup, layout, &rates);
+    if sweep {
+        findings.push(sweep_finding(setup, &swept));
+    }
+    let facts = vec![
+        ("target_kind".into(), json!(kind)),
+        ("layout".into(), json!(layout)),
+        ("servers".into(), json!(4)),
+        ("writers".into(), json!(MEMBERS)),
+        ("file_bytes".into(), json!(setup.file_bytes)),
+        ("cache_bytes_per_writer".into(), json!(setup.cache_bytes)),
+        ("runs".into(), json!(args.runs)),
+    ];
+    Ok((Report { workload: format!("enwrich-{layout}"), points, facts }, findings))
+}
+
+fn enwrich_rate(rates: &EnwrichRates, record: u64, workload: &str, method: super::enwrich::Method) -> f64 {
+    rates.iter().find(|r| r.0 == record && r.1 == workload && r.2 == method).map_or(0.0, |r| r.3)
+}
+
+fn print_enwrich_rates(setup: &EnwrichSetup, layout: &str, rates: &EnwrichRates) {
+    use super::enwrich::Method;
+    let figure = if layout == "random-blocks" { "Fig. 4" } else { "Fig. 5" };
+    println!("== ENWRICH {figure}, {layout} layout: MB/s");
+    println!("{:<8} {:<8} {:>10} {:>10} {:>8}", "record", "pattern", "TC", "ENWRICH", "ratio");
+    for &record in &setup.records {
+        for workload in &setup.workloads {
+            let name = workload.name();
+            let (tc, en) = (
+                enwrich_rate(rates, record, &name, Method::Traditional),
+                enwrich_rate(rates, record, &name, Method::Enwrich),
+            );
+            println!("{:<8} {:<8} {:>10.2} {:>10.2} {:>8.2}", record, name, tc, en, ratio(en, tc));
+        }
+    }
+    println!();
+}
+
+/// Per record size: ENWRICH over TC, averaged over the workloads but `wnn`, and for `wnn`.
+fn enwrich_findings(setup: &EnwrichSetup, layout: &str, rates: &EnwrichRates) -> Vec<Finding> {
+    use super::enwrich::Method;
+    let (paper, paper_ratio) = if layout == "random-blocks" {
+        ("~1.5 (Fig. 4: 7-8 vs <= 5.3 MB/s)", 1.5)
+    } else {
+        ("~3 (Fig. 5: ~30 vs 9-10 MB/s)", 3.0)
+    };
+    let over = |record: u64, name: &str| {
+        ratio(
+            enwrich_rate(rates, record, name, Method::Enwrich),
+            enwrich_rate(rates, record, name, Method::Traditional),
+        )
+    };
+    let mut findings = Vec::new();
+    for &record in &setup.records {
+        let others: Vec<f64> =
+            setup.workloads.iter().filter(|w| w.name() != "wnn").map(|w| over(record, &w.name())).collect();
+        findings.push(Finding {
+            what: format!("{layout}, {record} B records: ENWRICH over TC, mean of patterns but wnn"),
+            paper: paper.into(),
+            paper_ratio,
+            ours: others.iter().sum::<f64>() / others.len().max(1) as f64,
+        });
+        findings.push(Finding {
+            what: format!("{layout}, {record} B records: ENWRICH over TC, wnn"),
+            paper: "<1 (Figs. 4/5: TC wins wnn)".into(),
+            paper_ratio: 0.5,
+            ours: over(record, "wnn"),
+        });
+    }
+    findings
+}
+
+/// Fig. 6: ENWRICH with half, the same and twice the cache per writer (paper: 0.5, 1, 2 MB):
+/// (workload, cache bytes, median MB/s). Quick runs use 512-byte records: their halved cache
+/// is smaller than an 8 KiB record.
+fn enwrich_sweep(
+    args: &PaperArgs,
+    setup: &EnwrichSetup,
+    cluster: &super::cluster::Cluster,
+) -> anyhow::Result<Vec<(String, u64, f64)>> {
+    use super::enwrich::{run_once, Method, Point};
+    use super::hpf::{Workload, PATTERNS};
     let (sweep_patterns, sweep_record) =
         if args.quick { (&PATTERNS[1..2], 512) } else { (&PATTERNS[1..4], 8192) };
-    let mut sweep: Vec<(String, u64, f64)> = Vec::new();
+    let mut sweep = Vec::new();
     for pattern in sweep_patterns {
-        for cache in [cache_bytes / 2, cache_bytes, cache_bytes * 2] {
+        for cache in [setup.cache_bytes / 2, setup.cache_bytes, setup.cache_bytes * 2] {
             let point = Point {
                 workload: Workload::One(*pattern),
                 record_bytes: sweep_record,
-                file_bytes,
+                file_bytes: setup.file_bytes,
                 cache_bytes: cache,
                 method: Method::Enwrich,
             };
             let mut mb_s: Vec<f64> = Vec::new();
             for run in 0..args.runs.max(1) {
-                mb_s.push(ratio(point.bytes() as f64, run_once(&cluster, point, run)?) / 1e6);
+                mb_s.push(ratio(point.bytes() as f64, run_once(cluster, point, run)?) / 1e6);
             }
             mb_s.sort_by(|a, b| a.total_cmp(b));
             sweep.push((pattern.name(), cache, mb_s[mb_s.len() / 2]));
         }
-    }
-    cluster.stop();
-    let rate = |record: u64, pattern: &str, method: Method| {
-        rates.iter().find(|r| r.0 == record && r.1 == pattern && r.2 == method).map_or(0.0, |r| r.3)
-    };
-    if !args.json {
-        println!("== ENWRICH Figs. 4/5: MB/s (median of {}), {} writers, 4 sim:hp97560 servers, {} KiB file, {} KiB cache per writer", args.runs, MEMBERS, file_bytes >> 10, cache_bytes >> 10);
-        println!("{:<8} {:<8} {:>10} {:>10} {:>8}", "record", "pattern", "TC", "ENWRICH", "ratio");
-        for &record in &records {
-            for pattern in patterns {
-                let (tc, en) = (
-                    rate(record, &pattern.name(), Method::Traditional),
-                    rate(record, &pattern.name(), Method::Enwrich),
-                );
-                println!(
-                    "{:<8} {:<8} {:>10.2} {:>10.2} {:>8.2}",
-                    record,
-                    pattern.name(),
-                    tc,
-                    en,
-                    ratio(en, tc)
-                );
-            }
-        }
-        println!();
-    }
-    let mut findings = Vec::new();
-    for &record in &records {
-        let others: Vec<f64> = patterns
-            .iter()
-            .filter(|p| p.name() != "wnn")
-            .map(|p| {
-                ratio(rate(record, &p.name(), Method::Enwrich), rate(record, &p.name(), Method::Traditional))
-            })
-            .collect();
-        let mean = others.iter().sum::<f64>() / others.len().max(1) as f64;
-        findings.push(Finding {
-            what: format!("{record} B records: ENWRICH over TC, mean of patterns but wnn"),
-            paper: "~3 (Fig. 5: ~30 vs 9-10 MB/s)".into(),
-            paper_ratio: 3.0,
-            ours: mean,
-        });
-        findings.push(Finding {
-            what: format!("{record} B records: ENWRICH over TC, wnn"),
-            paper: "<1 (Figs. 4/5: TC wins wnn)".into(),
-            paper_ratio: 0.5,
-            ours: ratio(rate(record, "wnn", Method::Enwrich), rate(record, "wnn", Method::Traditional)),
-        });
     }
     if !args.json {
         println!("== ENWRICH Fig. 6: MB/s with the cache per writer halved, as is, doubled ({sweep_record} B records)");
@@ -669,26 +770,23 @@ fn enwrich(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
         }
         println!();
     }
+    Ok(sweep)
+}
+
+fn sweep_finding(setup: &EnwrichSetup, sweep: &[(String, u64, f64)]) -> Finding {
     let swept = |pattern: &str, cache: u64| {
         sweep.iter().find(|s| s.0 == pattern && s.1 == cache).map_or(0.0, |s| s.2)
     };
-    let gains: Vec<f64> = sweep_patterns
+    let mut names: Vec<&String> = sweep.iter().map(|s| &s.0).collect();
+    names.dedup();
+    let gains: Vec<f64> = names
         .iter()
-        .map(|p| ratio(swept(&p.name(), cache_bytes * 2), swept(&p.name(), cache_bytes / 2)))
+        .map(|p| ratio(swept(p, setup.cache_bytes * 2), swept(p, setup.cache_bytes / 2)))
         .collect();
-    findings.push(Finding {
+    Finding {
         what: "ENWRICH, 4x the cache per writer: speedup, mean".into(),
         paper: ">1: rises with the cache (Fig. 6)".into(),
         paper_ratio: 1.2,
         ours: gains.iter().sum::<f64>() / gains.len().max(1) as f64,
-    });
-    let facts = vec![
-        ("target_kind".into(), json!(common.target_kind)),
-        ("servers".into(), json!(4)),
-        ("writers".into(), json!(MEMBERS)),
-        ("file_bytes".into(), json!(file_bytes)),
-        ("cache_bytes_per_writer".into(), json!(cache_bytes)),
-        ("runs".into(), json!(args.runs)),
-    ];
-    Ok((vec![Report { workload: "enwrich".into(), points, facts }], findings))
+    }
 }
