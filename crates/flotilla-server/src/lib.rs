@@ -18,7 +18,7 @@ mod execute;
 mod flush;
 mod flush_plan;
 mod membership;
-mod metrics;
+pub mod metrics;
 pub mod scheduler;
 mod server;
 

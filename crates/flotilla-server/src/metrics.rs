@@ -75,7 +75,7 @@ struct TargetCounters {
 
 /// The server's live counters.
 #[derive(Debug)]
-pub(crate) struct ServerMetrics {
+pub struct ServerMetrics {
     started: Instant,
     total: JobCounters,
     latency: [LatencyHistogram; KINDS.len()],
