@@ -35,6 +35,14 @@ pub struct MountArgs {
     /// Mount read-only.
     #[arg(long)]
     read_only: bool,
+    /// ENWRICH mode for POSIX programs: a file opened write-only by a process whose
+    /// environment names a job (FLOTILLA_JOB_NAME and FLOTILLA_JOB_SIZE, or SLURM's or an
+    /// MPI launcher's variables) is cached in the mount and flushed by the whole job at once.
+    #[arg(long)]
+    enwrich: bool,
+    /// The log cache of each file opened in ENWRICH mode (bytes; k, m, g suffixes).
+    #[arg(long, value_parser = crate::bench::parse_size)]
+    enwrich_cache_bytes: Option<u64>,
     /// Serve the mount's client metrics on this address (`HOST:PORT`, path /metrics).
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -59,6 +67,8 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
         config.write_behind_piece_bytes_max = config.write_behind_piece_bytes_max.min(bytes);
     }
     config.read_only = args.read_only;
+    config.enwrich = args.enwrich;
+    config.enwrich_cache_bytes = args.enwrich_cache_bytes.unwrap_or(config.enwrich_cache_bytes);
     if let Some(listen) = &args.metrics_listen {
         crate::keys::set_metrics_listen(listen);
     }

@@ -359,3 +359,72 @@ fn reads_update_atime_by_the_mount_rule() {
     fs::read(strict.path("f")).unwrap();
     assert!(atime(&strict) > updated, "strictatime did not update the atime");
 }
+
+/// A writer process for the ENWRICH test: opens `path` write-only, writes `length` bytes of
+/// `byte` at `offset`, says so, and closes the file when told to (a line on stdin).
+const ENWRICH_WRITER: &str = r#"
+import os, sys
+path, offset, byte, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+fd = os.open(path, os.O_WRONLY)
+os.pwrite(fd, bytes([byte]) * length, offset)
+print("written", flush=True)
+sys.stdin.readline()
+os.close(fd)
+print("closed", flush=True)
+"#;
+
+/// ENWRICH through the mount (`--enwrich`): two processes whose environment names a job of
+/// two open one file write-only; their writes, which this mount (no write-behind) would
+/// otherwise send at once, stay in the mount's log caches until the job flushes; an open of
+/// the file for reading through the mount flushes the job first, and both closes succeed.
+#[test]
+fn enwrich_mount_holds_a_jobs_writes_until_the_job_flushes() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    const PART: usize = 1 << 20;
+    let cluster = Cluster::start(2);
+    let mount = Mount::start_with(&cluster.meta_addr(), &["--enwrich", "--write-behind-bytes", "0"]);
+    let path = mount.path("out");
+    fs::write(&path, b"").unwrap();
+    let job = format!("posix-test-{}", std::process::id());
+    let mut writers: Vec<_> = [(0usize, 0xA1u8), (1, 0xB2)]
+        .iter()
+        .map(|(index, byte)| {
+            let mut child = Command::new("python3")
+                .args(["-c", ENWRICH_WRITER, common::path(&path)])
+                .args([(index * PART).to_string(), byte.to_string(), PART.to_string()])
+                .env("FLOTILLA_JOB_NAME", &job)
+                .env("FLOTILLA_JOB_SIZE", "2")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start python3");
+            let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+            assert_eq!(lines.next().unwrap().unwrap(), "written");
+            (child, lines)
+        })
+        .collect();
+    // Both writes are in the mount's ENWRICH caches: the servers hold nothing yet.
+    let client = cluster.client();
+    let file = client.open("/out").unwrap();
+    let mut seen = vec![0x55u8; 2 * PART];
+    // A read of the subfiles' bytes whatever size the metadata service has published.
+    file.read_shape(&flotilla_client::Shape::contiguous(0, 2 * PART as u64), &mut seen).unwrap();
+    assert!(seen.iter().all(|b| *b == 0), "ENWRICH writes reached the servers before a flush");
+    // Opening for reading through the mount flushes the job (flush-on-read).
+    let read = fs::read(&path).unwrap();
+    assert_eq!(read.len(), 2 * PART);
+    assert!(read[..PART].iter().all(|b| *b == 0xA1) && read[PART..].iter().all(|b| *b == 0xB2));
+    for (child, lines) in &mut writers {
+        writeln!(child.stdin.as_mut().unwrap()).unwrap();
+        assert_eq!(lines.next().unwrap().unwrap(), "closed");
+    }
+    for (mut child, _) in writers {
+        assert!(child.wait().unwrap().success());
+    }
+    let after = client.open("/out").unwrap();
+    assert_eq!(after.size(), 2 * PART as u64);
+    let mut data = vec![0u8; 2 * PART];
+    after.read_at(0, &mut data).unwrap();
+    assert_eq!(data, read);
+}

@@ -28,6 +28,11 @@ pub struct MountConfig {
     pub atime: crate::AtimeMode,
     /// Mount read-only (`ro`): the kernel refuses every change with EROFS.
     pub read_only: bool,
+    /// ENWRICH mode (`enwrich`): a file opened write-only by a process whose environment
+    /// names a job is opened in ENWRICH mode (see `enwrich.rs`).
+    pub enwrich: bool,
+    /// The log cache of each file opened in ENWRICH mode, in bytes.
+    pub enwrich_cache_bytes: u64,
 }
 
 impl Default for MountConfig {
@@ -44,6 +49,8 @@ impl Default for MountConfig {
             allow_other: None,
             atime: crate::AtimeMode::RelAtime,
             read_only: false,
+            enwrich: false,
+            enwrich_cache_bytes: 4 << 20,
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct FlotillaFs {
     pub(crate) listing_entries_max: usize,
     /// When reads update access times.
     pub(crate) atime: crate::AtimeMode,
+    /// `Some(log cache bytes)` with the `enwrich` option.
+    pub(crate) enwrich_cache_bytes: Option<u64>,
 }
 
 impl FlotillaFs {
@@ -61,6 +63,7 @@ impl FlotillaFs {
             ttl: Duration::from_millis(config.attr_timeout_ms),
             listing_entries_max: config.listing_entries_max,
             atime: config.atime,
+            enwrich_cache_bytes: config.enwrich.then_some(config.enwrich_cache_bytes),
         }
     }
 
@@ -228,8 +231,8 @@ impl Filesystem for FlotillaFs {
         self.reply_entry(reply, self.hard_link(ino.0, newparent.0, newname));
     }
 
-    fn open(&self, _request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.open_file(ino.0, flags.0) {
+    fn open(&self, request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_file(ino.0, flags.0, request.pid()) {
             Ok(handle) => reply.opened(FileHandle(handle), open_flags()),
             Err(errno) => reply.error(errno),
         }

@@ -15,6 +15,7 @@
 mod atime;
 mod config;
 mod convert;
+mod enwrich;
 mod fs;
 mod handles;
 mod names;

@@ -274,7 +274,7 @@ impl FlotillaFs {
             Err(error) => return Err(failed(error)),
         };
         let entry: EntryInfo = file.entry().clone();
-        let handle = self.insert_open(file, flags)?;
+        let handle = self.insert_open(file, flags, request.pid())?;
         Ok((self.attr_of(&entry), handle))
     }
 }

@@ -17,7 +17,7 @@ use crate::convert::is_transport;
 use crate::fs::FlotillaFs;
 use crate::names::failed;
 use crate::write_behind::Buffered;
-use flotilla_client::{ClientError, File, Shape};
+use flotilla_client::{ClientError, EnwrichFile, File, Shape};
 use fuser::Errno;
 use std::collections::HashMap;
 
@@ -36,6 +36,8 @@ pub struct OpenFile {
     setid: std::sync::atomic::AtomicBool,
     /// A read went through this handle already (relatime looks at the first only).
     read_once: std::sync::atomic::AtomicBool,
+    /// Opened in ENWRICH mode (`enwrich.rs`): writes go to this log cache; taken at release.
+    enwrich: parking_lot::Mutex<Option<EnwrichFile>>,
 }
 
 impl OpenFile {
@@ -97,17 +99,38 @@ impl SizeTable {
 }
 
 impl FlotillaFs {
-    pub(crate) fn open_file(&self, ino: u64, flags: i32) -> Result<u64, Errno> {
+    pub(crate) fn open_file(&self, ino: u64, flags: i32, pid: u32) -> Result<u64, Errno> {
         let file = self.retrying(|| self.client.open_id(ino)).map_err(failed)?;
-        self.insert_open(file, flags)
+        self.insert_open(file, flags, pid)
     }
 
-    pub(crate) fn insert_open(&self, file: File, flags: i32) -> Result<u64, Errno> {
+    /// Registers an open of `file` by process `pid`: in ENWRICH mode if the mount has the
+    /// option, the open is write-only and the process's environment names a job; otherwise
+    /// after flushing the mount's ENWRICH handles on the file (flush-on-read).
+    pub(crate) fn insert_open(&self, file: File, flags: i32, pid: u32) -> Result<u64, Errno> {
         let (ino, size) = (file.id(), file.size());
+        let job = match self.enwrich_cache_bytes {
+            Some(cache_bytes) if flags & libc::O_ACCMODE == libc::O_WRONLY => {
+                crate::enwrich::job_of_process(pid, cache_bytes)
+            }
+            _ => None,
+        };
+        let enwrich = match job {
+            Some(options) => {
+                tracing::info!(ino, pid, job = %options.job_name, size = options.job_size, "opened in ENWRICH mode");
+                Some(self.client.enwrich_file(file.clone(), &options).map_err(failed)?)
+            }
+            None => {
+                self.client.flush_enwrich(ino).map_err(failed)?;
+                None
+            }
+        };
         let sync_writes = flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
         let setid = crate::privileges::killed_mode(file.entry().attrs.mode).is_some().into();
         let read_once = false.into();
-        let open = OpenFile { ino, file: parking_lot::RwLock::new(file), sync_writes, setid, read_once };
+        let enwrich = parking_lot::Mutex::new(enwrich);
+        let open =
+            OpenFile { ino, file: parking_lot::RwLock::new(file), sync_writes, setid, read_once, enwrich };
         let handle = self.files.insert(open)?;
         self.sizes.opened(ino, size);
         Ok(handle)
@@ -187,7 +210,12 @@ impl FlotillaFs {
             return Ok(0);
         }
         let written = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
-        if open.sync_writes {
+        if let Some(enwrich) = open.enwrich.lock().as_ref() {
+            enwrich.write_at(offset, data).map_err(failed)?;
+            if open.sync_writes {
+                enwrich.sync().map_err(failed)?;
+            }
+        } else if open.sync_writes {
             self.send_buffered(&open)?;
             self.with_file(&open, |file| file.write_at(offset, data).and_then(|()| file.sync()))?;
         } else {
@@ -206,8 +234,12 @@ impl FlotillaFs {
         self.publish(&open)
     }
 
-    /// Sends the buffered writes, then publishes the size and mtime they gave the file.
+    /// Sends the buffered writes, then publishes the size and mtime they gave the file. In
+    /// ENWRICH mode: flushes the job durably (which publishes the size).
     fn publish(&self, open: &OpenFile) -> Result<(), Errno> {
+        if let Some(enwrich) = open.enwrich.lock().as_ref() {
+            return enwrich.sync().map_err(failed);
+        }
         let sent = self.send_buffered(open);
         let file = open.file();
         let published = self.retrying(|| file.flush()).map_err(failed);
@@ -216,7 +248,12 @@ impl FlotillaFs {
 
     pub(crate) fn release_file(&self, handle: u64) -> Result<(), Errno> {
         let Some(open) = self.files.remove(handle) else { return Ok(()) };
-        let published = self.publish(&open);
+        let enwrich = open.enwrich.lock().take();
+        let published = match enwrich {
+            // Flushes what is left, leaves the job and stops its watcher.
+            Some(enwrich) => enwrich.close().map_err(failed),
+            None => self.publish(&open),
+        };
         if self.sizes.released(open.ino) {
             self.write_behind.forget(open.ino);
         }
@@ -225,6 +262,9 @@ impl FlotillaFs {
 
     pub(crate) fn sync_file(&self, handle: u64) -> Result<(), Errno> {
         let open = self.files.get(handle)?;
+        if let Some(enwrich) = open.enwrich.lock().as_ref() {
+            return enwrich.sync().map_err(failed);
+        }
         self.send_buffered(&open)?;
         self.with_file(&open, |file| file.sync())?;
         self.write_behind.failure(open.ino)

@@ -68,7 +68,13 @@ impl EnwrichOptions {
     /// those, SLURM's `SLURM_JOB_ID`.`SLURM_STEP_ID` and `SLURM_NTASKS`, or the size from
     /// MPI launchers' `OMPI_COMM_WORLD_SIZE` (Open MPI) or `PMI_SIZE` (MPICH's Hydra).
     pub fn from_env() -> Option<EnwrichOptions> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        EnwrichOptions::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The job as [`EnwrichOptions::from_env`] finds it, from the variables `lookup` returns
+    /// (the mount reads another process's environment this way).
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Option<EnwrichOptions> {
+        let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
         let name = var(JOB_NAME_ENV).or_else(|| {
             let job = var("SLURM_JOB_ID")?;
             Some(format!("slurm-{job}.{}", var("SLURM_STEP_ID").unwrap_or_else(|| "0".into())))
@@ -137,8 +143,15 @@ impl Client {
         EnwrichFile::join(file, options.clone())
     }
 
-    /// Flushes this process's ENWRICH handles on file `id` (flush-on-read).
-    pub(crate) fn flush_enwrich(&self, id: u64) -> Result<(), ClientError> {
+    /// Opens, in ENWRICH mode, a file already open as `file` (the mount opens by id).
+    pub fn enwrich_file(&self, file: File, options: &EnwrichOptions) -> Result<EnwrichFile, ClientError> {
+        EnwrichFile::join(file, options.clone())
+    }
+
+    /// Flushes this process's ENWRICH handles on file `id` durably (flush-on-read): `open`
+    /// does it; a caller that opens by id (the mount) calls it before opening other than in
+    /// ENWRICH mode.
+    pub fn flush_enwrich(&self, id: u64) -> Result<(), ClientError> {
         let key = (Arc::as_ptr(&self.core) as usize, id);
         let handle = registry().lock().get(&key).and_then(Weak::upgrade);
         match handle {
