@@ -35,6 +35,10 @@ pub struct ServerConfig {
     pub fd_cache_max: usize,
     /// Dirty blocks older than this are written back.
     pub dirty_age_max_ms: u64,
+    /// The WriteFull policy (the ENWRICH paper's traditional-caching baseline): a cached block
+    /// goes to disk as soon as writes have covered all of it; off (the default), dirty blocks
+    /// are written back on eviction, sync and age.
+    pub write_full: bool,
     /// Heartbeat period, unless the metadata service asks for another.
     pub heartbeat_ms: u64,
     /// A connection silent this long with nothing in flight is closed.
@@ -98,6 +102,7 @@ impl Default for ServerConfig {
             disk_queue_max: 4096,
             fd_cache_max: 256,
             dirty_age_max_ms: 5000,
+            write_full: false,
             heartbeat_ms: 1000,
             idle_timeout_ms: 600_000,
             frame_read_timeout_ms: 30_000,

@@ -167,6 +167,7 @@ async fn open_store(config: &ServerConfig) -> anyhow::Result<Store> {
     store_config.cache_capacity_bytes = config.cache_capacity_bytes;
     store_config.disk_queue_max = config.disk_queue_max;
     store_config.fd_cache_max = config.fd_cache_max;
+    store_config.write_full = config.write_full;
     let store = tokio::task::spawn_blocking(move || Store::open(store_config)).await?;
     store.context("open storage targets")
 }

@@ -226,6 +226,20 @@ impl BlockCache {
         slots.into_iter().map(|slot| state.take_for_writeback(slot)).collect()
     }
 
+    /// Pins for write-back those of `blocks` of fork `fork_serial` that are cached and dirty
+    /// (the WriteFull policy).
+    pub(crate) fn take_dirty_blocks(&self, fork_serial: u64, blocks: &[u64]) -> Vec<WritebackItem> {
+        let mut state = self.state.lock();
+        let mut items = Vec::new();
+        for &block in blocks {
+            let Some(&slot) = state.index.get(&BlockKey { fork_serial, block }) else { continue };
+            if state.metas[slot as usize].dirty {
+                items.push(state.take_for_writeback(slot));
+            }
+        }
+        items
+    }
+
     /// Pins for write-back the blocks dirty since `cutoff` or earlier (none if `None`), and,
     /// while more than `dirty_bytes_high_max` are dirty, the oldest ones until at most half
     /// of it are.
@@ -467,11 +481,14 @@ impl CacheState {
         items
     }
 
-    /// Pins a dirty block and clears its dirty flag: the write-back owns it now.
+    /// Pins a dirty block and clears its dirty flag: the write-back owns it now. The fork
+    /// counts the write-back from here (not from its submission), so a `sync` of the fork
+    /// that no longer sees the block dirty waits for it.
     fn take_for_writeback(&mut self, slot: u32) -> WritebackItem {
         let meta = &mut self.metas[slot as usize];
         debug_assert!(meta.dirty);
         let (key, fork) = meta.mapping.clone().expect("a dirty slot is mapped");
+        fork.writeback_started();
         meta.dirty = false;
         meta.refs += 1;
         self.dirty_fifo.remove(slot);

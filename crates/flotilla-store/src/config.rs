@@ -35,6 +35,9 @@ pub struct StoreConfig {
     pub dirty_bytes_high_max: u64,
     /// Most fdatasyncs `sync_many` and `flush_all` run at once (one thread each).
     pub sync_threads_max: usize,
+    /// The WriteFull policy: a block goes to disk as soon as writes covered all of it
+    /// (`write_full.rs`).
+    pub write_full: bool,
 }
 
 impl Default for StoreConfig {
@@ -50,6 +53,7 @@ impl Default for StoreConfig {
             fork_bytes_max: 1 << 50,
             dirty_bytes_high_max: 32 << 20,
             sync_threads_max: 16,
+            write_full: false,
         }
     }
 }

@@ -55,6 +55,7 @@ mod target;
 mod target_id_file;
 mod target_runtime;
 mod window;
+mod write_full;
 mod writeback;
 
 pub use backend::ForkBackend;

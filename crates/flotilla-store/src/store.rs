@@ -25,6 +25,7 @@ use crate::stats::{bump, Counters, StoreStats};
 use crate::target::{Target, TargetUsage};
 use crate::target_id_file::CHECKSUM_BLOCK_BYTES_DEFAULT;
 use crate::target_runtime::TargetRuntime;
+use crate::write_full::WriteFull;
 use crate::writeback::write_back;
 use flotilla_types::{FileId, SubfileIndex, TargetId};
 use parking_lot::Mutex;
@@ -38,7 +39,9 @@ use std::time::{Duration, Instant};
 pub struct Store {
     config: StoreConfig,
     counters: Arc<Counters>,
-    cache: BlockCache,
+    cache: Arc<BlockCache>,
+    /// The WriteFull policy, when configured.
+    write_full: Option<WriteFull>,
     fds: Arc<FdCache>,
     targets: Vec<TargetRuntime>,
     window_blocks_max: usize,
@@ -53,7 +56,14 @@ impl Store {
         let counters = Arc::new(Counters::default());
         let cache_blocks = config.cache_blocks() as usize;
         let pool = Arc::new(SlotPool::new(cache_blocks, config.block_bytes as usize));
-        let cache = BlockCache::new(pool.clone(), counters.clone());
+        let cache = Arc::new(BlockCache::new(pool.clone(), counters.clone()));
+        let write_full = match config.write_full {
+            true => Some(
+                WriteFull::start(cache.clone(), cache_blocks)
+                    .map_err(|error| StoreError::io("start the write-full thread", error))?,
+            ),
+            false => None,
+        };
         let fds = Arc::new(FdCache::new(config.fd_cache_max));
         let limits = DiskLimits {
             queue_ops_max: config.disk_queue_max,
@@ -86,6 +96,7 @@ impl Store {
             config,
             counters,
             cache,
+            write_full,
             fds,
             targets,
         })
@@ -147,6 +158,9 @@ impl Store {
             bump(&self.counters.reservations, 1);
         }
         request::write(self.engine(), &live, extents, data)?;
+        if let Some(write_full) = &self.write_full {
+            write_full.wrote(&self.cache, live.serial(), extents, 1 << self.block_shift);
+        }
         bump(&self.counters.write_requests, 1);
         bump(&self.counters.write_bytes, data.len() as u64);
         Ok(())

@@ -36,7 +36,7 @@ fn submit_grouped(items: &[WritebackItem], ticket: &Arc<Completion>) {
         let ops: Vec<DiskOp> = group
             .iter()
             .map(|item| {
-                item.fork.writeback_started();
+                // Counted as started when it was taken (`BlockCache::take_for_writeback`).
                 DiskOp {
                     fork: item.fork.clone(),
                     block: item.block,

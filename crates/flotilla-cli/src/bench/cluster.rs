@@ -16,12 +16,22 @@ use std::time::{Duration, Instant};
 /// Fast heartbeats, so restarted servers are seen quickly; every process (workers too) uses
 /// the client's integrity setting, so `[client] integrity = "none"` measures without tags;
 /// the servers count for metrics unless `[server] metrics = false` (to measure the counting).
+/// Whether embedded clusters started from now on run their servers with the WriteFull
+/// cache policy (`[server] write_full`; `paper enwrich` sets it for the paper's baseline).
+static SERVER_WRITE_FULL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_server_write_full(on: bool) {
+    SERVER_WRITE_FULL.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn config_text(integrity: flotilla_auth::Integrity) -> String {
     let integrity = integrity.name();
     let metrics = crate::keys::server_metrics();
+    let write_full = SERVER_WRITE_FULL.load(std::sync::atomic::Ordering::Relaxed);
     format!(
         "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\nintegrity = \"{integrity}\"\n\n\
-         [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\nmetrics = {metrics}\n\n\
+         [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\nmetrics = {metrics}\n\
+         write_full = {write_full}\n\n\
          [client]\nintegrity = \"{integrity}\"\n"
     )
 }

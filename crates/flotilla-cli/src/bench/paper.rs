@@ -620,9 +620,13 @@ fn enwrich_layout(
     let mut common = common(args, kind, vec![4]);
     common.target_kind = kind.to_string();
     // The paper's IOP cache for TC: two buffers per writer per disk (of the store's 32 KiB
-    // blocks); ENWRICH's flushes go through the same cache.
+    // blocks) with its WriteFull policy (a block goes to disk once wholly written); ENWRICH's
+    // flushes go through the same cache.
     common.cache_bytes = 2 * MEMBERS * (32 << 10);
-    let cluster = super::start_cluster(&common, 4)?;
+    super::cluster::set_server_write_full(true);
+    let cluster = super::start_cluster(&common, 4);
+    super::cluster::set_server_write_full(false);
+    let cluster = cluster?;
     let mut points = Vec::new();
     let mut rates: EnwrichRates = Vec::new();
     for &record_bytes in &setup.records {
