@@ -280,9 +280,18 @@ async fn write_replies(
             }
             next = queue.try_recv().ok();
         }
-        if !matches!(tokio::time::timeout(reply_stall, writer.flush()).await, Ok(Ok(()))) {
-            tracing::warn!(?reply_stall, "dropping metadata connection: replies not flushed in time");
-            return;
+        match tokio::time::timeout(reply_stall, writer.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                // The client went away (closed, reset) with replies still to send: normal
+                // when a process exits in the middle of a long poll.
+                tracing::debug!(%error, "metadata connection closed by the client before its replies");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(?reply_stall, "dropping metadata connection: replies not flushed in time");
+                return;
+            }
         }
     }
     let _ = writer.shutdown().await;
