@@ -94,7 +94,8 @@ impl State {
             | MetaRequest::UnlinkAt { .. }
             | MetaRequest::RmdirAt { .. }
             | MetaRequest::RenameAt { .. }
-            | MetaRequest::ReaddirId { .. }) => return self.dispatch_at(request, asker, now),
+            | MetaRequest::ReaddirId { .. }
+            | MetaRequest::ReaddirPlusId { .. }) => return self.dispatch_at(request, asker, now),
             MetaRequest::Lookup { path } => {
                 MetaReply::Entry(self.granted(ns.lookup_as(who, &path).map_err(wire)?, asker))
             }
