@@ -12,7 +12,15 @@
 
 use crate::entry::{DirEntry, DirEntryPlus, Entry};
 use crate::error::NamespaceError;
-use crate::group::{Group, GroupCommit, Turn};
+use crate::group::{Batch, Group, GroupCommit, Turn};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+thread_local! {
+    /// Inside `with_deferred_ack` on this thread: the batches whose durability is awaited
+    /// at its end.
+    static DEFERRED: RefCell<Option<Vec<Arc<Batch>>>> = const { RefCell::new(None) };
+}
 use crate::record::{Body, Inode};
 use crate::schema::{ROOT_ID, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use crate::tables::{ReadTables, Source, WriteTables};
@@ -107,12 +115,47 @@ impl Namespace {
             self.note_failure(&outcome);
             (outcome?, applying.join())
         };
+        let deferred = DEFERRED.with(|list| list.borrow_mut().as_mut().map(|l| l.push(batch.clone())));
+        if deferred.is_some() {
+            return Ok(value);
+        }
+        self.await_batch(&batch).map(|()| value)
+    }
+
+    /// Waits until `batch` is durable (committing it, or a later one, when its turn comes).
+    fn await_batch(&self, batch: &Batch) -> Result<(), NamespaceError> {
         loop {
-            match self.group.turn(&batch) {
-                Turn::Done(result) => return result.map(|()| value),
+            match self.group.turn(batch) {
+                Turn::Done(result) => return result,
                 Turn::Commit => self.commit_batch(),
             }
         }
+    }
+
+    /// Runs `body`; the changes it makes on this thread return as soon as they are applied
+    /// (visible, not yet durable), and this call returns `body`'s value once every one of
+    /// them is durable (or the first durability error). For a caller that must hold a lock
+    /// of its own across a change (the service's open-file table across an unlink): the lock
+    /// is then released before the `fsync`, not held across it, so changes keep batching.
+    pub fn with_deferred_ack<R>(&self, body: impl FnOnce() -> R) -> Result<R, NamespaceError> {
+        struct Restore(Option<Vec<Arc<Batch>>>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                DEFERRED.with(|list| *list.borrow_mut() = self.0.take());
+            }
+        }
+        if DEFERRED.with(|list| list.borrow().is_some()) {
+            return Ok(body());
+        }
+        let restore = Restore(None);
+        DEFERRED.with(|list| *list.borrow_mut() = Some(Vec::new()));
+        let value = body();
+        let batches = DEFERRED.with(|list| list.borrow_mut().take()).unwrap_or_default();
+        drop(restore);
+        for batch in &batches {
+            self.await_batch(batch)?;
+        }
+        Ok(value)
     }
 
     /// The committer's work: one durable commit covering the open batch.
