@@ -59,9 +59,15 @@ pub(crate) struct Executor {
 
 impl Executor {
     /// Executes one request; every failure becomes an error reply naming what was wrong.
-    pub fn execute(&self, request_id: u64, request: &IoRequest, data: &[u8]) -> Reply {
+    /// `by_capability`: it came under a client's capability, so a missing subfile of the
+    /// file it names is made on demand (a bare request of a trusted service makes none).
+    pub fn execute(&self, request_id: u64, request: &IoRequest, data: &[u8], by_capability: bool) -> Reply {
         let mut out = Vec::new();
-        let message = match self.dispatch_on_demand(request, data, &mut out) {
+        let outcome = match by_capability {
+            true => self.dispatch_on_demand(request, data, &mut out),
+            false => self.dispatch(request, data, &mut out),
+        };
+        let message = match outcome {
             Ok(message) => message,
             Err(error) => {
                 self.pool.give(std::mem::take(&mut out));
