@@ -237,9 +237,18 @@ fn paper_prints_the_papers_figures_beside_ours() {
 /// Checks a `bench meta` report: every phase in order, `ops` operations per round, one rate
 /// per round with min <= median <= max, on Flotilla and (when `local`) on the local disk.
 fn assert_meta_report(value: &Value, ops: u64, runs: usize, local: bool) {
+    assert_meta_report_found(value, ops, runs, local, ops);
+}
+
+/// `assert_meta_report` where the directories hold `found` entries after the creates.
+fn assert_meta_report_found(value: &Value, ops: u64, runs: usize, local: bool, found: u64) {
     let phases = value["phases"].as_array().expect("phases");
     let names: Vec<&str> = phases.iter().map(|p| p["phase"].as_str().unwrap()).collect();
-    assert_eq!(names, ["file_create", "file_stat", "dir_create", "file_remove", "dir_remove"], "{value}");
+    assert_eq!(
+        names,
+        ["file_create", "file_stat", "file_rename", "dir_create", "file_remove", "dir_remove"],
+        "{value}"
+    );
     let systems: &[&str] = if local { &["flotilla", "local"] } else { &["flotilla"] };
     for phase in phases {
         assert_eq!(phase["ops_per_round"].as_u64(), Some(ops), "{phase}");
@@ -253,9 +262,10 @@ fn assert_meta_report(value: &Value, ops: u64, runs: usize, local: bool) {
         }
         assert_eq!(phase["flotilla_over_local"].as_f64().is_some_and(|r| r > 0.0), local, "{phase}");
     }
+    let found_each = found;
     let found: Vec<u64> =
         value["files_found"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-    assert_eq!(found, vec![ops; runs], "{value}");
+    assert_eq!(found, vec![found_each; runs], "{value}");
 }
 
 #[test]
@@ -275,6 +285,19 @@ fn meta_counts_every_file_beside_the_local_disk_and_leaves_nothing_behind() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr)
         .contains("--local /nonexistent/flotilla-bench: not a directory"));
+}
+
+#[test]
+fn meta_shares_one_prefilled_directory_and_leaves_nothing_behind() {
+    let local = tempfile::tempdir().unwrap();
+    let dir = local.path().to_str().unwrap();
+    let args = ["meta", "--servers", "2", "--clients", "2", "--files-per-client", "4", "--runs", "1"];
+    let value = bench(&[&args[..], &["--shared-dir", "--prefill", "5", "--local", dir]].concat());
+    // One directory: both processes' 4 files and the 5 prefilled entries.
+    assert_meta_report_found(&value, 8, 1, true, 13);
+    assert_eq!(value["local_files_found"], serde_json::json!([13]), "{value}");
+    assert_eq!((value["shared_dir"].as_bool(), value["prefill"].as_u64()), (Some(true), Some(5)));
+    assert_eq!(std::fs::read_dir(local.path()).unwrap().count(), 0, "the local run left entries behind");
 }
 
 #[test]

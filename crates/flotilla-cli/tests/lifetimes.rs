@@ -1,13 +1,14 @@
-//! File lifetimes with real processes: what a failed create may undo, and layouts that no
-//! create could satisfy.
+//! File lifetimes with real processes: a create never removes an existing file, subfiles
+//! made lazily on first use, and layouts that no create could satisfy.
 
 mod common;
 
 use common::{random_bytes, Cluster};
-use flotilla_client::{CreateOptions, ErrorCode, Layout};
+use flotilla_client::{CreateOptions, ErrorCode, Layout, Shape};
 
-/// A non-exclusive create of an existing file whose subfile cannot be reached fails, and the
-/// existing file (its name, id and bytes) is kept: the undo removes only what the call made.
+/// A non-exclusive create of an existing file while one of its servers is down keeps the
+/// existing file (its name, id and bytes): it contacts no server (subfiles are made lazily),
+/// so it opens that file or fails, and never removes it.
 #[test]
 fn failed_create_never_removes_an_existing_file() {
     let mut cluster = Cluster::start(2);
@@ -23,12 +24,9 @@ fn failed_create_never_removes_an_existing_file() {
     // Phase: one server of the file is gone (SIGKILL); the create cannot reach it.
     cluster.servers[1].take().expect("server 1").kill();
     let again = CreateOptions { subfiles: 2, exclusive: false, ..Default::default() };
-    let outcome = client.create("/kept", &again);
-    assert!(
-        outcome.is_err(),
-        "create with a subfile's server down should fail, got {:?}",
-        outcome.map(|f| f.id())
-    );
+    if let Ok(opened) = client.create("/kept", &again) {
+        assert_eq!(opened.id(), before.id, "a create of an existing name must open that file");
+    }
 
     // Phase: the file is still there, the same file, with its size.
     let after = client.stat("/kept").expect("the existing file must survive a failed create");
@@ -44,16 +42,30 @@ fn failed_create_never_removes_an_existing_file() {
     assert!(back == data, "bytes of the existing file changed");
 }
 
-/// A new file whose subfile cannot be created is removed again (no half-made file).
+/// A create makes no round trip to the I/O servers: it succeeds while a server of the new
+/// file is down, and that server makes its subfile on the first request for it once it is
+/// back (lazy subfile creation).
 #[test]
-fn failed_exclusive_create_leaves_no_entry() {
+fn a_create_needs_no_server_and_subfiles_are_made_on_first_use() {
     let mut cluster = Cluster::start(2);
     let client = cluster.client();
-    cluster.servers[0].take().expect("server 0").kill();
+    let killed = cluster.servers[0].take().expect("server 0");
+    let addr = killed.addr.clone();
+    killed.kill();
     let options = CreateOptions { subfiles: 2, ..Default::default() };
-    assert!(client.create("/half", &options).is_err(), "create needs both servers");
-    let error = client.stat("/half").expect_err("the half-made file must be gone");
-    assert_eq!(error.code(), Some(ErrorCode::NotFound), "{error}");
+    let file = client.create("/lazy", &options).expect("a create contacts no I/O server");
+    let restarted = cluster.start_server_listening(&cluster.target_dir(0), &addr);
+    cluster.servers[0] = Some(restarted);
+    cluster.wait_up(2);
+    for subfile in 0..2u32 {
+        let data = random_bytes(u64::from(subfile) + 40, 5000);
+        let fork = file.fork(subfile, "data").expect("fork");
+        fork.write(&Shape::contiguous(0, data.len() as u64), &data)
+            .expect("the first write makes the subfile");
+        let mut back = vec![0u8; data.len()];
+        fork.read(&Shape::contiguous(0, data.len() as u64), &mut back).expect("read");
+        assert!(back == data, "subfile {subfile} read back other bytes");
+    }
 }
 
 /// A default layout asking for more subfiles than the cluster has targets is refused when it

@@ -138,7 +138,6 @@ fn removed_files_are_deleted_from_the_targets() {
     let client = cluster.client();
     let file = client.create("/doomed", &CreateOptions { subfiles: 2, ..CreateOptions::default() }).unwrap();
     let id = format!("{}", file.entry().file_id());
-    file.fork(0, "data").unwrap().write(&Shape::contiguous(0, 4), b"gone").unwrap();
     let subfile_dirs = |cluster: &Cluster| -> usize {
         (0..2)
             .map(|i| {
@@ -146,6 +145,13 @@ fn removed_files_are_deleted_from_the_targets() {
             })
             .sum()
     };
+    // Subfiles are made lazily, by the first request for them, not at the create.
+    assert_eq!(subfile_dirs(&cluster), 0, "subfiles of {id} made before any request");
+    file.fork(0, "data").unwrap().write(&Shape::contiguous(0, 4), b"gone").unwrap();
+    assert_eq!(subfile_dirs(&cluster), 1, "the first write to subfile 0 of {id} should make it");
+    let mut empty = [0u8; 4];
+    let read = file.fork(1, "data").unwrap().read(&Shape::contiguous(0, 4), &mut empty);
+    assert!(read.is_ok(), "a never-written subfile reads as an empty one: {read:?}");
     assert_eq!(subfile_dirs(&cluster), 2, "subfiles of {id} should exist");
     // The last handle is closed first: an open file outlives its name (POSIX open-unlink).
     file.close().unwrap();

@@ -9,8 +9,7 @@ use crate::opens::{open_file, renew_leases};
 use crate::DEFAULT_FORK;
 use flotilla_auth::Role;
 use flotilla_proto::{
-    CreateSpec, DirEntryInfo, EntryInfo, ErrorCode, ForkRef, IoReply, IoRequest, MetaReply, MetaRequest,
-    TargetStatus,
+    CreateSpec, DirEntryInfo, EntryInfo, ErrorCode, ForkRef, MetaReply, MetaRequest, TargetStatus,
 };
 use flotilla_rpc::ConnectionConfig;
 use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex, TargetId};
@@ -369,7 +368,8 @@ impl Client {
     }
 }
 
-/// Creates the file's entry, owned by `owner` (uid, gid), then its subfiles.
+/// Creates the file's entry, owned by `owner` (uid, gid); its subfiles are made by their
+/// servers on first use.
 pub(crate) async fn create_file(
     core: Arc<Core>,
     path: String,
@@ -385,17 +385,8 @@ pub(crate) async fn create_file(
         layout: options.layout,
         exclusive: options.exclusive,
     };
-    let (entry, created) = create_entry(&core, &path, spec).await?;
-    if let Err(error) = create_subfiles(&core, &entry).await {
-        // Leave no half-made file behind, but undo only what this call made: the entry is
-        // removed only if it is still the one created here (by id), never a file that existed
-        // before or that someone else put at `path` since. The servers that did create a
-        // subfile delete it when the metadata service orders them to.
-        if created {
-            let _ = core.meta_call(MetaRequest::UnlinkId { path, id: entry.id }).await;
-        }
-        return Err(error);
-    }
+    // Subfiles are created lazily: each server makes its subfile on the first request for it.
+    let (entry, _created) = create_entry(&core, &path, spec).await?;
     Ok(entry)
 }
 
@@ -415,23 +406,6 @@ async fn create_entry(core: &Core, path: &str, spec: CreateSpec) -> Result<(Entr
         MetaReply::Entry(entry) => Ok((entry, created)),
         other => Err(unexpected("create", &other)),
     }
-}
-
-pub(crate) async fn create_subfiles(core: &Core, entry: &EntryInfo) -> Result<(), ClientError> {
-    let calls = entry.subfiles.iter().enumerate().map(|(index, place)| {
-        let request = IoRequest::CreateSubfile {
-            target: place.target,
-            file: entry.file_id(),
-            subfile: SubfileIndex(index as u32),
-        };
-        async move {
-            match core.io_simple(&place.server, request).await? {
-                IoReply::Done { .. } => Ok(()),
-                other => Err(unexpected("create subfile", &other)),
-            }
-        }
-    });
-    futures::future::try_join_all(calls).await.map(|_| ())
 }
 
 /// The fork reference of `fork` in subfile `subfile` of `entry`.

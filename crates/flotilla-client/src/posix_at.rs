@@ -2,7 +2,7 @@
 //! name in it as bytes. Nothing here rebuilds a path, so a name that another client moved
 //! or replaced is never mistaken for the entry this client knew.
 
-use crate::client::{create_subfiles, Client, CreateOptions};
+use crate::client::{Client, CreateOptions};
 use crate::core::{done_reply, entry_reply, unexpected, Core};
 use crate::error::ClientError;
 use crate::file::File;
@@ -151,6 +151,34 @@ impl Client {
         entry_reply(self.meta(MetaRequest::SetLayoutId { id, layout })?, "set layout")
     }
 
+    /// Every entry of directory `id` with its attributes (readdirplus), fetched in pages of
+    /// `READDIR_ENTRIES_MAX` (one round trip each), at most `entries_max` (`OverLimit`
+    /// beyond).
+    pub fn readdir_plus_id(
+        &self,
+        id: u64,
+        entries_max: usize,
+    ) -> Result<Vec<flotilla_proto::ListedEntryPlus>, ClientError> {
+        let mut all: Vec<flotilla_proto::ListedEntryPlus> = Vec::new();
+        loop {
+            let after = all.last().map(|entry| entry.name.clone());
+            let request = MetaRequest::ReaddirPlusId { id, after, entries_max: READDIR_ENTRIES_MAX };
+            let page = match self.meta(request)? {
+                MetaReply::ListingPlus(page) => page,
+                other => return Err(unexpected("readdirplus", &other)),
+            };
+            let last = page.len() < READDIR_ENTRIES_MAX as usize;
+            all.extend(page);
+            if all.len() > entries_max {
+                let message = format!("directory {id:016x} has more than {entries_max} entries");
+                return Err(ClientError::Meta(flotilla_proto::WireError::new(ErrorCode::OverLimit, message)));
+            }
+            if last {
+                return Ok(all);
+            }
+        }
+    }
+
     /// Every entry of directory `id`, fetched in pages of `READDIR_ENTRIES_MAX`, at most
     /// `entries_max` (`OverLimit` beyond: the caller bounds what it holds).
     pub fn readdir_id(&self, id: u64, entries_max: usize) -> Result<Vec<ListedEntry>, ClientError> {
@@ -175,20 +203,13 @@ impl Client {
     }
 }
 
-/// Creates the entry (exclusively) and then its subfiles; if a subfile cannot be made, the
-/// name is removed again, but only while it still names the entry made here.
+/// Creates the entry (exclusively); its subfiles are made by their servers on first use.
 async fn create_entry_at(
     core: &Core,
     parent: u64,
     name: Vec<u8>,
     spec: CreateSpec,
 ) -> Result<EntryInfo, ClientError> {
-    let request = MetaRequest::CreateAt { parent, name: name.clone(), spec };
-    let entry = entry_reply(core.meta_call(request).await?, "create")?;
-    if let Err(error) = create_subfiles(core, &entry).await {
-        let undo = MetaRequest::UnlinkAt { parent, name, id: Some(entry.id) };
-        let _ = core.meta_call(undo).await;
-        return Err(error);
-    }
-    Ok(entry)
+    let request = MetaRequest::CreateAt { parent, name, spec };
+    entry_reply(core.meta_call(request).await?, "create")
 }

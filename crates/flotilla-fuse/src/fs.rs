@@ -15,7 +15,8 @@ use flotilla_client::{ClientError, EntryInfo};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::path::Path;
@@ -31,6 +32,8 @@ pub(crate) struct Listed {
     pub ino: u64,
     pub kind: fuser::FileType,
     pub name: std::ffi::OsString,
+    /// The entry's attributes as listed (readdirplus); `None` for `.` and `..`.
+    pub attr: Option<FileAttr>,
 }
 
 pub struct FlotillaFs {
@@ -78,12 +81,17 @@ impl FlotillaFs {
 
     /// The attributes the kernel should see for `entry`: this mount's own writes included.
     pub(crate) fn attr_of(&self, entry: &EntryInfo) -> FileAttr {
-        let mut attrs = entry.attrs.clone();
-        self.client.overlay(entry.id, &mut attrs);
-        if let Some(known) = self.sizes.known(entry.id) {
+        self.listed_attr(entry.id, entry.attrs.clone())
+    }
+
+    /// The kernel's attributes of entry `id` as the service gave them, with this mount's
+    /// own knowledge of sizes (open files, write-behind) applied.
+    pub(crate) fn listed_attr(&self, id: u64, mut attrs: flotilla_client::Attributes) -> FileAttr {
+        self.client.overlay(id, &mut attrs);
+        if let Some(known) = self.sizes.known(id) {
             attrs.size_bytes = attrs.size_bytes.max(known);
         }
-        file_attr(entry.id, &attrs)
+        file_attr(id, &attrs)
     }
 
     fn reply_entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
@@ -112,7 +120,8 @@ impl Filesystem for FlotillaFs {
             | InitFlags::FUSE_ASYNC_DIO
             | InitFlags::FUSE_ASYNC_READ
             | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
+            | InitFlags::FUSE_DO_READDIRPLUS;
         let granted = wanted & config.capabilities();
         let _ = config.add_capabilities(granted);
         tracing::info!(?granted, "FUSE session initialised");
@@ -315,6 +324,30 @@ impl Filesystem for FlotillaFs {
         };
         for (index, entry) in listing.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(entry.ino), index as u64 + 1, entry.kind, &entry.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    /// The listing with attributes: the kernel fills its entry and attribute caches from it,
+    /// so `ls -l` needs no lookup per entry. `.` and `..` are left to plain `readdir` rules:
+    /// an entry added here counts as a lookup, which `.`/`..` must not.
+    fn readdirplus(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let listing = match self.dirs.get(fh.0) {
+            Ok(listing) => listing,
+            Err(errno) => return reply.error(errno),
+        };
+        for (index, entry) in listing.iter().enumerate().skip(offset as usize) {
+            let Some(attr) = &entry.attr else { continue };
+            if reply.add(INodeNo(entry.ino), index as u64 + 1, &entry.name, &self.ttl, attr, Generation(0)) {
                 break;
             }
         }

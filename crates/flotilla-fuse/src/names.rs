@@ -223,14 +223,24 @@ impl FlotillaFs {
     /// parents (the kernel resolves ".." itself).
     pub(crate) fn open_directory(&self, ino: u64) -> Result<u64, Errno> {
         let entries =
-            self.retrying(|| self.client.readdir_id(ino, self.listing_entries_max)).map_err(failed)?;
+            self.retrying(|| self.client.readdir_plus_id(ino, self.listing_entries_max)).map_err(failed)?;
         let mut listing = Vec::with_capacity(entries.len() + 2);
-        listing.push(Listed { ino, kind: fuser::FileType::Directory, name: OsString::from(".") });
-        listing.push(Listed { ino: ROOT_INO, kind: fuser::FileType::Directory, name: OsString::from("..") });
-        listing.extend(entries.into_iter().map(|entry| Listed {
-            ino: entry.id,
-            kind: file_type(entry.kind),
-            name: OsString::from_vec(entry.name),
+        let dot = |ino, name: &str| Listed {
+            ino,
+            kind: fuser::FileType::Directory,
+            name: OsString::from(name),
+            attr: None,
+        };
+        listing.push(dot(ino, "."));
+        listing.push(dot(ROOT_INO, ".."));
+        listing.extend(entries.into_iter().map(|entry| {
+            let attr = self.listed_attr(entry.id, entry.attrs.clone());
+            Listed {
+                ino: entry.id,
+                kind: file_type(entry.attrs.kind),
+                name: OsString::from_vec(entry.name),
+                attr: Some(attr),
+            }
         }));
         self.dirs.insert(listing)
     }

@@ -74,6 +74,11 @@ pub struct MetaConfig {
     pub job_wait_ms_max: u64,
     /// A job none of whose remaining members was heard from for this long is forgotten.
     pub job_member_lease_ms: u64,
+    /// Group commit: most namespace changes one durable commit (one `fsync`) covers.
+    pub commit_batch_ops_max: usize,
+    /// Group commit: longest the committer waits for changes still being applied to join
+    /// its batch (a change is acknowledged only after its batch commits).
+    pub commit_batch_delay_us_max: u64,
 }
 
 impl Default for MetaConfig {
@@ -108,6 +113,8 @@ impl Default for MetaConfig {
             job_members_max: 4096,
             job_wait_ms_max: 1000,
             job_member_lease_ms: 30_000,
+            commit_batch_ops_max: 1024,
+            commit_batch_delay_us_max: 2000,
         }
     }
 }

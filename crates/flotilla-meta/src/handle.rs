@@ -94,7 +94,8 @@ impl State {
             | MetaRequest::UnlinkAt { .. }
             | MetaRequest::RmdirAt { .. }
             | MetaRequest::RenameAt { .. }
-            | MetaRequest::ReaddirId { .. }) => return self.dispatch_at(request, asker, now),
+            | MetaRequest::ReaddirId { .. }
+            | MetaRequest::ReaddirPlusId { .. }) => return self.dispatch_at(request, asker, now),
             MetaRequest::Lookup { path } => {
                 MetaReply::Entry(self.granted(ns.lookup_as(who, &path).map_err(wire)?, asker))
             }
@@ -213,21 +214,26 @@ impl State {
         &self,
         change: impl FnOnce(flotilla_namespace::IsOpen<'_>) -> Result<(), NamespaceError>,
     ) -> Result<MetaReply, WireError> {
-        let mut opens = self.opens.lock();
-        let orphaned = Cell::new(None);
-        let now = Instant::now();
-        let is_open = |id: u64| {
-            let open = opens.may_be_open(id, now);
-            if open {
-                orphaned.set(Some(id));
+        // The open-file table is held across the change (an open cannot slip between the
+        // check and the unlink) but not across the group commit's fsync.
+        let applied = self.namespace.with_deferred_ack(|| {
+            let mut opens = self.opens.lock();
+            let orphaned = Cell::new(None);
+            let now = Instant::now();
+            let is_open = |id: u64| {
+                let open = opens.may_be_open(id, now);
+                if open {
+                    orphaned.set(Some(id));
+                }
+                open
+            };
+            change(&is_open).map_err(wire)?;
+            if let Some(id) = orphaned.get() {
+                opens.add_orphan(id);
             }
-            open
-        };
-        change(&is_open).map_err(wire)?;
-        if let Some(id) = orphaned.get() {
-            opens.add_orphan(id);
-        }
-        Ok(MetaReply::Done)
+            Ok(MetaReply::Done)
+        });
+        applied.map_err(wire)?
     }
 
     /// Records an open of file `id` by `session`; fails if the file is gone.

@@ -5,7 +5,7 @@
 use crate::handle::{wire, Asker, State};
 use flotilla_namespace::Place;
 use flotilla_proto::{
-    ErrorCode, ListedEntry, MetaReply, MetaRequest, RenameMode, WireError, NAME_BYTES_MAX,
+    ErrorCode, ListedEntry, ListedEntryPlus, MetaReply, MetaRequest, RenameMode, WireError, NAME_BYTES_MAX,
     READDIR_ENTRIES_MAX,
 };
 use flotilla_types::CallerPolicy;
@@ -38,7 +38,7 @@ pub(crate) fn directories(request: &MetaRequest) -> Vec<u64> {
         | MetaRequest::UnlinkAt { parent, .. }
         | MetaRequest::RmdirAt { parent, .. } => vec![*parent],
         MetaRequest::RenameAt { from_parent, to_parent, .. } => vec![*from_parent, *to_parent],
-        MetaRequest::ReaddirId { id, .. } => vec![*id],
+        MetaRequest::ReaddirId { id, .. } | MetaRequest::ReaddirPlusId { id, .. } => vec![*id],
         _ => Vec::new(),
     }
 }
@@ -123,6 +123,16 @@ impl State {
                 let page = ns.readdir_page_id(who, id, after, max).map_err(wire)?;
                 MetaReply::Listing(
                     page.into_iter().map(|e| ListedEntry { name: e.name, id: e.id, kind: e.kind }).collect(),
+                )
+            }
+            MetaRequest::ReaddirPlusId { id, after, entries_max } => {
+                let after = after.as_deref().map(name).transpose()?;
+                let max = entries_max.min(READDIR_ENTRIES_MAX) as usize;
+                let page = ns.readdir_plus_page_id(who, id, after, max).map_err(wire)?;
+                MetaReply::ListingPlus(
+                    page.into_iter()
+                        .map(|e| ListedEntryPlus { name: e.name, id: e.id, attrs: e.attrs })
+                        .collect(),
                 )
             }
             other => {

@@ -13,7 +13,7 @@ use flotilla_auth::{Acceptor, AuthBounds, Opener, Peer, Role, Sealer, Secured};
 const ORPHANS_LOADED_MAX: usize = 1 << 20;
 use anyhow::Context;
 use bytes::BytesMut;
-use flotilla_namespace::Namespace;
+use flotilla_namespace::{GroupCommit, Namespace};
 use flotilla_proto::{
     decode_body, encode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, MetaReply,
     MetaRequest, ReadBounds, WireError,
@@ -56,6 +56,10 @@ impl MetaService {
         let path = config.data.join(NAMESPACE_FILE);
         let namespace =
             tokio::task::spawn_blocking(move || Namespace::open(&path)).await?.context("open namespace")?;
+        namespace.set_group_commit(GroupCommit {
+            batch_ops_max: config.commit_batch_ops_max,
+            batch_delay_us_max: config.commit_batch_delay_us_max,
+        });
         let listener = TcpListener::bind(&config.listen)
             .await
             .with_context(|| format!("listen on {}", config.listen))?;

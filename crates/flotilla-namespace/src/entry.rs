@@ -40,6 +40,14 @@ impl Entry {
     }
 }
 
+/// One directory entry with its attributes, as listed by `readdir_plus_page_id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntryPlus {
+    pub name: Vec<u8>,
+    pub id: u64,
+    pub attrs: Attributes,
+}
+
 /// One directory entry as listed by `readdir`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {

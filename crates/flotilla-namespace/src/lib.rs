@@ -4,8 +4,9 @@
 //!
 //! This crate is pure storage logic with no networking. [`Namespace`] is synchronous; the
 //! metadata service calls it from a blocking thread. Crash safety comes from redb: every
-//! mutating call is exactly one write transaction, committed durably before it returns, so
-//! after a crash each call either happened completely or not at all.
+//! mutating call is exactly one write transaction, made durable (by a group commit shared
+//! with concurrent calls, see `group.rs`) before it returns, so after a crash each call
+//! either happened completely or not at all.
 //!
 //! Invariants the namespace keeps (checked by the model test in `tests/model.rs`):
 //! - every directory entry names an existing inode, and the root (inode 1) always exists;
@@ -26,6 +27,8 @@ pub use create::DEFAULT_LAYOUT;
 mod edit;
 mod entry;
 mod error;
+mod group;
+pub use group::GroupCommit;
 mod guard;
 mod namespace;
 mod placement;
@@ -41,7 +44,7 @@ mod targets;
 mod walk;
 
 pub use edit::{IsOpen, NLINK_MAX};
-pub use entry::{DirEntry, Entry, FileRecord};
+pub use entry::{DirEntry, DirEntryPlus, Entry, FileRecord};
 pub use error::{
     NamespaceError, EACCES, EEXIST, EINVAL, EIO, EISDIR, ELOOP, EMLINK, ENAMETOOLONG, ENOENT, ENOSPC,
     ENOTDIR, ENOTEMPTY, EPERM, EROFS,

@@ -1,14 +1,26 @@
 //! [`Namespace`]: the metadata service's directory tree, file records, placement cursor,
 //! pending subfile deletions and known targets, kept in one redb database.
 //!
-//! Every mutating call runs in exactly one redb write transaction that is committed (with
-//! `Durability::Immediate`, so it is on disk) before the call returns; a call that fails
-//! aborts its transaction and leaves the database as it was. Calls are synchronous and may
-//! block on disk, so async callers run them on a blocking thread. Writers are serialized by
-//! redb; readers see consistent snapshots and never wait for writers.
+//! Every mutating call runs in exactly one redb write transaction; a call that fails aborts
+//! its transaction and leaves the database as it was. The transaction is committed without
+//! `fsync` (`Durability::None`) and the call then waits for a group commit (`group.rs`): one
+//! durable commit that covers every change committed before it, so a call returns only once
+//! its change is on disk, and many concurrent calls share one `fsync`. Calls are synchronous
+//! and may block on disk, so async callers run them on a blocking thread. Writers are
+//! serialized by redb; readers see consistent snapshots and never wait for writers (a reader
+//! may see a change whose group commit is still under way).
 
-use crate::entry::{DirEntry, Entry};
+use crate::entry::{DirEntry, DirEntryPlus, Entry};
 use crate::error::NamespaceError;
+use crate::group::{Batch, Group, GroupCommit, Turn};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+thread_local! {
+    /// Inside `with_deferred_ack` on this thread: the batches whose durability is awaited
+    /// at its end.
+    static DEFERRED: RefCell<Option<Vec<Arc<Batch>>>> = const { RefCell::new(None) };
+}
 use crate::record::{Body, Inode};
 use crate::schema::{ROOT_ID, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use crate::tables::{ReadTables, Source, WriteTables};
@@ -16,7 +28,7 @@ use crate::walk::resolve;
 use flotilla_types::{Attributes, Caller, FileKind, TimeNs};
 use parking_lot::RwLock;
 use redb::backends::InMemoryBackend;
-use redb::{Database, ReadableDatabase, ReadableTableMetadata, StorageBackend};
+use redb::{Database, Durability, ReadableDatabase, ReadableTableMetadata, StorageBackend};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -38,6 +50,8 @@ pub struct Namespace {
     broken: AtomicBool,
     /// This open created the database.
     created: bool,
+    /// Changes waiting for their durable commit.
+    group: Group,
 }
 
 impl Namespace {
@@ -61,8 +75,13 @@ impl Namespace {
 
     fn init(db: Database, path: Option<PathBuf>) -> Result<Self, NamespaceError> {
         migrate_from_v1(&db)?;
-        let mut namespace =
-            Self { db: RwLock::new(db), path, broken: AtomicBool::new(false), created: false };
+        let mut namespace = Self {
+            db: RwLock::new(db),
+            path,
+            broken: AtomicBool::new(false),
+            created: false,
+            group: Group::new(GroupCommit::default()),
+        };
         namespace.created = namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
             Some(SCHEMA_VERSION) => Ok(false),
             Some(found) => Err(NamespaceError::UnsupportedFormat { found, supported: SCHEMA_VERSION }),
@@ -76,26 +95,94 @@ impl Namespace {
         self.created
     }
 
+    /// Sets the group commit bounds (batch size, delay); takes effect for the next change.
+    pub fn set_group_commit(&self, settings: GroupCommit) {
+        self.group.set(settings);
+    }
+
     /// Runs `change` in one write transaction and commits it; aborts if `change` fails.
+    /// Returns once a durable commit covers the change.
     pub(crate) fn write<R>(
         &self,
         change: impl FnOnce(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
     ) -> Result<R, NamespaceError> {
         self.reopen_if_broken()?;
+        let applying = self.group.begin();
+        let (value, batch) = {
+            let db = self.db.read();
+            self.refuse_if_broken()?;
+            let outcome = Self::write_in(&db, Durability::None, change);
+            self.note_failure(&outcome);
+            (outcome?, applying.join())
+        };
+        let deferred = DEFERRED.with(|list| list.borrow_mut().as_mut().map(|l| l.push(batch.clone())));
+        if deferred.is_some() {
+            return Ok(value);
+        }
+        self.await_batch(&batch).map(|()| value)
+    }
+
+    /// Waits until `batch` is durable (committing it, or a later one, when its turn comes).
+    fn await_batch(&self, batch: &Batch) -> Result<(), NamespaceError> {
+        loop {
+            match self.group.turn(batch) {
+                Turn::Done(result) => return result,
+                Turn::Commit => self.commit_batch(),
+            }
+        }
+    }
+
+    /// Runs `body`; the changes it makes on this thread return as soon as they are applied
+    /// (visible, not yet durable), and this call returns `body`'s value once every one of
+    /// them is durable (or the first durability error). For a caller that must hold a lock
+    /// of its own across a change (the service's open-file table across an unlink): the lock
+    /// is then released before the `fsync`, not held across it, so changes keep batching.
+    pub fn with_deferred_ack<R>(&self, body: impl FnOnce() -> R) -> Result<R, NamespaceError> {
+        struct Restore(Option<Vec<Arc<Batch>>>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                DEFERRED.with(|list| *list.borrow_mut() = self.0.take());
+            }
+        }
+        if DEFERRED.with(|list| list.borrow().is_some()) {
+            return Ok(body());
+        }
+        let restore = Restore(None);
+        DEFERRED.with(|list| *list.borrow_mut() = Some(Vec::new()));
+        let value = body();
+        let batches = DEFERRED.with(|list| list.borrow_mut().take()).unwrap_or_default();
+        drop(restore);
+        for batch in &batches {
+            self.await_batch(batch)?;
+        }
+        Ok(value)
+    }
+
+    /// The committer's work: one durable commit covering the open batch.
+    fn commit_batch(&self) {
         let db = self.db.read();
-        self.refuse_if_broken()?;
-        let outcome = Self::write_in(&db, change);
+        let batch = self.group.take();
+        let outcome = match self.refuse_if_broken() {
+            Ok(()) => Self::write_in(&db, Durability::Immediate, |_| Ok(())),
+            Err(error) => Err(error),
+        };
+        self.note_failure(&outcome);
+        self.group.finish(&batch, &outcome);
+    }
+
+    fn note_failure<R>(&self, outcome: &Result<R, NamespaceError>) {
         if self.path.is_some() && outcome.as_ref().is_err_and(NamespaceError::breaks_database) {
             self.broken.store(true, Ordering::Release);
         }
-        outcome
     }
 
     fn write_in<R>(
         db: &Database,
+        durability: Durability,
         change: impl FnOnce(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
     ) -> Result<R, NamespaceError> {
-        let txn = db.begin_write()?;
+        let mut txn = db.begin_write()?;
+        txn.set_durability(durability)?;
         let outcome = WriteTables::open(&txn).and_then(|mut tables| change(&mut tables));
         match outcome {
             Ok(value) => {
@@ -140,6 +227,8 @@ impl Namespace {
         match Database::builder().set_check_integrity_on_open(true).create(path) {
             Ok(reopened) => {
                 *db = reopened;
+                // Changes committed to the old database but not yet durably are gone.
+                self.group.fail_open("the namespace database was reopened before this change was durable");
                 self.broken.store(false, Ordering::Release);
                 tracing::info!(?path, "namespace database reopened after a failed write");
                 Ok(())
@@ -279,6 +368,30 @@ impl Namespace {
         self.read(|tables| {
             let inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
             list_page(tables, who, id, inode, &format!("inode {id:016x}"), after, max)
+        })
+    }
+}
+
+impl Namespace {
+    /// `readdir_page_id` with each entry's attributes (readdirplus), from one read snapshot.
+    pub fn readdir_plus_page_id(
+        &self,
+        who: &Caller,
+        id: u64,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> Result<Vec<DirEntryPlus>, NamespaceError> {
+        self.read(|tables| {
+            let dir = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
+            if !dir.is_directory() {
+                return Err(NamespaceError::NotADirectory { path: format!("inode {id:016x}") });
+            }
+            crate::access::require(&dir.attrs, who, crate::access::READ, &format!("inode {id:016x}"))?;
+            let children = tables.children(id, after, max.min(READDIR_PAGE_ENTRIES_MAX))?;
+            children
+                .into_iter()
+                .map(|(name, id)| Ok(DirEntryPlus { name, id, attrs: tables.load(id)?.attrs }))
+                .collect()
         })
     }
 }

@@ -319,6 +319,12 @@ pub enum MetaRequest {
         member: u32,
         epoch: u64,
     },
+    /// `ReaddirId` with each entry's attributes (readdirplus); replies `ListingPlus`.
+    ReaddirPlusId {
+        id: u64,
+        after: Option<Vec<u8>>,
+        entries_max: u32,
+    },
 }
 
 /// What a `RenameAt` does when the destination exists.
@@ -343,6 +349,14 @@ pub struct ListedEntry {
     pub name: Vec<u8>,
     pub id: u64,
     pub kind: FileKind,
+}
+
+/// One directory entry of a `ReaddirPlusId` listing, with its attributes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedEntryPlus {
+    pub name: Vec<u8>,
+    pub id: u64,
+    pub attrs: Attributes,
 }
 
 /// What a job member learns from `JobWait` (and `JobJoin`).
@@ -387,4 +401,6 @@ pub enum MetaReply {
     },
     /// ENWRICH: the job group's state, answering `JobWait`.
     Job(JobEvent),
+    /// One page of a `ReaddirPlusId` listing; fewer than asked means the end.
+    ListingPlus(Vec<ListedEntryPlus>),
 }

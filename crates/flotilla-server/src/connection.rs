@@ -38,6 +38,9 @@ pub(crate) struct Job {
     pub started: Instant,
     /// The counters of the job the connection named, if it named one.
     pub job: Option<Arc<JobCounters>>,
+    /// The request came under a client's capability: a missing subfile of the file it
+    /// names is made on demand (lazy subfile creation).
+    pub by_capability: bool,
 }
 
 /// Bytes a request holds of its connection's credit, given back on drop.
@@ -204,6 +207,7 @@ impl Reader {
             Err(error) => return self.refuse(request_id, ErrorCode::BadRequest, error.to_string()).await,
         };
         let now_unix_ms = flotilla_auth::now_unix_ms();
+        let by_capability = matches!(request, IoRequest::With { .. });
         let request = match authorize(request, &self.principal, &self.shared.capabilities, now_unix_ms) {
             Ok(request) => request,
             Err(refused) => return self.refuse(request_id, refused.code, refused.message).await,
@@ -240,7 +244,18 @@ impl Reader {
         }
         let (replies, job) = (self.replies.clone(), self.job.clone());
         let started = Instant::now();
-        let job = Job { request_id, request, data, replies, _slot: slot, credit, memory, started, job };
+        let job = Job {
+            request_id,
+            request,
+            data,
+            replies,
+            _slot: slot,
+            credit,
+            memory,
+            started,
+            job,
+            by_capability,
+        };
         if let Some(metrics) = &self.shared.metrics {
             metrics.queued(1);
         }

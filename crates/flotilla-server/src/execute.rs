@@ -59,9 +59,15 @@ pub(crate) struct Executor {
 
 impl Executor {
     /// Executes one request; every failure becomes an error reply naming what was wrong.
-    pub fn execute(&self, request_id: u64, request: &IoRequest, data: &[u8]) -> Reply {
+    /// `by_capability`: it came under a client's capability, so a missing subfile of the
+    /// file it names is made on demand (a bare request of a trusted service makes none).
+    pub fn execute(&self, request_id: u64, request: &IoRequest, data: &[u8], by_capability: bool) -> Reply {
         let mut out = Vec::new();
-        let message = match self.dispatch(request, data, &mut out) {
+        let outcome = match by_capability {
+            true => self.dispatch_on_demand(request, data, &mut out),
+            false => self.dispatch(request, data, &mut out),
+        };
+        let message = match outcome {
             Ok(message) => message,
             Err(error) => {
                 self.pool.give(std::mem::take(&mut out));
@@ -69,6 +75,28 @@ impl Executor {
             }
         };
         Reply { request_id, message, data: out, memory: None }
+    }
+
+    /// Lazy subfile creation: a file is created without a round trip to its servers, so a
+    /// request (its capability already checked) that finds its subfile missing creates the
+    /// subfile's directory and `data` fork, then runs once more. Costs nothing when the
+    /// subfile exists: only a `NotFound` answer leads here.
+    fn dispatch_on_demand(
+        &self,
+        request: &IoRequest,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<IoReply, WireError> {
+        let first = self.dispatch(request, data, out);
+        let Some((target, file, subfile)) = on_demand_subfile(request) else { return first };
+        match first {
+            Err(error) if error.code == ErrorCode::NotFound => {
+                self.store.create_subfile(target, file, subfile).map_err(store_error)?;
+                out.clear();
+                self.dispatch(request, data, out)
+            }
+            other => other,
+        }
     }
 
     fn dispatch(&self, request: &IoRequest, data: &[u8], out: &mut Vec<u8>) -> Result<IoReply, WireError> {
@@ -174,6 +202,23 @@ pub(crate) fn shape_error(error: ShapeError) -> WireError {
         _ => ErrorCode::InvalidArgument,
     };
     WireError::new(code, error.to_string())
+}
+
+/// The subfile a request may create on demand (requests on a fork or a subfile's forks).
+fn on_demand_subfile(
+    request: &IoRequest,
+) -> Option<(flotilla_types::TargetId, flotilla_types::FileId, flotilla_types::SubfileIndex)> {
+    match request {
+        IoRequest::Read { fork, .. }
+        | IoRequest::Write { fork, .. }
+        | IoRequest::CreateFork { fork }
+        | IoRequest::ForkSize { fork }
+        | IoRequest::Extend { fork, .. }
+        | IoRequest::Truncate { fork, .. }
+        | IoRequest::Sync { fork } => Some((fork.target, fork.file, fork.subfile)),
+        IoRequest::ListForks { target, file, subfile } => Some((*target, *file, *subfile)),
+        _ => None,
+    }
 }
 
 /// The wire form of a store error.

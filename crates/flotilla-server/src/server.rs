@@ -192,8 +192,9 @@ fn start_worker(index: usize, shared: Arc<Shared>) -> std::io::Result<std::threa
 
 fn work(shared: Arc<Shared>) {
     while let Some((_, job)) = shared.scheduler.next() {
-        let Job { request_id, request, data, replies, _slot, credit, memory, started, job } = job;
-        let mut reply = shared.executor.execute(request_id, &request, &data);
+        let Job { request_id, request, data, replies, _slot, credit, memory, started, job, by_capability } =
+            job;
+        let mut reply = shared.executor.execute(request_id, &request, &data, by_capability);
         if let Some(metrics) = &shared.metrics {
             metrics.queued(-1);
             metrics.executed(&request, &reply.message, job.as_deref(), started.elapsed());

@@ -1,12 +1,16 @@
 //! `flotilla bench meta`: an mdtest-style metadata benchmark.
 //!
-//! `--clients` processes (`flotilla bench-meta-worker`), each in a directory of its own, run
-//! the phases in order — file creates (create + close of empty files), file stats,
-//! directory creates, file removes, directory removes — with a barrier between phases, so
+//! `--clients` processes (`flotilla bench-meta-worker`), each in a directory of its own (or
+//! all in one with `--shared-dir`), run the phases in order — file creates (create + close
+//! of empty files), file stats, file renames (within the directory), directory creates,
+//! file removes, directory removes — with a barrier between phases, so
 //! each phase is timed on its own: its rate is the operations of all processes over (latest
 //! end − earliest start). With `--local DIR` every round also runs the same phases with
 //! `std::fs` in a directory under `DIR`, so the ratio to the local disk is measured side by
 //! side. Each round checks that every process found all its files after the creates.
+//! `--prefill N` puts N entries in every directory before the first round (many threads
+//! creating at once, which the metadata service's group commit batches), so the rates are
+//! measured in directories that already hold N entries.
 
 use super::cluster::{Cluster, ClusterSpec, Embedded};
 use super::report::summary;
@@ -22,8 +26,17 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The phases, in the order every process runs them.
-pub const PHASES: [Phase; 5] =
-    [Phase::FileCreate, Phase::FileStat, Phase::DirCreate, Phase::FileRemove, Phase::DirRemove];
+pub const PHASES: [Phase; 6] = [
+    Phase::FileCreate,
+    Phase::FileStat,
+    Phase::FileRename,
+    Phase::DirCreate,
+    Phase::FileRemove,
+    Phase::DirRemove,
+];
+
+/// Threads (each with its own connection) that create the `--prefill` entries.
+const PREFILL_THREADS: u64 = 16;
 
 #[derive(Args, Clone, Debug)]
 pub struct MetaArgs {
@@ -33,9 +46,15 @@ pub struct MetaArgs {
     /// I/O servers of the embedded cluster.
     #[arg(long, default_value_t = 4)]
     pub servers: usize,
-    /// Client processes, each in its own directory.
+    /// Client processes, each in its own directory (or all in one with `--shared-dir`).
     #[arg(long, default_value_t = 4)]
     pub clients: u64,
+    /// All client processes work in one directory (names prefixed by the process).
+    #[arg(long)]
+    pub shared_dir: bool,
+    /// Entries put in every directory before the first round (not timed).
+    #[arg(long, default_value_t = 0)]
+    pub prefill: u64,
     /// Files (and directories) each process creates, stats and removes per round.
     #[arg(long, default_value_t = 1000)]
     pub files_per_client: u64,
@@ -64,6 +83,7 @@ pub struct MetaArgs {
 pub enum Phase {
     FileCreate,
     FileStat,
+    FileRename,
     DirCreate,
     FileRemove,
     DirRemove,
@@ -74,6 +94,7 @@ impl Phase {
         match self {
             Phase::FileCreate => "file_create",
             Phase::FileStat => "file_stat",
+            Phase::FileRename => "file_rename",
             Phase::DirCreate => "dir_create",
             Phase::FileRemove => "file_remove",
             Phase::DirRemove => "dir_remove",
@@ -88,7 +109,8 @@ pub struct PhaseReport {
     pub start_ns: u128,
     pub end_ns: u128,
     pub ops: u64,
-    /// Entries in the process's directory after the phase (counted after the timing).
+    /// Entries in the process's directory after the stat phase (counted after the timing;
+    /// 0 after the other phases).
     pub entries: u64,
 }
 
@@ -142,12 +164,13 @@ fn check_args(args: &MetaArgs) -> anyhow::Result<()> {
 fn measure(args: &MetaArgs, cluster: &Cluster) -> anyhow::Result<(Rates, Option<Rates>)> {
     let client = cluster.client()?;
     let base = format!("/bench-meta-{}", std::process::id());
-    let dirs = client_dirs(args.clients);
+    let dirs = directories(args);
     make_flotilla_dirs(&client, &base, &dirs)?;
     let local_base = args.local.as_ref().map(|d| d.join(format!("bench-meta-{}", std::process::id())));
     if let Some(local_base) = &local_base {
         make_local_dirs(local_base, &dirs)?;
     }
+    prefill(args, cluster, &base, local_base.as_deref(), &dirs, false)?;
     let outcome = rounds(args, cluster, &base, local_base.as_deref());
     if outcome.is_err() {
         // Best effort: a failed round leaves its files, which a local disk would keep.
@@ -156,6 +179,7 @@ fn measure(args: &MetaArgs, cluster: &Cluster) -> anyhow::Result<(Rates, Option<
         }
         return outcome;
     }
+    prefill(args, cluster, &base, local_base.as_deref(), &dirs, true)?;
     remove_flotilla_dirs(&client, &base, &dirs)?;
     if let Some(local_base) = &local_base {
         remove_local_dirs(local_base, &dirs)?;
@@ -186,6 +210,86 @@ fn rounds(
 /// The client directories, relative to the benchmark's base directory (`c0`, `c1`, ...).
 fn client_dirs(clients: u64) -> Vec<String> {
     (0..clients).map(|c| format!("c{c}")).collect()
+}
+
+/// The directories the round works in: one per client, or the one shared directory.
+fn directories(args: &MetaArgs) -> Vec<String> {
+    if args.shared_dir {
+        vec!["shared".to_string()]
+    } else {
+        client_dirs(args.clients)
+    }
+}
+
+/// The directory and name prefix of client `index`.
+fn client_place(args: &MetaArgs, index: u64) -> (String, String) {
+    if args.shared_dir {
+        ("shared".to_string(), format!("c{index}-"))
+    } else {
+        (format!("c{index}"), String::new())
+    }
+}
+
+/// Creates (or, with `remove`, removes) the `--prefill` entries `p{i}` of every directory,
+/// on the cluster with `PREFILL_THREADS` threads at once and on the local directory.
+fn prefill(
+    args: &MetaArgs,
+    cluster: &Cluster,
+    base: &str,
+    local_base: Option<&std::path::Path>,
+    dirs: &[String],
+    remove: bool,
+) -> anyhow::Result<()> {
+    if args.prefill == 0 {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let paths: Vec<String> = dirs.iter().map(|dir| format!("{base}/{dir}")).collect();
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..PREFILL_THREADS)
+            .map(|thread| {
+                let paths = &paths;
+                scope.spawn(move || -> anyhow::Result<()> {
+                    let client = cluster.client()?;
+                    for index in (thread..args.prefill).step_by(PREFILL_THREADS as usize) {
+                        for dir in paths {
+                            let path = format!("{dir}/p{index:07}");
+                            if remove {
+                                client.remove(&path).with_context(|| format!("remove {path}"))?;
+                            } else {
+                                client.create(&path, &CreateOptions::default())?.close()?;
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .try_for_each(|thread| thread.join().map_err(|_| anyhow::anyhow!("a prefill thread panicked"))?)
+    })?;
+    if let Some(local_base) = local_base {
+        for dir in dirs {
+            for index in 0..args.prefill {
+                let path = local_base.join(dir).join(format!("p{index:07}"));
+                if remove {
+                    std::fs::remove_file(&path)
+                } else {
+                    std::fs::File::create_new(&path).map(|_| ())
+                }
+                .with_context(|| format!("prefill {}", path.display()))?;
+            }
+        }
+    }
+    let what = if remove { "removed" } else { "created" };
+    eprintln!(
+        "prefill: {what} {} entries in each of {} directories in {:.1} s",
+        args.prefill,
+        dirs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn make_flotilla_dirs(client: &Client, base: &str, dirs: &[String]) -> anyhow::Result<()> {
@@ -241,10 +345,13 @@ fn run_phases(args: &MetaArgs, workers: &mut Workers, rates: &mut Rates) -> anyh
             phase.name()
         );
         if *phase == Phase::FileStat {
-            let found: u64 = reports.iter().map(|r| r.entries).sum();
-            let expected = args.clients * args.files_per_client;
-            anyhow::ensure!(found == expected, "found {found} files after the creates, expected {expected}");
-            rates.files_found.push(found);
+            let sharing = if args.shared_dir { args.clients } else { 1 };
+            let expected = sharing * args.files_per_client + args.prefill;
+            anyhow::ensure!(
+                reports.iter().all(|r| r.entries == expected),
+                "after the creates a process found another number of entries than {expected}: {reports:?}"
+            );
+            rates.files_found.push(reports.iter().map(|r| r.entries).sum::<u64>() / sharing);
         }
         rates.per_phase[index].push(phase_rate(&reports));
     }
@@ -280,10 +387,12 @@ impl Workers {
         let exe = std::env::current_exe().context("find the flotilla executable")?;
         let (sender, lines) = mpsc::channel();
         let mut children = Vec::new();
-        for (index, dir) in client_dirs(args.clients).iter().enumerate() {
+        for index in 0..args.clients as usize {
+            let (dir, prefix) = client_place(args, index as u64);
             let mut command = worker_command(&exe, cluster);
             command
                 .args(["--dir", &format!("{base}/{dir}")])
+                .args(["--prefix", &prefix])
                 .args(["--files", &args.files_per_client.to_string()])
                 .args(["--subfiles", &args.subfiles.to_string()])
                 .stdin(Stdio::piped())
@@ -420,6 +529,8 @@ fn report_json(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> Valu
         "servers": if args.meta.is_some() { Value::Null } else { json!(args.servers) },
         "clients": args.clients,
         "files_per_client": args.files_per_client,
+        "shared_dir": args.shared_dir,
+        "prefill": args.prefill,
         "subfiles": args.subfiles,
         "runs": args.runs,
         "local_dir": args.local.as_ref().map(|d| d.display().to_string()),
@@ -431,8 +542,13 @@ fn report_json(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> Valu
 
 fn report_text(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> String {
     let mut out = format!(
-        "bench meta: {} clients x {} files ({} subfiles each), {} rounds (medians, ops/s; min-max in brackets)\n",
-        args.clients, args.files_per_client, args.subfiles, args.runs
+        "bench meta: {} clients x {} files ({} subfiles each), {}, {} entries prefilled, {} rounds (medians, ops/s; min-max in brackets)\n",
+        args.clients,
+        args.files_per_client,
+        args.subfiles,
+        if args.shared_dir { "one shared directory" } else { "one directory each" },
+        args.prefill,
+        args.runs
     );
     out.push_str(&format!("{:<12} {:>30} {:>30} {:>8}\n", "phase", "flotilla", "local", "ratio"));
     for (index, phase) in PHASES.iter().enumerate() {
@@ -471,9 +587,12 @@ pub struct MetaWorkerArgs {
     /// Run on the local file system with std::fs.
     #[arg(long)]
     local: bool,
-    /// The process's own directory (it exists and is empty).
+    /// The process's directory (it exists; its own, or shared with the other processes).
     #[arg(long)]
     dir: String,
+    /// Prefix of the names this process makes (processes sharing a directory differ in it).
+    #[arg(long, default_value = "")]
+    prefix: String,
     /// Files and directories per phase.
     #[arg(long)]
     files: u64,
@@ -484,7 +603,8 @@ pub struct MetaWorkerArgs {
 
 /// The operations a process runs: through the library or std::fs.
 trait Ops {
-    fn run(&self, phase: Phase, path: &str) -> anyhow::Result<()>;
+    /// Runs `phase` on `path`; a rename moves it to `to`.
+    fn run(&self, phase: Phase, path: &str, to: &str) -> anyhow::Result<()>;
     fn entries(&self, dir: &str) -> anyhow::Result<u64>;
 }
 
@@ -495,11 +615,12 @@ struct Library {
 }
 
 impl Ops for Library {
-    fn run(&self, phase: Phase, path: &str) -> anyhow::Result<()> {
+    fn run(&self, phase: Phase, path: &str, to: &str) -> anyhow::Result<()> {
         let client = &self.client;
         match phase {
             Phase::FileCreate => client.create(path, &self.create)?.close()?,
             Phase::FileStat => client.stat(path).map(|_| ())?,
+            Phase::FileRename => client.rename(path, to)?,
             Phase::DirCreate => client.mkdir(path, 0o755).map(|_| ())?,
             Phase::FileRemove => client.remove(path)?,
             Phase::DirRemove => client.rmdir(path)?,
@@ -515,10 +636,11 @@ impl Ops for Library {
 struct LocalFs;
 
 impl Ops for LocalFs {
-    fn run(&self, phase: Phase, path: &str) -> anyhow::Result<()> {
+    fn run(&self, phase: Phase, path: &str, to: &str) -> anyhow::Result<()> {
         match phase {
             Phase::FileCreate => std::fs::File::create_new(path).map(|_| ())?,
             Phase::FileStat => std::fs::metadata(path).map(|_| ())?,
+            Phase::FileRename => std::fs::rename(path, to)?,
             Phase::DirCreate => std::fs::create_dir(path)?,
             Phase::FileRemove => std::fs::remove_file(path)?,
             Phase::DirRemove => std::fs::remove_dir(path)?,
@@ -531,11 +653,13 @@ impl Ops for LocalFs {
     }
 }
 
-/// The path a phase works on: files `f{i}`, directories `d{i}`.
-pub fn phase_path(dir: &str, phase: Phase, index: u64) -> String {
+/// The path a phase works on: files `f{i}` (renamed to `r{i}`, then removed), directories
+/// `d{i}`, each name after the process's prefix.
+pub fn phase_path(dir: &str, prefix: &str, phase: Phase, index: u64) -> String {
     match phase {
-        Phase::FileCreate | Phase::FileStat | Phase::FileRemove => format!("{dir}/f{index:07}"),
-        Phase::DirCreate | Phase::DirRemove => format!("{dir}/d{index:07}"),
+        Phase::FileCreate | Phase::FileStat | Phase::FileRename => format!("{dir}/{prefix}f{index:07}"),
+        Phase::FileRemove => format!("{dir}/{prefix}r{index:07}"),
+        Phase::DirCreate | Phase::DirRemove => format!("{dir}/{prefix}d{index:07}"),
     }
 }
 
@@ -554,11 +678,15 @@ pub fn meta_worker(args: MetaWorkerArgs) -> anyhow::Result<()> {
         super::worker::wait_go()?;
         let start_ns = super::worker::now_ns();
         for index in 0..args.files {
-            let path = phase_path(&args.dir, phase, index);
-            ops.run(phase, &path).with_context(|| format!("{} {path}", phase.name()))?;
+            let path = phase_path(&args.dir, &args.prefix, phase, index);
+            let to = phase_path(&args.dir, &args.prefix, Phase::FileRemove, index);
+            ops.run(phase, &path, &to).with_context(|| format!("{} {path}", phase.name()))?;
         }
         let end_ns = super::worker::now_ns();
-        let entries = ops.entries(&args.dir).with_context(|| format!("list {}", args.dir))?;
+        let entries = match phase {
+            Phase::FileStat => ops.entries(&args.dir).with_context(|| format!("list {}", args.dir))?,
+            _ => 0,
+        };
         let report = PhaseReport { phase, start_ns, end_ns, ops: args.files, entries };
         super::worker::say(&format!("phase {}", serde_json::to_string(&report)?))?;
     }
@@ -582,9 +710,10 @@ mod tests {
 
     #[test]
     fn phase_paths_keep_files_and_directories_apart() {
-        assert_eq!(phase_path("/b/c0", Phase::FileStat, 7), "/b/c0/f0000007");
-        assert_eq!(phase_path("/b/c0", Phase::DirRemove, 7), "/b/c0/d0000007");
-        assert_eq!(phase_path("/b/c0", Phase::FileCreate, 7), phase_path("/b/c0", Phase::FileRemove, 7));
+        assert_eq!(phase_path("/b/c0", "", Phase::FileStat, 7), "/b/c0/f0000007");
+        assert_eq!(phase_path("/b/c0", "", Phase::DirRemove, 7), "/b/c0/d0000007");
+        assert_eq!(phase_path("/b/s", "c3-", Phase::FileCreate, 7), "/b/s/c3-f0000007");
+        assert_eq!(phase_path("/b/s", "c3-", Phase::FileRemove, 7), "/b/s/c3-r0000007");
     }
 
     #[test]
