@@ -372,6 +372,8 @@ fn stream_writes_and_reads_both_layouts_beside_the_net_baseline() {
     }
     let shared = points(&value).iter().filter(|p| p["files"] == "shared").count();
     assert_eq!(shared, 2, "{value}");
+    assert_eq!(value["server_memory_within_cache_plus_64_mib"], true, "{value}");
+    assert!(value["server_peak_rss_bytes"].as_u64().is_some_and(|rss| rss > 0), "{value}");
 }
 
 #[test]
