@@ -100,6 +100,9 @@ enum Command {
     /// One metadata benchmark process (started by `flotilla bench meta`).
     #[command(hide = true)]
     BenchMetaWorker(bench::MetaWorkerArgs),
+    /// One sender of `flotilla bench net`.
+    #[command(hide = true)]
+    BenchNetWorker(bench::NetWorkerArgs),
     /// One ENWRICH job member driven by commands on stdin (see `enwrich.rs`).
     #[command(hide = true)]
     EnwrichMember(enwrich::MemberArgs),
@@ -169,6 +172,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Man { dir } => write_man_pages(&dir),
         Command::BenchWorker(args) => bench::worker(args),
         Command::BenchMetaWorker(args) => bench::meta_worker(args),
+        Command::BenchNetWorker(args) => bench::net_worker(args),
         Command::EnwrichMember(args) => enwrich::member(args),
     }
 }

@@ -359,3 +359,53 @@ fn paper_enwrich_runs_both_methods_and_checks_their_data() {
     let points = value["experiments"][0]["points"].as_array().expect("points");
     assert_eq!(points.len(), 12, "2 patterns and wrnnbb × 2 record sizes × 2 methods: {stdout}");
 }
+
+#[test]
+fn net_measures_every_byte_of_a_loopback_stream() {
+    let value =
+        bench(&["net", "--streams", "2", "--bytes-per-stream", "3m", "--transfer", "64k", "--runs", "2"]);
+    assert_rates(&value, 1);
+    assert_eq!(value["streams"], 2, "{value}");
+    assert_eq!(value["runs_bytes_per_s"].as_array().map(Vec::len), Some(2), "{value}");
+}
+
+#[test]
+fn stream_writes_and_reads_both_layouts_beside_the_net_baseline() {
+    let value = bench(&[
+        "stream",
+        "--servers",
+        "2",
+        "--bytes-per-client",
+        "2m",
+        "--transfer",
+        "256k",
+        "--stripe-unit",
+        "64k",
+        "--runs",
+        "1",
+    ]);
+    assert_rates(&value, 4);
+    let net = value["net_median_bytes_per_s"].as_f64().expect("net median");
+    assert!(net > 0.0, "{value}");
+    for point in points(&value) {
+        assert_eq!(point["clients"], 2, "{point}");
+        let ratio = point["ratio_to_net"].as_f64().expect("ratio");
+        let expected = point["median_bytes_per_s"].as_f64().unwrap() / net;
+        assert!((ratio - expected).abs() <= 1e-9 * expected.max(1.0), "{point}");
+    }
+    let shared = points(&value).iter().filter(|p| p["files"] == "shared").count();
+    assert_eq!(shared, 2, "{value}");
+    assert_eq!(value["server_memory_within_cache_plus_64_mib"], true, "{value}");
+    assert!(value["server_peak_rss_bytes"].as_u64().is_some_and(|rss| rss > 0), "{value}");
+}
+
+#[test]
+fn stream_refuses_an_unknown_layout() {
+    let output = Command::new(FLOTILLA)
+        .args(["bench", "stream", "--files", "diagonal", "--runs", "1"])
+        .env_remove("FLOTILLA_META")
+        .output()
+        .expect("run flotilla bench");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--files \"diagonal\""));
+}

@@ -12,9 +12,13 @@
 //!   of a `LOADING` slot.
 //! - Readiness only moves forward (`LOADING` -> `READY`/`FAILED`) until the cache reassigns
 //!   the slot, which it does only when nobody holds it.
+//! - Waiters are woken per slot: a thread waiting for a slot parks on that slot's address
+//!   (`parking_lot_core`), and a slot that becomes ready or failed wakes only its own
+//!   waiters, not every thread waiting for any block.
 
 use crate::error::{Mismatch, StoreError};
-use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot_core::{DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN};
 use std::io;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -67,8 +71,6 @@ struct Slot {
 pub(crate) struct SlotPool {
     slots: Box<[Slot]>,
     block_bytes: usize,
-    ready_lock: Mutex<()>,
-    ready: Condvar,
 }
 
 impl SlotPool {
@@ -81,7 +83,7 @@ impl SlotPool {
                 failure: Mutex::new(None),
             })
             .collect();
-        Self { slots, block_bytes, ready_lock: Mutex::new(()), ready: Condvar::new() }
+        Self { slots, block_bytes }
     }
 
     pub(crate) fn count(&self) -> usize {
@@ -121,14 +123,14 @@ impl SlotPool {
 
     pub(crate) fn mark_ready(&self, slot: u32) {
         self.slots[slot as usize].state.store(READY, Ordering::Release);
-        self.wake_waiters();
+        self.wake_waiters(slot);
     }
 
     pub(crate) fn mark_failed(&self, slot: u32, failure: SlotFailure) {
         let entry = &self.slots[slot as usize];
         *entry.failure.lock() = Some(failure);
         entry.state.store(FAILED, Ordering::Release);
-        self.wake_waiters();
+        self.wake_waiters(slot);
     }
 
     pub(crate) fn is_failed(&self, slot: u32) -> bool {
@@ -138,16 +140,25 @@ impl SlotPool {
     /// Blocks until the slot is ready; returns its failure if the load failed.
     pub(crate) fn wait_ready(&self, slot: u32) -> Result<(), StoreError> {
         let entry = &self.slots[slot as usize];
-        if entry.state.load(Ordering::Acquire) == READY {
-            return Ok(());
-        }
-        let mut guard = self.ready_lock.lock();
         loop {
             match entry.state.load(Ordering::Acquire) {
                 READY => return Ok(()),
                 FAILED => return Err(self.failure_of(slot)),
-                _ => self.ready.wait(&mut guard),
+                _ => self.park_on(entry),
             }
+        }
+    }
+
+    /// Sleeps until the slot's loader wakes its waiters; returns at once if the slot is no
+    /// longer loading when the park is checked.
+    fn park_on(&self, entry: &Slot) {
+        let key = park_key(entry);
+        let still_loading = || entry.state.load(Ordering::Acquire) == LOADING;
+        // SAFETY: the key is the address of a slot this pool owns for its whole life; the
+        // validate closure only reads an atomic and the other callbacks do nothing, so none
+        // of them can panic or call into parking_lot while its bucket lock is held.
+        unsafe {
+            parking_lot_core::park(key, still_loading, || {}, |_, _| {}, DEFAULT_PARK_TOKEN, None);
         }
     }
 
@@ -161,11 +172,20 @@ impl SlotPool {
         }
     }
 
-    /// Taking the lock orders this wake-up after any waiter's check of the state.
-    fn wake_waiters(&self) {
-        let _guard = self.ready_lock.lock();
-        self.ready.notify_all();
+    /// Wakes the threads parked on this slot. The state was stored before, and `park`
+    /// checks it under the same bucket lock `unpark_all` takes, so no waiter misses it.
+    fn wake_waiters(&self, slot: u32) {
+        let key = park_key(&self.slots[slot as usize]);
+        // SAFETY: unparking by the address of a slot this pool owns; no callbacks.
+        unsafe {
+            parking_lot_core::unpark_all(key, DEFAULT_UNPARK_TOKEN);
+        }
     }
+}
+
+/// The address waiters of a slot park on.
+fn park_key(entry: &Slot) -> usize {
+    &entry.state as *const AtomicU8 as usize
 }
 
 #[cfg(test)]
@@ -189,5 +209,47 @@ mod tests {
         let failure = pool.wait_ready(1).unwrap_err();
         assert_eq!(failure.io_kind(), Some(io::ErrorKind::PermissionDenied));
         assert_eq!(pool.read(0).len(), 512);
+    }
+
+    /// Many threads wait on many slots at once; each slot is finished (ready or failed) in
+    /// a scrambled order by loader threads, and every waiter must return with its own
+    /// slot's outcome: no wake-up lost, none taken for another slot's.
+    #[test]
+    fn per_slot_waiters_each_see_their_own_slot() {
+        const SLOTS: u32 = 16;
+        const WAITERS_PER_SLOT: u32 = 3;
+        let pool = Arc::new(SlotPool::new(SLOTS as usize, 512));
+        for round in 0..20u32 {
+            (0..SLOTS).for_each(|slot| pool.begin_loading(slot));
+            let waiters: Vec<_> = (0..SLOTS * WAITERS_PER_SLOT)
+                .map(|i| {
+                    let pool = pool.clone();
+                    let slot = i % SLOTS;
+                    std::thread::spawn(move || (slot, pool.wait_ready(slot).is_ok()))
+                })
+                .collect();
+            let order: Vec<u32> = (0..SLOTS).map(|i| (i * 7 + round) % SLOTS).collect();
+            let loaders: Vec<_> = order
+                .chunks(4)
+                .map(|chunk| {
+                    let (pool, chunk) = (pool.clone(), chunk.to_vec());
+                    std::thread::spawn(move || {
+                        for slot in chunk {
+                            if (slot + round) % 3 == 0 {
+                                let error = io::Error::other("bad sector");
+                                pool.mark_failed(slot, SlotFailure::new(format!("read {slot}"), &error));
+                            } else {
+                                pool.zero_fill(slot);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            loaders.into_iter().for_each(|loader| loader.join().unwrap());
+            for waiter in waiters {
+                let (slot, ok) = waiter.join().unwrap();
+                assert_eq!(ok, (slot + round) % 3 != 0, "slot {slot} in round {round}");
+            }
+        }
     }
 }

@@ -24,9 +24,11 @@ mod plan;
 mod plot;
 mod report;
 mod runner;
+mod stream;
 mod worker;
 
 pub use meta::{meta_worker, MetaWorkerArgs};
+pub use stream::{net_worker, NetWorkerArgs};
 pub use worker::{worker, WorkerArgs};
 
 use anyhow::Context;
@@ -59,6 +61,11 @@ pub enum BenchCommand {
     Paper(paper::PaperArgs),
     /// mdtest-style metadata rates: file creates, stats, directory creates, removes per second.
     Meta(meta::MetaArgs),
+    /// The machine's baseline: a plain TCP stream between two processes on loopback, MB/s.
+    Net(stream::NetArgs),
+    /// 1 MiB sequential write then read through the library, file per process and one
+    /// shared file, beside the loopback baseline measured in the same run.
+    Stream(stream::StreamArgs),
 }
 
 /// Options every workload takes.
@@ -220,6 +227,8 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Rama(args) => emit(&args.common.clone(), rama_report(&args)?),
         BenchCommand::Paper(args) => paper::run(args),
         BenchCommand::Meta(args) => meta::run(args),
+        BenchCommand::Net(args) => stream::net(args),
+        BenchCommand::Stream(args) => stream::stream(args),
     }
 }
 
