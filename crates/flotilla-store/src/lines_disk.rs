@@ -381,3 +381,126 @@ fn reorganize_until_stopped(weak: &Weak<LinesDisk>, stop: &AtomicBool, interval:
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_line(dir: &tempfile::TempDir, line_blocks: u32, lines: u64) -> PathBuf {
+        let probe = Geometry { block_bytes: 4096, line_blocks, line_count: 1, group_blocks: line_blocks };
+        let geometry = Geometry::for_capacity(
+            SUPERBLOCK_BYTES + lines * probe.line_bytes(),
+            4096,
+            line_blocks,
+            line_blocks,
+        )
+        .unwrap();
+        let path = dir.path().join(LINES_IMAGE_NAME);
+        format(&path, &geometry).unwrap();
+        path
+    }
+
+    fn read(disk: &LinesDisk, key: ForkKey, block: u64) -> Vec<u8> {
+        let mut out = vec![0xee; 4096];
+        disk.read(key, block * 4096, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn synced_blocks_survive_reopening_and_unsynced_ones_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_line(&dir, 8, 2);
+        let key = ForkKey::new(1, 0, "data");
+        let disk = LinesDisk::open_image(&path).unwrap();
+        disk.write(key, 100, b"durable").unwrap();
+        disk.sync(key).unwrap();
+        disk.write(key, 3 * 4096, b"lost").unwrap();
+        // A crash: the handle vanishes without its closing commit.
+        std::mem::forget(disk);
+        let disk = LinesDisk::open_image(&path).unwrap();
+        assert_eq!(&read(&disk, key, 0)[100..107], b"durable");
+        assert_eq!(read(&disk, key, 3), vec![0u8; 4096]);
+        let recovery = disk.recovery();
+        assert_eq!(recovery.descriptor_area_bytes, 2 * 2 * 4096);
+        assert_eq!(recovery.duplicates, 0);
+    }
+
+    #[test]
+    fn a_torn_descriptor_write_recovers_the_previous_durable_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_line(&dir, 8, 1);
+        let key = ForkKey::new(1, 0, "data");
+        let disk = LinesDisk::open_image(&path).unwrap();
+        disk.write(key, 0, &[1u8; 4096]).unwrap();
+        disk.sync(key).unwrap();
+        disk.write(key, 4096, &[2u8; 4096]).unwrap();
+        disk.sync(key).unwrap();
+        let geometry = *disk.geometry();
+        std::mem::forget(disk);
+        // The last commit (sequence 3) went to copy B; tear it in the middle.
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[0xffu8; 512], geometry.descriptor_offset(0, 1) + 1024).unwrap();
+        let disk = LinesDisk::open_image(&path).unwrap();
+        assert_eq!(disk.recovery().torn_copies, 1);
+        assert_eq!(read(&disk, key, 0), vec![1u8; 4096]);
+        assert_eq!(read(&disk, key, 1), vec![0u8; 4096], "block 1's descriptor never became durable");
+        // Tearing both copies is an error that names the line.
+        drop(disk);
+        file.write_all_at(&[0xffu8; 512], geometry.descriptor_offset(0, 0) + 1024).unwrap();
+        let error = LinesDisk::open_image(&path).unwrap_err().to_string();
+        assert!(error.contains("line 0: both descriptor copies are damaged"), "{error}");
+    }
+
+    #[test]
+    fn reorganization_makes_a_fork_contiguous_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_line(&dir, 16, 1);
+        let (a, b) = (ForkKey::new(1, 0, "data"), ForkKey::new(2, 0, "data"));
+        let disk = LinesDisk::open_image(&path).unwrap();
+        for block in 0..4u64 {
+            disk.write(a, block * 4096, &[block as u8 + 1; 4096]).unwrap();
+            disk.write(b, block * 4096, &[block as u8 + 100; 4096]).unwrap();
+        }
+        disk.sync(a).unwrap();
+        disk.sync(b).unwrap();
+        let slots = |key| -> Vec<u32> {
+            (0..4).map(|block| disk.state.lock().lookup(key, block).unwrap().slot).collect()
+        };
+        assert_eq!(slots(a), [0, 2, 4, 6], "interleaved writes interleave slots");
+        let mut moves = 0;
+        while disk.reorganize_once().unwrap() {
+            moves += 1;
+        }
+        assert!(moves >= 1);
+        for key in [a, b] {
+            let slots = slots(key);
+            assert!(slots.windows(2).all(|pair| pair[1] == pair[0] + 1), "{slots:?}");
+        }
+        std::mem::forget(disk);
+        let disk = LinesDisk::open_image(&path).unwrap();
+        for block in 0..4u64 {
+            assert_eq!(read(&disk, a, block), vec![block as u8 + 1; 4096]);
+            assert_eq!(read(&disk, b, block), vec![block as u8 + 100; 4096]);
+        }
+    }
+
+    #[test]
+    fn a_full_target_says_no_space_and_dropped_blocks_come_back_after_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_line(&dir, 4, 1);
+        let (a, b) = (ForkKey::new(1, 0, "data"), ForkKey::new(2, 0, "data"));
+        let disk = LinesDisk::open_image(&path).unwrap();
+        disk.reserve(a, 0, 4 * 4096).unwrap();
+        assert_eq!(disk.free_bytes(), 0);
+        let error = disk.write(b, 0, b"x").unwrap_err();
+        assert!(crate::error::is_no_space(&error), "{error}");
+        disk.write(a, 0, &[7u8; 4 * 4096]).unwrap();
+        disk.sync(a).unwrap();
+        disk.truncate(a, 4096 + 10).unwrap();
+        assert_eq!(disk.free_bytes(), 0, "dropped slots are reclaimable until the descriptor is durable");
+        assert_eq!(&read(&disk, a, 1)[..12], &[7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 0, 0]);
+        disk.sync(a).unwrap();
+        assert_eq!(disk.free_bytes(), 2 * 4096);
+        disk.write(b, 0, b"now fits").unwrap();
+    }
+}
