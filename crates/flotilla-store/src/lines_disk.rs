@@ -151,6 +151,12 @@ impl LinesDisk {
         &self.path
     }
 
+    /// Whether some line holds a fork's durable blocks out of order or with gaps that a
+    /// reorganization could close.
+    pub fn needs_reorganization(&self) -> bool {
+        self.state.lock().plan_reorganization().is_some()
+    }
+
     /// Bytes in slots that may be allocated now.
     pub fn free_bytes(&self) -> u64 {
         self.state.lock().reusable_slots() * u64::from(self.geometry.block_bytes)
