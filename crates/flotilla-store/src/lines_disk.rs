@@ -188,31 +188,47 @@ impl LinesDisk {
         }
     }
 
-    /// Reads `buffer.len()` bytes of a fork at `offset_bytes` (holes read as zeros).
+    /// Reads `buffer.len()` bytes of a fork at `offset_bytes` (holes read as zeros). Pieces
+    /// in adjacent slots move in one request.
     pub fn read(&self, key: ForkKey, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()> {
         let map = self.state.lock();
         let block_bytes = self.block_bytes();
+        // Runs of (position in the buffer, offset in the image, length).
+        let mut runs: Vec<(usize, u64, usize)> = Vec::new();
         let mut done = 0usize;
         while done < buffer.len() {
             let at = offset_bytes + done as u64;
             let (block, within) = (at / block_bytes, at % block_bytes);
             let length = ((block_bytes - within) as usize).min(buffer.len() - done);
-            let piece = &mut buffer[done..done + length];
             match map.lookup(key, block) {
-                Some(addr) if map.written(addr) => self.pread(piece, self.slot_offset(addr) + within)?,
-                _ => piece.fill(0),
+                Some(addr) if map.written(addr) => {
+                    let image = self.slot_offset(addr) + within;
+                    match runs.last_mut() {
+                        Some(run) if run.0 + run.2 == done && run.1 + run.2 as u64 == image => {
+                            run.2 += length
+                        }
+                        _ => runs.push((done, image, length)),
+                    }
+                }
+                _ => buffer[done..done + length].fill(0),
             }
             done += length;
+        }
+        for (start, image, length) in runs {
+            self.pread(&mut buffer[start..start + length], image)?;
         }
         Ok(())
     }
 
     /// Writes `data` to a fork at `offset_bytes`, allocating slots as needed (ENOSPC when
-    /// the target is full).
+    /// the target is full). A new slot gets its whole block (zero padded); pieces bound for
+    /// adjacent slots move in one request.
     pub fn write(&self, key: ForkKey, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
         let mut map = self.state.lock();
         let block_bytes = self.block_bytes();
         let stamp = now_s();
+        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut slots = Vec::new();
         let mut done = 0usize;
         while done < data.len() {
             let at = offset_bytes + done as u64;
@@ -220,15 +236,25 @@ impl LinesDisk {
             let length = ((block_bytes - within) as usize).min(data.len() - done);
             let addr = map.allocate(key, block, stamp).ok_or_else(no_space)?;
             let piece = &data[done..done + length];
-            if map.written(addr) || length as u64 == block_bytes {
-                self.pwrite(piece, self.slot_offset(addr) + within)?;
+            let (image, bytes) = if map.written(addr) || length as u64 == block_bytes {
+                (self.slot_offset(addr) + within, piece.to_vec())
             } else {
                 let mut whole = vec![0u8; block_bytes as usize];
                 whole[within as usize..within as usize + length].copy_from_slice(piece);
-                self.pwrite(&whole, self.slot_offset(addr))?;
+                (self.slot_offset(addr), whole)
+            };
+            match runs.last_mut() {
+                Some((start, run)) if *start + run.len() as u64 == image => run.extend_from_slice(&bytes),
+                _ => runs.push((image, bytes)),
             }
-            map.mark_written(addr, stamp);
+            slots.push(addr);
             done += length;
+        }
+        for (image, bytes) in &runs {
+            self.pwrite(bytes, *image)?;
+        }
+        for addr in slots {
+            map.mark_written(addr, stamp);
         }
         Ok(())
     }

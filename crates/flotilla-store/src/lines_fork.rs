@@ -40,27 +40,35 @@ impl LinesFork {
 }
 
 impl ForkBackend for LinesFork {
+    /// Several buffers are read as one range (so adjacent slots move in one request), then
+    /// scattered.
     fn read_at(&self, offset_bytes: u64, buffers: &mut [&mut [u8]]) -> io::Result<usize> {
         let size = self.marker.size_bytes()?;
-        let mut at = offset_bytes;
-        let mut below_end = 0usize;
-        for buffer in buffers.iter_mut() {
-            self.disk.read(self.key, at, buffer)?;
-            let inside = size.saturating_sub(at).min(buffer.len() as u64) as usize;
-            buffer[inside..].fill(0);
-            below_end += inside;
-            at += buffer.len() as u64;
+        let total: usize = buffers.iter().map(|buffer| buffer.len()).sum();
+        let inside = size.saturating_sub(offset_bytes).min(total as u64) as usize;
+        if let [only] = buffers {
+            self.disk.read(self.key, offset_bytes, &mut only[..inside])?;
+            only[inside..].fill(0);
+            return Ok(inside);
         }
-        Ok(below_end)
+        let mut whole = vec![0u8; inside];
+        self.disk.read(self.key, offset_bytes, &mut whole)?;
+        let mut at = 0usize;
+        for buffer in buffers.iter_mut() {
+            let take = whole.len().saturating_sub(at).min(buffer.len());
+            if take > 0 {
+                buffer[..take].copy_from_slice(&whole[at..at + take]);
+            }
+            buffer[take..].fill(0);
+            at += buffer.len();
+        }
+        Ok(inside)
     }
 
     fn write_at(&self, offset_bytes: u64, buffers: &[&[u8]]) -> io::Result<()> {
-        let mut at = offset_bytes;
-        for buffer in buffers {
-            self.disk.write(self.key, at, buffer)?;
-            at += buffer.len() as u64;
-        }
-        self.grow_to(at)
+        let whole = buffers.concat();
+        self.disk.write(self.key, offset_bytes, &whole)?;
+        self.grow_to(offset_bytes + whole.len() as u64)
     }
 
     fn allocate(&self, offset_bytes: u64, length_bytes: u64, grow_size: bool) -> io::Result<()> {
