@@ -27,6 +27,8 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+# The cluster service tests again with every I/O server on a RAMA lines target (issue 13).
+FLOTILLA_TEST_TARGET_KIND=lines cargo test -p flotilla-cli --test service
 
 # Python package and C API (issue 5). The extension is built by maturin into a virtualenv under
 # target/pyenv (kept between runs, so re-runs only rebuild what changed), then the pytest suite

@@ -26,7 +26,8 @@ pub struct LocalArgs {
     #[arg(long)]
     cache_bytes: Option<u64>,
     /// Kind of every server's target: dir, or sim:MODEL for a simulated 1990s disk
-    /// (hp97560, st31200n; data still kept in the folder).
+    /// (hp97560, st31200n; data still kept in the folder), or lines[,OPTIONS] for RAMA disk
+    /// lines in one preallocated image (lines+sim:MODEL: on a simulated disk).
     #[arg(long)]
     target_kind: Option<String>,
     /// Also mount the cluster (POSIX, through FUSE) on this directory; unmounted on shutdown.

@@ -7,6 +7,7 @@ mod config;
 mod copy;
 mod enwrich;
 mod files;
+mod format_target;
 mod keygen;
 mod keys;
 mod mount;
@@ -87,6 +88,8 @@ enum Command {
     /// Runs a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Formats a lines target (RAMA disk lines), or reports its recovery (--recover).
+    FormatTarget(format_target::FormatTargetArgs),
     /// Prints a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions { shell: clap_complete::Shell },
     /// Writes man pages (flotilla.1 and one per command) into a directory.
@@ -168,6 +171,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),
         Command::Bench(command) => bench::run(command),
+        Command::FormatTarget(args) => format_target::run(args),
         Command::Completions { shell } => print_completions(shell),
         Command::Man { dir } => write_man_pages(&dir),
         Command::BenchWorker(args) => bench::worker(args),

@@ -40,6 +40,10 @@ mod file_fork;
 mod fork;
 mod fork_ref;
 mod fork_table;
+mod lines_disk;
+mod lines_fork;
+mod lines_format;
+mod lines_map;
 mod lru_list;
 mod request;
 mod sim_disk;
@@ -67,12 +71,14 @@ pub use error::StoreError;
 pub use extent::Extent;
 pub use file_fork::FileFork;
 pub use fork_ref::ForkRef;
+pub use lines_disk::{format as format_lines_image, LinesDisk, Recovery as LinesRecovery, LINES_IMAGE_NAME};
+pub use lines_format::{BlockState, ForkKey, Geometry as LinesGeometry};
 pub use sim_disk::SimDisk;
 pub use sim_fork::SimFork;
 pub use sim_model::{
     PublishedFigures, SimModel, SimModelError, SIM_LAYOUT_BLOCK_BYTES_DEFAULT, SIM_SECTOR_BYTES,
 };
-pub use sim_target::{TargetKind, TargetSpec, SIM_REGIONS_MAX, SIM_REGION_BYTES_MIN};
+pub use sim_target::{LinesOptions, TargetKind, TargetSpec, SIM_REGIONS_MAX, SIM_REGION_BYTES_MIN};
 pub use stats::StoreStats;
 pub use store::Store;
 pub use target::{Target, TargetUsage, CHECKSUMS_DIR_NAME, DEFAULT_FORK_NAME, SUBFILES_DIR_NAME};

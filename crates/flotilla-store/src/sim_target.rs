@@ -40,10 +40,92 @@ pub enum TargetKind {
     Dir,
     /// Forks are files in a directory, timed as on a simulated disk of this model.
     Sim(SimModel),
+    /// Fork blocks in one preallocated image cut into RAMA disk lines (`lines:DIR`, see
+    /// `lines_disk`), optionally timed as on a simulated disk (`lines+sim:MODEL:DIR`).
+    Lines(Box<LinesOptions>),
     /// Tests only (`crash:DIR`, feature `test-support`): the namespace lives in `DIR`, fork
     /// bytes in memory with a simulated power loss (see `CrashDisk`).
     #[cfg(feature = "test-support")]
     Crash,
+}
+
+/// Default capacity of a lines image created when a target is initialized.
+pub const LINES_CAPACITY_BYTES_DEFAULT: u64 = 256 << 20;
+/// Default block size of a new lines image.
+pub const LINES_BLOCK_BYTES_DEFAULT: u64 = 64 << 10;
+/// Default blocks per line of a new lines image.
+pub const LINE_BLOCKS_DEFAULT: u32 = 512;
+/// Default RAMA sequentiality (consecutive blocks of a fork per line) of a new lines image.
+pub const LINES_GROUP_BLOCKS_DEFAULT: u32 = 64;
+/// Default pause of the background reorganizer between passes (0: never reorganize).
+pub const LINES_REORGANIZE_INTERVAL_MS_DEFAULT: u64 = 1000;
+
+/// The settings of a `lines` target: the image's geometry (used only when the image is
+/// created; an existing image keeps what its superblock says), the reorganizer's interval
+/// and the simulated disk under it, if any.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinesOptions {
+    pub capacity_bytes: u64,
+    pub block_bytes: u64,
+    pub line_blocks: u32,
+    pub group_blocks: u32,
+    pub reorganize_interval_ms: u64,
+    pub sim: Option<SimModel>,
+}
+
+impl Default for LinesOptions {
+    fn default() -> Self {
+        LinesOptions {
+            capacity_bytes: LINES_CAPACITY_BYTES_DEFAULT,
+            block_bytes: LINES_BLOCK_BYTES_DEFAULT,
+            line_blocks: LINE_BLOCKS_DEFAULT,
+            group_blocks: LINES_GROUP_BLOCKS_DEFAULT,
+            reorganize_interval_ms: LINES_REORGANIZE_INTERVAL_MS_DEFAULT,
+            sim: None,
+        }
+    }
+}
+
+impl LinesOptions {
+    /// Parses `OPTION=VALUE` pairs separated by commas (`capacity`, `block`, `line_blocks`,
+    /// `group_blocks`, `reorganize_ms`); sizes take k/m/g suffixes.
+    pub fn parse(text: &str) -> Result<LinesOptions, String> {
+        let mut options = LinesOptions::default();
+        for option in text.split(',').filter(|option| !option.is_empty()) {
+            let Some((key, value)) = option.split_once('=') else {
+                return Err(format!("lines option {option:?} is not KEY=VALUE"));
+            };
+            let size =
+                || flotilla_types::parse_size(value).ok_or_else(|| format!("bad size {value:?} for {key}"));
+            let count = || value.parse::<u32>().map_err(|_| format!("bad count {value:?} for {key}"));
+            match key {
+                "capacity" => options.capacity_bytes = size()?,
+                "block" => options.block_bytes = size()?,
+                "line_blocks" => options.line_blocks = count()?,
+                "group_blocks" => options.group_blocks = count()?,
+                "reorganize_ms" => {
+                    options.reorganize_interval_ms =
+                        value.parse().map_err(|_| format!("bad interval {value:?} for {key}"))?
+                }
+                other => return Err(format!("unknown lines option {other:?}")),
+            }
+        }
+        if options.group_blocks > options.line_blocks {
+            options.group_blocks = options.line_blocks;
+        }
+        Ok(options)
+    }
+
+    /// The geometry a new image gets.
+    pub fn geometry(&self) -> Result<crate::lines_format::Geometry, String> {
+        crate::lines_format::Geometry::for_capacity(
+            self.capacity_bytes,
+            self.block_bytes,
+            self.line_blocks,
+            self.group_blocks,
+        )
+        .map_err(|error| error.0)
+    }
 }
 
 /// A parsed target spec: its kind and its directory.
@@ -67,6 +149,11 @@ impl TargetSpec {
         if let Some(dir) = text.strip_prefix("crash:") {
             return Ok(TargetSpec { kind: TargetKind::Crash, dir: dir.into() });
         }
+        if let Some(rest) = text.strip_prefix("lines") {
+            if rest.starts_with([',', ':', '+']) {
+                return parse_lines(text, rest);
+            }
+        }
         let Some(rest) = text.strip_prefix("sim:") else {
             return Ok(TargetSpec { kind: TargetKind::Dir, dir: spec.to_path_buf() });
         };
@@ -79,6 +166,29 @@ impl TargetSpec {
         let model = SimModel::parse(model).map_err(|error| bad(format!("target spec {text:?}: {error}")))?;
         Ok(TargetSpec { kind: TargetKind::Sim(model), dir: dir.into() })
     }
+}
+
+/// Parses what follows `lines` in a spec: `[,OPTIONS][+sim:MODEL]:DIR`.
+fn parse_lines(text: &str, rest: &str) -> Result<TargetSpec, StoreError> {
+    let bad = |reason: String| StoreError::BadConfig {
+        name: "targets",
+        reason: format!("target spec {text:?}: {reason}"),
+    };
+    let options_end = rest.find([':', '+']).unwrap_or(rest.len());
+    let mut options = LinesOptions::parse(&rest[..options_end]).map_err(bad)?;
+    let mut rest = &rest[options_end..];
+    if let Some(sim) = rest.strip_prefix("+sim:") {
+        let Some((model, _)) = sim.split_once(':') else {
+            return Err(bad("must be lines+sim:MODEL:DIR".into()));
+        };
+        options.sim = Some(SimModel::parse(model).map_err(|error| bad(error.to_string()))?);
+        rest = &sim[model.len()..];
+    }
+    let Some(dir) = rest.strip_prefix(':').filter(|dir| !dir.is_empty()) else {
+        return Err(bad("names no directory (lines[,OPTIONS][+sim:MODEL]:DIR)".into()));
+    };
+    options.geometry().map_err(bad)?;
+    Ok(TargetSpec { kind: TargetKind::Lines(Box::new(options)), dir: dir.into() })
 }
 
 #[derive(Debug)]
@@ -218,6 +328,29 @@ mod tests {
         for bad in ["sim:hp97560", "sim:hp97560:", "sim:nope:/x"] {
             assert!(matches!(TargetSpec::parse(Path::new(bad)), Err(StoreError::BadConfig { .. })), "{bad}");
         }
+    }
+
+    #[test]
+    fn parses_lines_specs() {
+        let plain = TargetSpec::parse(Path::new("lines:/data/t0")).unwrap();
+        assert_eq!(plain.dir, PathBuf::from("/data/t0"));
+        assert_eq!(plain.kind, TargetKind::Lines(Box::default()));
+        let tuned =
+            TargetSpec::parse(Path::new("lines,capacity=8m,block=4k,line_blocks=32,reorganize_ms=0:/x"))
+                .unwrap();
+        let TargetKind::Lines(options) = tuned.kind else { panic!("not lines") };
+        assert_eq!((options.capacity_bytes, options.block_bytes, options.line_blocks), (8 << 20, 4096, 32));
+        assert_eq!((options.group_blocks, options.reorganize_interval_ms), (32, 0));
+        let sim = TargetSpec::parse(Path::new("lines+sim:st31200n:/d")).unwrap();
+        assert!(matches!(sim.kind, TargetKind::Lines(ref o) if o.sim.as_ref().unwrap().name == "st31200n"));
+        assert_eq!(sim.dir, PathBuf::from("/d"));
+        for bad in
+            ["lines:", "lines,block=3:/x", "lines,speed=1:/x", "lines+sim:nope:/x", "lines+sim:st31200n"]
+        {
+            assert!(matches!(TargetSpec::parse(Path::new(bad)), Err(StoreError::BadConfig { .. })), "{bad}");
+        }
+        // A directory whose name starts with "lines" is still a dir target.
+        assert_eq!(TargetSpec::parse(Path::new("linesdir")).unwrap().kind, TargetKind::Dir);
     }
 
     #[test]

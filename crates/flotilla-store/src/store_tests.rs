@@ -57,9 +57,28 @@ fn model_read(model: &[u8], extents: &[Extent]) -> Vec<u8> {
     out
 }
 
-fn run(ops: &[Op], cache_blocks: u64) {
+/// The target kinds every property runs against: `dir`, and `lines` with small lines (so
+/// forks overflow their home lines) and the reorganizer running every millisecond.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Dir,
+    Lines,
+}
+
+fn target_spec(kind: Kind, dir: &std::path::Path) -> std::path::PathBuf {
+    match kind {
+        Kind::Dir => dir.to_path_buf(),
+        Kind::Lines => format!(
+            "lines,capacity=512k,block=1k,line_blocks=16,group_blocks=4,reorganize_ms=1:{}",
+            dir.display()
+        )
+        .into(),
+    }
+}
+
+fn run(ops: &[Op], cache_blocks: u64, kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = StoreConfig::new(vec![dir.path().to_path_buf()], true);
+    let mut config = StoreConfig::new(vec![target_spec(kind, dir.path())], true);
     config.block_bytes = BLOCK_BYTES as u64;
     config.cache_capacity_bytes = cache_blocks * BLOCK_BYTES as u64;
     config.disk_run_bytes_max = 4 * BLOCK_BYTES as u64;
@@ -113,11 +132,21 @@ proptest! {
 
     #[test]
     fn matches_model_with_tiny_cache(ops in prop::collection::vec(op(), 1..40)) {
-        run(&ops, 6);
+        run(&ops, 6, Kind::Dir);
     }
 
     #[test]
     fn matches_model_with_roomy_cache(ops in prop::collection::vec(op(), 1..40)) {
-        run(&ops, 256);
+        run(&ops, 256, Kind::Dir);
+    }
+
+    #[test]
+    fn lines_matches_model_with_tiny_cache(ops in prop::collection::vec(op(), 1..40)) {
+        run(&ops, 6, Kind::Lines);
+    }
+
+    #[test]
+    fn lines_matches_model_with_roomy_cache(ops in prop::collection::vec(op(), 1..40)) {
+        run(&ops, 256, Kind::Lines);
     }
 }

@@ -15,8 +15,11 @@
 use crate::backend::ForkBackend;
 use crate::error::StoreError;
 use crate::file_fork::FileFork;
+use crate::lines_disk::{self, LinesDisk, Reorganizer, LINES_IMAGE_NAME};
+use crate::lines_fork::LinesFork;
+use crate::lines_format::ForkKey;
 use crate::sim_fork::SimFork;
-use crate::sim_target::{SimTarget, TargetKind, TargetSpec};
+use crate::sim_target::{LinesOptions, SimTarget, TargetKind, TargetSpec};
 use crate::target_id_file::{self, TargetIdentity, CHECKSUM_BLOCK_BYTES_DEFAULT};
 use flotilla_types::{FileId, SubfileIndex, TargetId};
 use std::fs;
@@ -48,6 +51,9 @@ pub struct Target {
     checksums_dir: PathBuf,
     kind: TargetKind,
     sim: Option<Arc<SimTarget>>,
+    /// Dropped before `lines` (fields drop in order): stops and joins the thread.
+    _reorganizer: Option<Reorganizer>,
+    lines: Option<Arc<LinesDisk>>,
     #[cfg(feature = "test-support")]
     crash: Option<crate::crash_fork::CrashHandle>,
 }
@@ -92,6 +98,14 @@ impl Target {
             TargetKind::Sim(model) => Some(Arc::new(SimTarget::new(model.clone()))),
             _ => None,
         };
+        let (lines, reorganizer) = match &spec.kind {
+            TargetKind::Lines(options) => {
+                let disk = open_lines(dir, options, init)?;
+                let interval = std::time::Duration::from_millis(options.reorganize_interval_ms);
+                (Some(disk.clone()), Reorganizer::start(&disk, interval))
+            }
+            _ => (None, None),
+        };
         Ok(Target {
             id: identity.id,
             checksum_block_bytes: identity.checksum_block_bytes,
@@ -100,6 +114,8 @@ impl Target {
             checksums_dir,
             kind: spec.kind.clone(),
             sim,
+            _reorganizer: reorganizer,
+            lines,
             #[cfg(feature = "test-support")]
             crash: match &spec.kind {
                 TargetKind::Crash => Some(crate::crash_fork::CrashHandle::attach(dir)),
@@ -196,6 +212,11 @@ impl Target {
     /// Removes the subfile's directory and every fork in it.
     pub(crate) fn remove_subfile(&self, file: FileId, subfile: SubfileIndex) -> Result<(), StoreError> {
         let dir = self.subfile_dir(file, subfile);
+        if self.lines.is_some() && dir.is_dir() {
+            for (fork, _) in self.list_forks(file, subfile)? {
+                self.free_lines_blocks(file, subfile, &fork)?;
+            }
+        }
         self.forget_crash_images(&dir);
         let checksums = self.checksum_dir(file, subfile);
         match fs::remove_dir_all(&checksums) {
@@ -220,6 +241,7 @@ impl Target {
         if !self.subfile_exists(file, subfile) {
             return Err(self.unknown_subfile(file, subfile));
         }
+        self.check_lines_tag(file, subfile, fork)?;
         let path = self.fork_path(file, subfile, fork);
         match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(_) => target_id_file::sync_dir(&self.subfile_dir(file, subfile)),
@@ -239,6 +261,9 @@ impl Target {
     ) -> Result<(), StoreError> {
         let path = self.fork_path(file, subfile, fork);
         self.forget_crash_images(&path);
+        if path.is_file() {
+            self.free_lines_blocks(file, subfile, fork)?;
+        }
         let checksums = self.checksum_path(file, subfile, fork);
         match fs::remove_file(&checksums) {
             Ok(()) => target_id_file::sync_dir(&self.checksum_dir(file, subfile))?,
@@ -310,6 +335,10 @@ impl Target {
         if let Some(crash) = &self.crash {
             return Ok(Arc::new(crash.open(path)));
         }
+        if let Some(disk) = &self.lines {
+            let key = self.lines_key_of(path)?;
+            return Ok(Arc::new(LinesFork::open(path, &checksum_path, key, disk.clone())?));
+        }
         Ok(match &self.sim {
             None => Arc::new(FileFork::open(path, &checksum_path)?),
             Some(disk) => Arc::new(SimFork::open(path, &checksum_path, disk.clone())?),
@@ -324,8 +353,59 @@ impl Target {
         }
     }
 
+    /// The image of a lines target.
+    pub fn lines_disk(&self) -> Option<&Arc<LinesDisk>> {
+        self.lines.as_ref()
+    }
+
+    /// The lines identity of the fork whose namespace file is `path`.
+    fn lines_key_of(&self, path: &Path) -> io::Result<ForkKey> {
+        let parse = || {
+            let relative = path.strip_prefix(&self.subfiles_dir).ok()?;
+            let mut parts = relative.iter().map(|part| part.to_str());
+            let (subfile_dir, fork) = (parts.next()??, parts.next()??);
+            let (file, subfile) = subfile_dir.split_once('.')?;
+            Some(ForkKey::new(u64::from_str_radix(file, 16).ok()?, subfile.parse().ok()?, fork))
+        };
+        parse().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{path:?} is not a fork path"))
+        })
+    }
+
+    /// Drops every block of a lines fork and makes that durable (nothing for other kinds).
+    fn free_lines_blocks(&self, file: FileId, subfile: SubfileIndex, fork: &str) -> Result<(), StoreError> {
+        let Some(disk) = &self.lines else { return Ok(()) };
+        let key = ForkKey::new(file.0, subfile.0, fork);
+        disk.truncate(key, 0).and_then(|()| disk.sync(key)).map_err(|error| {
+            StoreError::io(format!("free the blocks of fork {fork:?} of {file}:{subfile}"), error)
+        })
+    }
+
+    /// Refuses a fork whose lines identity (name CRC32C) another fork of the subfile has.
+    fn check_lines_tag(&self, file: FileId, subfile: SubfileIndex, fork: &str) -> Result<(), StoreError> {
+        if self.lines.is_none() || !self.subfile_exists(file, subfile) {
+            return Ok(());
+        }
+        let tag = ForkKey::new(file.0, subfile.0, fork).fork_tag;
+        for (other, _) in self.list_forks(file, subfile)? {
+            if other != fork && ForkKey::new(file.0, subfile.0, &other).fork_tag == tag {
+                return Err(StoreError::BadConfig {
+                    name: "fork name",
+                    reason: format!("{fork:?} has the same CRC32C as fork {other:?} of {file}:{subfile} on lines target {}", self.id),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Space used and free on the target's file system.
     pub fn usage(&self) -> Result<TargetUsage, StoreError> {
+        if let Some(disk) = &self.lines {
+            let geometry = disk.geometry();
+            let total = geometry.slots() * u64::from(geometry.block_bytes);
+            let free_bytes = disk.free_bytes();
+            return Ok(TargetUsage { used_bytes: total - free_bytes, free_bytes });
+        }
         let stats = rustix::fs::statvfs(&self.dir)
             .map_err(|errno| self.namespace_error("statvfs", &self.dir, errno.into()))?;
         let block_bytes = stats.f_frsize;
@@ -349,6 +429,22 @@ impl Target {
         }
         StoreError::io(format!("{action} {path:?} on target {}", self.id), error)
     }
+}
+
+/// Opens the image of a lines target, creating it first if `init` and it is missing.
+fn open_lines(dir: &Path, options: &LinesOptions, init: bool) -> Result<Arc<LinesDisk>, StoreError> {
+    let path = dir.join(LINES_IMAGE_NAME);
+    if !path.exists() {
+        if !init {
+            return Err(StoreError::TargetNotInitialized { dir: dir.to_path_buf() });
+        }
+        let geometry =
+            options.geometry().map_err(|reason| StoreError::BadConfig { name: "lines target", reason })?;
+        lines_disk::format(&path, &geometry)
+            .map_err(|error| StoreError::io(format!("format {path:?}"), error))?;
+    }
+    let sim = options.sim.clone().map(|model| Arc::new(SimTarget::new(model)));
+    LinesDisk::open(&path, sim).map_err(|error| StoreError::io(format!("open {path:?}"), error))
 }
 
 fn create_dir_if_missing(dir: &Path, parent: &Path) -> Result<(), StoreError> {

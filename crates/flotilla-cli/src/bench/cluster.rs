@@ -259,8 +259,13 @@ fn check_kind(kind: &str) -> anyhow::Result<()> {
     if kind == "dir" {
         return Ok(());
     }
+    if kind.starts_with("lines") {
+        flotilla_store::TargetSpec::parse(std::path::Path::new(&format!("{kind}:/target")))
+            .map_err(|error| anyhow::anyhow!("target kind {kind:?}: {error}"))?;
+        return Ok(());
+    }
     let Some(model) = kind.strip_prefix("sim:") else {
-        anyhow::bail!("target kind {kind:?} must be dir or sim:MODEL");
+        anyhow::bail!("target kind {kind:?} must be dir, sim:MODEL, lines or lines+sim:MODEL");
     };
     flotilla_store::SimModel::parse(model)
         .map_err(|error| anyhow::anyhow!("target kind {kind:?}: {error}"))?;

@@ -477,7 +477,8 @@ fn start_cluster(common: &CommonArgs, servers: usize) -> anyhow::Result<Cluster>
 }
 
 fn cold_runs(common: &CommonArgs) -> bool {
-    common.meta.is_none() && common.target_kind.starts_with("sim") && !common.warm
+    let simulated = common.target_kind.starts_with("sim") || common.target_kind.contains("+sim:");
+    common.meta.is_none() && simulated && !common.warm
 }
 
 /// Runs every job, one embedded cluster per server count, and gathers the report.

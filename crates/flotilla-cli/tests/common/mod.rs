@@ -198,6 +198,7 @@ impl Cluster {
     pub fn start_server_advertising(&self, target: &Path, listen: &str, advertise: Option<&str>) -> Process {
         let config = self.config();
         let meta = self.meta_addr();
+        let target = &target_spec(target);
         let mut args = vec!["--config", path(&config), "server", "--meta", &meta, "--target", path(target)];
         args.extend_from_slice(&["--listen", listen]);
         if let Some(advertise) = advertise {
@@ -265,6 +266,18 @@ impl Drop for Cluster {
         if let Some(meta) = self.meta.take() {
             meta.kill();
         }
+    }
+}
+
+/// A server's target: the folder itself, or, when `FLOTILLA_TEST_TARGET_KIND` names a kind
+/// (`lines`, `lines+sim:st31200n`, ...), that kind on the folder, so a whole test file can
+/// run against another target kind (scripts/test.sh runs the service tests on `lines`).
+pub fn target_spec(target: &Path) -> PathBuf {
+    match std::env::var("FLOTILLA_TEST_TARGET_KIND") {
+        Ok(kind) if !kind.is_empty() && kind != "dir" && target.is_dir() => {
+            PathBuf::from(format!("{kind}:{}", target.display()))
+        }
+        _ => target.to_path_buf(),
     }
 }
 

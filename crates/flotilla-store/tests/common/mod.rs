@@ -9,9 +9,14 @@ pub const FILE: FileId = FileId(0xab);
 pub const SUBFILE: SubfileIndex = SubfileIndex(3);
 
 /// A store on one fresh target in `dir`, with `block_bytes` blocks and a cache of
-/// `cache_blocks` blocks.
+/// `cache_blocks` blocks. With `FLOTILLA_TEST_TARGET_KIND` set (e.g. `lines`), the target is
+/// of that kind (scripts/test.sh runs `tests/store.rs` on `lines` this way).
 pub fn config(dir: &Path, block_bytes: usize, cache_blocks: u64) -> StoreConfig {
-    let mut config = StoreConfig::new(vec![dir.to_path_buf()], true);
+    let target = match std::env::var("FLOTILLA_TEST_TARGET_KIND") {
+        Ok(kind) if !kind.is_empty() && kind != "dir" => format!("{kind}:{}", dir.display()).into(),
+        _ => dir.to_path_buf(),
+    };
+    let mut config = StoreConfig::new(vec![target], true);
     config.block_bytes = block_bytes as u64;
     config.cache_capacity_bytes = cache_blocks * block_bytes as u64;
     config

@@ -1,0 +1,538 @@
+//! A `lines` target's image file: formatting, recovery, block I/O and descriptor commits,
+//! and the background reorganizer. The pure rules are in `lines_format` and `lines_map`.
+//!
+//! Order of writes: a block's data is written to its slot (and, at a sync, made durable with
+//! `fdatasync`) before any descriptor names it; a descriptor copy is then written to the
+//! copy slot *not* holding the durable descriptor and made durable with a second
+//! `fdatasync`. A torn descriptor write thus leaves the other copy, the previous durable
+//! state, valid. Reads, writes and commits of one target hold its state lock, so a
+//! reorganization's copy never races a write of the same block.
+
+use crate::lines_format::{self, Descriptor, ForkKey, Geometry, SUPERBLOCK_BYTES};
+use crate::lines_map::{LineMap, SlotAddr};
+use crate::sim_target::SimTarget;
+use parking_lot::Mutex;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Name of the image file inside a lines target's directory.
+pub const LINES_IMAGE_NAME: &str = "lines.img";
+
+/// What recovery found and how long it took.
+#[derive(Clone, Copy, Debug)]
+pub struct Recovery {
+    pub descriptor_area_bytes: u64,
+    pub elapsed: Duration,
+    pub torn_copies: u64,
+    pub duplicates: u64,
+}
+
+/// One lines target's image, shared by its forks.
+#[derive(Debug)]
+pub struct LinesDisk {
+    path: PathBuf,
+    file: File,
+    geometry: Geometry,
+    state: Mutex<LineMap>,
+    sim: Option<Arc<SimTarget>>,
+    recovery: Recovery,
+}
+
+fn invalid(path: &Path, reason: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("lines image {path:?}: {reason}"))
+}
+
+fn no_space() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSPC)
+}
+
+pub(crate) fn now_s() -> u32 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|since| since.as_secs() as u32).unwrap_or(0)
+}
+
+/// Writes a new image at `path` (refusing to overwrite one): the space reserved, the
+/// superblock and every line's descriptor copy A (all free, sequence 1), then fsync.
+pub fn format(path: &Path, geometry: &Geometry) -> io::Result<()> {
+    let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+    match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, geometry.image_bytes()) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::OPNOTSUPP) => file.set_len(geometry.image_bytes())?,
+        Err(errno) => return Err(errno.into()),
+    }
+    let empty = LineMap::formatted(*geometry);
+    for line in 0..geometry.line_count {
+        let mut descriptor = empty.commit_slots(line, &[]);
+        descriptor.sequence = 1;
+        let bytes = lines_format::encode_descriptor(geometry, &descriptor);
+        file.write_all_at(&bytes, geometry.descriptor_offset(line, 1))?;
+    }
+    file.write_all_at(&lines_format::encode_superblock(geometry), 0)?;
+    file.sync_all()?;
+    if let Some(parent) = path.parent() {
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+impl LinesDisk {
+    /// Opens an image (no simulated disk, no reorganizer) and rebuilds its state from the
+    /// descriptors alone; `recovery()` says what that cost.
+    pub fn open_image(path: &Path) -> io::Result<Arc<LinesDisk>> {
+        LinesDisk::open(path, None)
+    }
+
+    /// Opens an image, its I/O timed on `sim` if given, and rebuilds its state from the
+    /// descriptors alone.
+    pub(crate) fn open(path: &Path, sim: Option<Arc<SimTarget>>) -> io::Result<Arc<LinesDisk>> {
+        let started = Instant::now();
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let mut superblock = vec![0u8; SUPERBLOCK_BYTES as usize];
+        file.read_exact_at(&mut superblock, 0)
+            .map_err(|error| invalid(path, format!("read superblock: {error}")))?;
+        let geometry = lines_format::decode_superblock(&superblock).map_err(|error| invalid(path, error))?;
+        let length = file.metadata()?.len();
+        if length < geometry.image_bytes() {
+            return Err(invalid(
+                path,
+                format!("is {length} bytes, its superblock says {}", geometry.image_bytes()),
+            ));
+        }
+        let copy_bytes = geometry.descriptor_copy_bytes() as usize;
+        let mut both = vec![0u8; 2 * copy_bytes];
+        let mut descriptors = Vec::with_capacity(geometry.line_count as usize);
+        let mut torn_copies = 0;
+        for line in 0..geometry.line_count {
+            file.read_exact_at(&mut both, geometry.descriptor_offset(line, 0))?;
+            let (a, b) = both.split_at(copy_bytes);
+            let (copy, descriptor) = lines_format::choose_descriptor(&geometry, line, a, b)
+                .map_err(|error| invalid(path, error))?;
+            let other = if copy == 0 { b } else { a };
+            if descriptor.sequence > 1 && lines_format::decode_descriptor(&geometry, line, other).is_err() {
+                torn_copies += 1;
+            }
+            descriptors.push(descriptor);
+        }
+        let (map, duplicates) = LineMap::recover(geometry, descriptors);
+        if duplicates > 0 {
+            tracing::warn!(?path, duplicates, "lines image names some blocks twice; kept the first of each");
+        }
+        let recovery = Recovery {
+            descriptor_area_bytes: geometry.descriptor_area_bytes(),
+            elapsed: started.elapsed(),
+            torn_copies,
+            duplicates,
+        };
+        tracing::info!(?path, ?recovery, "lines target recovered from its descriptors");
+        Ok(Arc::new(LinesDisk {
+            path: path.to_path_buf(),
+            file,
+            geometry,
+            state: Mutex::new(map),
+            sim,
+            recovery,
+        }))
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether some line holds a fork's durable blocks out of order or with gaps that a
+    /// reorganization could close.
+    pub fn needs_reorganization(&self) -> bool {
+        self.state.lock().plan_reorganization().is_some()
+    }
+
+    /// Bytes in slots that may be allocated now.
+    pub fn free_bytes(&self) -> u64 {
+        self.state.lock().reusable_slots() * u64::from(self.geometry.block_bytes)
+    }
+
+    fn block_bytes(&self) -> u64 {
+        u64::from(self.geometry.block_bytes)
+    }
+
+    fn slot_offset(&self, addr: SlotAddr) -> u64 {
+        self.geometry.slot_offset(addr.line, addr.slot)
+    }
+
+    fn pread(&self, buffer: &mut [u8], offset: u64) -> io::Result<()> {
+        match &self.sim {
+            None => self.file.read_exact_at(buffer, offset),
+            Some(sim) => {
+                sim.access(0, offset, buffer.len() as u64, false, || self.file.read_exact_at(buffer, offset))
+            }
+        }
+    }
+
+    fn pwrite(&self, buffer: &[u8], offset: u64) -> io::Result<()> {
+        match &self.sim {
+            None => self.file.write_all_at(buffer, offset),
+            Some(sim) => {
+                sim.access(0, offset, buffer.len() as u64, true, || self.file.write_all_at(buffer, offset))
+            }
+        }
+    }
+
+    /// Reads `buffer.len()` bytes of a fork at `offset_bytes` (holes read as zeros). Pieces
+    /// in adjacent slots move in one request.
+    pub fn read(&self, key: ForkKey, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()> {
+        let map = self.state.lock();
+        let block_bytes = self.block_bytes();
+        // Runs of (position in the buffer, offset in the image, length).
+        let mut runs: Vec<(usize, u64, usize)> = Vec::new();
+        let mut done = 0usize;
+        while done < buffer.len() {
+            let at = offset_bytes + done as u64;
+            let (block, within) = (at / block_bytes, at % block_bytes);
+            let length = ((block_bytes - within) as usize).min(buffer.len() - done);
+            match map.lookup(key, block) {
+                Some(addr) if map.written(addr) => {
+                    let image = self.slot_offset(addr) + within;
+                    match runs.last_mut() {
+                        Some(run) if run.0 + run.2 == done && run.1 + run.2 as u64 == image => {
+                            run.2 += length
+                        }
+                        _ => runs.push((done, image, length)),
+                    }
+                }
+                _ => buffer[done..done + length].fill(0),
+            }
+            done += length;
+        }
+        for (start, image, length) in runs {
+            self.pread(&mut buffer[start..start + length], image)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` to a fork at `offset_bytes`, allocating slots as needed (ENOSPC when
+    /// the target is full). A new slot gets its whole block (zero padded); pieces bound for
+    /// adjacent slots move in one request.
+    pub fn write(&self, key: ForkKey, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
+        let mut map = self.state.lock();
+        let block_bytes = self.block_bytes();
+        let stamp = now_s();
+        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut slots = Vec::new();
+        let mut done = 0usize;
+        while done < data.len() {
+            let at = offset_bytes + done as u64;
+            let (block, within) = (at / block_bytes, at % block_bytes);
+            let length = ((block_bytes - within) as usize).min(data.len() - done);
+            let addr = map.allocate(key, block, stamp).ok_or_else(no_space)?;
+            let piece = &data[done..done + length];
+            let (image, bytes) = if map.written(addr) || length as u64 == block_bytes {
+                (self.slot_offset(addr) + within, piece.to_vec())
+            } else {
+                let mut whole = vec![0u8; block_bytes as usize];
+                whole[within as usize..within as usize + length].copy_from_slice(piece);
+                (self.slot_offset(addr), whole)
+            };
+            match runs.last_mut() {
+                Some((start, run)) if *start + run.len() as u64 == image => run.extend_from_slice(&bytes),
+                _ => runs.push((image, bytes)),
+            }
+            slots.push(addr);
+            done += length;
+        }
+        for (image, bytes) in &runs {
+            self.pwrite(bytes, *image)?;
+        }
+        for addr in slots {
+            map.mark_written(addr, stamp);
+        }
+        Ok(())
+    }
+
+    /// Reserves slots for every block touching `offset_bytes..+length_bytes`.
+    pub fn reserve(&self, key: ForkKey, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        if length_bytes == 0 {
+            return Ok(());
+        }
+        let mut map = self.state.lock();
+        let block_bytes = self.block_bytes();
+        let stamp = now_s();
+        for block in offset_bytes / block_bytes..=(offset_bytes + length_bytes - 1) / block_bytes {
+            map.allocate(key, block, stamp).ok_or_else(no_space)?;
+        }
+        Ok(())
+    }
+
+    /// Cuts a fork to `size_bytes`: drops whole blocks past it and zeroes the tail of the
+    /// block it ends in.
+    pub fn truncate(&self, key: ForkKey, size_bytes: u64) -> io::Result<()> {
+        let mut map = self.state.lock();
+        let block_bytes = self.block_bytes();
+        map.drop_from(key, size_bytes.div_ceil(block_bytes));
+        let within = size_bytes % block_bytes;
+        if within > 0 {
+            if let Some(addr) = map.lookup(key, size_bytes / block_bytes).filter(|addr| map.written(*addr)) {
+                let zeros = vec![0u8; (block_bytes - within) as usize];
+                self.pwrite(&zeros, self.slot_offset(addr) + within)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a fork's written blocks and its dropped slots durable: data first, then the
+    /// descriptors of the lines it changed.
+    pub fn sync(&self, key: ForkKey) -> io::Result<()> {
+        let mut map = self.state.lock();
+        let lines = map.pending_lines(key);
+        self.file.sync_data()?;
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let descriptors: Vec<Descriptor> = lines.iter().map(|line| map.commit_for(*line, key)).collect();
+        for descriptor in &descriptors {
+            self.write_descriptor(&map, descriptor)?;
+        }
+        self.file.sync_data()?;
+        for descriptor in descriptors {
+            map.committed(descriptor, Some(key));
+        }
+        Ok(())
+    }
+
+    /// Commits every fork's pending entries (a clean shutdown: no crash can reorder the
+    /// checksum files' page cache against the image).
+    pub fn sync_all(&self) -> io::Result<()> {
+        let pending = self.state.lock().all_pending();
+        let mut keys: Vec<ForkKey> = pending.into_iter().map(|(key, _)| key).collect();
+        keys.dedup();
+        keys.into_iter().try_for_each(|key| self.sync(key))
+    }
+
+    fn write_descriptor(&self, map: &LineMap, descriptor: &Descriptor) -> io::Result<()> {
+        let bytes = lines_format::encode_descriptor(&self.geometry, descriptor);
+        let copy = map.next_copy(descriptor.line);
+        self.pwrite(&bytes, self.geometry.descriptor_offset(descriptor.line, copy))
+    }
+
+    /// One reorganization step (§4.2): picks a line where a fork's durable blocks are not
+    /// contiguous, copies them into a free run of the same line, makes the copies durable,
+    /// then commits the line's descriptor naming the new slots (old slots: reclaimable,
+    /// reusable only once that descriptor is durable). Returns whether it moved anything.
+    pub fn reorganize_once(&self) -> io::Result<bool> {
+        let mut map = self.state.lock();
+        let Some((line, moves)) = map.plan_reorganization() else { return Ok(false) };
+        let mut buffer = vec![0u8; self.block_bytes() as usize];
+        for (from, to) in &moves {
+            self.pread(&mut buffer, self.slot_offset(*from))?;
+            self.pwrite(&buffer, self.slot_offset(*to))?;
+        }
+        self.file.sync_data()?;
+        map.apply_move(&moves);
+        let slots: Vec<u32> = moves.iter().flat_map(|(from, to)| [from.slot, to.slot]).collect();
+        let descriptor = map.commit_slots(line, &slots);
+        self.write_descriptor(&map, &descriptor)?;
+        self.file.sync_data()?;
+        map.committed(descriptor, None);
+        tracing::debug!(path = ?self.path, line, blocks = moves.len(), "reorganized a line");
+        Ok(true)
+    }
+}
+
+impl Drop for LinesDisk {
+    fn drop(&mut self) {
+        if let Err(error) = self.sync_all() {
+            tracing::warn!(path = ?self.path, %error, "committing the descriptors at close failed");
+        }
+    }
+}
+
+/// The background reorganizer of one lines disk: every `interval` it reorganizes lines until
+/// none needs it. Dropping it stops the thread and waits for it, so that the disk is
+/// closed (and its descriptors committed) by whoever drops the target.
+#[derive(Debug)]
+pub struct Reorganizer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reorganizer {
+    /// Starts one (`None` for a zero interval: reorganization off).
+    pub fn start(disk: &Arc<LinesDisk>, interval: Duration) -> Option<Reorganizer> {
+        if interval.is_zero() {
+            return None;
+        }
+        let weak: Weak<LinesDisk> = Arc::downgrade(disk);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("flotilla-lines-reorg".into())
+            .spawn(move || reorganize_until_stopped(&weak, &stopping, interval));
+        match spawned {
+            Ok(thread) => Some(Reorganizer { stop, thread: Some(thread) }),
+            Err(error) => {
+                tracing::warn!(%error, "could not start the lines reorganizer");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Reorganizer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+fn reorganize_until_stopped(weak: &Weak<LinesDisk>, stop: &AtomicBool, interval: Duration) {
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::park_timeout(interval);
+        let Some(disk) = weak.upgrade() else { return };
+        while !stop.load(Ordering::SeqCst) {
+            match disk.reorganize_once() {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(error) => {
+                    tracing::warn!(path = ?disk.path, %error, "reorganizing a line failed");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_line(dir: &tempfile::TempDir, line_blocks: u32, lines: u64) -> PathBuf {
+        let probe = Geometry { block_bytes: 4096, line_blocks, line_count: 1, group_blocks: line_blocks };
+        let geometry = Geometry::for_capacity(
+            SUPERBLOCK_BYTES + lines * probe.line_bytes(),
+            4096,
+            line_blocks,
+            line_blocks,
+        )
+        .unwrap();
+        let path = dir.path().join(LINES_IMAGE_NAME);
+        format(&path, &geometry).unwrap();
+        path
+    }
+
+    fn read(disk: &LinesDisk, key: ForkKey, block: u64) -> Vec<u8> {
+        let mut out = vec![0xee; 4096];
+        disk.read(key, block * 4096, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn synced_blocks_survive_reopening_and_unsynced_ones_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_line(&dir, 8, 2);
+        let key = ForkKey::new(1, 0, "data");
+        let disk = LinesDisk::open_image(&path).unwrap();
+        disk.write(key, 100, b"durable").unwrap();
+        disk.sync(key).unwrap();
+        disk.write(key, 3 * 4096, b"lost").unwrap();
+        // A crash: the handle vanishes without its closing commit.
+        std::mem::forget(disk);
+        let disk = LinesDisk::open_image(&path).unwrap();
+        assert_eq!(&read(&disk, key, 0)[100..107], b"durable");
+        assert_eq!(read(&disk, key, 3), vec![0u8; 4096]);
+        let recovery = disk.recovery();
+        assert_eq!(recovery.descriptor_area_bytes, 2 * 2 * 4096);
+        assert_eq!(recovery.duplicates, 0);
+    }
+
+    #[test]
+    fn a_torn_descriptor_write_recovers_the_previous_durable_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_line(&dir, 8, 1);
+        let key = ForkKey::new(1, 0, "data");
+        let disk = LinesDisk::open_image(&path).unwrap();
+        disk.write(key, 0, &[1u8; 4096]).unwrap();
+        disk.sync(key).unwrap();
+        disk.write(key, 4096, &[2u8; 4096]).unwrap();
+        disk.sync(key).unwrap();
+        let geometry = *disk.geometry();
+        std::mem::forget(disk);
+        // The last commit (sequence 3) went to copy B; tear it in the middle.
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[0xffu8; 512], geometry.descriptor_offset(0, 1) + 1024).unwrap();
+        let disk = LinesDisk::open_image(&path).unwrap();
+        assert_eq!(disk.recovery().torn_copies, 1);
+        assert_eq!(read(&disk, key, 0), vec![1u8; 4096]);
+        assert_eq!(read(&disk, key, 1), vec![0u8; 4096], "block 1's descriptor never became durable");
+        // Tearing both copies is an error that names the line.
+        drop(disk);
+        file.write_all_at(&[0xffu8; 512], geometry.descriptor_offset(0, 0) + 1024).unwrap();
+        let error = LinesDisk::open_image(&path).unwrap_err().to_string();
+        assert!(error.contains("line 0: both descriptor copies are damaged"), "{error}");
+    }
+
+    #[test]
+    fn reorganization_makes_a_fork_contiguous_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_line(&dir, 16, 1);
+        let (a, b) = (ForkKey::new(1, 0, "data"), ForkKey::new(2, 0, "data"));
+        let disk = LinesDisk::open_image(&path).unwrap();
+        for block in 0..4u64 {
+            disk.write(a, block * 4096, &[block as u8 + 1; 4096]).unwrap();
+            disk.write(b, block * 4096, &[block as u8 + 100; 4096]).unwrap();
+        }
+        disk.sync(a).unwrap();
+        disk.sync(b).unwrap();
+        let slots = |key| -> Vec<u32> {
+            (0..4).map(|block| disk.state.lock().lookup(key, block).unwrap().slot).collect()
+        };
+        assert_eq!(slots(a), [0, 2, 4, 6], "interleaved writes interleave slots");
+        let mut moves = 0;
+        while disk.reorganize_once().unwrap() {
+            moves += 1;
+        }
+        assert!(moves >= 1);
+        for key in [a, b] {
+            let slots = slots(key);
+            assert!(slots.windows(2).all(|pair| pair[1] == pair[0] + 1), "{slots:?}");
+        }
+        std::mem::forget(disk);
+        let disk = LinesDisk::open_image(&path).unwrap();
+        for block in 0..4u64 {
+            assert_eq!(read(&disk, a, block), vec![block as u8 + 1; 4096]);
+            assert_eq!(read(&disk, b, block), vec![block as u8 + 100; 4096]);
+        }
+    }
+
+    #[test]
+    fn a_full_target_says_no_space_and_dropped_blocks_come_back_after_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_line(&dir, 4, 1);
+        let (a, b) = (ForkKey::new(1, 0, "data"), ForkKey::new(2, 0, "data"));
+        let disk = LinesDisk::open_image(&path).unwrap();
+        disk.reserve(a, 0, 4 * 4096).unwrap();
+        assert_eq!(disk.free_bytes(), 0);
+        let error = disk.write(b, 0, b"x").unwrap_err();
+        assert!(crate::error::is_no_space(&error), "{error}");
+        disk.write(a, 0, &[7u8; 4 * 4096]).unwrap();
+        disk.sync(a).unwrap();
+        disk.truncate(a, 4096 + 10).unwrap();
+        assert_eq!(disk.free_bytes(), 0, "dropped slots are reclaimable until the descriptor is durable");
+        assert_eq!(&read(&disk, a, 1)[..12], &[7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 0, 0]);
+        disk.sync(a).unwrap();
+        assert_eq!(disk.free_bytes(), 2 * 4096);
+        disk.write(b, 0, b"now fits").unwrap();
+    }
+}
