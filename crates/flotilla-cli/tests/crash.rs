@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{random_bytes, Cluster, FLOTILLA};
+use common::{kill_and_restart_meta, random_bytes, seed_for, Cluster, FLOTILLA};
 use flotilla_client::{Client, CreateOptions, File, Layout};
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -19,17 +19,6 @@ use std::time::{Duration, Instant};
 /// Server settings that keep acknowledged writes in the servers' caches until a Sync: a
 /// restart then loses them unless the client sends them again.
 const CACHING_SERVERS: &str = "dirty_age_max_ms = 600000\ncache_capacity_bytes = 268435456";
-
-fn seed_for(test: &str) -> u64 {
-    let seed = std::env::var("FLOTILLA_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    println!("{test}: seed {seed} (FLOTILLA_CRASH_SEED={seed} repeats it)");
-    seed
-}
 
 /// A small deterministic generator for the test's choices.
 struct Dice(u64);
@@ -111,14 +100,6 @@ fn kill_and_restart_server(cluster: &mut Cluster, index: usize) {
     let restarted = cluster.start_server_listening(&cluster.target_dir(index), &addr);
     assert_eq!(restarted.addr, addr, "server {index} came back elsewhere");
     cluster.servers[index] = Some(restarted);
-}
-
-/// Kills the metadata service with SIGKILL and starts it again on the same data and address.
-fn kill_and_restart_meta(cluster: &mut Cluster) {
-    let process = cluster.meta.take().expect("meta running");
-    let addr = process.addr.clone();
-    process.kill();
-    cluster.start_meta(&addr);
 }
 
 /// Writes acknowledged by a server and then lost with its cache (SIGKILL) are sent again by

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::Cluster;
+use common::{kill_and_restart_meta, Cluster};
 use flotilla_client::{Client, CreateOptions};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -60,13 +60,6 @@ fn churn(client: &Client, index: usize, ledger: &Ledger, acked: &AtomicUsize, st
             }
         }
     }
-}
-
-fn kill_and_restart_meta(cluster: &mut Cluster) {
-    let process = cluster.meta.take().expect("meta running");
-    let addr = process.addr.clone();
-    process.kill();
-    cluster.start_meta(&addr);
 }
 
 #[test]

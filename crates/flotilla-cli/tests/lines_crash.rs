@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{random_bytes, Cluster};
+use common::{random_bytes, seed_for, Cluster};
 use flotilla_client::{Client, CreateOptions, Layout};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,17 +15,6 @@ use std::time::Duration;
 /// Small lines (64 blocks of 64 KiB, 8 per group) so files spread over several lines and
 /// interleaved writers fragment them; the reorganizer runs every millisecond.
 const LINES_OPTIONS: &str = "lines,capacity=64m,block=64k,line_blocks=64,group_blocks=8,reorganize_ms=1";
-
-fn seed_for(test: &str) -> u64 {
-    let seed = std::env::var("FLOTILLA_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    println!("{test}: seed {seed} (FLOTILLA_CRASH_SEED={seed} repeats it)");
-    seed
-}
 
 fn spec(dir: &Path) -> PathBuf {
     PathBuf::from(format!("{LINES_OPTIONS}:{}", dir.display()))

@@ -9,90 +9,16 @@
 
 mod common;
 
-use common::{is_mounted, path, random_bytes, FLOTILLA};
+use common::{http_get, is_mounted, path, random_bytes, Local, FLOTILLA};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A `flotilla local` process and what it printed: `meta=`, `key=`, `metrics=`.
-struct Local {
-    child: Child,
-    meta: String,
-    key: PathBuf,
-    metrics: Option<String>,
-    _dir: tempfile::TempDir,
-}
-
-impl Local {
-    fn start(servers: usize, metrics: bool) -> Local {
-        let dir = tempfile::tempdir().expect("temporary folder");
-        let servers = servers.to_string();
-        let mut args =
-            vec!["local", "--servers", &servers, "--listen", "127.0.0.1:0", "--data", path(dir.path())];
-        if metrics {
-            args.extend(["--metrics-listen", "127.0.0.1:0"]);
-        }
-        let mut child = Command::new(FLOTILLA)
-            .args(&args)
-            .env_remove("FLOTILLA_KEY")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start flotilla local");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut next = |name: &str| {
-            let line = lines.next().expect("a line from flotilla local").expect("utf-8 line");
-            line.strip_prefix(&format!("{name}="))
-                .unwrap_or_else(|| panic!("expected {name}=, got {line:?}"))
-                .to_string()
-        };
-        let (meta, key) = (next("meta"), PathBuf::from(next("key")));
-        let metrics = metrics.then(|| next("metrics"));
-        Local { child, meta, key, metrics, _dir: dir }
-    }
-
-    /// `flotilla ARGS` against this cluster, with `env` set; (success, stdout, stderr).
-    fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-        let mut command = Command::new(FLOTILLA);
-        command.arg("--key").arg(&self.key).args(args).env("FLOTILLA_META", &self.meta);
-        command.env_remove("SLURM_JOB_ID").env_remove("FLOTILLA_JOB");
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let output = command.output().expect("run flotilla");
-        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-        (output.status.success(), text(&output.stdout), text(&output.stderr))
-    }
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A free loopback port (bound and released; the caller binds it right after).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
-}
-
-/// A plain HTTP GET; returns the body of a 200 reply.
-fn http_get(addr: &str, target: &str) -> Result<String, String> {
-    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    let request = format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).map_err(|e| e.to_string())?;
-    let (head, body) = reply.split_once("\r\n\r\n").ok_or("no HTTP head")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(head.lines().next().unwrap_or_default().to_string());
-    }
-    // Prometheus answers small queries in one piece, without chunked encoding.
-    Ok(body.to_string())
 }
 
 fn percent_encode(text: &str) -> String {

@@ -159,37 +159,47 @@ impl Client {
         id: u64,
         entries_max: usize,
     ) -> Result<Vec<flotilla_proto::ListedEntryPlus>, ClientError> {
-        let mut all: Vec<flotilla_proto::ListedEntryPlus> = Vec::new();
-        loop {
-            let after = all.last().map(|entry| entry.name.clone());
-            let request = MetaRequest::ReaddirPlusId { id, after, entries_max: READDIR_ENTRIES_MAX };
-            let page = match self.meta(request)? {
-                MetaReply::ListingPlus(page) => page,
-                other => return Err(unexpected("readdirplus", &other)),
-            };
-            let last = page.len() < READDIR_ENTRIES_MAX as usize;
-            all.extend(page);
-            if all.len() > entries_max {
-                let message = format!("directory {id:016x} has more than {entries_max} entries");
-                return Err(ClientError::Meta(flotilla_proto::WireError::new(ErrorCode::OverLimit, message)));
-            }
-            if last {
-                return Ok(all);
-            }
-        }
+        self.paged(
+            id,
+            entries_max,
+            |entry: &flotilla_proto::ListedEntryPlus| &entry.name,
+            |after| match self.meta(MetaRequest::ReaddirPlusId {
+                id,
+                after,
+                entries_max: READDIR_ENTRIES_MAX,
+            })? {
+                MetaReply::ListingPlus(page) => Ok(page),
+                other => Err(unexpected("readdirplus", &other)),
+            },
+        )
     }
 
     /// Every entry of directory `id`, fetched in pages of `READDIR_ENTRIES_MAX`, at most
     /// `entries_max` (`OverLimit` beyond: the caller bounds what it holds).
     pub fn readdir_id(&self, id: u64, entries_max: usize) -> Result<Vec<ListedEntry>, ClientError> {
-        let mut all: Vec<ListedEntry> = Vec::new();
+        self.paged(
+            id,
+            entries_max,
+            |entry: &ListedEntry| &entry.name,
+            |after| match self.meta(MetaRequest::ReaddirId { id, after, entries_max: READDIR_ENTRIES_MAX })? {
+                MetaReply::Listing(page) => Ok(page),
+                other => Err(unexpected("readdir", &other)),
+            },
+        )
+    }
+
+    /// Gathers the pages `fetch` returns (each after the last name so far) until one is short
+    /// of `READDIR_ENTRIES_MAX`; `OverLimit` past `entries_max` entries.
+    fn paged<T>(
+        &self,
+        id: u64,
+        entries_max: usize,
+        name_of: impl Fn(&T) -> &Vec<u8>,
+        fetch: impl Fn(Option<Vec<u8>>) -> Result<Vec<T>, ClientError>,
+    ) -> Result<Vec<T>, ClientError> {
+        let mut all: Vec<T> = Vec::new();
         loop {
-            let after = all.last().map(|entry| entry.name.clone());
-            let request = MetaRequest::ReaddirId { id, after, entries_max: READDIR_ENTRIES_MAX };
-            let page = match self.meta(request)? {
-                MetaReply::Listing(page) => page,
-                other => return Err(unexpected("readdir", &other)),
-            };
+            let page = fetch(all.last().map(|entry| name_of(entry).clone()))?;
             let last = page.len() < READDIR_ENTRIES_MAX as usize;
             all.extend(page);
             if all.len() > entries_max {
