@@ -383,15 +383,12 @@ impl Namespace {
     ) -> Result<Vec<DirEntryPlus>, NamespaceError> {
         self.read(|tables| {
             let dir = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
-            if !dir.is_directory() {
-                return Err(NamespaceError::NotADirectory { path: format!("inode {id:016x}") });
-            }
-            crate::access::require(&dir.attrs, who, crate::access::READ, &format!("inode {id:016x}"))?;
-            let children = tables.children(id, after, max.min(READDIR_PAGE_ENTRIES_MAX))?;
-            children
-                .into_iter()
-                .map(|(name, id)| Ok(DirEntryPlus { name, id, attrs: tables.load(id)?.attrs }))
-                .collect()
+            let what = format!("inode {id:016x}");
+            list_children(tables, who, (id, dir, &what), after, max, |name, id, attrs| DirEntryPlus {
+                name,
+                id,
+                attrs,
+            })
         })
     }
 }
@@ -405,18 +402,30 @@ fn list_page(
     after: Option<&[u8]>,
     max: usize,
 ) -> Result<Vec<DirEntry>, NamespaceError> {
+    list_children(tables, who, (id, dir, what), after, max, |name, id, attrs| DirEntry {
+        name,
+        id,
+        kind: attrs.kind,
+    })
+}
+
+/// One page of the directory (`id`, its inode, its name for errors) after the name `after`,
+/// each child made into an entry by `entry` from its name, id and attributes; `who` needs
+/// read permission on the directory.
+fn list_children<T>(
+    tables: &ReadTables,
+    who: &Caller,
+    (id, dir, what): (u64, Inode, &str),
+    after: Option<&[u8]>,
+    max: usize,
+    entry: impl Fn(Vec<u8>, u64, Attributes) -> T,
+) -> Result<Vec<T>, NamespaceError> {
     if !dir.is_directory() {
         return Err(NamespaceError::NotADirectory { path: what.into() });
     }
     crate::access::require(&dir.attrs, who, crate::access::READ, what)?;
     let children = tables.children(id, after, max.min(READDIR_PAGE_ENTRIES_MAX))?;
-    children
-        .into_iter()
-        .map(|(name, id)| {
-            let kind = tables.load(id)?.attrs.kind;
-            Ok(DirEntry { name, id, kind })
-        })
-        .collect()
+    children.into_iter().map(|(name, id)| Ok(entry(name, id, tables.load(id)?.attrs))).collect()
 }
 
 /// Schema 1 to 2, in one transaction (a crash during it leaves the version 1 database, which
