@@ -121,7 +121,10 @@ impl FlotillaFs {
                 Some(self.client.enwrich_file(file.clone(), &options).map_err(failed)?)
             }
             None => {
-                self.client.flush_enwrich(ino).map_err(failed)?;
+                // Only a mount with the option holds ENWRICH handles to flush.
+                if self.enwrich_cache_bytes.is_some() {
+                    self.client.flush_enwrich(ino).map_err(failed)?;
+                }
                 None
             }
         };

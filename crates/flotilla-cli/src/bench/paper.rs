@@ -618,7 +618,6 @@ fn enwrich_layout(
 ) -> anyhow::Result<(Report, Vec<Finding>)> {
     use super::enwrich::{run_once, Method, Point, MEMBERS};
     let mut common = common(args, kind, vec![4]);
-    common.target_kind = kind.to_string();
     // The paper's IOP cache for TC: two buffers per writer per disk (of the store's 32 KiB
     // blocks) with its WriteFull policy (a block goes to disk once wholly written); ENWRICH's
     // flushes go through the same cache.
