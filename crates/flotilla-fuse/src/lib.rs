@@ -13,6 +13,7 @@
 //! The mount uses fuser's own mount code (no libfuse, no fusermount when root).
 
 mod atime;
+pub mod coherence;
 mod config;
 mod convert;
 mod enwrich;
