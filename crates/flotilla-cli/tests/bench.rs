@@ -234,6 +234,37 @@ fn paper_prints_the_papers_figures_beside_ours() {
     assert!(stdout.contains("direction"), "{stdout}");
 }
 
+#[test]
+fn paper_rama_spread_draws_every_figure_and_hashing_spreads_lu_evenly() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(FLOTILLA)
+        .args(["bench", "paper", "rama-spread", "--quick", "--json", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("run flotilla bench paper rama-spread");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let value: Value = serde_json::from_slice(&output.stdout).expect("json");
+    let findings = value["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 6, "{value}");
+    let ours = |figure: &str| {
+        findings.iter().find(|f| f["paper"].as_str().unwrap().contains(figure)).expect("finding")["ours"]
+            .as_f64()
+            .expect("ours")
+    };
+    // Hashing keeps node order as fast as iteration order; 2 MiB stripes do not.
+    assert!((ours("Fig. 7-14") - 1.0).abs() < 0.2, "{value}");
+    assert!(ours("Fig. 7-13") > 1.5, "{value}");
+    for name in [
+        "rama-fig7-10-lu-striped",
+        "rama-fig7-11-whole-hashed",
+        "rama-fig7-12-lu-hashed",
+        "rama-fig7-13-14-node-stripe-2m",
+    ] {
+        let png = std::fs::read(out.path().join(format!("{name}.png"))).expect("a chart");
+        assert!(png.starts_with(b"\x89PNG"), "{name} is not a PNG");
+    }
+}
+
 /// Checks a `bench meta` report: every phase in order, `ops` operations per round, one rate
 /// per round with min <= median <= max, on Flotilla and (when `local`) on the local disk.
 fn assert_meta_report(value: &Value, ops: u64, runs: usize, local: bool) {

@@ -24,6 +24,7 @@ mod plan;
 mod plot;
 mod report;
 mod runner;
+mod spread;
 mod stream;
 mod worker;
 

@@ -9,6 +9,7 @@
 
 use super::plan::{GalleyPattern, GpfsPattern, Interface, Op, RamaOrder};
 use super::report::{PointResult, Report};
+use super::spread;
 use super::{
     galley_jobs, gpfs_jobs, rama_jobs, run_jobs, CommonArgs, GalleyArgs, GpfsArgs, RamaArgs, RamaExperiment,
 };
@@ -25,6 +26,9 @@ pub enum Paper {
     Group,
     /// ENWRICH (Purakayastha, Ellis & Kotz): ENWRICH vs traditional caching, Figs. 4 and 5.
     Enwrich,
+    /// RAMA Figs. 7-10 to 7-14: the spread of each disk's load in space and time, striped vs
+    /// hashed, computed through the client's placement at the thesis's scale.
+    RamaSpread,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -90,6 +94,7 @@ pub fn run(args: PaperArgs) -> anyhow::Result<()> {
         Paper::Rama => rama(&args)?,
         Paper::Group => group(&args)?,
         Paper::Enwrich => enwrich(&args)?,
+        Paper::RamaSpread => rama_spread(&args)?,
     };
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
@@ -436,6 +441,163 @@ fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
         },
     ];
     Ok((vec![whole, strided, lu], findings))
+}
+
+/// One spatial spread: a workload's bytes per disk under each layout.
+struct SpreadCase {
+    figure: &'static str,
+    layouts: Vec<(String, spread::Load)>,
+}
+
+fn spread_loads(
+    disks: u32,
+    steps: usize,
+    accesses: &[spread::Access],
+    layouts: &[&str],
+) -> Vec<(String, spread::Load)> {
+    layouts
+        .iter()
+        .map(|text| {
+            let layout = flotilla_client::Layout::parse(text).expect("a valid layout");
+            (text.to_string(), spread::Load::of(layout, disks, steps, accesses.iter().copied()))
+        })
+        .collect()
+}
+
+fn print_spread(case: &SpreadCase) {
+    println!("== RAMA {}: bytes per disk", case.figure);
+    println!(
+        "{:<12} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10} {:>9}",
+        "layout", "disks", "mean MB", "max/mean", "min/mean", "max/min", "temporal", "idle"
+    );
+    for (name, load) in &case.layouts {
+        println!(
+            "{:<12} {:>6} {:>12.1} {:>9.3} {:>9.3} {:>9.3} {:>10.3} {:>9.3}",
+            name,
+            load.disks,
+            load.mean_bytes() / 1e6,
+            load.max_over_mean(),
+            load.min_over_mean(),
+            load.max_over_min(),
+            load.temporal_efficiency(),
+            load.idle_fraction()
+        );
+    }
+    println!();
+}
+
+fn draw_spread(dir: &std::path::Path, name: &str, case: &SpreadCase) -> anyhow::Result<()> {
+    let series: Vec<(String, Vec<u64>)> = case
+        .layouts
+        .iter()
+        .map(|(layout, load)| (format!("{layout}, {} disks", load.disks), load.per_disk_bytes.clone()))
+        .collect();
+    super::plot::draw_disk_load(
+        &format!("RAMA {}: bytes per disk", case.figure),
+        &series,
+        &dir.join(format!("{name}.png")),
+    )
+}
+
+/// RAMA Figs. 7-10 to 7-14 (§7.2): spatial and temporal spread of the disks' load.
+fn rama_spread(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
+    // The thesis's sizes; --quick scales the LU and whole-file sizes down by 16 to 64.
+    let (lu_poor, lu_rama, whole_bytes) =
+        if args.quick { (2048, 1536, 512u64 << 20) } else { (32_768, 24_576, 32u64 << 30) };
+    // Fig. 7-13's 1 GB file at every scale (64 iterations: cheap to count).
+    let iter_file = 1u64 << 30;
+    let segment = if args.quick { 64 } else { 512 };
+    let stripes = ["stripe:64k", "stripe:256k", "stripe:1m", "stripe:4m"];
+
+    let (steps, accesses) = spread::lu(lu_poor, segment);
+    let lu_striped = SpreadCase {
+        figure: "Fig. 7-10 (LU, striped, 64 disks)",
+        layouts: spread_loads(64, steps, &accesses, &stripes),
+    };
+    let (steps, accesses) = spread::lu(lu_rama, segment);
+    let lu_hashed = SpreadCase {
+        figure: "Fig. 7-12 (LU, hashed, 64 disks)",
+        layouts: spread_loads(64, steps, &accesses, &["hash:32k"]),
+    };
+    drop(accesses);
+    let whole: Vec<spread::Access> = spread::whole_read(whole_bytes, 32 << 10).collect();
+    let mut whole_layouts = spread_loads(64, 1, &whole, &["hash:32k"]);
+    whole_layouts.extend(spread_loads(256, 1, &whole, &["hash:32k"]));
+    let whole_case = SpreadCase { figure: "Fig. 7-11 (whole-file read, hashed)", layouts: whole_layouts };
+    drop(whole);
+    let temporal = |node_sequential: bool| {
+        let (steps, accesses) = spread::iterations(iter_file, 16, 1 << 20, node_sequential);
+        spread_loads(16, steps, &accesses, &["stripe:2m", "hash:32k"])
+    };
+    let (iteration_order, node_order) = (temporal(false), temporal(true));
+    let temporal_case = SpreadCase {
+        figure: "Figs. 7-13/7-14 (16 nodes, 1 MiB each per iteration; iteration then node order)",
+        layouts: iteration_order.iter().chain(node_order.iter()).cloned().collect(),
+    };
+    if !args.json {
+        for case in [&lu_striped, &lu_hashed, &whole_case, &temporal_case] {
+            print_spread(case);
+        }
+    }
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)?;
+        draw_spread(dir, "rama-fig7-10-lu-striped", &lu_striped)?;
+        draw_spread(dir, "rama-fig7-12-lu-hashed", &lu_hashed)?;
+        draw_spread(dir, "rama-fig7-11-whole-hashed", &whole_case)?;
+        for (order, loads) in [("iteration", &iteration_order), ("node", &node_order)] {
+            for (layout, load) in loads {
+                let name = format!("rama-fig7-13-14-{order}-{}", layout.replace(':', "-"));
+                let title =
+                    format!("RAMA Figs. 7-13/7-14: {layout}, {order}-sequential, disks busy per iteration");
+                super::plot::draw_temporal(&title, &load.per_step, &dir.join(format!("{name}.png")))?;
+            }
+        }
+    }
+    let worst_stripe = lu_striped.layouts.iter().map(|(_, l)| l.max_over_min()).fold(0.0, f64::max);
+    let lu_hash = &lu_hashed.layouts[0].1;
+    let whole_min = whole_case.layouts.iter().map(|(_, l)| l.min_over_mean()).fold(f64::MAX, f64::min);
+    let efficiency = |loads: &[(String, spread::Load)], layout: &str| {
+        loads.iter().find(|(name, _)| name == layout).map(|(_, l)| l.temporal_efficiency()).unwrap_or(0.0)
+    };
+    let findings = vec![
+        Finding {
+            what: "LU striped: busiest / idlest disk, worst stripe unit".into(),
+            paper: "a factor of 2.5 (Fig. 7-10)".into(),
+            paper_ratio: 2.5,
+            ours: worst_stripe,
+        },
+        Finding {
+            what: "whole-file read hashed: idlest disk / mean (64, 256 disks)".into(),
+            paper: "all near the mean (Fig. 7-11)".into(),
+            paper_ratio: 1.0,
+            ours: whole_min,
+        },
+        Finding {
+            what: "LU hashed: busiest / idlest disk".into(),
+            paper: "1.15/1.03 MB/s = 1.12 (Fig. 7-12)".into(),
+            paper_ratio: 1.12,
+            ours: lu_hash.max_over_min(),
+        },
+        Finding {
+            what: "LU hashed: busiest disk / mean".into(),
+            paper: "at most 6.5% over (Fig. 7-12)".into(),
+            paper_ratio: 1.065,
+            ours: lu_hash.max_over_mean(),
+        },
+        Finding {
+            what: "stripe:2m: iteration- / node-sequential (time model)".into(),
+            paper: "twice the bandwidth (Fig. 7-13)".into(),
+            paper_ratio: 2.0,
+            ours: ratio(efficiency(&iteration_order, "stripe:2m"), efficiency(&node_order, "stripe:2m")),
+        },
+        Finding {
+            what: "hash:32k: node- / iteration-sequential (time model)".into(),
+            paper: "no degradation (Fig. 7-14)".into(),
+            paper_ratio: 1.0,
+            ours: ratio(efficiency(&node_order, "hash:32k"), efficiency(&iteration_order, "hash:32k")),
+        },
+    ];
+    Ok((Vec::new(), findings))
 }
 
 /// GFS-GROUP Table 1 (mean seconds; 256 MB, four IOPs): [write, read] × [16 B, 16 KiB]

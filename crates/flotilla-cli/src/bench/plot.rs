@@ -112,3 +112,86 @@ fn format_size(value: f64) -> String {
         trim(value)
     }
 }
+
+/// Fig. 7-10/7-11/7-12 style: MB each disk moved, one series of dots per layout, the mean of
+/// each series as a line.
+pub fn draw_disk_load(title: &str, series: &[(String, Vec<u64>)], path: &Path) -> anyhow::Result<()> {
+    register_font();
+    let disks = series.iter().map(|(_, v)| v.len()).max().unwrap_or(1);
+    let mb = |b: u64| b as f64 / 1e6;
+    let y_max =
+        series.iter().flat_map(|(_, v)| v.iter()).map(|b| mb(*b)).fold(0.0f64, f64::max).max(1e-3) * 1.15;
+    let root = BitMapBackend::new(path, (1000, 620)).into_drawing_area();
+    root.fill(&WHITE).context("draw the chart")?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FONT, 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(72)
+        .build_cartesian_2d(-0.5f64..disks as f64 - 0.5, 0f64..y_max)
+        .context("draw the chart")?;
+    chart
+        .configure_mesh()
+        .x_desc("disk")
+        .y_desc("MB moved by the disk")
+        .label_style((FONT, 13))
+        .draw()
+        .context("draw the chart axes")?;
+    for (number, (label, bytes)) in series.iter().enumerate() {
+        let color = Palette99::pick(number).to_rgba();
+        let mean = bytes.iter().sum::<u64>() as f64 / bytes.len().max(1) as f64 / 1e6;
+        let dots =
+            bytes.iter().enumerate().map(|(disk, b)| Circle::new((disk as f64, mb(*b)), 3, color.filled()));
+        chart
+            .draw_series(dots)
+            .context("draw points")?
+            .label(label.clone())
+            .legend(move |(x, y)| Circle::new((x + 10, y), 3, color.filled()));
+        let line = vec![(-0.5, mean), (disks as f64 - 0.5, mean)];
+        chart.draw_series(LineSeries::new(line, color.stroke_width(1))).context("draw the mean")?;
+    }
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .context("draw the legend")?;
+    root.present().with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+/// Fig. 7-13/7-14 style: a dot for each disk (vertical) busy in each iteration (horizontal),
+/// its size following the disk's share of the iteration's busiest disk.
+pub fn draw_temporal(title: &str, per_step: &[Vec<u64>], path: &Path) -> anyhow::Result<()> {
+    register_font();
+    let steps = per_step.len().max(1);
+    let disks = per_step.iter().map(Vec::len).max().unwrap_or(1);
+    let root = BitMapBackend::new(path, (1000, 620)).into_drawing_area();
+    root.fill(&WHITE).context("draw the chart")?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FONT, 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(-0.5f64..steps as f64 - 0.5, -0.5f64..disks as f64 - 0.5)
+        .context("draw the chart")?;
+    chart
+        .configure_mesh()
+        .x_desc("iteration")
+        .y_desc("disk")
+        .label_style((FONT, 13))
+        .draw()
+        .context("draw the chart axes")?;
+    let dots = per_step.iter().enumerate().flat_map(|(step, row)| {
+        let busiest = row.iter().copied().max().unwrap_or(0).max(1) as f64;
+        row.iter().enumerate().filter(|(_, b)| **b > 0).map(move |(disk, b)| {
+            let radius = (1.0 + 4.0 * (*b as f64 / busiest)).round() as i32;
+            Circle::new((step as f64, disk as f64), radius, BLUE.filled())
+        })
+    });
+    chart.draw_series(dots).context("draw points")?;
+    root.present().with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
