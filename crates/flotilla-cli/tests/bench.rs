@@ -231,6 +231,8 @@ fn paper_prints_the_papers_figures_beside_ours() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("a factor of 5 (Fig. 7-2)"), "{stdout}");
+    assert!(stdout.contains("as low as 21% (Fig. 7-8)"), "{stdout}");
+    assert!(stdout.contains("rama gator"), "{stdout}");
     assert!(stdout.contains("direction"), "{stdout}");
 }
 

@@ -36,8 +36,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use cluster::{Cluster, ClusterSpec, Embedded};
 use plan::{
-    GalleyPattern, GalleySpec, GpfsPattern, GpfsSpec, Interface, Op, PointSpec, RamaLuSpec, RamaOrder,
-    RamaStridedSpec, RamaWholeSpec,
+    GalleyPattern, GalleySpec, GpfsPattern, GpfsSpec, Interface, Op, PointSpec, RamaGatorSpec, RamaLuSpec,
+    RamaOrder, RamaStridedSpec, RamaWholeSpec,
 };
 use report::{PointResult, Report};
 use runner::{run_once, Point};
@@ -153,6 +153,9 @@ pub enum RamaExperiment {
     Strided,
     /// Out-of-core LU decomposition (Fig. 5-8, 7-6).
     Lu,
+    /// The climate model skeleton GATOR (§5.2.3, Fig. 7-8): block-cyclic reads of a
+    /// longitude-major snapshot each iteration, overlapped with computation.
+    Gator,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -396,6 +399,21 @@ pub fn rama_jobs(args: &RamaArgs) -> anyhow::Result<Vec<Job>> {
                             extra: Some("cpu_utilization"),
                         });
                     }
+                    RamaExperiment::Gator => {
+                        let spec = gator_spec(args, layout, subfiles, clients);
+                        let mut params = params.clone();
+                        params.push((
+                            "grid".to_string(),
+                            json!(format!("{}x{}", spec.longitudes, spec.latitudes)),
+                        ));
+                        jobs.push(Job {
+                            servers,
+                            clients,
+                            spec: PointSpec::RamaGator(spec),
+                            params,
+                            extra: Some("cpu_utilization"),
+                        });
+                    }
                     RamaExperiment::Whole | RamaExperiment::Strided => {
                         for &op in &args.op {
                             for &order in &args.order {
@@ -445,6 +463,30 @@ pub fn rama_jobs(args: &RamaArgs) -> anyhow::Result<Vec<Job>> {
     Ok(jobs)
 }
 
+/// GATOR at the thesis's load per processor: its 144 × 96 grid of 8 KiB cells on 64
+/// processors is 216 cells (1.7 MB) per processor per iteration at 8 ms of computation per
+/// cell (0.8 MFLOP at 100 MFLOPS); here the grid shrinks with the mesh so that each client
+/// keeps 216 cells (36 × 24 on a 2 × 2 mesh), in blocks of 3 longitudes × 4 latitudes.
+/// `--iterations` snapshots; `--think-us` overrides the computation per cell.
+fn gator_spec(args: &RamaArgs, layout: &str, subfiles: u32, clients: u64) -> RamaGatorSpec {
+    let columns = (1..=clients).rev().find(|c| clients.is_multiple_of(*c) && c * c <= clients).unwrap_or(1);
+    let rows = clients / columns;
+    let (block_longitudes, block_latitudes) = (3, 4);
+    // 216 cells per client: 18 blocks of 12, 6 × 3 blocks per mesh position.
+    RamaGatorSpec {
+        layout: layout.to_string(),
+        longitudes: block_longitudes * 6 * columns,
+        latitudes: block_latitudes * 3 * rows,
+        cell_bytes: 8 << 10,
+        block_longitudes,
+        block_latitudes,
+        mesh_columns: columns,
+        iterations: args.iterations,
+        think_us_per_cell: args.think_us.unwrap_or(8_000),
+        subfiles,
+    }
+}
+
 fn name_of<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_value(value).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
 }
@@ -462,6 +504,7 @@ fn rama_report(args: &RamaArgs) -> anyhow::Result<Report> {
         RamaExperiment::Whole => "rama-whole",
         RamaExperiment::Strided => "rama-strided",
         RamaExperiment::Lu => "rama-lu",
+        RamaExperiment::Gator => "rama-gator",
     };
     run_jobs(&args.common, name, rama_jobs(args)?)
 }

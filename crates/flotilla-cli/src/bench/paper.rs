@@ -323,7 +323,8 @@ fn gpfs(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     Ok((vec![ratio_report, pattern_report, scale_report], findings))
 }
 
-/// RAMA Figs. 7-2, 7-4 and 7-6: whole-file transfers, strided with computation, LU.
+/// RAMA Figs. 7-2, 7-4, 7-6 and 7-8: whole-file transfers, strided with computation, LU, and
+/// the climate model skeleton GATOR.
 fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     let layouts: Vec<String> = if args.quick {
         vec!["stripe:16k".into(), "stripe:256k".into(), "hash:32k".into()]
@@ -390,6 +391,27 @@ fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     let lu = run_jobs(&lu_common, "rama lu", rama_jobs(&lu_args)?)?;
     let lu_at = |layout: &str| median_of(&lu, &[("layout", json!(layout))]);
 
+    let gator_layouts: Vec<String> = if args.quick {
+        vec!["stripe:64k".into(), "stripe:16m".into(), hash_layout.into()]
+    } else {
+        ["stripe:64k", "stripe:256k", "stripe:1m", "stripe:4m", "stripe:16m", hash_layout]
+            .map(String::from)
+            .to_vec()
+    };
+    let gator_args = RamaArgs {
+        experiment: RamaExperiment::Gator,
+        layout: gator_layouts,
+        iterations: if args.quick { 1 } else { 4 },
+        think_us: args.quick.then_some(500),
+        ..base.clone()
+    };
+    let gator = run_jobs(&common, "rama gator", rama_jobs(&gator_args)?)?;
+    let gator_util: Vec<(bool, f64)> =
+        gator.points.iter().map(|p| (p.param("stripe_unit_bytes").is_some(), utilization(p))).collect();
+    let gator_best = gator_util.iter().filter(|p| p.0).map(|p| p.1).fold(0.0, f64::max);
+    let gator_worst = gator_util.iter().filter(|p| p.0).map(|p| p.1).fold(f64::MAX, f64::min);
+    let gator_hash = gator_util.iter().filter(|p| !p.0).map(|p| p.1).fold(f64::MAX, f64::min);
+
     let findings = vec![
         Finding {
             what: "whole file: best stripe unit / worst stripe unit".into(),
@@ -439,8 +461,20 @@ fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             paper_ratio: 3.0,
             ours: ratio(lu_at(hash_layout), lu_at("stripe:4m")),
         },
+        Finding {
+            what: format!("GATOR: {hash_layout} / best stripe (CPU utilization)"),
+            paper: "2% lower on 8x8 (Fig. 7-8)".into(),
+            paper_ratio: 0.98,
+            ours: ratio(gator_hash, gator_best),
+        },
+        Finding {
+            what: "GATOR: worst stripe / best stripe (CPU utilization)".into(),
+            paper: "as low as 21% (Fig. 7-8)".into(),
+            paper_ratio: 0.21,
+            ours: ratio(gator_worst, gator_best),
+        },
     ];
-    Ok((vec![whole, strided, lu], findings))
+    Ok((vec![whole, strided, lu, gator], findings))
 }
 
 /// One spatial spread: a workload's bytes per disk under each layout.

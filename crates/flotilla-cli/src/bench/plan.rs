@@ -123,6 +123,26 @@ pub struct RamaLuSpec {
     pub subfiles: u32,
 }
 
+/// RAMA's climate model skeleton (GATOR, §5.2.3 and Fig. 7-8): every iteration the clients,
+/// a `mesh_columns` × (clients / mesh_columns) processor mesh, read one snapshot of a
+/// longitude-major grid in blocks dealt block-cyclically (Fig. 5-9), overlapping the reads
+/// with the computation on the cells.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RamaGatorSpec {
+    pub layout: String,
+    pub longitudes: u64,
+    pub latitudes: u64,
+    pub cell_bytes: u64,
+    /// A block of the block-cyclic layout: longitudes × latitudes.
+    pub block_longitudes: u64,
+    pub block_latitudes: u64,
+    pub mesh_columns: u64,
+    pub iterations: u64,
+    /// Computation per cell per iteration.
+    pub think_us_per_cell: u64,
+    pub subfiles: u32,
+}
+
 /// One measured point.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "workload", rename_all = "kebab-case")]
@@ -132,6 +152,7 @@ pub enum PointSpec {
     RamaWhole(RamaWholeSpec),
     RamaStrided(RamaStridedSpec),
     RamaLu(RamaLuSpec),
+    RamaGator(RamaGatorSpec),
     /// A `pread` loop over fork files on the local disk (Galley interleaved reads).
     Pread {
         paths: Vec<String>,
@@ -207,6 +228,7 @@ impl PointSpec {
             PointSpec::RamaWhole(_) => "rama-whole",
             PointSpec::RamaStrided(_) => "rama-strided",
             PointSpec::RamaLu(_) => "rama-lu",
+            PointSpec::RamaGator(_) => "rama-gator",
             PointSpec::Pread { .. } => "pread",
         }
     }
@@ -219,6 +241,7 @@ impl PointSpec {
             PointSpec::RamaWhole(spec) => spec.op != Op::Write,
             PointSpec::RamaStrided(spec) => spec.op != Op::Write,
             PointSpec::RamaLu(_) => true,
+            PointSpec::RamaGator(_) => true,
             PointSpec::Pread { .. } => true,
         }
     }
@@ -230,6 +253,7 @@ impl PointSpec {
             PointSpec::RamaWhole(spec) => spec.op != Op::Read,
             PointSpec::RamaStrided(spec) => spec.op != Op::Read,
             PointSpec::RamaLu(_) => true,
+            PointSpec::RamaGator(_) => false,
             PointSpec::Pread { .. } => false,
         }
     }
@@ -242,6 +266,7 @@ impl PointSpec {
             PointSpec::RamaWhole(spec) => spec.file_bytes,
             PointSpec::RamaStrided(spec) => strided_file_bytes(spec, clients),
             PointSpec::RamaLu(spec) => spec.order * spec.order * 8,
+            PointSpec::RamaGator(spec) => gator_snapshot_bytes(spec) * spec.iterations,
             PointSpec::Pread { fork_bytes, .. } => *fork_bytes,
         }
     }
@@ -269,6 +294,12 @@ impl PointSpec {
             PointSpec::RamaWhole(spec) => divides("file bytes", spec.file_bytes, spec.chunk_bytes * clients),
             PointSpec::RamaStrided(spec) => divides("request bytes", spec.request_bytes, 1),
             PointSpec::RamaLu(spec) => divides("matrix order", spec.order, spec.block_columns),
+            PointSpec::RamaGator(spec) => {
+                divides("clients", clients, spec.mesh_columns)?;
+                divides("longitudes", spec.longitudes, spec.block_longitudes * spec.mesh_columns)?;
+                divides("latitudes", spec.latitudes, spec.block_latitudes * (clients / spec.mesh_columns))?;
+                divides("cell bytes", spec.cell_bytes, 1)
+            }
             PointSpec::Pread { record_bytes, fork_bytes, .. } => {
                 divides("fork bytes", *fork_bytes, record_bytes * clients)
             }
@@ -285,6 +316,7 @@ pub fn client_plan(spec: &PointSpec, path: &str, client: u64, clients: u64) -> C
         PointSpec::RamaWhole(spec) => rama_whole(spec, path, client, clients),
         PointSpec::RamaStrided(spec) => rama_strided(spec, path, client, clients),
         PointSpec::RamaLu(spec) => rama_lu(spec, path, client, clients),
+        PointSpec::RamaGator(spec) => rama_gator(spec, path, client, clients),
         PointSpec::Pread { paths, record_bytes, fork_bytes } => {
             pread(paths.len() as u32, *record_bytes, *fork_bytes, client, clients)
         }
@@ -467,6 +499,51 @@ fn rama_lu(spec: &RamaLuSpec, path: &str, client: u64, clients: u64) -> ClientPl
     ClientPlan { path: path.to_string(), opening: Opening::Open, streams: vec![steps], sync_at_end: true }
 }
 
+fn gator_snapshot_bytes(spec: &RamaGatorSpec) -> u64 {
+    spec.longitudes * spec.latitudes * spec.cell_bytes
+}
+
+/// The cells of one snapshot that `client` owns, as (longitude, first latitude, latitudes):
+/// block (bx, by) belongs to mesh position (bx mod columns, by mod rows) (Fig. 5-9).
+pub fn gator_pieces(spec: &RamaGatorSpec, client: u64, clients: u64) -> Vec<(u64, u64, u64)> {
+    let rows = clients / spec.mesh_columns;
+    let (column, row) = (client % spec.mesh_columns, client / spec.mesh_columns);
+    let mut pieces = Vec::new();
+    for block_x in (column..spec.longitudes / spec.block_longitudes).step_by(spec.mesh_columns as usize) {
+        for block_y in (row..spec.latitudes / spec.block_latitudes).step_by(rows as usize) {
+            for longitude in block_x * spec.block_longitudes..(block_x + 1) * spec.block_longitudes {
+                pieces.push((longitude, block_y * spec.block_latitudes, spec.block_latitudes));
+            }
+        }
+    }
+    pieces
+}
+
+/// GATOR: per iteration, start the reads of the client's cells of that iteration's snapshot
+/// (the grid stored longitude by longitude), compute on the cells, wait for the reads.
+fn rama_gator(spec: &RamaGatorSpec, path: &str, client: u64, clients: u64) -> ClientPlan {
+    let pieces = gator_pieces(spec, client, clients);
+    let cells: u64 = pieces.iter().map(|p| p.2).sum();
+    let mut steps = Vec::new();
+    for iteration in 0..spec.iterations {
+        let snapshot = iteration * gator_snapshot_bytes(spec);
+        for &(longitude, latitude, count) in &pieces {
+            let offset = snapshot + (longitude * spec.latitudes + latitude) * spec.cell_bytes;
+            let shape = Shape::contiguous(offset, count * spec.cell_bytes);
+            steps.push(Step::Io(Io {
+                place: Place::Linear,
+                shape,
+                write: false,
+                seed: SEED_INITIAL,
+                nonblocking: true,
+            }));
+        }
+        steps.push(Step::Think { us: cells * spec.think_us_per_cell });
+        steps.push(Step::Wait);
+    }
+    ClientPlan { path: path.to_string(), opening: Opening::Open, streams: vec![steps], sync_at_end: false }
+}
+
 fn pread(files: u32, record_bytes: u64, fork_bytes: u64, client: u64, clients: u64) -> ClientPlan {
     let (first, count, step) =
         galley_records(GalleyPattern::Interleaved, fork_bytes / record_bytes, client, clients);
@@ -500,6 +577,7 @@ pub fn file_layout(spec: &PointSpec) -> anyhow::Result<(u32, Layout)> {
         PointSpec::RamaWhole(spec) => (spec.subfiles, parse(&spec.layout)?),
         PointSpec::RamaStrided(spec) => (spec.subfiles, parse(&spec.layout)?),
         PointSpec::RamaLu(spec) => (spec.subfiles, parse(&spec.layout)?),
+        PointSpec::RamaGator(spec) => (spec.subfiles, parse(&spec.layout)?),
         PointSpec::Pread { .. } => anyhow::bail!("pread points use local files"),
     })
 }
@@ -675,6 +753,35 @@ mod tests {
         let places: Vec<String> = (0..3).map(|c| format!("/f.{c}:Linear")).collect();
         assert_eq!(touches(&spec, 3), every_byte(&places, 16, true, 1));
         assert!((0..3).all(|c| client_plan(&spec, "/f", c, 3).opening == Opening::Create));
+    }
+
+    #[test]
+    fn gator_reads_every_cell_of_every_snapshot_once() {
+        for (clients, columns) in [(1, 1), (2, 2), (4, 2), (6, 3)] {
+            let spec = RamaGatorSpec {
+                layout: "hash:32k".into(),
+                longitudes: 12,
+                latitudes: 8,
+                cell_bytes: 4,
+                block_longitudes: 2,
+                block_latitudes: 2,
+                mesh_columns: columns,
+                iterations: 3,
+                think_us_per_cell: 1,
+                subfiles: 2,
+            };
+            let point = PointSpec::RamaGator(spec.clone());
+            if point.check(clients).is_err() {
+                continue;
+            }
+            let bytes = point.file_bytes(clients);
+            assert_eq!(bytes, 12 * 8 * 4 * 3);
+            assert_eq!(touches(&point, clients), every_byte(&["/f:Linear".to_string()], bytes, false, 1));
+            // Block-cyclic: a client's cells are spread over the grid, equal shares.
+            let cells: Vec<u64> =
+                (0..clients).map(|c| gator_pieces(&spec, c, clients).iter().map(|p| p.2).sum()).collect();
+            assert!(cells.iter().all(|n| *n == 12 * 8 / clients), "{cells:?}");
+        }
     }
 
     #[test]
