@@ -16,7 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -42,6 +42,11 @@ pub struct LinesDisk {
     state: Mutex<LineMap>,
     sim: Option<Arc<SimTarget>>,
     recovery: Recovery,
+    /// When the image was opened; `last_io_ms` counts from here.
+    opened: Instant,
+    /// Milliseconds after `opened` of the last read or write of a fork (the reorganizer
+    /// runs only when the disk has been idle for its interval).
+    last_io_ms: AtomicU64,
 }
 
 fn invalid(path: &Path, reason: impl std::fmt::Display) -> io::Error {
@@ -136,6 +141,8 @@ impl LinesDisk {
             state: Mutex::new(map),
             sim,
             recovery,
+            opened: Instant::now(),
+            last_io_ms: AtomicU64::new(0),
         }))
     }
 
@@ -166,6 +173,16 @@ impl LinesDisk {
         u64::from(self.geometry.block_bytes)
     }
 
+    fn note_io(&self) {
+        self.last_io_ms.store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// How long no fork has read or written (since the image was opened, at most).
+    pub fn idle_for(&self) -> Duration {
+        let now_ms = self.opened.elapsed().as_millis() as u64;
+        Duration::from_millis(now_ms.saturating_sub(self.last_io_ms.load(Ordering::Relaxed)))
+    }
+
     fn slot_offset(&self, addr: SlotAddr) -> u64 {
         self.geometry.slot_offset(addr.line, addr.slot)
     }
@@ -191,6 +208,7 @@ impl LinesDisk {
     /// Reads `buffer.len()` bytes of a fork at `offset_bytes` (holes read as zeros). Pieces
     /// in adjacent slots move in one request.
     pub fn read(&self, key: ForkKey, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()> {
+        self.note_io();
         let map = self.state.lock();
         let block_bytes = self.block_bytes();
         // Runs of (position in the buffer, offset in the image, length).
@@ -224,6 +242,7 @@ impl LinesDisk {
     /// the target is full). A new slot gets its whole block (zero padded); pieces bound for
     /// adjacent slots move in one request.
     pub fn write(&self, key: ForkKey, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
+        self.note_io();
         let mut map = self.state.lock();
         let block_bytes = self.block_bytes();
         let stamp = now_s();
@@ -397,11 +416,14 @@ impl Drop for Reorganizer {
     }
 }
 
+/// Reorganizes only while the disk is idle (§4.2: RAMA reorganizes lines in the background):
+/// a step starts when no fork has read or written for one interval, so the copies never
+/// share the arm with the foreground's reads and writes for long.
 fn reorganize_until_stopped(weak: &Weak<LinesDisk>, stop: &AtomicBool, interval: Duration) {
     while !stop.load(Ordering::SeqCst) {
         std::thread::park_timeout(interval);
         let Some(disk) = weak.upgrade() else { return };
-        while !stop.load(Ordering::SeqCst) {
+        while !stop.load(Ordering::SeqCst) && disk.idle_for() >= interval {
             match disk.reorganize_once() {
                 Ok(true) => continue,
                 Ok(false) => break,
@@ -481,6 +503,38 @@ mod tests {
         file.write_all_at(&[0xffu8; 512], geometry.descriptor_offset(0, 0) + 1024).unwrap();
         let error = LinesDisk::open_image(&path).unwrap_err().to_string();
         assert!(error.contains("line 0: both descriptor copies are damaged"), "{error}");
+    }
+
+    #[test]
+    fn the_reorganizer_waits_for_an_idle_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = one_line(&dir, 16, 1);
+        let (a, b) = (ForkKey::new(1, 0, "data"), ForkKey::new(2, 0, "data"));
+        let disk = LinesDisk::open_image(&path).unwrap();
+        for block in 0..4u64 {
+            disk.write(a, block * 4096, &[1; 4096]).unwrap();
+            disk.write(b, block * 4096, &[2; 4096]).unwrap();
+        }
+        disk.sync(a).unwrap();
+        disk.sync(b).unwrap();
+        assert!(disk.needs_reorganization());
+        let interval = Duration::from_millis(200);
+        let reorganizer = Reorganizer::start(&disk, interval).expect("a reorganizer");
+        // Busy: a read every few milliseconds for several intervals; nothing moves.
+        let busy_until = Instant::now() + interval * 4;
+        while Instant::now() < busy_until {
+            assert_eq!(read(&disk, a, 0), vec![1; 4096]);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let moved_while_busy = !disk.needs_reorganization();
+        // Idle: the reorganizer runs within a few intervals.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while disk.needs_reorganization() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(reorganizer);
+        assert!(!moved_while_busy, "the reorganizer moved blocks while the disk was busy");
+        assert!(!disk.needs_reorganization(), "the reorganizer did not run on an idle disk");
     }
 
     #[test]
