@@ -1,6 +1,7 @@
-//! `flotilla format-target`: creates a `lines` target (its id file and its preallocated
-//! image with the geometry given), or, with `--recover`, opens an existing one and reports
-//! what recovery from its descriptors cost.
+//! `flotilla format-target`: creates a `lines` target (its id file and its image with the
+//! geometry given: a preallocated file, or with `--device` a block device that DIR's image
+//! name links to), or, with `--recover`, opens an existing one and reports what recovery from
+//! its descriptors cost.
 
 use anyhow::Context;
 use flotilla_store::{
@@ -12,9 +13,14 @@ use std::path::PathBuf;
 pub struct FormatTargetArgs {
     /// The target: lines:DIR (or lines+sim:MODEL:DIR); DIR is created if missing.
     pub spec: String,
-    /// Bytes of the image (whole lines; k/m/g suffixes).
-    #[arg(long, default_value = "256m", value_parser = parse_bytes)]
-    pub capacity: u64,
+    /// Bytes of the image (whole lines; k/m/g suffixes). Default: 256m for an image file, the
+    /// whole device with `--device`.
+    #[arg(long, value_parser = parse_bytes)]
+    pub capacity: Option<u64>,
+    /// Put the image on this block device (DIR/lines.img becomes a symbolic link to it). A
+    /// device already holding a lines image is refused.
+    #[arg(long)]
+    pub device: Option<PathBuf>,
     /// Bytes of one block slot (a power of two).
     #[arg(long, default_value = "64k", value_parser = parse_bytes)]
     pub block_size: u64,
@@ -47,13 +53,24 @@ pub fn run(args: FormatTargetArgs) -> anyhow::Result<()> {
         anyhow::bail!("{} already holds a lines image; remove the directory to reformat", spec.dir.display());
     }
     std::fs::create_dir_all(&spec.dir).with_context(|| format!("create {}", spec.dir.display()))?;
-    options.capacity_bytes = args.capacity;
+    options.capacity_bytes = match &args.device {
+        Some(device) => link_device(device, &image, args.capacity)?,
+        None => args.capacity.unwrap_or(256 << 20),
+    };
     options.block_bytes = args.block_size;
     options.line_blocks = args.line_blocks;
     options.group_blocks = args.group_blocks;
     options.reorganize_interval_ms = 0;
     let geometry = options.geometry().map_err(|reason| anyhow::anyhow!("{}: {reason}", args.spec))?;
     let spec = TargetSpec { kind: TargetKind::Lines(options), dir: spec.dir };
+    // A device is formatted here, explicitly (a server never formats a device it finds
+    // without a superblock); a file image is made by the target's own initialization.
+    if args.device.is_some() {
+        if let Err(error) = flotilla_store::format_lines_image(&image, &geometry) {
+            let _ = std::fs::remove_file(&image);
+            return Err(anyhow::anyhow!("format {}: {error}", image.display()));
+        }
+    }
     let target = Target::open_spec(&spec, true, CHECKSUM_BLOCK_BYTES_DEFAULT)?;
     println!(
         "formatted target {} at {}: {} lines of {} blocks of {} bytes ({} bytes of data, {} of descriptors), groups of {} blocks",
@@ -67,6 +84,26 @@ pub fn run(args: FormatTargetArgs) -> anyhow::Result<()> {
         geometry.group_blocks,
     );
     Ok(())
+}
+
+/// Links the image name to `device` (a block device) and returns the capacity to format:
+/// `capacity` if given, else the device's size.
+fn link_device(
+    device: &std::path::Path,
+    image: &std::path::Path,
+    capacity: Option<u64>,
+) -> anyhow::Result<u64> {
+    if !flotilla_store::is_block_device(device) {
+        anyhow::bail!("--device {}: not a block device", device.display());
+    }
+    let mut opened = std::fs::File::open(device).with_context(|| format!("open {}", device.display()))?;
+    let size_bytes = std::io::Seek::seek(&mut opened, std::io::SeekFrom::End(0))?;
+    if capacity.is_some_and(|c| c > size_bytes) {
+        anyhow::bail!("--capacity is larger than {} ({size_bytes} bytes)", device.display());
+    }
+    std::os::unix::fs::symlink(device, image)
+        .with_context(|| format!("link {} to {}", image.display(), device.display()))?;
+    Ok(capacity.unwrap_or(size_bytes))
 }
 
 fn report_recovery(image: PathBuf) -> anyhow::Result<()> {

@@ -150,3 +150,85 @@ fn removed_files_give_their_space_back_across_a_kill() {
     file.sync().expect("sync");
     verify(&client, "/again", &again);
 }
+
+/// A loop device over a sparse file, detached on drop.
+struct LoopDevice {
+    path: PathBuf,
+}
+
+impl LoopDevice {
+    fn attach(file: &Path) -> LoopDevice {
+        let output = std::process::Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(file)
+            .output()
+            .expect("run losetup (util-linux)");
+        assert!(output.status.success(), "losetup: {}", String::from_utf8_lossy(&output.stderr));
+        LoopDevice { path: PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()) }
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup").arg("--detach").arg(&self.path).status();
+    }
+}
+
+fn format_on_device(dir: &Path, device: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args([
+            "format-target",
+            &format!("lines:{}", dir.display()),
+            "--line-blocks",
+            "64",
+            "--group-blocks",
+            "8",
+        ])
+        .arg("--device")
+        .arg(device)
+        .output()
+        .expect("run flotilla format-target")
+}
+
+/// A lines target on a block device (a loop device over a sparse file): `format-target
+/// --device` links the image name to the device and formats the whole device; a server
+/// stores files on it and keeps every synced byte across SIGKILL; formatting the same device
+/// again is refused with a clear error.
+#[test]
+fn a_lines_target_on_a_block_device_keeps_synced_files_across_a_kill() {
+    let seed = seed_for("lines_device");
+    let backing = tempfile::tempdir().expect("tempdir");
+    let backing_file = backing.path().join("disk.img");
+    std::fs::File::create(&backing_file).and_then(|f| f.set_len(64 << 20)).expect("sparse backing file");
+    let device = LoopDevice::attach(&backing_file);
+    let mut cluster = Cluster::start_configured(0, "", "");
+    let dir = cluster.target_dir(0);
+    let output = format_on_device(&dir, &device.path);
+    assert!(output.status.success(), "format-target: {}", String::from_utf8_lossy(&output.stderr));
+    let image = dir.join(flotilla_store::LINES_IMAGE_NAME);
+    assert_eq!(std::fs::read_link(&image).expect("image is a link"), device.path);
+    let process = cluster.start_server_on(&spec(&dir));
+    cluster.servers.push(Some(process));
+    cluster.wait_up(1);
+    let client = cluster.client();
+    let content = random_bytes(seed, 5 << 20);
+    let file = client.create("/on-device", &one_subfile()).expect("create");
+    file.write_at(0, &content).expect("write");
+    file.sync().expect("sync");
+    drop(file);
+    kill_and_restart(&mut cluster, 0);
+    verify(&cluster.client(), "/on-device", &content);
+    // The bytes are on the device itself: its superblock names a lines image.
+    let process = cluster.servers[0].take().expect("server running");
+    process.stop();
+    let disk = flotilla_store::LinesDisk::open_image(&device.path).expect("open the device as an image");
+    assert!(
+        disk.free_bytes() + (5 << 20) <= disk.geometry().slots() * u64::from(disk.geometry().block_bytes)
+    );
+    drop(disk);
+    let other = backing.path().join("other");
+    let again = format_on_device(&other, &device.path);
+    assert!(!again.status.success(), "a device holding an image was formatted again");
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(stderr.contains("already holds a lines image"), "{stderr}");
+}

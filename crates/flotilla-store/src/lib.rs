@@ -71,7 +71,9 @@ pub use error::StoreError;
 pub use extent::Extent;
 pub use file_fork::FileFork;
 pub use fork_ref::ForkRef;
-pub use lines_disk::{format as format_lines_image, LinesDisk, Recovery as LinesRecovery, LINES_IMAGE_NAME};
+pub use lines_disk::{
+    format as format_lines_image, is_block_device, LinesDisk, Recovery as LinesRecovery, LINES_IMAGE_NAME,
+};
 pub use lines_format::{BlockState, ForkKey, Geometry as LinesGeometry};
 pub use sim_disk::SimDisk;
 pub use sim_fork::SimFork;

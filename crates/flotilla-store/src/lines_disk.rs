@@ -13,8 +13,9 @@ use crate::lines_map::{LineMap, SlotAddr};
 use crate::sim_target::SimTarget;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -61,15 +62,53 @@ pub(crate) fn now_s() -> u32 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|since| since.as_secs() as u32).unwrap_or(0)
 }
 
-/// Writes a new image at `path` (refusing to overwrite one): the space reserved, the
-/// superblock and every line's descriptor copy A (all free, sequence 1), then fsync.
-pub fn format(path: &Path, geometry: &Geometry) -> io::Result<()> {
-    let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
-    match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, geometry.image_bytes()) {
-        Ok(()) => {}
-        Err(rustix::io::Errno::OPNOTSUPP) => file.set_len(geometry.image_bytes())?,
-        Err(errno) => return Err(errno.into()),
+/// Whether `path` (symbolic links followed) is a block device.
+pub fn is_block_device(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_block_device())
+}
+
+/// Bytes of an open image file or block device (a device's metadata says 0).
+fn image_length(file: &File) -> io::Result<u64> {
+    let mut handle = file;
+    handle.seek(SeekFrom::End(0))
+}
+
+/// Opens where a new image goes: a new file with its space reserved, or a block device
+/// (refused if it is smaller than the image or already holds a lines superblock).
+fn create_image(path: &Path, geometry: &Geometry) -> io::Result<File> {
+    if !is_block_device(path) {
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, geometry.image_bytes()) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::OPNOTSUPP) => file.set_len(geometry.image_bytes())?,
+            Err(errno) => return Err(errno.into()),
+        }
+        return Ok(file);
     }
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    let length = image_length(&file)?;
+    if length < geometry.image_bytes() {
+        return Err(invalid(
+            path,
+            format!("the device has {length} bytes, the image needs {}", geometry.image_bytes()),
+        ));
+    }
+    let mut superblock = vec![0u8; SUPERBLOCK_BYTES as usize];
+    file.read_exact_at(&mut superblock, 0)?;
+    if lines_format::decode_superblock(&superblock).is_ok() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("block device {path:?} already holds a lines image; wipe its first {SUPERBLOCK_BYTES} bytes to reformat"),
+        ));
+    }
+    Ok(file)
+}
+
+/// Writes a new image at `path` — a new file (refusing to overwrite one) or a block device:
+/// the space reserved, every line's descriptor copy A (all free, sequence 1), then the
+/// superblock last, then fsync.
+pub fn format(path: &Path, geometry: &Geometry) -> io::Result<()> {
+    let file = create_image(path, geometry)?;
     let empty = LineMap::formatted(*geometry);
     for line in 0..geometry.line_count {
         let mut descriptor = empty.commit_slots(line, &[]);
@@ -101,7 +140,7 @@ impl LinesDisk {
         file.read_exact_at(&mut superblock, 0)
             .map_err(|error| invalid(path, format!("read superblock: {error}")))?;
         let geometry = lines_format::decode_superblock(&superblock).map_err(|error| invalid(path, error))?;
-        let length = file.metadata()?.len();
+        let length = image_length(&file)?;
         if length < geometry.image_bytes() {
             return Err(invalid(
                 path,
