@@ -428,3 +428,98 @@ fn enwrich_mount_holds_a_jobs_writes_until_the_job_flushes() {
     after.read_at(0, &mut data).unwrap();
     assert_eq!(data, read);
 }
+
+/// Runs a Python snippet that tries a lock on `path` (another process, so POSIX's "a
+/// process never conflicts with itself" does not hide anything) and prints what it got.
+fn python_lock(script: &str, path: &Path) -> std::process::Child {
+    Command::new("python3")
+        .args(["-c", script])
+        .arg(path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3")
+}
+
+fn output_of(child: std::process::Child) -> String {
+    let output = child.wait_with_output().expect("wait for python3");
+    assert!(output.status.success(), "python3 failed: {output:?}");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// `fcntl(F_SETLK)` of bytes 0..10 without waiting: "got" or "busy".
+const TRY_LOCKF: &str = "import fcntl,sys\nf=open(sys.argv[1],'r+')\ntry:\n    fcntl.lockf(f, fcntl.LOCK_EX|fcntl.LOCK_NB, 10, 0)\n    print('got')\nexcept OSError:\n    print('busy')";
+/// `fcntl(F_SETLKW)`: waits for the lock, then prints "got".
+const WAIT_LOCKF: &str =
+    "import fcntl,sys\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX, 10, 0)\nprint('got')";
+/// `fcntl(F_GETLK)` for a write lock of bytes 0..10: the holder's type and range, or "unlocked".
+const TEST_LOCK: &str = "import fcntl,struct,sys\nf=open(sys.argv[1],'r+')\nr=fcntl.fcntl(f, fcntl.F_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 10, 0))\nt,w,s,l,p=struct.unpack('hhqqi4x', r)\nprint('unlocked' if t == fcntl.F_UNLCK else 'held %d %d %d' % (t, s, l))";
+/// `flock(LOCK_EX|LOCK_NB)`: "got" or "busy".
+const TRY_FLOCK: &str = "import fcntl,sys\nf=open(sys.argv[1],'r+')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX|fcntl.LOCK_NB)\n    print('got')\nexcept OSError:\n    print('busy')";
+
+/// Takes (or with `F_UNLCK` drops) an fcntl lock of bytes 0..10 on `fd`, without waiting.
+fn set_lock(fd: i32, typ: i32) -> i32 {
+    // SAFETY: a zeroed flock is a valid value; fcntl reads it for the length of the call.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = typ as i16;
+    lock.l_whence = libc::SEEK_SET as i16;
+    lock.l_start = 0;
+    lock.l_len = 10;
+    // SAFETY: fd is open and `lock` outlives the call.
+    unsafe { libc::fcntl(fd, libc::F_SETLK, &lock) }
+}
+
+/// fcntl and flock locks taken through one mount exclude processes on another mount of the
+/// same cluster; F_GETLK on the other mount reports the holder; a waiter on the other mount
+/// gets the lock when the holder lets go.
+#[test]
+fn fcntl_and_flock_locks_exclude_across_mounts() {
+    let cluster = Cluster::start(1);
+    let (a, b) = (Mount::start(&cluster.meta_addr()), Mount::start(&cluster.meta_addr()));
+    fs::write(a.path("locked"), b"0123456789abcdef").unwrap();
+    let holder = fs::OpenOptions::new().read(true).write(true).open(a.path("locked")).unwrap();
+    use std::os::unix::io::AsRawFd;
+    check(set_lock(holder.as_raw_fd(), libc::F_WRLCK), "F_SETLK through mount A");
+    assert_eq!(output_of(python_lock(TRY_LOCKF, &b.path("locked"))), "busy", "B locked what A holds");
+    assert_eq!(output_of(python_lock(TEST_LOCK, &b.path("locked"))), format!("held {} 0 10", libc::F_WRLCK));
+    let waiter = python_lock(WAIT_LOCKF, &b.path("locked"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    check(set_lock(holder.as_raw_fd(), libc::F_UNLCK), "F_UNLCK through mount A");
+    assert_eq!(output_of(waiter), "got", "the waiter on B got the lock A let go");
+    assert_eq!(output_of(python_lock(TEST_LOCK, &b.path("locked"))), "unlocked");
+    // flock: held through A by an open file, refused on B until that file is closed.
+    // SAFETY: the descriptor is open.
+    check(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, "flock through mount A");
+    assert_eq!(output_of(python_lock(TRY_FLOCK, &b.path("locked"))), "busy", "B flocked what A holds");
+    drop(holder);
+    assert_eq!(output_of(python_lock(TRY_FLOCK, &b.path("locked"))), "got", "A's close released its flock");
+}
+
+/// A lock held through a mount that is killed (SIGKILL: no unlock, no close reaches the
+/// cluster) is released when the mount's lease runs out, and another mount can take it.
+#[test]
+fn a_killed_mounts_locks_go_with_its_lease() {
+    let cluster = Cluster::start_with(1, "open_lease_ms = 2000");
+    let b = Mount::start(&cluster.meta_addr());
+    let mut a = Mount::start(&cluster.meta_addr());
+    fs::write(a.path("leased"), b"0123456789").unwrap();
+    // The holder is a Python process on A that takes the lock and then waits to be killed.
+    let hold = "import fcntl,sys,time\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX, 10, 0)\nprint('held', flush=True)\ntime.sleep(600)";
+    let mut holder = python_lock(hold, &a.path("leased"));
+    let mut line = [0u8; 5];
+    holder.stdout.as_mut().expect("stdout").read_exact(&mut line).expect("the holder reports");
+    assert_eq!(&line, b"held\n");
+    assert_eq!(output_of(python_lock(TRY_LOCKF, &b.path("leased"))), "busy");
+    let mut process = a.process.take().expect("mount A running");
+    process.child.kill().expect("SIGKILL mount A");
+    let _ = process.child.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if output_of(python_lock(TRY_LOCKF, &b.path("leased"))) == "got" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the dead mount's lock was never released");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

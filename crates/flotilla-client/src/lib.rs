@@ -22,6 +22,7 @@ mod fork;
 mod group;
 mod group_plan;
 mod handle;
+mod locks;
 mod metrics;
 mod nonblocking;
 mod opens;
@@ -39,7 +40,7 @@ pub use file::{subfile_lengths, File};
 pub use flotilla_proto::{
     DirEntryInfo, EntryInfo, ErrorCode, ForkInfo, TargetState, TargetStatus, WireError,
 };
-pub use flotilla_proto::{ListedEntry, RenameMode, NAME_BYTES_MAX};
+pub use flotilla_proto::{ListedEntry, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX};
 pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
 pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, SetAttr, SubfileIndex, TargetId,

@@ -49,6 +49,10 @@ pub struct FlotillaFs {
     pub(crate) atime: crate::AtimeMode,
     /// `Some(log cache bytes)` with the `enwrich` option.
     pub(crate) enwrich_cache_bytes: Option<u64>,
+    /// fcntl/flock locks taken through this mount (`locks.rs`).
+    pub(crate) locks: crate::locks::LockState,
+    /// Threads that may wait in a blocking lock at once: half the mount's.
+    pub(crate) lock_waiters_max: usize,
 }
 
 impl FlotillaFs {
@@ -67,6 +71,8 @@ impl FlotillaFs {
             listing_entries_max: config.listing_entries_max,
             atime: config.atime,
             enwrich_cache_bytes: config.enwrich.then_some(config.enwrich_cache_bytes),
+            locks: crate::locks::LockState::default(),
+            lock_waiters_max: (config.threads / 2).max(1),
         }
     }
 
@@ -121,7 +127,9 @@ impl Filesystem for FlotillaFs {
             | InitFlags::FUSE_ASYNC_READ
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
-            | InitFlags::FUSE_DO_READDIRPLUS;
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_POSIX_LOCKS
+            | InitFlags::FUSE_FLOCK_LOCKS;
         let granted = wanted & config.capabilities();
         let _ = config.add_capabilities(granted);
         tracing::info!(?granted, "FUSE session initialised");
@@ -282,21 +290,74 @@ impl Filesystem for FlotillaFs {
         }
     }
 
-    fn flush(&self, _request: &Request, _ino: INodeNo, fh: FileHandle, _owner: LockOwner, reply: ReplyEmpty) {
-        reply_empty(reply, self.flush_file(fh.0));
+    fn flush(&self, _request: &Request, ino: INodeNo, fh: FileHandle, owner: LockOwner, reply: ReplyEmpty) {
+        let unlocked = self.locks_released(ino.0, owner.0);
+        reply_empty(reply, self.flush_file(fh.0).and(unlocked));
+    }
+
+    /// No ioctl applies to Flotilla files: ENOTTY, as for a regular file on a local disk
+    /// (programs probe with TCGETS to ask whether a descriptor is a terminal).
+    fn ioctl(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn getlk(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        match self.lock_test(ino.0, owner.0, (start, end), typ) {
+            Ok(held) => reply.locked(held.start, held.end, held.typ, held.pid),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn setlk(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.lock_set(ino.0, owner.0, (start, end), (typ, pid), sleep));
     }
 
     fn release(
         &self,
         _request: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.release_file(fh.0));
+        // An flock owner (the open file) gives its locks up when the file is released.
+        let unlocked = lock_owner.map_or(Ok(()), |owner| self.locks_released(ino.0, owner.0));
+        reply_empty(reply, self.release_file(fh.0).and(unlocked));
     }
 
     fn fsync(&self, _request: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {

@@ -19,6 +19,7 @@ mod convert;
 mod enwrich;
 mod fs;
 mod handles;
+mod locks;
 mod names;
 pub mod nodes;
 mod open_files;

@@ -76,6 +76,13 @@ pub struct MetaConfig {
     pub job_member_lease_ms: u64,
     /// Group commit: most namespace changes one durable commit (one `fsync`) covers.
     pub commit_batch_ops_max: usize,
+    /// Byte-range locks (fcntl, flock) held in the whole cluster.
+    pub locks_max: usize,
+    /// Longest one blocking lock request waits before it is answered (the mount asks again).
+    pub lock_wait_ms_max: u64,
+    /// Lock requests waiting at once (each holds one of the service's blocking threads while
+    /// it waits); beyond, a request is answered at once with the conflicting lock.
+    pub lock_waiters_max: usize,
     /// Group commit: longest the committer waits for changes still being applied to join
     /// its batch (a change is acknowledged only after its batch commits).
     pub commit_batch_delay_us_max: u64,
@@ -115,6 +122,9 @@ impl Default for MetaConfig {
             job_member_lease_ms: 30_000,
             commit_batch_ops_max: 1024,
             commit_batch_delay_us_max: 2000,
+            locks_max: 1 << 20,
+            lock_wait_ms_max: 1000,
+            lock_waiters_max: 64,
         }
     }
 }

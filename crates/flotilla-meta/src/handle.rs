@@ -31,6 +31,8 @@ pub(crate) struct State {
     pub issuer: Issuer,
     /// ENWRICH job groups.
     pub jobs: crate::jobs::Jobs,
+    /// Byte-range locks (fcntl, flock) of client sessions.
+    pub locks: crate::locks::Locks,
 }
 
 /// The capability key and the lifetime of the capabilities the service issues.
@@ -162,6 +164,16 @@ impl State {
             MetaRequest::SetLayoutId { id, layout } => {
                 MetaReply::Entry(self.granted(self.set_layout(id, layout, now)?, asker))
             }
+            MetaRequest::SetLock { session, id, owner, kind, start, end, pid, wait_ms } => {
+                MetaReply::Lock(self.locks.set(id, (session, owner), kind, (start, end), pid, wait_ms)?)
+            }
+            MetaRequest::GetLock { session, id, owner, kind, start, end } => {
+                MetaReply::Lock(self.locks.get(id, (session, owner), kind, (start, end))?)
+            }
+            MetaRequest::ReleaseLocks { session, id, owner } => {
+                self.locks.release_owner(id, (session, owner));
+                MetaReply::Done
+            }
             MetaRequest::JobJoin { name, size } => {
                 let (member, epoch, event) = self.jobs.join(&name, size)?;
                 MetaReply::JobJoined { member, epoch, event }
@@ -262,6 +274,8 @@ impl State {
         let mut opens = self.opens.lock();
         let now = Instant::now();
         opens.expire(now);
+        // A lock needs an open file: the locks of sessions with nothing open went with them.
+        self.locks.retain_sessions(|session| opens.has_session(session));
         for id in opens.releasable(now) {
             match self.namespace.release_orphan(id) {
                 Ok(_) => opens.released(id),

@@ -12,6 +12,7 @@ pub mod config;
 mod handle;
 mod handle_at;
 mod jobs;
+mod locks;
 mod membership;
 mod metrics;
 mod opens;

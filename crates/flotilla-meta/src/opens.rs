@@ -126,6 +126,11 @@ impl OpenTable {
         Ok(())
     }
 
+    /// Whether client `session` holds open files (and so a live lease).
+    pub fn has_session(&self, session: u64) -> bool {
+        self.sessions.contains_key(&session)
+    }
+
     /// Ends every session whose lease ran out.
     pub fn expire(&mut self, now: Instant) {
         let expired: Vec<u64> =

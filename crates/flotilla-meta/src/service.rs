@@ -335,6 +335,11 @@ fn new_state(
             lease: Duration::from_millis(config.job_member_lease_ms),
             name_bytes_max: 255,
         }),
+        locks: crate::locks::Locks::new(crate::locks::LockBounds {
+            locks_max: config.locks_max,
+            wait_ms_max: config.lock_wait_ms_max,
+            waiters_max: config.lock_waiters_max,
+        }),
     })
 }
 

@@ -31,7 +31,9 @@ pub use meta::{
     CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, SubfilePlace,
     TargetReport, TargetState, TargetStatus,
 };
-pub use meta::{ListedEntry, ListedEntryPlus, RenameMode, NAME_BYTES_MAX, READDIR_ENTRIES_MAX};
+pub use meta::{
+    ListedEntry, ListedEntryPlus, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX, READDIR_ENTRIES_MAX,
+};
 pub use wire_error::{ErrorCode, WireError};
 
 /// Encodes a message body with postcard.

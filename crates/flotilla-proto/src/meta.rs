@@ -325,6 +325,56 @@ pub enum MetaRequest {
         after: Option<Vec<u8>>,
         entries_max: u32,
     },
+    /// A byte-range lock (fcntl, and flock as the mount forwards it) on bytes `start..=end`
+    /// of file `id` for lock `owner` of client `session`: `Read`/`Write` take it (replacing
+    /// the owner's own locks in the range), `Unlock` drops the owner's locks in the range.
+    /// With `wait_ms` > 0 the service waits up to that long (bounded by its
+    /// `lock_wait_ms_max`) for conflicting locks to go. Replies `Lock(None)` when done,
+    /// `Lock(Some(holder))` naming a conflicting lock otherwise.
+    SetLock {
+        session: u64,
+        id: u64,
+        owner: u64,
+        kind: LockKind,
+        start: u64,
+        end: u64,
+        pid: u32,
+        wait_ms: u64,
+    },
+    /// The first lock of another owner conflicting with `kind` on `start..=end` (F_GETLK):
+    /// replies `Lock(holder)`.
+    GetLock {
+        session: u64,
+        id: u64,
+        owner: u64,
+        kind: LockKind,
+        start: u64,
+        end: u64,
+    },
+    /// Drops every lock `owner` of `session` holds on file `id` (a descriptor's close).
+    ReleaseLocks {
+        session: u64,
+        id: u64,
+        owner: u64,
+    },
+}
+
+/// What a `SetLock` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockKind {
+    Read,
+    Write,
+    Unlock,
+}
+
+/// A lock someone holds: its kind, bytes `start..=end` and the holder's process id (on the
+/// holder's machine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    pub kind: LockKind,
+    pub start: u64,
+    pub end: u64,
+    pub pid: u32,
 }
 
 /// What a `RenameAt` does when the destination exists.
@@ -403,4 +453,6 @@ pub enum MetaReply {
     Job(JobEvent),
     /// One page of a `ReaddirPlusId` listing; fewer than asked means the end.
     ListingPlus(Vec<ListedEntryPlus>),
+    /// Answers `SetLock` (`None`: done) and `GetLock` (`None`: no conflicting lock).
+    Lock(Option<LockInfo>),
 }
