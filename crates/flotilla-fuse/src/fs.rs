@@ -280,11 +280,12 @@ impl Filesystem for FlotillaFs {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.write_file(request.uid(), ino.0, fh.0, offset, data) {
+        let append = flags.0 & libc::O_APPEND != 0;
+        match self.write_file(request.uid(), ino.0, fh.0, (offset, append), data) {
             Ok(written) => reply.written(written),
             Err(errno) => reply.error(errno),
         }

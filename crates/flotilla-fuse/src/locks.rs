@@ -22,6 +22,14 @@ use std::collections::HashMap;
 /// Longest one round of a blocking lock wait asks the metadata service to hold it.
 const LOCK_WAIT_ROUND_MS: u64 = 1000;
 
+/// The byte an `O_APPEND` write locks while it finds the end of the file, writes there and
+/// publishes the new size: past `OFFSET_MAX`, so no program's lock can cover it.
+const APPEND_LOCK_BYTE: u64 = u64::MAX;
+/// Owners of append locks have this bit set (program lock owners are kernel pointers, which
+/// never do on x86-64 and arm64), and a serial number, so every append is its own owner and
+/// appends of this mount's own processes exclude each other too.
+const APPEND_OWNER_BIT: u64 = 1 << 63;
+
 /// The mount's side of the locks: who has locked what, and how many threads wait.
 #[derive(Default)]
 pub(crate) struct LockState {
@@ -106,6 +114,32 @@ impl FlotillaFs {
                 (Some(_), true) => continue,
             }
         }
+    }
+
+    /// Runs `append` holding the cluster-wide append lock of `ino` (waiting for it as long as
+    /// another append holds it; a dead mount's hold goes with its lease).
+    pub(crate) fn with_append_lock<T>(
+        &self,
+        ino: u64,
+        append: impl FnOnce() -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let serial = self.locks.generations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let owner = APPEND_OWNER_BIT | serial;
+        let byte = (APPEND_LOCK_BYTE, APPEND_LOCK_BYTE);
+        while self
+            .client
+            .set_lock(ino, owner, LockKind::Write, byte, 0, LOCK_WAIT_ROUND_MS)
+            .map_err(failed)?
+            .is_some()
+        {}
+        let appended = append();
+        let unlocked = self.retrying(|| self.client.set_lock(ino, owner, LockKind::Unlock, byte, 0, 0));
+        if let Err(error) = &unlocked {
+            tracing::error!(ino, %error, "could not give back an append lock; other appenders wait for this mount's lease");
+        }
+        let value = appended?;
+        unlocked.map_err(failed)?;
+        Ok(value)
     }
 
     /// A descriptor of `ino` was closed by `owner` (FLUSH), or an flock owner's file was

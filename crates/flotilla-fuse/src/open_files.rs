@@ -198,12 +198,15 @@ impl FlotillaFs {
         writer_uid: u32,
         ino: u64,
         handle: u64,
-        offset: u64,
+        (offset, append): (u64, bool),
         data: &[u8],
     ) -> Result<u32, Errno> {
         let open = self.files.get(handle)?;
         if writer_uid != 0 && open.setid.swap(false, std::sync::atomic::Ordering::AcqRel) {
             self.drop_privileges(ino)?;
+        }
+        if append && open.enwrich.lock().is_none() && !data.is_empty() {
+            return self.append_file(&open, ino, data);
         }
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         if end > FILE_BYTES_MAX {
@@ -229,6 +232,31 @@ impl FlotillaFs {
         }
         self.sizes.wrote(ino, end);
         Ok(written)
+    }
+
+    /// An `O_APPEND` write, atomic across clients: under the file's append lock, at the end
+    /// of the file as the metadata service knows it (every appender publishes its new size
+    /// before letting go) or as this mount's own writes made it, whichever is larger; the
+    /// data is on the servers and the size published before the lock goes. The kernel's
+    /// offset (its cached size) is not used.
+    fn append_file(&self, open: &OpenFile, ino: u64, data: &[u8]) -> Result<u32, Errno> {
+        let written = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
+        self.send_buffered(open)?;
+        self.with_append_lock(ino, || {
+            let published = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?.attrs.size_bytes;
+            let offset = published.max(self.sizes.known(ino).unwrap_or(0));
+            let end = offset
+                .checked_add(data.len() as u64)
+                .filter(|end| *end <= FILE_BYTES_MAX)
+                .ok_or(Errno::EFBIG)?;
+            self.with_file(open, |file| file.write_at(offset, data))?;
+            if open.sync_writes {
+                self.with_file(open, |file| file.sync())?;
+            }
+            self.with_file(open, |file| file.flush())?;
+            self.sizes.wrote(ino, end);
+            Ok(written)
+        })
     }
 
     /// Publishes this mount's writes' size and mtime (close-to-open consistency).
