@@ -43,6 +43,7 @@ mod fork_table;
 mod lines_disk;
 mod lines_fork;
 mod lines_format;
+mod lines_image;
 mod lines_map;
 mod lru_list;
 mod request;
