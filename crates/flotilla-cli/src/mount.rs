@@ -46,6 +46,10 @@ pub struct MountArgs {
     /// Serve the mount's client metrics on this address (`HOST:PORT`, path /metrics).
     #[arg(long)]
     metrics_listen: Option<String>,
+    /// Bytes a read-only open may fetch ahead of sequential or strided reads (k, m, g
+    /// suffixes; 0 turns read-ahead off). Default 8m.
+    #[arg(long, value_parser = crate::bench::parse_size)]
+    readahead_bytes: Option<u64>,
 }
 
 #[derive(Args)]
@@ -69,6 +73,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     config.read_only = args.read_only;
     config.enwrich = args.enwrich;
     config.enwrich_cache_bytes = args.enwrich_cache_bytes.unwrap_or(config.enwrich_cache_bytes);
+    config.readahead_bytes_max = args.readahead_bytes.unwrap_or(config.readahead_bytes_max);
     if let Some(listen) = &args.metrics_listen {
         crate::keys::set_metrics_listen(listen);
     }

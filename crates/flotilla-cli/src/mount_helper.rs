@@ -38,7 +38,8 @@ pub fn mount_arguments(source: &str, dir: &Path, options: &str, sloppy: bool) ->
                 local.push("--enwrich".to_string());
                 continue;
             }
-            "threads" | "attr_timeout_ms" | "write_behind_bytes" | "metrics_listen" | "enwrich_cache_bytes" => {
+            "threads" | "attr_timeout_ms" | "write_behind_bytes" | "metrics_listen" | "enwrich_cache_bytes"
+            | "readahead_bytes" => {
                 name.replace('_', "-")
             }
             _ if IGNORED.contains(&name) || name.starts_with("x-") || name.starts_with("comment=") => {
@@ -47,7 +48,7 @@ pub fn mount_arguments(source: &str, dir: &Path, options: &str, sloppy: bool) ->
             _ if sloppy => continue,
             _ => anyhow::bail!(
                 "unknown mount option {option:?} (flotilla takes ro, enwrich, key=FILE, config=FILE, threads=N, \
-                 attr_timeout_ms=N, write_behind_bytes=N, enwrich_cache_bytes=N, metrics_listen=ADDR)"
+                 attr_timeout_ms=N, write_behind_bytes=N, enwrich_cache_bytes=N, readahead_bytes=N, metrics_listen=ADDR)"
             ),
         };
         local.extend([format!("--{flag}"), required(name, value)?]);

@@ -33,6 +33,9 @@ pub struct MountConfig {
     pub enwrich: bool,
     /// The log cache of each file opened in ENWRICH mode, in bytes.
     pub enwrich_cache_bytes: u64,
+    /// Bytes one read-only open may fetch ahead of its reads when they are sequential or
+    /// strided (`readahead.rs`); 0 turns read-ahead off.
+    pub readahead_bytes_max: u64,
 }
 
 impl Default for MountConfig {
@@ -51,6 +54,7 @@ impl Default for MountConfig {
             read_only: false,
             enwrich: false,
             enwrich_cache_bytes: 4 << 20,
+            readahead_bytes_max: 8 << 20,
         }
     }
 }

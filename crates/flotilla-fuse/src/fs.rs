@@ -53,6 +53,8 @@ pub struct FlotillaFs {
     pub(crate) locks: crate::locks::LockState,
     /// Threads that may wait in a blocking lock at once: half the mount's.
     pub(crate) lock_waiters_max: usize,
+    /// Bytes one read-only open may fetch ahead (`readahead_bytes_max`; 0: no read-ahead).
+    pub(crate) readahead_bytes_max: u64,
 }
 
 impl FlotillaFs {
@@ -73,6 +75,7 @@ impl FlotillaFs {
             enwrich_cache_bytes: config.enwrich.then_some(config.enwrich_cache_bytes),
             locks: crate::locks::LockState::default(),
             lock_waiters_max: (config.threads / 2).max(1),
+            readahead_bytes_max: config.readahead_bytes_max,
         }
     }
 

@@ -24,6 +24,7 @@ mod names;
 pub mod nodes;
 mod open_files;
 mod privileges;
+mod readahead;
 mod write_behind;
 mod xattr;
 

@@ -16,6 +16,7 @@
 use crate::convert::is_transport;
 use crate::fs::FlotillaFs;
 use crate::names::failed;
+use crate::readahead::{Detector, Window};
 use crate::write_behind::Buffered;
 use flotilla_client::{ClientError, EnwrichFile, File, Shape};
 use fuser::Errno;
@@ -38,6 +39,8 @@ pub struct OpenFile {
     read_once: std::sync::atomic::AtomicBool,
     /// Opened in ENWRICH mode (`enwrich.rs`): writes go to this log cache; taken at release.
     enwrich: parking_lot::Mutex<Option<EnwrichFile>>,
+    /// Read-only opens: the access pattern and what was fetched ahead (`readahead.rs`).
+    readahead: Option<parking_lot::Mutex<(Detector, Window)>>,
 }
 
 impl OpenFile {
@@ -54,12 +57,15 @@ pub struct SizeTable {
 struct Tracked {
     size_bytes: u64,
     opens: u64,
+    /// Bumped by every write and truncate through this mount (read-ahead windows filled
+    /// under an older one are stale).
+    generation: u64,
 }
 
 impl SizeTable {
     fn opened(&self, ino: u64, size_bytes: u64) {
         let mut sizes = self.sizes.lock();
-        let tracked = sizes.entry(ino).or_insert(Tracked { size_bytes, opens: 0 });
+        let tracked = sizes.entry(ino).or_insert(Tracked { size_bytes, opens: 0, generation: 0 });
         tracked.size_bytes = size_bytes;
         tracked.opens += 1;
     }
@@ -87,14 +93,31 @@ impl SizeTable {
         }
     }
 
-    fn wrote(&self, ino: u64, end_bytes: u64) {
+    /// Raises the known size to `end_bytes` (a size learned, not a change of the bytes).
+    fn grew(&self, ino: u64, end_bytes: u64) {
         if let Some(tracked) = self.sizes.lock().get_mut(&ino) {
             tracked.size_bytes = tracked.size_bytes.max(end_bytes);
         }
     }
 
+    /// This mount wrote bytes of `ino` up to `end_bytes`.
+    fn wrote(&self, ino: u64, end_bytes: u64) {
+        if let Some(tracked) = self.sizes.lock().get_mut(&ino) {
+            tracked.size_bytes = tracked.size_bytes.max(end_bytes);
+            tracked.generation += 1;
+        }
+    }
+
     pub fn truncated(&self, ino: u64, size_bytes: u64) {
-        self.observed(ino, size_bytes);
+        if let Some(tracked) = self.sizes.lock().get_mut(&ino) {
+            tracked.size_bytes = size_bytes;
+            tracked.generation += 1;
+        }
+    }
+
+    /// How many times this mount changed `ino`'s bytes while it was open here.
+    fn generation(&self, ino: u64) -> u64 {
+        self.sizes.lock().get(&ino).map_or(0, |tracked| tracked.generation)
     }
 }
 
@@ -132,8 +155,10 @@ impl FlotillaFs {
         let setid = crate::privileges::killed_mode(file.entry().attrs.mode).is_some().into();
         let read_once = false.into();
         let enwrich = parking_lot::Mutex::new(enwrich);
-        let open =
-            OpenFile { ino, file: parking_lot::RwLock::new(file), sync_writes, setid, read_once, enwrich };
+        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY;
+        let readahead = (read_only && self.readahead_bytes_max > 0).then(Default::default);
+        let file = parking_lot::RwLock::new(file);
+        let open = OpenFile { ino, file, sync_writes, setid, read_once, enwrich, readahead };
         let handle = self.files.insert(open)?;
         self.sizes.opened(ino, size);
         Ok(handle)
@@ -181,15 +206,70 @@ impl FlotillaFs {
             // Maybe another client made the file longer (this mount's writes are all known).
             let entry = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?;
             known = known.max(entry.attrs.size_bytes);
-            self.sizes.wrote(ino, known);
+            self.sizes.grew(ino, known);
         }
         let length = known.saturating_sub(offset).min(u64::from(size));
-        let mut buffer = vec![0u8; length as usize];
-        if length > 0 {
-            self.with_file(&open, |file| file.read_shape(&Shape::contiguous(offset, length), &mut buffer))?;
-        }
+        let buffer = match &open.readahead {
+            Some(readahead) if length > 0 => self.read_ahead(&open, readahead, (offset, length), known)?,
+            _ => {
+                let mut buffer = vec![0u8; length as usize];
+                if length > 0 {
+                    self.with_file(&open, |file| {
+                        file.read_shape(&Shape::contiguous(offset, length), &mut buffer)
+                    })?;
+                }
+                buffer
+            }
+        };
         let first_read = !open.read_once.swap(true, std::sync::atomic::Ordering::AcqRel);
         self.note_read(ino, &open.file.read().entry().attrs, first_read);
+        Ok(buffer)
+    }
+
+    /// A read of a read-only open: served from what was fetched ahead if it holds the bytes;
+    /// else fetched together with the next records of the handle's access pattern in one
+    /// request (contiguous or strided), the records after this one kept for later reads.
+    fn read_ahead(
+        &self,
+        open: &OpenFile,
+        readahead: &parking_lot::Mutex<(Detector, Window)>,
+        (offset, length): (u64, u64),
+        known: u64,
+    ) -> Result<Vec<u8>, Errno> {
+        let generation = self.sizes.generation(open.ino);
+        let mut state = readahead.lock();
+        let (detector, window) = &mut *state;
+        if window.generation != generation {
+            window.clear();
+            window.generation = generation;
+        }
+        let fetch = detector.observe(offset, length, self.readahead_bytes_max).clipped(known);
+        if let Some(bytes) = window.take(offset, length) {
+            return Ok(bytes);
+        }
+        let mut buffer = vec![0u8; fetch.bytes() as usize];
+        let shape = match fetch.is_contiguous() {
+            true => Shape::contiguous(offset, fetch.bytes()),
+            false => Shape::Strided {
+                file_offset: offset,
+                memory_offset: 0,
+                record_bytes: length,
+                file_stride: fetch.stride_bytes as i64,
+                memory_stride: length as i64,
+                count: fetch.count,
+            },
+        };
+        self.with_file(open, |file| file.read_shape(&shape, &mut buffer))?;
+        let rest = buffer.split_off(length as usize);
+        match fetch.is_contiguous() {
+            true => window.keep(offset + length, rest, self.readahead_bytes_max),
+            false => {
+                for (index, record) in rest.chunks(length as usize).enumerate() {
+                    let at = offset + (index as u64 + 1) * fetch.stride_bytes;
+                    window.keep(at, record.to_vec(), self.readahead_bytes_max);
+                }
+            }
+        }
         Ok(buffer)
     }
 
