@@ -6,7 +6,9 @@
 # directory on the mount and in a directory on the local disk next to the targets:
 #   - sequential 1 MiB writes and reads, one file per job;
 #   - sequential 1 MiB writes and reads of one shared file, each job its own segment;
-#   - 4 KiB and 47008-byte strided writes to one shared file, each job every 4th record.
+#   - 4 KiB and 47008-byte strided writes to one shared file, each job every 4th record, and
+#     the same files read back the same way.
+# ONLY_STRIDED=1 runs the strided jobs alone.
 # Writes end with fsync (fio --end_fsync), so that both sides count the bytes reaching the
 # disk; page caches are dropped before every read job (root only), and the servers' buffer
 # caches are kept small (--cache-bytes), so that reads come from the disk on both sides.
@@ -66,16 +68,27 @@ SEQ=(--bs=1m --size="$SEGMENT")
 SHARED=(--filename=shared --bs=1m --size="$SEGMENT" --offset_increment="$SEGMENT")
 STRIDED=(--size="${STRIDED_MB}m" --end_fsync=1)
 for round in $(seq 1 "$ROUNDS"); do
-    for side in local mount; do run_fio seq-write-files "$round" "$side" --rw=write --end_fsync=1 "${SEQ[@]}"; done
-    for side in local mount; do run_fio seq-read-files "$round" "$side" --rw=read "${SEQ[@]}"; done
-    for side in local mount; do run_fio seq-write-shared "$round" "$side" --rw=write --end_fsync=1 "${SHARED[@]}"; done
-    for side in local mount; do run_fio seq-read-shared "$round" "$side" --rw=read "${SHARED[@]}"; done
+    if [ -z "${ONLY_STRIDED:-}" ]; then
+        for side in local mount; do run_fio seq-write-files "$round" "$side" --rw=write --end_fsync=1 "${SEQ[@]}"; done
+        for side in local mount; do run_fio seq-read-files "$round" "$side" --rw=read "${SEQ[@]}"; done
+        for side in local mount; do run_fio seq-write-shared "$round" "$side" --rw=write --end_fsync=1 "${SHARED[@]}"; done
+        for side in local mount; do run_fio seq-read-shared "$round" "$side" --rw=read "${SHARED[@]}"; done
+    fi
     for side in local mount; do
         run_fio strided-4k "$round" "$side" --filename=strided-4k --rw=write:12k --bs=4k --offset_increment=4k "${STRIDED[@]}"
+    done
+    # The same file read back the same way: every job every 4th 4 KiB record.
+    for side in local mount; do
+        run_fio strided-4k-read "$round" "$side" --filename=strided-4k --rw=read:12k --bs=4k --offset_increment=4k \
+            --size="${STRIDED_MB}m"
     done
     for side in local mount; do
         run_fio strided-47008 "$round" "$side" --filename=strided-47008 --rw=write:141024 --bs=47008 \
             --offset_increment=47008 "${STRIDED[@]}"
+    done
+    for side in local mount; do
+        run_fio strided-47008-read "$round" "$side" --filename=strided-47008 --rw=read:141024 --bs=47008 \
+            --offset_increment=47008 --size="${STRIDED_MB}m"
     done
     rm -rf "${WORK:?}/local/"* "${MOUNT:?}/"*
 done
@@ -91,7 +104,9 @@ def rate(label, side):
         part = job["read"] if "read" in label else job["write"]
         values.append(part["bw_bytes"] / 1e6)
     return statistics.median(values)
-labels = ["seq-write-files", "seq-read-files", "seq-write-shared", "seq-read-shared", "strided-4k", "strided-47008"]
+labels = ["seq-write-files", "seq-read-files", "seq-write-shared", "seq-read-shared", "strided-4k", "strided-4k-read",
+          "strided-47008", "strided-47008-read"]
+labels = [l for l in labels if (results / f"{l}.1.local.json").exists()]
 print(f"| fio job (4 processes, median of {rounds}) | local disk MB/s | mount MB/s | mount / local |")
 print("|---|---:|---:|---:|")
 for label in labels:
@@ -99,6 +114,9 @@ for label in labels:
     print(f"| {label} | {local:.0f} | {mount:.0f} | {mount / local:.2f} |")
 print()
 strided = rate("strided-47008", "mount")
-for label in ["seq-write-files", "seq-write-shared"]:
+for label in [l for l in ["seq-write-files", "seq-write-shared"] if l in labels]:
     print(f"through the mount, strided-47008 / {label}: {strided / rate(label, 'mount'):.2f}")
+strided_read = rate("strided-47008-read", "mount")
+for label in [l for l in ["seq-read-files", "seq-read-shared"] if l in labels]:
+    print(f"through the mount, strided-47008-read / {label}: {strided_read / rate(label, 'mount'):.2f}")
 PY

@@ -87,15 +87,24 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
         });
         chart.draw_series(bars).context("draw error bars")?;
     }
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    root.present().with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+/// The series' legend, framed, at `position`.
+fn draw_legend<'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()> {
     chart
         .configure_series_labels()
         .label_font((FONT, 13))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
+        .position(position)
         .draw()
         .context("draw the legend")?;
-    root.present().with_context(|| format!("write {}", path.display()))?;
     Ok(())
 }
 
@@ -150,14 +159,7 @@ pub fn draw_disk_load(title: &str, series: &[(String, Vec<u64>)], path: &Path) -
         let line = vec![(-0.5, mean), (disks as f64 - 0.5, mean)];
         chart.draw_series(LineSeries::new(line, color.stroke_width(1))).context("draw the mean")?;
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .context("draw the legend")?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present().with_context(|| format!("write {}", path.display()))?;
     Ok(())
 }
