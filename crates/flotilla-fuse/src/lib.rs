@@ -13,7 +13,6 @@
 //! The mount uses fuser's own mount code (no libfuse, no fusermount when root).
 
 mod atime;
-pub mod coherence;
 mod config;
 mod convert;
 mod enwrich;
