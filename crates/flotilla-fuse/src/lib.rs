@@ -7,7 +7,9 @@
 //! kernel looked up, [`nodes`]), files by id. Open files bypass the page cache
 //! (`FOPEN_DIRECT_IO`) so that a size written by another client is seen after its close, and
 //! writes by several processes to one file run in parallel (`FOPEN_PARALLEL_DIRECT_WRITES`);
-//! each kernel request moves up to 1 MiB. Permissions are the kernel's
+//! each kernel request moves up to 1 MiB. Read-only opens fetch ahead of sequential and
+//! strided reads (`readahead.rs`); fcntl and flock locks and `O_APPEND` writes are kept
+//! coherent across mounts through the metadata service (`locks.rs`). Permissions are the kernel's
 //! (`default_permissions`), from the mode, owner and group the metadata service keeps.
 //!
 //! The mount uses fuser's own mount code (no libfuse, no fusermount when root).
