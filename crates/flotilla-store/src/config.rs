@@ -38,6 +38,8 @@ pub struct StoreConfig {
     /// The WriteFull policy: a block goes to disk as soon as writes covered all of it
     /// (`write_full.rs`).
     pub write_full: bool,
+    /// The tertiary tier every lines target of the store uses (`None`: no archive).
+    pub tier: Option<crate::tier::TierConfig>,
 }
 
 impl Default for StoreConfig {
@@ -54,6 +56,7 @@ impl Default for StoreConfig {
             dirty_bytes_high_max: 32 << 20,
             sync_threads_max: 16,
             write_full: false,
+            tier: None,
         }
     }
 }

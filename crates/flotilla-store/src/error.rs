@@ -77,6 +77,10 @@ pub enum StoreError {
     BadConfig { name: &'static str, reason: String },
     #[error("the store is shutting down")]
     ShuttingDown,
+    #[error("target {target} has no archive tier (only lines targets of a server with an archive have one)")]
+    NoTier { target: TargetId },
+    #[error("hsm {action} of fork {fork:?} of {file}:{subfile} refused: {reason}")]
+    HsmRefused { action: &'static str, file: FileId, subfile: SubfileIndex, fork: String, reason: String },
 }
 
 impl StoreError {

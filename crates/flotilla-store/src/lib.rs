@@ -59,6 +59,10 @@ mod store_tests;
 mod target;
 mod target_id_file;
 mod target_runtime;
+mod tier;
+mod tier_record;
+#[cfg(test)]
+mod tier_tests;
 mod window;
 mod write_full;
 mod writeback;
@@ -83,9 +87,11 @@ pub use sim_model::{
 };
 pub use sim_target::{LinesOptions, TargetKind, TargetSpec, SIM_REGIONS_MAX, SIM_REGION_BYTES_MIN};
 pub use stats::StoreStats;
-pub use store::Store;
+pub use store::{Store, TierPass};
 pub use target::{Target, TargetUsage, CHECKSUMS_DIR_NAME, DEFAULT_FORK_NAME, SUBFILES_DIR_NAME};
 pub use target_id_file::{
     CHECKSUM_BLOCK_BYTES_DEFAULT, CHECKSUM_BLOCK_BYTES_MAX, CHECKSUM_BLOCK_BYTES_MIN, TARGET_FORMAT_VERSION,
     TARGET_ID_FILE_NAME,
 };
+pub use tier::{reclaim_wanted, HsmAction, HsmState, Residency, TierConfig, TierPolicy, TierStats};
+pub use tier_record::ArchiveRecord;

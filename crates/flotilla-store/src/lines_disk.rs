@@ -10,7 +10,7 @@
 
 use crate::lines_format::{self, Descriptor, ForkKey, Geometry, SUPERBLOCK_BYTES};
 use crate::lines_image::Image;
-use crate::lines_map::{LineMap, SlotAddr};
+use crate::lines_map::{CleanBlock, LineMap, SlotAddr, SlotCounts};
 use crate::sim_target::SimTarget;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
@@ -49,7 +49,13 @@ pub struct LinesDisk {
     /// Milliseconds after `opened` of the last read or write of a fork (the reorganizer
     /// runs only when the disk has been idle for its interval).
     last_io_ms: AtomicU64,
+    /// Clean blocks reclaimed since the image was opened.
+    reclaimed_blocks: AtomicU64,
 }
+
+/// Clean blocks a write that finds the target full reclaims at once (one descriptor commit
+/// serves the next writes too).
+const RECLAIM_BATCH_BLOCKS: u64 = 64;
 
 fn invalid(path: &Path, reason: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("lines image {path:?}: {reason}"))
@@ -189,6 +195,7 @@ impl LinesDisk {
             recovery,
             opened: Instant::now(),
             last_io_ms: AtomicU64::new(0),
+            reclaimed_blocks: AtomicU64::new(0),
         }))
     }
 
@@ -254,6 +261,19 @@ impl LinesDisk {
     /// Reads `buffer.len()` bytes of a fork at `offset_bytes` (holes read as zeros). Pieces
     /// in adjacent slots move in one request.
     pub fn read(&self, key: ForkKey, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()> {
+        self.read_unless_missing(key, offset_bytes, buffer, 0).map(|_| ())
+    }
+
+    /// Like `read`, but returns `false` (reading nothing) if a block that starts below
+    /// `recall_below_bytes` has no written slot: a block of an archived fork that was
+    /// reclaimed after the caller recalled it must be recalled again, never read as zeros.
+    pub fn read_unless_missing(
+        &self,
+        key: ForkKey,
+        offset_bytes: u64,
+        buffer: &mut [u8],
+        recall_below_bytes: u64,
+    ) -> io::Result<bool> {
         self.note_io();
         let map = self.state.lock();
         let block_bytes = self.block_bytes();
@@ -274,6 +294,7 @@ impl LinesDisk {
                         _ => runs.push((done, image, length)),
                     }
                 }
+                _ if block * block_bytes < recall_below_bytes => return Ok(false),
                 _ => buffer[done..done + length].fill(0),
             }
             done += length;
@@ -281,7 +302,7 @@ impl LinesDisk {
         for (start, image, length) in runs {
             self.pread(&mut buffer[start..start + length], image)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Writes `data` to a fork at `offset_bytes`, allocating slots as needed (ENOSPC when
@@ -299,7 +320,7 @@ impl LinesDisk {
             let at = offset_bytes + done as u64;
             let (block, within) = (at / block_bytes, at % block_bytes);
             let length = ((block_bytes - within) as usize).min(data.len() - done);
-            let addr = map.allocate(key, block, stamp).ok_or_else(no_space)?;
+            let addr = self.allocate_or_reclaim(&mut map, key, block, stamp)?;
             let piece = &data[done..done + length];
             let (image, bytes) = if map.written(addr) || length as u64 == block_bytes {
                 (self.slot_offset(addr) + within, piece.to_vec())
@@ -333,9 +354,171 @@ impl LinesDisk {
         let block_bytes = self.block_bytes();
         let stamp = now_s();
         for block in offset_bytes / block_bytes..=(offset_bytes + length_bytes - 1) / block_bytes {
-            map.allocate(key, block, stamp).ok_or_else(no_space)?;
+            self.allocate_or_reclaim(&mut map, key, block, stamp)?;
         }
         Ok(())
+    }
+
+    /// A slot for the block; when every slot is taken, reclaims clean blocks (oldest first,
+    /// committed before any is reused) and tries once more: ENOSPC only when all are dirty.
+    fn allocate_or_reclaim(
+        &self,
+        map: &mut LineMap,
+        key: ForkKey,
+        block: u64,
+        stamp: u32,
+    ) -> io::Result<SlotAddr> {
+        if let Some(addr) = map.allocate(key, block, stamp) {
+            return Ok(addr);
+        }
+        if self.reclaim_locked(map, RECLAIM_BATCH_BLOCKS, Some(key))? == 0 {
+            return Err(no_space());
+        }
+        map.allocate(key, block, stamp).ok_or_else(no_space)
+    }
+
+    /// Reclaims up to `blocks` clean blocks, oldest timestamp first (§4.2.3: the migration
+    /// manager stamps the blocks of files it prefers to keep younger), and commits the
+    /// descriptors saying so before returning, so the slots are reusable and no read can
+    /// be served from them. Returns how many were reclaimed.
+    pub fn reclaim(&self, blocks: u64) -> io::Result<u64> {
+        let mut map = self.state.lock();
+        self.reclaim_locked(&mut map, blocks, None)
+    }
+
+    /// `spare`: a fork whose blocks are not taken (the one being written or recalled, so
+    /// that a recall does not drop the blocks it just made resident).
+    fn reclaim_locked(&self, map: &mut LineMap, blocks: u64, spare: Option<ForkKey>) -> io::Result<u64> {
+        let mut victims: Vec<CleanBlock> = map.clean_blocks();
+        victims.retain(|victim| Some(victim.key) != spare);
+        victims.sort_unstable_by_key(|victim| (victim.timestamp_s, victim.addr));
+        victims.truncate(blocks as usize);
+        self.drop_clean(map, &victims)
+    }
+
+    /// Releases a fork (`flotilla hsm release`): drops every clean block it has on disk,
+    /// committed before returning. Returns how many.
+    pub fn release_fork(&self, key: ForkKey) -> io::Result<u64> {
+        let mut map = self.state.lock();
+        let victims: Vec<CleanBlock> =
+            map.clean_blocks().into_iter().filter(|victim| victim.key == key).collect();
+        self.drop_clean(&mut map, &victims)
+    }
+
+    fn drop_clean(&self, map: &mut LineMap, victims: &[CleanBlock]) -> io::Result<u64> {
+        let mut lines: std::collections::BTreeMap<u32, Vec<u32>> = std::collections::BTreeMap::new();
+        for victim in victims {
+            if map.reclaim(victim) {
+                lines.entry(victim.addr.line).or_default().push(victim.addr.slot);
+            }
+        }
+        if lines.is_empty() {
+            return Ok(0);
+        }
+        let descriptors: Vec<Descriptor> =
+            lines.iter().map(|(line, slots)| map.commit_slots(*line, slots)).collect();
+        for descriptor in &descriptors {
+            self.write_descriptor(map, descriptor)?;
+        }
+        self.file.sync_data()?;
+        let reclaimed: u64 = lines.values().map(|slots| slots.len() as u64).sum();
+        for descriptor in descriptors {
+            map.committed(descriptor, None);
+        }
+        self.reclaimed_blocks.fetch_add(reclaimed, Ordering::Relaxed);
+        #[cfg(test)]
+        map.check();
+        tracing::debug!(path = ?self.path, reclaimed, "reclaimed clean blocks");
+        Ok(reclaimed)
+    }
+
+    /// How many times the fork's blocks were written or dropped since the image was opened.
+    pub fn generation(&self, key: ForkKey) -> u64 {
+        self.state.lock().generation(key)
+    }
+
+    /// Marks the fork's blocks below `end_block` clean (a tertiary copy holds them) and makes
+    /// that durable — only if the fork's generation is still `generation` (nothing wrote or
+    /// dropped a block since its data was read for the copy). Returns whether it did.
+    pub fn mark_clean(
+        &self,
+        key: ForkKey,
+        end_block: u64,
+        generation: u64,
+        age_bias_s: u32,
+    ) -> io::Result<bool> {
+        let mut map = self.state.lock();
+        if map.generation(key) != generation {
+            return Ok(false);
+        }
+        map.mark_clean(key, end_block, age_bias_s);
+        self.commit_fork_locked(&mut map, key)?;
+        Ok(true)
+    }
+
+    /// Whether some block touching `offset_bytes..+length_bytes` has no written slot.
+    pub fn any_missing(&self, key: ForkKey, offset_bytes: u64, length_bytes: u64) -> bool {
+        if length_bytes == 0 {
+            return false;
+        }
+        let map = self.state.lock();
+        let block_bytes = self.block_bytes();
+        (offset_bytes / block_bytes..=(offset_bytes + length_bytes - 1) / block_bytes)
+            .any(|block| !map.lookup(key, block).is_some_and(|addr| map.written(addr)))
+    }
+
+    /// Writes blocks recalled from the tertiary tier: `data` holds whole blocks from block
+    /// `first_block`; only blocks with no written slot are written (a block on disk is as new
+    /// or newer), marked clean, and committed.
+    pub fn write_recalled(
+        &self,
+        key: ForkKey,
+        first_block: u64,
+        data: &[u8],
+        timestamp_s: u32,
+    ) -> io::Result<()> {
+        let block_bytes = self.block_bytes() as usize;
+        let mut map = self.state.lock();
+        let mut written = Vec::new();
+        for (index, chunk) in data.chunks(block_bytes).enumerate() {
+            let block = first_block + index as u64;
+            if map.lookup(key, block).is_some_and(|addr| map.written(addr)) {
+                continue;
+            }
+            let addr = self.allocate_or_reclaim(&mut map, key, block, timestamp_s)?;
+            let mut whole;
+            let bytes = if chunk.len() == block_bytes {
+                chunk
+            } else {
+                whole = vec![0u8; block_bytes];
+                whole[..chunk.len()].copy_from_slice(chunk);
+                &whole[..]
+            };
+            self.pwrite(bytes, self.slot_offset(addr))?;
+            written.push(addr);
+        }
+        map.mark_recalled(&written, timestamp_s);
+        self.commit_fork_locked(&mut map, key)
+    }
+
+    /// The fork's blocks with a slot: (block, written, clean).
+    pub fn fork_blocks(&self, key: ForkKey) -> Vec<(u64, bool, bool)> {
+        self.state.lock().fork_blocks(key)
+    }
+
+    /// Forks with blocks not yet clean and the newest such block's timestamp.
+    pub fn dirty_forks(&self) -> Vec<(ForkKey, u32)> {
+        self.state.lock().dirty_forks()
+    }
+
+    /// Dirty, clean and reusable slots.
+    pub fn counts(&self) -> SlotCounts {
+        self.state.lock().counts()
+    }
+
+    /// Clean blocks reclaimed since the image was opened.
+    pub fn reclaimed_blocks(&self) -> u64 {
+        self.reclaimed_blocks.load(Ordering::Relaxed)
     }
 
     /// Cuts a fork to `size_bytes`: drops whole blocks past it and zeroes the tail of the
@@ -358,6 +541,10 @@ impl LinesDisk {
     /// descriptors of the lines it changed.
     pub fn sync(&self, key: ForkKey) -> io::Result<()> {
         let mut map = self.state.lock();
+        self.commit_fork_locked(&mut map, key)
+    }
+
+    fn commit_fork_locked(&self, map: &mut LineMap, key: ForkKey) -> io::Result<()> {
         let lines = map.pending_lines(key);
         self.file.sync_data()?;
         if lines.is_empty() {
@@ -365,7 +552,7 @@ impl LinesDisk {
         }
         let descriptors: Vec<Descriptor> = lines.iter().map(|line| map.commit_for(*line, key)).collect();
         for descriptor in &descriptors {
-            self.write_descriptor(&map, descriptor)?;
+            self.write_descriptor(map, descriptor)?;
         }
         self.file.sync_data()?;
         for descriptor in descriptors {

@@ -8,9 +8,13 @@ use crate::file_fork::FileFork;
 use crate::lines_disk::LinesDisk;
 use crate::lines_format::ForkKey;
 use crate::lines_map::home_line;
+use crate::tier::TargetTier;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// Recalls of one read before it gives up (each undone by reclaims for other forks).
+const RECALL_ATTEMPTS: usize = 8;
 
 /// A fork of a lines target.
 #[derive(Debug)]
@@ -18,6 +22,8 @@ pub struct LinesFork {
     marker: FileFork,
     key: ForkKey,
     disk: Arc<LinesDisk>,
+    /// The target's tier and this fork's archive record path, when it has an archive.
+    tier: Option<(Arc<TargetTier>, PathBuf)>,
 }
 
 impl LinesFork {
@@ -27,8 +33,57 @@ impl LinesFork {
         checksum_path: &Path,
         key: ForkKey,
         disk: Arc<LinesDisk>,
+        tier: Option<(Arc<TargetTier>, PathBuf)>,
     ) -> io::Result<LinesFork> {
-        Ok(LinesFork { marker: FileFork::open(path, checksum_path)?, key, disk })
+        Ok(LinesFork { marker: FileFork::open(path, checksum_path)?, key, disk, tier })
+    }
+
+    /// Recalls from the archive whatever of the range the disk lacks (no tier: nothing).
+    fn ensure_resident(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        match &self.tier {
+            Some((tier, record_path)) => {
+                tier.ensure_resident(self.key, record_path, offset_bytes, length_bytes)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Reads from disk after recalling what the archive holds and the disk lacks; should a
+    /// reclaim (space wanted by another fork) drop some of it in between, recalls again, a
+    /// bounded number of times.
+    fn read_resident(&self, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()> {
+        let Some((tier, record_path)) = &self.tier else {
+            return self.disk.read(self.key, offset_bytes, buffer);
+        };
+        let recall_below = tier.record(self.key, record_path)?.map_or(0, |record| record.valid_bytes);
+        for _ in 0..RECALL_ATTEMPTS {
+            self.ensure_resident(offset_bytes, buffer.len() as u64)?;
+            if self.disk.read_unless_missing(self.key, offset_bytes, buffer, recall_below)? {
+                return Ok(());
+            }
+        }
+        Err(io::Error::other(format!(
+            "blocks of a fork recalled {RECALL_ATTEMPTS} times were reclaimed again before they could be read: \
+             the lines target {:?} is too small for the data being read",
+            self.disk.path()
+        )))
+    }
+
+    /// A write that covers part of a block keeps the rest of it: a block only in the archive
+    /// is recalled first.
+    fn ensure_partial_blocks(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        if self.tier.is_none() || length_bytes == 0 {
+            return Ok(());
+        }
+        let block_bytes = u64::from(self.disk.geometry().block_bytes);
+        let end = offset_bytes + length_bytes;
+        if !offset_bytes.is_multiple_of(block_bytes) {
+            self.ensure_resident(offset_bytes, 1)?;
+        }
+        if !end.is_multiple_of(block_bytes) {
+            self.ensure_resident(end - 1, 1)?;
+        }
+        Ok(())
     }
 
     fn grow_to(&self, end_bytes: u64) -> io::Result<()> {
@@ -47,12 +102,12 @@ impl ForkBackend for LinesFork {
         let total: usize = buffers.iter().map(|buffer| buffer.len()).sum();
         let inside = size.saturating_sub(offset_bytes).min(total as u64) as usize;
         if let [only] = buffers {
-            self.disk.read(self.key, offset_bytes, &mut only[..inside])?;
+            self.read_resident(offset_bytes, &mut only[..inside])?;
             only[inside..].fill(0);
             return Ok(inside);
         }
         let mut whole = vec![0u8; inside];
-        self.disk.read(self.key, offset_bytes, &mut whole)?;
+        self.read_resident(offset_bytes, &mut whole)?;
         let mut at = 0usize;
         for buffer in buffers.iter_mut() {
             let take = whole.len().saturating_sub(at).min(buffer.len());
@@ -67,6 +122,7 @@ impl ForkBackend for LinesFork {
 
     fn write_at(&self, offset_bytes: u64, buffers: &[&[u8]]) -> io::Result<()> {
         let whole = buffers.concat();
+        self.ensure_partial_blocks(offset_bytes, whole.len() as u64)?;
         self.disk.write(self.key, offset_bytes, &whole)?;
         self.grow_to(offset_bytes + whole.len() as u64)
     }
@@ -80,6 +136,11 @@ impl ForkBackend for LinesFork {
     }
 
     fn set_size(&self, size_bytes: u64) -> io::Result<()> {
+        if let Some((tier, record_path)) = &self.tier {
+            // Archived bytes past the new size are no longer the fork's (a later growth
+            // reads zeros there, not the old copy).
+            tier.truncated(self.key, record_path, size_bytes)?;
+        }
         self.disk.truncate(self.key, size_bytes)?;
         self.marker.set_size(size_bytes)
     }

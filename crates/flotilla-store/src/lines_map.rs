@@ -24,11 +24,13 @@ pub struct SlotAddr {
 pub enum SlotNow {
     Free,
     /// A fork's block; `written` is false while the slot is only reserved (reads give zeros
-    /// and the descriptor does not name it yet).
+    /// and the descriptor does not name it yet); `clean` when a tertiary copy holds the same
+    /// bytes (set by the migration manager or a recall, cleared by any write).
     Held {
         key: ForkKey,
         block: u64,
         written: bool,
+        clean: bool,
         timestamp_s: u32,
     },
 }
@@ -52,6 +54,26 @@ pub struct LineMap {
     /// Lines with entries of a fork not yet durable.
     pending: HashMap<ForkKey, BTreeSet<u32>>,
     reusable: u64,
+    /// Bumped by every write or drop of a fork's blocks, so that the migration manager marks
+    /// blocks clean only if nothing changed them since it read them.
+    generations: HashMap<ForkKey, u64>,
+}
+
+/// A block that a tertiary copy also holds, durably marked so: a candidate for reclaim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleanBlock {
+    pub addr: SlotAddr,
+    pub key: ForkKey,
+    pub block: u64,
+    pub timestamp_s: u32,
+}
+
+/// How a target's slots are used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotCounts {
+    pub dirty: u64,
+    pub clean: u64,
+    pub reusable: u64,
 }
 
 /// The line a fork's block group hashes to (RAMA Eq. 4-1).
@@ -72,6 +94,7 @@ impl LineMap {
             ghosts: HashMap::new(),
             pending: HashMap::new(),
             reusable: 0,
+            generations: HashMap::new(),
         };
         let mut duplicates = 0;
         for descriptor in descriptors {
@@ -89,6 +112,7 @@ impl LineMap {
                         key: entry.key,
                         block: entry.block,
                         written: true,
+                        clean: entry.state == BlockState::Clean,
                         timestamp_s: entry.timestamp_s,
                     },
                     false => {
@@ -163,7 +187,7 @@ impl LineMap {
             self.reusable -= 1;
         }
         self.lines[addr.line as usize].now[addr.slot as usize] =
-            SlotNow::Held { key, block, written: false, timestamp_s };
+            SlotNow::Held { key, block, written: false, clean: false, timestamp_s };
         self.index.insert((key, block), addr);
         self.pending.entry(key).or_default().insert(addr.line);
         Some(addr)
@@ -215,9 +239,132 @@ impl LineMap {
     pub fn mark_written(&mut self, addr: SlotAddr, timestamp_s: u32) {
         if let SlotNow::Held { key, block, .. } = self.slot(addr) {
             self.lines[addr.line as usize].now[addr.slot as usize] =
-                SlotNow::Held { key, block, written: true, timestamp_s };
+                SlotNow::Held { key, block, written: true, clean: false, timestamp_s };
             self.pending.entry(key).or_default().insert(addr.line);
+            *self.generations.entry(key).or_default() += 1;
         }
+    }
+
+    /// Marks reserved blocks written with bytes recalled from a tertiary copy: clean, and
+    /// not a change (the generation stays, so a migration in flight still marks the fork
+    /// clean).
+    pub fn mark_recalled(&mut self, addrs: &[SlotAddr], timestamp_s: u32) {
+        for addr in addrs {
+            if let SlotNow::Held { key, block, .. } = self.slot(*addr) {
+                self.lines[addr.line as usize].now[addr.slot as usize] =
+                    SlotNow::Held { key, block, written: true, clean: true, timestamp_s };
+                self.pending.entry(key).or_default().insert(addr.line);
+            }
+        }
+    }
+
+    /// How many times the fork's blocks were written or dropped (since the map was built).
+    pub fn generation(&self, key: ForkKey) -> u64 {
+        self.generations.get(&key).copied().unwrap_or(0)
+    }
+
+    /// Marks the fork's written blocks below `end_block` clean, each made `age_bias_s` older
+    /// than it is (reclaim takes the oldest first; the migration manager ages the blocks of
+    /// files it prefers not to keep, RAMA §4.2.3). Returns the lines changed; their
+    /// descriptors are pending for the fork.
+    pub fn mark_clean(&mut self, key: ForkKey, end_block: u64, age_bias_s: u32) -> Vec<u32> {
+        let addrs: Vec<SlotAddr> = self
+            .index
+            .iter()
+            .filter(|((owner, block), _)| *owner == key && *block < end_block)
+            .map(|(_, addr)| *addr)
+            .collect();
+        let mut lines = BTreeSet::new();
+        for addr in addrs {
+            let now = &mut self.lines[addr.line as usize].now[addr.slot as usize];
+            if let SlotNow::Held { key, block, written: true, timestamp_s, .. } = *now {
+                let timestamp_s = timestamp_s.saturating_sub(age_bias_s);
+                *now = SlotNow::Held { key, block, written: true, clean: true, timestamp_s };
+                lines.insert(addr.line);
+            }
+        }
+        if !lines.is_empty() {
+            self.pending.entry(key).or_default().extend(lines.iter().copied());
+        }
+        lines.into_iter().collect()
+    }
+
+    /// The fork's blocks that have a slot: (block, written, clean), in block order.
+    pub fn fork_blocks(&self, key: ForkKey) -> Vec<(u64, bool, bool)> {
+        let mut blocks: Vec<(u64, bool, bool)> = self
+            .index
+            .iter()
+            .filter(|((owner, _), _)| *owner == key)
+            .map(|((_, block), addr)| match self.slot(*addr) {
+                SlotNow::Held { written, clean, .. } => (*block, written, clean),
+                SlotNow::Free => (*block, false, false),
+            })
+            .collect();
+        blocks.sort_unstable();
+        blocks
+    }
+
+    /// Blocks clean now and in their durable descriptor: what a reclaim may drop.
+    pub fn clean_blocks(&self) -> Vec<CleanBlock> {
+        let mut found = Vec::new();
+        for (line, state) in self.lines.iter().enumerate() {
+            for (slot, now) in state.now.iter().enumerate() {
+                let SlotNow::Held { key, block, written: true, clean: true, timestamp_s } = *now else {
+                    continue;
+                };
+                let durable = &state.disk[slot];
+                if durable.state == BlockState::Clean && durable.key == key && durable.block == block {
+                    let addr = SlotAddr { line: line as u32, slot: slot as u32 };
+                    found.push(CleanBlock { addr, key, block, timestamp_s });
+                }
+            }
+        }
+        found
+    }
+
+    /// Drops a clean block (a reclaim): its slot is reusable once the descriptor that says so
+    /// is durable; until then a read of the block misses and is recalled.
+    pub fn reclaim(&mut self, victim: &CleanBlock) -> bool {
+        let held = matches!(
+            self.slot(victim.addr),
+            SlotNow::Held { key, block, clean: true, .. } if key == victim.key && block == victim.block
+        );
+        if held {
+            self.free_slot(victim.key, victim.block, victim.addr);
+        }
+        held
+    }
+
+    /// Dirty, clean and reusable slots.
+    pub fn counts(&self) -> SlotCounts {
+        let mut counts = SlotCounts { reusable: self.reusable, ..SlotCounts::default() };
+        for state in &self.lines {
+            for now in &state.now {
+                match now {
+                    SlotNow::Held { written: true, clean: true, .. } => counts.clean += 1,
+                    SlotNow::Held { written: true, clean: false, .. } => counts.dirty += 1,
+                    _ => {}
+                }
+            }
+        }
+        counts
+    }
+
+    /// Forks with written blocks not yet clean, with the newest of those blocks' timestamps
+    /// (the migration manager's candidates), in key order.
+    pub fn dirty_forks(&self) -> Vec<(ForkKey, u32)> {
+        let mut newest: HashMap<ForkKey, u32> = HashMap::new();
+        for state in &self.lines {
+            for now in &state.now {
+                if let SlotNow::Held { key, written: true, clean: false, timestamp_s, .. } = *now {
+                    let stamp = newest.entry(key).or_default();
+                    *stamp = (*stamp).max(timestamp_s);
+                }
+            }
+        }
+        let mut forks: Vec<(ForkKey, u32)> = newest.into_iter().collect();
+        forks.sort_unstable();
+        forks
     }
 
     /// Drops a fork's blocks from `first_block` on; returns how many were dropped.
@@ -231,6 +378,7 @@ impl LineMap {
         for (block, addr) in &doomed {
             self.free_slot(key, *block, *addr);
         }
+        *self.generations.entry(key).or_default() += 1;
         doomed.len() as u64
     }
 
@@ -284,8 +432,9 @@ impl LineMap {
         for slot in slots {
             let slot = *slot as usize;
             entries[slot] = match state.now[slot] {
-                SlotNow::Held { key, block, written: true, timestamp_s } => {
-                    Entry { key, block, timestamp_s, state: BlockState::Dirty }
+                SlotNow::Held { key, block, written: true, clean, timestamp_s } => {
+                    let state = if clean { BlockState::Clean } else { BlockState::Dirty };
+                    Entry { key, block, timestamp_s, state }
                 }
                 SlotNow::Held { written: false, .. } => Entry::FREE,
                 SlotNow::Free if state.disk[slot].state.holds_block() => {
@@ -400,7 +549,7 @@ impl LineMap {
 
     /// Every slot's durable entry and current state, for checks in tests.
     #[cfg(test)]
-    fn check(&self) {
+    pub(crate) fn check(&self) {
         let mut reusable = 0;
         for (line, state) in self.lines.iter().enumerate() {
             for (slot, now) in state.now.iter().enumerate() {

@@ -25,6 +25,7 @@ use crate::stats::{bump, Counters, StoreStats};
 use crate::target::{Target, TargetUsage};
 use crate::target_id_file::CHECKSUM_BLOCK_BYTES_DEFAULT;
 use crate::target_runtime::TargetRuntime;
+use crate::tier::{HsmAction, HsmState, TierStats};
 use crate::write_full::WriteFull;
 use crate::writeback::write_back;
 use flotilla_types::{FileId, SubfileIndex, TargetId};
@@ -33,6 +34,14 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// What one pass of a migration manager did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierPass {
+    pub archived_forks: u64,
+    pub failures: u64,
+    pub reclaimed_blocks: u64,
+}
 
 /// The storage engine of one I/O server.
 #[derive(Debug)]
@@ -72,7 +81,13 @@ impl Store {
         let mut targets: Vec<TargetRuntime> = Vec::with_capacity(config.targets.len());
         for dir in &config.targets {
             let new_checksum_block_bytes = config.block_bytes.min(CHECKSUM_BLOCK_BYTES_DEFAULT);
-            let target = Target::open_spec(&TargetSpec::parse(dir)?, config.init, new_checksum_block_bytes)?;
+            let mut target =
+                Target::open_spec(&TargetSpec::parse(dir)?, config.init, new_checksum_block_bytes)?;
+            if let Some(tier) = &config.tier {
+                if target.lines_disk().is_some() {
+                    target.attach_tier(tier)?;
+                }
+            }
             check_checksum_block(&config, &target)?;
             if let Some(other) = targets.iter().find(|other| other.target().id() == target.id()) {
                 return Err(StoreError::DuplicateTarget {
@@ -315,6 +330,98 @@ impl Store {
             bump(&self.counters.disk_syncs, 1);
         }
         Ok(())
+    }
+
+    /// `flotilla hsm` on one fork of a lines target with a tier: its state, or archive it
+    /// (sync, copy whole, mark clean), release it (drop its blocks from disk; refused unless
+    /// its archive copy holds every byte) or restore it (recall every block the disk lacks).
+    /// Returns the fork's state afterwards.
+    pub fn hsm(&self, fork: &ForkRef<'_>, action: HsmAction) -> Result<HsmState, StoreError> {
+        fork.check_name()?;
+        let target = self.runtime(fork.target)?.target().clone();
+        let tier = target.tier().ok_or(StoreError::NoTier { target: fork.target })?.clone();
+        let live = self.fork(fork)?;
+        let key = Target::lines_key(fork.file, fork.subfile, fork.fork);
+        let record_path = target.record_path(fork.file, fork.subfile, fork.fork);
+        let failed = |what: &str, error: std::io::Error| {
+            StoreError::io(format!("{what} fork {:?} of {}:{}", fork.fork, fork.file, fork.subfile), error)
+        };
+        match action {
+            HsmAction::State => {}
+            HsmAction::Archive => {
+                self.sync(fork)?;
+                let _shared = live.lock_shared()?;
+                let backend = live.backend()?;
+                let at_ns = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos();
+                let object =
+                    crate::tier::object_key(fork.target, fork.file.0, fork.subfile.0, fork.fork, at_ns);
+                let read =
+                    |offset: u64, buffer: &mut [u8]| backend.read_at(offset, &mut [buffer]).map(|_| ());
+                tier.archive_fork(key, &record_path, object, live.size_bytes(), read)
+                    .map_err(|error| failed("archive", error))?;
+            }
+            HsmAction::Release => {
+                self.sync(fork)?;
+                let _exclusive = live.lock_exclusive()?;
+                tier.release(key, &record_path, live.size_bytes()).map_err(|reason| {
+                    StoreError::HsmRefused {
+                        action: "release",
+                        file: fork.file,
+                        subfile: fork.subfile,
+                        fork: fork.fork.to_string(),
+                        reason,
+                    }
+                })?;
+                self.cache.drop_fork(live.serial());
+            }
+            HsmAction::Restore => {
+                let _shared = live.lock_shared()?;
+                tier.ensure_resident(key, &record_path, 0, live.size_bytes())
+                    .map_err(|error| failed("restore", error))?;
+            }
+        }
+        let _shared = live.lock_shared()?;
+        tier.state(key, &record_path, live.size_bytes()).map_err(|error| failed("read the state of", error))
+    }
+
+    /// One pass of a lines target's migration manager (RAMA §4.2.3): archives every fork whose
+    /// newest dirty block is older than the policy's age, then, when free space is below the
+    /// low watermark, reclaims clean blocks (oldest first) up to the high one. `None` when
+    /// the target has no tier.
+    pub fn tier_pass(&self, target_id: TargetId) -> Result<Option<TierPass>, StoreError> {
+        let target = self.runtime(target_id)?.target().clone();
+        let Some(tier) = target.tier().cloned() else { return Ok(None) };
+        let now = crate::lines_disk::now_s();
+        let age_s = tier.policy().archive_age_s;
+        let mut pass = TierPass::default();
+        for (key, newest_s) in tier.disk().dirty_forks() {
+            if u64::from(now.saturating_sub(newest_s)) < age_s {
+                continue;
+            }
+            let Some((file, subfile, name)) = target.fork_of_key(key)? else { continue };
+            match self.hsm(&ForkRef::new(target_id, file, subfile, &name), HsmAction::Archive) {
+                Ok(_) => pass.archived_forks += 1,
+                Err(error) => {
+                    pass.failures += 1;
+                    tracing::warn!(target_id = %target_id, %error, "migration manager could not archive a fork");
+                }
+            }
+        }
+        let wanted = tier.reclaim_wanted();
+        if wanted > 0 {
+            pass.reclaimed_blocks = tier.disk().reclaim(wanted).map_err(|error| {
+                StoreError::io(format!("reclaim clean blocks of target {target_id}"), error)
+            })?;
+        }
+        Ok(Some(pass))
+    }
+
+    /// The tier counters of a target (`None`: it has no tier).
+    pub fn tier_stats(&self, target: TargetId) -> Result<Option<TierStats>, StoreError> {
+        Ok(self.runtime(target)?.target().tier().map(|tier| tier.stats()))
     }
 
     /// Space used and free on a target's file system.

@@ -21,6 +21,7 @@ use crate::lines_format::ForkKey;
 use crate::sim_fork::SimFork;
 use crate::sim_target::{LinesOptions, SimTarget, TargetKind, TargetSpec};
 use crate::target_id_file::{self, TargetIdentity, CHECKSUM_BLOCK_BYTES_DEFAULT};
+use crate::tier::{self, TargetTier, TierConfig};
 use flotilla_types::{FileId, SubfileIndex, TargetId};
 use std::fs;
 use std::io;
@@ -33,6 +34,8 @@ pub const SUBFILES_DIR_NAME: &str = "subfiles";
 pub const CHECKSUMS_DIR_NAME: &str = "checksums";
 /// The fork every new subfile starts with.
 pub const DEFAULT_FORK_NAME: &str = "data";
+/// Directory of a lines target's archive records (one file per archived fork).
+pub const HSM_DIR_NAME: &str = "hsm";
 
 /// Space on a target's file system.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +57,8 @@ pub struct Target {
     /// Dropped before `lines` (fields drop in order): stops and joins the thread.
     _reorganizer: Option<Reorganizer>,
     lines: Option<Arc<LinesDisk>>,
+    /// The tertiary tier of a lines target with an archive.
+    tier: Option<Arc<TargetTier>>,
     #[cfg(feature = "test-support")]
     crash: Option<crate::crash_fork::CrashHandle>,
 }
@@ -116,12 +121,70 @@ impl Target {
             sim,
             _reorganizer: reorganizer,
             lines,
+            tier: None,
             #[cfg(feature = "test-support")]
             crash: match &spec.kind {
                 TargetKind::Crash => Some(crate::crash_fork::CrashHandle::attach(dir)),
                 _ => None,
             },
         })
+    }
+
+    /// Attaches an archive to a lines target (other kinds: an error naming the target).
+    pub(crate) fn attach_tier(&mut self, config: &TierConfig) -> Result<(), StoreError> {
+        let Some(disk) = &self.lines else {
+            return Err(StoreError::BadConfig {
+                name: "archive",
+                reason: format!(
+                    "target {} ({:?}) is not a lines target; only lines targets have a tier",
+                    self.id, self.dir
+                ),
+            });
+        };
+        config
+            .policy
+            .check(u64::from(disk.geometry().block_bytes))
+            .map_err(|reason| StoreError::BadConfig { name: "archive policy", reason })?;
+        self.tier = Some(Arc::new(TargetTier::new(config.clone(), self.id, disk.clone())));
+        Ok(())
+    }
+
+    pub(crate) fn tier(&self) -> Option<&Arc<TargetTier>> {
+        self.tier.as_ref()
+    }
+
+    /// The archive record file of a fork (under the target's `hsm` directory).
+    pub(crate) fn record_path(&self, file: FileId, subfile: SubfileIndex, fork: &str) -> PathBuf {
+        self.record_path_of(&self.fork_path(file, subfile, fork))
+    }
+
+    fn record_path_of(&self, fork_path: &Path) -> PathBuf {
+        let hsm = self.dir.join(HSM_DIR_NAME);
+        match fork_path.strip_prefix(&self.subfiles_dir) {
+            Ok(relative) => tier::record_path(&hsm, relative),
+            Err(_) => fork_path.with_extension("hsm"),
+        }
+    }
+
+    /// The fork a lines identity names, if it exists (its name found by its CRC32C tag).
+    pub(crate) fn fork_of_key(
+        &self,
+        key: ForkKey,
+    ) -> Result<Option<(FileId, SubfileIndex, String)>, StoreError> {
+        let (file, subfile) = (FileId(key.file), SubfileIndex(key.subfile));
+        if !self.subfile_exists(file, subfile) {
+            return Ok(None);
+        }
+        let forks = self.list_forks(file, subfile)?;
+        Ok(forks
+            .into_iter()
+            .find(|(name, _)| ForkKey::new(key.file, key.subfile, name).fork_tag == key.fork_tag)
+            .map(|(name, _)| (file, subfile, name)))
+    }
+
+    /// The lines identity of a fork.
+    pub(crate) fn lines_key(file: FileId, subfile: SubfileIndex, fork: &str) -> ForkKey {
+        ForkKey::new(file.0, subfile.0, fork)
     }
 
     /// Bytes covered by one checksum entry, fixed when the target was created.
@@ -337,7 +400,8 @@ impl Target {
         }
         if let Some(disk) = &self.lines {
             let key = self.lines_key_of(path)?;
-            return Ok(Arc::new(LinesFork::open(path, &checksum_path, key, disk.clone())?));
+            let tier = self.tier.clone().map(|tier| (tier, self.record_path_of(path)));
+            return Ok(Arc::new(LinesFork::open(path, &checksum_path, key, disk.clone(), tier)?));
         }
         Ok(match &self.sim {
             None => Arc::new(FileFork::open(path, &checksum_path)?),
@@ -376,7 +440,11 @@ impl Target {
     fn free_lines_blocks(&self, file: FileId, subfile: SubfileIndex, fork: &str) -> Result<(), StoreError> {
         let Some(disk) = &self.lines else { return Ok(()) };
         let key = ForkKey::new(file.0, subfile.0, fork);
-        disk.truncate(key, 0).and_then(|()| disk.sync(key)).map_err(|error| {
+        let forget = || match &self.tier {
+            Some(tier) => tier.forget(key, &self.record_path(file, subfile, fork)),
+            None => Ok(()),
+        };
+        disk.truncate(key, 0).and_then(|()| disk.sync(key)).and_then(|()| forget()).map_err(|error| {
             StoreError::io(format!("free the blocks of fork {fork:?} of {file}:{subfile}"), error)
         })
     }

@@ -1,0 +1,510 @@
+//! The tertiary tier of a `lines` target (RAMA §4.2.3, §4.3.3): archive copies of forks,
+//! clean blocks, reclaim and transparent recall.
+//!
+//! The unit copied is a fork on this target (one server's share of a file: its subfile's
+//! fork), whole, as one archive object; a fork's *archive record* (`tier_record`) names the
+//! object. After a copy is durable and its record written, the fork's blocks are marked
+//! *clean* in the line descriptors; reclaim drops clean blocks (oldest first) when space is
+//! needed, and a read of a block that is below the record's `valid_bytes` but has no slot is
+//! recalled: the extent around it is fetched in one archive request and written back as clean
+//! blocks, and concurrent readers of the fork wait for the one recall in flight.
+//!
+//! A write after archiving makes its blocks dirty again (the record stays valid for the
+//! blocks not rewritten, so reclaimed ones still recall correctly); the next archive writes a
+//! new object and deletes the superseded one. A truncation below `valid_bytes` cuts it first.
+
+use crate::lines_disk::{now_s, LinesDisk};
+use crate::lines_format::ForkKey;
+use crate::tier_record::{self, ArchiveRecord};
+use flotilla_archive::Archive;
+use flotilla_types::TargetId;
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The migration manager's policy (chapter 3: migrate early, keep small files on disk,
+/// read latency matters most).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierPolicy {
+    /// A fork is archived once its newest dirty block is this old.
+    pub archive_age_s: u64,
+    /// Forks at most this large are kept on disk in preference to larger ones.
+    pub keep_small_bytes: u64,
+    /// How much older the clean blocks of a larger fork count for reclaim.
+    pub large_age_bias_s: u32,
+    /// Reclaim starts when free space falls below this percentage of the target ...
+    pub free_low_percent: u8,
+    /// ... and stops once it is back at this percentage.
+    pub free_high_percent: u8,
+    /// How often the migration manager scans the line descriptors.
+    pub scan_interval_ms: u64,
+    /// One recall fetches this much around the block read (a multiple of the block size).
+    pub recall_extent_bytes: u64,
+}
+
+impl Default for TierPolicy {
+    fn default() -> Self {
+        TierPolicy {
+            archive_age_s: 600,
+            keep_small_bytes: 1 << 20,
+            large_age_bias_s: 86_400,
+            free_low_percent: 10,
+            free_high_percent: 20,
+            scan_interval_ms: 10_000,
+            recall_extent_bytes: 64 << 20,
+        }
+    }
+}
+
+impl TierPolicy {
+    /// Why the policy cannot work, if it cannot.
+    pub fn check(&self, block_bytes: u64) -> Result<(), String> {
+        if self.free_low_percent > self.free_high_percent || self.free_high_percent > 100 {
+            return Err(format!(
+                "free space watermarks {}% (low) and {}% (high) need low <= high <= 100",
+                self.free_low_percent, self.free_high_percent
+            ));
+        }
+        if self.recall_extent_bytes == 0 || !self.recall_extent_bytes.is_multiple_of(block_bytes) {
+            return Err(format!(
+                "recall extent {} bytes is not a positive multiple of the {block_bytes}-byte block",
+                self.recall_extent_bytes
+            ));
+        }
+        if self.scan_interval_ms == 0 {
+            return Err("the migration manager's scan interval must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// An archive and the policy the store's lines targets use it with.
+#[derive(Clone, Debug)]
+pub struct TierConfig {
+    pub archive: Arc<Archive>,
+    pub policy: TierPolicy,
+}
+
+impl PartialEq for TierConfig {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.archive, &other.archive) && self.policy == other.policy
+    }
+}
+
+impl Eq for TierConfig {}
+
+/// What `flotilla hsm` asks of a fork.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HsmAction {
+    State,
+    Archive,
+    Release,
+    Restore,
+}
+
+/// Where a fork's data is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residency {
+    /// On disk only: never archived (or not on a target with a tier).
+    Resident,
+    /// On disk, and the archive holds the same bytes.
+    Archived,
+    /// Some or all of its blocks are only in the archive (recalled on read).
+    Released,
+    /// Changed since its archive copy was made (the copy is superseded at the next archive).
+    Modified,
+}
+
+/// A fork's place in the hierarchy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HsmState {
+    pub residency: Residency,
+    pub size_bytes: u64,
+    /// Bytes of the fork's blocks on disk.
+    pub resident_bytes: u64,
+    /// Size of the archive copy (0: none).
+    pub archived_bytes: u64,
+    pub archived_at_s: u64,
+    pub object_key: String,
+}
+
+/// Counters of one target's tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierStats {
+    pub archived_forks: u64,
+    pub archived_bytes: u64,
+    pub recalls: u64,
+    pub recalled_bytes: u64,
+    pub recall_failures: u64,
+    pub released_forks: u64,
+    pub superseded_copies: u64,
+    pub reclaimed_blocks: u64,
+    pub dirty_blocks: u64,
+    pub clean_blocks: u64,
+    pub free_blocks: u64,
+    pub block_bytes: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    archived_forks: AtomicU64,
+    archived_bytes: AtomicU64,
+    recalls: AtomicU64,
+    recalled_bytes: AtomicU64,
+    recall_failures: AtomicU64,
+    released_forks: AtomicU64,
+    superseded_copies: AtomicU64,
+}
+
+/// One recall in flight: its outcome once done.
+#[derive(Default)]
+struct Recall {
+    outcome: Mutex<Option<Result<(), String>>>,
+    done: Condvar,
+}
+
+/// The tier of one lines target.
+pub(crate) struct TargetTier {
+    config: TierConfig,
+    target: TargetId,
+    disk: Arc<LinesDisk>,
+    records: Mutex<HashMap<ForkKey, Option<ArchiveRecord>>>,
+    recalls: Mutex<HashMap<ForkKey, Arc<Recall>>>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for TargetTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TargetTier").field("archive", &self.config.archive.url()).finish_non_exhaustive()
+    }
+}
+
+/// Bytes of one ranged read of a recall (bounded memory per recall).
+const RECALL_PIECE_BYTES: u64 = 8 << 20;
+
+impl TargetTier {
+    pub(crate) fn new(config: TierConfig, target: TargetId, disk: Arc<LinesDisk>) -> Self {
+        TargetTier {
+            config,
+            target,
+            disk,
+            records: Mutex::new(HashMap::new()),
+            recalls: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+        }
+    }
+
+    pub(crate) fn policy(&self) -> &TierPolicy {
+        &self.config.policy
+    }
+
+    pub(crate) fn disk(&self) -> &Arc<LinesDisk> {
+        &self.disk
+    }
+
+    fn block_bytes(&self) -> u64 {
+        u64::from(self.disk.geometry().block_bytes)
+    }
+
+    /// The fork's record (read from disk once, then kept).
+    pub(crate) fn record(&self, key: ForkKey, record_path: &Path) -> io::Result<Option<ArchiveRecord>> {
+        if let Some(known) = self.records.lock().get(&key) {
+            return Ok(known.clone());
+        }
+        let record = tier_record::read(record_path)?;
+        self.records.lock().insert(key, record.clone());
+        Ok(record)
+    }
+
+    fn set_record(&self, key: ForkKey, record_path: &Path, record: Option<ArchiveRecord>) -> io::Result<()> {
+        match &record {
+            Some(record) => tier_record::write(record_path, record)?,
+            None => tier_record::remove(record_path)?,
+        }
+        self.records.lock().insert(key, record);
+        Ok(())
+    }
+
+    /// Recalls whatever part of `offset_bytes..+length_bytes` the archive holds and the disk
+    /// does not (the read path of a lines fork calls this before reading).
+    pub(crate) fn ensure_resident(
+        &self,
+        key: ForkKey,
+        record_path: &Path,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> io::Result<()> {
+        let Some(record) = self.record(key, record_path)? else { return Ok(()) };
+        let end = offset_bytes.saturating_add(length_bytes).min(record.valid_bytes);
+        if offset_bytes >= end {
+            return Ok(());
+        }
+        let extent = self.config.policy.recall_extent_bytes;
+        let first = offset_bytes / extent * extent;
+        let last = end.div_ceil(extent).saturating_mul(extent).min(record.valid_bytes);
+        let mut start = first;
+        while start < last {
+            let stop = (start + extent).min(last);
+            if self.disk.any_missing(key, start.max(offset_bytes), stop.min(end) - start.max(offset_bytes)) {
+                self.recall_shared(key, &record, start..stop)?;
+            }
+            start = stop;
+        }
+        Ok(())
+    }
+
+    /// One recall of `range` per fork at a time: a second reader waits for the first's.
+    fn recall_shared(
+        &self,
+        key: ForkKey,
+        record: &ArchiveRecord,
+        range: std::ops::Range<u64>,
+    ) -> io::Result<()> {
+        let (recall, leader) = {
+            let mut recalls = self.recalls.lock();
+            match recalls.get(&key) {
+                Some(recall) => (recall.clone(), false),
+                None => {
+                    let recall = Arc::new(Recall::default());
+                    recalls.insert(key, recall.clone());
+                    (recall, true)
+                }
+            }
+        };
+        if !leader {
+            let mut outcome = recall.outcome.lock();
+            while outcome.is_none() {
+                recall.done.wait(&mut outcome);
+            }
+            // The leader's range may not have covered ours: the caller's next check does.
+            return outcome.clone().expect("set").map_err(io::Error::other).and_then(|()| {
+                match self.disk.any_missing(key, range.start, range.end - range.start) {
+                    true => self.recall_shared(key, record, range),
+                    false => Ok(()),
+                }
+            });
+        }
+        let result = self.recall(key, record, range);
+        *recall.outcome.lock() = Some(result.as_ref().map(|_| ()).map_err(|error| error.to_string()));
+        recall.done.notify_all();
+        self.recalls.lock().remove(&key);
+        result
+    }
+
+    fn recall(&self, key: ForkKey, record: &ArchiveRecord, range: std::ops::Range<u64>) -> io::Result<()> {
+        let archive = &self.config.archive;
+        tracing::info!(
+            target_id = %self.target, object = %record.object_key, start = range.start, end = range.end,
+            "recalling from the archive (the read waits)"
+        );
+        self.counters.recalls.fetch_add(1, Ordering::Relaxed);
+        let mut start = range.start;
+        while start < range.end {
+            let stop = (start + RECALL_PIECE_BYTES).min(range.end);
+            let bytes = archive.get_range(&record.object_key, start..stop).map_err(|error| {
+                self.counters.recall_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(target_id = %self.target, %error, "recall failed");
+                io::Error::other(format!("recall of {} from the archive failed: {error}", record.object_key))
+            })?;
+            if (bytes.len() as u64) < stop - start {
+                self.counters.recall_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(io::Error::other(format!(
+                    "archive object {} is shorter ({} bytes at {start}) than its record says ({})",
+                    record.object_key,
+                    bytes.len(),
+                    record.valid_bytes
+                )));
+            }
+            self.disk.write_recalled(key, start / self.block_bytes(), &bytes, now_s())?;
+            self.counters.recalled_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            start = stop;
+        }
+        Ok(())
+    }
+
+    /// Copies a fork whole to the archive (its data read by `read`, which recalls blocks the
+    /// disk lacks from the previous copy), makes the new record durable, marks the blocks
+    /// clean if nothing changed them meanwhile, and deletes the superseded copy.
+    pub(crate) fn archive_fork(
+        &self,
+        key: ForkKey,
+        record_path: &Path,
+        object_key: String,
+        size_bytes: u64,
+        read: impl FnMut(u64, &mut [u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let generation = self.disk.generation(key);
+        let previous = self.record(key, record_path)?;
+        let crc32c = self.config.archive.put(&object_key, size_bytes, read)?;
+        let record = ArchiveRecord {
+            object_key,
+            size_bytes,
+            valid_bytes: size_bytes,
+            archived_at_s: u64::from(now_s()),
+            crc32c,
+        };
+        self.set_record(key, record_path, Some(record))?;
+        let bias = match size_bytes > self.config.policy.keep_small_bytes {
+            true => self.config.policy.large_age_bias_s,
+            false => 0,
+        };
+        let clean = self.disk.mark_clean(key, size_bytes.div_ceil(self.block_bytes()), generation, bias)?;
+        if !clean {
+            tracing::info!(target_id = %self.target, "fork changed while it was archived; it stays dirty");
+        }
+        self.counters.archived_forks.fetch_add(1, Ordering::Relaxed);
+        self.counters.archived_bytes.fetch_add(size_bytes, Ordering::Relaxed);
+        if let Some(previous) = previous {
+            self.counters.superseded_copies.fetch_add(1, Ordering::Relaxed);
+            self.delete_object(&previous.object_key);
+        }
+        Ok(())
+    }
+
+    fn delete_object(&self, object_key: &str) {
+        if let Err(error) = self.config.archive.delete(object_key) {
+            tracing::warn!(target_id = %self.target, %error, "could not delete a superseded archive copy");
+        }
+    }
+
+    /// Where the fork's data is.
+    pub(crate) fn state(&self, key: ForkKey, record_path: &Path, size_bytes: u64) -> io::Result<HsmState> {
+        let record = self.record(key, record_path)?;
+        let blocks = self.disk.fork_blocks(key);
+        let block_bytes = self.block_bytes();
+        let written: Vec<&(u64, bool, bool)> = blocks.iter().filter(|(_, written, _)| *written).collect();
+        let resident_bytes =
+            (written.len() as u64 * block_bytes).min(size_bytes.next_multiple_of(block_bytes));
+        let Some(record) = record else {
+            return Ok(HsmState {
+                residency: Residency::Resident,
+                size_bytes,
+                resident_bytes,
+                archived_bytes: 0,
+                archived_at_s: 0,
+                object_key: String::new(),
+            });
+        };
+        let modified = record.size_bytes != size_bytes || written.iter().any(|(_, _, clean)| !clean);
+        let needed = record.valid_bytes.div_ceil(block_bytes);
+        let on_disk = written.iter().filter(|(block, _, _)| *block < needed).count() as u64;
+        let residency = match (modified, on_disk < needed) {
+            (true, _) => Residency::Modified,
+            (false, true) => Residency::Released,
+            (false, false) => Residency::Archived,
+        };
+        Ok(HsmState {
+            residency,
+            size_bytes,
+            resident_bytes,
+            archived_bytes: record.size_bytes,
+            archived_at_s: record.archived_at_s,
+            object_key: record.object_key,
+        })
+    }
+
+    /// Drops the fork's blocks from disk — only when its archive copy holds every byte.
+    pub(crate) fn release(&self, key: ForkKey, record_path: &Path, size_bytes: u64) -> Result<u64, String> {
+        let state = self.state(key, record_path, size_bytes).map_err(|error| error.to_string())?;
+        match state.residency {
+            Residency::Resident => {
+                return Err("it has no archive copy (run `flotilla hsm archive` first)".into())
+            }
+            Residency::Modified => {
+                return Err("it changed since its archive copy was made (archive it again first)".into())
+            }
+            Residency::Archived | Residency::Released => {}
+        }
+        let dropped = self.disk.release_fork(key).map_err(|error| error.to_string())?;
+        self.counters.released_forks.fetch_add(1, Ordering::Relaxed);
+        Ok(dropped)
+    }
+
+    /// A truncation to `size_bytes`: the archive copy past it is no longer the fork's data.
+    pub(crate) fn truncated(&self, key: ForkKey, record_path: &Path, size_bytes: u64) -> io::Result<()> {
+        let Some(mut record) = self.record(key, record_path)? else { return Ok(()) };
+        if record.valid_bytes > size_bytes {
+            record.valid_bytes = size_bytes;
+            self.set_record(key, record_path, Some(record))?;
+        }
+        Ok(())
+    }
+
+    /// A removed fork: its record and its archive copy go too.
+    pub(crate) fn forget(&self, key: ForkKey, record_path: &Path) -> io::Result<()> {
+        let record = self.record(key, record_path)?;
+        self.set_record(key, record_path, None)?;
+        if let Some(record) = record {
+            self.delete_object(&record.object_key);
+        }
+        self.records.lock().remove(&key);
+        Ok(())
+    }
+
+    /// Counters and block counts.
+    pub(crate) fn stats(&self) -> TierStats {
+        let counts = self.disk.counts();
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        TierStats {
+            archived_forks: load(&self.counters.archived_forks),
+            archived_bytes: load(&self.counters.archived_bytes),
+            recalls: load(&self.counters.recalls),
+            recalled_bytes: load(&self.counters.recalled_bytes),
+            recall_failures: load(&self.counters.recall_failures),
+            released_forks: load(&self.counters.released_forks),
+            superseded_copies: load(&self.counters.superseded_copies),
+            reclaimed_blocks: self.disk.reclaimed_blocks(),
+            dirty_blocks: counts.dirty,
+            clean_blocks: counts.clean,
+            free_blocks: counts.reusable,
+            block_bytes: self.block_bytes(),
+        }
+    }
+
+    /// Blocks to reclaim so that free space is back at the high watermark (0 unless it is
+    /// below the low one).
+    pub(crate) fn reclaim_wanted(&self) -> u64 {
+        let total = self.disk.geometry().slots();
+        reclaim_wanted(total, self.disk.counts().reusable, &self.config.policy)
+    }
+}
+
+/// Blocks to reclaim: none while free slots are at or above the low watermark, else enough to
+/// reach the high one.
+pub fn reclaim_wanted(total_blocks: u64, free_blocks: u64, policy: &TierPolicy) -> u64 {
+    let percent = |value: u8| total_blocks * u64::from(value) / 100;
+    if free_blocks >= percent(policy.free_low_percent) {
+        return 0;
+    }
+    percent(policy.free_high_percent).saturating_sub(free_blocks)
+}
+
+/// The archive object key of a fork's copy made at `at_ns`.
+pub(crate) fn object_key(target: TargetId, file: u64, subfile: u32, fork: &str, at_ns: u128) -> String {
+    format!("{:016x}/{file:016x}.{subfile}/{fork}/{at_ns}", target.0)
+}
+
+/// The record path of a fork (mirrors the fork's path under the target's `hsm` directory).
+pub(crate) fn record_path(hsm_dir: &Path, relative: &Path) -> PathBuf {
+    hsm_dir.join(relative)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reclaim_starts_below_the_low_watermark_and_refills_to_the_high_one() {
+        let policy = TierPolicy { free_low_percent: 10, free_high_percent: 30, ..TierPolicy::default() };
+        assert_eq!(reclaim_wanted(1000, 100, &policy), 0);
+        assert_eq!(reclaim_wanted(1000, 99, &policy), 201);
+        assert_eq!(reclaim_wanted(1000, 0, &policy), 300);
+        let bad = TierPolicy { free_low_percent: 40, free_high_percent: 30, ..TierPolicy::default() };
+        assert!(bad.check(4096).unwrap_err().contains("watermarks"));
+        let odd = TierPolicy { recall_extent_bytes: 5000, ..TierPolicy::default() };
+        assert!(odd.check(4096).unwrap_err().contains("recall extent"));
+    }
+}
