@@ -18,6 +18,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# The archive tier's tests run against a real S3 server on loopback: s3s-fs from crates.io,
+# built once into target/tools (like pjdfstest) and found there by tests/common/s3.rs.
+S3S_FS_VERSION=0.14.1
+if [ ! -x target/tools/bin/s3s-fs ]; then
+    cargo install --quiet --locked s3s-fs --version "$S3S_FS_VERSION" --features binary \
+        --root "$PWD/target/tools"
+fi
+
 # Integration tests mount a small tmpfs to fill a disk; that needs root and mount(8).
 if ! command -v mount >/dev/null 2>&1; then
     echo "scripts/test.sh: mount(8) is required (util-linux)" >&2

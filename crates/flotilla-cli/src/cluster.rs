@@ -42,6 +42,11 @@ pub struct LocalArgs {
     /// `service="meta"` or `service="server-N"`; off by default.
     #[arg(long)]
     metrics_listen: Option<String>,
+    /// Attach a tertiary archive to every server: a directory (absolute path) or
+    /// s3://BUCKET/PREFIX (endpoint and credentials from AWS_* variables). Needs lines
+    /// targets, so it makes `lines` the default target kind; the policy is [server.archive].
+    #[arg(long)]
+    archive: Option<String>,
 }
 
 #[derive(Args)]
@@ -156,11 +161,24 @@ pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
     local.servers = args.servers.unwrap_or(local.servers);
     local.data = args.data.unwrap_or(local.data);
     local.listen = args.listen.unwrap_or(local.listen);
+    let explicit_kind = args.target_kind.is_some();
     local.target_kind = args.target_kind.unwrap_or(local.target_kind);
     anyhow::ensure!(local.servers >= 1, "--servers must be at least 1");
+    let mut server_config = file.server.clone();
+    if let Some(url) = args.archive {
+        if !local.target_kind.starts_with("lines") {
+            anyhow::ensure!(
+                !explicit_kind,
+                "--archive needs lines targets (RAMA disk lines), not --target-kind {}",
+                local.target_kind
+            );
+            local.target_kind = "lines".to_string();
+        }
+        let settings = server_config.archive.take().unwrap_or_default();
+        server_config.archive = Some(flotilla_server::ArchiveSettings { url, ..settings });
+    }
     let keys = crate::keygen::ensure_cluster(&local.data.join("keys"))
         .with_context(|| format!("create or reuse the keys in {}", local.data.join("keys").display()))?;
-    let mut server_config = file.server.clone();
     server_config.cache_capacity_bytes = args.cache_bytes.unwrap_or(server_config.cache_capacity_bytes);
     server_config.key = Some(keys.server.clone());
     server_config.integrity = args.integrity.unwrap_or(server_config.integrity);

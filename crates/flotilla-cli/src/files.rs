@@ -251,13 +251,20 @@ pub fn ls(args: PathArgs) -> anyhow::Result<()> {
 }
 
 pub fn stat(args: PathReportArgs) -> anyhow::Result<()> {
-    let entry = args.meta.client()?.stat(&args.path)?;
+    let client = args.meta.client()?;
+    let entry = client.stat(&args.path)?;
     if args.output.json {
         println!("{}", crate::show::stat_json(&entry));
         return Ok(());
     }
     for line in crate::show::stat_lines(&entry, args.output) {
         println!("{line}");
+    }
+    // Which tier holds the data, when the servers have an archive.
+    if entry.attrs.kind == FileKind::File {
+        if let Some(line) = crate::hsm::stat_line(&client, &args.path) {
+            println!("{line}");
+        }
     }
     Ok(())
 }

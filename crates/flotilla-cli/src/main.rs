@@ -8,6 +8,7 @@ mod copy;
 mod enwrich;
 mod files;
 mod format_target;
+mod hsm;
 mod keygen;
 mod keys;
 mod mount;
@@ -79,6 +80,10 @@ enum Command {
     /// Lists, creates or removes forks.
     #[command(subcommand)]
     Fork(files::ForkCommand),
+    /// The tertiary tier, in the spirit of Lustre's lfs hsm_*: where a file's data is, and
+    /// moving it between the disks and the archive.
+    #[command(subcommand)]
+    Hsm(hsm::HsmCommand),
     /// Mounts the file system (POSIX, through FUSE) and serves it until Ctrl-C or SIGTERM.
     Mount(mount::MountArgs),
     /// Unmounts a mount (also after the mount process was killed).
@@ -167,6 +172,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Top(args) => ops::top(args),
         Command::Install { dir, remove } => mount_helper::install(&dir, remove),
         Command::Fork(command) => files::fork(command),
+        Command::Hsm(command) => hsm::run(command),
         Command::Layout(command) => files::layout(command),
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),

@@ -226,6 +226,14 @@ impl Client {
         }
     }
 
+    /// The tier counters of every target of the I/O server at `addr` with an archive.
+    pub fn hsm_status(&self, addr: &str) -> Result<Vec<flotilla_proto::TargetTierStatus>, ClientError> {
+        match self.block_on(self.core.io_simple(addr, flotilla_proto::IoRequest::HsmStatus))? {
+            flotilla_proto::IoReply::HsmStatus(status) => Ok(status),
+            other => Err(unexpected("hsm status", &other)),
+        }
+    }
+
     /// Looks up a path.
     pub fn stat(&self, path: &str) -> Result<EntryInfo, ClientError> {
         match self.meta(MetaRequest::Lookup { path: path.to_string() })? {

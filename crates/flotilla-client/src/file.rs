@@ -83,6 +83,56 @@ impl File {
         }
     }
 
+    /// `flotilla hsm` on every fork of every subfile: the action, then each fork's state. A
+    /// subfile not yet created on its server (created on first write) has no forks.
+    /// A release is refused whole, before any fork is released, if some fork's archive copy
+    /// does not hold all of its bytes.
+    pub fn hsm(&self, action: flotilla_proto::HsmAction) -> Result<Vec<ForkHsm>, ClientError> {
+        use flotilla_proto::{HsmAction, Residency};
+        if action == HsmAction::Release {
+            let states = self.hsm_each(HsmAction::State)?;
+            let unready = states
+                .iter()
+                .find(|fork| matches!(fork.state.residency, Residency::Resident | Residency::Modified));
+            if let Some(fork) = unready {
+                let why = match fork.state.residency {
+                    Residency::Resident => "has no archive copy (run `flotilla hsm archive` first)",
+                    _ => "changed since its archive copy was made (archive it again first)",
+                };
+                return Err(ClientError::Server {
+                    server: fork.server.clone(),
+                    error: flotilla_proto::WireError::new(
+                        flotilla_proto::ErrorCode::InvalidArgument,
+                        format!(
+                            "release of {} refused: fork {:?} of subfile {} {why}",
+                            self.path(),
+                            fork.fork,
+                            fork.subfile
+                        ),
+                    ),
+                });
+            }
+        }
+        self.hsm_each(action)
+    }
+
+    fn hsm_each(&self, action: flotilla_proto::HsmAction) -> Result<Vec<ForkHsm>, ClientError> {
+        let mut states = Vec::new();
+        for subfile in 0..self.subfile_count() {
+            let forks = match self.list_forks(subfile) {
+                Ok(forks) => forks,
+                Err(error) if error.code() == Some(flotilla_proto::ErrorCode::NotFound) => continue,
+                Err(error) => return Err(error),
+            };
+            for info in forks {
+                let fork = self.fork(subfile, &info.name)?;
+                let state = fork.hsm(action)?;
+                states.push(ForkHsm { subfile, fork: info.name, server: fork.server.clone(), state });
+            }
+        }
+        Ok(states)
+    }
+
     /// Sets the file's size in the metadata service (truncate or extend), shrinking the
     /// subfiles' `data` forks when the file shrinks.
     pub fn set_size(&self, size_bytes: u64) -> Result<Attributes, ClientError> {
@@ -311,6 +361,15 @@ fn unpack(pieces: &[Piece], packed: &[u8], buffer: &mut [u8]) {
 }
 
 /// For a linear size, how long each subfile's `data` fork must be to hold its bytes.
+/// One fork's place in the storage hierarchy (`File::hsm`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkHsm {
+    pub subfile: u32,
+    pub fork: String,
+    pub server: String,
+    pub state: flotilla_proto::HsmForkState,
+}
+
 pub fn subfile_lengths(layout: Layout, entry: &EntryInfo, size_bytes: u64) -> Result<Vec<u64>, ClientError> {
     let subfiles = entry.subfiles.len();
     match layout {

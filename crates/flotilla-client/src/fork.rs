@@ -72,6 +72,18 @@ impl Fork {
         }
     }
 
+    /// `flotilla hsm` on this fork (a lines target of a server with an archive): the action,
+    /// then the fork's state.
+    pub fn hsm(
+        &self,
+        action: flotilla_proto::HsmAction,
+    ) -> Result<flotilla_proto::HsmForkState, ClientError> {
+        match self.simple(IoRequest::Hsm { fork: self.fork.clone(), action }, "hsm")? {
+            IoReply::Hsm(state) => Ok(state),
+            other => Err(unexpected("hsm", &other)),
+        }
+    }
+
     /// Preallocates the fork to at least `size_bytes` (Galley's `gfs_extend`).
     pub fn extend(&self, size_bytes: u64) -> Result<(), ClientError> {
         self.simple(IoRequest::Extend { fork: self.fork.clone(), size_bytes }, "extend").map(|_| ())
@@ -111,7 +123,9 @@ async fn simple_call(
     what: &'static str,
 ) -> Result<IoReply, ClientError> {
     match core.io_simple(&server, request).await? {
-        reply @ (IoReply::Done { .. } | IoReply::Size { .. } | IoReply::Forks(_)) => Ok(reply),
+        reply @ (IoReply::Done { .. } | IoReply::Size { .. } | IoReply::Forks(_) | IoReply::Hsm(_)) => {
+            Ok(reply)
+        }
         other => Err(unexpected(what, &other)),
     }
 }

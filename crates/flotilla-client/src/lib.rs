@@ -36,7 +36,7 @@ pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
 pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptions};
 pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;
-pub use file::{subfile_lengths, File};
+pub use file::{subfile_lengths, File, ForkHsm};
 pub use flotilla_proto::{
     DirEntryInfo, EntryInfo, ErrorCode, ForkInfo, TargetState, TargetStatus, WireError,
 };

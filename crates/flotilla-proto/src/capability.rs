@@ -136,11 +136,17 @@ pub fn needs(request: &IoRequest) -> Option<(FileId, u32, Rights)> {
             (job.file, highest, Rights::WRITE)
         }
         IoRequest::FlushPull { job } | IoRequest::FlushData { job, .. } => (job.file, 0, Rights::WRITE),
+        // Releasing drops the disk copy: a writer's right; the rest only reads.
+        IoRequest::Hsm { fork, action: crate::io::HsmAction::Release } => {
+            (fork.file, fork.subfile.0, Rights::WRITE)
+        }
+        IoRequest::Hsm { fork, .. } => (fork.file, fork.subfile.0, Rights::READ),
         IoRequest::Hello { .. }
         | IoRequest::RemoveSubfile { .. }
         | IoRequest::With { .. }
         | IoRequest::Job { .. }
-        | IoRequest::Stats => return None,
+        | IoRequest::Stats
+        | IoRequest::HsmStatus => return None,
     })
 }
 
@@ -173,6 +179,8 @@ pub fn request_name(request: &IoRequest) -> &'static str {
         IoRequest::FlushData { .. } => "flush data",
         IoRequest::Job { .. } => "job",
         IoRequest::Stats => "stats",
+        IoRequest::Hsm { .. } => "hsm",
+        IoRequest::HsmStatus => "hsm status",
     }
 }
 

@@ -107,6 +107,70 @@ pub enum IoRequest {
     /// Asks for the server's counters and its busiest jobs (`flotilla jobs`, `flotilla top`).
     /// Any credential may send it.
     Stats,
+    /// The tertiary tier (`flotilla hsm`) on one fork of a lines target of a server with an
+    /// archive; replied `Hsm` with the fork's state after the action.
+    Hsm {
+        fork: ForkRef,
+        action: HsmAction,
+    },
+    /// The tier counters of every target of the server (`flotilla hsm status`); replied
+    /// `HsmStatus`. Any credential may send it.
+    HsmStatus,
+}
+
+/// What `flotilla hsm` asks of a fork.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HsmAction {
+    /// Where its data is.
+    State,
+    /// Copy it whole to the archive now and mark its blocks clean.
+    Archive,
+    /// Drop its blocks from disk (refused unless the archive copy holds every byte).
+    Release,
+    /// Recall every block the disk lacks.
+    Restore,
+}
+
+/// Where a fork's data is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Residency {
+    /// On disk only (never archived).
+    Resident,
+    /// On disk, and the archive holds the same bytes.
+    Archived,
+    /// Some or all blocks only in the archive (a read recalls them).
+    Released,
+    /// Changed since its archive copy was made.
+    Modified,
+}
+
+/// A fork's place in the storage hierarchy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HsmForkState {
+    pub residency: Residency,
+    pub size_bytes: u64,
+    pub resident_bytes: u64,
+    pub archived_bytes: u64,
+    pub archived_at_s: u64,
+    pub object_key: String,
+}
+
+/// The tier counters of one target.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetTierStatus {
+    pub target: TargetId,
+    pub archived_forks: u64,
+    pub archived_bytes: u64,
+    pub recalls: u64,
+    pub recalled_bytes: u64,
+    pub recall_failures: u64,
+    pub released_forks: u64,
+    pub superseded_copies: u64,
+    pub reclaimed_blocks: u64,
+    pub dirty_blocks: u64,
+    pub clean_blocks: u64,
+    pub free_blocks: u64,
+    pub block_bytes: u64,
 }
 
 /// Which collective flush a flush message belongs to.
@@ -244,6 +308,9 @@ pub enum IoReply {
         bytes: u64,
     },
     Stats(ServerStats),
+    Hsm(HsmForkState),
+    /// One entry per target with a tier (none: the server has no archive).
+    HsmStatus(Vec<TargetTierStatus>),
 }
 
 #[cfg(test)]

@@ -24,8 +24,8 @@ pub use frame::{
     read_frame_bounded_opened, read_frame_opened, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED,
 };
 pub use io::{
-    check_job_id, FlushEntry, FlushJob, ForkInfo, ForkRef, IoReply, IoRequest, JobStats, PullRange,
-    ServerStats, JOB_ID_BYTES_MAX,
+    check_job_id, FlushEntry, FlushJob, ForkInfo, ForkRef, HsmAction, HsmForkState, IoReply, IoRequest,
+    JobStats, PullRange, Residency, ServerStats, TargetTierStatus, JOB_ID_BYTES_MAX,
 };
 pub use meta::{
     CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, SubfilePlace,

@@ -82,6 +82,82 @@ pub struct ServerConfig {
     /// Jobs listed by `flotilla jobs` and labelled in the metrics (the busiest; the rest are
     /// `other`); at most 1000.
     pub jobs_listed_max: usize,
+    /// The tertiary tier of the server's lines targets (`[server.archive]`; none: no tier).
+    pub archive: Option<ArchiveSettings>,
+}
+
+/// An archive and its migration policy (RAMA §4.2.3; docs/architecture.md "Tertiary tier").
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ArchiveSettings {
+    /// A directory (absolute path or `file:///DIR`) or `s3://BUCKET/PREFIX` (endpoint and
+    /// credentials from the `AWS_*` environment variables).
+    pub url: String,
+    /// A fork is archived once its newest unarchived block is this old.
+    pub archive_age_s: u64,
+    /// Forks at most this large are kept on disk in preference to larger ones.
+    pub keep_small_bytes: u64,
+    /// How much older the clean blocks of a larger fork count when space is reclaimed.
+    pub large_age_bias_s: u32,
+    /// Reclaim starts below this percentage of free space ...
+    pub free_low_percent: u8,
+    /// ... and stops at this one.
+    pub free_high_percent: u8,
+    /// How often each target's migration manager scans its line descriptors.
+    pub scan_interval_ms: u64,
+    /// One recall fetches this much around the block read.
+    pub recall_extent_bytes: u64,
+    /// Longest wait for one archive call.
+    pub timeout_ms: u64,
+    /// Retries of a failed S3 request.
+    pub retries_max: usize,
+    /// Part size of an upload.
+    pub part_bytes: usize,
+}
+
+impl Default for ArchiveSettings {
+    fn default() -> Self {
+        let policy = flotilla_store::TierPolicy::default();
+        let options = flotilla_archive::ArchiveOptions::default();
+        ArchiveSettings {
+            url: String::new(),
+            archive_age_s: policy.archive_age_s,
+            keep_small_bytes: policy.keep_small_bytes,
+            large_age_bias_s: policy.large_age_bias_s,
+            free_low_percent: policy.free_low_percent,
+            free_high_percent: policy.free_high_percent,
+            scan_interval_ms: policy.scan_interval_ms,
+            recall_extent_bytes: policy.recall_extent_bytes,
+            timeout_ms: options.timeout.as_millis() as u64,
+            retries_max: options.retries_max,
+            part_bytes: options.part_bytes,
+        }
+    }
+}
+
+impl ArchiveSettings {
+    /// Opens the archive and pairs it with the policy.
+    pub fn open(&self) -> Result<flotilla_store::TierConfig, flotilla_archive::ArchiveError> {
+        let options = flotilla_archive::ArchiveOptions {
+            timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
+            retries_max: self.retries_max,
+            part_bytes: self.part_bytes,
+        };
+        let archive = flotilla_archive::Archive::open(&self.url, options)?;
+        Ok(flotilla_store::TierConfig { archive: std::sync::Arc::new(archive), policy: self.policy() })
+    }
+
+    pub fn policy(&self) -> flotilla_store::TierPolicy {
+        flotilla_store::TierPolicy {
+            archive_age_s: self.archive_age_s,
+            keep_small_bytes: self.keep_small_bytes,
+            large_age_bias_s: self.large_age_bias_s,
+            free_low_percent: self.free_low_percent,
+            free_high_percent: self.free_high_percent,
+            scan_interval_ms: self.scan_interval_ms,
+            recall_extent_bytes: self.recall_extent_bytes,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -121,6 +197,7 @@ impl Default for ServerConfig {
             metrics: true,
             jobs_max: 1024,
             jobs_listed_max: 20,
+            archive: None,
         }
     }
 }

@@ -1,6 +1,9 @@
 //! Executing one request on the store: shape to extents, store call, reply.
 
-use flotilla_proto::{ErrorCode, ForkInfo, ForkRef, IoReply, IoRequest, WireError};
+use flotilla_proto::{
+    ErrorCode, ForkInfo, ForkRef, HsmAction, HsmForkState, IoReply, IoRequest, Residency, TargetTierStatus,
+    WireError,
+};
 use flotilla_request::{Shape, ShapeError, ShapeLimits};
 use flotilla_store::{Extent, Store, StoreError};
 use flotilla_types::Limits;
@@ -142,6 +145,11 @@ impl Executor {
                 store.sync(&store_fork(fork)).map_err(store_error)?;
                 Ok(IoReply::Done { bytes: 0 })
             }
+            IoRequest::Hsm { fork, action } => {
+                let state = store.hsm(&store_fork(fork), store_hsm_action(*action)).map_err(store_error)?;
+                Ok(IoReply::Hsm(wire_hsm_state(state)))
+            }
+            IoRequest::HsmStatus => Ok(IoReply::HsmStatus(self.tier_status()?)),
             IoRequest::Hello { .. } | IoRequest::Job { .. } | IoRequest::Stats => {
                 Err(WireError::new(ErrorCode::BadRequest, "answered by the connection, not a worker"))
             }
@@ -152,6 +160,29 @@ impl Executor {
                 Err(WireError::new(ErrorCode::BadRequest, "flush message not routed to the flush sessions"))
             }
         }
+    }
+
+    fn tier_status(&self) -> Result<Vec<TargetTierStatus>, WireError> {
+        let mut status = Vec::new();
+        for target in self.store.target_ids() {
+            let Some(stats) = self.store.tier_stats(target).map_err(store_error)? else { continue };
+            status.push(TargetTierStatus {
+                target,
+                archived_forks: stats.archived_forks,
+                archived_bytes: stats.archived_bytes,
+                recalls: stats.recalls,
+                recalled_bytes: stats.recalled_bytes,
+                recall_failures: stats.recall_failures,
+                released_forks: stats.released_forks,
+                superseded_copies: stats.superseded_copies,
+                reclaimed_blocks: stats.reclaimed_blocks,
+                dirty_blocks: stats.dirty_blocks,
+                clean_blocks: stats.clean_blocks,
+                free_blocks: stats.free_blocks,
+                block_bytes: stats.block_bytes,
+            });
+        }
+        Ok(status)
     }
 
     fn extents(&self, shape: &Shape) -> Result<(Vec<Extent>, u64), WireError> {
@@ -186,6 +217,32 @@ impl Executor {
         }
         self.store.write(&store_fork(fork), &extents, data).map_err(store_error)?;
         Ok(IoReply::Done { bytes: total_bytes })
+    }
+}
+
+fn store_hsm_action(action: HsmAction) -> flotilla_store::HsmAction {
+    match action {
+        HsmAction::State => flotilla_store::HsmAction::State,
+        HsmAction::Archive => flotilla_store::HsmAction::Archive,
+        HsmAction::Release => flotilla_store::HsmAction::Release,
+        HsmAction::Restore => flotilla_store::HsmAction::Restore,
+    }
+}
+
+fn wire_hsm_state(state: flotilla_store::HsmState) -> HsmForkState {
+    let residency = match state.residency {
+        flotilla_store::Residency::Resident => Residency::Resident,
+        flotilla_store::Residency::Archived => Residency::Archived,
+        flotilla_store::Residency::Released => Residency::Released,
+        flotilla_store::Residency::Modified => Residency::Modified,
+    };
+    HsmForkState {
+        residency,
+        size_bytes: state.size_bytes,
+        resident_bytes: state.resident_bytes,
+        archived_bytes: state.archived_bytes,
+        archived_at_s: state.archived_at_s,
+        object_key: state.object_key,
     }
 }
 
@@ -232,6 +289,7 @@ pub(crate) fn store_error(error: StoreError) -> WireError {
         StoreError::ExtentOverflow { .. } | StoreError::ForkTooLarge { .. } => ErrorCode::InvalidArgument,
         StoreError::TargetFull { .. } => ErrorCode::NoSpace,
         StoreError::ShuttingDown => ErrorCode::Unavailable,
+        StoreError::NoTier { .. } | StoreError::HsmRefused { .. } => ErrorCode::InvalidArgument,
         _ => ErrorCode::Io,
     };
     if code == ErrorCode::Io {

@@ -22,5 +22,5 @@ pub mod metrics;
 pub mod scheduler;
 mod server;
 
-pub use config::ServerConfig;
+pub use config::{ArchiveSettings, ServerConfig};
 pub use server::{run, Server};

@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Request kinds, as labels, in the order of [`kind_index`].
-const KINDS: [&str; 17] = [
+const KINDS: [&str; 19] = [
     "hello",
     "read",
     "write",
@@ -33,6 +33,8 @@ const KINDS: [&str; 17] = [
     "flush_directory",
     "flush_pull",
     "flush_data",
+    "hsm",
+    "hsm_status",
 ];
 
 /// Most jobs a `Stats` reply or a scrape lists, whatever `jobs_listed_max` says.
@@ -61,6 +63,8 @@ fn kind_index(request: &IoRequest) -> usize {
         IoRequest::FlushDirectory { .. } => 14,
         IoRequest::FlushPull { .. } => 15,
         IoRequest::FlushData { .. } => 16,
+        IoRequest::Hsm { .. } => 17,
+        IoRequest::HsmStatus => 18,
     }
 }
 

@@ -122,12 +122,18 @@ impl Server {
         let meta = (self.config.meta.clone(), self.shared.meta_auth.clone());
         let heartbeat = tokio::spawn(heartbeat_loop(meta, self.advertise.clone(), executor, period));
         let flusher = tokio::spawn(flush_loop(self.shared.executor.clone(), self.config.dirty_age_max_ms));
+        let migration = self.config.archive.as_ref().map(|archive| {
+            tokio::spawn(migration_loop(self.shared.executor.clone(), archive.scan_interval_ms))
+        });
         tokio::select! {
             _ = shutdown => {}
             _ = accept_loop(&self.listener, &self.shared, &self.config) => {}
         }
         heartbeat.abort();
         flusher.abort();
+        if let Some(migration) = migration {
+            migration.abort();
+        }
         self.shared.scheduler.stop();
         for worker in self.workers {
             let _ = worker.join();
@@ -168,6 +174,11 @@ async fn open_store(config: &ServerConfig) -> anyhow::Result<Store> {
     store_config.disk_queue_max = config.disk_queue_max;
     store_config.fd_cache_max = config.fd_cache_max;
     store_config.write_full = config.write_full;
+    if let Some(archive) = &config.archive {
+        let settings = archive.clone();
+        let tier = tokio::task::spawn_blocking(move || settings.open()).await?;
+        store_config.tier = Some(tier.context("open the archive")?);
+    }
     let store = tokio::task::spawn_blocking(move || Store::open(store_config)).await?;
     store.context("open storage targets")
 }
@@ -203,6 +214,31 @@ fn work(shared: Arc<Shared>) {
         drop(credit);
         drop(data);
         let _ = replies.blocking_send(reply);
+    }
+}
+
+/// The migration managers (RAMA §4.2.3): every scan interval, one pass per lines target with
+/// a tier — archive forks old enough, reclaim clean blocks below the low watermark.
+async fn migration_loop(executor: Arc<Executor>, scan_interval_ms: u64) {
+    let interval = Duration::from_millis(scan_interval_ms.max(10));
+    loop {
+        tokio::time::sleep(interval).await;
+        let executor = executor.clone();
+        let passes = tokio::task::spawn_blocking(move || {
+            let store = &executor.store;
+            store.target_ids().into_iter().map(|target| (target, store.tier_pass(target))).collect::<Vec<_>>()
+        })
+        .await;
+        for (target, pass) in passes.unwrap_or_default() {
+            match pass {
+                Ok(Some(pass)) if pass.archived_forks + pass.reclaimed_blocks + pass.failures > 0 => {
+                    tracing::info!(%target, archived = pass.archived_forks, reclaimed_blocks = pass.reclaimed_blocks,
+                        failures = pass.failures, "migration manager pass");
+                }
+                Ok(_) => {}
+                Err(error) => tracing::error!(%target, %error, "migration manager pass failed"),
+            }
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 //! Everything is killed and removed when the `Cluster` is dropped.
 #![allow(dead_code)]
 
+pub mod s3;
+
 use flotilla_client::{Client, TargetState};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -83,8 +85,14 @@ pub struct Process {
 impl Process {
     /// Starts `flotilla ARGS` and waits for its `KEY=ADDR` line.
     pub fn start(args: &[&str], key: &str) -> Result<Process, String> {
+        Process::start_with_env(args, key, &[])
+    }
+
+    /// `start` with extra environment variables.
+    pub fn start_with_env(args: &[&str], key: &str, env: &[(String, String)]) -> Result<Process, String> {
         let mut child = Command::new(FLOTILLA)
             .args(args)
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .env("FLOTILLA_KEY", client_key())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -130,6 +138,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub meta: Option<Process>,
     pub servers: Vec<Option<Process>>,
+    /// Environment variables every I/O server started from now on gets.
+    pub server_env: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -147,7 +157,7 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("temporary folder");
         let text = config_text(meta_extra, server_extra);
         std::fs::write(dir.path().join("flotilla.toml"), text).expect("write config");
-        let mut cluster = Cluster { dir, meta: None, servers: Vec::new() };
+        let mut cluster = Cluster { dir, meta: None, servers: Vec::new(), server_env: Vec::new() };
         cluster.start_meta("127.0.0.1:0");
         for index in 0..servers {
             let process = cluster.start_server(index);
@@ -204,7 +214,7 @@ impl Cluster {
         if let Some(advertise) = advertise {
             args.extend_from_slice(&["--advertise", advertise]);
         }
-        Process::start(&args, "server").expect("start server")
+        Process::start_with_env(&args, "server", &self.server_env).expect("start server")
     }
 
     pub fn client(&self) -> Client {
