@@ -198,7 +198,7 @@ fn status(args: crate::files::ReportArgs) -> anyhow::Result<()> {
                 "server": server, "target": t.target.to_string(), "archived_forks": t.archived_forks,
                 "archived_bytes": t.archived_bytes, "recalls": t.recalls, "recalled_bytes": t.recalled_bytes,
                 "recall_failures": t.recall_failures, "released_forks": t.released_forks,
-                "superseded_copies": t.superseded_copies, "reclaimed_bytes": t.reclaimed_blocks * t.block_bytes,
+                "superseded_copies": t.superseded_copies, "read_throughs": t.read_throughs, "reclaimed_bytes": t.reclaimed_blocks * t.block_bytes,
                 "dirty_bytes": t.dirty_blocks * t.block_bytes, "clean_bytes": t.clean_blocks * t.block_bytes,
                 "free_bytes": t.free_blocks * t.block_bytes,
             }));

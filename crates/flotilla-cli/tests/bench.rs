@@ -236,6 +236,30 @@ fn paper_prints_the_papers_figures_beside_ours() {
     assert!(stdout.contains("direction"), "{stdout}");
 }
 
+/// The migration experiment replays its month under every policy (each read checked byte
+/// for byte inside the replay), archives, reclaims and recalls: the disk is far smaller
+/// than the month's data, so some reads must be recalls and none may be lost.
+#[test]
+fn paper_rama_migration_replays_a_month_under_three_policies() {
+    let output = Command::new(FLOTILLA)
+        .args(["bench", "paper", "rama-migration", "--quick", "--json"])
+        .output()
+        .expect("run flotilla bench paper rama-migration");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let value: Value = serde_json::from_slice(&output.stdout).expect("json");
+    let policies = value["policies"].as_array().expect("policies");
+    assert_eq!(policies.len(), 3, "{value}");
+    let written = value["written_bytes"].as_u64().expect("written");
+    assert!(written > value["capacity_bytes"].as_u64().expect("capacity") * 2, "{value}");
+    for policy in policies {
+        let hit = policy["disk_hit_rate"].as_f64().expect("hit rate");
+        assert!(hit > 0.0 && hit < 1.0, "{policy}");
+        assert!(policy["recalls"].as_u64().expect("recalls") > 0, "{policy}");
+        assert!(policy["archived_bytes"].as_u64().expect("archived") >= written / 2, "{policy}");
+        assert!(policy["reclaimed_bytes"].as_u64().expect("reclaimed") > 0, "{policy}");
+    }
+}
+
 #[test]
 fn paper_rama_spread_draws_every_figure_and_hashing_spreads_lu_evenly() {
     let out = tempfile::tempdir().expect("tempdir");

@@ -188,6 +188,20 @@ fn an_s3_archive_recalls_and_an_unreachable_one_gives_eio_until_it_is_back() {
     s3.restart();
     let got = read_all(&client.open("/s3file").expect("open")).expect("read once S3 is back");
     assert!(got == data, "recalled bytes differ");
+
+    // Rewrite, archive again (the new copy supersedes the old), release, recall.
+    let mut data = data;
+    let patch = random_bytes(seed + 2, 5000);
+    data[1_000_000..1_005_000].copy_from_slice(&patch);
+    let writer = client.open("/s3file").expect("open");
+    writer.write_at(1_000_000, &patch).expect("rewrite");
+    writer.close().expect("close");
+    assert_eq!(residency(&client, "/s3file"), Residency::Modified);
+    let again = file.hsm(HsmAction::Archive).expect("archive again");
+    assert!(again.iter().zip(&forks).all(|(new, old)| new.state.object_key != old.state.object_key));
+    file.hsm(HsmAction::Release).expect("release");
+    let got = read_all(&client.open("/s3file").expect("open")).expect("recall the new copy");
+    assert!(got == data, "recalled bytes of the new copy differ");
 }
 
 fn fork_target(server: &str, client: &Client) -> u64 {

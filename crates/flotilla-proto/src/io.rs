@@ -166,6 +166,7 @@ pub struct TargetTierStatus {
     pub recall_failures: u64,
     pub released_forks: u64,
     pub superseded_copies: u64,
+    pub read_throughs: u64,
     pub reclaimed_blocks: u64,
     pub dirty_blocks: u64,
     pub clean_blocks: u64,

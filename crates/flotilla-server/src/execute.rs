@@ -175,6 +175,7 @@ impl Executor {
                 recall_failures: stats.recall_failures,
                 released_forks: stats.released_forks,
                 superseded_copies: stats.superseded_copies,
+                read_throughs: stats.read_throughs,
                 reclaimed_blocks: stats.reclaimed_blocks,
                 dirty_blocks: stats.dirty_blocks,
                 clean_blocks: stats.clean_blocks,

@@ -77,7 +77,8 @@ pub use extent::Extent;
 pub use file_fork::FileFork;
 pub use fork_ref::ForkRef;
 pub use lines_disk::{
-    format as format_lines_image, is_block_device, LinesDisk, Recovery as LinesRecovery, LINES_IMAGE_NAME,
+    format as format_lines_image, is_block_device, set_simulated_clock_s, LinesDisk,
+    Recovery as LinesRecovery, LINES_IMAGE_NAME,
 };
 pub use lines_format::{BlockState, ForkKey, Geometry as LinesGeometry};
 pub use sim_disk::SimDisk;

@@ -65,8 +65,22 @@ fn no_space() -> io::Error {
     io::Error::from_raw_os_error(libc::ENOSPC)
 }
 
+/// The storage engine's clock for block timestamps and the tier's ages: the system clock,
+/// unless an experiment that compresses time (`flotilla bench paper rama-migration`, which
+/// runs a simulated month in minutes in its own process) set it.
+static SIMULATED_NOW_S: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the engine's clock to `now_s` seconds since the Unix epoch for the rest of the
+/// process (0: back to the system clock). Only for experiments that replay time.
+pub fn set_simulated_clock_s(now_s: u64) {
+    SIMULATED_NOW_S.store(now_s, Ordering::SeqCst);
+}
+
 pub(crate) fn now_s() -> u32 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|since| since.as_secs() as u32).unwrap_or(0)
+    match SIMULATED_NOW_S.load(Ordering::Relaxed) {
+        0 => SystemTime::now().duration_since(UNIX_EPOCH).map(|since| since.as_secs() as u32).unwrap_or(0),
+        simulated => simulated as u32,
+    }
 }
 
 /// Whether `path` (symbolic links followed) is a block device.

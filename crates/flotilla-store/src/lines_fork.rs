@@ -9,6 +9,7 @@ use crate::lines_disk::LinesDisk;
 use crate::lines_format::ForkKey;
 use crate::lines_map::home_line;
 use crate::tier::TargetTier;
+use crate::tier_record::ArchiveRecord;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,9 +56,17 @@ impl LinesFork {
         let Some((tier, record_path)) = &self.tier else {
             return self.disk.read(self.key, offset_bytes, buffer);
         };
-        let recall_below = tier.record(self.key, record_path)?.map_or(0, |record| record.valid_bytes);
+        let record = tier.record(self.key, record_path)?;
+        let recall_below = record.as_ref().map_or(0, |record| record.valid_bytes);
         for _ in 0..RECALL_ATTEMPTS {
-            self.ensure_resident(offset_bytes, buffer.len() as u64)?;
+            match self.ensure_resident(offset_bytes, buffer.len() as u64) {
+                Ok(()) => {}
+                Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => {
+                    let record = record.as_ref().expect("a recall needs a record");
+                    return self.read_through(tier, record, offset_bytes, buffer);
+                }
+                Err(error) => return Err(error),
+            }
             if self.disk.read_unless_missing(self.key, offset_bytes, buffer, recall_below)? {
                 return Ok(());
             }
@@ -67,6 +76,34 @@ impl LinesFork {
              the lines target {:?} is too small for the data being read",
             self.disk.path()
         )))
+    }
+
+    /// Serves a read straight from the archive where the disk lacks blocks, without keeping
+    /// them: what a read gets when a recall finds the target full of dirty blocks (nothing
+    /// can be reclaimed until the migration manager archives some). The target's one disk
+    /// thread runs this read, so no write-back can fill a missing block in between.
+    fn read_through(
+        &self,
+        tier: &TargetTier,
+        record: &ArchiveRecord,
+        offset_bytes: u64,
+        buffer: &mut [u8],
+    ) -> io::Result<()> {
+        self.disk.read(self.key, offset_bytes, buffer)?;
+        let block_bytes = u64::from(self.disk.geometry().block_bytes);
+        let end = offset_bytes + buffer.len() as u64;
+        let mut block_start = offset_bytes / block_bytes * block_bytes;
+        while block_start < end.min(record.valid_bytes) {
+            let (from, to) =
+                (block_start.max(offset_bytes), (block_start + block_bytes).min(end).min(record.valid_bytes));
+            if self.disk.any_missing(self.key, from, to - from) {
+                let bytes = tier.fetch(record, from..to)?;
+                let at = (from - offset_bytes) as usize;
+                buffer[at..at + bytes.len()].copy_from_slice(&bytes);
+            }
+            block_start += block_bytes;
+        }
+        Ok(())
     }
 
     /// A write that covers part of a block keeps the rest of it: a block only in the archive

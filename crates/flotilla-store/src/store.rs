@@ -392,10 +392,20 @@ impl Store {
     /// low watermark, reclaims clean blocks (oldest first) up to the high one. `None` when
     /// the target has no tier.
     pub fn tier_pass(&self, target_id: TargetId) -> Result<Option<TierPass>, StoreError> {
+        self.tier_pass_aged(target_id, None)
+    }
+
+    /// `tier_pass` archiving forks at least `age_s` old instead of the policy's age (0: every
+    /// dirty fork — what a writer that found the target full of dirty blocks asks for).
+    pub fn tier_pass_aged(
+        &self,
+        target_id: TargetId,
+        age_s: Option<u64>,
+    ) -> Result<Option<TierPass>, StoreError> {
         let target = self.runtime(target_id)?.target().clone();
         let Some(tier) = target.tier().cloned() else { return Ok(None) };
         let now = crate::lines_disk::now_s();
-        let age_s = tier.policy().archive_age_s;
+        let age_s = age_s.unwrap_or(tier.policy().archive_age_s);
         let mut pass = TierPass::default();
         for (key, newest_s) in tier.disk().dirty_forks() {
             if u64::from(now.saturating_sub(newest_s)) < age_s {
@@ -417,6 +427,15 @@ impl Store {
             })?;
         }
         Ok(Some(pass))
+    }
+
+    /// Reclaims up to `blocks` clean blocks of a target, oldest first (0 without a tier).
+    pub fn reclaim(&self, target_id: TargetId, blocks: u64) -> Result<u64, StoreError> {
+        let target = self.runtime(target_id)?.target().clone();
+        let Some(tier) = target.tier() else { return Ok(0) };
+        tier.disk()
+            .reclaim(blocks)
+            .map_err(|error| StoreError::io(format!("reclaim clean blocks of target {target_id}"), error))
     }
 
     /// The tier counters of a target (`None`: it has no tier).

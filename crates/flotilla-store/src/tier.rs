@@ -141,6 +141,8 @@ pub struct TierStats {
     pub recall_failures: u64,
     pub released_forks: u64,
     pub superseded_copies: u64,
+    /// Reads served from the archive without keeping the data (no space for a recall).
+    pub read_throughs: u64,
     pub reclaimed_blocks: u64,
     pub dirty_blocks: u64,
     pub clean_blocks: u64,
@@ -157,6 +159,7 @@ struct Counters {
     recall_failures: AtomicU64,
     released_forks: AtomicU64,
     superseded_copies: AtomicU64,
+    read_throughs: AtomicU64,
 }
 
 /// One recall in flight: its outcome once done.
@@ -325,6 +328,28 @@ impl TargetTier {
         Ok(())
     }
 
+    /// Reads `range` of a fork's archive copy without keeping it on disk (a read-through, when
+    /// the target has no space for a recall). Counted as a recall.
+    pub(crate) fn fetch(
+        &self,
+        record: &ArchiveRecord,
+        range: std::ops::Range<u64>,
+    ) -> io::Result<bytes::Bytes> {
+        self.counters.read_throughs.fetch_add(1, Ordering::Relaxed);
+        let bytes = self.config.archive.get_range(&record.object_key, range.clone()).map_err(|error| {
+            self.counters.recall_failures.fetch_add(1, Ordering::Relaxed);
+            io::Error::other(format!("read of {} from the archive failed: {error}", record.object_key))
+        })?;
+        if (bytes.len() as u64) < range.end - range.start {
+            return Err(io::Error::other(format!(
+                "archive object {} is shorter than its record says",
+                record.object_key
+            )));
+        }
+        self.counters.recalled_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(bytes)
+    }
+
     /// Copies a fork whole to the archive (its data read by `read`, which recalls blocks the
     /// disk lacks from the previous copy), makes the new record durable, marks the blocks
     /// clean if nothing changed them meanwhile, and deletes the superseded copy.
@@ -456,6 +481,7 @@ impl TargetTier {
             recall_failures: load(&self.counters.recall_failures),
             released_forks: load(&self.counters.released_forks),
             superseded_copies: load(&self.counters.superseded_copies),
+            read_throughs: load(&self.counters.read_throughs),
             reclaimed_blocks: self.disk.reclaimed_blocks(),
             dirty_blocks: counts.dirty,
             clean_blocks: counts.clean,

@@ -19,6 +19,7 @@ mod enwrich;
 mod group;
 mod hpf;
 mod meta;
+mod migration;
 mod paper;
 mod plan;
 mod plot;

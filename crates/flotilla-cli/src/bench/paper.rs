@@ -29,6 +29,9 @@ pub enum Paper {
     /// RAMA Figs. 7-10 to 7-14: the spread of each disk's load in space and time, striped vs
     /// hashed, computed through the client's placement at the thesis's scale.
     RamaSpread,
+    /// RAMA chapter 3 and §4.2.3: a synthetic month of file references replayed on a small
+    /// lines target with a directory archive, one run per migration policy.
+    RamaMigration,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -95,6 +98,7 @@ pub fn run(args: PaperArgs) -> anyhow::Result<()> {
         Paper::Group => group(&args)?,
         Paper::Enwrich => enwrich(&args)?,
         Paper::RamaSpread => rama_spread(&args)?,
+        Paper::RamaMigration => return super::migration::run(args.quick, args.json),
     };
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
