@@ -20,6 +20,13 @@ pub trait ForkBackend: Send + Sync + fmt::Debug {
     /// bytes that were below the end of the fork; the rest of the buffers are zero-filled.
     fn read_at(&self, offset_bytes: u64, buffers: &mut [&mut [u8]]) -> io::Result<usize>;
 
+    /// Several reads of one fork at once (each piece as `read_at`), in the order given;
+    /// returns each piece's bytes below the end of the fork. A backend whose medium keeps a
+    /// fork's non-adjacent ranges side by side (lines) merges them into fewer accesses.
+    fn read_gathered(&self, pieces: &mut [(u64, Vec<&mut [u8]>)]) -> io::Result<Vec<usize>> {
+        pieces.iter_mut().map(|(offset, buffers)| self.read_at(*offset, buffers)).collect()
+    }
+
     /// Writes all of `buffers`, in order, starting at `offset_bytes`.
     fn write_at(&self, offset_bytes: u64, buffers: &[&[u8]]) -> io::Result<()>;
 

@@ -62,6 +62,8 @@ impl DiskOp {
 pub(crate) struct DiskLimits {
     pub queue_ops_max: usize,
     pub run_blocks_max: usize,
+    /// Serve a fork's later read runs with the first in one backend call (lines targets).
+    pub gather_reads: bool,
 }
 
 #[derive(Debug)]
@@ -157,8 +159,13 @@ impl Drop for DiskManager {
 }
 
 fn serve(shared: &DiskShared) {
-    while let Some(run) = next_run(shared) {
+    while let Some(mut runs) = next_runs(shared) {
         shared.space.notify_all();
+        if runs.len() > 1 {
+            read_gathered(shared, runs);
+            continue;
+        }
+        let run = runs.pop().expect("one run");
         if run.is_write {
             write_run(shared, run);
         } else {
@@ -167,12 +174,16 @@ fn serve(shared: &DiskShared) {
     }
 }
 
-/// Waits for the next run; `None` once shut down and drained.
-fn next_run(shared: &DiskShared) -> Option<Run<DiskOp>> {
+/// Waits for the next run (or, when gathering, runs); `None` once shut down and drained.
+fn next_runs(shared: &DiskShared) -> Option<Vec<Run<DiskOp>>> {
     let mut state = shared.state.lock();
     loop {
-        if let Some(run) = state.queue.pop_run(shared.limits.run_blocks_max) {
-            return Some(run);
+        let runs = match shared.limits.gather_reads {
+            true => state.queue.pop_gathered(shared.limits.run_blocks_max),
+            false => state.queue.pop_run(shared.limits.run_blocks_max).into_iter().collect(),
+        };
+        if !runs.is_empty() {
+            return Some(runs);
         }
         if state.shutdown {
             return None;
@@ -221,6 +232,59 @@ fn load_run(
     let slices: Vec<&[u8]> = guards.iter().map(|guard| guard.as_slice()).collect();
     let span = ReadSpan { offset, below_end_bytes: bytes as u64 };
     verify_blocks(shared, fork, backend.as_ref(), span, &slices)
+}
+
+/// Several read runs of one fork in one backend call, each then checked and marked as
+/// `read_run` does.
+fn read_gathered(shared: &DiskShared, runs: Vec<Run<DiskOp>>) {
+    let fork = runs[0].blocks[0][0].fork.clone();
+    let result = load_gathered(shared, &fork, &runs);
+    for (index, run) in runs.iter().enumerate() {
+        for (block, ops) in run.blocks.iter().enumerate() {
+            match &result {
+                Ok(verdicts) => match &verdicts[index][block] {
+                    None => shared.pool.mark_ready(ops[0].slot),
+                    Some(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
+                },
+                Err(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
+            }
+        }
+    }
+}
+
+fn load_gathered(
+    shared: &DiskShared,
+    fork: &Arc<Fork>,
+    runs: &[Run<DiskOp>],
+) -> Result<Vec<Vec<Option<SlotFailure>>>, SlotFailure> {
+    let action = || format!("read {} runs of {fork} from block {}", runs.len(), runs[0].first.block);
+    let backend = fork.backend().map_err(|error| failure_from(action(), &error))?;
+    let mut guards: Vec<Vec<_>> = runs
+        .iter()
+        .map(|run| run.blocks.iter().map(|ops| shared.pool.write(ops[0].slot)).collect())
+        .collect();
+    let mut pieces: Vec<(u64, Vec<&mut [u8]>)> = runs
+        .iter()
+        .zip(guards.iter_mut())
+        .map(|(run, guards)| {
+            (
+                block_offset(shared, run.first.block),
+                guards.iter_mut().map(|guard| guard.as_mut_slice()).collect(),
+            )
+        })
+        .collect();
+    let below_end = backend.read_gathered(&mut pieces).map_err(|error| SlotFailure::new(action(), &error))?;
+    drop(pieces);
+    bump(&shared.counters.disk_reads, 1);
+    let mut verdicts = Vec::with_capacity(runs.len());
+    for ((run, guards), bytes) in runs.iter().zip(&guards).zip(below_end) {
+        bump(&shared.counters.disk_read_blocks, run.blocks.len() as u64);
+        bump(&shared.counters.disk_read_bytes, bytes as u64);
+        let slices: Vec<&[u8]> = guards.iter().map(|guard| guard.as_slice()).collect();
+        let span = ReadSpan { offset: block_offset(shared, run.first.block), below_end_bytes: bytes as u64 };
+        verdicts.push(verify_blocks(shared, fork, backend.as_ref(), span, &slices)?);
+    }
+    Ok(verdicts)
 }
 
 /// Where a run was read and how much of it lay below the end of the fork on disk.

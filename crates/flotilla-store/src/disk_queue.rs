@@ -100,6 +100,34 @@ impl<T: QueuedOp> DiskQueue<T> {
         Some(run)
     }
 
+    /// Takes the next run, and, when it is a read, the following read runs of the same fork
+    /// further up the sweep (gaps between them allowed, no wrap), up to `run_blocks_max`
+    /// blocks in all: a target whose backend can merge pieces that are adjacent on its medium
+    /// (lines: a fork's blocks with gaps in block numbers can sit in adjacent slots) serves
+    /// them in one call.
+    pub(crate) fn pop_gathered(&mut self, run_blocks_max: usize) -> Vec<Run<T>> {
+        let Some(first) = self.pop_run(run_blocks_max) else { return Vec::new() };
+        let (fork, location, is_write) = (first.first.fork_serial, first.first.location, first.is_write);
+        let mut blocks = first.blocks.len();
+        let mut runs = vec![first];
+        while !is_write && blocks < run_blocks_max {
+            let Some(last) = self.last_served else { break };
+            let next =
+                self.pending.range((Bound::Excluded(last), Bound::Unbounded)).next().map(|(key, _)| *key);
+            match next {
+                Some(key)
+                    if key.fork_serial == fork && key.location == location && self.has_kind(key, false) =>
+                {
+                    let Some(run) = self.pop_run(run_blocks_max - blocks) else { break };
+                    blocks += run.blocks.len();
+                    runs.push(run);
+                }
+                _ => break,
+            }
+        }
+        runs
+    }
+
     fn has_kind(&self, key: QueueKey, is_write: bool) -> bool {
         self.pending.get(&key).is_some_and(|ops| ops.iter().any(|op| op.is_write() == is_write))
     }
@@ -137,6 +165,35 @@ mod tests {
 
     fn key(location: u64, block: u64) -> QueueKey {
         QueueKey { location, fork_serial: location, block }
+    }
+
+    #[test]
+    fn gathering_takes_the_same_forks_later_read_runs_up_the_sweep() {
+        let mut queue = DiskQueue::new();
+        for block in [0, 1, 5, 6, 9] {
+            queue.push(key(10, block), Op(false, block as u32));
+        }
+        queue.push(key(10, 7), Op(true, 7));
+        queue.push(key(20, 0), Op(false, 100));
+        let runs = queue.pop_gathered(16);
+        let firsts: Vec<u64> = runs.iter().map(|run| run.first.block).collect();
+        let lengths: Vec<usize> = runs.iter().map(|run| run.blocks.len()).collect();
+        // A pending write of block 7 ends the gathering (the sweep serves it next).
+        assert_eq!((firsts, lengths), (vec![0, 5], vec![2, 2]));
+        assert!(runs.iter().all(|run| !run.is_write));
+        let next = queue.pop_gathered(16);
+        assert!(next[0].is_write && next.len() == 1, "writes are never gathered");
+        let last = queue.pop_gathered(16);
+        assert_eq!(last.len(), 1, "another fork ends the gathering");
+        assert_eq!(last[0].first.block, 9);
+        let capped = {
+            let mut queue = DiskQueue::new();
+            for block in [0, 2, 4, 6] {
+                queue.push(key(1, block), Op(false, 0));
+            }
+            queue.pop_gathered(3).len()
+        };
+        assert_eq!(capped, 3, "at most run_blocks_max blocks in all");
     }
 
     #[test]

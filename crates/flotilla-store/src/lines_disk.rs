@@ -51,6 +51,8 @@ pub struct LinesDisk {
     last_io_ms: AtomicU64,
     /// Clean blocks reclaimed since the image was opened.
     reclaimed_blocks: AtomicU64,
+    /// Read requests made of the image (after merging adjacent slots).
+    image_reads: AtomicU64,
 }
 
 /// Clean blocks a write that finds the target full reclaims at once (one descriptor commit
@@ -210,6 +212,7 @@ impl LinesDisk {
             opened: Instant::now(),
             last_io_ms: AtomicU64::new(0),
             reclaimed_blocks: AtomicU64::new(0),
+            image_reads: AtomicU64::new(0),
         }))
     }
 
@@ -254,7 +257,13 @@ impl LinesDisk {
         self.geometry.slot_offset(addr.line, addr.slot)
     }
 
+    /// Read requests made of the image since it was opened.
+    pub fn image_reads(&self) -> u64 {
+        self.image_reads.load(Ordering::Relaxed)
+    }
+
     fn pread(&self, buffer: &mut [u8], offset: u64) -> io::Result<()> {
+        self.image_reads.fetch_add(1, Ordering::Relaxed);
         match &self.sim {
             None => self.file.read_exact_at(buffer, offset),
             Some(sim) => {
@@ -317,6 +326,71 @@ impl LinesDisk {
             self.pread(&mut buffer[start..start + length], image)?;
         }
         Ok(true)
+    }
+
+    /// Reads several ranges of a fork at once (`pieces`: fork offset and buffer each), holes
+    /// as zeros; ranges whose slots are adjacent in the image — even when their block numbers
+    /// are not — move in one request. Returns `false` (having read nothing it promises) if a
+    /// block that starts below `recall_below_bytes` has no written slot.
+    pub fn read_pieces(
+        &self,
+        key: ForkKey,
+        pieces: &mut [(u64, &mut [u8])],
+        recall_below_bytes: u64,
+    ) -> io::Result<bool> {
+        self.note_io();
+        let map = self.state.lock();
+        let block_bytes = self.block_bytes();
+        // (offset in the image, piece, position in the piece, length)
+        let mut segments: Vec<(u64, usize, usize, usize)> = Vec::new();
+        for (index, (offset_bytes, buffer)) in pieces.iter_mut().enumerate() {
+            let mut done = 0usize;
+            while done < buffer.len() {
+                let at = *offset_bytes + done as u64;
+                let (block, within) = (at / block_bytes, at % block_bytes);
+                let length = ((block_bytes - within) as usize).min(buffer.len() - done);
+                match map.lookup(key, block) {
+                    Some(addr) if map.written(addr) => {
+                        segments.push((self.slot_offset(addr) + within, index, done, length))
+                    }
+                    _ if block * block_bytes < recall_below_bytes => return Ok(false),
+                    _ => buffer[done..done + length].fill(0),
+                }
+                done += length;
+            }
+        }
+        segments.sort_unstable();
+        let mut start = 0;
+        while start < segments.len() {
+            let mut end = start + 1;
+            while end < segments.len() && segments[end - 1].0 + segments[end - 1].3 as u64 == segments[end].0
+            {
+                end += 1;
+            }
+            self.read_segments(pieces, &segments[start..end])?;
+            start = end;
+        }
+        Ok(true)
+    }
+
+    /// One image request for segments adjacent in the image (scattered to their pieces).
+    fn read_segments(
+        &self,
+        pieces: &mut [(u64, &mut [u8])],
+        segments: &[(u64, usize, usize, usize)],
+    ) -> io::Result<()> {
+        if let [(image, piece, at, length)] = segments {
+            return self.pread(&mut pieces[*piece].1[*at..*at + *length], *image);
+        }
+        let total: usize = segments.iter().map(|segment| segment.3).sum();
+        let mut whole = vec![0u8; total];
+        self.pread(&mut whole, segments[0].0)?;
+        let mut from = 0;
+        for (_, piece, at, length) in segments {
+            pieces[*piece].1[*at..*at + *length].copy_from_slice(&whole[from..from + *length]);
+            from += *length;
+        }
+        Ok(())
     }
 
     /// Writes `data` to a fork at `offset_bytes`, allocating slots as needed (ENOSPC when
@@ -720,6 +794,38 @@ mod tests {
         let mut out = vec![0xee; 4096];
         disk.read(key, block * 4096, &mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn pieces_in_adjacent_slots_are_read_in_one_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = LinesDisk::open_image(&one_line(&dir, 16, 1)).unwrap();
+        let key = ForkKey::new(1, 0, "data");
+        let block = disk.geometry().block_bytes as usize;
+        // Blocks 0, 2 and 4 of a sparse fork land in consecutive slots.
+        for index in [0u64, 2, 4] {
+            disk.write(key, index * block as u64, &vec![index as u8 + 1; block]).unwrap();
+        }
+        let mut buffers = [vec![9u8; block], vec![9u8; block], vec![9u8; block], vec![9u8; block]];
+        let before = disk.image_reads();
+        {
+            let [a, b, c, hole] = &mut buffers;
+            let mut pieces: Vec<(u64, &mut [u8])> = vec![
+                (0, &mut a[..]),
+                (2 * block as u64, &mut b[..]),
+                (4 * block as u64, &mut c[..]),
+                (6 * block as u64, &mut hole[..]),
+            ];
+            assert!(disk.read_pieces(key, &mut pieces, 0).unwrap());
+        }
+        assert_eq!(disk.image_reads() - before, 1, "one request for three adjacent slots");
+        for (index, expected) in [1u8, 3, 5, 0].into_iter().enumerate() {
+            assert!(buffers[index].iter().all(|byte| *byte == expected), "piece {index}");
+        }
+        // A missing block below the recall limit reads nothing.
+        let mut hole = vec![0u8; block];
+        let mut pieces: Vec<(u64, &mut [u8])> = vec![(6 * block as u64, &mut hole[..])];
+        assert!(!disk.read_pieces(key, &mut pieces, 8 * block as u64).unwrap());
     }
 
     #[test]

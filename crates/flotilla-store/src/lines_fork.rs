@@ -157,6 +157,51 @@ impl ForkBackend for LinesFork {
         Ok(inside)
     }
 
+    /// Every piece's slots are looked up at once and runs adjacent in the image are read in
+    /// one request (a hash-placed fork's pieces with gaps in block numbers often sit side by
+    /// side in a line). Recalls first; falls back to piece by piece if the disk cannot hold
+    /// the recall or a reclaim raced it.
+    fn read_gathered(&self, pieces: &mut [(u64, Vec<&mut [u8]>)]) -> io::Result<Vec<usize>> {
+        let size = self.marker.size_bytes()?;
+        let inside: Vec<usize> = pieces
+            .iter()
+            .map(|(offset, buffers)| {
+                let total: usize = buffers.iter().map(|buffer| buffer.len()).sum();
+                size.saturating_sub(*offset).min(total as u64) as usize
+            })
+            .collect();
+        let one_by_one = |pieces: &mut [(u64, Vec<&mut [u8]>)]| {
+            pieces.iter_mut().map(|(offset, buffers)| self.read_at(*offset, buffers)).collect()
+        };
+        let mut recall_below = 0;
+        if let Some((tier, record_path)) = &self.tier {
+            for ((offset, _), length) in pieces.iter().zip(&inside) {
+                match self.ensure_resident(*offset, *length as u64) {
+                    Ok(()) => {}
+                    Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => return one_by_one(pieces),
+                    Err(error) => return Err(error),
+                }
+            }
+            recall_below = tier.record(self.key, record_path)?.map_or(0, |record| record.valid_bytes);
+        }
+        let complete = {
+            let mut flat: Vec<(u64, &mut [u8])> = Vec::new();
+            for (offset, buffers) in pieces.iter_mut() {
+                let mut at = *offset;
+                for buffer in buffers.iter_mut() {
+                    let length = buffer.len() as u64;
+                    flat.push((at, &mut **buffer));
+                    at += length;
+                }
+            }
+            self.disk.read_pieces(self.key, &mut flat, recall_below)?
+        };
+        match complete {
+            true => Ok(inside),
+            false => one_by_one(pieces),
+        }
+    }
+
     fn write_at(&self, offset_bytes: u64, buffers: &[&[u8]]) -> io::Result<()> {
         let whole = buffers.concat();
         self.ensure_partial_blocks(offset_bytes, whole.len() as u64)?;

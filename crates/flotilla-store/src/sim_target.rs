@@ -70,6 +70,9 @@ pub struct LinesOptions {
     pub line_blocks: u32,
     pub group_blocks: u32,
     pub reorganize_interval_ms: u64,
+    /// Read a fork's queued pieces whose slots are adjacent in one request (`gather=0`: one
+    /// request per run of consecutive blocks, for comparison).
+    pub gather_reads: bool,
     pub sim: Option<SimModel>,
 }
 
@@ -81,6 +84,7 @@ impl Default for LinesOptions {
             line_blocks: LINE_BLOCKS_DEFAULT,
             group_blocks: LINES_GROUP_BLOCKS_DEFAULT,
             reorganize_interval_ms: LINES_REORGANIZE_INTERVAL_MS_DEFAULT,
+            gather_reads: true,
             sim: None,
         }
     }
@@ -88,7 +92,7 @@ impl Default for LinesOptions {
 
 impl LinesOptions {
     /// Parses `OPTION=VALUE` pairs separated by commas (`capacity`, `block`, `line_blocks`,
-    /// `group_blocks`, `reorganize_ms`); sizes take k/m/g suffixes.
+    /// `group_blocks`, `reorganize_ms`, `gather`); sizes take k/m/g suffixes.
     pub fn parse(text: &str) -> Result<LinesOptions, String> {
         let mut options = LinesOptions::default();
         for option in text.split(',').filter(|option| !option.is_empty()) {
@@ -106,6 +110,13 @@ impl LinesOptions {
                 "reorganize_ms" => {
                     options.reorganize_interval_ms =
                         value.parse().map_err(|_| format!("bad interval {value:?} for {key}"))?
+                }
+                "gather" => {
+                    options.gather_reads = match value {
+                        "1" => true,
+                        "0" => false,
+                        _ => return Err(format!("gather must be 0 or 1, not {value:?}")),
+                    }
                 }
                 other => return Err(format!("unknown lines option {other:?}")),
             }

@@ -19,7 +19,7 @@ use crate::fd_cache::FdCache;
 use crate::fork::{Fork, ForkContext};
 use crate::fork_ref::ForkRef;
 use crate::request::{self, RequestEngine};
-use crate::sim_target::TargetSpec;
+use crate::sim_target::{TargetKind, TargetSpec};
 use crate::slot_pool::SlotPool;
 use crate::stats::{bump, Counters, StoreStats};
 use crate::target::{Target, TargetUsage};
@@ -77,6 +77,7 @@ impl Store {
         let limits = DiskLimits {
             queue_ops_max: config.disk_queue_max,
             run_blocks_max: (config.disk_run_bytes_max / config.block_bytes) as usize,
+            gather_reads: false,
         };
         let mut targets: Vec<TargetRuntime> = Vec::with_capacity(config.targets.len());
         for dir in &config.targets {
@@ -97,6 +98,8 @@ impl Store {
                 });
             }
             let name = format!("flotilla-disk-{:04x}", target.id().0 & 0xffff);
+            let gather_reads = matches!(target.kind(), TargetKind::Lines(options) if options.gather_reads);
+            let limits = DiskLimits { gather_reads, ..limits };
             let disk = DiskManager::start(name, pool.clone(), counters.clone(), limits)?;
             targets.push(TargetRuntime::new(ForkContext {
                 target: Arc::new(target),
