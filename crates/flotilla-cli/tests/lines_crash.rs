@@ -22,15 +22,7 @@ fn spec(dir: &Path) -> PathBuf {
 
 /// A cluster of one metadata service and `servers` I/O servers on lines targets.
 fn lines_cluster(servers: usize) -> Cluster {
-    let mut cluster = Cluster::start_configured(0, "", "");
-    for index in 0..servers {
-        let dir = cluster.target_dir(index);
-        std::fs::create_dir_all(&dir).expect("create target dir");
-        let process = cluster.start_server_on(&spec(&dir));
-        cluster.servers.push(Some(process));
-    }
-    cluster.wait_up(servers);
-    cluster
+    Cluster::start_on_specs(servers, spec, "", Vec::new())
 }
 
 fn kill_and_restart(cluster: &mut Cluster, index: usize) {

@@ -27,16 +27,7 @@ fn archive_setting(url: &str, policy: &str) -> String {
 
 /// A metadata service and `servers` I/O servers on lines targets with the archive setting.
 fn tier_cluster(servers: usize, setting: &str, env: Vec<(String, String)>) -> Cluster {
-    let mut cluster = Cluster::start_configured(0, "", setting);
-    cluster.server_env = env;
-    for index in 0..servers {
-        let dir = cluster.target_dir(index);
-        std::fs::create_dir_all(&dir).expect("create target dir");
-        let process = cluster.start_server_on(&spec(&dir));
-        cluster.servers.push(Some(process));
-    }
-    cluster.wait_up(servers);
-    cluster
+    Cluster::start_on_specs(servers, spec, setting, env)
 }
 
 fn restart_all(cluster: &mut Cluster) {

@@ -161,15 +161,10 @@ impl Drop for DiskManager {
 fn serve(shared: &DiskShared) {
     while let Some(mut runs) = next_runs(shared) {
         shared.space.notify_all();
-        if runs.len() > 1 {
-            read_gathered(shared, runs);
-            continue;
-        }
-        let run = runs.pop().expect("one run");
-        if run.is_write {
-            write_run(shared, run);
+        if runs[0].is_write {
+            write_run(shared, runs.pop().expect("one write run"));
         } else {
-            read_run(shared, run);
+            read_runs(shared, runs);
         }
     }
 }
@@ -196,51 +191,14 @@ fn block_offset(shared: &DiskShared, block: u64) -> u64 {
     block * shared.pool.block_bytes() as u64
 }
 
-fn read_run(shared: &DiskShared, run: Run<DiskOp>) {
-    let fork = run.blocks[0][0].fork.clone();
-    let result = load_run(shared, &fork, &run);
-    for (index, ops) in run.blocks.iter().enumerate() {
-        debug_assert!(ops.iter().all(|op| op.slot == ops[0].slot));
-        match &result {
-            Ok(verdicts) => match &verdicts[index] {
-                None => shared.pool.mark_ready(ops[0].slot),
-                Some(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
-            },
-            Err(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
-        }
-    }
-}
-
-/// Reads the run's blocks into their slots and checks them against their checksums; returns,
-/// per block, the checksum failure if it has one.
-fn load_run(
-    shared: &DiskShared,
-    fork: &Arc<Fork>,
-    run: &Run<DiskOp>,
-) -> Result<Vec<Option<SlotFailure>>, SlotFailure> {
-    let last_block = run.first.block + run.blocks.len() as u64 - 1;
-    let action = || format!("read blocks {}..={last_block} of {fork}", run.first.block);
-    let backend = fork.backend().map_err(|error| failure_from(action(), &error))?;
-    let mut guards: Vec<_> = run.blocks.iter().map(|ops| shared.pool.write(ops[0].slot)).collect();
-    let offset = block_offset(shared, run.first.block);
-    let mut buffers: Vec<&mut [u8]> = guards.iter_mut().map(|guard| guard.as_mut_slice()).collect();
-    let bytes = backend.read_at(offset, &mut buffers).map_err(|error| SlotFailure::new(action(), &error))?;
-    drop(buffers);
-    bump(&shared.counters.disk_reads, 1);
-    bump(&shared.counters.disk_read_blocks, run.blocks.len() as u64);
-    bump(&shared.counters.disk_read_bytes, bytes as u64);
-    let slices: Vec<&[u8]> = guards.iter().map(|guard| guard.as_slice()).collect();
-    let span = ReadSpan { offset, below_end_bytes: bytes as u64 };
-    verify_blocks(shared, fork, backend.as_ref(), span, &slices)
-}
-
-/// Several read runs of one fork in one backend call, each then checked and marked as
-/// `read_run` does.
-fn read_gathered(shared: &DiskShared, runs: Vec<Run<DiskOp>>) {
+/// Read runs of one fork (one, or several gathered) in one backend call; each block is then
+/// checked against its checksum and its slot marked ready or failed.
+fn read_runs(shared: &DiskShared, runs: Vec<Run<DiskOp>>) {
     let fork = runs[0].blocks[0][0].fork.clone();
-    let result = load_gathered(shared, &fork, &runs);
+    let result = load_runs(shared, &fork, &runs);
     for (index, run) in runs.iter().enumerate() {
         for (block, ops) in run.blocks.iter().enumerate() {
+            debug_assert!(ops.iter().all(|op| op.slot == ops[0].slot));
             match &result {
                 Ok(verdicts) => match &verdicts[index][block] {
                     None => shared.pool.mark_ready(ops[0].slot),
@@ -252,12 +210,17 @@ fn read_gathered(shared: &DiskShared, runs: Vec<Run<DiskOp>>) {
     }
 }
 
-fn load_gathered(
+/// Reads the runs' blocks into their slots and checks them against their checksums; returns,
+/// per run and block, the checksum failure if it has one.
+fn load_runs(
     shared: &DiskShared,
     fork: &Arc<Fork>,
     runs: &[Run<DiskOp>],
 ) -> Result<Vec<Vec<Option<SlotFailure>>>, SlotFailure> {
-    let action = || format!("read {} runs of {fork} from block {}", runs.len(), runs[0].first.block);
+    let last = runs.last().expect("a run");
+    let last_block = last.first.block + last.blocks.len() as u64 - 1;
+    let action =
+        || format!("read blocks {}..={last_block} of {fork} ({} runs)", runs[0].first.block, runs.len());
     let backend = fork.backend().map_err(|error| failure_from(action(), &error))?;
     let mut guards: Vec<Vec<_>> = runs
         .iter()

@@ -167,6 +167,27 @@ impl Cluster {
         cluster
     }
 
+    /// A metadata service and `servers` I/O servers, server `i` on the target spec
+    /// `spec(target_dir(i))` (e.g. a lines target with options), `server_extra` added to
+    /// `[server]` and `env` given to every server.
+    pub fn start_on_specs(
+        servers: usize,
+        spec: impl Fn(&Path) -> PathBuf,
+        server_extra: &str,
+        env: Vec<(String, String)>,
+    ) -> Cluster {
+        let mut cluster = Cluster::start_configured(0, "", server_extra);
+        cluster.server_env = env;
+        for index in 0..servers {
+            let dir = cluster.target_dir(index);
+            std::fs::create_dir_all(&dir).expect("create target dir");
+            let process = cluster.start_server_on(&spec(&dir));
+            cluster.servers.push(Some(process));
+        }
+        cluster.wait_up(servers);
+        cluster
+    }
+
     pub fn config(&self) -> PathBuf {
         self.dir.path().join("flotilla.toml")
     }
