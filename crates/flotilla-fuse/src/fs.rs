@@ -269,7 +269,10 @@ impl Filesystem for FlotillaFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.read_file(ino.0, fh.0, offset, size) {
+        let started = std::time::Instant::now();
+        let result = self.read_file(ino.0, fh.0, offset, size);
+        note_slow_read(ino.0, offset, size, started.elapsed());
+        match result {
             Ok(data) => reply.data(&data),
             Err(errno) => reply.error(errno),
         }
@@ -526,4 +529,21 @@ impl Filesystem for FlotillaFs {
 /// and writes to one file from several processes run in parallel.
 fn open_flags() -> FopenFlags {
     FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+}
+
+/// A read that waited this long says so in the mount's log: on a cluster with an archive the
+/// likely cause is a recall of released data (the servers count `recalls`).
+const SLOW_READ: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn note_slow_read(ino: u64, offset: u64, size: u32, waited: std::time::Duration) {
+    if waited >= SLOW_READ {
+        tracing::info!(
+            ino,
+            offset,
+            size,
+            waited_ms = waited.as_millis() as u64,
+            "a read waited on the servers; if the file was released to the archive it was being \
+             recalled (see `flotilla hsm state` and `flotilla hsm status`)"
+        );
+    }
 }

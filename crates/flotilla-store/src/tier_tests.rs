@@ -202,3 +202,25 @@ fn a_lost_archive_copy_fails_the_read_with_a_clear_error() {
     assert!(error.contains("recall") && error.contains(&state.object_key), "{error}");
     assert_eq!(store.tier_stats(target(&store)).unwrap().unwrap().recall_failures, 1);
 }
+
+#[test]
+fn concurrent_readers_of_a_released_fork_share_its_recalls() {
+    let (dir, archive) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = open(dir.path(), archive.path(), policy());
+    store.create_subfile(target(&store), FileId(4), SUBFILE).unwrap();
+    let data_fork = fork(&store, 4, "data");
+    let data = pattern(256 << 10, 8);
+    write(&store, &data_fork, 0, &data);
+    store.hsm(&data_fork, HsmAction::Archive).unwrap();
+    store.hsm(&data_fork, HsmAction::Release).unwrap();
+    // Restores recall in the callers' threads, reads in the target's disk thread.
+    std::thread::scope(|scope| {
+        for _ in 0..6 {
+            scope.spawn(|| store.hsm(&data_fork, HsmAction::Restore).unwrap());
+            scope.spawn(|| assert_eq!(read(&store, &data_fork, 0, data.len()).unwrap(), data));
+        }
+    });
+    // 256 KiB in 64 KiB extents: four recalls, whatever the number of readers.
+    let stats = store.tier_stats(target(&store)).unwrap().unwrap();
+    assert_eq!((stats.recalls, stats.recalled_bytes), (4, 256 << 10), "{stats:?}");
+}
