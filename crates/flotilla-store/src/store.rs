@@ -280,6 +280,11 @@ impl Store {
     pub fn sync(&self, fork: &ForkRef<'_>) -> Result<(), StoreError> {
         let live = self.fork(fork)?;
         let _shared = live.lock_shared()?;
+        self.sync_locked(&live)
+    }
+
+    /// `sync` of a fork whose lock the caller holds (shared or exclusive).
+    fn sync_locked(&self, live: &Arc<Fork>) -> Result<(), StoreError> {
         let items = self.cache.take_dirty(Some(live.serial()));
         write_back(&self.cache, items, Placement::Hot)?;
         live.wait_writebacks_idle();
@@ -367,8 +372,10 @@ impl Store {
                     .map_err(|error| failed("archive", error))?;
             }
             HsmAction::Release => {
-                self.sync(fork)?;
+                // Under the exclusive lock no write can land in the cache between the sync
+                // and dropping the fork's cached blocks.
                 let _exclusive = live.lock_exclusive()?;
+                self.sync_locked(&live)?;
                 tier.release(key, &record_path, live.size_bytes()).map_err(|reason| {
                     StoreError::HsmRefused {
                         action: "release",

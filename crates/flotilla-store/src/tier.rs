@@ -185,6 +185,9 @@ impl std::fmt::Debug for TargetTier {
     }
 }
 
+/// Forks whose record (or absence of one) is kept in memory at once.
+const RECORDS_CACHED_MAX: usize = 1 << 16;
+
 /// Bytes of one ranged read of a recall (bounded memory per recall).
 const RECALL_PIECE_BYTES: u64 = 8 << 20;
 
@@ -218,8 +221,18 @@ impl TargetTier {
             return Ok(known.clone());
         }
         let record = tier_record::read(record_path)?;
-        self.records.lock().insert(key, record.clone());
+        self.remember(key, record.clone());
         Ok(record)
+    }
+
+    /// Keeps a fork's record in memory; bounded: starts over rather than grow with every fork
+    /// ever read.
+    fn remember(&self, key: ForkKey, record: Option<ArchiveRecord>) {
+        let mut records = self.records.lock();
+        if records.len() >= RECORDS_CACHED_MAX && !records.contains_key(&key) {
+            records.clear();
+        }
+        records.insert(key, record);
     }
 
     fn set_record(&self, key: ForkKey, record_path: &Path, record: Option<ArchiveRecord>) -> io::Result<()> {
@@ -227,7 +240,7 @@ impl TargetTier {
             Some(record) => tier_record::write(record_path, record)?,
             None => tier_record::remove(record_path)?,
         }
-        self.records.lock().insert(key, record);
+        self.remember(key, record);
         Ok(())
     }
 
