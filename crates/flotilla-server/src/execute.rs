@@ -90,16 +90,15 @@ impl Executor {
         data: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<IoReply, WireError> {
-        let first = self.dispatch(request, data, out);
-        let Some((target, file, subfile)) = on_demand_subfile(request) else { return first };
-        match first {
-            Err(error) if error.code == ErrorCode::NotFound => {
-                self.store.create_subfile(target, file, subfile).map_err(store_error)?;
-                out.clear();
-                self.dispatch(request, data, out)
-            }
-            other => other,
-        }
+        let Some((target, file, subfile)) = on_demand_subfile(request) else {
+            return self.dispatch(request, data, out);
+        };
+        let run = || {
+            out.clear();
+            self.dispatch(request, data, out)
+        };
+        let create = || self.store.create_subfile(target, file, subfile).map_err(store_error);
+        again_once_created(run, |error: &WireError| error.code == ErrorCode::NotFound, create)
     }
 
     fn dispatch(&self, request: &IoRequest, data: &[u8], out: &mut Vec<u8>) -> Result<IoReply, WireError> {
@@ -260,6 +259,23 @@ pub(crate) fn shape_error(error: ShapeError) -> WireError {
         _ => ErrorCode::InvalidArgument,
     };
     WireError::new(code, error.to_string())
+}
+
+/// Runs `op`; when it failed because something it needs does not exist yet (`missing`: a
+/// subfile, created on first use), runs `create` and then `op` once more. Shared by request
+/// execution and the ENWRICH flush.
+pub(crate) fn again_once_created<T, E>(
+    mut op: impl FnMut() -> Result<T, E>,
+    missing: impl Fn(&E) -> bool,
+    create: impl FnOnce() -> Result<(), E>,
+) -> Result<T, E> {
+    match op() {
+        Err(error) if missing(&error) => {
+            create()?;
+            op()
+        }
+        other => other,
+    }
 }
 
 /// The subfile a request may create on demand (requests on a fork or a subfile's forks).

@@ -505,14 +505,13 @@ impl Conductor {
         tokio::task::spawn_blocking(move || {
             let _memory = permit;
             let fork = ForkRef::new(target, file, subfile, DATA_FORK);
-            match executor.store.write(&fork, &extents, &packed) {
-                // Subfiles are created lazily, on their first write.
-                Err(flotilla_store::StoreError::UnknownSubfile { .. }) => {
-                    executor.store.create_subfile(target, file, subfile).map_err(store_error)?;
-                    executor.store.write(&fork, &extents, &packed).map_err(store_error)
-                }
-                other => other.map_err(store_error),
-            }
+            // Subfiles are created lazily, on their first write.
+            crate::execute::again_once_created(
+                || executor.store.write(&fork, &extents, &packed),
+                |error| matches!(error, flotilla_store::StoreError::UnknownSubfile { .. }),
+                || executor.store.create_subfile(target, file, subfile),
+            )
+            .map_err(store_error)
         })
     }
 
