@@ -196,6 +196,7 @@ impl Collector for ServerCollector {
         encode_requests(&mut encoder, metrics)?;
         encode_jobs(&mut encoder, &metrics.jobs.top(metrics.jobs_listed_max))?;
         encode_store(&mut encoder, &shared.executor.store.stats())?;
+        encode_tier(&mut encoder, &shared.executor.store)?;
         let failures = shared.acceptor.failures();
         write::counter(&mut encoder, "server_auth_failures", "Handshakes refused.", None, failures)
     }
@@ -329,6 +330,62 @@ fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreSt
         Some(Unit::Bytes),
         gauge(stats.cached_bytes),
     )
+}
+
+/// The tertiary tier of every target that has one (nothing when none has).
+fn encode_tier(encoder: &mut DescriptorEncoder, store: &flotilla_store::Store) -> std::fmt::Result {
+    let tiers: Vec<(TargetId, flotilla_store::TierStats)> = store
+        .target_ids()
+        .into_iter()
+        .filter_map(|target| store.tier_stats(target).ok().flatten().map(|stats| (target, stats)))
+        .collect();
+    if tiers.is_empty() {
+        return Ok(());
+    }
+    type Pick = fn(&flotilla_store::TierStats) -> u64;
+    let counters: [(&str, &str, Option<Unit>, Pick); 7] = [
+        ("server_tier_archived_forks", "Forks copied to the archive.", None, |t| t.archived_forks),
+        ("server_tier_archived", "Bytes copied to the archive.", Some(Unit::Bytes), |t| t.archived_bytes),
+        ("server_tier_recalls", "Recalls from the archive (reads that waited).", None, |t| t.recalls),
+        (
+            "server_tier_recalled",
+            "Bytes recalled or read through from the archive.",
+            Some(Unit::Bytes),
+            |t| t.recalled_bytes,
+        ),
+        (
+            "server_tier_recall_failures",
+            "Recalls that failed (archive unreachable, object missing).",
+            None,
+            |t| t.recall_failures,
+        ),
+        ("server_tier_read_throughs", "Reads served from the archive without keeping the data.", None, |t| {
+            t.read_throughs
+        }),
+        ("server_tier_reclaimed_blocks", "Clean blocks reclaimed for new data.", None, |t| {
+            t.reclaimed_blocks
+        }),
+    ];
+    for (name, help, unit, pick) in counters {
+        let samples: Vec<(Labels, u64)> =
+            tiers.iter().map(|(id, stats)| (target_labels(*id), pick(stats))).collect();
+        write::counters(encoder, (name, help, unit), &samples)?;
+    }
+    let gauges: [(&str, &str, Pick); 3] = [
+        ("server_tier_dirty", "Bytes on disk with no archive copy.", |t| t.dirty_blocks * t.block_bytes),
+        ("server_tier_clean", "Bytes on disk that the archive also holds.", |t| {
+            t.clean_blocks * t.block_bytes
+        }),
+        ("server_tier_free", "Bytes of free slots.", |t| t.free_blocks * t.block_bytes),
+    ];
+    for (name, help, pick) in gauges {
+        let samples: Vec<(Labels, i64)> = tiers
+            .iter()
+            .map(|(id, stats)| (target_labels(*id), i64::try_from(pick(stats)).unwrap_or(i64::MAX)))
+            .collect();
+        write::gauges(encoder, (name, help, Some(Unit::Bytes)), &samples)?;
+    }
+    Ok(())
 }
 
 /// The collector of a server's metrics.
