@@ -187,7 +187,7 @@ pub enum BlockState {
     /// Holds a fork's block that exists nowhere else (written, not archived).
     Dirty = 1,
     /// Holds a fork's block that a tertiary copy also holds (may be reclaimed when space is
-    /// needed). Nothing sets it yet; the migration manager will.
+    /// needed); set by the migration manager after archiving, and by a recall.
     Clean = 2,
     /// Held a block that now lives elsewhere (moved by reorganization, or dropped by a
     /// truncation or removal); not reused until the descriptor saying so is durable.
