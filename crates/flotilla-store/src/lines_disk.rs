@@ -53,6 +53,9 @@ pub struct LinesDisk {
     reclaimed_blocks: AtomicU64,
     /// Read requests made of the image (after merging adjacent slots).
     image_reads: AtomicU64,
+    /// Reads and writes of forks begun (each counts before it waits for the state lock, so a
+    /// reorganization step holding the lock sees that one is waiting and yields).
+    io_count: AtomicU64,
 }
 
 /// Clean blocks a write that finds the target full reclaims at once (one descriptor commit
@@ -213,6 +216,7 @@ impl LinesDisk {
             last_io_ms: AtomicU64::new(0),
             reclaimed_blocks: AtomicU64::new(0),
             image_reads: AtomicU64::new(0),
+            io_count: AtomicU64::new(0),
         }))
     }
 
@@ -245,6 +249,7 @@ impl LinesDisk {
 
     fn note_io(&self) {
         self.last_io_ms.store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.io_count.fetch_add(1, Ordering::SeqCst);
     }
 
     /// How long no fork has read or written (since the image was opened, at most).
@@ -668,11 +673,24 @@ impl LinesDisk {
     /// contiguous, copies them into a free run of the same line, makes the copies durable,
     /// then commits the line's descriptor naming the new slots (old slots: reclaimable,
     /// reusable only once that descriptor is durable). Returns whether it moved anything.
+    ///
+    /// It yields to the foreground: when a fork's read or write begins during the copy (and
+    /// waits for the state lock), the step stops before its next block and returns `false`
+    /// having changed nothing (the partial copies lie in slots no descriptor names), so a
+    /// reorganization never holds a reader up for more than one block copy.
     pub fn reorganize_once(&self) -> io::Result<bool> {
+        self.reorganize_step(self.io_count.load(Ordering::SeqCst))
+    }
+
+    fn reorganize_step(&self, io_count_at_start: u64) -> io::Result<bool> {
         let mut map = self.state.lock();
         let Some((line, moves)) = map.plan_reorganization() else { return Ok(false) };
         let mut buffer = vec![0u8; self.block_bytes() as usize];
         for (from, to) in &moves {
+            if self.io_count.load(Ordering::SeqCst) != io_count_at_start {
+                tracing::debug!(path = ?self.path, line, "reorganization yielded to a read or write");
+                return Ok(false);
+            }
             self.pread(&mut buffer, self.slot_offset(*from))?;
             self.pwrite(&buffer, self.slot_offset(*to))?;
         }
@@ -794,6 +812,30 @@ mod tests {
         let mut out = vec![0xee; 4096];
         disk.read(key, block * 4096, &mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn a_reorganization_step_yields_to_a_waiting_read_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = LinesDisk::open_image(&one_line(&dir, 16, 1)).unwrap();
+        let (a, b) = (ForkKey::new(1, 0, "data"), ForkKey::new(2, 0, "data"));
+        let block = disk.geometry().block_bytes as usize;
+        // Interleaved writes fragment both forks in the one line.
+        for index in 0..3u64 {
+            disk.write(a, index * block as u64, &vec![1; block]).unwrap();
+            disk.write(b, index * block as u64, &vec![2; block]).unwrap();
+        }
+        disk.sync(a).unwrap();
+        disk.sync(b).unwrap();
+        assert!(disk.needs_reorganization());
+        // A read began after the step started: the step stops before copying anything.
+        let started = disk.io_count.load(Ordering::SeqCst) - 1;
+        assert!(!disk.reorganize_step(started).unwrap());
+        assert!(disk.needs_reorganization(), "nothing was moved");
+        assert!(disk.reorganize_once().unwrap());
+        let mut got = vec![0u8; 3 * block];
+        disk.read(a, 0, &mut got).unwrap();
+        assert!(got.iter().all(|byte| *byte == 1));
     }
 
     #[test]
