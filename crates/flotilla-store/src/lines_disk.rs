@@ -289,48 +289,7 @@ impl LinesDisk {
     /// Reads `buffer.len()` bytes of a fork at `offset_bytes` (holes read as zeros). Pieces
     /// in adjacent slots move in one request.
     pub fn read(&self, key: ForkKey, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()> {
-        self.read_unless_missing(key, offset_bytes, buffer, 0).map(|_| ())
-    }
-
-    /// Like `read`, but returns `false` (reading nothing) if a block that starts below
-    /// `recall_below_bytes` has no written slot: a block of an archived fork that was
-    /// reclaimed after the caller recalled it must be recalled again, never read as zeros.
-    pub fn read_unless_missing(
-        &self,
-        key: ForkKey,
-        offset_bytes: u64,
-        buffer: &mut [u8],
-        recall_below_bytes: u64,
-    ) -> io::Result<bool> {
-        self.note_io();
-        let map = self.state.lock();
-        let block_bytes = self.block_bytes();
-        // Runs of (position in the buffer, offset in the image, length).
-        let mut runs: Vec<(usize, u64, usize)> = Vec::new();
-        let mut done = 0usize;
-        while done < buffer.len() {
-            let at = offset_bytes + done as u64;
-            let (block, within) = (at / block_bytes, at % block_bytes);
-            let length = ((block_bytes - within) as usize).min(buffer.len() - done);
-            match map.lookup(key, block) {
-                Some(addr) if map.written(addr) => {
-                    let image = self.slot_offset(addr) + within;
-                    match runs.last_mut() {
-                        Some(run) if run.0 + run.2 == done && run.1 + run.2 as u64 == image => {
-                            run.2 += length
-                        }
-                        _ => runs.push((done, image, length)),
-                    }
-                }
-                _ if block * block_bytes < recall_below_bytes => return Ok(false),
-                _ => buffer[done..done + length].fill(0),
-            }
-            done += length;
-        }
-        for (start, image, length) in runs {
-            self.pread(&mut buffer[start..start + length], image)?;
-        }
-        Ok(true)
+        self.read_pieces(key, &mut [(offset_bytes, buffer)], 0).map(|_| ())
     }
 
     /// Reads several ranges of a fork at once (`pieces`: fork offset and buffer each), holes

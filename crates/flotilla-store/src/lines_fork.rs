@@ -14,6 +14,19 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The byte ranges `pieces` cover, adjacent pieces merged (in the order given).
+fn contiguous_ranges(pieces: &[(u64, &mut [u8])]) -> Vec<(u64, u64)> {
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for (offset, buffer) in pieces {
+        let end = offset + buffer.len() as u64;
+        match ranges.last_mut() {
+            Some((_, last_end)) if *last_end == *offset => *last_end = end,
+            _ => ranges.push((*offset, end)),
+        }
+    }
+    ranges
+}
+
 /// Recalls of one read before it gives up (each undone by reclaims for other forks).
 const RECALL_ATTEMPTS: usize = 8;
 
@@ -49,25 +62,31 @@ impl LinesFork {
         }
     }
 
-    /// Reads from disk after recalling what the archive holds and the disk lacks; should a
-    /// reclaim (space wanted by another fork) drop some of it in between, recalls again, a
-    /// bounded number of times.
-    fn read_resident(&self, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()> {
+    /// Reads `pieces` (fork offset and buffer each; holes as zeros) after recalling what the
+    /// archive holds and the disk lacks; should a reclaim (space wanted by another fork) drop
+    /// some of it in between, recalls again, a bounded number of times. Pieces adjacent in the
+    /// image move in one request.
+    fn read_pieces(&self, pieces: &mut [(u64, &mut [u8])]) -> io::Result<()> {
         let Some((tier, record_path)) = &self.tier else {
-            return self.disk.read(self.key, offset_bytes, buffer);
+            return self.disk.read_pieces(self.key, pieces, 0).map(|_| ());
         };
         let record = tier.record(self.key, record_path)?;
         let recall_below = record.as_ref().map_or(0, |record| record.valid_bytes);
         for _ in 0..RECALL_ATTEMPTS {
-            match self.ensure_resident(offset_bytes, buffer.len() as u64) {
-                Ok(()) => {}
-                Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => {
-                    let record = record.as_ref().expect("a recall needs a record");
-                    return self.read_through(tier, record, offset_bytes, buffer);
+            for (start, end) in contiguous_ranges(pieces) {
+                match self.ensure_resident(start, end - start) {
+                    Ok(()) => {}
+                    Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => {
+                        let record = record.as_ref().expect("a recall needs a record");
+                        for (offset, buffer) in pieces.iter_mut() {
+                            self.read_through(tier, record, *offset, buffer)?;
+                        }
+                        return Ok(());
+                    }
+                    Err(error) => return Err(error),
                 }
-                Err(error) => return Err(error),
             }
-            if self.disk.read_unless_missing(self.key, offset_bytes, buffer, recall_below)? {
+            if self.disk.read_pieces(self.key, pieces, recall_below)? {
                 return Ok(());
             }
         }
@@ -132,74 +151,36 @@ impl LinesFork {
 }
 
 impl ForkBackend for LinesFork {
-    /// Several buffers are read as one range (so adjacent slots move in one request), then
-    /// scattered.
     fn read_at(&self, offset_bytes: u64, buffers: &mut [&mut [u8]]) -> io::Result<usize> {
-        let size = self.marker.size_bytes()?;
-        let total: usize = buffers.iter().map(|buffer| buffer.len()).sum();
-        let inside = size.saturating_sub(offset_bytes).min(total as u64) as usize;
-        if let [only] = buffers {
-            self.read_resident(offset_bytes, &mut only[..inside])?;
-            only[inside..].fill(0);
-            return Ok(inside);
-        }
-        let mut whole = vec![0u8; inside];
-        self.read_resident(offset_bytes, &mut whole)?;
-        let mut at = 0usize;
-        for buffer in buffers.iter_mut() {
-            let take = whole.len().saturating_sub(at).min(buffer.len());
-            if take > 0 {
-                buffer[..take].copy_from_slice(&whole[at..at + take]);
-            }
-            buffer[take..].fill(0);
-            at += buffer.len();
-        }
-        Ok(inside)
+        let buffers: Vec<&mut [u8]> = buffers.iter_mut().map(|buffer| &mut **buffer).collect();
+        Ok(self.read_gathered(&mut [(offset_bytes, buffers)])?[0])
     }
 
     /// Every piece's slots are looked up at once and runs adjacent in the image are read in
     /// one request (a hash-placed fork's pieces with gaps in block numbers often sit side by
-    /// side in a line). Recalls first; falls back to piece by piece if the disk cannot hold
-    /// the recall or a reclaim raced it.
+    /// side in a line), straight into the buffers. Bytes past the fork's size read as zeros.
     fn read_gathered(&self, pieces: &mut [(u64, Vec<&mut [u8]>)]) -> io::Result<Vec<usize>> {
         let size = self.marker.size_bytes()?;
-        let inside: Vec<usize> = pieces
-            .iter()
-            .map(|(offset, buffers)| {
-                let total: usize = buffers.iter().map(|buffer| buffer.len()).sum();
-                size.saturating_sub(*offset).min(total as u64) as usize
-            })
-            .collect();
-        let one_by_one = |pieces: &mut [(u64, Vec<&mut [u8]>)]| {
-            pieces.iter_mut().map(|(offset, buffers)| self.read_at(*offset, buffers)).collect()
-        };
-        let mut recall_below = 0;
-        if let Some((tier, record_path)) = &self.tier {
-            for ((offset, _), length) in pieces.iter().zip(&inside) {
-                match self.ensure_resident(*offset, *length as u64) {
-                    Ok(()) => {}
-                    Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => return one_by_one(pieces),
-                    Err(error) => return Err(error),
+        let mut inside = Vec::with_capacity(pieces.len());
+        let mut flat: Vec<(u64, &mut [u8])> = Vec::new();
+        for (offset, buffers) in pieces.iter_mut() {
+            let total: usize = buffers.iter().map(|buffer| buffer.len()).sum();
+            let below_end = size.saturating_sub(*offset).min(total as u64) as usize;
+            inside.push(below_end);
+            let (mut at, mut left) = (*offset, below_end);
+            for buffer in buffers.iter_mut() {
+                let length = buffer.len();
+                let (head, tail) = buffer.split_at_mut(left.min(length));
+                tail.fill(0);
+                if !head.is_empty() {
+                    left -= head.len();
+                    flat.push((at, head));
                 }
+                at += length as u64;
             }
-            recall_below = tier.record(self.key, record_path)?.map_or(0, |record| record.valid_bytes);
         }
-        let complete = {
-            let mut flat: Vec<(u64, &mut [u8])> = Vec::new();
-            for (offset, buffers) in pieces.iter_mut() {
-                let mut at = *offset;
-                for buffer in buffers.iter_mut() {
-                    let length = buffer.len() as u64;
-                    flat.push((at, &mut **buffer));
-                    at += length;
-                }
-            }
-            self.disk.read_pieces(self.key, &mut flat, recall_below)?
-        };
-        match complete {
-            true => Ok(inside),
-            false => one_by_one(pieces),
-        }
+        self.read_pieces(&mut flat)?;
+        Ok(inside)
     }
 
     fn write_at(&self, offset_bytes: u64, buffers: &[&[u8]]) -> io::Result<()> {
