@@ -50,6 +50,11 @@ pub struct MountArgs {
     /// suffixes; 0 turns read-ahead off). Default 8m.
     #[arg(long, value_parser = crate::bench::parse_size)]
     readahead_bytes: Option<u64>,
+    /// Byte-range tokens keep this mount's caches coherent with every other client's: a
+    /// byte written here is seen elsewhere once its `write` returns (`on`, default); `off`:
+    /// only after the writer's `close` (close-to-open, as NFS).
+    #[arg(long, value_parser = ["on", "off"])]
+    tokens: Option<String>,
 }
 
 #[derive(Args)]
@@ -74,6 +79,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     config.enwrich = args.enwrich;
     config.enwrich_cache_bytes = args.enwrich_cache_bytes.unwrap_or(config.enwrich_cache_bytes);
     config.readahead_bytes_max = args.readahead_bytes.unwrap_or(config.readahead_bytes_max);
+    config.tokens = args.tokens.as_deref() != Some("off");
     if let Some(listen) = &args.metrics_listen {
         crate::keys::set_metrics_listen(listen);
     }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Cluster, Process, FLOTILLA};
+use common::{Cluster, Mount, FLOTILLA};
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
@@ -19,49 +19,6 @@ use std::process::Command;
 
 /// The unprivileged user the permission rules are checked for.
 const NOBODY: u32 = 65534;
-
-/// A `flotilla mount` with the kernel's name and attribute caching off (so a change made
-/// through another mount is seen at once, not after a timeout); unmounted when dropped.
-struct Mount {
-    process: Option<Process>,
-    dir: PathBuf,
-    _holder: tempfile::TempDir,
-}
-
-impl Mount {
-    fn start(meta: &str) -> Mount {
-        Mount::start_with(meta, &[])
-    }
-
-    fn start_with(meta: &str, extra: &[&str]) -> Mount {
-        let holder = tempfile::tempdir().expect("temporary folder");
-        fs::set_permissions(holder.path(), fs::Permissions::from_mode(0o755)).unwrap();
-        let dir = holder.path().join("mnt");
-        let mut args = vec!["mount", "--meta", meta, "--attr-timeout-ms", "0"];
-        args.extend_from_slice(extra);
-        args.push(common::path(&dir));
-        let process = Process::start(&args, "mount").expect("start flotilla mount");
-        assert!(common::is_mounted(&dir), "{} is not mounted", dir.display());
-        Mount { process: Some(process), dir, _holder: holder }
-    }
-
-    fn path(&self, relative: &str) -> PathBuf {
-        self.dir.join(relative)
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
-            unsafe { libc::kill(process.child.id() as i32, libc::SIGTERM) };
-            let _ = process.child.wait();
-        }
-        if common::is_mounted(&self.dir) {
-            let _ = Command::new(FLOTILLA).args(["umount", "--lazy", common::path(&self.dir)]).status();
-        }
-    }
-}
 
 fn c_bytes(bytes: &[u8]) -> CString {
     CString::new(bytes).expect("no NUL")

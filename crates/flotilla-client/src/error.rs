@@ -39,6 +39,9 @@ pub enum ClientError {
     /// An ENWRICH write, flush or close failed (the message names the member or server).
     #[error("ENWRICH: {0}")]
     Enwrich(String),
+    /// A byte-range token could not be had in time (the message names the file and range).
+    #[error("byte-range token: {0}")]
+    Token(String),
 }
 
 impl ClientError {

@@ -182,6 +182,14 @@ impl File {
         self.client.block_on(crate::commit::commit_file(&self.client.core, self.entry.file_id()))
     }
 
+    /// Makes the size and mtime this client's writes gave the file known to the metadata
+    /// service, without committing the data (what a byte-range token's holder does before
+    /// giving the token back: the bytes are on the servers, and this client keeps them for
+    /// replay until they are committed).
+    pub fn publish_size(&self) -> Result<(), ClientError> {
+        self.publish()
+    }
+
     fn publish(&self) -> Result<(), ClientError> {
         let Some(pending) = self.client.core.take_pending(self.entry.id) else { return Ok(()) };
         let request = MetaRequest::GrowSize {
@@ -425,7 +433,15 @@ mod tests {
         let subfiles = (0..subfiles)
             .map(|i| SubfilePlace { target: TargetId(i as u64), server: String::new(), up: true })
             .collect();
-        EntryInfo { id: 99, attrs, layout: Some(layout), subfiles, symlink: None, capability: None }
+        EntryInfo {
+            id: 99,
+            attrs,
+            layout: Some(layout),
+            subfiles,
+            symlink: None,
+            capability: None,
+            no_overlap: false,
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod opens;
 mod posix;
 mod posix_at;
 mod raw;
+mod tokens;
 mod transfer;
 mod unstable;
 
@@ -37,6 +38,7 @@ pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptio
 pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File, ForkHsm};
+pub use flotilla_proto::TokenMode;
 pub use flotilla_proto::{
     DirEntryInfo, EntryInfo, ErrorCode, ForkInfo, TargetState, TargetStatus, WireError,
 };
@@ -52,6 +54,7 @@ pub use handle::Handle;
 pub use posix::Owner;
 pub use posix_at::At;
 pub use raw::RawBuffer;
+pub use tokens::{ByteRange, TokenCache, TokenCounters, TokenHolder, TokenSettings, TokenUse, WHOLE_FILE};
 
 /// The environment variable naming the metadata service's address.
 pub const META_ENV: &str = "FLOTILLA_META";

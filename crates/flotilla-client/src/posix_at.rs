@@ -151,6 +151,13 @@ impl Client {
         entry_reply(self.meta(MetaRequest::SetLayoutId { id, layout })?, "set layout")
     }
 
+    /// Sets or clears file `id`'s no-overlap hint (`user.flotilla.no_overlap`): its writers
+    /// promise never to write overlapping bytes, so clients take no byte-range tokens for
+    /// it. The file's owner or root only.
+    pub fn set_no_overlap_id(&self, id: u64, no_overlap: bool) -> Result<EntryInfo, ClientError> {
+        entry_reply(self.meta(MetaRequest::SetNoOverlapId { id, no_overlap })?, "set the no-overlap hint")
+    }
+
     /// Every entry of directory `id` with its attributes (readdirplus), fetched in pages of
     /// `READDIR_ENTRIES_MAX` (one round trip each), at most `entries_max` (`OverLimit`
     /// beyond).

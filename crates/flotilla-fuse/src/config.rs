@@ -36,6 +36,9 @@ pub struct MountConfig {
     /// Bytes one read-only open may fetch ahead of its reads when they are sequential or
     /// strided (`readahead.rs`); 0 turns read-ahead off.
     pub readahead_bytes_max: u64,
+    /// Keep caches coherent across clients with byte-range tokens (`coherence.rs`); off:
+    /// close-to-open consistency only, as NFS.
+    pub tokens: bool,
 }
 
 impl Default for MountConfig {
@@ -55,6 +58,7 @@ impl Default for MountConfig {
             enwrich: false,
             enwrich_cache_bytes: 4 << 20,
             readahead_bytes_max: 8 << 20,
+            tokens: true,
         }
     }
 }

@@ -40,8 +40,12 @@ pub struct FlotillaFs {
     pub(crate) client: flotilla_client::Client,
     pub(crate) files: HandleTable<OpenFile>,
     pub(crate) dirs: HandleTable<Vec<Listed>>,
-    pub(crate) sizes: SizeTable,
-    pub(crate) write_behind: WriteBehind,
+    pub(crate) sizes: std::sync::Arc<SizeTable>,
+    pub(crate) write_behind: std::sync::Arc<WriteBehind>,
+    /// Byte-range tokens (`coherence.rs`); `None` with `--tokens off`.
+    pub(crate) tokens: Option<flotilla_client::TokenCache>,
+    /// What revocations reach (the token cache holds it weakly).
+    _holder: std::sync::Arc<crate::coherence::MountHolder>,
     pub(crate) ttl: Duration,
     /// Most entries one open directory listing holds (`listing_entries_max`).
     pub(crate) listing_entries_max: usize,
@@ -59,16 +63,29 @@ pub struct FlotillaFs {
 
 impl FlotillaFs {
     pub fn new(client: flotilla_client::Client, config: &MountConfig) -> FlotillaFs {
+        let sizes = std::sync::Arc::new(SizeTable::default());
+        let write_behind = std::sync::Arc::new(WriteBehind::new(WriteBehindLimits {
+            piece_bytes_max: config.write_behind_piece_bytes_max,
+            file_bytes_max: config.write_behind_bytes_max,
+            total_bytes_max: config.write_behind_total_bytes_max,
+        }));
+        let holder = std::sync::Arc::new(crate::coherence::MountHolder {
+            write_behind: write_behind.clone(),
+            sizes: sizes.clone(),
+        });
+        let tokens = config.tokens.then(|| {
+            let weak: std::sync::Weak<dyn flotilla_client::TokenHolder> =
+                std::sync::Arc::downgrade(&holder) as std::sync::Weak<crate::coherence::MountHolder>;
+            flotilla_client::TokenCache::new(client.clone(), weak, flotilla_client::TokenSettings::default())
+        });
         FlotillaFs {
             client,
             files: HandleTable::new(config.open_files_max),
             dirs: HandleTable::new(config.open_dirs_max),
-            sizes: SizeTable::default(),
-            write_behind: WriteBehind::new(WriteBehindLimits {
-                piece_bytes_max: config.write_behind_piece_bytes_max,
-                file_bytes_max: config.write_behind_bytes_max,
-                total_bytes_max: config.write_behind_total_bytes_max,
-            }),
+            sizes,
+            write_behind,
+            tokens,
+            _holder: holder,
             ttl: Duration::from_millis(config.attr_timeout_ms),
             listing_entries_max: config.listing_entries_max,
             atime: config.atime,
@@ -141,6 +158,9 @@ impl Filesystem for FlotillaFs {
 
     fn destroy(&mut self) {
         self.flush_all();
+        if let Some(tokens) = &self.tokens {
+            tokens.stop();
+        }
     }
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {

@@ -15,6 +15,7 @@
 //! The mount uses fuser's own mount code (no libfuse, no fusermount when root).
 
 mod atime;
+mod coherence;
 mod config;
 mod convert;
 mod enwrich;
@@ -33,7 +34,7 @@ pub use atime::AtimeMode;
 pub use config::MountConfig;
 pub use fs::{FlotillaFs, IO_BYTES_MAX};
 pub use open_files::FILE_BYTES_MAX;
-pub use xattr::LAYOUT_XATTR;
+pub use xattr::{LAYOUT_XATTR, NO_OVERLAP_XATTR};
 
 use flotilla_client::Client;
 use std::ffi::CString;

@@ -6,7 +6,9 @@ use crate::convert::{errno, file_attr, file_type, time_or_now};
 use crate::fs::{FlotillaFs, Listed};
 use crate::nodes::{check_name, ROOT_INO};
 use crate::open_files::FILE_BYTES_MAX;
-use flotilla_client::{At, ClientError, CreateOptions, EntryInfo, FileKind, Owner, RenameMode, SetAttr};
+use flotilla_client::{
+    At, ClientError, CreateOptions, EntryInfo, FileKind, Owner, RenameMode, SetAttr, TokenMode, WHOLE_FILE,
+};
 use fuser::{Errno, FileAttr, RenameFlags, Request, TimeOrNow};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStringExt;
@@ -109,9 +111,21 @@ impl FlotillaFs {
             return Err(Errno::EFBIG);
         }
         let file = self.retrying(|| self.client.open_id(ino)).map_err(failed)?;
+        // Every other client's cached bytes and size of the file are stale after this.
+        let token = match &self.tokens {
+            Some(tokens) if !file.entry().no_overlap => {
+                Some(tokens.cover(ino, TokenMode::Write, WHOLE_FILE).map_err(failed)?)
+            }
+            _ => None,
+        };
         self.send_buffered_with(ino, &file)?;
         let attrs = self.retrying(|| file.set_size(size)).map_err(failed)?;
         self.sizes.truncated(ino, size);
+        drop(token);
+        if let (Some(tokens), None) = (&self.tokens, self.sizes.known(ino)) {
+            // Not open here: nothing to keep the token for.
+            tokens.release_file(ino).map_err(failed)?;
+        }
         Ok(attrs)
     }
 

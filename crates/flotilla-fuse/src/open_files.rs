@@ -18,7 +18,7 @@ use crate::fs::FlotillaFs;
 use crate::names::failed;
 use crate::readahead::{Detector, Window};
 use crate::write_behind::Buffered;
-use flotilla_client::{ClientError, EnwrichFile, File, Shape};
+use flotilla_client::{ByteRange, ClientError, EnwrichFile, File, Shape, TokenMode, TokenUse};
 use fuser::Errno;
 use std::collections::HashMap;
 
@@ -41,6 +41,9 @@ pub struct OpenFile {
     enwrich: parking_lot::Mutex<Option<EnwrichFile>>,
     /// Read-only opens: the access pattern and what was fetched ahead (`readahead.rs`).
     readahead: Option<parking_lot::Mutex<(Detector, Window)>>,
+    /// Reads and writes take byte-range tokens (`coherence.rs`): the mount has them on, the
+    /// file has no no-overlap hint, and the open is not in ENWRICH mode.
+    coherent: bool,
 }
 
 impl OpenFile {
@@ -56,18 +59,43 @@ pub struct SizeTable {
 
 struct Tracked {
     size_bytes: u64,
+    /// Another client may have changed the size (a token was given back): ask again.
+    stale: bool,
     opens: u64,
+    /// A handle of the file, for writing back and publishing when a token is revoked.
+    file: File,
     /// Bumped by every write and truncate through this mount (read-ahead windows filled
     /// under an older one are stale).
     generation: u64,
 }
 
 impl SizeTable {
-    fn opened(&self, ino: u64, size_bytes: u64) {
+    fn opened(&self, ino: u64, size_bytes: u64, file: &File) {
         let mut sizes = self.sizes.lock();
-        let tracked = sizes.entry(ino).or_insert(Tracked { size_bytes, opens: 0, generation: 0 });
+        let fresh = || Tracked { size_bytes, stale: false, opens: 0, file: file.clone(), generation: 0 };
+        let tracked = sizes.entry(ino).or_insert_with(fresh);
         tracked.size_bytes = size_bytes;
+        tracked.stale = false;
         tracked.opens += 1;
+    }
+
+    /// A handle of open file `ino`.
+    pub fn file(&self, ino: u64) -> Option<File> {
+        self.sizes.lock().get(&ino).map(|tracked| tracked.file.clone())
+    }
+
+    /// Another client may change `ino` now: read-ahead windows are stale and the size must
+    /// be asked again.
+    pub fn invalidate(&self, ino: u64) {
+        if let Some(tracked) = self.sizes.lock().get_mut(&ino) {
+            tracked.stale = true;
+            tracked.generation += 1;
+        }
+    }
+
+    /// Whether the size of `ino` must be asked again (and, from now on, not).
+    fn take_stale(&self, ino: u64) -> bool {
+        self.sizes.lock().get_mut(&ino).is_some_and(|tracked| std::mem::take(&mut tracked.stale))
     }
 
     /// One open handle of `ino` fewer; whether it was the last.
@@ -157,11 +185,30 @@ impl FlotillaFs {
         let enwrich = parking_lot::Mutex::new(enwrich);
         let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY;
         let readahead = (read_only && self.readahead_bytes_max > 0).then(Default::default);
+        let coherent = self.tokens.is_some() && !file.entry().no_overlap && enwrich.lock().is_none();
+        self.sizes.opened(ino, size, &file);
         let file = parking_lot::RwLock::new(file);
-        let open = OpenFile { ino, file, sync_writes, setid, read_once, enwrich, readahead };
-        let handle = self.files.insert(open)?;
-        self.sizes.opened(ino, size);
-        Ok(handle)
+        let open = OpenFile { ino, file, sync_writes, setid, read_once, enwrich, readahead, coherent };
+        match self.files.insert(open) {
+            Ok(handle) => Ok(handle),
+            Err(errno) => {
+                self.sizes.released(ino);
+                Err(errno)
+            }
+        }
+    }
+
+    /// A use of the tokens `mode` on `range` of the open file, when it takes tokens.
+    fn token_use(
+        &self,
+        open: &OpenFile,
+        mode: TokenMode,
+        range: ByteRange,
+    ) -> Result<Option<TokenUse>, Errno> {
+        match (&self.tokens, open.coherent) {
+            (Some(tokens), true) => tokens.cover(open.ino, mode, range).map(Some).map_err(failed),
+            _ => Ok(None),
+        }
     }
 
     /// Sends what the write-behind buffer holds for the file `open` is a handle of.
@@ -200,9 +247,18 @@ impl FlotillaFs {
     pub(crate) fn read_file(&self, ino: u64, handle: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         let open = self.files.get(handle)?;
         self.send_buffered(&open)?;
+        let token = self.token_use(&open, TokenMode::Read, (offset, u64::MAX))?;
+        let fresh = token.as_ref().is_some_and(|token| token.fresh) | self.sizes.take_stale(ino);
         let end = offset.saturating_add(u64::from(size));
         let mut known = self.sizes.known(ino).unwrap_or(0);
-        if end > known {
+        if fresh {
+            // Another client may have changed the size (truncated it, too) while this mount
+            // held no token: the service's size with this client's own writes.
+            let mut attrs = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?.attrs;
+            self.client.overlay(ino, &mut attrs);
+            known = attrs.size_bytes;
+            self.sizes.observed(ino, known);
+        } else if end > known {
             // Maybe another client made the file longer (this mount's writes are all known).
             let entry = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?;
             known = known.max(entry.attrs.size_bytes);
@@ -296,6 +352,7 @@ impl FlotillaFs {
             return Ok(0);
         }
         let written = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
+        let _token = self.token_use(&open, TokenMode::Write, (offset, end - 1))?;
         if let Some(enwrich) = open.enwrich.lock().as_ref() {
             enwrich.write_at(offset, data).map_err(failed)?;
             if open.sync_writes {
@@ -329,6 +386,7 @@ impl FlotillaFs {
                 .checked_add(data.len() as u64)
                 .filter(|end| *end <= FILE_BYTES_MAX)
                 .ok_or(Errno::EFBIG)?;
+            let _token = self.token_use(open, TokenMode::Write, (offset, u64::MAX))?;
             self.with_file(open, |file| file.write_at(offset, data))?;
             if open.sync_writes {
                 self.with_file(open, |file| file.sync())?;
@@ -367,6 +425,11 @@ impl FlotillaFs {
         };
         if self.sizes.released(open.ino) {
             self.write_behind.forget(open.ino);
+            if let Some(tokens) = &self.tokens {
+                if let Err(error) = tokens.release_file(open.ino) {
+                    tracing::warn!(%error, ino = open.ino, "giving the file's tokens back failed");
+                }
+            }
         }
         published
     }

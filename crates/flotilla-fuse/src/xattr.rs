@@ -1,7 +1,10 @@
 //! Extended attributes: the layout, as `user.flotilla.layout` (`stripe:1M`, `hash:...`,
 //! `explicit`). On a file it is the file's layout (settable while the file is empty); on a
-//! directory it is the default layout new files inherit (removable). No other attribute is
-//! stored: reading one gives ENODATA, setting one ENOTSUP, as on a file system without them.
+//! directory it is the default layout new files inherit (removable). And the no-overlap
+//! hint, `user.flotilla.no_overlap` (`1`; removing it or setting `0` clears it): the file's
+//! writers promise never to overlap, so opens made after it is set take no byte-range
+//! tokens. No other attribute is stored: reading one gives ENODATA, setting one ENOTSUP, as
+//! on a file system without them.
 
 use crate::fs::FlotillaFs;
 use crate::names::failed;
@@ -10,6 +13,7 @@ use fuser::{Errno, ReplyXattr};
 use std::ffi::OsStr;
 
 pub const LAYOUT_XATTR: &str = "user.flotilla.layout";
+pub const NO_OVERLAP_XATTR: &str = "user.flotilla.no_overlap";
 
 /// Replies with an attribute's value or a name list, or only its length when asked (size 0).
 pub(crate) fn reply_value(reply: ReplyXattr, size: u32, value: Result<Vec<u8>, Errno>) {
@@ -27,6 +31,12 @@ impl FlotillaFs {
     }
 
     pub(crate) fn get_xattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>, Errno> {
+        if name == NO_OVERLAP_XATTR {
+            return match self.entry(ino)?.no_overlap {
+                true => Ok(b"1".to_vec()),
+                false => Err(Errno::NO_XATTR),
+            };
+        }
         if name != LAYOUT_XATTR {
             return Err(Errno::NO_XATTR);
         }
@@ -35,13 +45,21 @@ impl FlotillaFs {
     }
 
     pub(crate) fn list_xattr(&self, ino: u64) -> Result<Vec<u8>, Errno> {
-        match self.entry(ino)?.layout {
-            Some(_) => Ok(format!("{LAYOUT_XATTR}\0").into_bytes()),
-            None => Ok(Vec::new()),
+        let entry = self.entry(ino)?;
+        let mut names = Vec::new();
+        if entry.layout.is_some() {
+            names.extend_from_slice(format!("{LAYOUT_XATTR}\0").as_bytes());
         }
+        if entry.no_overlap {
+            names.extend_from_slice(format!("{NO_OVERLAP_XATTR}\0").as_bytes());
+        }
+        Ok(names)
     }
 
     pub(crate) fn set_xattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<(), Errno> {
+        if name == NO_OVERLAP_XATTR {
+            return self.set_no_overlap(ino, value, flags);
+        }
         if name != LAYOUT_XATTR {
             return Err(Errno::ENOTSUP);
         }
@@ -59,7 +77,34 @@ impl FlotillaFs {
         self.client.set_layout_id(entry.id, Some(layout)).map(|_| ()).map_err(failed)
     }
 
+    /// Sets (`1`) or clears (`0`) the no-overlap hint of a file.
+    fn set_no_overlap(&self, ino: u64, value: &[u8], flags: i32) -> Result<(), Errno> {
+        let text = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+        let no_overlap = match text.trim_end_matches(['\0', '\n']).trim() {
+            "1" | "true" | "yes" => true,
+            "0" | "false" | "no" => false,
+            _ => return Err(Errno::EINVAL),
+        };
+        let entry = self.entry(ino)?;
+        if entry.attrs.kind != FileKind::File {
+            return Err(Errno::EPERM);
+        }
+        if flags & libc::XATTR_CREATE != 0 && entry.no_overlap {
+            return Err(Errno::EEXIST);
+        }
+        if flags & libc::XATTR_REPLACE != 0 && !entry.no_overlap {
+            return Err(Errno::NO_XATTR);
+        }
+        self.client.set_no_overlap_id(ino, no_overlap).map(|_| ()).map_err(failed)
+    }
+
     pub(crate) fn remove_xattr(&self, ino: u64, name: &OsStr) -> Result<(), Errno> {
+        if name == NO_OVERLAP_XATTR {
+            if !self.entry(ino)?.no_overlap {
+                return Err(Errno::NO_XATTR);
+            }
+            return self.client.set_no_overlap_id(ino, false).map(|_| ()).map_err(failed);
+        }
         if name != LAYOUT_XATTR {
             return Err(Errno::NO_XATTR);
         }

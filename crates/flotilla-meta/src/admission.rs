@@ -59,6 +59,7 @@ pub(crate) fn is_mutating(request: &MetaRequest) -> bool {
             | MetaRequest::RmdirAt { .. }
             | MetaRequest::RenameAt { .. }
             | MetaRequest::SetLayoutId { .. }
+            | MetaRequest::SetNoOverlapId { .. }
             | MetaRequest::TouchAtime { .. }
     )
 }

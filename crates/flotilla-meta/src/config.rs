@@ -83,6 +83,18 @@ pub struct MetaConfig {
     /// Lock requests waiting at once (each holds one of the service's blocking threads while
     /// it waits); beyond, a request is answered at once with the conflicting lock.
     pub lock_waiters_max: usize,
+    /// Byte-range tokens (client cache coherence) held in the whole cluster.
+    pub tokens_max: usize,
+    /// Longest a token request waits for holders to give their tokens back, and longest a
+    /// client's revocation poll is held, before either is answered (the client asks again).
+    pub token_wait_ms_max: u64,
+    /// Token requests waiting for holders at once; beyond, one is answered busy at once.
+    pub token_waiters_max: usize,
+    /// Revocation polls held at once (one per client with tokens).
+    pub token_pollers_max: usize,
+    /// After a restart (not on a new database), no token is granted for this long, so that
+    /// clients that held tokens learn they were lost before anyone else is given them.
+    pub token_recovery_ms: u64,
     /// Group commit: longest the committer waits for changes still being applied to join
     /// its batch (a change is acknowledged only after its batch commits).
     pub commit_batch_delay_us_max: u64,
@@ -125,6 +137,11 @@ impl Default for MetaConfig {
             locks_max: 1 << 20,
             lock_wait_ms_max: 1000,
             lock_waiters_max: 64,
+            tokens_max: 1 << 20,
+            token_wait_ms_max: 1000,
+            token_waiters_max: 256,
+            token_pollers_max: 4096,
+            token_recovery_ms: 3000,
         }
     }
 }

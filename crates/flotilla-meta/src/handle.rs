@@ -33,6 +33,8 @@ pub(crate) struct State {
     pub jobs: crate::jobs::Jobs,
     /// Byte-range locks (fcntl, flock) of client sessions.
     pub locks: crate::locks::Locks,
+    /// Byte-range tokens of client sessions, and the no-overlap hints.
+    pub tokens: crate::tokens::Tokens,
 }
 
 /// The capability key and the lifetime of the capabilities the service issues.
@@ -174,6 +176,25 @@ impl State {
                 self.locks.release_owner(id, (session, owner));
                 MetaReply::Done
             }
+            MetaRequest::TokenAcquire { session, id, mode, required, desired, wait_ms } => {
+                match self.tokens.acquire((id, session), mode, (required, desired), wait_ms)? {
+                    Ok(grant) => MetaReply::TokenGranted(grant),
+                    Err(holder) => MetaReply::TokenBusy { holder },
+                }
+            }
+            MetaRequest::TokenRelease { session, id, range, to } => {
+                self.tokens.release((id, session), range, to)?;
+                MetaReply::Done
+            }
+            MetaRequest::TokenWait { session, holding, wait_ms } => {
+                let (revokes, lost) = self.tokens.wait(session, holding, wait_ms)?;
+                MetaReply::TokenEvents { revokes, lost }
+            }
+            MetaRequest::SetNoOverlapId { id, no_overlap } => {
+                let entry = ns.set_no_overlap_as(who, id, no_overlap, now).map_err(wire)?;
+                self.tokens.set_no_overlap(id, no_overlap);
+                MetaReply::Entry(self.granted(entry, asker))
+            }
             MetaRequest::JobJoin { name, size } => {
                 let (member, epoch, event) = self.jobs.join(&name, size)?;
                 MetaReply::JobJoined { member, epoch, event }
@@ -276,6 +297,7 @@ impl State {
         opens.expire(now);
         // A lock needs an open file: the locks of sessions with nothing open went with them.
         self.locks.retain_sessions(|session| opens.has_session(session));
+        self.tokens.retain_sessions(|session| opens.has_session(session));
         for id in opens.releasable(now) {
             match self.namespace.release_orphan(id) {
                 Ok(_) => opens.released(id),
@@ -447,6 +469,7 @@ impl State {
             subfiles,
             symlink: entry.symlink_target,
             capability: None,
+            no_overlap: self.tokens.no_overlap(entry.id),
         }
     }
 }

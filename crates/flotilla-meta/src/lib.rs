@@ -18,6 +18,7 @@ mod metrics;
 mod opens;
 mod policy;
 mod service;
+mod tokens;
 
 pub use config::MetaConfig;
 pub use service::{run, MetaService};

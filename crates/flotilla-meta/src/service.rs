@@ -320,6 +320,8 @@ fn new_state(
     for id in namespace.orphans(ORPHANS_LOADED_MAX).context("list orphans")? {
         opens.add_orphan(id);
     }
+    let namespace_created = namespace.created();
+    let no_overlap = namespace.no_overlap_files().context("load no-overlap hints")?;
     Ok(State {
         namespace,
         membership,
@@ -340,7 +342,19 @@ fn new_state(
             wait_ms_max: config.lock_wait_ms_max,
             waiters_max: config.lock_waiters_max,
         }),
+        tokens: crate::tokens::Tokens::new(token_bounds(config, namespace_created), no_overlap),
     })
+}
+
+/// The token service's bounds; a new database has no clients whose tokens were lost.
+fn token_bounds(config: &MetaConfig, namespace_created: bool) -> crate::tokens::TokenBounds {
+    crate::tokens::TokenBounds {
+        tokens_max: config.tokens_max,
+        wait_ms_max: config.token_wait_ms_max,
+        waiters_max: config.token_waiters_max,
+        pollers_max: config.token_pollers_max,
+        recovery_ms: if namespace_created { 0 } else { config.token_recovery_ms },
+    }
 }
 
 /// Ends expired client sessions and releases unused orphans, every `period`.

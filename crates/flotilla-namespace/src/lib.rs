@@ -30,6 +30,7 @@ mod error;
 mod group;
 pub use group::GroupCommit;
 mod guard;
+mod hints;
 mod namespace;
 mod placement;
 mod record;

@@ -238,6 +238,18 @@ impl Namespace {
     }
 
     /// Runs `query` on a consistent read snapshot.
+    /// Runs `query` on a read transaction of its own (for tables that may not exist yet).
+    pub(crate) fn read_txn<R>(
+        &self,
+        query: impl FnOnce(&redb::ReadTransaction) -> Result<R, NamespaceError>,
+    ) -> Result<R, NamespaceError> {
+        self.reopen_if_broken()?;
+        let db = self.db.read();
+        self.refuse_if_broken()?;
+        let txn = db.begin_read()?;
+        query(&txn)
+    }
+
     pub(crate) fn read<R>(
         &self,
         query: impl FnOnce(&ReadTables) -> Result<R, NamespaceError>,

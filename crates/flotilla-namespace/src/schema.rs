@@ -37,3 +37,7 @@ pub(crate) const SCHEMA_VERSION: u64 = 2;
 pub(crate) const PLACEMENT_CURSOR_KEY: &str = "placement_cursor";
 /// Inode id of the root directory.
 pub const ROOT_ID: u64 = 1;
+
+/// Files whose writers promised not to overlap (`user.flotilla.no_overlap`): clients take
+/// no byte-range tokens for them. Created on first use (older databases have no such table).
+pub(crate) const NO_OVERLAP: TableDefinition<u64, ()> = TableDefinition::new("no_overlap");

@@ -9,7 +9,8 @@ use crate::entry::FileRecord;
 use crate::error::NamespaceError;
 use crate::record::Inode;
 use crate::schema::{
-    COUNTERS, DIRENTS, DIR_PARENTS, INODES, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS,
+    COUNTERS, DIRENTS, DIR_PARENTS, INODES, NO_OVERLAP, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS,
+    TARGET_OWNERS,
 };
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, Table, WriteTransaction};
 use std::ops::Bound;
@@ -132,6 +133,7 @@ pub(crate) struct WriteTables<'txn> {
     pub(crate) counters: Table<'txn, &'static str, u64>,
     pub(crate) orphans: Table<'txn, u64, ()>,
     pub(crate) owners: Table<'txn, u64, &'static [u8]>,
+    pub(crate) no_overlap: Table<'txn, u64, ()>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -145,6 +147,7 @@ impl<'txn> WriteTables<'txn> {
             counters: txn.open_table(COUNTERS)?,
             orphans: txn.open_table(ORPHANS)?,
             owners: txn.open_table(TARGET_OWNERS)?,
+            no_overlap: txn.open_table(NO_OVERLAP)?,
         })
     }
 

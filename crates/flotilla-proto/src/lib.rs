@@ -32,7 +32,8 @@ pub use meta::{
     TargetReport, TargetState, TargetStatus,
 };
 pub use meta::{
-    ListedEntry, ListedEntryPlus, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX, READDIR_ENTRIES_MAX,
+    ListedEntry, ListedEntryPlus, LockInfo, LockKind, RenameMode, TokenGrant, TokenMode, TokenRevoke,
+    NAME_BYTES_MAX, READDIR_ENTRIES_MAX, TOKEN_EVENTS_MAX,
 };
 pub use wire_error::{ErrorCode, WireError};
 

@@ -25,6 +25,9 @@ pub struct EntryInfo {
     /// For files: what the asking credential may do to the file's data on the I/O servers
     /// (`None` when it may do nothing, and for directories and symlinks).
     pub capability: Option<crate::Capability>,
+    /// For files: writers promised never to overlap (`user.flotilla.no_overlap`), so
+    /// clients take no byte-range tokens for it.
+    pub no_overlap: bool,
 }
 
 impl EntryInfo {
@@ -357,7 +360,76 @@ pub enum MetaRequest {
         id: u64,
         owner: u64,
     },
+    /// A byte-range token on file `id` for client `session` (GPFS §2): `mode` over at least
+    /// `required` (inclusive byte ranges), and as much of `desired` as conflicts with no
+    /// other session's token. Conflicting holders are asked to give their tokens back
+    /// (`TokenWait`); the service waits up to `wait_ms` (bounded by `token_wait_ms_max`)
+    /// for them. Replies `TokenGranted`, or `TokenBusy` naming a holder still in the way.
+    TokenAcquire {
+        session: u64,
+        id: u64,
+        mode: TokenMode,
+        required: (u64, u64),
+        desired: (u64, u64),
+        wait_ms: u64,
+    },
+    /// Gives back `session`'s tokens on bytes `range` of file `id` (all of them with
+    /// `to: None`, or keeps a read token with `to: Some(Read)`), after writing back what
+    /// they covered. Replies `Done`.
+    TokenRelease {
+        session: u64,
+        id: u64,
+        range: (u64, u64),
+        to: Option<TokenMode>,
+    },
+    /// Waits up to `wait_ms` (bounded) for revocations of `session`'s tokens; replies
+    /// `TokenEvents`. `holding`: the client believes it holds tokens (if the service holds
+    /// none for it, they were lost — a restart or an expired lease — and it is told so).
+    TokenWait {
+        session: u64,
+        holding: bool,
+        wait_ms: u64,
+    },
+    /// Sets or clears file `id`'s no-overlap hint (`user.flotilla.no_overlap`); needs the
+    /// right to change the file's attributes. Replies `Entry`.
+    SetNoOverlapId {
+        id: u64,
+        no_overlap: bool,
+    },
 }
+
+/// The right a byte-range token gives: `Read` lets a client cache the bytes; `Write` lets it
+/// also change them and keep the changes in its cache (write-behind). Read tokens of several
+/// clients coexist; a write token excludes every other client's token on its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TokenMode {
+    Read,
+    Write,
+}
+
+/// A token the service granted: `mode` over bytes `start..=end`; `seq` orders it among the
+/// session's grants on the file (a revocation names the last grant it knew of).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenGrant {
+    pub mode: TokenMode,
+    pub start: u64,
+    pub end: u64,
+    pub seq: u64,
+}
+
+/// A revocation: give back bytes `start..=end` of file `id` (keeping a read token with
+/// `to: Some(Read)`) once every grant up to `seq` on that file has been applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRevoke {
+    pub id: u64,
+    pub start: u64,
+    pub end: u64,
+    pub to: Option<TokenMode>,
+    pub seq: u64,
+}
+
+/// Most revocations one `TokenEvents` reply carries.
+pub const TOKEN_EVENTS_MAX: usize = 1024;
 
 /// What a `SetLock` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -455,4 +527,16 @@ pub enum MetaReply {
     ListingPlus(Vec<ListedEntryPlus>),
     /// Answers `SetLock` (`None`: done) and `GetLock` (`None`: no conflicting lock).
     Lock(Option<LockInfo>),
+    /// Answers `TokenAcquire`.
+    TokenGranted(TokenGrant),
+    /// Answers `TokenAcquire`: a token of `holder` (a session) still conflicts; ask again.
+    TokenBusy {
+        holder: u64,
+    },
+    /// Answers `TokenWait`: tokens to give back; `lost`: the service holds none of this
+    /// session's tokens although it believes it holds some (drop them all).
+    TokenEvents {
+        revokes: Vec<TokenRevoke>,
+        lost: bool,
+    },
 }

@@ -490,6 +490,7 @@ fn meta_reply() -> impl Strategy<Value = MetaReply> {
             subfiles,
             symlink,
             capability,
+            no_overlap: id % 2 == 0,
         });
     let dir_entry =
         (text(), any::<u64>(), kind()).prop_map(|(name, id, kind)| DirEntryInfo { name, id, kind });

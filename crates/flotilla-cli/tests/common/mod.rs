@@ -532,3 +532,49 @@ pub fn kill_and_restart_meta(cluster: &mut Cluster) {
     process.kill();
     cluster.start_meta(&addr);
 }
+
+/// A `flotilla mount` process with the kernel's name and attribute caching off (so a change
+/// made through another mount is seen at once, not after a timeout); unmounted when dropped.
+pub struct Mount {
+    pub process: Option<Process>,
+    pub dir: PathBuf,
+    _holder: tempfile::TempDir,
+}
+
+impl Mount {
+    pub fn start(meta: &str) -> Mount {
+        Mount::start_with(meta, &[])
+    }
+
+    /// A mount with extra `flotilla mount` arguments (`--key` for a `flotilla local`
+    /// cluster's credential, `--tokens off`, ...).
+    pub fn start_with(meta: &str, extra: &[&str]) -> Mount {
+        use std::os::unix::fs::PermissionsExt;
+        let holder = tempfile::tempdir().expect("temporary folder");
+        std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = holder.path().join("mnt");
+        let mut args = vec!["mount", "--meta", meta, "--attr-timeout-ms", "0"];
+        args.extend_from_slice(extra);
+        args.push(path(&dir));
+        let process = Process::start(&args, "mount").expect("start flotilla mount");
+        assert!(is_mounted(&dir), "{} is not mounted", dir.display());
+        Mount { process: Some(process), dir, _holder: holder }
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.join(relative)
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
+            unsafe { libc::kill(process.child.id() as i32, libc::SIGTERM) };
+            let _ = process.child.wait();
+        }
+        if is_mounted(&self.dir) {
+            let _ = Command::new(FLOTILLA).args(["umount", "--lazy", path(&self.dir)]).status();
+        }
+    }
+}

@@ -140,6 +140,7 @@ mod tests {
                 .collect(),
             symlink: None,
             capability: None,
+            no_overlap: false,
         }
     }
 

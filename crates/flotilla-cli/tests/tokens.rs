@@ -1,0 +1,196 @@
+//! Byte-range tokens across mounts (issue 11, GPFS §2): a byte written through one mount
+//! is read through another as soon as the `write` returned (no `close` between), a
+//! truncate through one mount is seen by the other's open file, concurrent overlapping
+//! writes through two mounts are never mixed within one write as a reader sees them, and
+//! the no-overlap hint makes the token traffic zero (counted by the metadata service).
+//!
+//! Real processes: `flotilla local` (metadata service and I/O servers, with its metrics
+//! endpoint) and `flotilla mount` processes; system calls through std. Needs root.
+
+mod common;
+
+use common::{Local, Mount};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+fn mount(local: &Local, extra: &[&str]) -> Mount {
+    let key = common::path(&local.key).to_string();
+    let mut args = vec!["--key", key.as_str()];
+    args.extend_from_slice(extra);
+    Mount::start_with(&local.meta, &args)
+}
+
+/// `TokenAcquire` requests the metadata service answered so far (its metrics endpoint).
+fn token_acquires(local: &Local) -> u64 {
+    let addr = local.metrics.as_deref().expect("a metrics endpoint");
+    let text = common::http_get(addr, "/metrics").expect("scrape the metrics");
+    text.lines()
+        .filter(|line| line.starts_with("flotilla_meta_request_duration_seconds_count"))
+        .filter(|line| line.contains("kind=\"token_acquire\""))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+fn pattern(seed: u8, length: usize) -> Vec<u8> {
+    (0..length).map(|i| seed.wrapping_add((i / 4096) as u8).wrapping_mul(31).wrapping_add(i as u8)).collect()
+}
+
+/// The issue's case: writer on A, reader on B; B sees every byte once A's `write`
+/// returned, with A's file still open (its small writes wait in A's write-behind buffer
+/// until B's read token revokes A's write token). Then A overwrites and extends the file
+/// and B, still open, reads the new bytes and the new size.
+#[test]
+fn a_write_is_read_through_another_mount_before_close() {
+    let local = Local::start(2, false);
+    let (a, b) = (mount(&local, &[]), mount(&local, &[]));
+    let mut writer = fs::File::create(a.path("shared")).expect("create on A");
+    let first = pattern(1, 1 << 20);
+    for chunk in first.chunks(4096) {
+        writer.write_all(chunk).expect("write on A");
+    }
+    let reader = fs::File::open(b.path("shared")).expect("open on B");
+    let mut seen = vec![0u8; first.len()];
+    reader.read_exact_at(&mut seen, 0).expect("read on B");
+    assert!(seen == first, "B did not read what A's returned writes wrote");
+
+    // A overwrites the middle and writes past the end; B's open file sees both.
+    let second = pattern(7, 256 << 10);
+    writer.write_all_at(&second, 512 << 10).expect("overwrite on A");
+    writer.write_all_at(b"tail", 1 << 20).expect("extend on A");
+    let mut middle = vec![0u8; second.len()];
+    reader.read_exact_at(&mut middle, 512 << 10).expect("read the middle on B");
+    assert!(middle == second, "B read stale bytes after A's overwrite");
+    let mut tail = Vec::new();
+    let mut at = (1 << 20) - 4;
+    let mut buffer = [0u8; 64];
+    loop {
+        let count = reader.read_at(&mut buffer, at).expect("read the end on B");
+        if count == 0 {
+            break;
+        }
+        tail.extend_from_slice(&buffer[..count]);
+        at += count as u64;
+    }
+    assert_eq!(&tail[..], &[&first[first.len() - 4..], b"tail"].concat()[..], "B missed A's extension");
+
+    // A truncates; B's open file ends there.
+    writer.set_len(100).expect("truncate on A");
+    let mut after = vec![0u8; 4096];
+    let count = reader.read_at(&mut after, 0).expect("read after truncate on B");
+    assert_eq!(count, 100, "B read past A's truncation");
+    drop(writer);
+}
+
+/// Two mounts rewrite the same 256 KiB (four stripe units, over both servers) with writes
+/// of one byte value each, while a reader on a third mount reads it again and again: every
+/// read sees one write whole, never parts of two.
+#[test]
+fn overlapping_writes_through_two_mounts_are_never_mixed() {
+    const WRITE_BYTES: usize = 256 << 10;
+    let local = Local::start(2, false);
+    let mounts = [mount(&local, &[]), mount(&local, &[]), mount(&local, &[])];
+    fs::write(mounts[0].path("contended"), vec![b'0'; WRITE_BYTES]).expect("create");
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let reads = std::thread::scope(|scope| {
+        for (index, value) in [(0usize, b'A'), (1, b'B')] {
+            let path = mounts[index].path("contended");
+            scope.spawn(move || {
+                let file = fs::OpenOptions::new().write(true).open(&path).expect("open to write");
+                while Instant::now() < deadline {
+                    file.write_all_at(&[value; WRITE_BYTES], 0).expect("write");
+                }
+            });
+        }
+        let path = mounts[2].path("contended");
+        scope
+            .spawn(move || {
+                let file = fs::File::open(&path).expect("open to read");
+                let mut buffer = vec![0u8; WRITE_BYTES];
+                let mut reads = 0;
+                while Instant::now() < deadline {
+                    file.read_exact_at(&mut buffer, 0).expect("read");
+                    let first = buffer[0];
+                    if let Some(at) = buffer.iter().position(|byte| *byte != first) {
+                        panic!(
+                            "read {reads} mixes two writes: {:?} at 0, {:?} at {at}",
+                            first as char, buffer[at] as char
+                        );
+                    }
+                    reads += 1;
+                }
+                reads
+            })
+            .join()
+            .expect("the reader saw a mixed write")
+    });
+    assert!(reads > 0, "no read finished");
+    let last = fs::read(mounts[2].path("contended")).expect("read at the end");
+    assert!(last.iter().all(|byte| *byte == last[0]) && last[0] != b'0', "the file ends mixed or unwritten");
+}
+
+/// With `user.flotilla.no_overlap` set, two mounts writing disjoint records of one file and
+/// reading them back ask for no token at all; the same work on a file without the hint
+/// does (so the counter counts).
+#[test]
+fn the_no_overlap_hint_makes_token_traffic_zero() {
+    let local = Local::start(2, true);
+    let (a, b) = (mount(&local, &[]), mount(&local, &[]));
+    let work = |name: &str| {
+        for (index, mount) in [&a, &b].iter().enumerate() {
+            let file = fs::OpenOptions::new().read(true).write(true).open(mount.path(name)).expect("open");
+            for record in (index..64).step_by(2) {
+                file.write_all_at(&[record as u8; 4096], record as u64 * 4096).expect("write a record");
+            }
+            let mut buffer = [0u8; 4096];
+            for record in (index..64).step_by(2) {
+                file.read_exact_at(&mut buffer, record as u64 * 4096).expect("read a record");
+                assert!(buffer.iter().all(|byte| *byte == record as u8), "record {record} differs");
+            }
+        }
+    };
+    fs::write(a.path("hinted"), b"").expect("create");
+    set_hint(&a.path("hinted"));
+    let listed = std::process::Command::new("python3")
+        .args(["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.flotilla.no_overlap').decode())"])
+        .arg(b.path("hinted"))
+        .output()
+        .expect("python3");
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), "1", "B does not see the hint");
+
+    let before = token_acquires(&local);
+    work("hinted");
+    assert_eq!(token_acquires(&local), before, "tokens were asked for a no-overlap file");
+
+    fs::write(a.path("plain"), b"").expect("create");
+    work("plain");
+    assert!(token_acquires(&local) > before, "a file without the hint took no tokens");
+}
+
+/// Sets the no-overlap hint with `os.setxattr`, as any program would.
+fn set_hint(path: &std::path::Path) {
+    let status = std::process::Command::new("python3")
+        .args(["-c", "import os,sys; os.setxattr(sys.argv[1], 'user.flotilla.no_overlap', b'1')"])
+        .arg(path)
+        .status()
+        .expect("python3");
+    assert!(status.success(), "setting the hint failed");
+}
+
+/// With tokens off, the mount keeps close-to-open consistency only: the reader of the
+/// first test's case does not see bytes still in the writer's write-behind buffer (this is
+/// what the tokens change).
+#[test]
+fn without_tokens_a_buffered_write_is_not_seen_before_close() {
+    let local = Local::start(2, false);
+    let (a, b) = (mount(&local, &["--tokens", "off"]), mount(&local, &["--tokens", "off"]));
+    let mut writer = fs::File::create(a.path("f")).expect("create on A");
+    writer.write_all(&[9u8; 4096]).expect("write on A");
+    let mut seen = vec![0u8; 4096];
+    let count = fs::File::open(b.path("f")).expect("open on B").read_at(&mut seen, 0).expect("read on B");
+    assert_eq!(count, 0, "B saw A's buffered write without tokens");
+    drop(writer);
+    let after = fs::read(b.path("f")).expect("read after close");
+    assert_eq!(after, vec![9u8; 4096]);
+}

@@ -1,0 +1,461 @@
+//! Byte-range tokens on the client side (GPFS §2): a client may cache bytes of a file only
+//! while it holds a read token on them, and change them in its cache (write-behind) only
+//! while it holds a write token. [`TokenCache`] keeps the tokens this client holds, asks
+//! the metadata service for missing ones, and answers revocations, which a background
+//! thread collects by polling (`TokenWait`).
+//!
+//! An operation takes a [`TokenUse`] on the bytes it touches for its whole length; a
+//! revocation waits for the uses on its file to end, stops new ones, lets the
+//! [`TokenHolder`] write back and drop what the token covered, gives the bytes back
+//! (`TokenRelease`) and only then lets new uses in — so no write is ever split by a
+//! revocation (writes are atomic with respect to other clients' token holders), and no
+//! grant can slip between the local drop and the service's.
+//!
+//! A revocation names the sequence number of the last grant the service made this client
+//! on the file; it is applied only once every grant up to it was (the grant's reply and the
+//! revocation travel on different requests).
+
+use crate::client::Client;
+use crate::core::unexpected;
+use crate::error::ClientError;
+use flotilla_proto::{MetaReply, MetaRequest, TokenGrant, TokenMode, TokenRevoke};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// An inclusive byte range.
+pub type ByteRange = (u64, u64);
+
+/// Every byte of a file.
+pub const WHOLE_FILE: ByteRange = (0, u64::MAX);
+
+/// What a client caching under tokens does when it must give bytes back.
+pub trait TokenHolder: Send + Sync {
+    /// Before the tokens on `range` of file `id` go (or become read tokens, `to:
+    /// Some(Read)`): write back the changes cached there and make the size they gave the
+    /// file known to the metadata service; with `to: None` also drop the cached bytes.
+    /// Errors are the holder's to report to its callers (the bytes are given back anyway).
+    fn give_back(&self, id: u64, range: ByteRange, to: Option<TokenMode>);
+}
+
+/// Bounds of the token cache.
+#[derive(Clone, Copy, Debug)]
+pub struct TokenSettings {
+    /// How long one `TokenAcquire` and one poll may wait in the service.
+    pub wait_ms: u64,
+    /// How long an operation may wait for a token in all before it fails (a holder that
+    /// never gives its token back).
+    pub acquire_timeout_ms: u64,
+}
+
+impl Default for TokenSettings {
+    fn default() -> Self {
+        TokenSettings { wait_ms: 1000, acquire_timeout_ms: 60_000 }
+    }
+}
+
+/// What the token cache counts.
+#[derive(Debug, Default)]
+pub struct TokenCounters {
+    /// `TokenAcquire` requests sent.
+    pub acquires: AtomicU64,
+    /// Revocations answered.
+    pub revokes: AtomicU64,
+    /// Times the service said every token was lost.
+    pub lost: AtomicU64,
+}
+
+#[derive(Default)]
+struct FileTokens {
+    /// Tokens held: (mode, start, end), never overlapping.
+    held: Vec<(TokenMode, u64, u64)>,
+    /// The highest grant sequence number applied.
+    applied_seq: u64,
+    /// Operations using the tokens now.
+    users: usize,
+    /// A revocation or release is in progress: new uses wait.
+    revoking: bool,
+}
+
+impl FileTokens {
+    fn covers(&self, mode: TokenMode, (start, end): ByteRange) -> bool {
+        let mut next = start;
+        let mut pieces: Vec<_> = self.held.iter().filter(|(m, _, e)| *m >= mode && *e >= start).collect();
+        pieces.sort_unstable_by_key(|(_, s, _)| *s);
+        for (_, piece_start, piece_end) in pieces {
+            if *piece_start > next {
+                return false;
+            }
+            if *piece_end >= end {
+                return true;
+            }
+            next = piece_end + 1;
+        }
+        false
+    }
+
+    /// Applies a grant: the granted range now has the granted mode, except that a read
+    /// grant leaves write tokens already held as they are.
+    fn apply(&mut self, grant: &TokenGrant) {
+        let range = (grant.start, grant.end);
+        let mut next = Vec::with_capacity(self.held.len() + 2);
+        for &(mode, start, end) in &self.held {
+            if end < range.0 || start > range.1 {
+                next.push((mode, start, end));
+                continue;
+            }
+            if start < range.0 {
+                next.push((mode, start, range.0 - 1));
+            }
+            if end > range.1 {
+                next.push((mode, range.1 + 1, end));
+            }
+        }
+        // Inside the range: the grant's mode, or write where a read grant met a write token.
+        let kept_writes: Vec<ByteRange> = match grant.mode {
+            TokenMode::Write => Vec::new(),
+            TokenMode::Read => self
+                .held
+                .iter()
+                .filter(|(m, s, e)| *m == TokenMode::Write && *e >= range.0 && *s <= range.1)
+                .map(|(_, s, e)| ((*s).max(range.0), (*e).min(range.1)))
+                .collect(),
+        };
+        let mut from = Some(range.0);
+        let mut writes = kept_writes;
+        writes.sort_unstable();
+        for (start, end) in writes {
+            if let Some(f) = from.filter(|f| *f < start) {
+                next.push((TokenMode::Read, f, start - 1));
+            }
+            next.push((TokenMode::Write, start, end));
+            from = end.checked_add(1).filter(|n| *n <= range.1);
+        }
+        if let Some(f) = from {
+            next.push((grant.mode, f, range.1));
+        }
+        self.held = next;
+        self.applied_seq = self.applied_seq.max(grant.seq);
+    }
+
+    /// Gives back `range` (all of it, or keeping read tokens with `to: Some(Read)`).
+    fn release(&mut self, range: ByteRange, to: Option<TokenMode>) {
+        let mut next = Vec::with_capacity(self.held.len() + 2);
+        for &(mode, start, end) in &self.held {
+            if end < range.0 || start > range.1 {
+                next.push((mode, start, end));
+                continue;
+            }
+            if start < range.0 {
+                next.push((mode, start, range.0 - 1));
+            }
+            if end > range.1 {
+                next.push((mode, range.1 + 1, end));
+            }
+            if to == Some(TokenMode::Read) {
+                next.push((TokenMode::Read, start.max(range.0), end.min(range.1)));
+            }
+        }
+        self.held = next;
+    }
+}
+
+struct Shared {
+    files: HashMap<u64, FileTokens>,
+    /// Counts tokens given back; a poll that says "lost" while one was given back is not
+    /// believed (the service may have seen the last token go before the poll).
+    given_back: u64,
+    /// Whether the poll thread runs.
+    polling: bool,
+}
+
+struct Inner {
+    client: Client,
+    holder: Weak<dyn TokenHolder>,
+    shared: parking_lot::Mutex<Shared>,
+    changed: parking_lot::Condvar,
+    settings: TokenSettings,
+    stop: AtomicBool,
+    counters: TokenCounters,
+}
+
+/// The tokens this client holds, shared by every thread of the process.
+#[derive(Clone)]
+pub struct TokenCache {
+    inner: Arc<Inner>,
+}
+
+/// An operation's use of tokens on one file: revocations of the file wait until it ends.
+pub struct TokenUse {
+    inner: Arc<Inner>,
+    id: u64,
+    /// Whether the token had to be asked for (another client may have changed the bytes or
+    /// the size since this client last held it).
+    pub fresh: bool,
+}
+
+impl Drop for TokenUse {
+    fn drop(&mut self) {
+        let mut shared = self.inner.shared.lock();
+        if let Some(file) = shared.files.get_mut(&self.id) {
+            file.users -= 1;
+        }
+        drop(shared);
+        self.inner.changed.notify_all();
+    }
+}
+
+impl TokenCache {
+    /// A token cache for `client`; `holder` writes back and drops cached bytes on demand.
+    pub fn new(client: Client, holder: Weak<dyn TokenHolder>, settings: TokenSettings) -> TokenCache {
+        let shared = Shared { files: HashMap::new(), given_back: 0, polling: false };
+        let inner = Inner {
+            client,
+            holder,
+            shared: parking_lot::Mutex::new(shared),
+            changed: parking_lot::Condvar::new(),
+            settings,
+            stop: AtomicBool::new(false),
+            counters: TokenCounters::default(),
+        };
+        TokenCache { inner: Arc::new(inner) }
+    }
+
+    pub fn counters(&self) -> &TokenCounters {
+        &self.inner.counters
+    }
+
+    /// Stops the poll thread (at unmount); tokens still held go with the session.
+    pub fn stop(&self) {
+        self.inner.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until this client holds `mode` (or better) on `range` of file `id`, asking the
+    /// service when it does not, and returns a use that keeps revocations out until dropped.
+    pub fn cover(&self, id: u64, mode: TokenMode, range: ByteRange) -> Result<TokenUse, ClientError> {
+        assert!(range.0 <= range.1, "an empty token range");
+        let started = Instant::now();
+        let mut fresh = false;
+        let mut shared = self.inner.shared.lock();
+        loop {
+            let file = shared.files.entry(id).or_default();
+            if !file.revoking && file.covers(mode, range) {
+                file.users += 1;
+                return Ok(TokenUse { inner: self.inner.clone(), id, fresh });
+            }
+            let deadline = started + Duration::from_millis(self.inner.settings.acquire_timeout_ms);
+            if Instant::now() >= deadline {
+                return Err(ClientError::Token(format!(
+                    "no {mode:?} token on bytes {}..={} of file {id:016x} within {} ms",
+                    range.0, range.1, self.inner.settings.acquire_timeout_ms
+                )));
+            }
+            if file.revoking {
+                self.inner.changed.wait_until(&mut shared, deadline);
+                continue;
+            }
+            if !shared.polling {
+                shared.polling = true;
+                self.start_polling();
+            }
+            drop(shared);
+            fresh = true;
+            let granted = self.acquire(id, mode, range)?;
+            shared = self.inner.shared.lock();
+            if let Some(grant) = granted {
+                shared.files.entry(id).or_default().apply(&grant);
+                self.inner.changed.notify_all();
+            }
+        }
+    }
+
+    /// One `TokenAcquire`: `Some(grant)`, or `None` when a holder is still in the way.
+    fn acquire(
+        &self,
+        id: u64,
+        mode: TokenMode,
+        required: ByteRange,
+    ) -> Result<Option<TokenGrant>, ClientError> {
+        self.inner.counters.acquires.fetch_add(1, Ordering::Relaxed);
+        let session = self.inner.client.core.session();
+        let desired = WHOLE_FILE;
+        let wait_ms = self.inner.settings.wait_ms;
+        let request = MetaRequest::TokenAcquire { session, id, mode, required, desired, wait_ms };
+        match self.inner.client.meta(request)? {
+            MetaReply::TokenGranted(grant) => Ok(Some(grant)),
+            MetaReply::TokenBusy { holder } => {
+                tracing::debug!(file = id, holder, "token still held elsewhere; asking again");
+                Ok(None)
+            }
+            other => Err(unexpected("acquire a token", &other)),
+        }
+    }
+
+    /// Gives back every token on file `id` (its last close here: the holder has written
+    /// back and published already).
+    pub fn release_file(&self, id: u64) -> Result<(), ClientError> {
+        let mut shared = self.inner.shared.lock();
+        let Some(file) = shared.files.get_mut(&id) else { return Ok(()) };
+        if file.held.is_empty() && file.users == 0 && !file.revoking {
+            shared.files.remove(&id);
+            return Ok(());
+        }
+        drop(shared);
+        self.inner.give_back(id, WHOLE_FILE, None, 0, false)
+    }
+
+    fn start_polling(&self) {
+        let inner = Arc::downgrade(&self.inner);
+        let spawned = std::thread::Builder::new().name("flotilla-tokens".into()).spawn(move || poll(inner));
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start the token poll thread; revocations will time out");
+        }
+    }
+}
+
+impl Inner {
+    /// Answers a revocation (or a release, or a loss): waits for the grants it follows
+    /// and for the uses of the file to end, lets the holder write back, gives the bytes
+    /// back to the service (unless they were lost) and only then lets new uses in.
+    fn give_back(
+        &self,
+        id: u64,
+        range: ByteRange,
+        to: Option<TokenMode>,
+        seq: u64,
+        lost: bool,
+    ) -> Result<(), ClientError> {
+        let deadline = Instant::now() + Duration::from_millis(self.settings.acquire_timeout_ms);
+        let mut shared = self.shared.lock();
+        loop {
+            let file = shared.files.entry(id).or_default();
+            let waiting_for_grant = file.applied_seq < seq && Instant::now() < deadline;
+            if !file.revoking && !waiting_for_grant {
+                file.revoking = true;
+                break;
+            }
+            self.changed.wait_until(&mut shared, deadline.min(Instant::now() + Duration::from_millis(100)));
+        }
+        while shared.files.get(&id).is_some_and(|f| f.users > 0) {
+            self.changed.wait(&mut shared);
+        }
+        drop(shared);
+        if let Some(holder) = self.holder.upgrade() {
+            holder.give_back(id, range, to);
+        }
+        let released = match lost {
+            true => Ok(()),
+            false => self.release(id, range, to),
+        };
+        let mut shared = self.shared.lock();
+        shared.given_back += 1;
+        if let Some(file) = shared.files.get_mut(&id) {
+            file.release(range, to);
+            file.revoking = false;
+            if file.held.is_empty() && file.users == 0 {
+                shared.files.remove(&id);
+            }
+        }
+        drop(shared);
+        self.changed.notify_all();
+        released
+    }
+
+    fn release(&self, id: u64, range: ByteRange, to: Option<TokenMode>) -> Result<(), ClientError> {
+        let session = self.client.core.session();
+        match self.client.meta(MetaRequest::TokenRelease { session, id, range, to })? {
+            MetaReply::Done => Ok(()),
+            other => Err(unexpected("release a token", &other)),
+        }
+    }
+
+    /// Whether this client holds tokens, and how many it gave back so far.
+    fn holding(&self) -> (bool, u64) {
+        let shared = self.shared.lock();
+        (shared.files.values().any(|file| !file.held.is_empty()), shared.given_back)
+    }
+
+    /// Every token is gone (the service restarted or the session's lease ran out).
+    fn lose_all(&self) {
+        self.counters.lost.fetch_add(1, Ordering::Relaxed);
+        let ids: Vec<u64> = self.shared.lock().files.keys().copied().collect();
+        tracing::warn!(
+            files = ids.len(),
+            "the metadata service holds none of this client's tokens; dropping them"
+        );
+        for id in ids {
+            let _ = self.give_back(id, WHOLE_FILE, None, 0, true);
+        }
+    }
+}
+
+/// The poll thread: collects revocations and answers them, until the cache is dropped or
+/// stopped.
+fn poll(inner: Weak<Inner>) {
+    loop {
+        let Some(inner) = inner.upgrade() else { return };
+        if inner.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let session = inner.client.core.session();
+        let (holding, given_back) = inner.holding();
+        let request = MetaRequest::TokenWait { session, holding, wait_ms: inner.settings.wait_ms };
+        match inner.client.meta(request) {
+            Ok(MetaReply::TokenEvents { revokes, lost }) => {
+                if lost && inner.holding().1 == given_back {
+                    inner.lose_all();
+                }
+                answer(&inner, revokes);
+            }
+            Ok(other) => {
+                tracing::warn!(reply = ?other, "unexpected reply to a token poll");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(error) => {
+                tracing::debug!(%error, "token poll failed; polling again");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn answer(inner: &Inner, revokes: Vec<TokenRevoke>) {
+    for revoke in revokes {
+        inner.counters.revokes.fetch_add(1, Ordering::Relaxed);
+        let range = (revoke.start, revoke.end);
+        if let Err(error) = inner.give_back(revoke.id, range, revoke.to, revoke.seq, false) {
+            tracing::warn!(%error, file = revoke.id, "giving a token back failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use TokenMode::{Read, Write};
+
+    fn grant(mode: TokenMode, start: u64, end: u64, seq: u64) -> TokenGrant {
+        TokenGrant { mode, start, end, seq }
+    }
+
+    #[test]
+    fn grants_cover_and_releases_uncover() {
+        let mut file = FileTokens::default();
+        assert!(!file.covers(Read, (0, 0)));
+        file.apply(&grant(Write, 100, 199, 1));
+        file.apply(&grant(Read, 0, 999, 2));
+        assert!(file.covers(Read, (0, 999)));
+        assert!(file.covers(Write, (100, 199)) && !file.covers(Write, (100, 200)));
+        assert_eq!(file.applied_seq, 2);
+        file.release((150, 160), Some(Read));
+        assert!(file.covers(Read, (0, 999)) && !file.covers(Write, (140, 155)));
+        assert!(file.covers(Write, (161, 199)));
+        file.release((500, u64::MAX), None);
+        assert!(file.covers(Read, (0, 499)) && !file.covers(Read, (499, 500)));
+        file.apply(&grant(Write, 0, u64::MAX, 3));
+        assert!(file.covers(Write, WHOLE_FILE));
+        file.release(WHOLE_FILE, None);
+        assert!(file.held.is_empty());
+    }
+}
