@@ -55,6 +55,11 @@ pub struct MountArgs {
     /// only after the writer's `close` (close-to-open, as NFS).
     #[arg(long, value_parser = ["on", "off"])]
     tokens: Option<String>,
+    /// Read-only opens of files under tokens use the kernel's page cache, so repeated and
+    /// small reads are served by the kernel (`on`, default; `off`: every read reaches the
+    /// mount).
+    #[arg(long, value_parser = ["on", "off"])]
+    kernel_cache: Option<String>,
 }
 
 #[derive(Args)]
@@ -80,6 +85,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     config.enwrich_cache_bytes = args.enwrich_cache_bytes.unwrap_or(config.enwrich_cache_bytes);
     config.readahead_bytes_max = args.readahead_bytes.unwrap_or(config.readahead_bytes_max);
     config.tokens = args.tokens.as_deref() != Some("off");
+    config.kernel_cache = args.kernel_cache.as_deref() != Some("off");
     if let Some(listen) = &args.metrics_listen {
         crate::keys::set_metrics_listen(listen);
     }

@@ -11,9 +11,12 @@
 //! revocation (writes are atomic with respect to other clients' token holders), and no
 //! grant can slip between the local drop and the service's.
 //!
-//! A revocation names the sequence number of the last grant the service made this client
-//! on the file; it is applied only once every grant up to it was (the grant's reply and the
-//! revocation travel on different requests).
+//! A grant's reply and a revocation travel on different requests and may arrive in either
+//! order, so a revocation is answered only when no `TokenAcquire` of the file is in flight
+//! (each is bounded by the service's wait) and new ones wait for it: every grant made
+//! before the release is applied here, and the release and the local drop cover the same
+//! tokens on both sides. (Revocations also carry the sequence number of the holder's last
+//! grant on the file, which the client logs when it never saw that grant.)
 
 use crate::client::Client;
 use crate::core::unexpected;
@@ -37,6 +40,17 @@ pub trait TokenHolder: Send + Sync {
     /// file known to the metadata service; with `to: None` also drop the cached bytes.
     /// Errors are the holder's to report to its callers (the bytes are given back anyway).
     fn give_back(&self, id: u64, range: ByteRange, to: Option<TokenMode>);
+
+    /// Whether something outside the holder's control (the kernel's page cache of a mount)
+    /// may hold bytes of file `id` that reads fill without waiting for tokens: then a
+    /// revocation lets such reads through meanwhile (`TokenCache::cover_or_pass`) and calls
+    /// [`TokenHolder::invalidate`] until a whole pass saw none of them.
+    fn caches_outside(&self, _id: u64) -> bool {
+        false
+    }
+
+    /// Drops what is cached outside for `range` of file `id`; may wait for reads in flight.
+    fn invalidate(&self, _id: u64, _range: ByteRange) {}
 }
 
 /// Bounds of the token cache.
@@ -72,10 +86,20 @@ struct FileTokens {
     held: Vec<(TokenMode, u64, u64)>,
     /// The highest grant sequence number applied.
     applied_seq: u64,
+    /// `TokenAcquire` requests in flight.
+    acquiring: usize,
     /// Operations using the tokens now.
     users: usize,
     /// A revocation or release is in progress: new uses wait.
     revoking: bool,
+    /// The outside cache is being invalidated: reads that must not wait (`cover_or_pass`)
+    /// pass without a token meanwhile (the invalidation may be waiting for their pages).
+    invalidating: bool,
+    /// Reads that passed so far.
+    passed: u64,
+    /// Reads waiting for a revocation to end, with the bytes whose pages they hold locked
+    /// (an invalidation leaves those alone: they hold nothing yet).
+    waiting_reads: Vec<(u64, ByteRange)>,
 }
 
 impl FileTokens {
@@ -166,6 +190,8 @@ struct Shared {
     /// Counts tokens given back; a poll that says "lost" while one was given back is not
     /// believed (the service may have seen the last token go before the poll).
     given_back: u64,
+    /// Numbers the reads waiting for revocations.
+    next_wait: u64,
     /// Whether the poll thread runs.
     polling: bool,
 }
@@ -209,7 +235,7 @@ impl Drop for TokenUse {
 impl TokenCache {
     /// A token cache for `client`; `holder` writes back and drops cached bytes on demand.
     pub fn new(client: Client, holder: Weak<dyn TokenHolder>, settings: TokenSettings) -> TokenCache {
-        let shared = Shared { files: HashMap::new(), given_back: 0, polling: false };
+        let shared = Shared { files: HashMap::new(), given_back: 0, next_wait: 0, polling: false };
         let inner = Inner {
             client,
             holder,
@@ -234,18 +260,70 @@ impl TokenCache {
     /// Waits until this client holds `mode` (or better) on `range` of file `id`, asking the
     /// service when it does not, and returns a use that keeps revocations out until dropped.
     pub fn cover(&self, id: u64, mode: TokenMode, range: ByteRange) -> Result<TokenUse, ClientError> {
+        let used = self.cover_with(id, mode, range, None)?;
+        Ok(used.expect("a use: only reads that may pass go without one"))
+    }
+
+    /// `cover` of a read token for a read the kernel holds the pages of `pages` locked for
+    /// (a mount's page-cache read), which an invalidation of the page cache would wait for.
+    /// During a revocation of the file such a read waits, its pages set aside from the
+    /// invalidations, except while an invalidation runs: then it passes at once without a
+    /// token (`Ok(None)`) and reads what is on the servers — which nobody else may change
+    /// before the bytes are given back — and the revocation invalidates again, until one
+    /// whole invalidation saw no read pass.
+    pub fn cover_or_pass(
+        &self,
+        id: u64,
+        range: ByteRange,
+        pages: ByteRange,
+    ) -> Result<Option<TokenUse>, ClientError> {
+        self.cover_with(id, TokenMode::Read, range, Some(pages))
+    }
+
+    fn cover_with(
+        &self,
+        id: u64,
+        mode: TokenMode,
+        range: ByteRange,
+        pages: Option<ByteRange>,
+    ) -> Result<Option<TokenUse>, ClientError> {
         assert!(range.0 <= range.1, "an empty token range");
         let started = Instant::now();
         let mut fresh = false;
+        let mut waiting: Option<u64> = None;
         let mut shared = self.inner.shared.lock();
         loop {
+            let next_wait = shared.next_wait;
             let file = shared.files.entry(id).or_default();
+            if !file.revoking {
+                if let Some(wait) = waiting.take() {
+                    file.waiting_reads.retain(|(w, _)| *w != wait);
+                }
+            }
             if !file.revoking && file.covers(mode, range) {
                 file.users += 1;
-                return Ok(TokenUse { inner: self.inner.clone(), id, fresh });
+                return Ok(Some(TokenUse { inner: self.inner.clone(), id, fresh }));
             }
+            if let (Some(pages), true) = (pages, file.revoking) {
+                if file.invalidating {
+                    file.passed += 1;
+                    if let Some(wait) = waiting.take() {
+                        file.waiting_reads.retain(|(w, _)| *w != wait);
+                    }
+                    return Ok(None);
+                }
+                if waiting.is_none() {
+                    file.waiting_reads.push((next_wait, pages));
+                    waiting = Some(next_wait);
+                    shared.next_wait += 1;
+                }
+            }
+            let file = shared.files.entry(id).or_default();
             let deadline = started + Duration::from_millis(self.inner.settings.acquire_timeout_ms);
             if Instant::now() >= deadline {
+                if let Some(wait) = waiting.take() {
+                    file.waiting_reads.retain(|(w, _)| *w != wait);
+                }
                 return Err(ClientError::Token(format!(
                     "no {mode:?} token on bytes {}..={} of file {id:016x} within {} ms",
                     range.0, range.1, self.inner.settings.acquire_timeout_ms
@@ -259,13 +337,24 @@ impl TokenCache {
                 shared.polling = true;
                 self.start_polling();
             }
+            shared.files.entry(id).or_default().acquiring += 1;
             drop(shared);
             fresh = true;
-            let granted = self.acquire(id, mode, range)?;
+            let granted = self.acquire(id, mode, range);
             shared = self.inner.shared.lock();
-            if let Some(grant) = granted {
-                shared.files.entry(id).or_default().apply(&grant);
-                self.inner.changed.notify_all();
+            // The grant is applied in the same critical section that ends the acquire: a
+            // revocation waits for both (see `Inner::give_back`).
+            let file = shared.files.entry(id).or_default();
+            file.acquiring -= 1;
+            if let Ok(Some(grant)) = &granted {
+                file.apply(grant);
+            }
+            self.inner.changed.notify_all();
+            if let Err(error) = granted {
+                if let Some(wait) = waiting.take() {
+                    file.waiting_reads.retain(|(w, _)| *w != wait);
+                }
+                return Err(error);
             }
         }
     }
@@ -297,7 +386,8 @@ impl TokenCache {
     pub fn release_file(&self, id: u64) -> Result<(), ClientError> {
         let mut shared = self.inner.shared.lock();
         let Some(file) = shared.files.get_mut(&id) else { return Ok(()) };
-        if file.held.is_empty() && file.users == 0 && !file.revoking {
+        let idle = file.users == 0 && file.acquiring == 0 && file.waiting_reads.is_empty();
+        if file.held.is_empty() && idle && !file.revoking {
             shared.files.remove(&id);
             return Ok(());
         }
@@ -326,16 +416,25 @@ impl Inner {
         seq: u64,
         lost: bool,
     ) -> Result<(), ClientError> {
-        let deadline = Instant::now() + Duration::from_millis(self.settings.acquire_timeout_ms);
         let mut shared = self.shared.lock();
         loop {
             let file = shared.files.entry(id).or_default();
-            let waiting_for_grant = file.applied_seq < seq && Instant::now() < deadline;
-            if !file.revoking && !waiting_for_grant {
+            // Every acquire of the file ended (each is bounded by the service's wait): every
+            // grant the service made before this revocation is applied, and none made after
+            // it can be lost by the release below covering it on one side only.
+            if !file.revoking && file.acquiring == 0 {
                 file.revoking = true;
+                if file.applied_seq < seq {
+                    tracing::debug!(
+                        file = id,
+                        seq,
+                        applied = file.applied_seq,
+                        "revocation of a grant never applied"
+                    );
+                }
                 break;
             }
-            self.changed.wait_until(&mut shared, deadline.min(Instant::now() + Duration::from_millis(100)));
+            self.changed.wait(&mut shared);
         }
         while shared.files.get(&id).is_some_and(|f| f.users > 0) {
             self.changed.wait(&mut shared);
@@ -343,6 +442,9 @@ impl Inner {
         drop(shared);
         if let Some(holder) = self.holder.upgrade() {
             holder.give_back(id, range, to);
+            if to.is_none() && holder.caches_outside(id) {
+                self.invalidate_until_quiet(holder.as_ref(), id, range);
+            }
         }
         let released = match lost {
             true => Ok(()),
@@ -353,13 +455,39 @@ impl Inner {
         if let Some(file) = shared.files.get_mut(&id) {
             file.release(range, to);
             file.revoking = false;
-            if file.held.is_empty() && file.users == 0 {
+            if file.held.is_empty() && file.users == 0 && file.acquiring == 0 && file.waiting_reads.is_empty()
+            {
                 shared.files.remove(&id);
             }
         }
         drop(shared);
         self.changed.notify_all();
         released
+    }
+
+    /// Invalidates the holder's outside cache of `range` until one whole invalidation saw
+    /// no read pass (a read that passed may have filled it with bytes about to be given
+    /// back). The pages of reads waiting meanwhile are left out: they hold nothing yet, and
+    /// the invalidation would wait for them while they wait for it.
+    fn invalidate_until_quiet(&self, holder: &dyn TokenHolder, id: u64, range: ByteRange) {
+        loop {
+            let (passed, holes) = {
+                let mut shared = self.shared.lock();
+                let Some(file) = shared.files.get_mut(&id) else { return };
+                file.invalidating = true;
+                let holes: Vec<ByteRange> = file.waiting_reads.iter().map(|(_, pages)| *pages).collect();
+                (file.passed, holes)
+            };
+            for piece in subtract(range, holes) {
+                holder.invalidate(id, piece);
+            }
+            let mut shared = self.shared.lock();
+            let Some(file) = shared.files.get_mut(&id) else { return };
+            file.invalidating = false;
+            if file.passed == passed {
+                return;
+            }
+        }
     }
 
     fn release(&self, id: u64, range: ByteRange, to: Option<TokenMode>) -> Result<(), ClientError> {
@@ -420,6 +548,27 @@ fn poll(inner: Weak<Inner>) {
     }
 }
 
+/// `range` without the `holes` (inclusive ranges), in order.
+fn subtract(range: ByteRange, mut holes: Vec<ByteRange>) -> Vec<ByteRange> {
+    holes.sort_unstable();
+    let mut pieces = Vec::new();
+    let mut from = Some(range.0);
+    for (start, end) in holes {
+        let Some(next) = from else { break };
+        if end < next || start > range.1 {
+            continue;
+        }
+        if start > next {
+            pieces.push((next, start - 1));
+        }
+        from = end.checked_add(1).filter(|after| *after <= range.1);
+    }
+    if let Some(next) = from {
+        pieces.push((next, range.1));
+    }
+    pieces
+}
+
 fn answer(inner: &Inner, revokes: Vec<TokenRevoke>) {
     for revoke in revokes {
         inner.counters.revokes.fetch_add(1, Ordering::Relaxed);
@@ -437,6 +586,15 @@ mod tests {
 
     fn grant(mode: TokenMode, start: u64, end: u64, seq: u64) -> TokenGrant {
         TokenGrant { mode, start, end, seq }
+    }
+
+    #[test]
+    fn holes_are_cut_out_of_a_range() {
+        assert_eq!(subtract((0, 99), vec![]), vec![(0, 99)]);
+        assert_eq!(subtract((0, 99), vec![(10, 19), (50, 59)]), vec![(0, 9), (20, 49), (60, 99)]);
+        assert_eq!(subtract((10, 99), vec![(0, 14), (90, 200)]), vec![(15, 89)]);
+        assert_eq!(subtract((0, u64::MAX), vec![(0, u64::MAX)]), vec![]);
+        assert_eq!(subtract((0, u64::MAX), vec![(4096, 8191)]), vec![(0, 4095), (8192, u64::MAX)]);
     }
 
     #[test]

@@ -10,6 +10,13 @@
 //! empties the read-ahead windows and the known size, before the bytes go back. Files with
 //! the no-overlap hint (`user.flotilla.no_overlap`) and ENWRICH opens take no tokens, and
 //! neither does anything with `--tokens off` (close-to-open consistency, NFS's).
+//!
+//! Read-only opens of such files use the kernel's page cache (`--kernel-cache`, on by
+//! default): repeated and strided small reads are served by the kernel, and the kernel's
+//! own read-ahead asks the mount for large reads. A revocation drops the pages it covers
+//! (`FUSE_NOTIFY_INVAL_INODE`); reads that arrive meanwhile never wait for it (the kernel
+//! holds their pages locked, and the invalidation would wait for them): see
+//! `TokenCache::cover_or_pass`.
 
 use crate::open_files::SizeTable;
 use crate::write_behind::WriteBehind;
@@ -20,6 +27,33 @@ use std::sync::Arc;
 pub struct MountHolder {
     pub write_behind: Arc<WriteBehind>,
     pub sizes: Arc<SizeTable>,
+    /// Tells the kernel to drop cached pages and attributes (set once the session exists).
+    pub notifier: std::sync::OnceLock<fuser::Notifier>,
+}
+
+impl MountHolder {
+    /// Drops the kernel's cached pages of bytes `range` of inode `id`, and its attributes.
+    pub fn invalidate_kernel(&self, id: u64, (start, end): ByteRange) {
+        let offset = i64::try_from(start).unwrap_or(i64::MAX);
+        // 0: to the end of the file.
+        let length = if end == u64::MAX { 0 } else { i64::try_from(end - start + 1).unwrap_or(0) };
+        self.notify(id, offset, length);
+    }
+
+    /// Drops the kernel's cached attributes of inode `id` (its size), not its pages.
+    pub fn invalidate_attributes(&self, id: u64) {
+        self.notify(id, -1, 0);
+    }
+
+    fn notify(&self, id: u64, offset: i64, length: i64) {
+        let Some(notifier) = self.notifier.get() else { return };
+        if let Err(error) = notifier.inval_inode(fuser::INodeNo(id), offset, length) {
+            // ENOENT: the kernel has no such inode cached (nothing to drop).
+            if error.raw_os_error() != Some(libc::ENOENT) {
+                tracing::warn!(%error, ino = id, "the kernel refused to drop cached pages");
+            }
+        }
+    }
 }
 
 impl TokenHolder for MountHolder {
@@ -43,5 +77,13 @@ impl TokenHolder for MountHolder {
             // ahead and the size known here are stale.
             self.sizes.invalidate(id);
         }
+    }
+
+    fn caches_outside(&self, id: u64) -> bool {
+        self.sizes.cached_opens(id) > 0
+    }
+
+    fn invalidate(&self, id: u64, range: ByteRange) {
+        self.invalidate_kernel(id, range);
     }
 }

@@ -39,6 +39,8 @@ pub struct MountConfig {
     /// Keep caches coherent across clients with byte-range tokens (`coherence.rs`); off:
     /// close-to-open consistency only, as NFS.
     pub tokens: bool,
+    /// Read-only opens of files under tokens use the kernel's page cache (`coherence.rs`).
+    pub kernel_cache: bool,
 }
 
 impl Default for MountConfig {
@@ -59,6 +61,7 @@ impl Default for MountConfig {
             enwrich_cache_bytes: 4 << 20,
             readahead_bytes_max: 8 << 20,
             tokens: true,
+            kernel_cache: true,
         }
     }
 }

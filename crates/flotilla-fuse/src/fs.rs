@@ -45,7 +45,9 @@ pub struct FlotillaFs {
     /// Byte-range tokens (`coherence.rs`); `None` with `--tokens off`.
     pub(crate) tokens: Option<flotilla_client::TokenCache>,
     /// What revocations reach (the token cache holds it weakly).
-    _holder: std::sync::Arc<crate::coherence::MountHolder>,
+    pub(crate) holder: std::sync::Arc<crate::coherence::MountHolder>,
+    /// Read-only opens of coherent files use the kernel's page cache.
+    pub(crate) kernel_cache: bool,
     pub(crate) ttl: Duration,
     /// Most entries one open directory listing holds (`listing_entries_max`).
     pub(crate) listing_entries_max: usize,
@@ -72,6 +74,7 @@ impl FlotillaFs {
         let holder = std::sync::Arc::new(crate::coherence::MountHolder {
             write_behind: write_behind.clone(),
             sizes: sizes.clone(),
+            notifier: std::sync::OnceLock::new(),
         });
         let tokens = config.tokens.then(|| {
             let weak: std::sync::Weak<dyn flotilla_client::TokenHolder> =
@@ -85,7 +88,8 @@ impl FlotillaFs {
             sizes,
             write_behind,
             tokens,
-            _holder: holder,
+            holder,
+            kernel_cache: config.kernel_cache,
             ttl: Duration::from_millis(config.attr_timeout_ms),
             listing_entries_max: config.listing_entries_max,
             atime: config.atime,
@@ -273,7 +277,7 @@ impl Filesystem for FlotillaFs {
 
     fn open(&self, request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.open_file(ino.0, flags.0, request.pid()) {
-            Ok(handle) => reply.opened(FileHandle(handle), open_flags()),
+            Ok((handle, cached)) => reply.opened(FileHandle(handle), open_flags(cached)),
             Err(errno) => reply.error(errno),
         }
     }
@@ -523,8 +527,8 @@ impl Filesystem for FlotillaFs {
         reply: ReplyCreate,
     ) {
         match self.create_file(request, parent.0, name, mode, flags) {
-            Ok((attr, handle)) => {
-                reply.created(&self.ttl, &attr, Generation(0), FileHandle(handle), open_flags())
+            Ok((attr, (handle, cached))) => {
+                reply.created(&self.ttl, &attr, Generation(0), FileHandle(handle), open_flags(cached))
             }
             Err(errno) => reply.error(errno),
         }
@@ -544,11 +548,24 @@ impl Filesystem for FlotillaFs {
     }
 }
 
-/// Every open file bypasses the page cache (so sizes written elsewhere are seen after their
-/// close, and reads and writes of one file by several processes reach the servers at once),
-/// and writes to one file from several processes run in parallel.
-fn open_flags() -> FopenFlags {
-    FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+/// A read-only open under tokens uses the kernel's page cache (`coherence.rs`; a revocation
+/// drops its pages, and every open drops what an earlier one cached, as no
+/// `FOPEN_KEEP_CACHE` is given). Every other open bypasses the page cache (so sizes written
+/// elsewhere are seen after their close, and reads and writes of one file by several
+/// processes reach the servers at once), and writes to one file from several processes run
+/// in parallel.
+fn open_flags(cached: bool) -> FopenFlags {
+    match cached {
+        true => FopenFlags::empty(),
+        false => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
+    }
+}
+
+impl FlotillaFs {
+    /// What revocations reach; the mount gives it the session's notifier.
+    pub(crate) fn holder(&self) -> std::sync::Arc<crate::coherence::MountHolder> {
+        self.holder.clone()
+    }
 }
 
 /// A read that waited this long says so in the mount's log: on a cluster with an archive the

@@ -52,7 +52,9 @@ pub struct Mounted {
 /// Blocking: call it outside any async runtime.
 pub fn mount(client: Client, mountpoint: &Path, config: &MountConfig) -> io::Result<Mounted> {
     let filesystem = FlotillaFs::new(client, config);
+    let holder = filesystem.holder();
     let session = fuser::Session::new(filesystem, mountpoint, &session_config(config))?;
+    let _ = holder.notifier.set(session.notifier());
     let session = session.spawn()?;
     Ok(Mounted { session, mountpoint: mountpoint.to_path_buf() })
 }

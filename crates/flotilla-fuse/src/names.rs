@@ -58,6 +58,15 @@ impl FlotillaFs {
     }
 
     pub(crate) fn attributes(&self, ino: u64) -> Result<FileAttr, Errno> {
+        // The kernel reads a page-cache open up to the size it was given: that size must
+        // include what other clients wrote and hold in their caches (GPFS: a stat needs a
+        // read token), so their write tokens are revoked first.
+        let _token = match &self.tokens {
+            Some(tokens) if self.sizes.cached_opens(ino) > 0 => {
+                Some(tokens.cover(ino, TokenMode::Read, WHOLE_FILE).map_err(failed)?)
+            }
+            _ => None,
+        };
         let entry = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?;
         // Writes waiting in the write-behind buffer are not in the service's size yet.
         if entry.attrs.kind == FileKind::File && !self.write_behind.holds(ino) {
@@ -280,7 +289,7 @@ impl FlotillaFs {
         name: &OsStr,
         mode: u32,
         flags: i32,
-    ) -> Result<(FileAttr, u64), Errno> {
+    ) -> Result<(FileAttr, (u64, bool)), Errno> {
         let at = At { parent, name: check_name(name)? };
         // Always exclusive: the client removes a file whose subfiles it could not create, which
         // must never be a file that existed before.

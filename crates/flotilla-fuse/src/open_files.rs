@@ -44,6 +44,8 @@ pub struct OpenFile {
     /// Reads and writes take byte-range tokens (`coherence.rs`): the mount has them on, the
     /// file has no no-overlap hint, and the open is not in ENWRICH mode.
     coherent: bool,
+    /// A coherent read-only open served through the kernel's page cache.
+    pub cached: bool,
 }
 
 impl OpenFile {
@@ -62,6 +64,8 @@ struct Tracked {
     /// Another client may have changed the size (a token was given back): ask again.
     stale: bool,
     opens: u64,
+    /// Opens served through the kernel's page cache.
+    cached_opens: u64,
     /// A handle of the file, for writing back and publishing when a token is revoked.
     file: File,
     /// Bumped by every write and truncate through this mount (read-ahead windows filled
@@ -70,13 +74,26 @@ struct Tracked {
 }
 
 impl SizeTable {
-    fn opened(&self, ino: u64, size_bytes: u64, file: &File) {
+    fn opened(&self, ino: u64, size_bytes: u64, file: &File, cached: bool) {
         let mut sizes = self.sizes.lock();
-        let fresh = || Tracked { size_bytes, stale: false, opens: 0, file: file.clone(), generation: 0 };
+        let fresh = || Tracked {
+            size_bytes,
+            stale: false,
+            opens: 0,
+            cached_opens: 0,
+            file: file.clone(),
+            generation: 0,
+        };
         let tracked = sizes.entry(ino).or_insert_with(fresh);
         tracked.size_bytes = size_bytes;
         tracked.stale = false;
         tracked.opens += 1;
+        tracked.cached_opens += u64::from(cached);
+    }
+
+    /// Opens of `ino` served through the kernel's page cache.
+    pub fn cached_opens(&self, ino: u64) -> u64 {
+        self.sizes.lock().get(&ino).map_or(0, |tracked| tracked.cached_opens)
     }
 
     /// A handle of open file `ino`.
@@ -99,10 +116,11 @@ impl SizeTable {
     }
 
     /// One open handle of `ino` fewer; whether it was the last.
-    fn released(&self, ino: u64) -> bool {
+    fn released(&self, ino: u64, cached: bool) -> bool {
         let mut sizes = self.sizes.lock();
         let Some(tracked) = sizes.get_mut(&ino) else { return true };
         tracked.opens -= 1;
+        tracked.cached_opens -= u64::from(cached);
         if tracked.opens > 0 {
             return false;
         }
@@ -150,15 +168,16 @@ impl SizeTable {
 }
 
 impl FlotillaFs {
-    pub(crate) fn open_file(&self, ino: u64, flags: i32, pid: u32) -> Result<u64, Errno> {
+    pub(crate) fn open_file(&self, ino: u64, flags: i32, pid: u32) -> Result<(u64, bool), Errno> {
         let file = self.retrying(|| self.client.open_id(ino)).map_err(failed)?;
         self.insert_open(file, flags, pid)
     }
 
     /// Registers an open of `file` by process `pid`: in ENWRICH mode if the mount has the
     /// option, the open is write-only and the process's environment names a job; otherwise
-    /// after flushing the mount's ENWRICH handles on the file (flush-on-read).
-    pub(crate) fn insert_open(&self, file: File, flags: i32, pid: u32) -> Result<u64, Errno> {
+    /// after flushing the mount's ENWRICH handles on the file (flush-on-read). Returns the
+    /// handle and whether the kernel may cache the file's pages for it.
+    pub(crate) fn insert_open(&self, file: File, flags: i32, pid: u32) -> Result<(u64, bool), Errno> {
         let (ino, size) = (file.id(), file.size());
         let job = match self.enwrich_cache_bytes {
             Some(cache_bytes) if flags & libc::O_ACCMODE == libc::O_WRONLY => {
@@ -186,16 +205,56 @@ impl FlotillaFs {
         let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY;
         let readahead = (read_only && self.readahead_bytes_max > 0).then(Default::default);
         let coherent = self.tokens.is_some() && !file.entry().no_overlap && enwrich.lock().is_none();
-        self.sizes.opened(ino, size, &file);
+        let cached = coherent && read_only && self.kernel_cache && flags & libc::O_DIRECT == 0;
+        self.sizes.opened(ino, size, &file, cached);
+        if cached {
+            if let Err(errno) = self.refresh_for_kernel(ino) {
+                self.sizes.released(ino, cached);
+                return Err(errno);
+            }
+        }
         let file = parking_lot::RwLock::new(file);
-        let open = OpenFile { ino, file, sync_writes, setid, read_once, enwrich, readahead, coherent };
+        let open =
+            OpenFile { ino, file, sync_writes, setid, read_once, enwrich, readahead, coherent, cached };
         match self.files.insert(open) {
-            Ok(handle) => Ok(handle),
+            Ok(handle) => Ok((handle, cached)),
             Err(errno) => {
-                self.sizes.released(ino);
+                self.sizes.released(ino, cached);
                 Err(errno)
             }
         }
+    }
+
+    /// Before the kernel reads a page-cache open: a read token on the whole file (other
+    /// clients' cached writes written back) and, if it had to be asked for, the size the
+    /// kernel knows dropped so that it asks again.
+    fn refresh_for_kernel(&self, ino: u64) -> Result<(), Errno> {
+        let Some(tokens) = &self.tokens else { return Ok(()) };
+        let used = tokens.cover(ino, TokenMode::Read, flotilla_client::WHOLE_FILE).map_err(failed)?;
+        if used.fresh {
+            let mut attrs = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?.attrs;
+            self.client.overlay(ino, &mut attrs);
+            self.sizes.observed(ino, attrs.size_bytes);
+            self.holder.invalidate_attributes(ino);
+        }
+        Ok(())
+    }
+
+    /// The read token of a read of `size` bytes at `offset`, from the offset to the end of
+    /// the file; for a page-cache open a read may pass without one during a revocation
+    /// (`true`: it must not use what was fetched ahead either).
+    fn read_token(&self, open: &OpenFile, offset: u64, size: u32) -> Result<(Option<TokenUse>, bool), Errno> {
+        let Some(tokens) = self.tokens.as_ref().filter(|_| open.coherent) else { return Ok((None, false)) };
+        if !open.cached {
+            return Ok((
+                Some(tokens.cover(open.ino, TokenMode::Read, (offset, u64::MAX)).map_err(failed)?),
+                false,
+            ));
+        }
+        let pages = (offset, offset.saturating_add(u64::from(size.max(1)) - 1));
+        let used = tokens.cover_or_pass(open.ino, (offset, u64::MAX), pages).map_err(failed)?;
+        let passing = used.is_none();
+        Ok((used, passing))
     }
 
     /// A use of the tokens `mode` on `range` of the open file, when it takes tokens.
@@ -247,7 +306,7 @@ impl FlotillaFs {
     pub(crate) fn read_file(&self, ino: u64, handle: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         let open = self.files.get(handle)?;
         self.send_buffered(&open)?;
-        let token = self.token_use(&open, TokenMode::Read, (offset, u64::MAX))?;
+        let (token, passing) = self.read_token(&open, offset, size)?;
         let fresh = token.as_ref().is_some_and(|token| token.fresh) | self.sizes.take_stale(ino);
         let end = offset.saturating_add(u64::from(size));
         let mut known = self.sizes.known(ino).unwrap_or(0);
@@ -266,7 +325,9 @@ impl FlotillaFs {
         }
         let length = known.saturating_sub(offset).min(u64::from(size));
         let buffer = match &open.readahead {
-            Some(readahead) if length > 0 => self.read_ahead(&open, readahead, (offset, length), known)?,
+            Some(readahead) if length > 0 && !passing => {
+                self.read_ahead(&open, readahead, (offset, length), known)?
+            }
             _ => {
                 let mut buffer = vec![0u8; length as usize];
                 if length > 0 {
@@ -368,6 +429,10 @@ impl FlotillaFs {
             }
         }
         self.sizes.wrote(ino, end);
+        if self.sizes.cached_opens(ino) > 0 {
+            // This mount's page-cache opens of the file must not keep the old bytes.
+            self.holder.invalidate_kernel(ino, (offset, end - 1));
+        }
         Ok(written)
     }
 
@@ -423,7 +488,7 @@ impl FlotillaFs {
             Some(enwrich) => enwrich.close().map_err(failed),
             None => self.publish(&open),
         };
-        if self.sizes.released(open.ino) {
+        if self.sizes.released(open.ino, open.cached) {
             self.write_behind.forget(open.ino);
             if let Some(tokens) = &self.tokens {
                 if let Err(error) = tokens.release_file(open.ino) {
