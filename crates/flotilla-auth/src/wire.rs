@@ -151,6 +151,22 @@ impl Sealer {
         }
     }
 
+    /// The header and tag of one frame, for a writer that sends the body and data it holds
+    /// in place with one vectored write (no copy into a write buffer). Not for encrypted
+    /// frames (their payload is a new ciphertext): `Integrity` error; use `write_frame`.
+    pub fn seal_parts(
+        &mut self,
+        request_id: u64,
+        body: &[u8],
+        data: &[u8],
+    ) -> Result<FrameParts, FrameError> {
+        if self.integrity == Integrity::Encrypt {
+            return Err(FrameError::Integrity("an encrypted frame is written whole, not in parts".into()));
+        }
+        let (header, tag) = self.next(request_id, body, data)?;
+        Ok(FrameParts { header: header.encode(), tag })
+    }
+
     /// The bytes of one frame and its tag, for tools and tests that write raw bytes.
     pub fn seal_frame(&mut self, request_id: u64, body: &[u8], data: &[u8]) -> Result<Vec<u8>, FrameError> {
         if self.integrity == Integrity::Encrypt {
@@ -194,6 +210,14 @@ impl Sealer {
         }
         Ok(())
     }
+}
+
+/// What goes before and after a frame's body and data on the wire: its header, and its
+/// tag with `integrity = mac` ([`Sealer::seal_parts`]).
+#[derive(Clone, Copy, Debug)]
+pub struct FrameParts {
+    pub header: [u8; flotilla_proto::HEADER_BYTES],
+    pub tag: Option<[u8; TAG_BYTES]>,
 }
 
 /// Checks the tags of incoming frames, and decrypts encrypted ones (as the reader's
