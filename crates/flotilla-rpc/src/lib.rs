@@ -414,13 +414,17 @@ impl Reader {
 }
 
 /// The target of the call `header` answers, if it has one its data section fits exactly
-/// (checked before any of the data is read).
+/// (checked before any of the data is read) and worth scattering into (else the reply is
+/// read whole and `call_into` copies it there).
 fn target_for(pending: &Pending, header: &FrameHeader) -> Option<SharedTarget> {
     if header.data_bytes == 0 {
         return None;
     }
     let target = pending.lock().get(&header.request_id)?.target.clone()?;
-    let fits = target.lock().as_ref().is_some_and(|t| t.data_bytes() == u64::from(header.data_bytes));
+    let fits = target
+        .lock()
+        .as_ref()
+        .is_some_and(|t| t.data_bytes() == u64::from(header.data_bytes) && t.scatters());
     fits.then_some(target)
 }
 

@@ -19,6 +19,13 @@ use tokio::net::tcp::OwnedReadHalf;
 
 /// Most segments handed to one vectored read.
 const IOVECS_MAX: usize = 64;
+/// Replies with less data than this are read into the frame buffer and copied: below it the
+/// copy costs less than the extra `recv` of reading body and data apart.
+const SCATTER_DATA_BYTES_MIN: u64 = 16 << 10;
+/// Targets whose segments are shorter than this on average are filled by copy: the frame
+/// check would be fed in pieces too small for BLAKE3's many-chunk SIMD path, and `readv`
+/// would move a few bytes per segment.
+const SCATTER_SEGMENT_BYTES_MIN: u64 = 4 << 10;
 /// Bytes of a frame read at a time when its target has been taken back.
 const DISCARD_BYTES_MAX: usize = 64 << 10;
 
@@ -76,6 +83,13 @@ impl ScatterTarget {
     /// Bytes the reply's data section must have to land here.
     pub fn data_bytes(&self) -> u64 {
         self.data_bytes
+    }
+
+    /// Whether a reply is worth reading straight in here rather than into the frame buffer
+    /// and copying: enough data, in segments long enough (see the constants).
+    pub fn scatters(&self) -> bool {
+        let segments = self.segments.len().max(1) as u64;
+        self.data_bytes >= SCATTER_DATA_BYTES_MIN && self.data_bytes / segments >= SCATTER_SEGMENT_BYTES_MIN
     }
 
     /// The segments, adjacent runs merged.
@@ -259,9 +273,24 @@ mod tests {
         // SAFETY: `memory` outlives the target and is not used while the target lives.
         let mut target = unsafe { ScatterTarget::new(base, 10, [segment(6, 3), segment(0, 2)]) }.unwrap();
         assert_eq!(target.data_bytes(), 5);
+        assert!(!target.scatters(), "5 bytes are copied, not scattered");
         assert!(target.fill_from(b"abcdef").is_err(), "a wrong length was placed");
         target.fill_from(b"abcde").unwrap();
         drop(target);
         assert_eq!(&memory, b"de\0\0\0\0abc\0");
+    }
+
+    #[test]
+    fn only_long_segments_scatter() {
+        let mut memory = vec![0u8; 1 << 20];
+        let base = NonNull::new(memory.as_mut_ptr()).unwrap();
+        let target = |segments: Vec<Segment>| {
+            // SAFETY: `memory` outlives every target made here, and each is dropped before the next.
+            unsafe { ScatterTarget::new(base, 1 << 20, segments) }.unwrap().scatters()
+        };
+        assert!(target(vec![Segment { offset: 0, length: 1 << 20 }]));
+        let records = |length: usize| (0..64).map(move |i| Segment { offset: i * 8192, length }).collect();
+        assert!(target(records(4096)), "64 records of 4 KiB");
+        assert!(!target(records(256)), "64 records of 256 bytes");
     }
 }

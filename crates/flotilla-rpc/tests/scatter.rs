@@ -166,12 +166,12 @@ fn strided(count: usize, record_bytes: usize, stride_bytes: usize) -> Vec<Segmen
     (0..count).map(|i| Segment { offset: 3 + i * stride_bytes, length: record_bytes }).collect()
 }
 
-/// Uneven pieces in descending memory order, some adjacent.
-fn list() -> Vec<Segment> {
+/// Uneven pieces of at least `length_min` bytes in descending memory order, some adjacent.
+fn list(length_min: usize) -> Vec<Segment> {
     let mut offset = 0;
     let mut segments: Vec<Segment> = (0..200)
         .map(|i| {
-            let segment = Segment { offset, length: 1 + (i * 37) % 301 };
+            let segment = Segment { offset, length: length_min + (i * 37) % 301 };
             offset += segment.length + (i % 3) * 5;
             segment
         })
@@ -180,11 +180,14 @@ fn list() -> Vec<Segment> {
     segments
 }
 
+/// Shapes read straight into memory (long segments) and copied there (short ones).
 #[tokio::test]
 async fn good_replies_land_where_the_model_says_under_every_mode() {
-    let shapes: [(Vec<Segment>, usize); 3] = [
+    let shapes: [(Vec<Segment>, usize); 5] = [
         (strided(1000, 13, 29), 29_003),
-        (list(), 40_000),
+        (strided(100, 5000, 9001), 900_103),
+        (list(1), 40_000),
+        (list(4096), 1 << 20),
         (vec![Segment { offset: 5 << 20, length: 3 << 20 }, Segment { offset: 0, length: 5 << 20 }], 8 << 20),
     ];
     for mode in MODES {
@@ -219,7 +222,9 @@ async fn a_short_reply_is_left_in_the_frame_and_places_nothing() {
 #[tokio::test]
 async fn a_corrupted_reply_fails_the_call() {
     for mode in MODES {
-        for segments in [strided(1000, 13, 29), vec![Segment { offset: 0, length: 2 << 20 }]] {
+        let shapes =
+            [strided(1000, 13, 29), strided(100, 5000, 9001), vec![Segment { offset: 0, length: 2 << 20 }]];
+        for segments in shapes {
             let connection = connect(mode).await;
             let memory_bytes = segments.last().map(|s| s.offset + s.length).unwrap();
             let (outcome, _) = call(&connection, Answer::Corrupt, &segments, memory_bytes).await;
