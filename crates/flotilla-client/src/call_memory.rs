@@ -30,16 +30,23 @@ impl<'a> CallMemory<'a> {
     /// Lends `buffer` to a call whose memory pieces are `pieces`: `None` if two of them
     /// overlap (or one lies past the buffer), and the call must copy instead.
     pub fn new(buffer: &'a mut [u8], pieces: impl Iterator<Item = Piece>) -> Option<CallMemory<'a>> {
-        let bytes = buffer.len();
-        disjoint(pieces, bytes).then(|| CallMemory {
-            base: NonNull::new(buffer.as_mut_ptr()).unwrap_or(NonNull::dangling()),
-            bytes,
-            _buffer: PhantomData,
-        })
+        disjoint(pieces, buffer.len()).then(|| CallMemory::lend(buffer))
     }
 
-    /// A call over a shape's pieces.
+    fn lend(buffer: &'a mut [u8]) -> CallMemory<'a> {
+        CallMemory {
+            base: NonNull::new(buffer.as_mut_ptr()).unwrap_or(NonNull::dangling()),
+            bytes: buffer.len(),
+            _buffer: PhantomData,
+        }
+    }
+
+    /// A call over a shape's pieces (already checked to lie inside `buffer`): contiguous
+    /// and strided shapes are judged from their fields, others by their pieces.
     pub fn for_shape(buffer: &'a mut [u8], shape: &Shape) -> Option<CallMemory<'a>> {
+        if let Some(disjoint) = disjoint_by_fields(shape) {
+            return disjoint.then(|| CallMemory::lend(buffer));
+        }
         let mut pieces = Vec::new();
         shape
             .for_each_piece(|piece| {
@@ -61,6 +68,18 @@ impl<'a> CallMemory<'a> {
         // pieces are inside it (checked in `new`) and shared with no other target (our
         // caller's promise), so every segment is valid, unshared memory while the target lives.
         unsafe { ScatterTarget::new(self.base, self.bytes, segments) }.ok()
+    }
+}
+
+/// Whether a contiguous or strided shape's records are disjoint in memory (records a memory
+/// stride apart, at least a record long, never overlap); `None` for other shapes.
+fn disjoint_by_fields(shape: &Shape) -> Option<bool> {
+    match shape {
+        Shape::Contiguous { .. } => Some(true),
+        Shape::Strided { record_bytes, memory_stride, count, .. } => {
+            Some(*count <= 1 || memory_stride.unsigned_abs() >= *record_bytes)
+        }
+        _ => None,
     }
 }
 
@@ -100,5 +119,16 @@ mod tests {
             count: 3,
         };
         assert!(CallMemory::for_shape(&mut buffer, &overlapping_records).is_none());
+        let listed = Shape::List { pieces: vec![piece(4, 4), piece(0, 5)] };
+        assert!(CallMemory::for_shape(&mut buffer, &listed).is_none());
+        let backwards = Shape::Strided {
+            file_offset: 0,
+            memory_offset: 12,
+            record_bytes: 4,
+            file_stride: 4,
+            memory_stride: -4,
+            count: 4,
+        };
+        assert!(CallMemory::for_shape(&mut buffer, &backwards).is_some());
     }
 }
