@@ -19,13 +19,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_proto::{Frame, FrameError, FrameHeader, PayloadOpener, FLAG_ENCRYPTED, FLAG_TAGGED};
+use flotilla_proto::{
+    Frame, FrameError, FrameHeader, PayloadCrc, PayloadOpener, FLAG_ENCRYPTED, FLAG_TAGGED,
+};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::crypt::{FrameDecrypt, FrameEncrypt};
 use crate::handshake::{initiate_with, respond_with, Peer};
-use crate::tag::{FrameOpen, FrameSeal, TAG_BYTES};
+use crate::tag::{FrameOpen, FrameSeal, TagHasher, TAG_BYTES};
 use crate::{AuthError, Credential, Role};
 
 /// Whether frames carry a keyed integrity tag (the default), are encrypted, or carry
@@ -149,6 +151,22 @@ impl Sealer {
         }
     }
 
+    /// The header and tag of one frame, for a writer that sends the body and data it holds
+    /// in place with one vectored write (no copy into a write buffer). Not for encrypted
+    /// frames (their payload is a new ciphertext): `Integrity` error; use `write_frame`.
+    pub fn seal_parts(
+        &mut self,
+        request_id: u64,
+        body: &[u8],
+        data: &[u8],
+    ) -> Result<FrameParts, FrameError> {
+        if self.integrity == Integrity::Encrypt {
+            return Err(FrameError::Integrity("an encrypted frame is written whole, not in parts".into()));
+        }
+        let (header, tag) = self.next(request_id, body, data)?;
+        Ok(FrameParts { header: header.encode(), tag })
+    }
+
     /// The bytes of one frame and its tag, for tools and tests that write raw bytes.
     pub fn seal_frame(&mut self, request_id: u64, body: &[u8], data: &[u8]) -> Result<Vec<u8>, FrameError> {
         if self.integrity == Integrity::Encrypt {
@@ -192,6 +210,14 @@ impl Sealer {
         }
         Ok(())
     }
+}
+
+/// What goes before and after a frame's body and data on the wire: its header, and its
+/// tag with `integrity = mac` ([`Sealer::seal_parts`]).
+#[derive(Clone, Copy, Debug)]
+pub struct FrameParts {
+    pub header: [u8; flotilla_proto::HEADER_BYTES],
+    pub tag: Option<[u8; TAG_BYTES]>,
 }
 
 /// Checks the tags of incoming frames, and decrypts encrypted ones (as the reader's
@@ -251,17 +277,45 @@ impl Opener {
             }
             return Ok(());
         }
-        let mut tag = [0u8; TAG_BYTES];
-        let ms = self.tag_timeout.as_millis() as u64;
-        match tokio::time::timeout(self.tag_timeout, reader.read_exact(&mut tag)).await {
-            Err(_) => return Err(FrameError::FrameTimeout { ms }),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-            Ok(Err(e)) => return Err(FrameError::Io(e)),
-            Ok(Ok(_)) => {}
-        }
+        let tag = self.read_tag(reader).await?;
         self.open
             .open(frame.request_id, &frame.body, &frame.data, &tag)
             .map_err(|e| FrameError::Integrity(e.to_string()))
+    }
+
+    /// Reads the tag after a frame's payload, within `tag_timeout`.
+    async fn read_tag<R: AsyncRead + Unpin>(&self, reader: &mut R) -> Result<[u8; TAG_BYTES], FrameError> {
+        let mut tag = [0u8; TAG_BYTES];
+        let ms = self.tag_timeout.as_millis() as u64;
+        match tokio::time::timeout(self.tag_timeout, reader.read_exact(&mut tag)).await {
+            Err(_) => Err(FrameError::FrameTimeout { ms }),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(FrameError::Closed),
+            Ok(Err(e)) => Err(FrameError::Io(e)),
+            Ok(Ok(_)) => Ok(tag),
+        }
+    }
+
+    /// How the payload of `header` is checked as it streams in, by the same rules as
+    /// [`Opener::check`]: `None` for a frame that must be read whole (encrypted, or on a
+    /// connection that requires encryption: `check` refuses or opens it).
+    fn stream_check(&self, header: &FrameHeader) -> Result<Option<PayloadCheck>, FrameError> {
+        if self.integrity == Integrity::Encrypt || header.flags & FLAG_ENCRYPTED != 0 {
+            return Ok(None);
+        }
+        if header.flags & FLAG_TAGGED != 0 {
+            let (request_id, body_bytes, data_bytes) =
+                (header.request_id, header.body_bytes, header.data_bytes);
+            return Ok(Some(PayloadCheck::Tag(Box::new(
+                self.open.start(request_id, body_bytes, data_bytes),
+            ))));
+        }
+        if self.integrity == Integrity::Mac {
+            return Err(FrameError::Integrity(format!(
+                "frame of request {} carries no integrity tag, and this side requires integrity = mac",
+                header.request_id
+            )));
+        }
+        Ok(Some(PayloadCheck::Crc(PayloadCrc::new(header)?)))
     }
 
     /// An encrypted frame must have been decrypted by this opener as the reader read it.
@@ -308,6 +362,62 @@ pub async fn check_frame<R: AsyncRead + Unpin>(
             Err(FrameError::Integrity("tagged or encrypted frame on a connection without a handshake".into()))
         }
         None => Ok(()),
+    }
+}
+
+/// The check of one frame's payload computed while the payload streams in, so that its data
+/// can be read straight to where it belongs (flotilla-rpc's scatter reads): the keyed tag,
+/// or the CRC32C of a frame sent without one. Every payload byte goes through
+/// [`PayloadCheck::update`], in wire order, before [`finish_stream_check`] says whether the
+/// frame may be used.
+pub enum PayloadCheck {
+    /// Boxed: a BLAKE3 hasher is ~2 KB, the CRC a few words.
+    Tag(Box<TagHasher>),
+    Crc(PayloadCrc),
+}
+
+impl PayloadCheck {
+    /// Adds the next payload bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        match self {
+            PayloadCheck::Tag(hasher) => hasher.update(bytes),
+            PayloadCheck::Crc(crc) => crc.update(bytes),
+        }
+    }
+}
+
+/// How the payload of `header` is checked as it streams in through `opener` (a connection
+/// without a handshake: CRC32C only, and tagged or encrypted frames are refused); `None`:
+/// the frame must be read whole with `read_frame_payload` and checked with [`check_frame`].
+pub fn stream_check(
+    opener: Option<&Opener>,
+    header: &FrameHeader,
+) -> Result<Option<PayloadCheck>, FrameError> {
+    match opener {
+        Some(opener) => opener.stream_check(header),
+        None if header.flags & (FLAG_TAGGED | FLAG_ENCRYPTED) != 0 => {
+            Err(FrameError::Integrity("tagged or encrypted frame on a connection without a handshake".into()))
+        }
+        None => Ok(Some(PayloadCheck::Crc(PayloadCrc::new(header)?))),
+    }
+}
+
+/// Ends a streamed check once every payload byte went through it: reads and checks the tag
+/// that follows the payload (within the opener's tag timeout), or compares the CRC32C.
+pub async fn finish_stream_check<R: AsyncRead + Unpin>(
+    opener: Option<&mut Opener>,
+    reader: &mut R,
+    check: PayloadCheck,
+) -> Result<(), FrameError> {
+    match (check, opener) {
+        (PayloadCheck::Crc(crc), _) => crc.finish(),
+        (PayloadCheck::Tag(hasher), Some(opener)) => {
+            let tag = opener.read_tag(reader).await?;
+            opener.open.finish(*hasher, &tag).map_err(|e| FrameError::Integrity(e.to_string()))
+        }
+        (PayloadCheck::Tag(_), None) => {
+            Err(FrameError::Integrity("tagged frame on a connection without a handshake".into()))
+        }
     }
 }
 

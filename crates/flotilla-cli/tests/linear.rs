@@ -55,6 +55,21 @@ fn check_linear_file(cluster: &Cluster, path: &str, layout: Layout) {
         let (f, m, l) = (piece.file_offset as usize, piece.memory_offset as usize, piece.length as usize);
         assert_eq!(&back[m..m + l], &model[f..f + l], "nested piece {piece:?}");
     }
+    // Records long enough to be read straight into the buffer, in descending memory order.
+    let reversed = Shape::Strided {
+        file_offset: 1_000,
+        memory_offset: 9 * 6_000,
+        record_bytes: 6_000,
+        file_stride: 250_000,
+        memory_stride: -6_000,
+        count: 10,
+    };
+    let mut back = vec![0u8; 60_000];
+    file.read_shape(&reversed, &mut back).unwrap();
+    for piece in reversed.pieces().unwrap() {
+        let (f, m, l) = (piece.file_offset as usize, piece.memory_offset as usize, piece.length as usize);
+        assert_eq!(&back[m..m + l], &model[f..f + l], "reversed piece {piece:?}");
+    }
     // Phase 3: the whole file reads back; another client sees the size only after close.
     let mut whole = vec![0u8; model.len() + 100];
     let read = file.read_at(0, &mut whole).unwrap();

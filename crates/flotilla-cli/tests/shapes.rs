@@ -104,6 +104,28 @@ fn shapes() -> Vec<(Shape, usize)> {
             2_400,
         ),
         (Shape::Batched { nodes: batched }, 800),
+        // Records long enough to be read straight into the buffer, memory descending.
+        (
+            Shape::Strided {
+                file_offset: 1_000,
+                memory_offset: 29 * 5_000,
+                record_bytes: 5_000,
+                file_stride: 7_000,
+                memory_stride: -5_000,
+                count: 30,
+            },
+            150_000,
+        ),
+        (
+            Shape::List {
+                pieces: vec![
+                    Piece { file_offset: 300_000, memory_offset: 20_000, length: 9_000 },
+                    Piece { file_offset: 10, memory_offset: 8_000, length: 12_000 },
+                    Piece { file_offset: 150_000, memory_offset: 0, length: 8_000 },
+                ],
+            },
+            29_000,
+        ),
         (
             Shape::List {
                 pieces: vec![

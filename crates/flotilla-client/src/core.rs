@@ -11,7 +11,7 @@ use crate::error::ClientError;
 use crate::unstable::UnstableLog;
 use bytes::Bytes;
 use flotilla_proto::{Capability, EntryInfo, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, WithRef};
-use flotilla_rpc::{Connection, ConnectionConfig};
+use flotilla_rpc::{Connection, ConnectionConfig, ReplyData, RpcError, ScatterTarget};
 use flotilla_types::Limits;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -259,6 +259,34 @@ impl Core {
         data: Bytes,
         data_bytes: u64,
     ) -> Result<(IoReply, Bytes), ClientError> {
+        let mut payload = Payload { data, target: None };
+        let (reply, out) = self.io_call_with(server, request, &mut payload, data_bytes).await?;
+        match out {
+            ReplyData::Other(bytes) => Ok((reply, bytes)),
+            ReplyData::Placed { .. } => Err(unexpected("call without a target", &"data placed")),
+        }
+    }
+
+    /// A read whose reply data goes straight into `target` (see flotilla-rpc `call_into`),
+    /// holding credit for the target's bytes while it is in flight.
+    pub async fn io_call_into(
+        &self,
+        server: &ServerConnection,
+        request: &IoRequest,
+        target: ScatterTarget,
+    ) -> Result<(IoReply, ReplyData), ClientError> {
+        let data_bytes = target.data_bytes();
+        let mut payload = Payload { data: Bytes::new(), target: Some(target) };
+        self.io_call_with(server, request, &mut payload, data_bytes).await
+    }
+
+    async fn io_call_with(
+        &self,
+        server: &ServerConnection,
+        request: &IoRequest,
+        payload: &mut Payload,
+        data_bytes: u64,
+    ) -> Result<(IoReply, ReplyData), ClientError> {
         let units = server.units_for(data_bytes);
         let metrics = self.metrics.get();
         // The clock is read only for a client that counts.
@@ -272,10 +300,9 @@ impl Core {
             let capability = self.capability_for(request).await;
             let (reply, out) = match &capability {
                 Some(capability) => {
-                    let with = WithRef { capability, request };
-                    server.connection.call::<WithRef, IoReply>(&with, data.clone()).await?
+                    payload.send(&server.connection, &WithRef { capability, request }).await?
                 }
-                None => server.connection.call::<IoRequest, IoReply>(request, data.clone()).await?,
+                None => payload.send(&server.connection, request).await?,
             };
             match reply {
                 // The server's clock says it ran out: renew once and send again.
@@ -306,6 +333,30 @@ impl Core {
         let server = self.server(addr).await?;
         let (reply, _) = self.io_call(&server, &request, Bytes::new(), 0).await?;
         Ok(reply)
+    }
+}
+
+/// What a call sends, and where its reply data goes: kept across the capability renewal's
+/// second attempt.
+struct Payload {
+    data: Bytes,
+    target: Option<ScatterTarget>,
+}
+
+impl Payload {
+    async fn send<Req: serde::Serialize>(
+        &mut self,
+        connection: &Connection,
+        request: &Req,
+    ) -> Result<(IoReply, ReplyData), RpcError> {
+        let Some(target) = self.target.take() else {
+            let (reply, out) = connection.call::<Req, IoReply>(request, self.data.clone()).await?;
+            return Ok((reply, ReplyData::Other(out)));
+        };
+        let (reply, out, target) =
+            connection.call_into::<Req, IoReply>(request, self.data.clone(), target).await?;
+        self.target = Some(target);
+        Ok((reply, out))
     }
 }
 

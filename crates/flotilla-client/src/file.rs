@@ -1,13 +1,14 @@
 //! Open files: their subfiles and forks (the explicit model), and their linear view through
 //! the file's layout (stripe or hash), where every request shape also works.
 
+use crate::call_memory::CallMemory;
 use crate::client::{fork_ref, Client};
 use crate::core::{unexpected, Core};
 use crate::error::ClientError;
 use crate::fork::Fork;
 use crate::handle::Handle;
 use crate::opens::OpenGuard;
-use crate::transfer::{check_call, read_shape, write_shape};
+use crate::transfer::{check_call, read_into, read_shape, write_shape};
 use crate::DEFAULT_FORK;
 use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest};
 use flotilla_request::{Piece, Shape};
@@ -328,6 +329,33 @@ pub(crate) async fn read_linear(
 ) -> Result<u64, ClientError> {
     let summary = check_call(shape, buffer.len())?;
     let lists = split_by_subfile(entry, shape)?;
+    let buffer_bytes = buffer.len();
+    let Some(memory) = CallMemory::new(buffer, lists.iter().flatten().copied()) else {
+        return read_linear_copying(core, entry, lists, buffer).await.map(|()| summary.total_bytes);
+    };
+    let memory = &memory;
+    let reads =
+        lists.into_iter().enumerate().filter(|(_, pieces)| !pieces.is_empty()).map(|(subfile, pieces)| {
+            let place = fork_ref(entry, subfile as u32, DEFAULT_FORK);
+            async move {
+                let (fork, addr) = place?;
+                let server = core.server(&addr).await?;
+                // Each subfile's pieces are its own: its targets share no byte with another's.
+                read_into(core, &server, &fork, &Shape::List { pieces }, buffer_bytes, memory).await
+            }
+        });
+    futures::future::try_join_all(reads).await?;
+    Ok(summary.total_bytes)
+}
+
+/// [`read_linear`] for a shape whose pieces overlap in memory: each subfile's bytes are read
+/// packed, then copied to their places.
+async fn read_linear_copying(
+    core: &Arc<Core>,
+    entry: &EntryInfo,
+    lists: Vec<Vec<Piece>>,
+    buffer: &mut [u8],
+) -> Result<(), ClientError> {
     let reads =
         lists.into_iter().enumerate().filter(|(_, pieces)| !pieces.is_empty()).map(|(subfile, pieces)| {
             let place = fork_ref(entry, subfile as u32, DEFAULT_FORK);
@@ -342,7 +370,7 @@ pub(crate) async fn read_linear(
     for (pieces, data) in futures::future::try_join_all(reads).await? {
         unpack(&pieces, &data, buffer);
     }
-    Ok(summary.total_bytes)
+    Ok(())
 }
 
 /// The same pieces with memory offsets packed from 0, and their total length.

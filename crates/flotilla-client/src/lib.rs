@@ -11,6 +11,7 @@
 //! with `test` and `wait`. The blocking calls must not be made from inside an async runtime.
 
 mod array;
+mod call_memory;
 mod capabilities;
 mod client;
 mod commit;

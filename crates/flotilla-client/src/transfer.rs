@@ -1,12 +1,18 @@
 //! Moving a shape's data: planning how a request travels (whole, or split into packed list
 //! chunks that fit the server's limits), gathering write data and scattering read data.
+//!
+//! A read whose pieces do not overlap in memory has each reply's data read from the socket
+//! straight into the caller's buffer (`call_memory`, flotilla-rpc `call_into`); one whose
+//! pieces overlap gets its replies in frame buffers and copies them, in completion order.
 
+use crate::call_memory::CallMemory;
 use crate::core::{unexpected, Core, ServerConnection};
 use crate::error::ClientError;
 use crate::unstable::UnstableWrite;
 use bytes::Bytes;
 use flotilla_proto::{encode_body, ForkRef, IoReply, IoRequest};
 use flotilla_request::{Piece, Shape, ShapeLimits, Summary};
+use flotilla_rpc::{ReplyData, ScatterTarget};
 use flotilla_types::Limits;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use std::sync::Arc;
@@ -90,6 +96,85 @@ fn cut_piece(piece: Piece, bytes_max: u64) -> impl Iterator<Item = Piece> {
 
 /// Reads `shape` of `fork` on the server at `addr` into `buffer`; returns bytes read.
 pub(crate) async fn read_shape(
+    core: &Core,
+    addr: &str,
+    fork: &ForkRef,
+    shape: &Shape,
+    buffer: &mut [u8],
+) -> Result<u64, ClientError> {
+    let summary = check_call(shape, buffer.len())?;
+    let buffer_bytes = buffer.len();
+    let Some(memory) = CallMemory::for_shape(buffer, shape) else {
+        return read_shape_copying(core, addr, fork, shape, buffer).await;
+    };
+    let server = core.server(addr).await?;
+    read_into(core, &server, fork, shape, buffer_bytes, &memory).await?;
+    Ok(summary.total_bytes)
+}
+
+/// Reads `shape` (whose pieces are pieces of `memory`'s call, covered by no other target)
+/// from `server` into `memory`, each reply's data placed straight where it belongs.
+pub(crate) async fn read_into(
+    core: &Core,
+    server: &ServerConnection,
+    fork: &ForkRef,
+    shape: &Shape,
+    buffer_bytes: usize,
+    memory: &CallMemory<'_>,
+) -> Result<(), ClientError> {
+    let summary = check_call(shape, buffer_bytes)?;
+    let requests = match plan(shape, &summary, &server.limits)? {
+        Plan::Whole => vec![(shape.clone(), pieces_of(shape)?)],
+        Plan::Chunks(chunks) => {
+            chunks.into_iter().map(|pieces| (Shape::List { pieces: pieces.clone() }, pieces)).collect()
+        }
+    };
+    stream::iter(requests)
+        .map(|(shape, pieces)| async move {
+            // SAFETY: the requests' pieces partition the call's (whole, or cut into chunks),
+            // so no two targets share a byte.
+            let target = unsafe { memory.target(pieces.into_iter()) };
+            let target = target.ok_or_else(|| unexpected("read", &"pieces outside the call's memory"))?;
+            fetch_into(core, server, fork, shape, target).await
+        })
+        .buffer_unordered(CHUNKS_IN_FLIGHT_MAX)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+fn pieces_of(shape: &Shape) -> Result<Vec<Piece>, ClientError> {
+    let mut pieces = Vec::new();
+    shape.for_each_piece(|piece| {
+        pieces.push(piece);
+        Ok::<(), ClientError>(())
+    })?;
+    Ok(pieces)
+}
+
+/// One read request whose reply data goes straight into `target`.
+async fn fetch_into(
+    core: &Core,
+    server: &ServerConnection,
+    fork: &ForkRef,
+    shape: Shape,
+    target: ScatterTarget,
+) -> Result<(), ClientError> {
+    let bytes = target.data_bytes();
+    let request = IoRequest::Read { fork: fork.clone(), shape };
+    match core.io_call_into(server, &request, target).await? {
+        (IoReply::Data, ReplyData::Placed { .. }) => Ok(()),
+        (IoReply::Data, ReplyData::Other(data)) => Err(ClientError::UnexpectedReply {
+            request: "read",
+            reply: format!("{} data bytes where {bytes} were asked for", data.len()),
+        }),
+        (other, _) => Err(unexpected("read", &other)),
+    }
+}
+
+/// [`read_shape`] for a shape whose pieces overlap in memory: each reply arrives in a frame
+/// buffer and is copied to its pieces' places, later replies over earlier ones.
+async fn read_shape_copying(
     core: &Core,
     addr: &str,
     fork: &ForkRef,

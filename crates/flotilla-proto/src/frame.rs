@@ -284,6 +284,86 @@ pub async fn read_frame_opened<R: AsyncRead + Unpin>(
     read_payload(reader, buffer, &header, opener).await
 }
 
+/// Reads and checks the next frame header, for a reader that places the payload itself
+/// ([`read_frame_body`], then the data wherever the reader wants it).
+pub async fn read_frame_header<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    frame_bytes_max: u32,
+) -> Result<FrameHeader, FrameError> {
+    let mut header_bytes = [0u8; HEADER_BYTES];
+    read_exact_or_closed(reader, &mut header_bytes).await?;
+    FrameHeader::decode(&header_bytes, frame_bytes_max)
+}
+
+/// Reads the rest of the frame whose header `header` was just read by
+/// [`read_frame_header`], as [`read_frame_opened`] would.
+pub async fn read_frame_payload<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+    header: &FrameHeader,
+    opener: Option<&mut dyn PayloadOpener>,
+) -> Result<Frame, FrameError> {
+    read_payload(reader, buffer, header, opener).await
+}
+
+/// Reads only the body of the frame whose header was just read (its data section is left
+/// in the stream for the caller); the body is not checked here: the caller feeds it and the
+/// data to the frame's [`PayloadCrc`] or keyed tag.
+pub async fn read_frame_body<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut BytesMut,
+    header: &FrameHeader,
+) -> Result<Bytes, FrameError> {
+    debug_assert!(header.flags & FLAG_ENCRYPTED == 0, "an encrypted body cannot be read alone");
+    buffer.clear();
+    fill_payload(reader, buffer, header.body_bytes as usize).await?;
+    Ok(buffer.split_to(header.body_bytes as usize).freeze())
+}
+
+/// The payload CRC32C of an unprotected frame computed as its bytes stream in (body first,
+/// then data, in wire order), for readers that never hold the payload in one buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct PayloadCrc {
+    request_id: u64,
+    stored: u32,
+    computed: u32,
+    bytes_expected: u64,
+    bytes_seen: u64,
+}
+
+impl PayloadCrc {
+    /// Starts the check of `header`'s payload; a tagged or encrypted frame has no CRC32C.
+    pub fn new(header: &FrameHeader) -> Result<PayloadCrc, FrameError> {
+        if header.flags & (FLAG_TAGGED | FLAG_ENCRYPTED) != 0 {
+            return Err(FrameError::Integrity(format!(
+                "frame of request {} is protected by a tag, not a CRC32C",
+                header.request_id
+            )));
+        }
+        let bytes_expected = u64::from(header.body_bytes) + u64::from(header.data_bytes);
+        let (request_id, stored) = (header.request_id, header.payload_crc32c);
+        Ok(PayloadCrc { request_id, stored, computed: 0, bytes_expected, bytes_seen: 0 })
+    }
+
+    /// Adds the next payload bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.computed = crc32c::crc32c_append(self.computed, bytes);
+        self.bytes_seen += bytes.len() as u64;
+    }
+
+    /// Compares with the header's checksum once every payload byte was added.
+    pub fn finish(self) -> Result<(), FrameError> {
+        if self.bytes_seen != self.bytes_expected {
+            return Err(FrameError::Truncated { needed: self.bytes_expected, available: self.bytes_seen });
+        }
+        if self.computed != self.stored {
+            let (request_id, computed, stored) = (self.request_id, self.computed, self.stored);
+            return Err(FrameError::PayloadChecksum { request_id, computed, stored });
+        }
+        Ok(())
+    }
+}
+
 /// Most bytes the payload buffer grows by ahead of the bytes that have arrived.
 pub const GROWTH_BYTES_MAX: usize = 1 << 20;
 

@@ -21,7 +21,8 @@ pub use frame::{
     ReadBounds, FLAG_TAGGED, GROWTH_BYTES_MAX, HEADER_BYTES, MAGIC, VERSION,
 };
 pub use frame::{
-    read_frame_bounded_opened, read_frame_opened, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED,
+    read_frame_body, read_frame_bounded_opened, read_frame_header, read_frame_opened, read_frame_payload,
+    PayloadCrc, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED,
 };
 pub use io::{
     check_job_id, FlushEntry, FlushJob, ForkInfo, ForkRef, HsmAction, HsmForkState, IoReply, IoRequest,

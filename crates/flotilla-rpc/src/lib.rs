@@ -4,12 +4,22 @@
 //! Invariants: the outgoing queue is bounded (`queue_frames_max`), so a caller that sends
 //! faster than the socket drains waits instead of growing memory; every call in flight when
 //! the connection breaks completes with [`RpcError::ConnectionLost`]; a reply whose request
-//! id is unknown is dropped with a warning, never matched to the wrong call.
+//! id is unknown is dropped with a warning, never matched to the wrong call. A call made with
+//! [`Connection::call_into`] has its reply's data section read straight into the caller's
+//! memory (see `scatter`), checked as it arrives; the call succeeds only once the whole
+//! frame's tag or checksum matched.
+
+mod scatter;
+
+pub use scatter::{check_disjoint, ScatterTarget, Segment, SegmentError};
 
 use bytes::{Bytes, BytesMut};
-use flotilla_auth::wire::{check_frame, write_frame, Opener, Sealer};
+use flotilla_auth::wire::{check_frame, finish_stream_check, stream_check, write_frame, Opener, Sealer};
 use flotilla_auth::ClientAuth;
-use flotilla_proto::{decode_body, encode_body, read_frame_opened, Frame, FrameError, PayloadOpener};
+use flotilla_proto::{
+    decode_body, encode_body, read_frame_body, read_frame_header, read_frame_payload, Frame, FrameError,
+    FrameHeader, PayloadOpener,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -79,7 +89,49 @@ struct Outgoing {
     data: Bytes,
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Frame, RpcError>>>>>;
+/// A reply as the reader hands it to its call.
+struct Received {
+    frame: Frame,
+    /// The data section went straight into the call's target (`frame.data` is empty).
+    placed: bool,
+}
+
+/// A call's target, shared with the reader while the call runs; the call takes it back
+/// (under the lock) when it ends, however it ends.
+type SharedTarget = Arc<Mutex<Option<ScatterTarget>>>;
+
+/// A call waiting for its reply.
+struct Waiter {
+    reply: oneshot::Sender<Result<Received, RpcError>>,
+    target: Option<SharedTarget>,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
+
+/// Where the data section of a reply to [`Connection::call_into`] is.
+#[derive(Debug)]
+pub enum ReplyData {
+    /// In the target, every byte checked.
+    Placed { bytes: u64 },
+    /// Not of the target's length: left in the frame, the target untouched.
+    Other(Bytes),
+}
+
+/// Takes a call's target back when the call ends (also when its future is dropped), so the
+/// reader never writes through it afterwards.
+struct TakeBack(SharedTarget);
+
+impl TakeBack {
+    fn take(&self) -> Option<ScatterTarget> {
+        self.0.lock().take()
+    }
+}
+
+impl Drop for TakeBack {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
 
 /// One client side of a multiplexed connection.
 pub struct Connection {
@@ -149,9 +201,18 @@ impl Connection {
     /// Sends one request frame and waits for its reply frame, at most `call_timeout_ms`
     /// from the call to its reply (queueing and sending included).
     pub async fn call_raw(&self, body: Vec<u8>, data: Bytes) -> Result<Frame, RpcError> {
+        Ok(self.call_with_target(body, data, None).await?.frame)
+    }
+
+    async fn call_with_target(
+        &self,
+        body: Vec<u8>,
+        data: Bytes,
+        target: Option<SharedTarget>,
+    ) -> Result<Received, RpcError> {
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
-        let outcome =
-            tokio::time::timeout(self.call_timeout, self.send_and_wait(request_id, body, data)).await;
+        let waiting = self.send_and_wait(request_id, body, data, target);
+        let outcome = tokio::time::timeout(self.call_timeout, waiting).await;
         outcome.unwrap_or_else(|_| {
             self.pending.lock().remove(&request_id);
             let ms = self.call_timeout.as_millis() as u64;
@@ -159,9 +220,15 @@ impl Connection {
         })
     }
 
-    async fn send_and_wait(&self, request_id: u64, body: Vec<u8>, data: Bytes) -> Result<Frame, RpcError> {
+    async fn send_and_wait(
+        &self,
+        request_id: u64,
+        body: Vec<u8>,
+        data: Bytes,
+        target: Option<SharedTarget>,
+    ) -> Result<Received, RpcError> {
         let (reply_tx, reply_rx) = oneshot::channel();
-        self.pending.lock().insert(request_id, reply_tx);
+        self.pending.lock().insert(request_id, Waiter { reply: reply_tx, target });
         if self.is_broken() {
             self.pending.lock().remove(&request_id);
             return Err(self.lost("connection already failed"));
@@ -184,6 +251,38 @@ impl Connection {
         let reply = decode_body::<Rep>(&frame.body, "reply")
             .map_err(|e| RpcError::BadReply { addr: self.addr.clone(), message: e.to_string() })?;
         Ok((reply, frame.data))
+    }
+
+    /// [`Connection::call`] whose reply data goes straight into `target` when the reply
+    /// carries exactly `target.data_bytes()` of it (an encrypted reply is read whole and
+    /// copied there); the target comes back with the reply. An error return may leave
+    /// unchecked bytes in the target's memory.
+    pub async fn call_into<Req: serde::Serialize, Rep: serde::de::DeserializeOwned>(
+        &self,
+        request: &Req,
+        data: Bytes,
+        target: ScatterTarget,
+    ) -> Result<(Rep, ReplyData, ScatterTarget), RpcError> {
+        let body = encode_body(request).map_err(|e| RpcError::Encode { message: e.to_string() })?;
+        let shared: SharedTarget = Arc::new(Mutex::new(Some(target)));
+        let take_back = TakeBack(shared.clone());
+        let received = self.call_with_target(body, data, Some(shared)).await?;
+        let mut target = take_back.take().ok_or_else(|| self.bad_reply("the call's target vanished"))?;
+        let reply = decode_body::<Rep>(&received.frame.body, "reply")
+            .map_err(|e| RpcError::BadReply { addr: self.addr.clone(), message: e.to_string() })?;
+        let data = match received.placed {
+            true => ReplyData::Placed { bytes: target.data_bytes() },
+            false if received.frame.data.len() as u64 == target.data_bytes() => {
+                target.fill_from(&received.frame.data).map_err(|e| self.bad_reply(&e.to_string()))?;
+                ReplyData::Placed { bytes: target.data_bytes() }
+            }
+            false => ReplyData::Other(received.frame.data),
+        };
+        Ok((reply, data, target))
+    }
+
+    fn bad_reply(&self, message: &str) -> RpcError {
+        RpcError::BadReply { addr: self.addr.clone(), message: message.to_string() }
     }
 
     fn lost(&self, message: &str) -> RpcError {
@@ -235,22 +334,27 @@ async fn write_loop(
     let _ = writer.shutdown().await;
 }
 
+/// The reading half of a connection, its tag state and its reusable buffers.
+struct Reader {
+    read_half: OwnedReadHalf,
+    opener: Option<Opener>,
+    frame_bytes_max: u32,
+    buffer: BytesMut,
+    scratch: Vec<u8>,
+}
+
 async fn read_loop(
-    (mut read_half, mut opener): (OwnedReadHalf, Option<Opener>),
+    (read_half, opener): (OwnedReadHalf, Option<Opener>),
     frame_bytes_max: u32,
     pending: Pending,
     broken: Arc<AtomicBool>,
     addr: String,
 ) {
-    let mut buffer = BytesMut::new();
+    let mut reader =
+        Reader { read_half, opener, frame_bytes_max, buffer: BytesMut::new(), scratch: Vec::new() };
     loop {
-        let decrypt = opener.as_mut().map(|o| o as &mut dyn PayloadOpener);
-        let frame = match read_frame_opened(&mut read_half, &mut buffer, frame_bytes_max, decrypt).await {
-            Ok(frame) => check_frame(opener.as_mut(), &mut read_half, &frame).await.map(|()| frame),
-            Err(error) => Err(error),
-        };
-        match frame {
-            Ok(frame) => deliver(&pending, frame, &addr),
+        match reader.next(&pending).await {
+            Ok(received) => deliver(&pending, received, &addr),
             Err(error) => {
                 fail_all(&pending, &broken, &addr, &error.to_string());
                 return;
@@ -259,13 +363,79 @@ async fn read_loop(
     }
 }
 
-fn deliver(pending: &Pending, frame: Frame, addr: &str) {
-    let waiter = pending.lock().remove(&frame.request_id);
+impl Reader {
+    /// Reads and checks the next reply: its data straight into its call's target when the
+    /// call has one of the data's length, else whole into the frame buffer.
+    async fn next(&mut self, pending: &Pending) -> Result<Received, FrameError> {
+        let header = read_frame_header(&mut self.read_half, self.frame_bytes_max).await?;
+        if let Some(target) = target_for(pending, &header) {
+            if let Some(frame) = self.read_scattered(&header, &target).await? {
+                return Ok(Received { frame, placed: true });
+            }
+        }
+        let decrypt = self.opener.as_mut().map(|o| o as &mut dyn PayloadOpener);
+        let frame = read_frame_payload(&mut self.read_half, &mut self.buffer, &header, decrypt).await?;
+        check_frame(self.opener.as_mut(), &mut self.read_half, &frame).await?;
+        Ok(Received { frame, placed: false })
+    }
+
+    /// Reads a frame's body into the buffer and its data into `target`, checking each byte as
+    /// it arrives and the tag or checksum at the end; `None` (nothing read) for a frame that
+    /// must be read whole (encrypted).
+    async fn read_scattered(
+        &mut self,
+        header: &FrameHeader,
+        target: &SharedTarget,
+    ) -> Result<Option<Frame>, FrameError> {
+        let Some(mut check) = stream_check(self.opener.as_ref(), header)? else { return Ok(None) };
+        let body = read_frame_body(&mut self.read_half, &mut self.buffer, header).await?;
+        check.update(&body);
+        let (mut cursor, mut left) = (scatter::Cursor::default(), u64::from(header.data_bytes));
+        while left > 0 {
+            self.read_half.readable().await?;
+            let received = {
+                let mut held = target.lock();
+                match held.as_mut() {
+                    Some(target) => target.try_read(&self.read_half, &mut cursor, &mut check),
+                    None => scatter::try_discard(&self.read_half, &mut self.scratch, left, &mut check),
+                }
+            };
+            match received {
+                Ok(0) => return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+                Ok(bytes) => left -= bytes as u64,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(error) => return Err(FrameError::Io(error)),
+            }
+        }
+        finish_stream_check(self.opener.as_mut(), &mut self.read_half, check).await?;
+        let (request_id, flags) = (header.request_id, header.flags);
+        Ok(Some(Frame { request_id, flags, body, data: Bytes::new() }))
+    }
+}
+
+/// The target of the call `header` answers, if it has one its data section fits exactly
+/// (checked before any of the data is read) and worth scattering into (else the reply is
+/// read whole and `call_into` copies it there).
+fn target_for(pending: &Pending, header: &FrameHeader) -> Option<SharedTarget> {
+    if header.data_bytes == 0 {
+        return None;
+    }
+    let target = pending.lock().get(&header.request_id)?.target.clone()?;
+    let fits = target
+        .lock()
+        .as_ref()
+        .is_some_and(|t| t.data_bytes() == u64::from(header.data_bytes) && t.scatters());
+    fits.then_some(target)
+}
+
+fn deliver(pending: &Pending, received: Received, addr: &str) {
+    let request_id = received.frame.request_id;
+    let waiter = pending.lock().remove(&request_id);
     match waiter {
         Some(waiter) => {
-            let _ = waiter.send(Ok(frame));
+            let _ = waiter.reply.send(Ok(received));
         }
-        None => tracing::warn!(addr, request_id = frame.request_id, "reply for an unknown request dropped"),
+        None => tracing::warn!(addr, request_id, "reply for an unknown request dropped"),
     }
 }
 
@@ -273,8 +443,8 @@ fn fail_all(pending: &Pending, broken: &AtomicBool, addr: &str, message: &str) {
     broken.store(true, Ordering::Release);
     let waiters: Vec<_> = pending.lock().drain().collect();
     for (_, waiter) in waiters {
-        let _ = waiter
-            .send(Err(RpcError::ConnectionLost { addr: addr.to_string(), message: message.to_string() }));
+        let lost = RpcError::ConnectionLost { addr: addr.to_string(), message: message.to_string() };
+        let _ = waiter.reply.send(Err(lost));
     }
 }
 

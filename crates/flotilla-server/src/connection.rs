@@ -4,22 +4,21 @@
 //! only this one.
 
 use crate::authorize::{authorize, Principal};
-use crate::execute::{shape_error, BufferPool, Executor, Reply};
+use crate::execute::{shape_error, Executor, Reply};
 use crate::metrics::ServerMetrics;
 use crate::scheduler::{ConnectionId, Scheduler};
 use bytes::{Bytes, BytesMut};
-use flotilla_auth::{Acceptor, Opener, Sealer};
+use flotilla_auth::{Acceptor, Opener};
 use flotilla_metrics::JobCounters;
 use flotilla_proto::{
-    decode_body, encode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, IoReply,
-    IoRequest, ReadBounds, WireError,
+    decode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, IoReply, IoRequest,
+    ReadBounds, WireError,
 };
 use flotilla_types::Limits;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -95,7 +94,7 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
     let (read_half, write_half) = stream.into_split();
     let (replies, reply_queue) = mpsc::channel(shared.reply_queue_max);
     let (closed_tx, closed) = tokio::sync::watch::channel(false);
-    let mut writer = tokio::spawn(write_replies(
+    let mut writer = tokio::spawn(crate::reply_writer::write_replies(
         (write_half, secured.sealer),
         reply_queue,
         shared.executor.clone(),
@@ -354,45 +353,6 @@ impl Reader {
 /// KiB units of the memory budget a request of `bytes` holds (at least one, at most all).
 pub(crate) fn memory_units(bytes: u64, units_max: u32) -> u32 {
     u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX).min(units_max)
-}
-
-async fn write_replies(
-    (write_half, mut sealer): (OwnedWriteHalf, Sealer),
-    mut queue: mpsc::Receiver<Reply>,
-    executor: Arc<Executor>,
-    reply_stall: Duration,
-) {
-    let mut writer = BufWriter::with_capacity(256 << 10, write_half);
-    while let Some(first) = queue.recv().await {
-        let mut next = Some(first);
-        while let Some(reply) = next.take() {
-            let written = tokio::time::timeout(
-                reply_stall,
-                write_reply((&mut writer, &mut sealer), reply, &executor.pool),
-            )
-            .await;
-            if !matches!(written, Ok(Ok(()))) {
-                tracing::warn!(?reply_stall, "dropping connection: reply not written in time or failed");
-                return;
-            }
-            next = queue.try_recv().ok();
-        }
-        if !matches!(tokio::time::timeout(reply_stall, writer.flush()).await, Ok(Ok(()))) {
-            return;
-        }
-    }
-    let _ = writer.shutdown().await;
-}
-
-async fn write_reply(
-    (writer, sealer): (&mut BufWriter<OwnedWriteHalf>, &mut Sealer),
-    reply: Reply,
-    pool: &BufferPool,
-) -> Result<(), FrameError> {
-    let body = encode_body(&reply.message)?;
-    let outcome = sealer.write_frame(writer, reply.request_id, &body, &reply.data).await;
-    pool.give(reply.data);
-    outcome
 }
 
 #[cfg(test)]

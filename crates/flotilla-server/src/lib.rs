@@ -19,6 +19,7 @@ mod flush;
 mod flush_plan;
 mod membership;
 pub mod metrics;
+mod reply_writer;
 pub mod scheduler;
 mod server;
 
