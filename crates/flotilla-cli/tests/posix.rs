@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Cluster, Mount, FLOTILLA};
+use common::{Cluster, Mount};
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
