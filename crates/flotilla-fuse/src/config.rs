@@ -41,6 +41,9 @@ pub struct MountConfig {
     pub tokens: bool,
     /// Read-only opens of files under tokens use the kernel's page cache (`coherence.rs`).
     pub kernel_cache: bool,
+    /// How far the kernel reads ahead of page-cache reads (the mount's `read_ahead_kb`);
+    /// each read-ahead request to the mount carries at most 1 MiB.
+    pub kernel_readahead_bytes: u64,
 }
 
 impl Default for MountConfig {
@@ -62,6 +65,7 @@ impl Default for MountConfig {
             readahead_bytes_max: 8 << 20,
             tokens: true,
             kernel_cache: true,
+            kernel_readahead_bytes: 4 << 20,
         }
     }
 }

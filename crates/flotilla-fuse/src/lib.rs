@@ -56,7 +56,26 @@ pub fn mount(client: Client, mountpoint: &Path, config: &MountConfig) -> io::Res
     let session = fuser::Session::new(filesystem, mountpoint, &session_config(config))?;
     let _ = holder.notifier.set(session.notifier());
     let session = session.spawn()?;
+    if config.kernel_cache {
+        // After the session serves: finding the mount's device asks the mount itself.
+        set_kernel_readahead(mountpoint, config.kernel_readahead_bytes);
+    }
     Ok(Mounted { session, mountpoint: mountpoint.to_path_buf() })
+}
+
+/// Sets how far the kernel reads ahead of page-cache reads on this mount (its backing
+/// device's `read_ahead_kb`; the kernel starts FUSE mounts at 128 KiB). Best effort: needs
+/// root and sysfs; without it the kernel's default stays.
+fn set_kernel_readahead(mountpoint: &Path, bytes: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(metadata) = std::fs::metadata(mountpoint) else { return };
+    let device = metadata.dev();
+    let (major, minor) = (libc::major(device), libc::minor(device));
+    let knob = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    match std::fs::write(&knob, format!("{}", bytes >> 10)) {
+        Ok(()) => tracing::debug!(knob, kib = bytes >> 10, "kernel read-ahead set"),
+        Err(error) => tracing::debug!(knob, %error, "kernel read-ahead left as it was"),
+    }
 }
 
 fn session_config(config: &MountConfig) -> fuser::Config {

@@ -203,9 +203,11 @@ impl FlotillaFs {
         let read_once = false.into();
         let enwrich = parking_lot::Mutex::new(enwrich);
         let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY;
-        let readahead = (read_only && self.readahead_bytes_max > 0).then(Default::default);
         let coherent = self.tokens.is_some() && !file.entry().no_overlap && enwrich.lock().is_none();
         let cached = coherent && read_only && self.kernel_cache && flags & libc::O_DIRECT == 0;
+        // A page-cache open has the kernel's read-ahead (shared by every open of the file);
+        // windows of its own per open would fetch the same bytes once per open.
+        let readahead = (read_only && !cached && self.readahead_bytes_max > 0).then(Default::default);
         self.sizes.opened(ino, size, &file, cached);
         if cached {
             if let Err(errno) = self.refresh_for_kernel(ino) {
