@@ -201,3 +201,27 @@ fn without_tokens_a_buffered_write_is_not_seen_before_close() {
     let after = fs::read(b.path("f")).expect("read after close");
     assert_eq!(after, vec![9u8; 4096]);
 }
+
+/// Permission changes, renames and unlinks through one mount are seen by the other at once.
+#[test]
+fn permission_changes_renames_and_unlinks_are_seen_by_the_other_mount() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    const NOBODY: u32 = 65534;
+    let local = Local::start(1, false);
+    let (a, b) = (mount(&local, &[]), mount(&local, &[]));
+    fs::write(a.path("f"), b"data").expect("create on A");
+    let read_as_nobody = |path: std::path::PathBuf| {
+        let output = std::process::Command::new("cat").arg(path).uid(NOBODY).gid(NOBODY).output().expect("cat");
+        output.status.success().then_some(output.stdout)
+    };
+    fs::set_permissions(a.path("f"), fs::Permissions::from_mode(0o600)).expect("chmod on A");
+    assert_eq!(read_as_nobody(b.path("f")), None, "B let another user read a 0600 file");
+    fs::set_permissions(a.path("f"), fs::Permissions::from_mode(0o644)).expect("chmod on A");
+    assert_eq!(read_as_nobody(b.path("f")).as_deref(), Some(&b"data"[..]), "B kept the old mode");
+    fs::rename(a.path("f"), a.path("g")).expect("rename on A");
+    assert!(!b.path("f").exists(), "B still sees the old name");
+    assert_eq!(fs::read(b.path("g")).expect("read the new name on B"), b"data");
+    fs::remove_file(a.path("g")).expect("unlink on A");
+    assert!(!b.path("g").exists(), "B still sees the unlinked file");
+}

@@ -90,7 +90,8 @@ pub struct MetaConfig {
     pub token_wait_ms_max: u64,
     /// Token requests waiting for holders at once; beyond, one is answered busy at once.
     pub token_waiters_max: usize,
-    /// Revocation polls held at once (one per client with tokens).
+    /// Revocation polls held at once (one per client with tokens; each holds one of the
+    /// service's blocking threads, of which there are 512, while it waits).
     pub token_pollers_max: usize,
     /// After a restart (not on a new database), no token is granted for this long, so that
     /// clients that held tokens learn they were lost before anyone else is given them.
@@ -140,7 +141,7 @@ impl Default for MetaConfig {
             tokens_max: 1 << 20,
             token_wait_ms_max: 1000,
             token_waiters_max: 256,
-            token_pollers_max: 4096,
+            token_pollers_max: 256,
             token_recovery_ms: 3000,
         }
     }
