@@ -212,7 +212,8 @@ fn permission_changes_renames_and_unlinks_are_seen_by_the_other_mount() {
     let (a, b) = (mount(&local, &[]), mount(&local, &[]));
     fs::write(a.path("f"), b"data").expect("create on A");
     let read_as_nobody = |path: std::path::PathBuf| {
-        let output = std::process::Command::new("cat").arg(path).uid(NOBODY).gid(NOBODY).output().expect("cat");
+        let output =
+            std::process::Command::new("cat").arg(path).uid(NOBODY).gid(NOBODY).output().expect("cat");
         output.status.success().then_some(output.stdout)
     };
     fs::set_permissions(a.path("f"), fs::Permissions::from_mode(0o600)).expect("chmod on A");
