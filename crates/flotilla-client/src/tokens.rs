@@ -123,32 +123,16 @@ impl FileTokens {
     /// grant leaves write tokens already held as they are.
     fn apply(&mut self, grant: &TokenGrant) {
         let range = (grant.start, grant.end);
-        let mut next = Vec::with_capacity(self.held.len() + 2);
-        for &(mode, start, end) in &self.held {
-            if end < range.0 || start > range.1 {
-                next.push((mode, start, end));
-                continue;
-            }
-            if start < range.0 {
-                next.push((mode, start, range.0 - 1));
-            }
-            if end > range.1 {
-                next.push((mode, range.1 + 1, end));
-            }
-        }
+        let (mut next, inside) = self.cut(range);
         // Inside the range: the grant's mode, or write where a read grant met a write token.
-        let kept_writes: Vec<ByteRange> = match grant.mode {
+        let mut writes: Vec<ByteRange> = match grant.mode {
             TokenMode::Write => Vec::new(),
-            TokenMode::Read => self
-                .held
-                .iter()
-                .filter(|(m, s, e)| *m == TokenMode::Write && *e >= range.0 && *s <= range.1)
-                .map(|(_, s, e)| ((*s).max(range.0), (*e).min(range.1)))
-                .collect(),
+            TokenMode::Read => {
+                inside.iter().filter(|(m, _, _)| *m == TokenMode::Write).map(|(_, s, e)| (*s, *e)).collect()
+            }
         };
-        let mut from = Some(range.0);
-        let mut writes = kept_writes;
         writes.sort_unstable();
+        let mut from = Some(range.0);
         for (start, end) in writes {
             if let Some(f) = from.filter(|f| *f < start) {
                 next.push((TokenMode::Read, f, start - 1));
@@ -165,23 +149,30 @@ impl FileTokens {
 
     /// Gives back `range` (all of it, or keeping read tokens with `to: Some(Read)`).
     fn release(&mut self, range: ByteRange, to: Option<TokenMode>) {
-        let mut next = Vec::with_capacity(self.held.len() + 2);
+        let (mut next, inside) = self.cut(range);
+        if to == Some(TokenMode::Read) {
+            next.extend(inside.into_iter().map(|(_, start, end)| (TokenMode::Read, start, end)));
+        }
+        self.held = next;
+    }
+
+    /// The tokens held with `range` cut out of them, and the parts cut out.
+    fn cut(&self, range: ByteRange) -> (Vec<(TokenMode, u64, u64)>, Vec<(TokenMode, u64, u64)>) {
+        let (mut outside, mut inside) = (Vec::with_capacity(self.held.len() + 2), Vec::new());
         for &(mode, start, end) in &self.held {
             if end < range.0 || start > range.1 {
-                next.push((mode, start, end));
+                outside.push((mode, start, end));
                 continue;
             }
             if start < range.0 {
-                next.push((mode, start, range.0 - 1));
+                outside.push((mode, start, range.0 - 1));
             }
             if end > range.1 {
-                next.push((mode, range.1 + 1, end));
+                outside.push((mode, range.1 + 1, end));
             }
-            if to == Some(TokenMode::Read) {
-                next.push((TokenMode::Read, start.max(range.0), end.min(range.1)));
-            }
+            inside.push((mode, start.max(range.0), end.min(range.1)));
         }
-        self.held = next;
+        (outside, inside)
     }
 }
 
@@ -586,6 +577,49 @@ mod tests {
 
     fn grant(mode: TokenMode, start: u64, end: u64, seq: u64) -> TokenGrant {
         TokenGrant { mode, start, end, seq }
+    }
+
+    proptest::proptest! {
+        /// Grants and releases agree with a byte-by-byte model: a write grant makes its
+        /// bytes write, a read grant makes its bytes read where they were not write, a
+        /// release drops its bytes or makes them read; `covers` answers from the model.
+        #[test]
+        fn tokens_follow_a_byte_model(ops in proptest::collection::vec((0u8..4, 0u64..48, 0u64..16), 1..60)) {
+            let mut file = FileTokens::default();
+            let mut model: [Option<TokenMode>; 64] = [None; 64];
+            for (seq, (op, start, length)) in ops.into_iter().enumerate() {
+                let range = (start, start + length);
+                let bytes = start as usize..=(start + length) as usize;
+                match op {
+                    0 => {
+                        file.apply(&grant(Write, range.0, range.1, seq as u64));
+                        model[bytes].iter_mut().for_each(|b| *b = Some(Write));
+                    }
+                    1 => {
+                        file.apply(&grant(Read, range.0, range.1, seq as u64));
+                        model[bytes].iter_mut().for_each(|b| *b = Some(b.unwrap_or(Read)));
+                    }
+                    2 => {
+                        file.release(range, None);
+                        model[bytes].iter_mut().for_each(|b| *b = None);
+                    }
+                    _ => {
+                        file.release(range, Some(Read));
+                        model[bytes].iter_mut().for_each(|b| *b = b.map(|_| Read));
+                    }
+                }
+                let mut pieces = file.held.clone();
+                pieces.sort_unstable_by_key(|(_, s, _)| *s);
+                for pair in pieces.windows(2) {
+                    proptest::prop_assert!(pair[0].2 < pair[1].1, "held tokens overlap: {:?}", pieces);
+                }
+                for byte in 0..64u64 {
+                    let want = model[byte as usize];
+                    proptest::prop_assert_eq!(file.covers(Read, (byte, byte)), want.is_some());
+                    proptest::prop_assert_eq!(file.covers(Write, (byte, byte)), want == Some(Write));
+                }
+            }
+        }
     }
 
     #[test]

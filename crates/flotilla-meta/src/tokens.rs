@@ -115,38 +115,19 @@ impl TokenTable {
     /// `session` holds `mode` on `range` of `file`: a write token replaces the session's own
     /// tokens there; a read token keeps the session's write tokens and fills the rest.
     fn set(&mut self, file: u64, session: u64, mode: TokenMode, range: Range) {
-        let held = self.files.entry(file).or_default();
-        let before = counts(held, session);
-        let mut kept = Vec::with_capacity(held.len() + 2);
-        let mut own = Vec::new();
-        for token in held.drain(..) {
-            if token.session != session {
-                kept.push(token);
-                continue;
-            }
-            if !token.overlaps(range) {
-                own.push(token);
-                continue;
-            }
-            outside(&token, range, &mut own);
-            if mode == TokenMode::Read && token.mode == TokenMode::Write {
-                own.push(Held { start: token.start.max(range.0), end: token.end.min(range.1), ..token });
-            }
+        let (before, kept, mut own, inside) = self.cut(file, session, range);
+        if mode == TokenMode::Read {
+            own.extend(inside.into_iter().filter(|token| token.mode == TokenMode::Write));
         }
         let mut covered: Vec<Range> =
             own.iter().filter(|t| t.overlaps(range)).map(|t| (t.start, t.end)).collect();
         covered.sort_unstable();
         let mut next = Some(range.0);
         for (start, end) in covered {
-            if let Some(from) = next {
-                if from < start {
-                    own.push(Held { session, mode, start: from, end: start - 1 });
-                }
+            if let Some(from) = next.filter(|from| *from < start) {
+                own.push(Held { session, mode, start: from, end: start - 1 });
             }
             next = end.checked_add(1).filter(|n| *n <= range.1);
-            if end >= range.1 {
-                next = None;
-            }
         }
         if let Some(from) = next {
             own.push(Held { session, mode, start: from, end: range.1 });
@@ -156,26 +137,39 @@ impl TokenTable {
 
     /// Gives back `session`'s tokens on `range` of `file`, or downgrades them to read.
     pub fn release(&mut self, file: u64, session: u64, range: Range, to: Option<TokenMode>) {
-        let Some(held) = self.files.get_mut(&file) else { return };
+        if !self.files.contains_key(&file) {
+            return;
+        }
+        let (before, kept, mut own, inside) = self.cut(file, session, range);
+        if to == Some(TokenMode::Read) {
+            own.extend(inside.into_iter().map(|token| Held { mode: TokenMode::Read, ..token }));
+        }
+        self.replace_own(file, session, before, (kept, own));
+    }
+
+    /// Takes `file`'s tokens out, apart around `range`: the counts before (see
+    /// `replace_own`), the other sessions' tokens, `session`'s tokens with `range` cut out of
+    /// them, and the parts cut out.
+    fn cut(
+        &mut self,
+        file: u64,
+        session: u64,
+        range: Range,
+    ) -> ((usize, usize), Vec<Held>, Vec<Held>, Vec<Held>) {
+        let held = self.files.entry(file).or_default();
         let before = counts(held, session);
-        let mut kept = Vec::with_capacity(held.len() + 2);
-        let mut own = Vec::new();
+        let (mut kept, mut own, mut inside) = (Vec::with_capacity(held.len() + 2), Vec::new(), Vec::new());
         for token in held.drain(..) {
             if token.session != session {
                 kept.push(token);
-                continue;
-            }
-            if !token.overlaps(range) {
+            } else if !token.overlaps(range) {
                 own.push(token);
-                continue;
-            }
-            outside(&token, range, &mut own);
-            if to == Some(TokenMode::Read) {
-                let inside = Held { start: token.start.max(range.0), end: token.end.min(range.1), ..token };
-                own.push(Held { mode: TokenMode::Read, ..inside });
+            } else {
+                outside(&token, range, &mut own);
+                inside.push(Held { start: token.start.max(range.0), end: token.end.min(range.1), ..token });
             }
         }
-        self.replace_own(file, session, before, (kept, own));
+        (before, kept, own, inside)
     }
 
     /// Puts `session`'s new token list for `file` beside the other sessions' `kept` ones,
