@@ -294,11 +294,15 @@ impl Filesystem for FlotillaFs {
         reply: ReplyData,
     ) {
         let started = std::time::Instant::now();
-        let result = self.read_file(ino.0, fh.0, offset, size);
+        let mut reply = Some(reply);
+        let result = self.read_file((ino.0, fh.0), (offset, size), |data| {
+            if let Some(reply) = reply.take() {
+                reply.data(data);
+            }
+        });
         note_slow_read(ino.0, offset, size, started.elapsed());
-        match result {
-            Ok(data) => reply.data(&data),
-            Err(errno) => reply.error(errno),
+        if let (Err(errno), Some(reply)) = (result, reply) {
+            reply.error(errno);
         }
     }
 

@@ -22,6 +22,30 @@ use flotilla_client::{ByteRange, ClientError, EnwrichFile, File, Shape, TokenMod
 use fuser::Errno;
 use std::collections::HashMap;
 
+thread_local! {
+    /// Each serving thread's buffer for reads sent to the servers: reused, so that a 1 MiB
+    /// read does not fault in and zero fresh memory every time (at most `IO_BYTES_MAX` per
+    /// thread: the kernel asks no more at once).
+    static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `read` on the first `length` bytes of this thread's read buffer, zeroed first: a
+/// read fills every byte it is given (the servers answer with exactly the bytes asked), but
+/// bytes of an earlier read — maybe another user's file — must never show through even if
+/// one did not (zeroing warm memory costs a fraction of faulting in fresh memory).
+fn with_read_buffer<T>(length: usize, read: impl FnOnce(&mut [u8]) -> T) -> T {
+    assert!(length <= crate::fs::IO_BYTES_MAX as usize, "a read longer than the kernel sends");
+    READ_BUFFER.with(|cell| {
+        let mut buffer = cell.borrow_mut();
+        if buffer.len() < length {
+            buffer.resize(length, 0);
+        }
+        let buffer = &mut buffer[..length];
+        buffer.fill(0);
+        read(buffer)
+    })
+}
+
 /// Largest file the mount creates: 16 TiB, the largest file ext4 holds, so that no fork is
 /// asked to grow past what its target's file system can store.
 pub const FILE_BYTES_MAX: u64 = 1 << 44;
@@ -305,7 +329,14 @@ impl FlotillaFs {
         call(&fresh).map_err(failed)
     }
 
-    pub(crate) fn read_file(&self, ino: u64, handle: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+    /// A read of `size` bytes at `offset`, handed to `deliver` (straight from a reused
+    /// buffer of the serving thread, or from what was fetched ahead).
+    pub(crate) fn read_file(
+        &self,
+        (ino, handle): (u64, u64),
+        (offset, size): (u64, u32),
+        deliver: impl FnOnce(&[u8]),
+    ) -> Result<(), Errno> {
         let open = self.files.get(handle)?;
         self.send_buffered(&open)?;
         let (token, passing) = self.read_token(&open, offset, size)?;
@@ -326,23 +357,23 @@ impl FlotillaFs {
             self.sizes.grew(ino, known);
         }
         let length = known.saturating_sub(offset).min(u64::from(size));
-        let buffer = match &open.readahead {
+        match &open.readahead {
             Some(readahead) if length > 0 && !passing => {
-                self.read_ahead(&open, readahead, (offset, length), known)?
+                deliver(&self.read_ahead(&open, readahead, (offset, length), known)?);
             }
-            _ => {
-                let mut buffer = vec![0u8; length as usize];
+            _ => with_read_buffer(length as usize, |buffer| {
                 if length > 0 {
                     self.with_file(&open, |file| {
-                        file.read_shape(&Shape::contiguous(offset, length), &mut buffer)
+                        file.read_shape(&Shape::contiguous(offset, length), buffer)
                     })?;
                 }
-                buffer
-            }
-        };
+                deliver(buffer);
+                Ok::<(), Errno>(())
+            })?,
+        }
         let first_read = !open.read_once.swap(true, std::sync::atomic::Ordering::AcqRel);
         self.note_read(ino, &open.file.read().entry().attrs, first_read);
-        Ok(buffer)
+        Ok(())
     }
 
     /// A read of a read-only open: served from what was fetched ahead if it holds the bytes;
