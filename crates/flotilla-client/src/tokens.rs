@@ -80,10 +80,13 @@ pub struct TokenCounters {
     pub lost: AtomicU64,
 }
 
+/// A token held: (mode, start, end), the bytes inclusive.
+type Token = (TokenMode, u64, u64);
+
 #[derive(Default)]
 struct FileTokens {
-    /// Tokens held: (mode, start, end), never overlapping.
-    held: Vec<(TokenMode, u64, u64)>,
+    /// Tokens held, never overlapping.
+    held: Vec<Token>,
     /// The highest grant sequence number applied.
     applied_seq: u64,
     /// `TokenAcquire` requests in flight.
@@ -157,7 +160,7 @@ impl FileTokens {
     }
 
     /// The tokens held with `range` cut out of them, and the parts cut out.
-    fn cut(&self, range: ByteRange) -> (Vec<(TokenMode, u64, u64)>, Vec<(TokenMode, u64, u64)>) {
+    fn cut(&self, range: ByteRange) -> (Vec<Token>, Vec<Token>) {
         let (mut outside, mut inside) = (Vec::with_capacity(self.held.len() + 2), Vec::new());
         for &(mode, start, end) in &self.held {
             if end < range.0 || start > range.1 {
