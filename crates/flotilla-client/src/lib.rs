@@ -55,7 +55,7 @@ pub use handle::Handle;
 pub use posix::Owner;
 pub use posix_at::At;
 pub use raw::RawBuffer;
-pub use tokens::{ByteRange, TokenCache, TokenCounters, TokenHolder, TokenSettings, TokenUse, WHOLE_FILE};
+pub use tokens::{ByteRange, TokenCache, TokenHolder, TokenSettings, TokenUse, WHOLE_FILE};
 
 /// The environment variable naming the metadata service's address.
 pub const META_ENV: &str = "FLOTILLA_META";

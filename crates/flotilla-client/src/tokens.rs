@@ -23,7 +23,7 @@ use crate::core::unexpected;
 use crate::error::ClientError;
 use flotilla_proto::{MetaReply, MetaRequest, TokenGrant, TokenMode, TokenRevoke};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -67,17 +67,6 @@ impl Default for TokenSettings {
     fn default() -> Self {
         TokenSettings { wait_ms: 1000, acquire_timeout_ms: 60_000 }
     }
-}
-
-/// What the token cache counts.
-#[derive(Debug, Default)]
-pub struct TokenCounters {
-    /// `TokenAcquire` requests sent.
-    pub acquires: AtomicU64,
-    /// Revocations answered.
-    pub revokes: AtomicU64,
-    /// Times the service said every token was lost.
-    pub lost: AtomicU64,
 }
 
 /// A token held: (mode, start, end), the bytes inclusive.
@@ -150,6 +139,13 @@ impl FileTokens {
         self.applied_seq = self.applied_seq.max(grant.seq);
     }
 
+    /// Takes the read registered as `waiting` (if any) off the waiting reads.
+    fn stop_waiting(&mut self, waiting: &mut Option<u64>) {
+        if let Some(wait) = waiting.take() {
+            self.waiting_reads.retain(|(w, _)| *w != wait);
+        }
+    }
+
     /// Gives back `range` (all of it, or keeping read tokens with `to: Some(Read)`).
     fn release(&mut self, range: ByteRange, to: Option<TokenMode>) {
         let (mut next, inside) = self.cut(range);
@@ -197,7 +193,6 @@ struct Inner {
     changed: parking_lot::Condvar,
     settings: TokenSettings,
     stop: AtomicBool,
-    counters: TokenCounters,
 }
 
 /// The tokens this client holds, shared by every thread of the process.
@@ -237,13 +232,8 @@ impl TokenCache {
             changed: parking_lot::Condvar::new(),
             settings,
             stop: AtomicBool::new(false),
-            counters: TokenCounters::default(),
         };
         TokenCache { inner: Arc::new(inner) }
-    }
-
-    pub fn counters(&self) -> &TokenCounters {
-        &self.inner.counters
     }
 
     /// Stops the poll thread (at unmount); tokens still held go with the session.
@@ -282,7 +272,7 @@ impl TokenCache {
         pages: Option<ByteRange>,
     ) -> Result<Option<TokenUse>, ClientError> {
         assert!(range.0 <= range.1, "an empty token range");
-        let started = Instant::now();
+        let deadline = Instant::now() + Duration::from_millis(self.inner.settings.acquire_timeout_ms);
         let mut fresh = false;
         let mut waiting: Option<u64> = None;
         let mut shared = self.inner.shared.lock();
@@ -290,9 +280,7 @@ impl TokenCache {
             let next_wait = shared.next_wait;
             let file = shared.files.entry(id).or_default();
             if !file.revoking {
-                if let Some(wait) = waiting.take() {
-                    file.waiting_reads.retain(|(w, _)| *w != wait);
-                }
+                file.stop_waiting(&mut waiting);
             }
             if !file.revoking && file.covers(mode, range) {
                 file.users += 1;
@@ -301,9 +289,7 @@ impl TokenCache {
             if let (Some(pages), true) = (pages, file.revoking) {
                 if file.invalidating {
                     file.passed += 1;
-                    if let Some(wait) = waiting.take() {
-                        file.waiting_reads.retain(|(w, _)| *w != wait);
-                    }
+                    file.stop_waiting(&mut waiting);
                     return Ok(None);
                 }
                 if waiting.is_none() {
@@ -313,11 +299,8 @@ impl TokenCache {
                 }
             }
             let file = shared.files.entry(id).or_default();
-            let deadline = started + Duration::from_millis(self.inner.settings.acquire_timeout_ms);
             if Instant::now() >= deadline {
-                if let Some(wait) = waiting.take() {
-                    file.waiting_reads.retain(|(w, _)| *w != wait);
-                }
+                file.stop_waiting(&mut waiting);
                 return Err(ClientError::Token(format!(
                     "no {mode:?} token on bytes {}..={} of file {id:016x} within {} ms",
                     range.0, range.1, self.inner.settings.acquire_timeout_ms
@@ -345,9 +328,7 @@ impl TokenCache {
             }
             self.inner.changed.notify_all();
             if let Err(error) = granted {
-                if let Some(wait) = waiting.take() {
-                    file.waiting_reads.retain(|(w, _)| *w != wait);
-                }
+                file.stop_waiting(&mut waiting);
                 return Err(error);
             }
         }
@@ -360,7 +341,6 @@ impl TokenCache {
         mode: TokenMode,
         required: ByteRange,
     ) -> Result<Option<TokenGrant>, ClientError> {
-        self.inner.counters.acquires.fetch_add(1, Ordering::Relaxed);
         let session = self.inner.client.core.session();
         let desired = WHOLE_FILE;
         let wait_ms = self.inner.settings.wait_ms;
@@ -500,7 +480,6 @@ impl Inner {
 
     /// Every token is gone (the service restarted or the session's lease ran out).
     fn lose_all(&self) {
-        self.counters.lost.fetch_add(1, Ordering::Relaxed);
         let ids: Vec<u64> = self.shared.lock().files.keys().copied().collect();
         tracing::warn!(
             files = ids.len(),
@@ -565,7 +544,6 @@ fn subtract(range: ByteRange, mut holes: Vec<ByteRange>) -> Vec<ByteRange> {
 
 fn answer(inner: &Inner, revokes: Vec<TokenRevoke>) {
     for revoke in revokes {
-        inner.counters.revokes.fetch_add(1, Ordering::Relaxed);
         let range = (revoke.start, revoke.end);
         if let Err(error) = inner.give_back(revoke.id, range, revoke.to, revoke.seq, false) {
             tracing::warn!(%error, file = revoke.id, "giving a token back failed");

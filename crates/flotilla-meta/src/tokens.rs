@@ -1,7 +1,8 @@
 //! Byte-range tokens (GPFS §2): which client session may cache, and which may change, which
 //! bytes of which file. [`TokenTable`] is pure bookkeeping (no I/O, no time); [`Tokens`]
 //! adds waiting for conflicting holders, the queues of revocations each session polls
-//! (`TokenWait`), the no-overlap hints and counters.
+//! (`TokenWait`) and the no-overlap hints. (Token traffic is counted by the service's
+//! per-request metrics.)
 //!
 //! A token is (session, mode, bytes `start..=end`) on one file. Invariants: one session's
 //! tokens on a file never overlap one another; two sessions' tokens on a file overlap only
@@ -21,7 +22,7 @@
 
 use flotilla_proto::{ErrorCode, TokenGrant, TokenMode, TokenRevoke, WireError, TOKEN_EVENTS_MAX};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// An inclusive byte range.
@@ -281,16 +282,6 @@ pub struct TokenBounds {
     pub recovery_ms: u64,
 }
 
-/// What the token service counts (metrics, tests).
-#[derive(Debug, Default)]
-pub struct TokenCounters {
-    pub acquires: AtomicU64,
-    pub grants: AtomicU64,
-    pub busy: AtomicU64,
-    pub revokes: AtomicU64,
-    pub releases: AtomicU64,
-}
-
 #[derive(Default)]
 struct Shared {
     table: TokenTable,
@@ -308,7 +299,6 @@ pub struct Tokens {
     no_overlap: parking_lot::RwLock<HashSet<u64>>,
     granting_from: Instant,
     bounds: TokenBounds,
-    pub counters: TokenCounters,
 }
 
 impl Tokens {
@@ -321,7 +311,6 @@ impl Tokens {
             no_overlap: parking_lot::RwLock::new(no_overlap.into_iter().collect()),
             granting_from: Instant::now() + Duration::from_millis(bounds.recovery_ms),
             bounds,
-            counters: TokenCounters::default(),
         }
     }
 
@@ -348,7 +337,6 @@ impl Tokens {
         wait_ms: u64,
     ) -> Result<Result<TokenGrant, u64>, WireError> {
         check_ranges(required, desired)?;
-        self.counters.acquires.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + Duration::from_millis(wait_ms.min(self.bounds.wait_ms_max));
         let mut shared = self.shared.lock();
         let mut waiting = false;
@@ -383,15 +371,6 @@ impl Tokens {
         if waiting {
             self.waiters.fetch_sub(1, Ordering::SeqCst);
         }
-        match &outcome {
-            Ok(Ok(_)) => {
-                self.counters.grants.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(Err(_)) => {
-                self.counters.busy.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(_) => {}
-        }
         outcome
     }
 
@@ -421,7 +400,6 @@ impl Tokens {
             let queue = shared.events.entry(held.session).or_default();
             if queue.len() < TOKEN_EVENTS_MAX && !queue.contains(&revoke) {
                 queue.push(revoke);
-                self.counters.revokes.fetch_add(1, Ordering::Relaxed);
                 sent = true;
             }
         }
@@ -445,7 +423,6 @@ impl Tokens {
                 "a token can be released to read or to nothing, not to write",
             ));
         }
-        self.counters.releases.fetch_add(1, Ordering::Relaxed);
         let mut shared = self.shared.lock();
         shared.table.release(file, session, range, to);
         if let Some(queue) = shared.events.get_mut(&session) {
