@@ -20,7 +20,7 @@
 
 use crate::open_files::SizeTable;
 use crate::write_behind::WriteBehind;
-use flotilla_client::{ByteRange, Shape, TokenHolder, TokenMode};
+use flotilla_client::{ByteRange, TokenHolder, TokenMode};
 use std::sync::Arc;
 
 /// What a revocation reaches in the mount.
@@ -59,12 +59,9 @@ impl MountHolder {
 impl TokenHolder for MountHolder {
     fn give_back(&self, id: u64, range: ByteRange, to: Option<TokenMode>) {
         if let Some(file) = self.sizes.file(id) {
-            let send = |shape: Shape, data: &[u8]| {
-                file.write_shape(&shape, data).map(|_| ()).map_err(crate::names::failed)
-            };
             // A failure is kept by the write-behind buffer and reported by the next close or
             // fsync of the file (as any lost write-behind data is).
-            if let Err(errno) = self.write_behind.flush(id, &send) {
+            if let Err(errno) = self.write_behind.flush_to(id, &file) {
                 tracing::warn!(?errno, file = id, "writing back before giving a token back failed");
             }
             if let Err(error) = file.publish_size() {

@@ -61,12 +61,7 @@ impl FlotillaFs {
         // The kernel reads a page-cache open up to the size it was given: that size must
         // include what other clients wrote and hold in their caches (GPFS: a stat needs a
         // read token), so their write tokens are revoked first.
-        let _token = match &self.tokens {
-            Some(tokens) if self.sizes.cached_opens(ino) > 0 => {
-                Some(tokens.cover(ino, TokenMode::Read, WHOLE_FILE).map_err(failed)?)
-            }
-            _ => None,
-        };
+        let _token = self.token_cover(ino, self.sizes.cached_opens(ino) > 0, TokenMode::Read, WHOLE_FILE)?;
         let entry = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?;
         // Writes waiting in the write-behind buffer are not in the service's size yet.
         if entry.attrs.kind == FileKind::File && !self.write_behind.holds(ino) {
@@ -94,7 +89,7 @@ impl FlotillaFs {
                 // next flush would raise the file's to: send and publish them first.
                 if self.write_behind.holds(ino) {
                     let file = self.retrying(|| self.client.open_id(ino)).map_err(failed)?;
-                    self.send_buffered_with(ino, &file)?;
+                    self.write_behind.flush_to(ino, &file)?;
                 }
                 self.retrying(|| self.client.flush_id(ino)).map_err(failed)?;
             }
@@ -121,13 +116,8 @@ impl FlotillaFs {
         }
         let file = self.retrying(|| self.client.open_id(ino)).map_err(failed)?;
         // Every other client's cached bytes and size of the file are stale after this.
-        let token = match &self.tokens {
-            Some(tokens) if !file.entry().no_overlap => {
-                Some(tokens.cover(ino, TokenMode::Write, WHOLE_FILE).map_err(failed)?)
-            }
-            _ => None,
-        };
-        self.send_buffered_with(ino, &file)?;
+        let token = self.token_cover(ino, !file.entry().no_overlap, TokenMode::Write, WHOLE_FILE)?;
+        self.write_behind.flush_to(ino, &file)?;
         let attrs = self.retrying(|| file.set_size(size)).map_err(failed)?;
         self.sizes.truncated(ino, size);
         drop(token);

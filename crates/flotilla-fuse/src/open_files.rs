@@ -255,15 +255,22 @@ impl FlotillaFs {
     /// clients' cached writes written back) and, if it had to be asked for, the size the
     /// kernel knows dropped so that it asks again.
     fn refresh_for_kernel(&self, ino: u64) -> Result<(), Errno> {
-        let Some(tokens) = &self.tokens else { return Ok(()) };
-        let used = tokens.cover(ino, TokenMode::Read, flotilla_client::WHOLE_FILE).map_err(failed)?;
-        if used.fresh {
-            let mut attrs = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?.attrs;
-            self.client.overlay(ino, &mut attrs);
-            self.sizes.observed(ino, attrs.size_bytes);
+        let used = self.token_cover(ino, true, TokenMode::Read, flotilla_client::WHOLE_FILE)?;
+        if used.is_some_and(|used| used.fresh) {
+            self.size_from_service(ino)?;
             self.holder.invalidate_attributes(ino);
         }
         Ok(())
+    }
+
+    /// The file's size as the metadata service has it, with this client's own unpublished
+    /// writes, made the size this mount knows (after another client may have changed it,
+    /// truncated it too, while this mount held no token).
+    fn size_from_service(&self, ino: u64) -> Result<u64, Errno> {
+        let mut attrs = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?.attrs;
+        self.client.overlay(ino, &mut attrs);
+        self.sizes.observed(ino, attrs.size_bytes);
+        Ok(attrs.size_bytes)
     }
 
     /// The read token of a read of `size` bytes at `offset`, from the offset to the end of
@@ -272,10 +279,7 @@ impl FlotillaFs {
     fn read_token(&self, open: &OpenFile, offset: u64, size: u32) -> Result<(Option<TokenUse>, bool), Errno> {
         let Some(tokens) = self.tokens.as_ref().filter(|_| open.coherent) else { return Ok((None, false)) };
         if !open.cached {
-            return Ok((
-                Some(tokens.cover(open.ino, TokenMode::Read, (offset, u64::MAX)).map_err(failed)?),
-                false,
-            ));
+            return Ok((self.token_use(open, TokenMode::Read, (offset, u64::MAX))?, false));
         }
         let pages = (offset, offset.saturating_add(u64::from(size.max(1)) - 1));
         let used = tokens.cover_or_pass(open.ino, (offset, u64::MAX), pages).map_err(failed)?;
@@ -290,8 +294,20 @@ impl FlotillaFs {
         mode: TokenMode,
         range: ByteRange,
     ) -> Result<Option<TokenUse>, Errno> {
-        match (&self.tokens, open.coherent) {
-            (Some(tokens), true) => tokens.cover(open.ino, mode, range).map(Some).map_err(failed),
+        self.token_cover(open.ino, open.coherent, mode, range)
+    }
+
+    /// A use of the tokens `mode` on `range` of file `ino` when the mount has tokens on and
+    /// `wanted` (the file takes them).
+    pub(crate) fn token_cover(
+        &self,
+        ino: u64,
+        wanted: bool,
+        mode: TokenMode,
+        range: ByteRange,
+    ) -> Result<Option<TokenUse>, Errno> {
+        match (&self.tokens, wanted) {
+            (Some(tokens), true) => tokens.cover(ino, mode, range).map(Some).map_err(failed),
             _ => Ok(None),
         }
     }
@@ -303,13 +319,6 @@ impl FlotillaFs {
 
     fn send_shape(&self, open: &OpenFile, shape: Shape, data: &[u8]) -> Result<(), Errno> {
         self.with_file(open, |file| file.write_shape(&shape, data).map(|_| ()))
-    }
-
-    /// Sends what the write-behind buffer holds for `ino` through a fresh handle (for size
-    /// changes made without an open file).
-    pub(crate) fn send_buffered_with(&self, ino: u64, file: &File) -> Result<(), Errno> {
-        let send = |shape: Shape, data: &[u8]| file.write_shape(&shape, data).map(|_| ()).map_err(failed);
-        self.write_behind.flush(ino, &send)
     }
 
     /// Runs `call` on the open file; after a transport failure, once more on a handle whose
@@ -344,12 +353,7 @@ impl FlotillaFs {
         let end = offset.saturating_add(u64::from(size));
         let mut known = self.sizes.known(ino).unwrap_or(0);
         if fresh {
-            // Another client may have changed the size (truncated it, too) while this mount
-            // held no token: the service's size with this client's own writes.
-            let mut attrs = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?.attrs;
-            self.client.overlay(ino, &mut attrs);
-            known = attrs.size_bytes;
-            self.sizes.observed(ino, known);
+            known = self.size_from_service(ino)?;
         } else if end > known {
             // Maybe another client made the file longer (this mount's writes are all known).
             let entry = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?;

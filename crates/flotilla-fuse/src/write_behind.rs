@@ -136,6 +136,15 @@ impl WriteBehind {
         self.send_locked(&buffer, pending, send)
     }
 
+    /// `flush` through `file`, a handle of file `ino` (for writes made through another
+    /// handle, or none: size changes, revocations).
+    pub fn flush_to(&self, ino: u64, file: &flotilla_client::File) -> Result<(), Errno> {
+        let send = |shape: Shape, data: &[u8]| {
+            file.write_shape(&shape, data).map(|_| ()).map_err(crate::names::failed)
+        };
+        self.flush(ino, &send)
+    }
+
     /// Whether writes to file `ino` wait in its buffer.
     pub fn holds(&self, ino: u64) -> bool {
         self.existing(ino).is_some_and(|buffer| !buffer.pending.lock().pieces.is_empty())

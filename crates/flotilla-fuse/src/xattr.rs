@@ -63,24 +63,16 @@ impl FlotillaFs {
         if name != LAYOUT_XATTR {
             return Err(Errno::ENOTSUP);
         }
-        let text = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
-        let layout = Layout::parse(text.trim_end_matches(['\0', '\n']).trim()).map_err(|_| Errno::EINVAL)?;
+        let layout = Layout::parse(value_text(value)?).map_err(|_| Errno::EINVAL)?;
         let entry = self.entry(ino)?;
-        let exists = entry.layout.is_some();
-        if flags & libc::XATTR_CREATE != 0 && exists {
-            return Err(Errno::EEXIST);
-        }
-        if flags & libc::XATTR_REPLACE != 0 && !exists {
-            return Err(Errno::NO_XATTR);
-        }
+        check_set_flags(flags, entry.layout.is_some())?;
         refuse_symlink(&entry)?;
         self.client.set_layout_id(entry.id, Some(layout)).map(|_| ()).map_err(failed)
     }
 
     /// Sets (`1`) or clears (`0`) the no-overlap hint of a file.
     fn set_no_overlap(&self, ino: u64, value: &[u8], flags: i32) -> Result<(), Errno> {
-        let text = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
-        let no_overlap = match text.trim_end_matches(['\0', '\n']).trim() {
+        let no_overlap = match value_text(value)? {
             "1" | "true" | "yes" => true,
             "0" | "false" | "no" => false,
             _ => return Err(Errno::EINVAL),
@@ -89,12 +81,7 @@ impl FlotillaFs {
         if entry.attrs.kind != FileKind::File {
             return Err(Errno::EPERM);
         }
-        if flags & libc::XATTR_CREATE != 0 && entry.no_overlap {
-            return Err(Errno::EEXIST);
-        }
-        if flags & libc::XATTR_REPLACE != 0 && !entry.no_overlap {
-            return Err(Errno::NO_XATTR);
-        }
+        check_set_flags(flags, entry.no_overlap)?;
         self.client.set_no_overlap_id(ino, no_overlap).map(|_| ()).map_err(failed)
     }
 
@@ -115,6 +102,23 @@ impl FlotillaFs {
         refuse_symlink(&entry)?;
         self.client.set_layout_id(entry.id, None).map(|_| ()).map_err(failed)
     }
+}
+
+/// An attribute's value as text: UTF-8, a trailing NUL or newline and spaces dropped.
+fn value_text(value: &[u8]) -> Result<&str, Errno> {
+    let text = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+    Ok(text.trim_end_matches(['\0', '\n']).trim())
+}
+
+/// `XATTR_CREATE` fails on an attribute that `exists`, `XATTR_REPLACE` on one that does not.
+fn check_set_flags(flags: i32, exists: bool) -> Result<(), Errno> {
+    if flags & libc::XATTR_CREATE != 0 && exists {
+        return Err(Errno::EEXIST);
+    }
+    if flags & libc::XATTR_REPLACE != 0 && !exists {
+        return Err(Errno::NO_XATTR);
+    }
+    Ok(())
 }
 
 /// Linux allows no user attributes on symbolic links.
