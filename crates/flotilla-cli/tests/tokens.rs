@@ -265,3 +265,61 @@ fn a_killed_metadata_service_makes_holders_write_back_and_tokens_work_again() {
     fs::File::open(b.path("f")).expect("open on B").read_exact_at(&mut again, 0).expect("read on B");
     assert!(again == second, "tokens did not work again after the restart");
 }
+
+/// Read requests the cluster's servers have served so far.
+fn server_read_ops(client: &flotilla_client::Client) -> u64 {
+    let servers: std::collections::BTreeSet<String> =
+        client.status().expect("status").into_iter().map(|target| target.server).collect();
+    servers.iter().map(|server| client.server_stats(server).expect("server stats").total.read_ops).sum()
+}
+
+fn library_client(local: &Local) -> flotilla_client::Client {
+    let mut config = flotilla_client::ClientConfig::new(&local.meta);
+    config.key = Some(local.key.clone());
+    flotilla_client::Client::with_config(config).expect("library client")
+}
+
+/// A file read again through a mount is read from the kernel's page cache (the mount kept
+/// its read token past the close, and passes FOPEN_KEEP_CACHE at the next open): the
+/// servers serve no read. A write through another mount revokes the kept token (the next
+/// open reads the new bytes, even when the writer set the mtime back), and a library
+/// client's write is seen too (by the size and mtime checked at open, where the client
+/// takes no tokens).
+#[test]
+fn a_file_read_again_is_served_by_the_page_cache_until_someone_writes() {
+    let local = Local::start(2, false);
+    let (a, b) = (mount(&local, &[]), mount(&local, &[]));
+    let client = library_client(&local);
+    let first = pattern(3, 2 << 20);
+    fs::write(a.path("again"), &first).expect("write on A");
+    assert!(fs::read(b.path("again")).expect("first read on B") == first, "B's first read differs");
+
+    let before = server_read_ops(&client);
+    assert!(fs::read(b.path("again")).expect("second read on B") == first, "B's second read differs");
+    let served = server_read_ops(&client) - before;
+    assert_eq!(served, 0, "the servers served {served} reads of a file B read before and nobody changed");
+
+    // A overwrites and sets the mtime back (as `cp -p` would): the size and mtime are as
+    // before, so only the revocation of B's kept read token tells B.
+    let mtime = fs::metadata(a.path("again")).and_then(|meta| meta.modified()).expect("mtime");
+    let second = pattern(5, 64 << 10);
+    let writer = fs::OpenOptions::new().write(true).open(a.path("again")).expect("open on A");
+    writer.write_all_at(&second, 1 << 20).expect("overwrite on A");
+    writer.set_times(fs::FileTimes::new().set_modified(mtime)).expect("set the mtime back on A");
+    drop(writer);
+    let now = fs::metadata(a.path("again")).and_then(|meta| meta.modified()).expect("mtime");
+    assert_eq!(now, mtime, "A's mtime was not set back");
+    let mut expected = first.clone();
+    expected[1 << 20..(1 << 20) + second.len()].copy_from_slice(&second);
+    assert!(fs::read(b.path("again")).expect("read on B after A's write") == expected, "B kept stale pages");
+
+    let third = pattern(9, 4096);
+    let file = client.open("/again").expect("library open");
+    file.write_at(0, &third).expect("library write");
+    file.close().expect("library close");
+    expected[..third.len()].copy_from_slice(&third);
+    assert!(
+        fs::read(b.path("again")).expect("read on B after the library's write") == expected,
+        "B kept pages a library client changed"
+    );
+}

@@ -29,6 +29,8 @@ pub struct MountHolder {
     pub sizes: Arc<SizeTable>,
     /// Tells the kernel to drop cached pages and attributes (set once the session exists).
     pub notifier: std::sync::OnceLock<fuser::Notifier>,
+    /// Closed files whose tokens this mount keeps (`kept.rs`).
+    pub kept: parking_lot::Mutex<crate::kept::KeptFiles>,
 }
 
 impl MountHolder {
@@ -73,6 +75,11 @@ impl TokenHolder for MountHolder {
             // Another client may change these bytes and the size now: what was fetched
             // ahead and the size known here are stale.
             self.sizes.invalidate(id);
+            if self.kept.lock().given_back(id) {
+                // Closed here: no read is in flight, and the next open would otherwise keep
+                // pages another client may now make stale.
+                self.invalidate_kernel(id, flotilla_client::WHOLE_FILE);
+            }
         }
     }
 

@@ -44,6 +44,9 @@ pub struct MountConfig {
     /// How far the kernel reads ahead of page-cache reads (the mount's `read_ahead_kb`);
     /// each read-ahead request to the mount carries at most 1 MiB.
     pub kernel_readahead_bytes: u64,
+    /// Closed files whose tokens (and, unchanged, kernel pages) the mount keeps for a later
+    /// open (`kept.rs`); past it the least recently closed give theirs back.
+    pub kept_files_max: usize,
 }
 
 impl Default for MountConfig {
@@ -66,6 +69,7 @@ impl Default for MountConfig {
             tokens: true,
             kernel_cache: true,
             kernel_readahead_bytes: 4 << 20,
+            kept_files_max: 4_096,
         }
     }
 }

@@ -75,6 +75,7 @@ impl FlotillaFs {
             write_behind: write_behind.clone(),
             sizes: sizes.clone(),
             notifier: std::sync::OnceLock::new(),
+            kept: parking_lot::Mutex::new(crate::kept::KeptFiles::new(config.kept_files_max)),
         });
         let tokens = config.tokens.then(|| {
             let weak: std::sync::Weak<dyn flotilla_client::TokenHolder> =
@@ -277,7 +278,7 @@ impl Filesystem for FlotillaFs {
 
     fn open(&self, request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.open_file(ino.0, flags.0, request.pid()) {
-            Ok((handle, cached)) => reply.opened(FileHandle(handle), open_flags(cached)),
+            Ok((handle, flags)) => reply.opened(FileHandle(handle), flags),
             Err(errno) => reply.error(errno),
         }
     }
@@ -531,8 +532,8 @@ impl Filesystem for FlotillaFs {
         reply: ReplyCreate,
     ) {
         match self.create_file(request, parent.0, name, mode, flags) {
-            Ok((attr, (handle, cached))) => {
-                reply.created(&self.ttl, &attr, Generation(0), FileHandle(handle), open_flags(cached))
+            Ok((attr, (handle, flags))) => {
+                reply.created(&self.ttl, &attr, Generation(0), FileHandle(handle), flags)
             }
             Err(errno) => reply.error(errno),
         }
@@ -553,15 +554,17 @@ impl Filesystem for FlotillaFs {
 }
 
 /// A read-only open under tokens uses the kernel's page cache (`coherence.rs`; a revocation
-/// drops its pages, and every open drops what an earlier one cached, as no
-/// `FOPEN_KEEP_CACHE` is given). Every other open bypasses the page cache (so sizes written
-/// elsewhere are seen after their close, and reads and writes of one file by several
-/// processes reach the servers at once), and writes to one file from several processes run
-/// in parallel.
-fn open_flags(cached: bool) -> FopenFlags {
-    match cached {
-        true => FopenFlags::empty(),
-        false => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
+/// drops its pages), keeping what earlier opens cached (`FOPEN_KEEP_CACHE`) when this mount
+/// held the file's read token ever since and changed nothing (`kept.rs`); without it the
+/// kernel drops the file's pages at the open. Every other open bypasses the page cache (so
+/// sizes written elsewhere are seen after their close, and reads and writes of one file by
+/// several processes reach the servers at once), and writes to one file from several
+/// processes run in parallel.
+pub(crate) fn open_flags(cached: bool, keep_cache: bool) -> FopenFlags {
+    match (cached, keep_cache) {
+        (true, true) => FopenFlags::FOPEN_KEEP_CACHE,
+        (true, false) => FopenFlags::empty(),
+        (false, _) => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
     }
 }
 

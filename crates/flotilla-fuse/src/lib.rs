@@ -21,6 +21,7 @@ mod convert;
 mod enwrich;
 mod fs;
 mod handles;
+mod kept;
 mod locks;
 mod names;
 pub mod nodes;

@@ -279,7 +279,7 @@ impl FlotillaFs {
         name: &OsStr,
         mode: u32,
         flags: i32,
-    ) -> Result<(FileAttr, (u64, bool)), Errno> {
+    ) -> Result<(FileAttr, (u64, fuser::FopenFlags)), Errno> {
         let at = At { parent, name: check_name(name)? };
         // Always exclusive: the client removes a file whose subfiles it could not create, which
         // must never be a file that existed before.

@@ -19,7 +19,7 @@ use crate::names::failed;
 use crate::readahead::{Detector, Window};
 use crate::write_behind::Buffered;
 use flotilla_client::{ByteRange, ClientError, EnwrichFile, File, Shape, TokenMode, TokenUse};
-use fuser::Errno;
+use fuser::{Errno, FopenFlags};
 use std::collections::HashMap;
 
 thread_local! {
@@ -76,6 +76,12 @@ impl OpenFile {
     fn file(&self) -> File {
         self.file.read().clone()
     }
+}
+
+/// The size and mtime a handle's open found (`kept.rs`).
+fn stamp_of(file: &File) -> crate::kept::Stamp {
+    let attrs = &file.entry().attrs;
+    (attrs.size_bytes, attrs.mtime_ns)
 }
 
 #[derive(Default)]
@@ -141,15 +147,23 @@ impl SizeTable {
 
     /// One open handle of `ino` fewer; whether it was the last.
     fn released(&self, ino: u64, cached: bool) -> bool {
+        self.released_last(ino, cached).is_some()
+    }
+
+    /// One open handle of `ino` fewer; if it was the last, whether the file went through
+    /// its opens here unchanged: nothing written or truncated through this mount, no token
+    /// given back.
+    fn released_last(&self, ino: u64, cached: bool) -> Option<bool> {
         let mut sizes = self.sizes.lock();
-        let Some(tracked) = sizes.get_mut(&ino) else { return true };
+        let Some(tracked) = sizes.get_mut(&ino) else { return Some(false) };
         tracked.opens -= 1;
         tracked.cached_opens -= u64::from(cached);
         if tracked.opens > 0 {
-            return false;
+            return None;
         }
+        let unchanged = tracked.generation == 0;
         sizes.remove(&ino);
-        true
+        Some(unchanged)
     }
 
     pub fn known(&self, ino: u64) -> Option<u64> {
@@ -192,7 +206,7 @@ impl SizeTable {
 }
 
 impl FlotillaFs {
-    pub(crate) fn open_file(&self, ino: u64, flags: i32, pid: u32) -> Result<(u64, bool), Errno> {
+    pub(crate) fn open_file(&self, ino: u64, flags: i32, pid: u32) -> Result<(u64, FopenFlags), Errno> {
         let file = self.retrying(|| self.client.open_id(ino)).map_err(failed)?;
         self.insert_open(file, flags, pid)
     }
@@ -200,8 +214,8 @@ impl FlotillaFs {
     /// Registers an open of `file` by process `pid`: in ENWRICH mode if the mount has the
     /// option, the open is write-only and the process's environment names a job; otherwise
     /// after flushing the mount's ENWRICH handles on the file (flush-on-read). Returns the
-    /// handle and whether the kernel may cache the file's pages for it.
-    pub(crate) fn insert_open(&self, file: File, flags: i32, pid: u32) -> Result<(u64, bool), Errno> {
+    /// handle and how the kernel may cache the file's pages for it.
+    pub(crate) fn insert_open(&self, file: File, flags: i32, pid: u32) -> Result<(u64, FopenFlags), Errno> {
         let (ino, size) = (file.id(), file.size());
         let job = match self.enwrich_cache_bytes {
             Some(cache_bytes) if flags & libc::O_ACCMODE == libc::O_WRONLY => {
@@ -233,17 +247,24 @@ impl FlotillaFs {
         // windows of its own per open would fetch the same bytes once per open.
         let readahead = (read_only && !cached && self.readahead_bytes_max > 0).then(Default::default);
         self.sizes.opened(ino, size, &file, cached);
+        // Registered first: a revocation from here on drops the kernel's pages through the
+        // open (`caches_outside`), whatever is decided below.
+        let pages_kept = self.holder.kept.lock().opened(ino, stamp_of(&file));
+        let mut keep_cache = false;
         if cached {
-            if let Err(errno) = self.refresh_for_kernel(ino) {
-                self.sizes.released(ino, cached);
-                return Err(errno);
+            match self.refresh_for_kernel(ino) {
+                Ok(fresh) => keep_cache = pages_kept && !fresh,
+                Err(errno) => {
+                    self.sizes.released(ino, cached);
+                    return Err(errno);
+                }
             }
         }
         let file = parking_lot::RwLock::new(file);
         let open =
             OpenFile { ino, file, sync_writes, setid, read_once, enwrich, readahead, coherent, cached };
         match self.files.insert(open) {
-            Ok(handle) => Ok((handle, cached)),
+            Ok(handle) => Ok((handle, crate::fs::open_flags(cached, keep_cache))),
             Err(errno) => {
                 self.sizes.released(ino, cached);
                 Err(errno)
@@ -253,14 +274,16 @@ impl FlotillaFs {
 
     /// Before the kernel reads a page-cache open: a read token on the whole file (other
     /// clients' cached writes written back) and, if it had to be asked for, the size the
-    /// kernel knows dropped so that it asks again.
-    fn refresh_for_kernel(&self, ino: u64) -> Result<(), Errno> {
+    /// kernel knows dropped so that it asks again. Whether the token had to be asked for
+    /// (this mount did not hold it all along).
+    fn refresh_for_kernel(&self, ino: u64) -> Result<bool, Errno> {
         let used = self.token_cover(ino, true, TokenMode::Read, flotilla_client::WHOLE_FILE)?;
-        if used.is_some_and(|used| used.fresh) {
+        let fresh = used.as_ref().is_none_or(|used| used.fresh);
+        if fresh {
             self.size_from_service(ino)?;
             self.holder.invalidate_attributes(ino);
         }
-        Ok(())
+        Ok(fresh)
     }
 
     /// The file's size as the metadata service has it, with this client's own unpublished
@@ -525,15 +548,27 @@ impl FlotillaFs {
             Some(enwrich) => enwrich.close().map_err(failed),
             None => self.publish(&open),
         };
-        if self.sizes.released(open.ino, open.cached) {
+        if let Some(unchanged) = self.sizes.released_last(open.ino, open.cached) {
             self.write_behind.forget(open.ino);
-            if let Some(tokens) = &self.tokens {
-                if let Err(error) = tokens.release_file(open.ino) {
-                    tracing::warn!(%error, ino = open.ino, "giving the file's tokens back failed");
-                }
-            }
+            let pages = (unchanged && published.is_ok()).then(|| stamp_of(&open.file()));
+            self.keep_tokens(open.ino, open.coherent, pages);
         }
         published
+    }
+
+    /// The last close of `ino` here: its tokens are kept for a later open (`kept.rs`), or
+    /// given back when it takes none or no longer fits.
+    fn keep_tokens(&self, ino: u64, coherent: bool, pages: Option<crate::kept::Stamp>) {
+        let Some(tokens) = &self.tokens else { return };
+        let give_back = match coherent {
+            true => self.holder.kept.lock().closed(ino, pages),
+            false => vec![ino],
+        };
+        for id in give_back {
+            if let Err(error) = tokens.release_file(id) {
+                tracing::warn!(%error, ino = id, "giving the file's tokens back failed");
+            }
+        }
     }
 
     pub(crate) fn sync_file(&self, handle: u64) -> Result<(), Errno> {

@@ -187,6 +187,9 @@ impl State {
                 MetaReply::Done
             }
             MetaRequest::TokenWait { session, holding, wait_ms } => {
+                if holding {
+                    self.opens.lock().renew_idle(session, Instant::now());
+                }
                 let (revokes, lost) = self.tokens.wait(session, holding, wait_ms)?;
                 MetaReply::TokenEvents { revokes, lost }
             }
@@ -282,7 +285,9 @@ impl State {
     /// Records a close; the last close of an orphan deletes it.
     fn closed(&self, session: u64, id: u64) -> Result<(), WireError> {
         let mut opens = self.opens.lock();
-        opens.close(session, id);
+        // A session keeps the tokens of files it closed (a later open reuses the kernel's
+        // page cache under them): it lives on, renewed by its token polls.
+        opens.close(session, id, self.tokens.holds_any(session));
         if opens.is_releasable(id, Instant::now()) {
             self.namespace.release_orphan(id).map_err(wire)?;
             opens.released(id);

@@ -93,8 +93,10 @@ impl OpenTable {
         Ok(())
     }
 
-    /// Drops one handle of `session` on `file`; true if no session has `file` open now.
-    pub fn close(&mut self, session: u64, file: u64) -> bool {
+    /// Drops one handle of `session` on `file`; true if no session has `file` open now. A
+    /// session left with no open files ends, unless `keep_session` (it holds byte-range
+    /// tokens, which live as long as its lease: `renew_idle`).
+    pub fn close(&mut self, session: u64, file: u64, keep_session: bool) -> bool {
         let Some(state) = self.sessions.get_mut(&session) else { return !self.is_open(file) };
         let Some(handles) = state.files.get_mut(&file) else { return !self.is_open(file) };
         *handles -= 1;
@@ -102,7 +104,7 @@ impl OpenTable {
         if last_handle {
             state.files.remove(&file);
         }
-        if state.files.is_empty() {
+        if state.files.is_empty() && !keep_session {
             self.sessions.remove(&session);
         }
         if last_handle {
@@ -126,7 +128,15 @@ impl OpenTable {
         Ok(())
     }
 
-    /// Whether client `session` holds open files (and so a live lease).
+    /// Renews the lease of `session` if it is live, open files or not (a client holding
+    /// tokens after its last close renews with its token polls).
+    pub fn renew_idle(&mut self, session: u64, now: Instant) {
+        if let Some(state) = self.sessions.get_mut(&session) {
+            state.expires = now + self.lease;
+        }
+    }
+
+    /// Whether client `session` holds open files or tokens (and so a live lease).
     pub fn has_session(&self, session: u64) -> bool {
         self.sessions.contains_key(&session)
     }
@@ -205,9 +215,9 @@ mod tests {
         table.open(1, 7, start).unwrap();
         table.open(1, 7, start).unwrap();
         table.open(2, 7, start).unwrap();
-        assert!(!table.close(1, 7), "session 1 has a second handle, session 2 one");
-        assert!(!table.close(2, 7));
-        assert!(table.close(1, 7), "last handle closed");
+        assert!(!table.close(1, 7, false), "session 1 has a second handle, session 2 one");
+        assert!(!table.close(2, 7, false));
+        assert!(table.close(1, 7, false), "last handle closed");
         assert!(!table.is_open(7));
     }
 
@@ -224,12 +234,31 @@ mod tests {
         let later = start + LEASE;
         assert_eq!(table.releasable(later), vec![8], "7 is still open");
         assert!(table.is_releasable(8, later) && !table.is_releasable(7, later));
-        table.close(1, 7);
+        table.close(1, 7, false);
         let mut both = table.releasable(later);
         both.sort();
         assert_eq!(both, vec![7, 8]);
         table.released(7);
         assert_eq!(table.releasable(later), vec![8]);
+    }
+
+    #[test]
+    fn a_session_kept_at_its_last_close_lives_while_renewed_idle() {
+        let start = Instant::now();
+        let mut table = OpenTable::new(LEASE, start, 10, 10);
+        table.open(1, 7, start).unwrap();
+        table.open(2, 7, start).unwrap();
+        assert!(!table.close(1, 7, true), "session 2 still has it open");
+        assert!(table.close(2, 7, false));
+        assert!(table.has_session(1), "kept: it holds tokens");
+        assert!(!table.has_session(2), "ended at its last close");
+        table.renew_idle(2, start + LEASE / 2);
+        assert!(!table.has_session(2), "an ended session is not brought back by a poll");
+        table.renew_idle(1, start + LEASE / 2);
+        table.expire(start + LEASE);
+        assert!(table.has_session(1), "renewed half a lease in");
+        table.expire(start + LEASE + LEASE / 2);
+        assert!(!table.has_session(1), "not renewed for a whole lease: ended");
     }
 
     #[test]
@@ -253,7 +282,7 @@ mod tests {
         table.renew(3, &[5, 6], start).unwrap();
         assert!(table.is_open(5) && table.is_open(6));
         table.renew(3, &[5, 6], start).unwrap();
-        assert!(table.close(3, 5), "a renewal does not add handles it already holds");
+        assert!(table.close(3, 5, false), "a renewal does not add handles it already holds");
     }
 
     #[test]
@@ -281,7 +310,7 @@ mod tests {
                     table.open(session, file, start).unwrap();
                     *held += 1;
                 } else if *held > 0 {
-                    table.close(session, file);
+                    table.close(session, file, false);
                     *held -= 1;
                 }
                 for f in 0..4 {

@@ -470,6 +470,11 @@ impl Tokens {
         }
     }
 
+    /// Whether `session` holds any token.
+    pub fn holds_any(&self, session: u64) -> bool {
+        self.shared.lock().table.holds_any(session)
+    }
+
     /// Drops the tokens and queued revocations of sessions that ended (lease ran out).
     pub fn retain_sessions(&self, alive: impl Fn(u64) -> bool) {
         let mut shared = self.shared.lock();
