@@ -60,6 +60,10 @@ pub struct MountArgs {
     /// mount).
     #[arg(long, value_parser = ["on", "off"])]
     kernel_cache: Option<String>,
+    /// Closed files whose tokens (and unchanged kernel pages) the mount keeps for a later
+    /// open; past it the least recently closed give theirs back (0: none kept). Default 4096.
+    #[arg(long)]
+    kept_files: Option<usize>,
 }
 
 #[derive(Args)]
@@ -86,6 +90,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     config.readahead_bytes_max = args.readahead_bytes.unwrap_or(config.readahead_bytes_max);
     config.tokens = args.tokens.as_deref() != Some("off");
     config.kernel_cache = args.kernel_cache.as_deref() != Some("off");
+    config.kept_files_max = args.kept_files.unwrap_or(config.kept_files_max);
     if let Some(listen) = &args.metrics_listen {
         crate::keys::set_metrics_listen(listen);
     }
