@@ -164,6 +164,13 @@ impl Filesystem for FlotillaFs {
     fn destroy(&mut self) {
         self.flush_all();
         if let Some(tokens) = &self.tokens {
+            // Other clients need not wait a lease for the tokens of files closed here.
+            let kept = self.holder.kept.lock().drain();
+            for id in kept {
+                if let Err(error) = tokens.release_file(id) {
+                    tracing::warn!(%error, ino = id, "giving a kept file's tokens back at unmount failed");
+                }
+            }
             tokens.stop();
         }
     }

@@ -62,6 +62,12 @@ impl KeptFiles {
         self.remove(id).is_some()
     }
 
+    /// Every kept file, the records gone (at unmount: their tokens are given back).
+    pub fn drain(&mut self) -> Vec<u64> {
+        self.order.clear();
+        self.files.drain().map(|(id, _)| id).collect()
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
         self.files.len()
@@ -111,6 +117,10 @@ mod tests {
         assert_eq!(kept.closed(3, Some(S)), vec![2], "1 was closed again after 2");
         assert_eq!(kept.len(), 2);
         assert_eq!(KeptFiles::new(0).closed(9, Some(S)), vec![9], "nothing is kept with a bound of 0");
+        let mut drained = kept.drain();
+        drained.sort();
+        assert_eq!(drained, vec![1, 3]);
+        assert!(!kept.opened(1, S), "nothing is kept after a drain");
     }
 
     proptest! {
