@@ -166,13 +166,16 @@ impl WriteBehind {
         send: Send<'_>,
     ) -> Result<(), Errno> {
         let (pieces, data) = pending.take();
-        let _sending = buffer.send.lock();
+        let sending = buffer.send.lock();
         drop(pending);
         if pieces.is_empty() {
             return Ok(());
         }
         let bytes = data.len() as u64;
         let sent = send(Shape::List { pieces }, &data);
+        // Never `pending` while holding `send`: another writer holding `pending` may be
+        // waiting for `send` (it locks them in that order).
+        drop(sending);
         self.buffered_bytes.fetch_sub(bytes, Ordering::Relaxed);
         if let Err(errno) = sent {
             buffer.pending.lock().error.get_or_insert(errno);
