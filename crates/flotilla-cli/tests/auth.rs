@@ -358,6 +358,15 @@ fn subtree_and_root_squash_credentials_are_enforced_by_the_metadata_service() {
     assert!(ok, "inside its subtree: {stderr}");
     let (ok, _, stderr) = cli(&["--key", path(&confined), "ls", "/private", "--meta", &meta]);
     assert!(!ok && stderr.contains("outside"), "outside its subtree: {stderr}");
+    // A program's create (one `CreateOpen`) is confined by its path too.
+    let mut config = flotilla_client::ClientConfig::new(meta.clone());
+    config.key = Some(confined.clone());
+    let confined_client = flotilla_client::Client::with_config(config).expect("client");
+    let refused = confined_client.create("/private/planted", &CreateOptions::default()).unwrap_err();
+    assert_eq!(refused.code(), Some(flotilla_client::ErrorCode::PermissionDenied), "{refused}");
+    assert!(admin.stat("/private/planted").is_err(), "nothing was created outside the subtree");
+    let inside = confined_client.create("/project/made", &CreateOptions::default()).expect("inside");
+    assert_eq!(inside.id(), admin.stat("/project/made").unwrap().id);
 
     let squashed = issue(cluster.dir.path(), "squashed", &["--role", "client", "--root-squash"]);
     let (ok, _, stderr) = cli(&["--key", path(&squashed), "rm", "/private/results", "--meta", &meta]);

@@ -350,9 +350,7 @@ impl Client {
     /// Creates a file with `options.subfiles` subfiles, each with a `data` fork.
     pub fn create(&self, path: &str, options: &CreateOptions) -> Result<File, ClientError> {
         let owner = (current_uid(), current_gid());
-        let future = create_file(self.core.clone(), path.to_string(), options.clone(), owner);
-        let client = self.clone();
-        self.block_on(async move { open_file(client, path.to_string(), future.await?.id).await })
+        self.block_on(create_open(self.clone(), path.to_string(), create_spec(options.clone(), owner)))
     }
 
     /// Non-blocking `create`.
@@ -360,8 +358,7 @@ impl Client {
         let client = self.clone();
         let path = path.to_string();
         let owner = (current_uid(), current_gid());
-        let future = create_file(self.core.clone(), path.clone(), options.clone(), owner);
-        self.spawn(async move { open_file(client, path, future.await?.id).await })
+        self.spawn(create_open(client, path, create_spec(options.clone(), owner)))
     }
 
     /// Opens an existing file.
@@ -384,7 +381,23 @@ pub(crate) async fn create_file(
     options: CreateOptions,
     owner: (u32, u32),
 ) -> Result<EntryInfo, ClientError> {
-    let spec = CreateSpec {
+    // Subfiles are created lazily: each server makes its subfile on the first request for it.
+    let create = |path, spec| MetaRequest::Create { path, spec };
+    let (entry, _created) = create_entry(&core, &path, create_spec(options, owner), create).await?;
+    Ok(entry)
+}
+
+/// Creates the file and opens it: one round trip (`CreateOpen`) for a new file.
+async fn create_open(client: Client, path: String, spec: CreateSpec) -> Result<File, ClientError> {
+    let session = client.core.session();
+    let create = |path, spec| MetaRequest::CreateOpen { path, spec, session };
+    let (entry, _created) = create_entry(&client.core, &path, spec, create).await?;
+    crate::opens::opened_file(client, path, entry)
+}
+
+/// What a program asked for, as the request carries it.
+fn create_spec(options: CreateOptions, owner: (u32, u32)) -> CreateSpec {
+    CreateSpec {
         mode: options.mode,
         uid: owner.0,
         gid: owner.1,
@@ -392,21 +405,23 @@ pub(crate) async fn create_file(
         targets: options.targets,
         layout: options.layout,
         exclusive: options.exclusive,
-    };
-    // Subfiles are created lazily: each server makes its subfile on the first request for it.
-    let (entry, _created) = create_entry(&core, &path, spec).await?;
-    Ok(entry)
+    }
 }
 
-/// Creates the entry, or (without `spec.exclusive`) returns the existing file. The flag says
-/// whether this call created it: an exclusive create is tried first, so an existing file is
-/// never mistaken for a new one.
-async fn create_entry(core: &Core, path: &str, spec: CreateSpec) -> Result<(EntryInfo, bool), ClientError> {
+/// Creates the entry, or (without `spec.exclusive`) returns the existing file, with the
+/// request `create` makes. The flag says whether this call created it: an exclusive create
+/// is tried first, so an existing file is never mistaken for a new one.
+async fn create_entry(
+    core: &Core,
+    path: &str,
+    spec: CreateSpec,
+    create: impl Fn(String, CreateSpec) -> MetaRequest,
+) -> Result<(EntryInfo, bool), ClientError> {
     let exclusive = CreateSpec { exclusive: true, ..spec.clone() };
-    let first = core.meta_call(MetaRequest::Create { path: path.to_string(), spec: exclusive }).await;
+    let first = core.meta_call(create(path.to_string(), exclusive)).await;
     let (reply, created) = match first {
         Err(ClientError::Meta(error)) if error.code == ErrorCode::AlreadyExists && !spec.exclusive => {
-            (core.meta_call(MetaRequest::Create { path: path.to_string(), spec }).await?, false)
+            (core.meta_call(create(path.to_string(), spec)).await?, false)
         }
         other => (other?, true),
     };

@@ -8,7 +8,7 @@ use crate::client::Client;
 use crate::core::{unexpected, Core};
 use crate::error::ClientError;
 use crate::file::File;
-use flotilla_proto::{MetaReply, MetaRequest};
+use flotilla_proto::{EntryInfo, MetaReply, MetaRequest};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -41,14 +41,27 @@ pub(crate) async fn open_file(client: Client, path: String, id: u64) -> Result<F
     let core = client.core.clone();
     core.note_opened(id);
     let guard = OpenGuard { core: core.clone(), runtime: client.runtime.handle().clone(), id };
-    let mut entry = match core.meta_call(MetaRequest::Opened { session: core.session(), id }).await? {
+    let entry = match core.meta_call(MetaRequest::Opened { session: core.session(), id }).await? {
         MetaReply::Entry(entry) => entry,
         other => return Err(unexpected("open", &other)),
     };
+    handle(client, path, entry, guard)
+}
+
+/// The handle on a file the metadata service already counts as opened by this session (its
+/// `CreateOpen` reply): counted here too, and closed there when the handle goes.
+pub(crate) fn opened_file(client: Client, path: String, entry: EntryInfo) -> Result<File, ClientError> {
+    let core = client.core.clone();
+    core.note_opened(entry.id);
+    let guard = OpenGuard { core, runtime: client.runtime.handle().clone(), id: entry.id };
+    handle(client, path, entry, guard)
+}
+
+fn handle(client: Client, path: String, mut entry: EntryInfo, guard: OpenGuard) -> Result<File, ClientError> {
     if entry.attrs.kind != flotilla_types::FileKind::File {
         return Err(ClientError::NotAFile { path });
     }
-    core.overlay(entry.id, &mut entry.attrs);
+    client.core.overlay(entry.id, &mut entry.attrs);
     Ok(File::opened(client, path, entry, Arc::new(guard)))
 }
 

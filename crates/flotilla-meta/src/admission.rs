@@ -40,6 +40,7 @@ pub(crate) fn is_mutating(request: &MetaRequest) -> bool {
         request,
         MetaRequest::Mkdir { .. }
             | MetaRequest::Create { .. }
+            | MetaRequest::CreateOpen { .. }
             | MetaRequest::Unlink { .. }
             | MetaRequest::RenameNoReplace { .. }
             | MetaRequest::UnlinkId { .. }

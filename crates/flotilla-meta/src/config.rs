@@ -99,6 +99,9 @@ pub struct MetaConfig {
     /// Group commit: longest the committer waits for changes still being applied to join
     /// its batch (a change is acknowledged only after its batch commits).
     pub commit_batch_delay_us_max: u64,
+    /// Group commit: longest the committer waits, with nothing being applied, for the
+    /// writers answered by the last batch to send their next change (0: never waits).
+    pub commit_batch_linger_us_max: u64,
 }
 
 impl Default for MetaConfig {
@@ -135,6 +138,7 @@ impl Default for MetaConfig {
             job_member_lease_ms: 30_000,
             commit_batch_ops_max: 1024,
             commit_batch_delay_us_max: 2000,
+            commit_batch_linger_us_max: 1000,
             locks_max: 1 << 20,
             lock_wait_ms_max: 1000,
             lock_waiters_max: 64,

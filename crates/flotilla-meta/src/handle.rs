@@ -113,6 +113,11 @@ impl State {
                     self.granted(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?, asker),
                 )
             }
+            MetaRequest::CreateOpen { path, spec, session } => {
+                let (create, live) = self.prepare_create(who, spec)?;
+                let created = ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?;
+                MetaReply::Entry(self.granted(self.opened(session, created.id)?, asker))
+            }
             MetaRequest::Readdir { path } => MetaReply::Entries(
                 ns.readdir_as(who, &path)
                     .map_err(wire)?

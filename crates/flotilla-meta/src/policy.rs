@@ -51,7 +51,7 @@ pub(crate) fn owner(who: &Caller, mode: u32, uid: u32, gid: u32) -> Owner {
 fn name(request: &MetaRequest) -> &'static str {
     match request {
         MetaRequest::Mkdir { .. } => "mkdir",
-        MetaRequest::Create { .. } => "create",
+        MetaRequest::Create { .. } | MetaRequest::CreateOpen { .. } => "create",
         MetaRequest::Unlink { .. } => "unlink",
         MetaRequest::Rmdir { .. } => "rmdir",
         MetaRequest::Rename { .. } => "rename",
@@ -70,6 +70,7 @@ fn paths(request: &MetaRequest) -> Vec<&str> {
         MetaRequest::Lookup { path }
         | MetaRequest::Mkdir { path, .. }
         | MetaRequest::Create { path, .. }
+        | MetaRequest::CreateOpen { path, .. }
         | MetaRequest::Readdir { path }
         | MetaRequest::Unlink { path }
         | MetaRequest::Rmdir { path }

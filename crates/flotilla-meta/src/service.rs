@@ -59,6 +59,7 @@ impl MetaService {
         namespace.set_group_commit(GroupCommit {
             batch_ops_max: config.commit_batch_ops_max,
             batch_delay_us_max: config.commit_batch_delay_us_max,
+            batch_linger_us_max: config.commit_batch_linger_us_max,
         });
         let listener = TcpListener::bind(&config.listen)
             .await

@@ -55,8 +55,7 @@ impl Namespace {
                 attrs: new_attrs(FileKind::Directory, &owner, now_ns),
                 body: Body::Directory { default_layout },
             };
-            let id = tables.new_id()?;
-            insert_new(tables, &place, id, &inode, now_ns)?;
+            let id = insert_new(tables, &place, &inode, now_ns)?;
             Ok(inode.into_entry(id))
         })
     }
@@ -116,8 +115,7 @@ impl Namespace {
                 attrs: new_attrs(FileKind::File, &spec.owner, now_ns),
                 body: Body::File { layout, targets },
             };
-            let id = tables.new_id()?;
-            insert_new(tables, &place, id, &inode, now_ns)?;
+            let id = insert_new(tables, &place, &inode, now_ns)?;
             Ok(inode.into_entry(id))
         })
     }
@@ -166,8 +164,7 @@ impl Namespace {
                 body: Body::Symlink { target: target.into() },
             };
             inode.attrs.size_bytes = target.len() as u64;
-            let id = tables.new_id()?;
-            insert_new(tables, &place, id, &inode, now_ns)?;
+            let id = insert_new(tables, &place, &inode, now_ns)?;
             Ok(inode.into_entry(id))
         })
     }
@@ -237,8 +234,7 @@ impl Namespace {
             may_add(tables, &place, who, path)?;
             let mut inode = Inode { attrs: new_attrs(kind, &owner, now_ns), body: Body::Special };
             inode.attrs.rdev = rdev;
-            let id = tables.new_id()?;
-            insert_new(tables, &place, id, &inode, now_ns)?;
+            let id = insert_new(tables, &place, &inode, now_ns)?;
             Ok(inode.into_entry(id))
         })
     }

@@ -27,21 +27,22 @@ pub(crate) enum Change {
     Removed,
 }
 
-/// Writes a new inode and names it at `place` (whose name must be free).
+/// Writes a new inode under a new id and names it at `place` (whose name must be free);
+/// returns the id.
 pub(crate) fn insert_new(
     tables: &mut WriteTables<'_>,
     place: &Located<'_>,
-    id: u64,
     inode: &Inode,
     now_ns: TimeNs,
-) -> Result<(), NamespaceError> {
+) -> Result<u64, NamespaceError> {
     debug_assert!(place.child.is_none());
-    tables.put(id, inode)?;
+    let id = tables.put_new(inode)?;
     tables.insert_dirent(place.parent, place.name, id)?;
     if inode.is_directory() {
         tables.set_dir_parent(id, place.parent)?;
     }
-    adjust_dir(tables, place.parent, Change::Added, inode.is_directory(), now_ns)
+    adjust_dir(tables, place.parent, Change::Added, inode.is_directory(), now_ns)?;
+    Ok(id)
 }
 
 /// Updates a directory after one of its entries was added or removed.

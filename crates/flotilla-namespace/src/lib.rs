@@ -28,7 +28,7 @@ mod edit;
 mod entry;
 mod error;
 mod group;
-pub use group::GroupCommit;
+pub use group::{CommitStats, GroupCommit};
 mod guard;
 mod hints;
 mod namespace;

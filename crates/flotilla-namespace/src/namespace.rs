@@ -12,7 +12,7 @@
 
 use crate::entry::{DirEntry, DirEntryPlus, Entry};
 use crate::error::NamespaceError;
-use crate::group::{Batch, Group, GroupCommit, Turn};
+use crate::group::{Batch, CommitStats, Counters, Group, GroupCommit, Turn};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -52,6 +52,13 @@ pub struct Namespace {
     created: bool,
     /// Changes waiting for their durable commit.
     group: Group,
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let stats = self.commit_stats();
+        tracing::debug!(?stats, "namespace closed: group commit counts");
+    }
 }
 
 impl Namespace {
@@ -95,6 +102,11 @@ impl Namespace {
         self.created
     }
 
+    /// The group commit's counts since this namespace was opened.
+    pub fn commit_stats(&self) -> CommitStats {
+        self.group.counters.snapshot()
+    }
+
     /// Sets the group commit bounds (batch size, delay); takes effect for the next change.
     pub fn set_group_commit(&self, settings: GroupCommit) {
         self.group.set(settings);
@@ -111,7 +123,9 @@ impl Namespace {
         let (value, batch) = {
             let db = self.db.read();
             self.refuse_if_broken()?;
-            let outcome = Self::write_in(&db, Durability::None, change);
+            let started = std::time::Instant::now();
+            let outcome = Self::write_in(&db, Durability::None, Some(&self.group.counters), change);
+            self.group.counters.add_apply(started);
             self.note_failure(&outcome);
             (outcome?, applying.join())
         };
@@ -162,10 +176,12 @@ impl Namespace {
     fn commit_batch(&self) {
         let db = self.db.read();
         let batch = self.group.take();
+        let started = std::time::Instant::now();
         let outcome = match self.refuse_if_broken() {
-            Ok(()) => Self::write_in(&db, Durability::Immediate, |_| Ok(())),
+            Ok(()) => Self::write_in(&db, Durability::Immediate, None, |_| Ok(())),
             Err(error) => Err(error),
         };
+        self.group.counters.add_commit(started);
         self.note_failure(&outcome);
         self.group.finish(&batch, &outcome);
     }
@@ -179,9 +195,14 @@ impl Namespace {
     fn write_in<R>(
         db: &Database,
         durability: Durability,
+        counters: Option<&Counters>,
         change: impl FnOnce(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
     ) -> Result<R, NamespaceError> {
+        let started = std::time::Instant::now();
         let mut txn = db.begin_write()?;
+        if let Some(counters) = counters {
+            counters.add_lock(started);
+        }
         txn.set_durability(durability)?;
         let outcome = WriteTables::open(&txn).and_then(|mut tables| change(&mut tables));
         match outcome {

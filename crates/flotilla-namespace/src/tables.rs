@@ -206,12 +206,27 @@ impl<'txn> WriteTables<'txn> {
         Ok(())
     }
 
-    /// A random inode id that is nonzero, not the root's and not in use.
-    pub(crate) fn new_id(&self) -> Result<u64, NamespaceError> {
+    /// Writes `inode` under a random id that is nonzero, not the root's and not in use, and
+    /// returns the id. One B-tree walk per draw: the insert itself finds whether the id was
+    /// taken (then the record it displaced is put back and another id drawn), so a create
+    /// does not walk to a random leaf twice.
+    pub(crate) fn put_new(&mut self, inode: &Inode) -> Result<u64, NamespaceError> {
+        self.put_new_drawn(inode, rand::random)
+    }
+
+    fn put_new_drawn(&mut self, inode: &Inode, mut draw: impl FnMut() -> u64) -> Result<u64, NamespaceError> {
+        let encoded = inode.encode();
         for _ in 0..ID_DRAWS_MAX {
-            let id: u64 = rand::random();
-            if id > ROOT_ID && self.inodes.get(id)?.is_none() {
-                return Ok(id);
+            let id = draw();
+            if id <= ROOT_ID {
+                continue;
+            }
+            let displaced = self.inodes.insert(id, encoded.as_slice())?.map(|old| old.value().to_vec());
+            match displaced {
+                None => return Ok(id),
+                Some(old) => {
+                    self.inodes.insert(id, old.as_slice())?;
+                }
             }
         }
         Err(NamespaceError::Storage(format!("no unused inode id in {ID_DRAWS_MAX} random draws")))
@@ -238,5 +253,48 @@ impl Source for WriteTables<'_> {
         max: usize,
     ) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError> {
         read_children(&self.dirents, parent, after, max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Body;
+    use flotilla_types::{Attributes, FileKind};
+    use redb::backends::InMemoryBackend;
+    use redb::Database;
+
+    fn symlink(target: &str) -> Inode {
+        let attrs = Attributes {
+            kind: FileKind::Symlink,
+            mode: 0o777,
+            uid: 0,
+            gid: 0,
+            size_bytes: target.len() as u64,
+            nlink: 1,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            rdev: 0,
+        };
+        Inode { attrs, body: Body::Symlink { target: target.into() } }
+    }
+
+    #[test]
+    fn a_new_inode_never_displaces_one_in_use() {
+        let db = Database::builder().create_with_backend(InMemoryBackend::new()).unwrap();
+        let txn = db.begin_write().unwrap();
+        let mut tables = WriteTables::open(&txn).unwrap();
+        tables.put(5, &symlink("old")).unwrap();
+        // The draws: the root's id, an id in use, then a free one.
+        let mut draws = [ROOT_ID, 5, 9].into_iter();
+        let id = tables.put_new_drawn(&symlink("new"), || draws.next().unwrap_or(0)).unwrap();
+        assert_eq!(id, 9);
+        assert_eq!(tables.load(5).unwrap(), symlink("old"), "the id in use kept its inode");
+        assert_eq!(tables.load(9).unwrap(), symlink("new"));
+        let mut taken = std::iter::repeat(5);
+        let refused = tables.put_new_drawn(&symlink("x"), || taken.next().unwrap_or(5));
+        assert!(matches!(refused, Err(NamespaceError::Storage(_))), "{refused:?}");
+        assert_eq!(tables.load(5).unwrap(), symlink("old"));
     }
 }

@@ -14,7 +14,11 @@ fn failing_changes_fail_alone_and_every_acknowledged_change_is_kept() {
     let path = holder.path().join("namespace.redb");
     let namespace = Namespace::open(&path).unwrap();
     // Long delay, small batches: batches fill up and mix failing and succeeding changes.
-    namespace.set_group_commit(GroupCommit { batch_ops_max: 5, batch_delay_us_max: 20_000 });
+    namespace.set_group_commit(GroupCommit {
+        batch_ops_max: 5,
+        batch_delay_us_max: 20_000,
+        batch_linger_us_max: 20_000,
+    });
     namespace.mkdir("/taken", OWNER, 1).unwrap();
     let outcomes: Vec<(usize, usize)> = std::thread::scope(|scope| {
         let namespace = &namespace;

@@ -396,6 +396,13 @@ pub enum MetaRequest {
         id: u64,
         no_overlap: bool,
     },
+    /// `Create`, then `Opened` by client `session` of the file it names, in one round trip
+    /// (a program's create is both). Replies with the entry, as `Opened` does.
+    CreateOpen {
+        path: String,
+        spec: CreateSpec,
+        session: u64,
+    },
 }
 
 /// The right a byte-range token gives: `Read` lets a client cache the bytes; `Write` lets it

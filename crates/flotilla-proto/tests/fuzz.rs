@@ -429,6 +429,11 @@ fn meta_request() -> impl Strategy<Value = MetaRequest> {
             gid
         }),
         (text(), create_spec()).prop_map(|(path, spec)| MetaRequest::Create { path, spec }),
+        (text(), create_spec(), any::<u64>()).prop_map(|(path, spec, session)| MetaRequest::CreateOpen {
+            path,
+            spec,
+            session
+        }),
         text().prop_map(|path| MetaRequest::Readdir { path }),
         text().prop_map(|path| MetaRequest::Unlink { path }),
         text().prop_map(|path| MetaRequest::Rmdir { path }),
