@@ -224,10 +224,17 @@ class Client:
     def symlink(self, path: str, target: str) -> None: ...
     def set_layout(self, path: str, layout: Optional[str]) -> None: ...
     def create(
-        self, path: str, subfiles: int = 1, layout: Optional[str] = None, mode: int = 0o644, exclusive: bool = True
+        self,
+        path: str,
+        subfiles: int = 1,
+        layout: Optional[str] = None,
+        mode: int = 0o644,
+        exclusive: bool = True,
+        *,
+        no_overlap: bool = False,
     ) -> File: ...
     @overload
-    def open(self, path: str) -> File: ...
+    def open(self, path: str, *, no_overlap: bool = False) -> File: ...
     @overload
     def open(
         self,

@@ -18,7 +18,7 @@
 //! tokens on both sides. (Revocations also carry the sequence number of the holder's last
 //! grant on the file, which the client logs when it never saw that grant.)
 
-use crate::client::Client;
+use crate::client::{Client, WeakClient};
 use crate::core::unexpected;
 use crate::error::ClientError;
 use flotilla_proto::{MetaReply, MetaRequest, TokenGrant, TokenMode, TokenRevoke};
@@ -187,7 +187,8 @@ struct Shared {
 }
 
 struct Inner {
-    client: Client,
+    /// Weak: a library client's cache is kept by the client itself.
+    client: WeakClient,
     holder: Weak<dyn TokenHolder>,
     shared: parking_lot::Mutex<Shared>,
     changed: parking_lot::Condvar,
@@ -223,10 +224,11 @@ impl Drop for TokenUse {
 
 impl TokenCache {
     /// A token cache for `client`; `holder` writes back and drops cached bytes on demand.
+    /// The cache does not keep the client: it works while the caller keeps it.
     pub fn new(client: Client, holder: Weak<dyn TokenHolder>, settings: TokenSettings) -> TokenCache {
         let shared = Shared { files: HashMap::new(), given_back: 0, next_wait: 0, polling: false };
         let inner = Inner {
-            client,
+            client: client.downgrade(),
             holder,
             shared: parking_lot::Mutex::new(shared),
             changed: parking_lot::Condvar::new(),
@@ -246,6 +248,15 @@ impl TokenCache {
     pub fn cover(&self, id: u64, mode: TokenMode, range: ByteRange) -> Result<TokenUse, ClientError> {
         let used = self.cover_with(id, mode, range, None)?;
         Ok(used.expect("a use: only reads that may pass go without one"))
+    }
+
+    /// `cover` without waiting: a use when this client holds `mode` on `range` of file `id`
+    /// and no revocation of the file is under way, else `None` (ask with `cover`).
+    pub fn try_cover(&self, id: u64, mode: TokenMode, range: ByteRange) -> Option<TokenUse> {
+        let mut shared = self.inner.shared.lock();
+        let file = shared.files.get_mut(&id).filter(|file| !file.revoking && file.covers(mode, range))?;
+        file.users += 1;
+        Some(TokenUse { inner: self.inner.clone(), id, fresh: false })
     }
 
     /// `cover` of a read token for a read the kernel holds the pages of `pages` locked for
@@ -341,11 +352,12 @@ impl TokenCache {
         mode: TokenMode,
         required: ByteRange,
     ) -> Result<Option<TokenGrant>, ClientError> {
-        let session = self.inner.client.core.session();
+        let client = self.inner.client()?;
+        let session = client.core.session();
         let desired = WHOLE_FILE;
         let wait_ms = self.inner.settings.wait_ms;
         let request = MetaRequest::TokenAcquire { session, id, mode, required, desired, wait_ms };
-        match self.inner.client.meta(request)? {
+        match client.meta(request)? {
             MetaReply::TokenGranted(grant) => Ok(Some(grant)),
             MetaReply::TokenBusy { holder } => {
                 tracing::debug!(file = id, holder, "token still held elsewhere; asking again");
@@ -379,6 +391,11 @@ impl TokenCache {
 }
 
 impl Inner {
+    /// The client, unless it is gone.
+    fn client(&self) -> Result<Client, ClientError> {
+        self.client.upgrade().ok_or(ClientError::Abandoned)
+    }
+
     /// Answers a revocation (or a release, or a loss): waits for the grants it follows
     /// and for the uses of the file to end, lets the holder write back, gives the bytes
     /// back to the service (unless they were lost) and only then lets new uses in.
@@ -465,8 +482,9 @@ impl Inner {
     }
 
     fn release(&self, id: u64, range: ByteRange, to: Option<TokenMode>) -> Result<(), ClientError> {
-        let session = self.client.core.session();
-        match self.client.meta(MetaRequest::TokenRelease { session, id, range, to })? {
+        let client = self.client()?;
+        let session = client.core.session();
+        match client.meta(MetaRequest::TokenRelease { session, id, range, to })? {
             MetaReply::Done => Ok(()),
             other => Err(unexpected("release a token", &other)),
         }
@@ -496,13 +514,16 @@ impl Inner {
 fn poll(inner: Weak<Inner>) {
     loop {
         let Some(inner) = inner.upgrade() else { return };
-        if inner.stop.load(Ordering::SeqCst) {
+        let Some(client) = inner.client.upgrade().filter(|_| !inner.stop.load(Ordering::SeqCst)) else {
             return;
-        }
-        let session = inner.client.core.session();
+        };
+        let session = client.core.session();
         let (holding, given_back) = inner.holding();
         let request = MetaRequest::TokenWait { session, holding, wait_ms: inner.settings.wait_ms };
-        match inner.client.meta(request) {
+        let polled = client.meta(request);
+        // Kept only for the poll: its last user may drop it while revocations are answered.
+        drop(client);
+        match polled {
             Ok(MetaReply::TokenEvents { revokes, lost }) => {
                 if lost && inner.holding().1 == given_back {
                     inner.lose_all();
