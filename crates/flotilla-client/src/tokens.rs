@@ -84,6 +84,10 @@ struct FileTokens {
     users: usize,
     /// A revocation or release is in progress: new uses wait.
     revoking: bool,
+    /// Revocations waiting for the acquires in flight to end: new uses and acquires wait
+    /// too (an acquire started after every one that ended would starve the revocation,
+    /// and two clients asking for each other's tokens would wait out their timeouts).
+    revocations_waiting: usize,
     /// The outside cache is being invalidated: reads that must not wait (`cover_or_pass`)
     /// pass without a token meanwhile (the invalidation may be waiting for their pages).
     invalidating: bool,
@@ -95,6 +99,20 @@ struct FileTokens {
 }
 
 impl FileTokens {
+    /// Whether new uses and acquires wait: a revocation runs or waits to run.
+    fn blocked(&self) -> bool {
+        self.revoking || self.revocations_waiting > 0
+    }
+
+    /// Whether nothing refers to this entry any more (it may be forgotten).
+    fn unused(&self) -> bool {
+        self.held.is_empty()
+            && self.users == 0
+            && self.acquiring == 0
+            && self.waiting_reads.is_empty()
+            && !self.blocked()
+    }
+
     fn covers(&self, mode: TokenMode, (start, end): ByteRange) -> bool {
         let mut next = start;
         let mut pieces: Vec<_> = self.held.iter().filter(|(m, _, e)| *m >= mode && *e >= start).collect();
@@ -254,7 +272,7 @@ impl TokenCache {
     /// and no revocation of the file is under way, else `None` (ask with `cover`).
     pub fn try_cover(&self, id: u64, mode: TokenMode, range: ByteRange) -> Option<TokenUse> {
         let mut shared = self.inner.shared.lock();
-        let file = shared.files.get_mut(&id).filter(|file| !file.revoking && file.covers(mode, range))?;
+        let file = shared.files.get_mut(&id).filter(|file| !file.blocked() && file.covers(mode, range))?;
         file.users += 1;
         Some(TokenUse { inner: self.inner.clone(), id, fresh: false })
     }
@@ -290,14 +308,14 @@ impl TokenCache {
         loop {
             let next_wait = shared.next_wait;
             let file = shared.files.entry(id).or_default();
-            if !file.revoking {
+            if !file.blocked() {
                 file.stop_waiting(&mut waiting);
             }
-            if !file.revoking && file.covers(mode, range) {
+            if !file.blocked() && file.covers(mode, range) {
                 file.users += 1;
                 return Ok(Some(TokenUse { inner: self.inner.clone(), id, fresh }));
             }
-            if let (Some(pages), true) = (pages, file.revoking) {
+            if let (Some(pages), true) = (pages, file.blocked()) {
                 if file.invalidating {
                     file.passed += 1;
                     file.stop_waiting(&mut waiting);
@@ -317,7 +335,7 @@ impl TokenCache {
                     range.0, range.1, self.inner.settings.acquire_timeout_ms
                 )));
             }
-            if file.revoking {
+            if file.blocked() {
                 self.inner.changed.wait_until(&mut shared, deadline);
                 continue;
             }
@@ -372,8 +390,7 @@ impl TokenCache {
     pub fn release_file(&self, id: u64) -> Result<(), ClientError> {
         let mut shared = self.inner.shared.lock();
         let Some(file) = shared.files.get_mut(&id) else { return Ok(()) };
-        let idle = file.users == 0 && file.acquiring == 0 && file.waiting_reads.is_empty();
-        if file.held.is_empty() && idle && !file.revoking {
+        if file.unused() {
             shared.files.remove(&id);
             return Ok(());
         }
@@ -408,12 +425,14 @@ impl Inner {
         lost: bool,
     ) -> Result<(), ClientError> {
         let mut shared = self.shared.lock();
+        let mut registered = false;
         loop {
             let file = shared.files.entry(id).or_default();
             // Every acquire of the file ended (each is bounded by the service's wait): every
             // grant the service made before this revocation is applied, and none made after
             // it can be lost by the release below covering it on one side only.
             if !file.revoking && file.acquiring == 0 {
+                file.revocations_waiting -= usize::from(registered);
                 file.revoking = true;
                 if file.applied_seq < seq {
                     tracing::debug!(
@@ -424,6 +443,10 @@ impl Inner {
                     );
                 }
                 break;
+            }
+            if !registered {
+                file.revocations_waiting += 1;
+                registered = true;
             }
             self.changed.wait(&mut shared);
         }
@@ -446,8 +469,7 @@ impl Inner {
         if let Some(file) = shared.files.get_mut(&id) {
             file.release(range, to);
             file.revoking = false;
-            if file.held.is_empty() && file.users == 0 && file.acquiring == 0 && file.waiting_reads.is_empty()
-            {
+            if file.unused() {
                 shared.files.remove(&id);
             }
         }
