@@ -6,7 +6,7 @@
 use crate::enwrich::{EnwrichArgs, PyEnwrichFile};
 use crate::errors::{closed, invalid, OrRaise};
 use crate::file::PyFile;
-use flotilla_client::{Client, CreateOptions, EntryInfo, FileKind, Layout};
+use flotilla_client::{Client, CreateOptions, EntryInfo, FileKind, Layout, OpenOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -242,7 +242,10 @@ impl PyClient {
     /// Creates a file of `subfiles` subfiles (each with a `data` fork). `layout` maps its
     /// linear bytes onto them ("stripe:UNIT[:COUNT]", "hash:BLOCK[:SEQ[:COUNT]]",
     /// "explicit"; default: the directory's). `exclusive=False` opens an existing file.
-    #[pyo3(signature = (path, subfiles = 1, layout = None, mode = 0o644, exclusive = true))]
+    /// `no_overlap=True` promises that no other client writes the bytes this handle reads or
+    /// writes: the handle takes no byte-range tokens.
+    #[pyo3(signature = (path, subfiles = 1, layout = None, mode = 0o644, exclusive = true, *, no_overlap = false))]
+    #[allow(clippy::too_many_arguments)]
     fn create(
         &self,
         py: Python<'_>,
@@ -251,12 +254,15 @@ impl PyClient {
         layout: Option<&str>,
         mode: u32,
         exclusive: bool,
+        no_overlap: bool,
     ) -> PyResult<PyFile> {
         let client = self.client(py)?;
-        let options =
-            CreateOptions { subfiles, targets: None, layout: parse_layout(py, layout)?, mode, exclusive };
+        let layout = parse_layout(py, layout)?;
+        let options = CreateOptions { subfiles, targets: None, layout, mode, exclusive, no_overlap };
         let created = py.detach(|| match client.create(path, &options) {
-            Err(error) if !exclusive && error.errno() == 17 => client.open(path),
+            Err(error) if !exclusive && error.errno() == 17 => {
+                client.open_with(path, &OpenOptions { no_overlap })
+            }
             other => other,
         });
         Ok(PyFile::new(self.session.clone(), created.or_raise(py)?))
@@ -264,9 +270,10 @@ impl PyClient {
 
     /// Opens an existing file. `enwrich=True` opens it for writing in ENWRICH mode as a
     /// member of job `job` of `job_size` processes (default: FLOTILLA_JOB_NAME and
-    /// FLOTILLA_JOB_SIZE) and returns an `EnwrichFile`.
+    /// FLOTILLA_JOB_SIZE) and returns an `EnwrichFile`. `no_overlap=True`: the handle takes
+    /// no byte-range tokens (see `create`).
     #[pyo3(signature = (path, *, enwrich = false, job = None, job_size = None, cache_bytes = None,
-        directory_fraction = None, flush_timeout_ms = None))]
+        directory_fraction = None, flush_timeout_ms = None, no_overlap = false))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         &self,
@@ -278,6 +285,7 @@ impl PyClient {
         cache_bytes: Option<u64>,
         directory_fraction: Option<f64>,
         flush_timeout_ms: Option<u64>,
+        no_overlap: bool,
     ) -> PyResult<Py<PyAny>> {
         let client = self.client(py)?;
         if enwrich {
@@ -285,7 +293,7 @@ impl PyClient {
             let file = PyEnwrichFile::open(py, client, path, args)?;
             return Ok(Py::new(py, file)?.into_any());
         }
-        let file = py.detach(|| client.open(path)).or_raise(py)?;
+        let file = py.detach(|| client.open_with(path, &OpenOptions { no_overlap })).or_raise(py)?;
         Ok(Py::new(py, PyFile::new(self.session.clone(), file))?.into_any())
     }
 

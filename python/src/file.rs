@@ -72,6 +72,13 @@ pymethods_with_data!(PyFile {
         self.file.layout().to_string()
     }
 
+    /// Whether reads and writes of this handle take byte-range tokens (not with
+    /// `no_overlap=True` or on a file with the `user.flotilla.no_overlap` hint).
+    #[getter]
+    fn takes_tokens(&self) -> bool {
+        self.file.takes_tokens()
+    }
+
     #[getter]
     fn closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)

@@ -50,6 +50,20 @@ def test_create_not_exclusive_opens_existing(client, workdir):
         assert f.read_at(0, 10) == b"abc"
 
 
+def test_no_overlap_handles_take_no_tokens(client, workdir):
+    with client.create(f"{workdir}/tokens") as f:
+        assert f.takes_tokens
+        f.write_at(0, b"shared")
+    with client.create(f"{workdir}/disjoint", no_overlap=True) as f:
+        assert not f.takes_tokens
+        f.write_at(0, b"mine")
+    with client.open(f"{workdir}/tokens", no_overlap=True) as f:
+        assert not f.takes_tokens
+        assert f.read_at(0, 10) == b"shared"
+    with client.open(f"{workdir}/disjoint") as f:
+        assert f.takes_tokens and f.read_at(0, 10) == b"mine"
+
+
 def test_forks_and_status(client, workdir):
     f = client.create(f"{workdir}/forks", subfiles=2, layout="explicit")
     index = f.create_fork(1, "index")

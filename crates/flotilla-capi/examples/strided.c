@@ -163,6 +163,13 @@ int main(void) {
     CHECK(block[7][3] == element(17, 23), "linear block");
     MUST(flotilla_close(linear));
 
+    /* Opened with the no-overlap promise: no byte-range tokens, the same bytes. */
+    MUST(flotilla_open_flags(client, linear_path, FLOTILLA_OPEN_NO_OVERLAP, &linear));
+    MUST(flotilla_file_read(linear, &strided, column, sizeof column));
+    CHECK(column[N - 1] == element(N - 1, 5), "no-overlap read");
+    MUST(flotilla_close(linear));
+    CHECK(flotilla_open_flags(client, linear_path, 0x80, &linear) == -EINVAL, "EINVAL open flags");
+
     flotilla_attributes stat;
     MUST(flotilla_stat(client, linear_path, &stat));
     CHECK(stat.kind == FLOTILLA_KIND_FILE && stat.size == sizeof matrix && stat.subfiles == 2, "stat");

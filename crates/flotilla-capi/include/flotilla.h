@@ -28,6 +28,10 @@
 // A FIFO, socket or device node (made through the mount).
 #define FLOTILLA_KIND_SPECIAL 4
 
+// `flotilla_open_flags`: the caller promises that no other client writes the bytes this
+// handle reads or writes (disjoint writers), so the handle takes no byte-range tokens.
+#define FLOTILLA_OPEN_NO_OVERLAP 1
+
 // Submission mode *nosend* (the paper's group-nosend; the default).
 #define FLOTILLA_GROUP_NOSEND 0
 
@@ -271,6 +275,13 @@ int flotilla_create(const struct flotilla_client *client,
 int flotilla_open(const struct flotilla_client *client,
                   const char *path,
                   struct flotilla_file **out);
+
+// Opens an existing file with `flags` (0 or `FLOTILLA_OPEN_NO_OVERLAP`; others: -EINVAL)
+// and stores it in `*out`.
+int flotilla_open_flags(const struct flotilla_client *client,
+                        const char *path,
+                        uint32_t flags,
+                        struct flotilla_file **out);
 
 // Publishes the file's size and frees it. NULL is accepted. The file is freed even when
 // publishing fails (the error is returned).

@@ -4,7 +4,7 @@ use crate::client::flotilla_client;
 use crate::error::{c_str, guard_bytes, guard_status, object, put, Failure};
 use crate::handle::{flotilla_handle, start};
 use crate::request::{flotilla_request, request_shape};
-use ::flotilla_client::{CreateOptions, File, Layout};
+use ::flotilla_client::{CreateOptions, File, Layout, OpenOptions};
 use std::ffi::{c_char, c_int, c_void};
 
 /// An open file (opaque).
@@ -70,6 +70,32 @@ pub unsafe extern "C" fn flotilla_open(
         // SAFETY: the caller passes a live client and a NUL-terminated path.
         let (client, path) = unsafe { (object(client, "client")?, c_str(path, "path")?) };
         let file = client.client.open(path)?;
+        // SAFETY: the caller passes a writable `out`.
+        unsafe { put(out, flotilla_file { file }) }
+    })
+}
+
+/// `flotilla_open_flags`: the caller promises that no other client writes the bytes this
+/// handle reads or writes (disjoint writers), so the handle takes no byte-range tokens.
+pub const FLOTILLA_OPEN_NO_OVERLAP: u32 = 1;
+
+/// Opens an existing file with `flags` (0 or `FLOTILLA_OPEN_NO_OVERLAP`; others: -EINVAL)
+/// and stores it in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn flotilla_open_flags(
+    client: *const flotilla_client,
+    path: *const c_char,
+    flags: u32,
+    out: *mut *mut flotilla_file,
+) -> c_int {
+    guard_status(|| {
+        if flags & !FLOTILLA_OPEN_NO_OVERLAP != 0 {
+            return Err(Failure::invalid(format!("unknown open flags {flags:#x}")));
+        }
+        // SAFETY: the caller passes a live client and a NUL-terminated path.
+        let (client, path) = unsafe { (object(client, "client")?, c_str(path, "path")?) };
+        let options = OpenOptions { no_overlap: flags & FLOTILLA_OPEN_NO_OVERLAP != 0 };
+        let file = client.client.open_with(path, &options)?;
         // SAFETY: the caller passes a writable `out`.
         unsafe { put(out, flotilla_file { file }) }
     })

@@ -40,6 +40,9 @@ pub struct ClientFileConfig {
     /// Most bytes of acknowledged, not yet durable writes a client keeps to resend after a
     /// server restart (`ClientConfig::unstable_bytes_max`; default 256 MiB).
     pub unstable_bytes_max: Option<u64>,
+    /// Byte-range tokens on the library's file reads and writes (`ClientConfig::tokens`;
+    /// default on). The mount's are set by `flotilla mount --tokens`.
+    pub tokens: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

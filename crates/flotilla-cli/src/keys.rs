@@ -52,6 +52,19 @@ pub fn set_client_key(flag: Option<&Path>, config: Option<&Path>, integrity: Int
     let _ = CLIENT_INTEGRITY.set(integrity);
 }
 
+/// The client's `[client] tokens`, resolved once in `main`.
+static CLIENT_TOKENS: OnceLock<Option<bool>> = OnceLock::new();
+
+/// Remembers `[client] tokens` for every client this process makes.
+pub fn set_tokens(tokens: Option<bool>) {
+    let _ = CLIENT_TOKENS.set(tokens);
+}
+
+/// `[client] tokens` of the config file, if set (passed on to `flotilla bench`'s workers).
+pub fn tokens() -> Option<bool> {
+    CLIENT_TOKENS.get().copied().flatten()
+}
+
 /// Remembers `[client] unstable_bytes_max` for every client this process makes.
 pub fn set_unstable_bytes_max(bytes: Option<u64>) {
     let _ = CLIENT_UNSTABLE_BYTES_MAX.set(bytes);
@@ -104,6 +117,9 @@ pub fn client_with(meta: &str, key: Option<&Path>) -> anyhow::Result<Client> {
     config.integrity = integrity();
     if let Some(bytes) = CLIENT_UNSTABLE_BYTES_MAX.get().copied().flatten() {
         config.unstable_bytes_max = bytes;
+    }
+    if let Some(tokens) = tokens() {
+        config.tokens = tokens;
     }
     if let Some(key) = key {
         config.key = Some(key.to_path_buf());

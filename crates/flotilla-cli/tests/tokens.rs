@@ -273,23 +273,17 @@ fn server_read_ops(client: &flotilla_client::Client) -> u64 {
     servers.iter().map(|server| client.server_stats(server).expect("server stats").total.read_ops).sum()
 }
 
-fn library_client(local: &Local) -> flotilla_client::Client {
-    let mut config = flotilla_client::ClientConfig::new(&local.meta);
-    config.key = Some(local.key.clone());
-    flotilla_client::Client::with_config(config).expect("library client")
-}
-
 /// A file read again through a mount is read from the kernel's page cache (the mount kept
 /// its read token past the close, and passes FOPEN_KEEP_CACHE at the next open): the
 /// servers serve no read. A write through another mount revokes the kept token (the next
-/// open reads the new bytes, even when the writer set the mtime back), and a library
-/// client's write is seen too (by the size and mtime checked at open, where the client
-/// takes no tokens).
+/// open reads the new bytes, even when the writer set the mtime back), and so is a write by
+/// a library client that takes no tokens (by the size and mtime checked at open).
 #[test]
 fn a_file_read_again_is_served_by_the_page_cache_until_someone_writes() {
     let local = Local::start(2, false);
     let (a, b) = (mount(&local, &[]), mount(&local, &[]));
-    let client = library_client(&local);
+    // Takes no tokens: its write is seen through the size and mtime checked at open.
+    let client = library(&local, |config| config.tokens = false);
     let first = pattern(3, 2 << 20);
     fs::write(a.path("again"), &first).expect("write on A");
     assert!(fs::read(b.path("again")).expect("first read on B") == first, "B's first read differs");
@@ -322,4 +316,276 @@ fn a_file_read_again_is_served_by_the_page_cache_until_someone_writes() {
         fs::read(b.path("again")).expect("read on B after the library's write") == expected,
         "B kept pages a library client changed"
     );
+}
+
+/// A library client of `local` with `change` made to its configuration.
+fn library(
+    local: &Local,
+    change: impl FnOnce(&mut flotilla_client::ClientConfig),
+) -> flotilla_client::Client {
+    let mut config = flotilla_client::ClientConfig::new(&local.meta);
+    config.key = Some(local.key.clone());
+    change(&mut config);
+    flotilla_client::Client::with_config(config).expect("library client")
+}
+
+/// Writes `data` through mount A in 4 KiB `write`s (they wait in A's write-behind buffer),
+/// keeps the file open, and returns what a library client (`tokens` on or off) reads of it.
+fn library_read_of_buffered_writes(tokens: bool, data: &[u8]) -> Vec<u8> {
+    let local = Local::start(2, false);
+    let a = mount(&local, &[]);
+    let mut writer = fs::File::create(a.path("buffered")).expect("create on A");
+    for chunk in data.chunks(4096) {
+        writer.write_all(chunk).expect("write on A");
+    }
+    let client = library(&local, |config| config.tokens = tokens);
+    let file = client.open("/buffered").expect("open in the library");
+    let mut seen = vec![0u8; data.len()];
+    let count = file.read_at(0, &mut seen).expect("read in the library");
+    seen.truncate(count);
+    drop(writer);
+    seen
+}
+
+/// The case with a library reader: every byte mount A's returned `write`s wrote is
+/// read by a library client while A still has the file open (its read token revokes A's
+/// write token, and A writes its buffer back first).
+#[test]
+fn a_library_client_reads_a_mounts_buffered_writes_before_close() {
+    let data = pattern(5, 1 << 20);
+    let seen = library_read_of_buffered_writes(true, &data);
+    assert_eq!(seen.len(), data.len(), "the library read stopped short of A's returned writes");
+    assert!(seen == data, "the library read other bytes than A's returned writes");
+}
+
+/// What the library's tokens change: with them off, the same read misses the bytes still in
+/// A's write-behind buffer (close-to-open consistency only).
+#[test]
+fn without_library_tokens_a_mounts_buffered_writes_are_not_read_before_close() {
+    let data = pattern(6, 64 << 10);
+    let seen = library_read_of_buffered_writes(false, &data);
+    assert!(seen.len() < data.len(), "the library read A's buffered writes without tokens");
+}
+
+/// A library writer overwrites and extends a file that mount B has open read-only and has
+/// read through the kernel's page cache; with the library's file still open, B's next reads
+/// see the new bytes and the new size (the library's write token revoked B's read token,
+/// which dropped B's cached pages; B's read revokes the library's token, which publishes
+/// the size first).
+#[test]
+fn a_mount_sees_a_library_write_over_its_cached_pages() {
+    let local = Local::start(2, false);
+    let b = mount(&local, &[]);
+    let old = pattern(1, 256 << 10);
+    fs::write(b.path("cached"), &old).expect("create on B");
+    let reader = fs::File::open(b.path("cached")).expect("open on B");
+    let mut seen = vec![0u8; old.len()];
+    reader.read_exact_at(&mut seen, 0).expect("first read on B");
+    reader.read_exact_at(&mut seen, 0).expect("second read on B (page cache)");
+    assert!(seen == old, "B read other bytes than were written");
+
+    let client = library(&local, |_| {});
+    let file = client.open("/cached").expect("open in the library");
+    let new = pattern(9, 64 << 10);
+    file.write_at(64 << 10, &new).expect("overwrite in the library");
+    file.write_at(old.len() as u64, b"appended").expect("extend in the library");
+
+    let mut middle = vec![0u8; new.len()];
+    reader.read_exact_at(&mut middle, 64 << 10).expect("read the middle on B");
+    assert!(middle == new, "B read stale cached pages after the library's write");
+    let size = reader.metadata().expect("stat on B").len();
+    assert_eq!(size, old.len() as u64 + 8, "B does not see the library's extension in the size");
+    let mut tail = [0u8; 8];
+    reader.read_exact_at(&mut tail, old.len() as u64).expect("read the extension on B");
+    assert_eq!(&tail, b"appended");
+    drop(file);
+}
+
+/// A library writer and a mount writer rewrite the same 512 KiB (eight stripe units over
+/// four servers) with one byte value each, while an O_DIRECT reader on another mount and a
+/// library reader in a third client read it again and again: no read ever mixes two writes.
+/// (512 KiB: one FUSE request, which is what a mount's write or read is atomic up to; the
+/// kernel splits an unaligned 1 MiB buffer in two.)
+#[test]
+fn library_and_mount_writers_are_never_mixed() {
+    const WRITE_BYTES: usize = 512 << 10;
+    let local = Local::start(4, false);
+    let (a, b) = (mount(&local, &[]), mount(&local, &[]));
+    fs::write(a.path("contended"), vec![b'0'; WRITE_BYTES]).expect("create");
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let (writer_client, reader_client) = (library(&local, |_| {}), library(&local, |_| {}));
+    let check = |who: &str, reads: u64, buffer: &[u8]| {
+        if let Some(at) = buffer.iter().position(|byte| *byte != buffer[0]) {
+            panic!(
+                "{who} read {reads} mixes two writes: {:?} at 0, {:?} at {at}",
+                buffer[0] as char, buffer[at] as char
+            );
+        }
+    };
+    let (direct_reads, library_reads) = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let file = writer_client.open("/contended").expect("open in the library");
+            while Instant::now() < deadline {
+                file.write_at(0, &[b'L'; WRITE_BYTES]).expect("library write");
+            }
+        });
+        scope.spawn(|| {
+            let file = fs::OpenOptions::new().write(true).open(a.path("contended")).expect("open on A");
+            while Instant::now() < deadline {
+                file.write_all_at(&[b'M'; WRITE_BYTES], 0).expect("mount write");
+            }
+        });
+        let direct = scope.spawn(|| {
+            let file = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(b.path("contended"))
+                .expect("open on B");
+            let (mut buffer, mut reads) = (vec![0u8; WRITE_BYTES], 0);
+            while Instant::now() < deadline {
+                file.read_exact_at(&mut buffer, 0).expect("read on B");
+                check("the O_DIRECT", reads, &buffer);
+                reads += 1;
+            }
+            reads
+        });
+        let library_reader = scope.spawn(|| {
+            let file = reader_client.open("/contended").expect("open in the library");
+            let (mut buffer, mut reads) = (vec![0u8; WRITE_BYTES], 0);
+            while Instant::now() < deadline {
+                assert_eq!(file.read_at(0, &mut buffer).expect("library read"), WRITE_BYTES);
+                check("the library", reads, &buffer);
+                reads += 1;
+            }
+            reads
+        });
+        (direct.join().expect("the O_DIRECT reader"), library_reader.join().expect("the library reader"))
+    });
+    assert!(direct_reads > 0 && library_reads > 0, "a reader finished no read");
+    let last = fs::read(b.path("contended")).expect("read at the end");
+    assert!(last.iter().all(|byte| *byte == last[0]) && last[0] != b'0', "the file ends mixed or unwritten");
+}
+
+/// The library's open flag `no_overlap` (and a file's `user.flotilla.no_overlap` hint) makes
+/// its token traffic zero; the same work without either asks for tokens (the counter counts).
+#[test]
+fn the_no_overlap_open_flag_makes_library_token_traffic_zero() {
+    let local = Local::start(2, true);
+    let client = library(&local, |_| {});
+    let work = |file: &flotilla_client::File| {
+        for record in 0..32u64 {
+            file.write_at(record * 4096, &[record as u8; 4096]).expect("write a record");
+        }
+        file.set_size(32 * 4096).expect("set the size");
+        let mut buffer = [0u8; 4096];
+        for record in 0..32u64 {
+            assert_eq!(file.read_at(record * 4096, &mut buffer).expect("read a record"), 4096);
+            assert!(buffer.iter().all(|byte| *byte == record as u8), "record {record} differs");
+        }
+    };
+    let flagged = flotilla_client::OpenOptions { no_overlap: true };
+    let create = flotilla_client::CreateOptions { no_overlap: true, ..Default::default() };
+    let before = token_acquires(&local);
+    let created = client.create("/flagged-new", &create).expect("create with the flag");
+    assert!(!created.takes_tokens(), "a create with no_overlap takes tokens");
+    work(&created);
+    client.create("/flagged", &Default::default()).expect("create").close().expect("close");
+    work(&client.open_with("/flagged", &flagged).expect("open with the flag"));
+    let hinted = client.create("/hinted", &Default::default()).expect("create");
+    client.set_no_overlap_id(hinted.id(), true).expect("set the hint");
+    drop(hinted);
+    work(&client.open("/hinted").expect("open the hinted file"));
+    assert_eq!(token_acquires(&local), before, "tokens were asked for with no_overlap");
+
+    work(&client.create("/plain", &Default::default()).expect("create"));
+    assert!(token_acquires(&local) > before, "a plain library file took no tokens");
+}
+
+/// A holder that never gives its token back (a SIGSTOPped mount holding a write token)
+/// makes a library read fail within `acquire_timeout_ms` with a token error naming the
+/// file and the range, not hang.
+#[test]
+fn a_token_that_never_comes_fails_the_call_naming_file_and_range() {
+    let local = Local::start(1, false);
+    let a = mount(&local, &[]);
+    let mut writer = fs::File::create(a.path("held")).expect("create on A");
+    writer.write_all(&[1u8; 4096]).expect("write on A");
+    let pid = a.process.as_ref().expect("mount process").child.id() as i32;
+    // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let client = library(&local, |config| config.token_settings.acquire_timeout_ms = 1500);
+    let outcome = client.open("/held").and_then(|file| file.read_at(0, &mut [0u8; 16]));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let error = outcome.expect_err("a read without its token succeeded");
+    let message = error.to_string();
+    assert!(matches!(error, flotilla_client::ClientError::Token(_)), "not a token error: {message}");
+    assert_eq!(error.errno(), libc::EIO);
+    assert!(
+        message.contains("/held") && message.contains("0..="),
+        "the error names no file or range: {message}"
+    );
+    drop(writer);
+}
+
+/// A library writer and a mount writer rewrite the same 1 MiB in tight loops while a
+/// mount and a library client read it: every call returns within the token timeout. (Each
+/// writer's client keeps asking for the token the other holds; a revocation used to wait
+/// until no acquire of the file was in flight, which a client asking again at once never
+/// let happen, so both waited out `acquire_timeout_ms`.) 1 MiB: the kernel may split the
+/// mount's write in two, so mixed reads are not checked here.
+#[test]
+fn contending_library_and_mount_writers_all_progress() {
+    const WRITE_BYTES: usize = 1 << 20;
+    let local = Local::start(4, false);
+    let (a, b) = (mount(&local, &[]), mount(&local, &[]));
+    fs::write(a.path("both"), vec![b'0'; WRITE_BYTES]).expect("create");
+    let quick =
+        |config: &mut flotilla_client::ClientConfig| config.token_settings.acquire_timeout_ms = 20_000;
+    let (writer, reader) = (library(&local, quick), library(&local, quick));
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let library_file = writer.open("/both").expect("open in the library");
+    let mount_file = fs::OpenOptions::new().write(true).open(a.path("both")).expect("open on A");
+    let direct = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(b.path("both"))
+        .expect("open on B");
+    let read_file = reader.open("/both").expect("open in the reading library");
+    let counts = std::thread::scope(|scope| {
+        let loops = [
+            scope.spawn(|| {
+                repeat_until(deadline, || {
+                    library_file.write_at(0, &[b'L'; WRITE_BYTES]).expect("library write")
+                })
+            }),
+            scope.spawn(|| {
+                repeat_until(deadline, || {
+                    mount_file.write_all_at(&[b'M'; WRITE_BYTES], 0).expect("mount write")
+                })
+            }),
+            scope.spawn(|| {
+                let mut buffer = vec![0u8; WRITE_BYTES];
+                repeat_until(deadline, || direct.read_exact_at(&mut buffer, 0).expect("read on B"))
+            }),
+            scope.spawn(|| {
+                let mut buffer = vec![0u8; WRITE_BYTES];
+                repeat_until(deadline, || {
+                    assert_eq!(read_file.read_at(0, &mut buffer).expect("library read"), WRITE_BYTES)
+                })
+            }),
+        ];
+        loops.map(|handle| handle.join().expect("a call failed"))
+    });
+    assert!(counts.iter().all(|calls| *calls > 0), "some loop made no call: {counts:?}");
+}
+
+/// Calls `step` until `deadline`; how many times.
+fn repeat_until(deadline: Instant, mut step: impl FnMut()) -> u64 {
+    let mut calls = 0;
+    while Instant::now() < deadline {
+        step();
+        calls += 1;
+    }
+    calls
 }

@@ -49,6 +49,12 @@ pub struct ClientConfig {
     /// Serve this client's metrics (Prometheus text on `/metrics`) on this address; off by
     /// default, `FLOTILLA_METRICS_LISTEN` sets it.
     pub metrics_listen: Option<String>,
+    /// Byte-range tokens on file reads, writes and size changes (on by default): a library
+    /// client is then coherent with mounts and other clients byte by byte, and its writes
+    /// are atomic with respect to theirs. Off: close-to-open consistency only (NFS's).
+    pub tokens: bool,
+    /// How long token requests may wait (`acquire_timeout_ms`: then the call fails).
+    pub token_settings: crate::tokens::TokenSettings,
 }
 
 impl ClientConfig {
@@ -64,6 +70,8 @@ impl ClientConfig {
             unstable_bytes_max: UNSTABLE_BYTES_MAX_DEFAULT,
             job: job_from_env(),
             metrics_listen: std::env::var(crate::METRICS_LISTEN_ENV).ok().filter(|a| !a.is_empty()),
+            tokens: true,
+            token_settings: crate::tokens::TokenSettings::default(),
         }
     }
 }
@@ -112,11 +120,46 @@ pub struct CreateOptions {
     pub layout: Option<Layout>,
     pub mode: u32,
     pub exclusive: bool,
+    /// The caller promises that no other client writes bytes this handle reads or writes
+    /// (disjoint writers): the handle takes no byte-range tokens (`OpenOptions::no_overlap`).
+    pub no_overlap: bool,
 }
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { subfiles: 1, targets: None, layout: None, mode: 0o644, exclusive: true }
+        CreateOptions {
+            subfiles: 1,
+            targets: None,
+            layout: None,
+            mode: 0o644,
+            exclusive: true,
+            no_overlap: false,
+        }
+    }
+}
+
+/// How to open a file.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenOptions {
+    /// The caller promises that its writes and other clients' never overlap (MPI-IO
+    /// programs writing disjoint records): this handle takes no byte-range tokens, as for
+    /// a file with the `user.flotilla.no_overlap` hint.
+    pub no_overlap: bool,
+}
+
+/// A client that does not keep its connections and runtime alive (what the token cache
+/// holds, so that a client and its cache never keep each other).
+#[derive(Clone)]
+pub(crate) struct WeakClient {
+    core: std::sync::Weak<Core>,
+    runtime: std::sync::Weak<Runtime>,
+}
+
+impl WeakClient {
+    /// The client, while some handle on it lives.
+    pub fn upgrade(&self) -> Option<Client> {
+        let (core, runtime) = (self.core.upgrade()?, self.runtime.upgrade()?);
+        Some(Client { core, runtime, endpoint: None })
     }
 }
 
@@ -160,6 +203,7 @@ impl Client {
             config.client_name,
             config.connection,
             config.unstable_bytes_max,
+            crate::library_tokens::LibraryTokens::new(config.tokens, config.token_settings),
         ));
         if let Some(job) = config.job {
             let _ = core.job.set(job);
@@ -182,6 +226,17 @@ impl Client {
     /// The metadata service's address.
     pub fn meta_addr(&self) -> &str {
         self.core.meta_addr()
+    }
+
+    pub(crate) fn downgrade(&self) -> WeakClient {
+        WeakClient { core: Arc::downgrade(&self.core), runtime: Arc::downgrade(&self.runtime) }
+    }
+
+    /// Turns the byte-range tokens of this client's later opens on or off
+    /// (`ClientConfig::tokens`). A front end that takes tokens itself (the mount, which
+    /// caches) turns them off before its first open.
+    pub fn set_tokens(&self, on: bool) {
+        self.core.tokens.set_enabled(on);
     }
 
     pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
@@ -350,7 +405,9 @@ impl Client {
     /// Creates a file with `options.subfiles` subfiles, each with a `data` fork.
     pub fn create(&self, path: &str, options: &CreateOptions) -> Result<File, ClientError> {
         let owner = (current_uid(), current_gid());
-        self.block_on(create_open(self.clone(), path.to_string(), create_spec(options.clone(), owner)))
+        let file =
+            self.block_on(create_open(self.clone(), path.to_string(), create_spec(options.clone(), owner)))?;
+        Ok(file.with_no_overlap(options.no_overlap))
     }
 
     /// Non-blocking `create`.
@@ -358,18 +415,26 @@ impl Client {
         let client = self.clone();
         let path = path.to_string();
         let owner = (current_uid(), current_gid());
-        self.spawn(create_open(client, path, create_spec(options.clone(), owner)))
+        let no_overlap = options.no_overlap;
+        let created = create_open(client, path, create_spec(options.clone(), owner));
+        self.spawn(async move { Ok(created.await?.with_no_overlap(no_overlap)) })
     }
 
     /// Opens an existing file.
     pub fn open(&self, path: &str) -> Result<File, ClientError> {
+        self.open_with(path, &OpenOptions::default())
+    }
+
+    /// Opens an existing file with `options`.
+    pub fn open_with(&self, path: &str, options: &OpenOptions) -> Result<File, ClientError> {
         let entry = self.stat(path)?;
         if entry.attrs.kind != flotilla_types::FileKind::File {
             return Err(ClientError::NotAFile { path: path.to_string() });
         }
         // Flush-on-read: this process's ENWRICH writes to the file reach the servers first.
         self.flush_enwrich(entry.id)?;
-        self.block_on(open_file(self.clone(), path.to_string(), entry.id))
+        let file = self.block_on(open_file(self.clone(), path.to_string(), entry.id))?;
+        Ok(file.with_no_overlap(options.no_overlap))
     }
 }
 

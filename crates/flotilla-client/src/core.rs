@@ -8,6 +8,7 @@
 
 use crate::capabilities::CapabilityCache;
 use crate::error::ClientError;
+use crate::library_tokens::LibraryTokens;
 use crate::unstable::UnstableLog;
 use bytes::Bytes;
 use flotilla_proto::{Capability, EntryInfo, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, WithRef};
@@ -74,6 +75,8 @@ pub(crate) struct Core {
     pub job: std::sync::OnceLock<String>,
     /// This client's counters, when it serves metrics (`ClientConfig::metrics_listen`).
     pub metrics: std::sync::OnceLock<Arc<crate::metrics::ClientMetrics>>,
+    /// The byte-range tokens its file handles take (`library_tokens.rs`).
+    pub tokens: LibraryTokens,
 }
 
 impl Core {
@@ -82,6 +85,7 @@ impl Core {
         client_name: String,
         connection_config: ConnectionConfig,
         unstable_bytes_max: u64,
+        tokens: LibraryTokens,
     ) -> Core {
         Core {
             pending: parking_lot::Mutex::new(HashMap::new()),
@@ -100,6 +104,7 @@ impl Core {
             capabilities: parking_lot::Mutex::new(CapabilityCache::default()),
             job: std::sync::OnceLock::new(),
             metrics: std::sync::OnceLock::new(),
+            tokens,
         }
     }
 
@@ -121,15 +126,16 @@ impl Core {
         *self.opens.lock().entry(id).or_insert(0) += 1;
     }
 
-    /// Counts one handle on file `id` fewer.
-    pub fn note_closed(&self, id: u64) {
+    /// Counts one handle on file `id` fewer; whether it was the last.
+    pub fn note_closed(&self, id: u64) -> bool {
         let mut opens = self.opens.lock();
-        if let Some(count) = opens.get_mut(&id) {
-            *count -= 1;
-            if *count == 0 {
-                opens.remove(&id);
-            }
+        let Some(count) = opens.get_mut(&id) else { return false };
+        *count -= 1;
+        if *count > 0 {
+            return false;
         }
+        opens.remove(&id);
+        true
     }
 
     /// Every file this client has open.

@@ -7,27 +7,52 @@ use crate::core::{unexpected, Core};
 use crate::error::ClientError;
 use crate::fork::Fork;
 use crate::handle::Handle;
+use crate::library_tokens::{cover, cover_async, read_range, write_range};
 use crate::opens::OpenGuard;
+use crate::tokens::{ByteRange, TokenCache, TokenUse, WHOLE_FILE};
 use crate::transfer::{check_call, read_into, read_shape, write_shape};
 use crate::DEFAULT_FORK;
-use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest};
+use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest, TokenMode};
 use flotilla_request::{Piece, Shape};
 use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex};
 use std::sync::Arc;
 
 /// An open file: its entry (id, attributes, layout, where each subfile lives).
+///
+/// Reads, writes and size changes of its linear bytes take byte-range tokens
+/// (`library_tokens.rs`) unless the client's tokens are off, the file has the no-overlap
+/// hint, or it was opened with `no_overlap`. Fork-level I/O (`File::fork`) takes none: a
+/// fork's bytes are outside the file's POSIX byte space.
 #[derive(Clone)]
 pub struct File {
+    /// The open's registration at the metadata service; the last clone's drop closes it
+    /// (and gives the client's tokens on the file back). First, so it goes while `client`
+    /// still lives.
+    _open: Arc<OpenGuard>,
     pub(crate) client: Client,
     path: String,
     pub(crate) entry: Arc<EntryInfo>,
-    /// The open's registration at the metadata service; the last clone's drop closes it.
-    _open: Arc<OpenGuard>,
+    /// The client's token cache, when this handle takes tokens.
+    tokens: Option<TokenCache>,
 }
 
 impl File {
     pub(crate) fn opened(client: Client, path: String, entry: EntryInfo, open: Arc<OpenGuard>) -> File {
-        File { client, path, entry: Arc::new(entry), _open: open }
+        let tokens = if entry.no_overlap { None } else { client.core.tokens.cache(&client) };
+        File { client, path, entry: Arc::new(entry), _open: open, tokens }
+    }
+
+    /// This handle without tokens when `no_overlap` (the open flag).
+    pub(crate) fn with_no_overlap(mut self, no_overlap: bool) -> File {
+        if no_overlap {
+            self.tokens = None;
+        }
+        self
+    }
+
+    /// Whether this handle takes byte-range tokens.
+    pub fn takes_tokens(&self) -> bool {
+        self.tokens.is_some()
     }
 
     pub fn path(&self) -> &str {
@@ -135,8 +160,9 @@ impl File {
     }
 
     /// Sets the file's size in the metadata service (truncate or extend), shrinking the
-    /// subfiles' `data` forks when the file shrinks.
+    /// subfiles' `data` forks when the file shrinks; under a write token on the whole file.
     pub fn set_size(&self, size_bytes: u64) -> Result<Attributes, ClientError> {
+        let _token = self.token(TokenMode::Write, Some(WHOLE_FILE))?;
         if size_bytes < self.size() && self.layout() != Layout::Explicit {
             self.shrink_forks(size_bytes)?;
         }
@@ -220,15 +246,27 @@ impl File {
         self.entry.attrs.size_bytes.max(pending)
     }
 
+    /// Truncates or extends the file to `size_bytes` (`set_size`).
+    pub fn truncate(&self, size_bytes: u64) -> Result<Attributes, ClientError> {
+        self.set_size(size_bytes)
+    }
+
     /// Reads up to `buffer.len()` bytes at linear `offset`; returns the bytes read (short at
-    /// end of file).
+    /// end of file). The read token (offset to the end of any file) is taken before the size
+    /// is asked, so the size includes every token holder's writes.
     pub fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<usize, ClientError> {
+        if buffer.is_empty() {
+            return Ok(0);
+        }
+        let _token = self.token(TokenMode::Read, Some((offset, u64::MAX)))?;
         let size = self.current_size()?;
         let length = size.saturating_sub(offset).min(buffer.len() as u64);
         if length == 0 {
             return Ok(0);
         }
-        self.read_shape(&Shape::contiguous(offset, length), buffer)?;
+        let (core, entry) = (self.client.core.clone(), self.entry.clone());
+        let shape = Shape::contiguous(offset, length);
+        self.client.block_on(read_linear(&core, &entry, &shape, buffer))?;
         Ok(length as usize)
     }
 
@@ -237,14 +275,21 @@ impl File {
         self.write_shape(&Shape::contiguous(offset, data.len() as u64), data).map(|_| ())
     }
 
-    /// Reads any shape of the linear file (bytes past the end read as zeros).
+    /// Reads any shape of the linear file (bytes past the end read as zeros), under a read
+    /// token from its lowest byte on.
     pub fn read_shape(&self, shape: &Shape, buffer: &mut [u8]) -> Result<u64, ClientError> {
+        let range = self.touched(shape, buffer.len(), read_range)?;
+        let _token = self.token(TokenMode::Read, range)?;
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
         self.client.block_on(read_linear(&core, &entry, shape, buffer))
     }
 
-    /// Writes any shape of the linear file: one packed request per server, all in flight.
+    /// Writes any shape of the linear file: one packed request per server, all in flight,
+    /// under a write token on its lowest to highest byte (so the write is atomic with
+    /// respect to every other token holder).
     pub fn write_shape(&self, shape: &Shape, buffer: &[u8]) -> Result<u64, ClientError> {
+        let range = self.touched(shape, buffer.len(), write_range)?;
+        let _token = self.token(TokenMode::Write, range)?;
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
         self.client.block_on(write_linear(&core, &entry, shape, buffer))
     }
@@ -252,7 +297,9 @@ impl File {
     /// Non-blocking `read_shape`: the handle gives back `buffer`, filled.
     pub fn read_shape_nb(&self, shape: Shape, mut buffer: Vec<u8>) -> Handle<Vec<u8>> {
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
+        let token = self.token_later(TokenMode::Read, self.touched(&shape, buffer.len(), read_range));
         self.client.spawn(async move {
+            let _token = token.await?;
             read_linear(&core, &entry, &shape, &mut buffer).await?;
             Ok(buffer)
         })
@@ -261,7 +308,48 @@ impl File {
     /// Non-blocking `write_shape`.
     pub fn write_shape_nb(&self, shape: Shape, buffer: Vec<u8>) -> Handle<u64> {
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
-        self.client.spawn(async move { write_linear(&core, &entry, &shape, &buffer).await })
+        let token = self.token_later(TokenMode::Write, self.touched(&shape, buffer.len(), write_range));
+        self.client.spawn(async move {
+            let _token = token.await?;
+            write_linear(&core, &entry, &shape, &buffer).await
+        })
+    }
+
+    /// The bytes `shape` touches as `range_of` counts them (`None`: no token needed).
+    fn touched(
+        &self,
+        shape: &Shape,
+        buffer_bytes: usize,
+        range_of: fn(&flotilla_request::Summary) -> Option<ByteRange>,
+    ) -> Result<Option<ByteRange>, ClientError> {
+        match &self.tokens {
+            Some(_) => Ok(range_of(&check_call(shape, buffer_bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A use of `mode` on `range` when this handle takes tokens, held by the caller for
+    /// the operation's whole length.
+    fn token(&self, mode: TokenMode, range: Option<ByteRange>) -> Result<Option<TokenUse>, ClientError> {
+        match (&self.tokens, range) {
+            (Some(cache), Some(range)) => cover(cache, &self.path, self.entry.id, mode, range).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// `token` for a call that runs on the client's runtime.
+    fn token_later(
+        &self,
+        mode: TokenMode,
+        range: Result<Option<ByteRange>, ClientError>,
+    ) -> impl std::future::Future<Output = Result<Option<TokenUse>, ClientError>> + Send + 'static {
+        let (cache, path, id) = (self.tokens.clone(), self.path.clone(), self.entry.id);
+        async move {
+            match (cache, range?) {
+                (Some(cache), Some(range)) => cover_async(cache, path, id, mode, range).await.map(Some),
+                _ => Ok(None),
+            }
+        }
     }
 
     /// The size including other clients' flushed writes (asks the metadata service only when

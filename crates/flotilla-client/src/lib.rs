@@ -23,6 +23,7 @@ mod fork;
 mod group;
 mod group_plan;
 mod handle;
+mod library_tokens;
 mod locks;
 mod metrics;
 mod nonblocking;
@@ -35,7 +36,7 @@ mod transfer;
 mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
-pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptions};
+pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptions, OpenOptions};
 pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File, ForkHsm};

@@ -24,15 +24,24 @@ pub(crate) struct OpenGuard {
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
-        self.core.note_closed(self.id);
+        let last = self.core.note_closed(self.id);
         let (core, id) = (self.core.clone(), self.id);
         let session = core.session();
         // Fire and forget: a lost `Closed` only delays the release to the lease's end.
-        self.runtime.spawn(async move {
+        let closed = async move {
             if let Err(error) = core.meta_call(MetaRequest::Closed { session, id }).await {
                 tracing::debug!(file = id, %error, "close not announced; the lease will expire it");
             }
-        });
+        };
+        // The client's last handle on the file gives its tokens back first.
+        match self.core.tokens.made().filter(|_| last) {
+            Some(cache) => {
+                let runtime = self.runtime.clone();
+                let announce = move || drop(runtime.spawn(closed));
+                crate::library_tokens::release_file(cache, id, &self.runtime, announce);
+            }
+            None => drop(self.runtime.spawn(closed)),
+        }
     }
 }
 

@@ -59,9 +59,10 @@ impl Client {
         let future =
             create_file(self.core.clone(), path.to_string(), options.clone(), (owner.uid, owner.gid));
         let client = self.clone();
-        self.block_on(
-            async move { crate::opens::open_file(client, path.to_string(), future.await?.id).await },
-        )
+        let file = self.block_on(async move {
+            crate::opens::open_file(client, path.to_string(), future.await?.id).await
+        })?;
+        Ok(file.with_no_overlap(options.no_overlap))
     }
 
     /// `mkdir`, with the new directory owned by `owner`.

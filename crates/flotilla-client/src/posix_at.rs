@@ -49,10 +49,11 @@ impl Client {
         let (core, parent, name) = (self.core.clone(), at.parent, at.name.to_vec());
         let client = self.clone();
         let path = at.describe();
-        self.block_on(async move {
+        let file = self.block_on(async move {
             let entry = create_entry_at(&core, parent, name, spec).await?;
             crate::opens::open_file(client, path, entry.id).await
-        })
+        })?;
+        Ok(file.with_no_overlap(options.no_overlap))
     }
 
     pub fn mkdir_at(&self, at: At<'_>, mode: u32, owner: Owner) -> Result<EntryInfo, ClientError> {

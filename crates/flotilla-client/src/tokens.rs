@@ -18,7 +18,7 @@
 //! tokens on both sides. (Revocations also carry the sequence number of the holder's last
 //! grant on the file, which the client logs when it never saw that grant.)
 
-use crate::client::Client;
+use crate::client::{Client, WeakClient};
 use crate::core::unexpected;
 use crate::error::ClientError;
 use flotilla_proto::{MetaReply, MetaRequest, TokenGrant, TokenMode, TokenRevoke};
@@ -84,6 +84,10 @@ struct FileTokens {
     users: usize,
     /// A revocation or release is in progress: new uses wait.
     revoking: bool,
+    /// Revocations waiting for the acquires in flight to end: new uses and acquires wait
+    /// too (an acquire started after every one that ended would starve the revocation,
+    /// and two clients asking for each other's tokens would wait out their timeouts).
+    revocations_waiting: usize,
     /// The outside cache is being invalidated: reads that must not wait (`cover_or_pass`)
     /// pass without a token meanwhile (the invalidation may be waiting for their pages).
     invalidating: bool,
@@ -95,6 +99,20 @@ struct FileTokens {
 }
 
 impl FileTokens {
+    /// Whether new uses and acquires wait: a revocation runs or waits to run.
+    fn blocked(&self) -> bool {
+        self.revoking || self.revocations_waiting > 0
+    }
+
+    /// Whether nothing refers to this entry any more (it may be forgotten).
+    fn unused(&self) -> bool {
+        self.held.is_empty()
+            && self.users == 0
+            && self.acquiring == 0
+            && self.waiting_reads.is_empty()
+            && !self.blocked()
+    }
+
     fn covers(&self, mode: TokenMode, (start, end): ByteRange) -> bool {
         let mut next = start;
         let mut pieces: Vec<_> = self.held.iter().filter(|(m, _, e)| *m >= mode && *e >= start).collect();
@@ -187,7 +205,8 @@ struct Shared {
 }
 
 struct Inner {
-    client: Client,
+    /// Weak: a library client's cache is kept by the client itself.
+    client: WeakClient,
     holder: Weak<dyn TokenHolder>,
     shared: parking_lot::Mutex<Shared>,
     changed: parking_lot::Condvar,
@@ -223,10 +242,11 @@ impl Drop for TokenUse {
 
 impl TokenCache {
     /// A token cache for `client`; `holder` writes back and drops cached bytes on demand.
+    /// The cache does not keep the client: it works while the caller keeps it.
     pub fn new(client: Client, holder: Weak<dyn TokenHolder>, settings: TokenSettings) -> TokenCache {
         let shared = Shared { files: HashMap::new(), given_back: 0, next_wait: 0, polling: false };
         let inner = Inner {
-            client,
+            client: client.downgrade(),
             holder,
             shared: parking_lot::Mutex::new(shared),
             changed: parking_lot::Condvar::new(),
@@ -246,6 +266,15 @@ impl TokenCache {
     pub fn cover(&self, id: u64, mode: TokenMode, range: ByteRange) -> Result<TokenUse, ClientError> {
         let used = self.cover_with(id, mode, range, None)?;
         Ok(used.expect("a use: only reads that may pass go without one"))
+    }
+
+    /// `cover` without waiting: a use when this client holds `mode` on `range` of file `id`
+    /// and no revocation of the file is under way, else `None` (ask with `cover`).
+    pub fn try_cover(&self, id: u64, mode: TokenMode, range: ByteRange) -> Option<TokenUse> {
+        let mut shared = self.inner.shared.lock();
+        let file = shared.files.get_mut(&id).filter(|file| !file.blocked() && file.covers(mode, range))?;
+        file.users += 1;
+        Some(TokenUse { inner: self.inner.clone(), id, fresh: false })
     }
 
     /// `cover` of a read token for a read the kernel holds the pages of `pages` locked for
@@ -279,14 +308,14 @@ impl TokenCache {
         loop {
             let next_wait = shared.next_wait;
             let file = shared.files.entry(id).or_default();
-            if !file.revoking {
+            if !file.blocked() {
                 file.stop_waiting(&mut waiting);
             }
-            if !file.revoking && file.covers(mode, range) {
+            if !file.blocked() && file.covers(mode, range) {
                 file.users += 1;
                 return Ok(Some(TokenUse { inner: self.inner.clone(), id, fresh }));
             }
-            if let (Some(pages), true) = (pages, file.revoking) {
+            if let (Some(pages), true) = (pages, file.blocked()) {
                 if file.invalidating {
                     file.passed += 1;
                     file.stop_waiting(&mut waiting);
@@ -306,7 +335,7 @@ impl TokenCache {
                     range.0, range.1, self.inner.settings.acquire_timeout_ms
                 )));
             }
-            if file.revoking {
+            if file.blocked() {
                 self.inner.changed.wait_until(&mut shared, deadline);
                 continue;
             }
@@ -341,11 +370,12 @@ impl TokenCache {
         mode: TokenMode,
         required: ByteRange,
     ) -> Result<Option<TokenGrant>, ClientError> {
-        let session = self.inner.client.core.session();
+        let client = self.inner.client()?;
+        let session = client.core.session();
         let desired = WHOLE_FILE;
         let wait_ms = self.inner.settings.wait_ms;
         let request = MetaRequest::TokenAcquire { session, id, mode, required, desired, wait_ms };
-        match self.inner.client.meta(request)? {
+        match client.meta(request)? {
             MetaReply::TokenGranted(grant) => Ok(Some(grant)),
             MetaReply::TokenBusy { holder } => {
                 tracing::debug!(file = id, holder, "token still held elsewhere; asking again");
@@ -360,8 +390,7 @@ impl TokenCache {
     pub fn release_file(&self, id: u64) -> Result<(), ClientError> {
         let mut shared = self.inner.shared.lock();
         let Some(file) = shared.files.get_mut(&id) else { return Ok(()) };
-        let idle = file.users == 0 && file.acquiring == 0 && file.waiting_reads.is_empty();
-        if file.held.is_empty() && idle && !file.revoking {
+        if file.unused() {
             shared.files.remove(&id);
             return Ok(());
         }
@@ -379,6 +408,11 @@ impl TokenCache {
 }
 
 impl Inner {
+    /// The client, unless it is gone.
+    fn client(&self) -> Result<Client, ClientError> {
+        self.client.upgrade().ok_or(ClientError::Abandoned)
+    }
+
     /// Answers a revocation (or a release, or a loss): waits for the grants it follows
     /// and for the uses of the file to end, lets the holder write back, gives the bytes
     /// back to the service (unless they were lost) and only then lets new uses in.
@@ -391,12 +425,14 @@ impl Inner {
         lost: bool,
     ) -> Result<(), ClientError> {
         let mut shared = self.shared.lock();
+        let mut registered = false;
         loop {
             let file = shared.files.entry(id).or_default();
             // Every acquire of the file ended (each is bounded by the service's wait): every
             // grant the service made before this revocation is applied, and none made after
             // it can be lost by the release below covering it on one side only.
             if !file.revoking && file.acquiring == 0 {
+                file.revocations_waiting -= usize::from(registered);
                 file.revoking = true;
                 if file.applied_seq < seq {
                     tracing::debug!(
@@ -407,6 +443,10 @@ impl Inner {
                     );
                 }
                 break;
+            }
+            if !registered {
+                file.revocations_waiting += 1;
+                registered = true;
             }
             self.changed.wait(&mut shared);
         }
@@ -429,8 +469,7 @@ impl Inner {
         if let Some(file) = shared.files.get_mut(&id) {
             file.release(range, to);
             file.revoking = false;
-            if file.held.is_empty() && file.users == 0 && file.acquiring == 0 && file.waiting_reads.is_empty()
-            {
+            if file.unused() {
                 shared.files.remove(&id);
             }
         }
@@ -465,8 +504,9 @@ impl Inner {
     }
 
     fn release(&self, id: u64, range: ByteRange, to: Option<TokenMode>) -> Result<(), ClientError> {
-        let session = self.client.core.session();
-        match self.client.meta(MetaRequest::TokenRelease { session, id, range, to })? {
+        let client = self.client()?;
+        let session = client.core.session();
+        match client.meta(MetaRequest::TokenRelease { session, id, range, to })? {
             MetaReply::Done => Ok(()),
             other => Err(unexpected("release a token", &other)),
         }
@@ -496,13 +536,16 @@ impl Inner {
 fn poll(inner: Weak<Inner>) {
     loop {
         let Some(inner) = inner.upgrade() else { return };
-        if inner.stop.load(Ordering::SeqCst) {
+        let Some(client) = inner.client.upgrade().filter(|_| !inner.stop.load(Ordering::SeqCst)) else {
             return;
-        }
-        let session = inner.client.core.session();
+        };
+        let session = client.core.session();
         let (holding, given_back) = inner.holding();
         let request = MetaRequest::TokenWait { session, holding, wait_ms: inner.settings.wait_ms };
-        match inner.client.meta(request) {
+        let polled = client.meta(request);
+        // Kept only for the poll: its last user may drop it while revocations are answered.
+        drop(client);
+        match polled {
             Ok(MetaReply::TokenEvents { revokes, lost }) => {
                 if lost && inner.holding().1 == given_back {
                     inner.lose_all();

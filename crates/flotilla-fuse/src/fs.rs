@@ -65,6 +65,9 @@ pub struct FlotillaFs {
 
 impl FlotillaFs {
     pub fn new(client: flotilla_client::Client, config: &MountConfig) -> FlotillaFs {
+        // The mount takes its own tokens (it caches, the library does not): one cache per
+        // session, so the library's stay off.
+        client.set_tokens(false);
         let sizes = std::sync::Arc::new(SizeTable::default());
         let write_behind = std::sync::Arc::new(WriteBehind::new(WriteBehindLimits {
             piece_bytes_max: config.write_behind_piece_bytes_max,

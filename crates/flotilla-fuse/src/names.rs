@@ -171,8 +171,14 @@ impl FlotillaFs {
     }
 
     fn make_regular(&self, request: &Request, at: At<'_>, mode: u32) -> Result<FileAttr, Errno> {
-        let options =
-            CreateOptions { subfiles: 0, targets: None, layout: None, mode: mode & 0o7777, exclusive: true };
+        let options = CreateOptions {
+            subfiles: 0,
+            targets: None,
+            layout: None,
+            mode: mode & 0o7777,
+            exclusive: true,
+            no_overlap: false,
+        };
         let file = self.client.create_at(at, &options, owner(request)).map_err(failed)?;
         let attr = self.attr_of(file.entry());
         file.close().map_err(failed)?;
@@ -283,8 +289,14 @@ impl FlotillaFs {
         let at = At { parent, name: check_name(name)? };
         // Always exclusive: the client removes a file whose subfiles it could not create, which
         // must never be a file that existed before.
-        let options =
-            CreateOptions { subfiles: 0, targets: None, layout: None, mode: mode & 0o7777, exclusive: true };
+        let options = CreateOptions {
+            subfiles: 0,
+            targets: None,
+            layout: None,
+            mode: mode & 0o7777,
+            exclusive: true,
+            no_overlap: false,
+        };
         let file = match self.client.create_at(at, &options, owner(request)) {
             Ok(file) => file,
             Err(error) if errno(&error) == Errno::EEXIST && flags & libc::O_EXCL == 0 => {

@@ -63,6 +63,8 @@ pub struct ShapeLimits {
 pub struct Summary {
     pub piece_count: u64,
     pub total_bytes: u64,
+    /// The lowest file byte touched (0 when nothing is moved).
+    pub file_start: u64,
     /// One past the highest file byte touched (0 when nothing is moved).
     pub file_end: u64,
     /// One past the highest memory byte touched: the buffer must be at least this long.
@@ -161,6 +163,10 @@ impl Shape {
             let index = summary.piece_count;
             let file_end = check_side(index, "file", file, length)?;
             let memory_end = check_side(index, "memory", memory, length)?;
+            if length > 0 {
+                let first = summary.total_bytes == 0;
+                summary.file_start = if first { file as u64 } else { summary.file_start.min(file as u64) };
+            }
             summary.piece_count += 1;
             summary.total_bytes += length;
             summary.file_end = summary.file_end.max(file_end);

@@ -89,6 +89,9 @@ fn check(shape: &Shape, reference: Vec<RefPiece>) -> Result<(), TestCaseError> {
             prop_assert_eq!(summary.memory_end, memory_end);
             let file_end = expected.iter().map(|p| p.file_offset + p.length).max().unwrap_or(0);
             prop_assert_eq!(summary.file_end, file_end);
+            let file_start =
+                expected.iter().filter(|p| p.length > 0).map(|p| p.file_offset).min().unwrap_or(0);
+            prop_assert_eq!(summary.file_start, file_start);
         }
         (outcome, negative) => {
             return Err(TestCaseError::fail(format!(

@@ -28,11 +28,13 @@ fn config_text(integrity: flotilla_auth::Integrity) -> String {
     let integrity = integrity.name();
     let metrics = crate::keys::server_metrics();
     let write_full = SERVER_WRITE_FULL.load(std::sync::atomic::Ordering::Relaxed);
+    // The workers' byte-range tokens as this process's `[client] tokens` says (default on).
+    let tokens = crate::keys::tokens().map(|on| format!("tokens = {on}\n")).unwrap_or_default();
     format!(
         "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\nintegrity = \"{integrity}\"\n\n\
          [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\nmetrics = {metrics}\n\
          write_full = {write_full}\n\n\
-         [client]\nintegrity = \"{integrity}\"\n"
+         [client]\nintegrity = \"{integrity}\"\n{tokens}"
     )
 }
 
