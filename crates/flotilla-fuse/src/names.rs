@@ -171,15 +171,7 @@ impl FlotillaFs {
     }
 
     fn make_regular(&self, request: &Request, at: At<'_>, mode: u32) -> Result<FileAttr, Errno> {
-        let options = CreateOptions {
-            subfiles: 0,
-            targets: None,
-            layout: None,
-            mode: mode & 0o7777,
-            exclusive: true,
-            no_overlap: false,
-        };
-        let file = self.client.create_at(at, &options, owner(request)).map_err(failed)?;
+        let file = self.client.create_at(at, &exclusive_create(mode), owner(request)).map_err(failed)?;
         let attr = self.attr_of(file.entry());
         file.close().map_err(failed)?;
         Ok(attr)
@@ -287,17 +279,7 @@ impl FlotillaFs {
         flags: i32,
     ) -> Result<(FileAttr, (u64, fuser::FopenFlags)), Errno> {
         let at = At { parent, name: check_name(name)? };
-        // Always exclusive: the client removes a file whose subfiles it could not create, which
-        // must never be a file that existed before.
-        let options = CreateOptions {
-            subfiles: 0,
-            targets: None,
-            layout: None,
-            mode: mode & 0o7777,
-            exclusive: true,
-            no_overlap: false,
-        };
-        let file = match self.client.create_at(at, &options, owner(request)) {
+        let file = match self.client.create_at(at, &exclusive_create(mode), owner(request)) {
             Ok(file) => file,
             Err(error) if errno(&error) == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
                 let existing = self.client.lookup_at(at).map_err(failed)?;
@@ -311,5 +293,19 @@ impl FlotillaFs {
         let entry: EntryInfo = file.entry().clone();
         let handle = self.insert_open(file, flags, request.pid())?;
         Ok((self.attr_of(&entry), handle))
+    }
+}
+
+/// How the mount creates a regular file: the default layout, `mode`'s permission bits, and
+/// always exclusive (the client removes a file whose subfiles it could not create, which must
+/// never be a file that existed before).
+fn exclusive_create(mode: u32) -> CreateOptions {
+    CreateOptions {
+        subfiles: 0,
+        targets: None,
+        layout: None,
+        mode: mode & 0o7777,
+        exclusive: true,
+        no_overlap: false,
     }
 }
