@@ -255,7 +255,7 @@ impl FlotillaFs {
             match self.refresh_for_kernel(ino) {
                 Ok(fresh) => keep_cache = pages_kept && !fresh,
                 Err(errno) => {
-                    self.sizes.released(ino, cached);
+                    self.abandon_open(ino, (cached, coherent));
                     return Err(errno);
                 }
             }
@@ -266,9 +266,18 @@ impl FlotillaFs {
         match self.files.insert(open) {
             Ok(handle) => Ok((handle, crate::fs::open_flags(cached, keep_cache))),
             Err(errno) => {
-                self.sizes.released(ino, cached);
+                self.abandon_open(ino, (cached, coherent));
                 Err(errno)
             }
+        }
+    }
+
+    /// An open that failed after it was registered: unregistered, and if it was the file's
+    /// only one here, its tokens kept without pages (as a last close would), so they stay
+    /// under `kept_files_max` instead of held with no record.
+    fn abandon_open(&self, ino: u64, (cached, coherent): (bool, bool)) {
+        if self.sizes.released(ino, cached) {
+            self.keep_tokens(ino, coherent, None);
         }
     }
 
