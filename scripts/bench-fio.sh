@@ -15,7 +15,8 @@
 #
 # Usage: scripts/bench-fio.sh [DIR] (default: a new folder under target/); needs root and fio.
 # Environment: SIZE_MB (per job, default 512), STRIDED_MB (whole strided file, default 512),
-# ROUNDS (default 3).
+# ROUNDS (default 3), FLOTILLA_BIN (a flotilla binary to measure instead of building
+# target/release/flotilla, e.g. an older build kept for a before/after comparison).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,17 +27,20 @@ JOBS=4
 WORK=${1:-$(pwd)/target/bench-fio}
 command -v fio >/dev/null || { echo "bench-fio: fio is not installed (apt-get install fio)" >&2; exit 1; }
 
-cargo build --release -p flotilla-cli >&2
+if [ -z "${FLOTILLA_BIN:-}" ]; then
+    cargo build --release -p flotilla-cli >&2
+    FLOTILLA_BIN=target/release/flotilla
+fi
 rm -rf "$WORK" && mkdir -p "$WORK/local" "$WORK/results"
 MOUNT="$WORK/mnt"
 
-target/release/flotilla local --data "$WORK/data" --listen 127.0.0.1:0 --servers 4 \
+"$FLOTILLA_BIN" local --data "$WORK/data" --listen 127.0.0.1:0 --servers 4 \
     --cache-bytes $((64 << 20)) --mount "$MOUNT" > "$WORK/local.out" 2> "$WORK/local.err" &
 LOCAL_PID=$!
 cleanup() {
     kill -TERM "$LOCAL_PID" 2>/dev/null || true
     wait "$LOCAL_PID" 2>/dev/null || true
-    if grep -q " $MOUNT " /proc/mounts; then target/release/flotilla umount --lazy "$MOUNT" || true; fi
+    if grep -q " $MOUNT " /proc/mounts; then "$FLOTILLA_BIN" umount --lazy "$MOUNT" || true; fi
 }
 trap cleanup EXIT
 for _ in $(seq 1 200); do
