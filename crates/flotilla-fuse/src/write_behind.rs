@@ -505,4 +505,48 @@ mod tests {
         behind.forget(3);
         assert_eq!(behind.failure(3), Ok(()));
     }
+
+    #[test]
+    fn concurrent_writers_and_flushes_send_every_byte_once() {
+        let limits =
+            WriteBehindLimits { piece_bytes_max: 500, file_bytes_max: 4000, total_bytes_max: 1 << 20 };
+        let behind = Arc::new(WriteBehind::new(limits));
+        let sent_bytes = Arc::new(AtomicU64::new(0));
+        let counted = sent_bytes.clone();
+        let sender: Sender = Arc::new(move |_: Shape, data: &[u8]| {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            counted.fetch_add(data.len() as u64, Ordering::SeqCst);
+            Ok(())
+        });
+        let writers: Vec<_> = (0..4u64)
+            .map(|writer| {
+                let (behind, sender, sent_bytes) = (behind.clone(), sender.clone(), sent_bytes.clone());
+                std::thread::spawn(move || {
+                    let direct = move |_: Shape, data: &[u8]| {
+                        sent_bytes.fetch_add(data.len() as u64, Ordering::SeqCst);
+                        Ok(())
+                    };
+                    for index in 0..300u64 {
+                        let length = if index % 3 == 0 { 100 } else { 1000 };
+                        let offset = (writer * 300 + index) * 1000;
+                        behind.write(9, (offset, &vec![1u8; length][..]), &direct, Some(&sender)).unwrap();
+                        if index % 50 == 49 {
+                            behind.flush(9, &direct).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let direct = |_: Shape, data: &[u8]| {
+            sent_bytes.fetch_add(data.len() as u64, Ordering::SeqCst);
+            Ok(())
+        };
+        behind.flush(9, &direct).unwrap();
+        let expected: u64 = 4 * (100 * 100 + 200 * 1000);
+        assert_eq!(sent_bytes.load(Ordering::SeqCst), expected);
+        assert_eq!(behind.buffered(), 0);
+    }
 }
