@@ -26,7 +26,8 @@ pub struct MountArgs {
     /// How long the kernel may cache names and attributes, in milliseconds.
     #[arg(long)]
     attr_timeout_ms: Option<u64>,
-    /// Bytes of small writes gathered per file before they are sent (0: no write-behind).
+    /// Bytes of writes buffered and queued per file in the background before writers wait
+    /// (0: no write-behind; every write goes straight to the servers).
     #[arg(long)]
     write_behind_bytes: Option<u64>,
     /// When reads update access times: relatime (default), strictatime or noatime.

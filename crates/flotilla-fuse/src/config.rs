@@ -15,11 +15,14 @@ pub struct MountConfig {
     pub listing_entries_max: usize,
     /// How long the kernel may cache attributes and names, in milliseconds.
     pub attr_timeout_ms: u64,
-    /// Writes shorter than this wait in their file's write-behind buffer and travel packed.
+    /// Writes shorter than this wait in their file's write-behind buffer and travel packed;
+    /// longer ones are queued on their own.
     pub write_behind_piece_bytes_max: u64,
-    /// A file's write-behind buffer is sent when it holds this many bytes.
+    /// A file's write-behind buffer is queued when it holds this many bytes, and writers
+    /// wait while this many bytes of their file are queued (0: no write-behind).
     pub write_behind_bytes_max: u64,
-    /// Bytes waiting in all write-behind buffers together; writes beyond go straight out.
+    /// Bytes waiting in all write-behind buffers and queues together; writes beyond go
+    /// straight out.
     pub write_behind_total_bytes_max: u64,
     /// Let every user use the mount (`allow_other`) with the kernel checking permissions
     /// (`default_permissions`); `None` means "when running as root".

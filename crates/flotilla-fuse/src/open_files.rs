@@ -344,6 +344,22 @@ impl FlotillaFs {
         }
     }
 
+    /// Sends write-behind batches of the file `open` is a handle of from the background:
+    /// after a transport failure, once more through a handle whose placement was asked anew
+    /// (as `with_file`).
+    fn background_sender(&self, open: &OpenFile) -> crate::write_behind::Sender {
+        let (file, client, ino) = (open.file(), self.client.clone(), open.ino);
+        std::sync::Arc::new(move |shape: Shape, data: &[u8]| {
+            let error = match file.write_shape(&shape, data) {
+                Err(error) if is_transport(&error) => error,
+                other => return other.map(|_| ()).map_err(failed),
+            };
+            tracing::info!(%error, ino, "write-behind: retrying with a fresh placement");
+            let fresh = client.open_id(ino).map_err(failed)?;
+            fresh.write_shape(&shape, data).map(|_| ()).map_err(failed)
+        })
+    }
+
     /// Sends what the write-behind buffer holds for the file `open` is a handle of.
     fn send_buffered(&self, open: &OpenFile) -> Result<(), Errno> {
         self.write_behind.flush(open.ino, &|shape, data| self.send_shape(open, shape, data))
@@ -493,7 +509,8 @@ impl FlotillaFs {
             self.with_file(&open, |file| file.write_at(offset, data).and_then(|()| file.sync()))?;
         } else {
             let send = |shape: Shape, bytes: &[u8]| self.send_shape(&open, shape, bytes);
-            if let Buffered::No = self.write_behind.write(ino, offset, data, &send)? {
+            let background = self.background_sender(&open);
+            if let Buffered::No = self.write_behind.write(ino, (offset, data), &send, Some(&background))? {
                 self.with_file(&open, |file| file.write_at(offset, data))?;
             }
         }

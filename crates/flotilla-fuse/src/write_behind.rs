@@ -1,41 +1,55 @@
-//! Write-behind for small writes: the pieces written to one file through this mount are
-//! gathered and sent as one `List` request per server (Galley's packing, for programs that
-//! write records one `write` at a time, like four processes each writing every fourth
-//! 47008-byte record of a shared file).
+//! Write-behind: writes to a file through this mount are acknowledged once copied, and
+//! sent in the background. Small pieces are gathered and sent as one `List` request per
+//! server (Galley's packing, for programs that write records one `write` at a time, like
+//! four processes each writing every fourth 47008-byte record of a shared file); a write of
+//! at least `write_behind_piece_bytes_max` is queued on its own.
 //!
-//! A write smaller than `write_behind_piece_bytes_max` is copied into its file's buffer and
-//! acknowledged at once; a buffer reaching `write_behind_bytes_max` is sent by the writer
-//! that filled it. Everything a file's buffer holds is sent before this mount reads the file,
-//! changes its size, and on every flush (each `close`), fsync and release, so programs see
-//! POSIX semantics within the mount and close-to-open consistency across clients. A failed
-//! send fails the call that made it, and every later close and fsync of the file while it
-//! stays open in this mount (as NFS reports lost write-behind data).
+//! A write smaller than `write_behind_piece_bytes_max` is copied into its file's buffer; a
+//! buffer reaching `write_behind_bytes_max` joins the file's queue, and so does a large
+//! write (after the buffer before it). One background thread per file with a queue sends
+//! it in order (GPFS's write-behind: the writer goes on while the data travels); a writer
+//! finding `write_behind_bytes_max` bytes queued for its file waits. Everything a file's
+//! buffer and queue hold is sent before this mount reads the file, changes its size, and on
+//! every flush (each `close`), fsync and release, so programs see POSIX semantics within
+//! the mount and the durability contract holds at `close` and `fsync`. A failed send fails
+//! every later close and fsync of the file while it stays open in this mount (as NFS
+//! reports lost write-behind data), and the call that made it when it was not in the
+//! background.
 //!
 //! Invariants:
-//! - pieces in one buffer never overlap (a write overlapping buffered data sends the buffer
+//! - locks: `pending`, then `send` (a batch is taken and `send` locked before `pending` is
+//!   let go, so batches go out in the order taken); `send` is let go before `pending` is
+//!   taken again;
+//! - pieces in one buffer never overlap (a write overlapping buffered data queues the buffer
 //!   first), so one `List` request applies them in any order with the same result;
-//! - buffers of one file are sent one at a time, in the order they were filled (the taker
-//!   locks `send` before releasing `pending`), so a later write never lands before an
-//!   earlier one it overlaps;
-//! - at most `write_behind_bytes_max` bytes wait per file, and at most
-//!   `write_behind_total_bytes_max` in the whole mount (beyond, writes go straight through).
+//! - a file's buffers go out one at a time, in the order they were filled (the queue is
+//!   first in, first out, and a flush waits for the queue before it sends the rest), so a
+//!   later write never lands before an earlier one it overlaps;
+//! - at most `write_behind_bytes_max` bytes wait per file beyond the batch being sent, and
+//!   at most `write_behind_total_bytes_max` in the whole mount (beyond, writes go straight
+//!   through).
 
 use flotilla_client::{Piece, Shape};
 use fuser::Errno;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Bounds of the write-behind buffers.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteBehindLimits {
-    /// Writes at least this long are sent at once (they are large enough on their own).
+    /// Writes at least this long are queued on their own (they are large enough to travel
+    /// alone), or sent at once when there is no background sender.
     pub piece_bytes_max: u64,
-    /// A file's buffer is sent when it holds this many bytes.
+    /// A file's buffer is queued when it holds this many bytes; writers wait while this many
+    /// bytes of the file are queued (0: no write-behind).
     pub file_bytes_max: u64,
-    /// Bytes buffered in the whole mount; writes beyond are sent at once.
+    /// Bytes buffered and queued in the whole mount; writes beyond are sent at once.
     pub total_bytes_max: u64,
 }
+
+/// A batch taken out of a buffer: the pieces and their bytes.
+type Batch = (Vec<Piece>, Vec<u8>);
 
 #[derive(Default)]
 struct Pending {
@@ -43,6 +57,12 @@ struct Pending {
     pieces: Vec<Piece>,
     /// offset → end of every buffered piece, to find overlaps.
     extents: BTreeMap<u64, u64>,
+    /// Batches waiting for the background sender, oldest first.
+    queued: VecDeque<Batch>,
+    /// Bytes of the queued batches and of the one being sent.
+    queued_bytes: u64,
+    /// A background thread sends the queue.
+    draining: bool,
     /// The first failure of a send: every later flush of the file reports it (some writer's
     /// data was lost), until the file is no longer open in this mount.
     error: Option<Errno>,
@@ -54,7 +74,7 @@ impl Pending {
         before.is_some_and(|(_, piece_end)| *piece_end > offset)
     }
 
-    fn take(&mut self) -> (Vec<Piece>, Vec<u8>) {
+    fn take(&mut self) -> Batch {
         self.extents.clear();
         (std::mem::take(&mut self.pieces), std::mem::take(&mut self.data))
     }
@@ -66,16 +86,21 @@ struct FileBuffer {
     pending: parking_lot::Mutex<Pending>,
     /// Held while a buffer is being sent.
     send: parking_lot::Mutex<()>,
+    /// Signalled whenever a queued batch was sent and when the background thread ends.
+    sent: parking_lot::Condvar,
 }
 
 pub struct WriteBehind {
     files: parking_lot::Mutex<HashMap<u64, Arc<FileBuffer>>>,
-    buffered_bytes: AtomicU64,
+    buffered_bytes: Arc<AtomicU64>,
     limits: WriteBehindLimits,
 }
 
 /// Sends one buffer of a file: a `List` shape over the buffer's bytes.
 pub type Send<'a> = &'a dyn Fn(Shape, &[u8]) -> Result<(), Errno>;
+
+/// Sends one buffer of a file from the background thread.
+pub type Sender = Arc<dyn Fn(Shape, &[u8]) -> Result<(), Errno> + std::marker::Send + Sync>;
 
 /// What `write` did with the data.
 pub enum Buffered {
@@ -90,7 +115,7 @@ impl WriteBehind {
         assert!(limits.piece_bytes_max <= limits.file_bytes_max);
         WriteBehind {
             files: parking_lot::Mutex::new(HashMap::new()),
-            buffered_bytes: AtomicU64::new(0),
+            buffered_bytes: Arc::new(AtomicU64::new(0)),
             limits,
         }
     }
@@ -103,20 +128,28 @@ impl WriteBehind {
         self.files.lock().get(&ino).cloned()
     }
 
-    /// Buffers a small write to file `ino` (sending the buffer when full), or says the caller
-    /// should send it directly, after everything buffered for `ino` was sent.
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8], send: Send<'_>) -> Result<Buffered, Errno> {
+    /// Buffers or queues a write to file `ino` (queueing the buffer when full), or says the
+    /// caller should send it directly, after everything buffered for `ino` was sent. Without
+    /// a `background` sender, full buffers are sent by the writer and large writes directly.
+    pub fn write(
+        &self,
+        ino: u64,
+        (offset, data): (u64, &[u8]),
+        send: Send<'_>,
+        background: Option<&Sender>,
+    ) -> Result<Buffered, Errno> {
         let length = data.len() as u64;
         let room = self.buffered_bytes.load(Ordering::Relaxed) + length <= self.limits.total_bytes_max;
         if length >= self.limits.piece_bytes_max || !room {
-            self.flush(ino, send)?;
-            return Ok(Buffered::No);
+            return match background.filter(|_| room && length <= self.limits.file_bytes_max) {
+                Some(sender) => self.queue_large(ino, (offset, data), send, sender),
+                None => self.flush(ino, send).map(|()| Buffered::No),
+            };
         }
         let buffer = self.buffer(ino);
         let mut pending = buffer.pending.lock();
         if pending.overlaps(offset, offset + length) {
-            self.send_locked(&buffer, pending, send)?;
-            pending = buffer.pending.lock();
+            pending = self.pass_on(&buffer, pending, send, background)?;
         }
         let piece = Piece { file_offset: offset, memory_offset: pending.data.len() as u64, length };
         pending.data.extend_from_slice(data);
@@ -124,16 +157,107 @@ impl WriteBehind {
         pending.extents.insert(offset, offset + length);
         self.buffered_bytes.fetch_add(length, Ordering::Relaxed);
         if pending.data.len() as u64 >= self.limits.file_bytes_max {
-            self.send_locked(&buffer, pending, send)?;
+            drop(self.pass_on(&buffer, pending, send, background)?);
         }
         Ok(Buffered::Yes)
     }
 
-    /// Sends everything buffered for file `ino` and waits for sends in flight.
+    /// A write of at least `piece_bytes_max`: queued on its own, after the buffer.
+    fn queue_large(
+        &self,
+        ino: u64,
+        (offset, data): (u64, &[u8]),
+        send: Send<'_>,
+        sender: &Sender,
+    ) -> Result<Buffered, Errno> {
+        let buffer = self.buffer(ino);
+        let pending = buffer.pending.lock();
+        let mut pending = self.pass_on(&buffer, pending, send, Some(sender))?;
+        let length = data.len() as u64;
+        let piece = Piece { file_offset: offset, memory_offset: 0, length };
+        self.buffered_bytes.fetch_add(length, Ordering::Relaxed);
+        self.enqueue(&buffer, &mut pending, (vec![piece], data.to_vec()), sender);
+        drop(pending);
+        Ok(Buffered::Yes)
+    }
+
+    /// Hands the buffer on: to the queue with a background sender (waiting while the file's
+    /// queue is full), else sent now by the caller. Returns the buffer's lock again.
+    fn pass_on<'b>(
+        &self,
+        buffer: &'b Arc<FileBuffer>,
+        mut pending: parking_lot::MutexGuard<'b, Pending>,
+        send: Send<'_>,
+        background: Option<&Sender>,
+    ) -> Result<parking_lot::MutexGuard<'b, Pending>, Errno> {
+        let Some(sender) = background else {
+            self.send_locked(buffer, pending, send)?;
+            return Ok(buffer.pending.lock());
+        };
+        let batch = pending.take();
+        if !batch.0.is_empty() {
+            self.enqueue(buffer, &mut pending, batch, sender);
+        }
+        Ok(pending)
+    }
+
+    /// Puts `batch` at the end of the file's queue, starts its background thread if none
+    /// runs, and waits while more than `file_bytes_max` bytes of the file are queued.
+    fn enqueue(
+        &self,
+        buffer: &Arc<FileBuffer>,
+        pending: &mut parking_lot::MutexGuard<'_, Pending>,
+        batch: Batch,
+        sender: &Sender,
+    ) {
+        pending.queued_bytes += batch.1.len() as u64;
+        pending.queued.push_back(batch);
+        if !pending.draining {
+            pending.draining = true;
+            let (buffer, sender, total) = (buffer.clone(), sender.clone(), self.buffered_bytes.clone());
+            let spawned = std::thread::Builder::new()
+                .name("flotilla-write-behind".into())
+                .spawn(move || drain(&buffer, &sender, &total));
+            if let Err(error) = spawned {
+                // Nothing sends the queue: the next flush will (it finds `draining` false).
+                tracing::warn!(%error, "cannot start a write-behind thread; the queue waits for the next flush");
+                pending.draining = false;
+                return;
+            }
+        }
+        while pending.draining && pending.queued_bytes > self.limits.file_bytes_max {
+            buffer.sent.wait(pending);
+        }
+    }
+
+    /// Sends everything buffered and queued for file `ino` and waits for sends in flight.
     pub fn flush(&self, ino: u64, send: Send<'_>) -> Result<(), Errno> {
         let Some(buffer) = self.existing(ino) else { return Ok(()) };
-        let pending = buffer.pending.lock();
+        let mut pending = buffer.pending.lock();
+        while pending.draining {
+            buffer.sent.wait(&mut pending);
+        }
+        // Left by a background thread that could not start: sent here, in order.
+        while let Some(batch) = pending.queued.pop_front() {
+            let bytes = batch.1.len() as u64;
+            let sending = buffer.send.lock();
+            drop(pending);
+            let sent = send(Shape::List { pieces: batch.0 }, &batch.1);
+            drop(sending);
+            pending = buffer.pending.lock();
+            self.sent(&mut pending, bytes, sent)?;
+        }
         self.send_locked(&buffer, pending, send)
+    }
+
+    /// Books a batch of `bytes` as sent, with its result.
+    fn sent(&self, pending: &mut Pending, bytes: u64, result: Result<(), Errno>) -> Result<(), Errno> {
+        pending.queued_bytes -= bytes;
+        self.buffered_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        if let Err(errno) = result {
+            pending.error.get_or_insert(errno);
+        }
+        result
     }
 
     /// `flush` through `file`, a handle of file `ino` (for writes made through another
@@ -145,9 +269,12 @@ impl WriteBehind {
         self.flush(ino, &send)
     }
 
-    /// Whether writes to file `ino` wait in its buffer.
+    /// Whether writes to file `ino` wait in its buffer or queue.
     pub fn holds(&self, ino: u64) -> bool {
-        self.existing(ino).is_some_and(|buffer| !buffer.pending.lock().pieces.is_empty())
+        self.existing(ino).is_some_and(|buffer| {
+            let pending = buffer.pending.lock();
+            !pending.pieces.is_empty() || pending.queued_bytes > 0
+        })
     }
 
     /// The first failure of any send of file `ino` since it was opened in this mount (what
@@ -187,7 +314,11 @@ impl WriteBehind {
     /// and flushed).
     pub fn forget(&self, ino: u64) {
         let mut files = self.files.lock();
-        if files.get(&ino).is_some_and(|buffer| buffer.pending.lock().pieces.is_empty()) {
+        let idle = |buffer: &Arc<FileBuffer>| {
+            let pending = buffer.pending.lock();
+            pending.pieces.is_empty() && pending.queued_bytes == 0 && !pending.draining
+        };
+        if files.get(&ino).is_some_and(idle) {
             files.remove(&ino);
         }
     }
@@ -196,6 +327,31 @@ impl WriteBehind {
     fn buffered(&self) -> u64 {
         self.buffered_bytes.load(Ordering::Relaxed)
     }
+}
+
+/// The background thread of one file: sends its queue in order until it is empty.
+fn drain(buffer: &FileBuffer, sender: &Sender, total: &AtomicU64) {
+    let mut pending = buffer.pending.lock();
+    while let Some((pieces, data)) = pending.queued.pop_front() {
+        let sending = buffer.send.lock();
+        drop(pending);
+        let sent = sender(Shape::List { pieces }, &data);
+        drop(sending);
+        pending = buffer.pending.lock();
+        pending.queued_bytes -= data.len() as u64;
+        total.fetch_sub(data.len() as u64, Ordering::Relaxed);
+        if let Err(errno) = sent {
+            tracing::warn!(
+                ?errno,
+                bytes = data.len(),
+                "a write-behind send failed; the next close or fsync reports it"
+            );
+            pending.error.get_or_insert(errno);
+        }
+        buffer.sent.notify_all();
+    }
+    pending.draining = false;
+    buffer.sent.notify_all();
 }
 
 #[cfg(test)]
@@ -229,19 +385,19 @@ mod tests {
             Ok(())
         };
         // Phase 1: two small writes wait; a large one sends them first and is not buffered.
-        assert!(matches!(behind.write(1, 0, b"abc", &send).unwrap(), Buffered::Yes));
-        assert!(matches!(behind.write(1, 10, b"de", &send).unwrap(), Buffered::Yes));
+        assert!(matches!(behind.write(1, (0, b"abc"), &send, None).unwrap(), Buffered::Yes));
+        assert!(matches!(behind.write(1, (10, b"de"), &send, None).unwrap(), Buffered::Yes));
         assert_eq!(behind.buffered(), 5);
         assert!(sent.lock().is_empty());
-        assert!(matches!(behind.write(1, 50, &[0u8; 10], &send).unwrap(), Buffered::No));
+        assert!(matches!(behind.write(1, (50, &[0u8; 10]), &send, None).unwrap(), Buffered::No));
         assert_eq!(sent.lock().pop().unwrap(), (vec![(0, 3), (10, 2)], b"abcde".to_vec()));
         // Phase 2: an overlapping write sends the buffer before it is buffered itself.
-        behind.write(1, 0, b"xy", &send).unwrap();
-        behind.write(1, 1, b"z", &send).unwrap();
+        behind.write(1, (0, b"xy"), &send, None).unwrap();
+        behind.write(1, (1, b"z"), &send, None).unwrap();
         assert_eq!(sent.lock().pop().unwrap(), (vec![(0, 2)], b"xy".to_vec()));
         // Phase 3: a full buffer is sent by the write that filled it; flush sends the rest.
         for index in 0..8 {
-            behind.write(1, 100 + 10 * index, b"123", &send).unwrap();
+            behind.write(1, (100 + 10 * index, b"123"), &send, None).unwrap();
         }
         assert_eq!(sent.lock().len(), 1);
         behind.flush(1, &send).unwrap();
@@ -256,12 +412,142 @@ mod tests {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 100, total_bytes_max: 1000 };
         let behind = WriteBehind::new(limits);
         let failing = |_: Shape, _: &[u8]| Err(Errno::EIO);
-        behind.write(2, 0, b"abc", &failing).unwrap();
+        behind.write(2, (0, b"abc"), &failing, None).unwrap();
         assert_eq!(behind.flush(2, &failing), Err(Errno::EIO));
         assert_eq!(behind.flush(2, &|_: Shape, _: &[u8]| Ok(())), Ok(()));
         assert_eq!(behind.failure(2), Err(Errno::EIO));
         behind.forget(2);
         assert_eq!(behind.failure(2), Ok(()));
+        assert_eq!(behind.buffered(), 0);
+    }
+
+    type Sent = Arc<parking_lot::Mutex<Vec<(u64, usize)>>>;
+    type Gate = Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>;
+
+    /// A sender that records what it sent and waits for `gate` to open before each send.
+    fn gated(sent: Sent, gate: Gate) -> Sender {
+        Arc::new(move |shape: Shape, data: &[u8]| {
+            let (open, opened) = &*gate;
+            let mut is_open = open.lock();
+            while !*is_open {
+                opened.wait(&mut is_open);
+            }
+            let Shape::List { pieces } = shape else { panic!("a list") };
+            sent.lock().push((pieces[0].file_offset, data.len()));
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn writes_of_every_size_return_before_they_are_sent_and_go_out_in_order() {
+        let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 40, total_bytes_max: 1000 };
+        let behind = WriteBehind::new(limits);
+        let sent = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+        let sender = gated(sent.clone(), gate.clone());
+        let direct = |_: Shape, _: &[u8]| -> Result<(), Errno> { panic!("nothing is sent by the writer") };
+        // A small piece, then a large write (queued after it), then a small one again.
+        assert!(matches!(behind.write(1, (0, b"abc"), &direct, Some(&sender)).unwrap(), Buffered::Yes));
+        assert!(matches!(behind.write(1, (3, &[1u8; 20]), &direct, Some(&sender)).unwrap(), Buffered::Yes));
+        assert!(matches!(behind.write(1, (23, b"de"), &direct, Some(&sender)).unwrap(), Buffered::Yes));
+        assert!(sent.lock().is_empty(), "nothing went out while the gate was shut");
+        assert!(behind.holds(1));
+        *gate.0.lock() = true;
+        gate.1.notify_all();
+        let flushed = |shape: Shape, data: &[u8]| {
+            let Shape::List { pieces } = shape else { panic!("a list") };
+            sent.lock().push((pieces[0].file_offset, data.len()));
+            Ok(())
+        };
+        behind.flush(1, &flushed).unwrap();
+        assert_eq!(*sent.lock(), vec![(0, 3), (3, 20), (23, 2)], "in the order written");
+        assert_eq!(behind.buffered(), 0);
+        assert!(!behind.holds(1));
+    }
+
+    #[test]
+    fn a_writer_waits_while_its_file_queue_is_full() {
+        let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 20, total_bytes_max: 1000 };
+        let behind = Arc::new(WriteBehind::new(limits));
+        let sent = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+        let sender = gated(sent.clone(), gate.clone());
+        let direct = |_: Shape, _: &[u8]| Ok(());
+        // 10 + 10 bytes queue (one being sent, at the gate); the third write finds 20 queued.
+        behind.write(1, (0, &[0u8; 10]), &direct, Some(&sender)).unwrap();
+        behind.write(1, (10, &[0u8; 10]), &direct, Some(&sender)).unwrap();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (behind, sender, done) = (behind.clone(), sender.clone(), done.clone());
+            std::thread::spawn(move || {
+                behind.write(1, (20, &[0u8; 10]), &|_: Shape, _: &[u8]| Ok(()), Some(&sender)).unwrap();
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!done.load(Ordering::SeqCst), "the writer went on past a full queue");
+        *gate.0.lock() = true;
+        gate.1.notify_all();
+        writer.join().unwrap();
+        behind.flush(1, &direct).unwrap();
+        assert_eq!(sent.lock().len(), 3);
+    }
+
+    #[test]
+    fn a_failed_background_send_is_reported_by_the_flush_after_it() {
+        let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 100, total_bytes_max: 1000 };
+        let behind = WriteBehind::new(limits);
+        let failing: Sender = Arc::new(|_: Shape, _: &[u8]| Err(Errno::EIO));
+        let direct = |_: Shape, _: &[u8]| Ok(());
+        behind.write(3, (0, &[7u8; 50]), &direct, Some(&failing)).unwrap();
+        behind.flush(3, &direct).unwrap();
+        assert_eq!(behind.failure(3), Err(Errno::EIO), "the lost write is reported");
+        assert_eq!(behind.buffered(), 0);
+        behind.forget(3);
+        assert_eq!(behind.failure(3), Ok(()));
+    }
+
+    #[test]
+    fn concurrent_writers_and_flushes_send_every_byte_once() {
+        let limits =
+            WriteBehindLimits { piece_bytes_max: 500, file_bytes_max: 4000, total_bytes_max: 1 << 20 };
+        let behind = Arc::new(WriteBehind::new(limits));
+        let sent_bytes = Arc::new(AtomicU64::new(0));
+        let counted = sent_bytes.clone();
+        let sender: Sender = Arc::new(move |_: Shape, data: &[u8]| {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            counted.fetch_add(data.len() as u64, Ordering::SeqCst);
+            Ok(())
+        });
+        let writers: Vec<_> = (0..4u64)
+            .map(|writer| {
+                let (behind, sender, sent_bytes) = (behind.clone(), sender.clone(), sent_bytes.clone());
+                std::thread::spawn(move || {
+                    let direct = move |_: Shape, data: &[u8]| {
+                        sent_bytes.fetch_add(data.len() as u64, Ordering::SeqCst);
+                        Ok(())
+                    };
+                    for index in 0..300u64 {
+                        let length = if index % 3 == 0 { 100 } else { 1000 };
+                        let offset = (writer * 300 + index) * 1000;
+                        behind.write(9, (offset, &vec![1u8; length][..]), &direct, Some(&sender)).unwrap();
+                        if index % 50 == 49 {
+                            behind.flush(9, &direct).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let direct = |_: Shape, data: &[u8]| {
+            sent_bytes.fetch_add(data.len() as u64, Ordering::SeqCst);
+            Ok(())
+        };
+        behind.flush(9, &direct).unwrap();
+        let expected: u64 = 4 * (100 * 100 + 200 * 1000);
+        assert_eq!(sent_bytes.load(Ordering::SeqCst), expected);
         assert_eq!(behind.buffered(), 0);
     }
 }
