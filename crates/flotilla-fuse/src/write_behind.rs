@@ -51,17 +51,29 @@ pub struct WriteBehindLimits {
 /// A batch taken out of a buffer: the pieces and their bytes.
 type Batch = (Vec<Piece>, Vec<u8>);
 
+/// A batch in a file's queue, numbered in the order it was queued.
+struct Queued {
+    seq: u64,
+    batch: Batch,
+}
+
 #[derive(Default)]
 struct Pending {
     data: Vec<u8>,
     pieces: Vec<Piece>,
     /// offset → end of every buffered piece, to find overlaps.
     extents: BTreeMap<u64, u64>,
-    /// Batches waiting for the background sender, oldest first.
-    queued: VecDeque<Batch>,
-    /// Bytes of the queued batches and of the one being sent.
+    /// Batches waiting to be sent, oldest first.
+    queued: VecDeque<Queued>,
+    /// The number the next queued batch gets.
+    next_seq: u64,
+    /// The numbers of the batches taken off the queue and not yet sent (at most two: one
+    /// sending, one waiting for `send`).
+    in_flight: Vec<u64>,
+    /// Bytes of the queued batches and of those being sent.
     queued_bytes: u64,
-    /// A background thread sends the queue.
+    /// A background thread sends the queue (it only speeds things up: writers past the
+    /// limit and flushes send queued batches themselves, so nothing waits on the thread).
     draining: bool,
     /// The first failure of a send: every later flush of the file reports it (some writer's
     /// data was lost), until the file is no longer open in this mount.
@@ -176,7 +188,7 @@ impl WriteBehind {
         let length = data.len() as u64;
         let piece = Piece { file_offset: offset, memory_offset: 0, length };
         self.buffered_bytes.fetch_add(length, Ordering::Relaxed);
-        self.enqueue(&buffer, &mut pending, (vec![piece], data.to_vec()), sender);
+        self.enqueue(&buffer, &mut pending, (vec![piece], data.to_vec()), (send, sender));
         drop(pending);
         Ok(Buffered::Yes)
     }
@@ -196,22 +208,23 @@ impl WriteBehind {
         };
         let batch = pending.take();
         if !batch.0.is_empty() {
-            self.enqueue(buffer, &mut pending, batch, sender);
+            self.enqueue(buffer, &mut pending, batch, (send, sender));
         }
         Ok(pending)
     }
 
-    /// Puts `batch` at the end of the file's queue, starts its background thread if none
-    /// runs, and waits while more than `file_bytes_max` bytes of the file are queued.
+    /// Puts `batch` at the end of the file's queue and starts its background thread if none
+    /// runs; then, while more than `file_bytes_max` bytes of the file are queued, sends the
+    /// oldest queued batch itself with `send` (or waits for one in flight), so a writer
+    /// never depends on the background thread being alive to go on.
     fn enqueue(
         &self,
         buffer: &Arc<FileBuffer>,
         pending: &mut parking_lot::MutexGuard<'_, Pending>,
         batch: Batch,
-        sender: &Sender,
+        (send, sender): (Send<'_>, &Sender),
     ) {
-        pending.queued_bytes += batch.1.len() as u64;
-        pending.queued.push_back(batch);
+        Self::push(pending, batch);
         if !pending.draining {
             pending.draining = true;
             let (buffer, sender, total) = (buffer.clone(), sender.clone(), self.buffered_bytes.clone());
@@ -219,45 +232,55 @@ impl WriteBehind {
                 .name("flotilla-write-behind".into())
                 .spawn(move || drain(&buffer, &sender, &total));
             if let Err(error) = spawned {
-                // Nothing sends the queue: the next flush will (it finds `draining` false).
-                tracing::warn!(%error, "cannot start a write-behind thread; the queue waits for the next flush");
+                tracing::warn!(%error, "cannot start a write-behind thread; writers and flushes send the queue");
                 pending.draining = false;
-                return;
             }
         }
-        while pending.draining && pending.queued_bytes > self.limits.file_bytes_max {
-            buffer.sent.wait(pending);
+        while pending.queued_bytes > self.limits.file_bytes_max {
+            if pending.queued.is_empty() {
+                wait_for_sends(buffer, pending);
+            } else {
+                // A failure is kept in `pending.error` and reported by the next close or fsync.
+                let _ = send_front(buffer, pending, send, &self.buffered_bytes);
+            }
         }
     }
 
-    /// Sends everything buffered and queued for file `ino` and waits for sends in flight.
+    /// Appends `batch` to the queue with the next number.
+    fn push(pending: &mut Pending, batch: Batch) {
+        pending.queued_bytes += batch.1.len() as u64;
+        let seq = pending.next_seq;
+        pending.next_seq += 1;
+        pending.queued.push_back(Queued { seq, batch });
+    }
+
+    /// Sends everything written to file `ino` before this call (its buffer is queued behind
+    /// the batches before it, so they go out in order), sending queued batches itself and
+    /// waiting for those in flight; fails if a send of the file failed while it ran (a failure
+    /// before is reported by `failure`, at close and fsync). Batches queued by writers after
+    /// the call started are left to them and the background thread.
     pub fn flush(&self, ino: u64, send: Send<'_>) -> Result<(), Errno> {
         let Some(buffer) = self.existing(ino) else { return Ok(()) };
         let mut pending = buffer.pending.lock();
-        while pending.draining {
-            buffer.sent.wait(&mut pending);
+        let failed_before = pending.error.is_some();
+        let batch = pending.take();
+        if !batch.0.is_empty() {
+            Self::push(&mut pending, batch);
         }
-        // Left by a background thread that could not start: sent here, in order.
-        while let Some(batch) = pending.queued.pop_front() {
-            let bytes = batch.1.len() as u64;
-            let sending = buffer.send.lock();
-            drop(pending);
-            let sent = send(Shape::List { pieces: batch.0 }, &batch.1);
-            drop(sending);
-            pending = buffer.pending.lock();
-            self.sent(&mut pending, bytes, sent)?;
+        let before = pending.next_seq;
+        loop {
+            if pending.queued.front().is_some_and(|queued| queued.seq < before) {
+                let _ = send_front(&buffer, &mut pending, send, &self.buffered_bytes);
+            } else if pending.in_flight.iter().any(|seq| *seq < before) {
+                wait_for_sends(&buffer, &mut pending);
+            } else {
+                break;
+            }
         }
-        self.send_locked(&buffer, pending, send)
-    }
-
-    /// Books a batch of `bytes` as sent, with its result.
-    fn sent(&self, pending: &mut Pending, bytes: u64, result: Result<(), Errno>) -> Result<(), Errno> {
-        pending.queued_bytes -= bytes;
-        self.buffered_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        if let Err(errno) = result {
-            pending.error.get_or_insert(errno);
+        match pending.error {
+            Some(errno) if !failed_before => Err(errno),
+            _ => Ok(()),
         }
-        result
     }
 
     /// `flush` through `file`, a handle of file `ino` (for writes made through another
@@ -329,26 +352,62 @@ impl WriteBehind {
     }
 }
 
+/// How long a writer or flush waits for a send in flight before it logs that it is still
+/// waiting (each send is bounded by the client's socket timeouts; this names a stall).
+const SEND_WAIT_WARN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until some batch in flight is sent (logging every `SEND_WAIT_WARN` while none is).
+fn wait_for_sends(buffer: &FileBuffer, pending: &mut parking_lot::MutexGuard<'_, Pending>) {
+    while buffer.sent.wait_for(pending, SEND_WAIT_WARN).timed_out() {
+        tracing::warn!(
+            in_flight = ?pending.in_flight,
+            queued = pending.queued.len(),
+            queued_bytes = pending.queued_bytes,
+            draining = pending.draining,
+            "write-behind: still waiting for a send in flight"
+        );
+    }
+}
+
+/// Takes the oldest queued batch off the queue and sends it with `send`, holding `send`
+/// (locked before `pending` is let go, so batches go out in the order taken, and let go
+/// before `pending` is taken again); books it as sent and wakes every waiter. A panic in
+/// `send` is booked as a failure (EIO), so nobody waits for that batch forever.
+fn send_front(
+    buffer: &FileBuffer,
+    pending: &mut parking_lot::MutexGuard<'_, Pending>,
+    send: &(dyn Fn(Shape, &[u8]) -> Result<(), Errno> + '_),
+    total: &AtomicU64,
+) -> Result<(), Errno> {
+    let Some(Queued { seq, batch: (pieces, data) }) = pending.queued.pop_front() else { return Ok(()) };
+    pending.in_flight.push(seq);
+    let sending = buffer.send.lock();
+    let sent = parking_lot::MutexGuard::unlocked(pending, || {
+        let call = std::panic::AssertUnwindSafe(|| send(Shape::List { pieces }, &data));
+        let sent = std::panic::catch_unwind(call).unwrap_or(Err(Errno::EIO));
+        drop(sending);
+        sent
+    });
+    pending.in_flight.retain(|in_flight| *in_flight != seq);
+    pending.queued_bytes -= data.len() as u64;
+    total.fetch_sub(data.len() as u64, Ordering::Relaxed);
+    if let Err(errno) = sent {
+        tracing::warn!(
+            ?errno,
+            bytes = data.len(),
+            "a write-behind send failed; the next close or fsync reports it"
+        );
+        pending.error.get_or_insert(errno);
+    }
+    buffer.sent.notify_all();
+    sent
+}
+
 /// The background thread of one file: sends its queue in order until it is empty.
 fn drain(buffer: &FileBuffer, sender: &Sender, total: &AtomicU64) {
     let mut pending = buffer.pending.lock();
-    while let Some((pieces, data)) = pending.queued.pop_front() {
-        let sending = buffer.send.lock();
-        drop(pending);
-        let sent = sender(Shape::List { pieces }, &data);
-        drop(sending);
-        pending = buffer.pending.lock();
-        pending.queued_bytes -= data.len() as u64;
-        total.fetch_sub(data.len() as u64, Ordering::Relaxed);
-        if let Err(errno) = sent {
-            tracing::warn!(
-                ?errno,
-                bytes = data.len(),
-                "a write-behind send failed; the next close or fsync reports it"
-            );
-            pending.error.get_or_insert(errno);
-        }
-        buffer.sent.notify_all();
+    while !pending.queued.is_empty() {
+        let _ = send_front(buffer, &mut pending, &**sender, total);
     }
     pending.draining = false;
     buffer.sent.notify_all();
@@ -472,15 +531,29 @@ mod tests {
         let sent = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
         let sender = gated(sent.clone(), gate.clone());
-        let direct = |_: Shape, _: &[u8]| Ok(());
-        // 10 + 10 bytes queue (one being sent, at the gate); the third write finds 20 queued.
+        let direct = |shape: Shape, data: &[u8]| {
+            let Shape::List { pieces } = shape else { panic!("a list") };
+            sent.lock().push((pieces[0].file_offset, data.len()));
+            Ok(())
+        };
+        // 10 + 10 bytes queue (one being sent, at the gate); the third write finds 20 queued
+        // and sends the second itself, after the first (it waits for `send`).
         behind.write(1, (0, &[0u8; 10]), &direct, Some(&sender)).unwrap();
         behind.write(1, (10, &[0u8; 10]), &direct, Some(&sender)).unwrap();
+        while behind.existing(1).unwrap().pending.lock().in_flight.is_empty() {
+            std::thread::yield_now(); // the background thread took the first to the gate
+        }
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = {
             let (behind, sender, done) = (behind.clone(), sender.clone(), done.clone());
+            let sent = sent.clone();
             std::thread::spawn(move || {
-                behind.write(1, (20, &[0u8; 10]), &|_: Shape, _: &[u8]| Ok(()), Some(&sender)).unwrap();
+                let direct = |shape: Shape, data: &[u8]| {
+                    let Shape::List { pieces } = shape else { panic!("a list") };
+                    sent.lock().push((pieces[0].file_offset, data.len()));
+                    Ok(())
+                };
+                behind.write(1, (20, &[0u8; 10]), &direct, Some(&sender)).unwrap();
                 done.store(true, Ordering::SeqCst);
             })
         };
@@ -490,7 +563,7 @@ mod tests {
         gate.1.notify_all();
         writer.join().unwrap();
         behind.flush(1, &direct).unwrap();
-        assert_eq!(sent.lock().len(), 3);
+        assert_eq!(*sent.lock(), vec![(0, 10), (10, 10), (20, 10)], "in the order written");
     }
 
     #[test]
@@ -500,6 +573,10 @@ mod tests {
         let failing: Sender = Arc::new(|_: Shape, _: &[u8]| Err(Errno::EIO));
         let direct = |_: Shape, _: &[u8]| Ok(());
         behind.write(3, (0, &[7u8; 50]), &direct, Some(&failing)).unwrap();
+        // Wait for the background thread (the flush would otherwise send the batch itself).
+        while behind.holds(3) {
+            std::thread::yield_now();
+        }
         behind.flush(3, &direct).unwrap();
         assert_eq!(behind.failure(3), Err(Errno::EIO), "the lost write is reported");
         assert_eq!(behind.buffered(), 0);
@@ -548,6 +625,116 @@ mod tests {
         behind.flush(9, &direct).unwrap();
         let expected: u64 = 4 * (100 * 100 + 200 * 1000);
         assert_eq!(sent_bytes.load(Ordering::SeqCst), expected);
+        assert_eq!(behind.buffered(), 0);
+    }
+
+    /// Applies a sent `List` batch to `file` (a model of the servers' bytes).
+    fn apply(file: &parking_lot::Mutex<Vec<u8>>, shape: Shape, data: &[u8]) {
+        let Shape::List { pieces } = shape else { panic!("a list") };
+        let mut file = file.lock();
+        for piece in pieces {
+            let (at, from) = (piece.file_offset as usize, piece.memory_offset as usize);
+            let length = piece.length as usize;
+            if file.len() < at + length {
+                file.resize(at + length, 0);
+            }
+            file[at..at + length].copy_from_slice(&data[from..from + length]);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Whatever mix of small, large and overlapping writes and flushes one writer makes,
+        /// with the background thread and the writer both sending, the servers end up with
+        /// the bytes of the writes applied in the order they were made.
+        #[test]
+        fn overlapping_writes_land_in_the_order_made(
+            writes in proptest::collection::vec((0u64..200, 1usize..60, proptest::prelude::any::<bool>()), 1..60)
+        ) {
+            let limits = WriteBehindLimits { piece_bytes_max: 20, file_bytes_max: 50, total_bytes_max: 10_000 };
+            let behind = WriteBehind::new(limits);
+            let file = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let background = file.clone();
+            let sender: Sender = Arc::new(move |shape: Shape, data: &[u8]| {
+                std::thread::yield_now();
+                apply(&background, shape, data);
+                Ok(())
+            });
+            let direct = |shape: Shape, data: &[u8]| {
+                apply(&file, shape, data);
+                Ok(())
+            };
+            let mut model = Vec::new();
+            for (index, (offset, length, flush)) in writes.into_iter().enumerate() {
+                let data = vec![index as u8 + 1; length];
+                if let Buffered::No = behind.write(5, (offset, &data), &direct, Some(&sender)).unwrap() {
+                    direct(Shape::List { pieces: vec![Piece { file_offset: offset, memory_offset: 0, length: length as u64 }] }, &data).unwrap();
+                }
+                let end = offset as usize + length;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[offset as usize..end].copy_from_slice(&data);
+                if flush {
+                    behind.flush(5, &direct).unwrap();
+                }
+            }
+            behind.flush(5, &direct).unwrap();
+            proptest::prop_assert_eq!(&*file.lock(), &model);
+            proptest::prop_assert_eq!(behind.buffered(), 0);
+        }
+    }
+
+    #[test]
+    fn a_panicking_background_sender_fails_the_file_instead_of_hanging_it() {
+        let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 100, total_bytes_max: 1000 };
+        let behind = WriteBehind::new(limits);
+        let panicking: Sender = Arc::new(|_: Shape, _: &[u8]| panic!("a bug in a send"));
+        let direct =
+            |_: Shape, _: &[u8]| -> Result<(), Errno> { panic!("below the limit the writer sends nothing") };
+        for index in 0..6u64 {
+            behind.write(4, (index * 10, &[1u8; 10]), &direct, Some(&panicking)).unwrap();
+        }
+        while behind.existing(4).is_some_and(|buffer| buffer.pending.lock().draining) {
+            std::thread::yield_now();
+        }
+        assert!(!behind.holds(4), "every batch was booked, none left for a thread that is gone");
+        behind.flush(4, &direct).unwrap();
+        assert_eq!(behind.failure(4), Err(Errno::EIO), "the panicked send is reported as lost");
+        assert_eq!(behind.buffered(), 0);
+    }
+
+    #[test]
+    fn a_flush_returns_while_another_writer_keeps_writing() {
+        let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 40, total_bytes_max: 1 << 20 };
+        let behind = Arc::new(WriteBehind::new(limits));
+        let sender: Sender = Arc::new(|_: Shape, _: &[u8]| {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            Ok(())
+        });
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (behind, sender, stop) = (behind.clone(), sender.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut offset = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    behind
+                        .write(6, (offset, &[2u8; 10]), &|_: Shape, _: &[u8]| Ok(()), Some(&sender))
+                        .unwrap();
+                    offset += 10;
+                }
+            })
+        };
+        while !behind.holds(6) {
+            std::thread::yield_now();
+        }
+        // Before, a flush waited for the queue to be empty, which a busy writer never let it be.
+        for _ in 0..20 {
+            behind.flush(6, &|_: Shape, _: &[u8]| Ok(())).unwrap();
+        }
+        stop.store(true, Ordering::SeqCst);
+        writer.join().unwrap();
+        behind.flush(6, &|_: Shape, _: &[u8]| Ok(())).unwrap();
         assert_eq!(behind.buffered(), 0);
     }
 }
