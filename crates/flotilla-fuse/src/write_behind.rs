@@ -376,7 +376,7 @@ fn wait_for_sends(buffer: &FileBuffer, pending: &mut parking_lot::MutexGuard<'_,
 fn send_front(
     buffer: &FileBuffer,
     pending: &mut parking_lot::MutexGuard<'_, Pending>,
-    send: &(dyn Fn(Shape, &[u8]) -> Result<(), Errno> + '_),
+    send: Send<'_>,
     total: &AtomicU64,
 ) -> Result<(), Errno> {
     let Some(Queued { seq, batch: (pieces, data) }) = pending.queued.pop_front() else { return Ok(()) };
