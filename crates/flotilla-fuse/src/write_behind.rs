@@ -8,9 +8,11 @@
 //! buffer reaching `write_behind_bytes_max` joins the file's queue, and so does a large
 //! write (after the buffer before it). One background thread per file with a queue sends
 //! it in order (GPFS's write-behind: the writer goes on while the data travels); a writer
-//! finding `write_behind_bytes_max` bytes queued for its file waits. Everything a file's
-//! buffer and queue hold is sent before this mount reads the file, changes its size, and on
-//! every flush (each `close`), fsync and release, so programs see POSIX semantics within
+//! finding more than `write_behind_bytes_max` bytes queued for its file sends the oldest
+//! batch itself. The thread only speeds things up: writers past the limit and flushes take
+//! batches off the queue themselves, so nothing waits on a thread that is gone. Everything
+//! written to a file before this mount reads it, changes its size, or flushes it (each
+//! `close`), fsyncs or releases it is sent first, so programs see POSIX semantics within
 //! the mount and the durability contract holds at `close` and `fsync`. A failed send fails
 //! every later close and fsync of the file while it stays open in this mount (as NFS
 //! reports lost write-behind data), and the call that made it when it was not in the
@@ -23,8 +25,9 @@
 //! - pieces in one buffer never overlap (a write overlapping buffered data queues the buffer
 //!   first), so one `List` request applies them in any order with the same result;
 //! - a file's buffers go out one at a time, in the order they were filled (the queue is
-//!   first in, first out, and a flush waits for the queue before it sends the rest), so a
-//!   later write never lands before an earlier one it overlaps;
+//!   first in, first out, and a flush queues the buffer behind it and sends or waits for
+//!   every batch numbered before its own), so a later write never lands before an earlier
+//!   one it overlaps;
 //! - at most `write_behind_bytes_max` bytes wait per file beyond the batch being sent, and
 //!   at most `write_behind_total_bytes_max` in the whole mount (beyond, writes go straight
 //!   through).
