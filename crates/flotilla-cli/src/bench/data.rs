@@ -29,14 +29,16 @@ pub fn pattern_byte(key: u64, offset: u64) -> u8 {
 
 /// Whether `buffer` (read from `offset`) holds the pattern of `key`: one pass, the
 /// offset's product stepped by addition, differences ored together (no branch per byte,
-/// so the compiler can vectorize it).
+/// so the compiler can vectorize it). The pattern byte is bits 13..21 of the product, which
+/// the product's low 32 bits determine, so the product is kept in 32 bits.
 fn holds_pattern(key: u64, offset: u64, buffer: &[u8]) -> bool {
     let key_byte = key_byte(key);
-    let mut product = offset.wrapping_mul(OFFSET_MULTIPLIER);
+    let multiplier = OFFSET_MULTIPLIER as u32;
+    let mut product = (offset as u32).wrapping_mul(multiplier);
     let mut differs = 0u8;
     for byte in buffer {
         differs |= *byte ^ ((product >> 13) as u8 ^ key_byte);
-        product = product.wrapping_add(OFFSET_MULTIPLIER);
+        product = product.wrapping_add(multiplier);
     }
     differs == 0
 }
