@@ -133,12 +133,7 @@ fn copy_out(
 ) -> Result<(), StoreError> {
     let pool = engine.cache.pool();
     let mut current = None;
-    // The piece `PREFETCH_PIECES_AHEAD` on, asked for early when it lies in the same block:
-    // small pieces (strided records) are copied one cold cache line at a time otherwise,
-    // each copy waiting out a memory miss.
-    let mut ahead = window.pieces(extents).skip(PREFETCH_PIECES_AHEAD);
     for piece in window.pieces(extents) {
-        let next = ahead.next();
         if current.as_ref().map(|(block, _)| *block) != Some(piece.block) {
             // Release the previous block before waiting for the next one.
             drop(current.take());
@@ -147,30 +142,11 @@ fn copy_out(
             current = Some((piece.block, pool.read(slot)));
         }
         if let Some((_, bytes)) = &current {
-            if let Some(next) = next.filter(|next| next.block == piece.block) {
-                prefetch(&bytes[next.offset_in_block..]);
-            }
             out[piece.data_offset..][..piece.length]
                 .copy_from_slice(&bytes[piece.offset_in_block..][..piece.length]);
         }
     }
     Ok(())
-}
-
-/// How far ahead `copy_out` asks for the pieces it will copy.
-const PREFETCH_PIECES_AHEAD: usize = 16;
-
-/// Asks the CPU to start loading the cache line at the start of `bytes`.
-#[inline(always)]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it reads nothing the program sees and cannot fault,
-    // whatever the address; this one is inside a live slice anyway.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(bytes.as_ptr().cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// Copies the window's pieces into the cache; returns the largest end written, also when it
