@@ -124,15 +124,15 @@ pub(crate) async fn read_into(
 ) -> Result<(), ClientError> {
     let summary = check_call(shape, buffer_bytes)?;
     let requests = match plan(shape, &summary, &server.limits)? {
-        Plan::Whole => vec![(shape.clone(), pieces_of(shape)?)],
+        Plan::Whole => vec![(shape.clone(), memory_runs(shape, &summary)?)],
         Plan::Chunks(chunks) => {
             chunks.into_iter().map(|pieces| (Shape::List { pieces: pieces.clone() }, pieces)).collect()
         }
     };
     stream::iter(requests)
         .map(|(shape, pieces)| async move {
-            // SAFETY: the requests' pieces partition the call's (whole, or cut into chunks),
-            // so no two targets share a byte.
+            // SAFETY: the requests' pieces (or runs of them) partition the call's (whole, or
+            // cut into chunks), so no two targets share a byte.
             let target = unsafe { memory.target(pieces.into_iter()) };
             let target = target.ok_or_else(|| unexpected("read", &"pieces outside the call's memory"))?;
             fetch_into(core, server, fork, shape, target).await
@@ -141,6 +141,18 @@ pub(crate) async fn read_into(
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())
+}
+
+/// Where a whole shape's reply data goes, in wire order: a strided shape whose records
+/// follow each other in memory (the usual strided read into a packed buffer) is one run of
+/// memory, so the target is made without a piece per record; any other shape, its pieces.
+fn memory_runs(shape: &Shape, summary: &Summary) -> Result<Vec<Piece>, ClientError> {
+    if let Shape::Strided { file_offset, memory_offset, record_bytes, memory_stride, .. } = *shape {
+        if u64::try_from(memory_stride) == Ok(record_bytes) {
+            return Ok(vec![Piece { file_offset, memory_offset, length: summary.total_bytes }]);
+        }
+    }
+    pieces_of(shape)
 }
 
 fn pieces_of(shape: &Shape) -> Result<Vec<Piece>, ClientError> {
@@ -322,6 +334,33 @@ mod tests {
         }
         assert_eq!(total, 300 * 40);
         assert!(chunks.len() >= 12, "12000 bytes in requests of at most 1000 need at least 12 chunks");
+    }
+
+    /// Memory runs, adjacent ones joined, as `(offset, length)`.
+    fn joined(pieces: &[Piece]) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for piece in pieces.iter().filter(|p| p.length > 0) {
+            match out.last_mut() {
+                Some(last) if last.0 + last.1 == piece.memory_offset => last.1 += piece.length,
+                _ => out.push((piece.memory_offset, piece.length)),
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// The runs a whole read's target is made of cover the same memory, in the same wire
+        /// order, as the shape's pieces one by one.
+        #[test]
+        fn memory_runs_cover_what_the_pieces_cover(
+            file_offset in 0u64..10_000, memory_offset in 0u64..10_000, record_bytes in 0u64..100,
+            file_stride in -200i64..200, memory_stride in -100i64..200, count in 0u64..300,
+        ) {
+            let shape = Shape::Strided { file_offset, memory_offset, record_bytes, file_stride, memory_stride, count };
+            let Ok(summary) = check_call(&shape, usize::MAX) else { return Ok(()) };
+            let runs = memory_runs(&shape, &summary).unwrap();
+            proptest::prop_assert_eq!(joined(&runs), joined(&pieces_of(&shape).unwrap()));
+        }
     }
 
     #[test]

@@ -158,6 +158,9 @@ impl Shape {
         if count.steps > steps_max {
             return Err(ShapeError::TooManySteps { steps: count.steps, limit: limits.pieces_max });
         }
+        if let Some(run) = self.checked_run() {
+            return Ok(run.summary());
+        }
         let mut summary = Summary::default();
         self.walk(&mut |file, memory, length| {
             let index = summary.piece_count;
@@ -183,6 +186,9 @@ impl Shape {
         &self,
         mut visit: impl FnMut(Piece) -> Result<(), E>,
     ) -> Result<(), E> {
+        if let Some(run) = self.checked_run() {
+            return run.for_each_piece(visit);
+        }
         let mut index = 0u64;
         let mut outcome: Result<(), E> = Ok(());
         let walked = self.walk(&mut |file, memory, length| {
@@ -198,6 +204,38 @@ impl Shape {
         });
         outcome?;
         walked.map_err(E::from)
+    }
+
+    /// A strided shape whose first and last records lie inside both sides' bounds: every
+    /// record between them does too (offsets move linearly), so it is summarized and walked
+    /// without a check or an indirect call per record. `None` for other shapes, for no
+    /// records, and when an end record is out of bounds (the general walk then names the
+    /// first bad piece).
+    fn checked_run(&self) -> Option<StridedRun> {
+        let Shape::Strided { file_offset, memory_offset, record_bytes, file_stride, memory_stride, count } =
+            *self
+        else {
+            return None;
+        };
+        let last = count.checked_sub(1)?;
+        let (file, memory) = (Wide::from(file_offset), Wide::from(memory_offset));
+        let file_last = step(file, last, file_stride).ok()?;
+        let memory_last = step(memory, last, memory_stride).ok()?;
+        for (offset, side) in
+            [(file, "file"), (file_last, "file"), (memory, "memory"), (memory_last, "memory")]
+        {
+            check_side(0, side, offset, record_bytes).ok()?;
+        }
+        Some(StridedRun {
+            file: file_offset,
+            memory: memory_offset,
+            file_last: file_last as u64,
+            memory_last: memory_last as u64,
+            record_bytes,
+            file_stride,
+            memory_stride,
+            count,
+        })
     }
 
     /// Collects every piece (for tests and small requests).
@@ -241,6 +279,45 @@ impl Shape {
                 Ok(())
             }
         }
+    }
+}
+
+/// A strided shape's records, both end records checked to lie in `0..=i64::MAX` on both
+/// sides (so every record between them does).
+struct StridedRun {
+    file: u64,
+    memory: u64,
+    file_last: u64,
+    memory_last: u64,
+    record_bytes: u64,
+    file_stride: i64,
+    memory_stride: i64,
+    count: u64,
+}
+
+impl StridedRun {
+    fn summary(&self) -> Summary {
+        let moves_bytes = self.record_bytes > 0;
+        Summary {
+            piece_count: self.count,
+            // Within the limits already checked, so it fits.
+            total_bytes: self.count * self.record_bytes,
+            file_start: if moves_bytes { self.file.min(self.file_last) } else { 0 },
+            file_end: self.file.max(self.file_last) + self.record_bytes,
+            memory_end: self.memory.max(self.memory_last) + self.record_bytes,
+        }
+    }
+
+    fn for_each_piece<E>(&self, mut visit: impl FnMut(Piece) -> Result<(), E>) -> Result<(), E> {
+        // Every offset visited lies between the checked end records; the step after the last
+        // record is never used, so it may wrap.
+        let (mut file, mut memory) = (self.file, self.memory);
+        for _ in 0..self.count {
+            visit(Piece { file_offset: file, memory_offset: memory, length: self.record_bytes })?;
+            file = file.wrapping_add_signed(self.file_stride);
+            memory = memory.wrapping_add_signed(self.memory_stride);
+        }
+        Ok(())
     }
 }
 

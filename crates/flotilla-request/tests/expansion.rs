@@ -146,6 +146,26 @@ proptest! {
         check(&shape, reference_nested(file.into(), memory.into(), record, &[level]))?;
     }
 
+    /// The strided shape's own summary and walk (checked at its end records, no check per
+    /// record) agree with the general walk of the same records as a one-level nested shape,
+    /// errors included, also near the ends of the offset range.
+    #[test]
+    fn strided_run_matches_the_general_walk(
+        file in prop_oneof![0u64..4000, (i64::MAX as u64 - 4000)..=(i64::MAX as u64), 0u64..=u64::MAX],
+        memory in prop_oneof![0u64..4000, (i64::MAX as u64 - 4000)..=(i64::MAX as u64)],
+        record in 0u64..128,
+        fs in prop_oneof![-300i64..300, Just(i64::MIN), Just(i64::MAX)],
+        ms in -300i64..300,
+        count in 0u64..50,
+    ) {
+        let strided = Shape::Strided { file_offset: file, memory_offset: memory, record_bytes: record,
+            file_stride: fs, memory_stride: ms, count };
+        let level = StrideLevel { file_stride: fs, memory_stride: ms, count };
+        let nested = Shape::Nested { file_offset: file, memory_offset: memory, record_bytes: record, levels: vec![level] };
+        prop_assert_eq!(strided.validate(&LIMITS), nested.validate(&LIMITS));
+        prop_assert_eq!(strided.pieces(), nested.pieces());
+    }
+
     #[test]
     fn nested_matches_reference(
         file in 0u64..3000, memory in 0u64..3000, record in 1u64..32,

@@ -14,10 +14,33 @@ pub fn pattern_key(seed: u64, place: Place) -> u64 {
     }
 }
 
+/// The multiplier that spreads offsets over byte values.
+const OFFSET_MULTIPLIER: u64 = 2_654_435_761;
+
+/// The byte every pattern byte of `key` is xored with.
+fn key_byte(key: u64) -> u8 {
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 ^ (key >> 32) as u8
+}
+
 /// The byte at `offset` under `key`. Keys of different seeds differ in every byte.
 pub fn pattern_byte(key: u64, offset: u64) -> u8 {
-    let key_byte = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 ^ (key >> 32) as u8;
-    ((offset.wrapping_mul(2_654_435_761) >> 13) as u8) ^ key_byte
+    ((offset.wrapping_mul(OFFSET_MULTIPLIER) >> 13) as u8) ^ key_byte(key)
+}
+
+/// Whether `buffer` (read from `offset`) holds the pattern of `key`: one pass, the
+/// offset's product stepped by addition, differences ored together (no branch per byte,
+/// so the compiler can vectorize it). The pattern byte is bits 13..21 of the product, which
+/// the product's low 32 bits determine, so the product is kept in 32 bits.
+fn holds_pattern(key: u64, offset: u64, buffer: &[u8]) -> bool {
+    let key_byte = key_byte(key);
+    let multiplier = OFFSET_MULTIPLIER as u32;
+    let mut product = (offset as u32).wrapping_mul(multiplier);
+    let mut differs = 0u8;
+    for byte in buffer {
+        differs |= *byte ^ ((product >> 13) as u8 ^ key_byte);
+        product = product.wrapping_add(multiplier);
+    }
+    differs == 0
 }
 
 /// Fills `buffer` with the pattern of `key` from `offset` on.
@@ -29,6 +52,9 @@ pub fn fill(key: u64, offset: u64, buffer: &mut [u8]) {
 
 /// The first offset in `buffer` (read from `offset`) that does not hold the pattern.
 pub fn first_mismatch(key: u64, offset: u64, buffer: &[u8]) -> Option<u64> {
+    if holds_pattern(key, offset, buffer) {
+        return None;
+    }
     buffer
         .iter()
         .enumerate()
@@ -111,5 +137,22 @@ mod tests {
         check_request(&io, &buffer).unwrap();
         buffer[13] ^= 1;
         assert!(check_request(&io, &buffer).is_err());
+    }
+
+    #[test]
+    fn the_one_pass_check_agrees_with_the_byte_by_byte_one() {
+        let key = pattern_key(SEED_INITIAL, Place::Fork(1));
+        for offset in [0u64, 1, 63, 4096, 1 << 40] {
+            let mut buffer = vec![0u8; 257];
+            fill(key, offset, &mut buffer);
+            assert!(holds_pattern(key, offset, &buffer));
+            assert_eq!(first_mismatch(key, offset, &buffer), None);
+            for bad in [0usize, 1, 31, 32, 200, 256] {
+                let mut broken = buffer.clone();
+                broken[bad] ^= 0x80;
+                assert!(!holds_pattern(key, offset, &broken));
+                assert_eq!(first_mismatch(key, offset, &broken), Some(offset + bad as u64));
+            }
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! One benchmark client process (`flotilla bench-worker`): builds its plan from the point's
-//! spec, says `ready`, waits for `go` on stdin, then opens, moves its bytes, syncs what it
+//! One benchmark client process (`flotilla bench-worker`): builds its plan and its streams'
+//! buffers from the point's spec, says `ready`, waits for `go` on stdin, then opens, moves its bytes, syncs what it
 //! wrote, closes, and prints `report {json}`. A `Barrier` step prints `barrier` and waits
 //! for the next `go`. Every byte read is checked against the pattern; the time spent making
 //! write data and checking read data is reported as `excluded_ns` and left out of the rate.
@@ -86,17 +86,27 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let spec: PointSpec = serde_json::from_str(&args.spec).context("parse the point spec")?;
     let plan = client_plan(&spec, &args.path, args.client, args.clients);
     let client = crate::keys::client(&args.meta)?;
+    // Each stream's buffer is made and touched before the start: faulting in the caller's
+    // memory is the application's setup, not part of the transfer being timed.
+    let mut buffers: Vec<Vec<u8>> = plan.streams.iter().map(|steps| stream_buffer(steps)).collect();
     say("ready")?;
     wait_go()?;
     let start_ns = now_ns();
     let target = open(&client, &spec, &plan)?;
     let tally = Mutex::new(Tally::default());
-    if plan.streams.len() == 1 {
-        run_stream(&target, &plan.streams[0], &tally)?;
+    if let ([steps], [buffer]) = (plan.streams.as_slice(), buffers.as_mut_slice()) {
+        run_stream(&target, steps, buffer, &tally)?;
     } else {
         std::thread::scope(|scope| {
-            let threads: Vec<_> =
-                plan.streams.iter().map(|steps| scope.spawn(|| run_stream(&target, steps, &tally))).collect();
+            let threads: Vec<_> = plan
+                .streams
+                .iter()
+                .zip(buffers.iter_mut())
+                .map(|(steps, buffer)| {
+                    let (target, tally) = (&target, &tally);
+                    scope.spawn(move || run_stream(target, steps, buffer, tally))
+                })
+                .collect();
             threads
                 .into_iter()
                 .try_for_each(|t| t.join().map_err(|_| anyhow::anyhow!("stream thread panicked"))?)
@@ -185,7 +195,8 @@ fn close(target: Target, sync: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_stream(target: &Target, steps: &[Step], tally: &Mutex<Tally>) -> anyhow::Result<()> {
+/// The buffer a stream's blocking requests use, every page written once.
+fn stream_buffer(steps: &[Step]) -> Vec<u8> {
     let memory = steps
         .iter()
         .filter_map(|s| match s {
@@ -194,13 +205,21 @@ fn run_stream(target: &Target, steps: &[Step], tally: &Mutex<Tally>) -> anyhow::
         })
         .max()
         .unwrap_or(0);
-    let mut buffer = vec![0u8; memory as usize];
+    vec![0xa5u8; memory as usize]
+}
+
+fn run_stream(
+    target: &Target,
+    steps: &[Step],
+    buffer: &mut [u8],
+    tally: &Mutex<Tally>,
+) -> anyhow::Result<()> {
     let mut pending: Vec<Pending> = Vec::new();
     let mut local = Tally::default();
     for step in steps {
         match step {
             Step::Io(io) if io.nonblocking => pending.push(issue(target, io, &mut local)?),
-            Step::Io(io) => blocking(target, io, &mut buffer, &mut local)?,
+            Step::Io(io) => blocking(target, io, buffer, &mut local)?,
             Step::Wait => collect(&mut pending, &mut local)?,
             Step::Think { us } => {
                 let began = Instant::now();
