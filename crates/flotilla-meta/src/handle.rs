@@ -92,17 +92,21 @@ impl State {
         path: &str,
         session: u64,
         asker: &Asker,
-        first: Option<(u64, Vec<u64>)>,
+        created: Option<u64>,
     ) -> Result<MetaReply, WireError> {
         let ns = &self.namespace;
-        let created = first.is_some();
-        let (entry_id, walked) = match first {
-            Some(found) => found,
-            None => {
-                let (found, walked) = flotilla_namespace::walking(|| ns.lookup_as(asker.who, path));
-                (found.map_err(wire)?.id, walked)
+        let (found, walked) = flotilla_namespace::walking(|| ns.lookup_as(asker.who, path));
+        let entry_id = match (found, created) {
+            (Ok(found), None) => found.id,
+            (Ok(found), Some(id)) if found.id == id => id,
+            (Err(error), None) => return Err(wire(error)),
+            // The new file was renamed or removed already: it is open all the same.
+            (_, Some(id)) => {
+                let entry = ns.get(id).map_err(wire)?;
+                return Ok(MetaReply::CachedEntry { entry: self.granted(entry, asker), grants: Vec::new() });
             }
         };
+        let created = created.is_some();
         let keys: Vec<crate::inode_tokens::Key> = walked
             .iter()
             .map(|dir| (flotilla_proto::InodeTokenKind::Names, *dir))
@@ -125,8 +129,11 @@ impl State {
                 return Ok(MetaReply::CachedEntry { entry: self.granted(entry, asker), grants: Vec::new() });
             }
         };
+        let consistent = entry.id == entry_id && walked_again == walked;
+        // A create answers with its own file, whatever the path names now.
+        let entry = if created && !consistent { ns.get(entry_id).map_err(wire)? } else { entry };
         let grants = match grants {
-            Some(grants) if entry.id == entry_id && walked_again == walked => grants,
+            Some(grants) if consistent => grants,
             Some(grants) => {
                 self.inode_tokens.release(session, &grants)?;
                 Vec::new()
@@ -199,16 +206,13 @@ impl State {
             }
             MetaRequest::CreateOpenCached { path, spec, session } => {
                 // The create's own revocations go first (its reply's grants are not theirs).
-                let (created, touched) = flotilla_namespace::recording(|| {
-                    flotilla_namespace::walking(|| -> Result<u64, WireError> {
-                        let (create, live) = self.prepare_create(who, spec)?;
-                        let created = ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?;
-                        Ok(self.opened(session, created.id)?.id)
-                    })
+                let (created, touched) = flotilla_namespace::recording(|| -> Result<u64, WireError> {
+                    let (create, live) = self.prepare_create(who, spec)?;
+                    let created = ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?;
+                    Ok(self.opened(session, created.id)?.id)
                 });
                 self.revoke_touched(&touched);
-                let (id, walked) = created;
-                return self.lookup_cached(&path, session, asker, Some((id?, walked)));
+                return self.lookup_cached(&path, session, asker, Some(created?));
             }
             MetaRequest::InodeTokenWait { session, holding, wait_ms } => {
                 if holding {
