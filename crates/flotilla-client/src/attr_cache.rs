@@ -62,10 +62,12 @@ impl AttrCache {
         }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -204,6 +206,7 @@ impl AttrCache {
     }
 
     /// Drops the cached entry of `path` (if any).
+    #[cfg(test)]
     pub fn forget(&mut self, path: &str) -> Vec<InodeToken> {
         let mut give_back = Vec::new();
         self.remove(path, &mut give_back);

@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Tokens given back from lookups (evictions, spoiled grants) wait for the next poll up
-/// to this many; more are sent at once.
-const PENDING_RELEASES_MAX: usize = 256;
+/// Tokens given back from lookups (evictions, spoiled grants) wait for the next poll (at
+/// most half a lease away), up to this many.
+const PENDING_RELEASES_MAX: usize = 1 << 16;
 
 /// Settings of the attribute cache.
 #[derive(Clone, Copy, Debug)]
@@ -118,16 +118,18 @@ impl AttrLeases {
         self.state.lock().cache.abandon();
     }
 
-    /// The answer to a request sent after `begin`.
-    pub fn answer(&self, client: &Client, path: &str, entry: &EntryInfo, grants: &[InodeToken]) {
+    /// The answer to a request sent after `begin`. (It may run on the client's runtime, so
+    /// what goes back is sent by the poll thread.)
+    pub fn answer(&self, path: &str, entry: &EntryInfo, grants: &[InodeToken]) {
         let mut state = self.state.lock();
         let back = state.cache.answer(path, entry.clone(), grants);
-        state.pending.extend(back);
-        if state.pending.len() >= PENDING_RELEASES_MAX {
-            let pending = std::mem::take(&mut state.pending);
-            drop(state);
-            release(client, pending);
+        if state.pending.len() + back.len() > PENDING_RELEASES_MAX {
+            // Never sent: the service drops them when a change revokes them (the client
+            // then gives them back at once) or when the session ends.
+            tracing::debug!(tokens = back.len(), "too many inode tokens waiting to be given back");
+            return;
         }
+        state.pending.extend(back);
     }
 
     /// Drops everything cached (the caller identity changed).

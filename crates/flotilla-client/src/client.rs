@@ -324,7 +324,7 @@ impl Client {
         self.core.attrs.begin(self);
         match self.meta(MetaRequest::LookupCached { path: path.to_string(), session }) {
             Ok(MetaReply::CachedEntry { mut entry, grants }) => {
-                self.core.attrs.answer(self, path, &entry, &grants);
+                self.core.attrs.answer(path, &entry, &grants);
                 self.core.overlay(entry.id, &mut entry.attrs);
                 Some(Ok(entry))
             }
@@ -506,7 +506,7 @@ async fn create_open(client: Client, path: String, spec: CreateSpec) -> Result<F
         let create = |path, spec| MetaRequest::CreateOpenCached { path, spec, session };
         match create_entry(&client.core, &path, spec.clone(), create).await {
             Ok((entry, _created, grants)) => {
-                client.core.attrs.answer(&client, &path, &entry, &grants);
+                client.core.attrs.answer(&path, &entry, &grants);
                 return crate::opens::opened_file(client, path, entry);
             }
             Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
