@@ -154,23 +154,20 @@ impl AttrCache {
     pub fn revoke(&mut self, token: InodeToken) -> Vec<InodeToken> {
         let key = (token.kind, token.id);
         let mut give_back = vec![token];
-        match self.held.get(&key) {
-            Some(held) => {
-                let paths: Vec<String> = held.paths.iter().cloned().collect();
-                for path in paths {
-                    let depends = self
-                        .entries
-                        .get(&path)
-                        .is_some_and(|c| c.deps.iter().any(|(k, seq)| *k == key && *seq <= token.seq));
-                    if depends {
-                        self.remove(&path, &mut give_back);
-                    }
-                }
-                if self.held.get(&key).is_some_and(|h| h.seq <= token.seq) {
-                    self.held.remove(&key);
+        if let Some(held) = self.held.get(&key) {
+            let paths: Vec<String> = held.paths.iter().cloned().collect();
+            for path in paths {
+                let depends = self
+                    .entries
+                    .get(&path)
+                    .is_some_and(|c| c.deps.iter().any(|(k, seq)| *k == key && *seq <= token.seq));
+                if depends {
+                    self.remove(&path, &mut give_back);
                 }
             }
-            None => {}
+            if self.held.get(&key).is_some_and(|h| h.seq <= token.seq) {
+                self.held.remove(&key);
+            }
         }
         if self.in_flight > 0 {
             let seq = self.early.entry(key).or_insert(0);

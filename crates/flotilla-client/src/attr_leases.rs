@@ -89,7 +89,7 @@ impl AttrLeases {
             return None;
         }
         let mut state = self.state.lock();
-        if !state.fresh_until.is_some_and(|until| Instant::now() < until) {
+        if state.fresh_until.is_none_or(|until| Instant::now() >= until) {
             return None;
         }
         state.cache.get(path)

@@ -76,7 +76,7 @@ impl InodeTable {
     pub fn release(&mut self, session: u64, token: &InodeToken) -> bool {
         let key = (token.kind, token.id);
         let Some(holders) = self.held.get_mut(&key) else { return false };
-        if !holders.get(&session).is_some_and(|seq| *seq <= token.seq) {
+        if holders.get(&session).is_none_or(|seq| *seq > token.seq) {
             return false;
         }
         holders.remove(&session);
