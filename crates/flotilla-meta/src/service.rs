@@ -349,7 +349,8 @@ fn new_state(
                 per_session_max: config.attr_tokens_per_session_max,
                 total_max: config.attr_tokens_max,
                 wait_ms_max: config.token_wait_ms_max,
-                pollers_max: config.token_pollers_max,
+                // Half as many as byte-token polls: both kinds hold blocking threads.
+                pollers_max: (config.token_pollers_max / 2).max(1),
             },
             !namespace_created,
         ),
