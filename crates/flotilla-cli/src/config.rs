@@ -43,6 +43,9 @@ pub struct ClientFileConfig {
     /// Byte-range tokens on the library's file reads and writes (`ClientConfig::tokens`;
     /// default on). The mount's are set by `flotilla mount --tokens`.
     pub tokens: Option<bool>,
+    /// The library's coherent attribute cache for `stat` (`ClientConfig::attr_cache`;
+    /// default on).
+    pub attr_cache: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -54,6 +54,17 @@ pub fn set_client_key(flag: Option<&Path>, config: Option<&Path>, integrity: Int
 
 /// The client's `[client] tokens`, resolved once in `main`.
 static CLIENT_TOKENS: OnceLock<Option<bool>> = OnceLock::new();
+static CLIENT_ATTR_CACHE: OnceLock<Option<bool>> = OnceLock::new();
+
+/// Remembers `[client] attr_cache` for every client this process makes.
+pub fn set_attr_cache(on: Option<bool>) {
+    let _ = CLIENT_ATTR_CACHE.set(on);
+}
+
+/// `[client] attr_cache` of the config file, if set (passed on to `flotilla bench`'s workers).
+pub fn attr_cache() -> Option<bool> {
+    CLIENT_ATTR_CACHE.get().copied().flatten()
+}
 
 /// Remembers `[client] tokens` for every client this process makes.
 pub fn set_tokens(tokens: Option<bool>) {
@@ -120,6 +131,9 @@ pub fn client_with(meta: &str, key: Option<&Path>) -> anyhow::Result<Client> {
     }
     if let Some(tokens) = tokens() {
         config.tokens = tokens;
+    }
+    if let Some(on) = attr_cache() {
+        config.attr_cache = on;
     }
     if let Some(key) = key {
         config.key = Some(key.to_path_buf());

@@ -145,6 +145,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     keys::set_client_key(flag, file.client.key.as_deref(), file.client.integrity);
     keys::set_unstable_bytes_max(file.client.unstable_bytes_max);
     keys::set_tokens(file.client.tokens);
+    keys::set_attr_cache(file.client.attr_cache);
     keys::set_server_metrics(file.server.metrics);
     match cli.command {
         Command::Local(args) => cluster::local(args, &file),

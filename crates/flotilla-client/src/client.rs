@@ -55,6 +55,11 @@ pub struct ClientConfig {
     pub tokens: bool,
     /// How long token requests may wait (`acquire_timeout_ms`: then the call fails).
     pub token_settings: crate::tokens::TokenSettings,
+    /// `stat` answers from a cache kept coherent by inode tokens (on by default): after a
+    /// change by any client is acknowledged, no stat here returns what it replaced.
+    pub attr_cache: bool,
+    /// Bounds of that cache (`entries_max` paths, `lease_ms`).
+    pub attr_settings: crate::attr_leases::AttrSettings,
 }
 
 impl ClientConfig {
@@ -72,6 +77,8 @@ impl ClientConfig {
             metrics_listen: std::env::var(crate::METRICS_LISTEN_ENV).ok().filter(|a| !a.is_empty()),
             tokens: true,
             token_settings: crate::tokens::TokenSettings::default(),
+            attr_cache: true,
+            attr_settings: crate::attr_leases::AttrSettings::default(),
         }
     }
 }
@@ -204,6 +211,7 @@ impl Client {
             config.connection,
             config.unstable_bytes_max,
             crate::library_tokens::LibraryTokens::new(config.tokens, config.token_settings),
+            crate::attr_leases::AttrLeases::new(config.attr_cache, config.attr_settings),
         ));
         if let Some(job) = config.job {
             let _ = core.job.set(job);
@@ -291,12 +299,49 @@ impl Client {
 
     /// Looks up a path.
     pub fn stat(&self, path: &str) -> Result<EntryInfo, ClientError> {
+        if let Some(mut entry) = self.core.attrs.cached(path) {
+            self.core.overlay(entry.id, &mut entry.attrs);
+            return Ok(entry);
+        }
+        if self.core.attrs.enabled() {
+            if let Some(found) = self.stat_cached(path) {
+                return found;
+            }
+        }
         match self.meta(MetaRequest::Lookup { path: path.to_string() })? {
             MetaReply::Entry(mut entry) => {
                 self.core.overlay(entry.id, &mut entry.attrs);
                 Ok(entry)
             }
             other => Err(unexpected("lookup", &other)),
+        }
+    }
+
+    /// `stat` by `LookupCached`, caching the answer under its grants; `None` when the
+    /// service does not know the request (the cache is then turned off).
+    fn stat_cached(&self, path: &str) -> Option<Result<EntryInfo, ClientError>> {
+        let session = self.core.session();
+        self.core.attrs.begin(self);
+        match self.meta(MetaRequest::LookupCached { path: path.to_string(), session }) {
+            Ok(MetaReply::CachedEntry { mut entry, grants }) => {
+                self.core.attrs.answer(path, &entry, &grants);
+                self.core.overlay(entry.id, &mut entry.attrs);
+                Some(Ok(entry))
+            }
+            Ok(other) => {
+                self.core.attrs.abandon();
+                Some(Err(unexpected("lookup", &other)))
+            }
+            Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
+                self.core.attrs.abandon();
+                tracing::info!(%error, "the metadata service does not cache attributes; stat asks every time");
+                self.core.attrs.disable();
+                None
+            }
+            Err(error) => {
+                self.core.attrs.abandon();
+                Some(Err(error))
+            }
         }
     }
 
@@ -448,15 +493,35 @@ pub(crate) async fn create_file(
 ) -> Result<EntryInfo, ClientError> {
     // Subfiles are created lazily: each server makes its subfile on the first request for it.
     let create = |path, spec| MetaRequest::Create { path, spec };
-    let (entry, _created) = create_entry(&core, &path, create_spec(options, owner), create).await?;
+    let (entry, _created, _) = create_entry(&core, &path, create_spec(options, owner), create).await?;
     Ok(entry)
 }
 
 /// Creates the file and opens it: one round trip (`CreateOpen`) for a new file.
 async fn create_open(client: Client, path: String, spec: CreateSpec) -> Result<File, ClientError> {
     let session = client.core.session();
+    if client.core.attrs.enabled() {
+        // The new file's attributes come with grants: a stat of it asks nothing.
+        client.core.attrs.begin(&client);
+        let create = |path, spec| MetaRequest::CreateOpenCached { path, spec, session };
+        match create_entry(&client.core, &path, spec.clone(), create).await {
+            Ok((entry, _created, grants)) => {
+                client.core.attrs.answer(&path, &entry, &grants);
+                return crate::opens::opened_file(client, path, entry);
+            }
+            Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
+                client.core.attrs.abandon();
+                tracing::info!(%error, "the metadata service does not cache attributes");
+                client.core.attrs.disable();
+            }
+            Err(error) => {
+                client.core.attrs.abandon();
+                return Err(error);
+            }
+        }
+    }
     let create = |path, spec| MetaRequest::CreateOpen { path, spec, session };
-    let (entry, _created) = create_entry(&client.core, &path, spec, create).await?;
+    let (entry, _created, _) = create_entry(&client.core, &path, spec, create).await?;
     crate::opens::opened_file(client, path, entry)
 }
 
@@ -481,7 +546,7 @@ async fn create_entry(
     path: &str,
     spec: CreateSpec,
     create: impl Fn(String, CreateSpec) -> MetaRequest,
-) -> Result<(EntryInfo, bool), ClientError> {
+) -> Result<(EntryInfo, bool, Vec<flotilla_proto::InodeToken>), ClientError> {
     let exclusive = CreateSpec { exclusive: true, ..spec.clone() };
     let first = core.meta_call(create(path.to_string(), exclusive)).await;
     let (reply, created) = match first {
@@ -491,7 +556,8 @@ async fn create_entry(
         other => (other?, true),
     };
     match reply {
-        MetaReply::Entry(entry) => Ok((entry, created)),
+        MetaReply::Entry(entry) => Ok((entry, created, Vec::new())),
+        MetaReply::CachedEntry { entry, grants } => Ok((entry, created, grants)),
         other => Err(unexpected("create", &other)),
     }
 }

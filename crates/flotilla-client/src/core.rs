@@ -77,6 +77,8 @@ pub(crate) struct Core {
     pub metrics: std::sync::OnceLock<Arc<crate::metrics::ClientMetrics>>,
     /// The byte-range tokens its file handles take (`library_tokens.rs`).
     pub tokens: LibraryTokens,
+    /// The coherent attribute cache `stat` answers from (`attr_leases.rs`).
+    pub attrs: crate::attr_leases::AttrLeases,
 }
 
 impl Core {
@@ -86,6 +88,7 @@ impl Core {
         connection_config: ConnectionConfig,
         unstable_bytes_max: u64,
         tokens: LibraryTokens,
+        attrs: crate::attr_leases::AttrLeases,
     ) -> Core {
         Core {
             pending: parking_lot::Mutex::new(HashMap::new()),
@@ -105,12 +108,15 @@ impl Core {
             job: std::sync::OnceLock::new(),
             metrics: std::sync::OnceLock::new(),
             tokens,
+            attrs,
         }
     }
 
     /// Makes every later metadata request on behalf of `caller` (`None`: as the connection).
     pub fn set_caller(&self, caller: Option<flotilla_types::Caller>) {
         *self.caller.write() = caller;
+        // What was cached was looked up with the old caller's permissions.
+        self.attrs.clear();
     }
 
     pub fn meta_addr(&self) -> &str {

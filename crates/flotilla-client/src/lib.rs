@@ -11,6 +11,8 @@
 //! with `test` and `wait`. The blocking calls must not be made from inside an async runtime.
 
 mod array;
+mod attr_cache;
+mod attr_leases;
 mod call_memory;
 mod capabilities;
 mod client;
@@ -36,6 +38,7 @@ mod transfer;
 mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
+pub use attr_leases::AttrSettings;
 pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptions, OpenOptions};
 pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;

@@ -41,6 +41,7 @@ pub(crate) fn is_mutating(request: &MetaRequest) -> bool {
         MetaRequest::Mkdir { .. }
             | MetaRequest::Create { .. }
             | MetaRequest::CreateOpen { .. }
+            | MetaRequest::CreateOpenCached { .. }
             | MetaRequest::Unlink { .. }
             | MetaRequest::RenameNoReplace { .. }
             | MetaRequest::UnlinkId { .. }

@@ -96,6 +96,11 @@ pub struct MetaConfig {
     /// After a restart (not on a new database), no token is granted for this long, so that
     /// clients that held tokens learn they were lost before anyone else is given them.
     pub token_recovery_ms: u64,
+    /// Inode tokens (attribute and name leases, `LookupCached`) one client session may
+    /// hold; past it a lookup is answered without grants (the client does not cache it).
+    pub attr_tokens_per_session_max: usize,
+    /// Inode tokens held in the whole cluster.
+    pub attr_tokens_max: usize,
     /// Group commit: longest the committer waits for changes still being applied to join
     /// its batch (a change is acknowledged only after its batch commits).
     pub commit_batch_delay_us_max: u64,
@@ -147,6 +152,8 @@ impl Default for MetaConfig {
             token_waiters_max: 256,
             token_pollers_max: 256,
             token_recovery_ms: 3000,
+            attr_tokens_per_session_max: 1 << 17,
+            attr_tokens_max: 1 << 22,
         }
     }
 }

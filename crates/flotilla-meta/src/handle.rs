@@ -35,6 +35,8 @@ pub(crate) struct State {
     pub locks: crate::locks::Locks,
     /// Byte-range tokens of client sessions, and the no-overlap hints.
     pub tokens: crate::tokens::Tokens,
+    /// Inode tokens (attribute and name leases) of client sessions.
+    pub inode_tokens: crate::inode_tokens::InodeTokens,
 }
 
 /// The capability key and the lifetime of the capabilities the service issues.
@@ -53,11 +55,92 @@ pub(crate) struct Asker<'a> {
 
 impl State {
     /// Executes one request (on a blocking thread: the namespace commits to disk).
+    /// A change is acknowledged only once every other cached copy of what it touched is
+    /// gone: its inode tokens are revoked (and given back, or the bounded wait is over)
+    /// after it is durable and before the reply.
     pub fn handle(&self, request: MetaRequest, (policy, holder): (&CallerPolicy, &str)) -> MetaReply {
-        match self.admit(request, policy, holder) {
+        let (outcome, touched) = flotilla_namespace::recording(|| self.admit(request, policy, holder));
+        self.revoke_touched(&touched);
+        match outcome {
             Ok(reply) => reply,
             Err(error) => MetaReply::Error(error),
         }
+    }
+
+    fn revoke_touched(&self, touched: &[flotilla_namespace::Touched]) {
+        use flotilla_namespace::Touched;
+        use flotilla_proto::InodeTokenKind;
+        if touched.is_empty() {
+            return;
+        }
+        let keys: Vec<crate::inode_tokens::Key> = touched
+            .iter()
+            .map(|t| match t {
+                Touched::Attr(id) => (InodeTokenKind::Attr, *id),
+                Touched::Names(id) => (InodeTokenKind::Names, *id),
+            })
+            .collect();
+        self.inode_tokens.revoke(&keys);
+    }
+
+    /// `Lookup` with inode tokens on what the answer depends on, registered before the
+    /// answer is read: a first walk finds the directories and the entry, the grants are
+    /// registered, and a second walk reads the answer; when the two differ (a change came
+    /// between) the grants are given back and the answer goes without.
+    fn lookup_cached(
+        &self,
+        path: &str,
+        session: u64,
+        asker: &Asker,
+        created: Option<u64>,
+    ) -> Result<MetaReply, WireError> {
+        let ns = &self.namespace;
+        let (found, walked) = flotilla_namespace::walking(|| ns.lookup_as(asker.who, path));
+        let entry_id = match (found, created) {
+            (Ok(found), None) => found.id,
+            (Ok(found), Some(id)) if found.id == id => id,
+            (Err(error), None) => return Err(wire(error)),
+            // The new file was renamed or removed already: it is open all the same.
+            (_, Some(id)) => {
+                let entry = ns.get(id).map_err(wire)?;
+                return Ok(MetaReply::CachedEntry { entry: self.granted(entry, asker), grants: Vec::new() });
+            }
+        };
+        let created = created.is_some();
+        let keys: Vec<crate::inode_tokens::Key> = walked
+            .iter()
+            .map(|dir| (flotilla_proto::InodeTokenKind::Names, *dir))
+            .chain(std::iter::once((flotilla_proto::InodeTokenKind::Attr, entry_id)))
+            .collect();
+        let live = self.opens.lock().touch(session, Instant::now()).is_ok();
+        let grants = if live { self.inode_tokens.grant(session, &keys) } else { None };
+        let (again, walked_again) = flotilla_namespace::walking(|| ns.lookup_as(asker.who, path));
+        let entry = match again {
+            Ok(entry) => entry,
+            Err(error) => {
+                if let Some(grants) = &grants {
+                    self.inode_tokens.release(session, grants)?;
+                }
+                if !created {
+                    return Err(wire(error));
+                }
+                // The new file was renamed or removed already: it is open all the same.
+                let entry = ns.get(entry_id).map_err(wire)?;
+                return Ok(MetaReply::CachedEntry { entry: self.granted(entry, asker), grants: Vec::new() });
+            }
+        };
+        let consistent = entry.id == entry_id && walked_again == walked;
+        // A create answers with its own file, whatever the path names now.
+        let entry = if created && !consistent { ns.get(entry_id).map_err(wire)? } else { entry };
+        let grants = match grants {
+            Some(grants) if consistent => grants,
+            Some(grants) => {
+                self.inode_tokens.release(session, &grants)?;
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        Ok(MetaReply::CachedEntry { entry: self.granted(entry, asker), grants })
     }
 
     /// Maps the claimed caller by the connection's policy and refuses what the policy
@@ -117,6 +200,30 @@ impl State {
                 let (create, live) = self.prepare_create(who, spec)?;
                 let created = ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?;
                 MetaReply::Entry(self.granted(self.opened(session, created.id)?, asker))
+            }
+            MetaRequest::LookupCached { path, session } => {
+                return self.lookup_cached(&path, session, asker, None)
+            }
+            MetaRequest::CreateOpenCached { path, spec, session } => {
+                // The create's own revocations go first (its reply's grants are not theirs).
+                let (created, touched) = flotilla_namespace::recording(|| -> Result<u64, WireError> {
+                    let (create, live) = self.prepare_create(who, spec)?;
+                    let created = ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?;
+                    Ok(self.opened(session, created.id)?.id)
+                });
+                self.revoke_touched(&touched);
+                return self.lookup_cached(&path, session, asker, Some(created?));
+            }
+            MetaRequest::InodeTokenWait { session, holding, wait_ms } => {
+                if holding {
+                    self.opens.lock().renew_idle(session, Instant::now());
+                }
+                let (revokes, lost) = self.inode_tokens.wait(session, holding, wait_ms)?;
+                MetaReply::InodeEvents { revokes, lost }
+            }
+            MetaRequest::InodeTokenRelease { session, tokens } => {
+                self.inode_tokens.release(session, &tokens)?;
+                MetaReply::Done
             }
             MetaRequest::Readdir { path } => MetaReply::Entries(
                 ns.readdir_as(who, &path)
@@ -292,7 +399,8 @@ impl State {
         let mut opens = self.opens.lock();
         // A session keeps the tokens of files it closed (a later open reuses the kernel's
         // page cache under them): it lives on, renewed by its token polls.
-        opens.close(session, id, self.tokens.holds_any(session));
+        let keep = self.tokens.holds_any(session) || self.inode_tokens.holds_any(session);
+        opens.close(session, id, keep);
         if opens.is_releasable(id, Instant::now()) {
             self.namespace.release_orphan(id).map_err(wire)?;
             opens.released(id);
@@ -308,6 +416,7 @@ impl State {
         // A lock needs an open file: the locks of sessions with nothing open went with them.
         self.locks.retain_sessions(|session| opens.has_session(session));
         self.tokens.retain_sessions(|session| opens.has_session(session));
+        self.inode_tokens.retain_sessions(|session| opens.has_session(session));
         for id in opens.releasable(now) {
             match self.namespace.release_orphan(id) {
                 Ok(_) => opens.released(id),

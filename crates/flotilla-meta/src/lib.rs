@@ -11,6 +11,7 @@ mod admission;
 pub mod config;
 mod handle;
 mod handle_at;
+mod inode_tokens;
 mod jobs;
 mod locks;
 mod membership;

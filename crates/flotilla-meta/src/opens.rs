@@ -136,6 +136,12 @@ impl OpenTable {
         }
     }
 
+    /// Makes `session` live (or renews it) with no file open: a session granted inode
+    /// tokens lives on, renewed by its polls, so that the sweeper keeps its tokens.
+    pub fn touch(&mut self, session: u64, now: Instant) -> Result<(), OpenError> {
+        self.session(session, now).map(|_| ())
+    }
+
     /// Whether client `session` holds open files or tokens (and so a live lease).
     pub fn has_session(&self, session: u64) -> bool {
         self.sessions.contains_key(&session)

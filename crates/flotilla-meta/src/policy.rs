@@ -51,7 +51,9 @@ pub(crate) fn owner(who: &Caller, mode: u32, uid: u32, gid: u32) -> Owner {
 fn name(request: &MetaRequest) -> &'static str {
     match request {
         MetaRequest::Mkdir { .. } => "mkdir",
-        MetaRequest::Create { .. } | MetaRequest::CreateOpen { .. } => "create",
+        MetaRequest::Create { .. }
+        | MetaRequest::CreateOpen { .. }
+        | MetaRequest::CreateOpenCached { .. } => "create",
         MetaRequest::Unlink { .. } => "unlink",
         MetaRequest::Rmdir { .. } => "rmdir",
         MetaRequest::Rename { .. } => "rename",
@@ -71,6 +73,8 @@ fn paths(request: &MetaRequest) -> Vec<&str> {
         | MetaRequest::Mkdir { path, .. }
         | MetaRequest::Create { path, .. }
         | MetaRequest::CreateOpen { path, .. }
+        | MetaRequest::CreateOpenCached { path, .. }
+        | MetaRequest::LookupCached { path, .. }
         | MetaRequest::Readdir { path }
         | MetaRequest::Unlink { path }
         | MetaRequest::Rmdir { path }

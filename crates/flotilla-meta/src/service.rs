@@ -344,6 +344,16 @@ fn new_state(
             waiters_max: config.lock_waiters_max,
         }),
         tokens: crate::tokens::Tokens::new(token_bounds(config, namespace_created), no_overlap),
+        inode_tokens: crate::inode_tokens::InodeTokens::new(
+            crate::inode_tokens::InodeBounds {
+                per_session_max: config.attr_tokens_per_session_max,
+                total_max: config.attr_tokens_max,
+                wait_ms_max: config.token_wait_ms_max,
+                // Half as many as byte-token polls: both kinds hold blocking threads.
+                pollers_max: (config.token_pollers_max / 2).max(1),
+            },
+            !namespace_created,
+        ),
     })
 }
 

@@ -42,6 +42,7 @@ mod tables;
 mod target_owner;
 mod target_record;
 mod targets;
+mod touched;
 mod walk;
 
 pub use edit::{IsOpen, NLINK_MAX};
@@ -58,6 +59,7 @@ pub use schema::ROOT_ID;
 pub use target_owner::{OWNER_NAME_BYTES_MAX, TARGETS_BOUND_PER_CALL_MAX};
 pub use target_record::{TargetRecord, SERVER_ADDR_BYTES_MAX};
 pub use targets::PENDING_DELETES_BATCH_MAX;
+pub use touched::{recording, walking, Touched};
 pub use walk::{Place, DIRECTORY_DEPTH_MAX, SYMLINK_FOLLOWS_MAX};
 
 /// Decodes an inode record (the value of the `inodes` table); for fuzzing and tools.

@@ -12,6 +12,7 @@ use crate::schema::{
     COUNTERS, DIRENTS, DIR_PARENTS, INODES, NO_OVERLAP, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS,
     TARGET_OWNERS,
 };
+use crate::touched::{note, Touched};
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, Table, WriteTransaction};
 use std::ops::Bound;
 
@@ -152,12 +153,28 @@ impl<'txn> WriteTables<'txn> {
     }
 
     pub(crate) fn put(&mut self, id: u64, inode: &Inode) -> Result<(), NamespaceError> {
-        self.inodes.insert(id, inode.encode().as_slice())?;
+        let old = self.inodes.insert(id, inode.encode().as_slice())?;
+        if crate::touched::is_recording() {
+            note(Touched::Attr(id));
+            if inode.is_directory() {
+                // A directory's search permission is part of every path through it.
+                let before = old.map(|old| Inode::decode(old.value())).transpose()?;
+                let same = before.is_some_and(|b| {
+                    (b.attrs.mode, b.attrs.uid, b.attrs.gid)
+                        == (inode.attrs.mode, inode.attrs.uid, inode.attrs.gid)
+                });
+                if !same {
+                    note(Touched::Names(id));
+                }
+            }
+        }
         Ok(())
     }
 
     pub(crate) fn remove_inode(&mut self, id: u64) -> Result<(), NamespaceError> {
         assert_ne!(id, ROOT_ID, "the root directory is never removed");
+        note(Touched::Attr(id));
+        note(Touched::Names(id));
         self.inodes.remove(id)?;
         self.dir_parents.remove(id)?;
         Ok(())
@@ -169,11 +186,14 @@ impl<'txn> WriteTables<'txn> {
         name: &[u8],
         child: u64,
     ) -> Result<(), NamespaceError> {
-        self.dirents.insert((parent, name), child)?;
+        if self.dirents.insert((parent, name), child)?.is_some() {
+            note(Touched::Names(parent));
+        }
         Ok(())
     }
 
     pub(crate) fn remove_dirent(&mut self, parent: u64, name: &[u8]) -> Result<(), NamespaceError> {
+        note(Touched::Names(parent));
         if self.dirents.remove((parent, name))?.is_none() {
             let name = String::from_utf8_lossy(name);
             return Err(NamespaceError::corrupt(format!("entry {name:?} of {parent:016x} vanished")));

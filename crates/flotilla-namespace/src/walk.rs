@@ -173,6 +173,7 @@ fn walk(
             continue;
         }
         let parent = stack.last().copied().unwrap_or(ROOT_ID);
+        crate::touched::note_walk(parent);
         if !who.is_root() {
             require(&source.load(parent)?.attrs, who, SEARCH, &format!("a directory on the way to {path}"))?;
         }

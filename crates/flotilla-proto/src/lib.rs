@@ -33,8 +33,9 @@ pub use meta::{
     TargetReport, TargetState, TargetStatus,
 };
 pub use meta::{
-    ListedEntry, ListedEntryPlus, LockInfo, LockKind, RenameMode, TokenGrant, TokenMode, TokenRevoke,
-    NAME_BYTES_MAX, READDIR_ENTRIES_MAX, TOKEN_EVENTS_MAX,
+    InodeToken, InodeTokenKind, ListedEntry, ListedEntryPlus, LockInfo, LockKind, RenameMode, TokenGrant,
+    TokenMode, TokenRevoke, INODE_TOKENS_PER_REQUEST_MAX, NAME_BYTES_MAX, READDIR_ENTRIES_MAX,
+    TOKEN_EVENTS_MAX,
 };
 pub use wire_error::{ErrorCode, WireError};
 

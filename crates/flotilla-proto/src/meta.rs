@@ -403,7 +403,55 @@ pub enum MetaRequest {
         spec: CreateSpec,
         session: u64,
     },
+    /// `Lookup`, and grants `session` inode tokens (read leases) on what the answer depends
+    /// on: `Names` of every directory the walk went through and `Attr` of the entry found.
+    /// Replies `CachedEntry` (no grants past the session's `attr_tokens_per_session_max`).
+    LookupCached {
+        path: String,
+        session: u64,
+    },
+    /// `CreateOpen`, and grants as `LookupCached` does for the new file's path. Replies
+    /// `CachedEntry`.
+    CreateOpenCached {
+        path: String,
+        spec: CreateSpec,
+        session: u64,
+    },
+    /// Waits up to `wait_ms` (bounded by `token_wait_ms_max`) for revocations of
+    /// `session`'s inode tokens; replies `InodeEvents`. `holding` as for `TokenWait`
+    /// (and it renews the session's lease).
+    InodeTokenWait {
+        session: u64,
+        holding: bool,
+        wait_ms: u64,
+    },
+    /// Gives back inode tokens: each is dropped if the session's grant of it is not newer
+    /// than the `seq` named. At most `INODE_TOKENS_PER_REQUEST_MAX`. Replies `Done`.
+    InodeTokenRelease {
+        session: u64,
+        tokens: Vec<InodeToken>,
+    },
 }
+
+/// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`
+/// carries of it), `Names` a directory's entries (name → id) and its search permission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum InodeTokenKind {
+    Attr,
+    Names,
+}
+
+/// An inode token (granted, revoked or given back): `kind` on inode `id`; `seq` orders the
+/// grants (a revocation or release names the newest grant it covers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct InodeToken {
+    pub kind: InodeTokenKind,
+    pub id: u64,
+    pub seq: u64,
+}
+
+/// Most inode tokens one `InodeTokenRelease` or `InodeEvents` carries.
+pub const INODE_TOKENS_PER_REQUEST_MAX: usize = 4096;
 
 /// The right a byte-range token gives: `Read` lets a client cache the bytes; `Write` lets it
 /// also change them and keep the changes in its cache (write-behind). Read tokens of several
@@ -544,6 +592,17 @@ pub enum MetaReply {
     /// session's tokens although it believes it holds some (drop them all).
     TokenEvents {
         revokes: Vec<TokenRevoke>,
+        lost: bool,
+    },
+    /// Answers `LookupCached` and `CreateOpenCached`: the entry and the inode tokens
+    /// granted with it (none: do not cache it).
+    CachedEntry {
+        entry: EntryInfo,
+        grants: Vec<InodeToken>,
+    },
+    /// Answers `InodeTokenWait`: inode tokens to give back; `lost` as in `TokenEvents`.
+    InodeEvents {
+        revokes: Vec<InodeToken>,
         lost: bool,
     },
 }

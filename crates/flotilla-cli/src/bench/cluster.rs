@@ -29,7 +29,10 @@ fn config_text(integrity: flotilla_auth::Integrity) -> String {
     let metrics = crate::keys::server_metrics();
     let write_full = SERVER_WRITE_FULL.load(std::sync::atomic::Ordering::Relaxed);
     // The workers' byte-range tokens as this process's `[client] tokens` says (default on).
-    let tokens = crate::keys::tokens().map(|on| format!("tokens = {on}\n")).unwrap_or_default();
+    let mut tokens = crate::keys::tokens().map(|on| format!("tokens = {on}\n")).unwrap_or_default();
+    if let Some(on) = crate::keys::attr_cache() {
+        tokens.push_str(&format!("attr_cache = {on}\n"));
+    }
     format!(
         "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\nintegrity = \"{integrity}\"\n\n\
          [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\nmetrics = {metrics}\n\

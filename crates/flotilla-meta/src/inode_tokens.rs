@@ -1,0 +1,385 @@
+//! Inode tokens (GPFS §2's inode and directory tokens, as read leases): which client
+//! session may cache an inode's attributes (`Attr(id)`) and a directory's names and search
+//! permission (`Names(dir)`). [`InodeTable`] is pure bookkeeping; [`InodeTokens`] adds the
+//! revocation queues each session polls (`InodeTokenWait`) and the bounded wait of a change
+//! for its revocations to be answered.
+//!
+//! Tokens are only ever shared: the metadata service itself is the only writer. After a
+//! change is durable and before it is acknowledged, every session holding a token the
+//! change touched (the namespace records them, `flotilla_namespace::recording`) is sent a
+//! revocation, and the change waits — up to `token_wait_ms_max` — for each to be given
+//! back. A holder that does not answer in time loses the token anyway: its client trusts
+//! its cache only while its polls are fresh (`attr_lease_ms`, below the wait), so a stopped
+//! or cut-off holder stops answering from its cache before the change is acknowledged.
+//!
+//! A grant is registered before the answer it covers is read from the namespace (the
+//! service reads again after registering), so a change committed after the read revokes
+//! it. Each grant carries a sequence number; a revocation names the newest grant of the
+//! token it knew of, and a release drops a token only if no newer grant replaced it.
+
+use flotilla_proto::{ErrorCode, InodeToken, InodeTokenKind, WireError, INODE_TOKENS_PER_REQUEST_MAX};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// What one token covers.
+pub type Key = (InodeTokenKind, u64);
+
+/// Revocations queued per session at most; past it the session is told its tokens are lost.
+const QUEUED_PER_SESSION_MAX: usize = 1 << 16;
+
+/// Every inode token of every session.
+#[derive(Debug, Default)]
+pub struct InodeTable {
+    /// Per key, the sessions holding it and the sequence number of each one's newest grant.
+    held: HashMap<Key, HashMap<u64, u64>>,
+    per_session: HashMap<u64, usize>,
+    count: usize,
+    next_seq: u64,
+}
+
+impl InodeTable {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn holds_any(&self, session: u64) -> bool {
+        self.per_session.get(&session).is_some_and(|count| *count > 0)
+    }
+
+    /// Grants `session` every key in `keys` (one new sequence number for all), or nothing
+    /// when that would pass `per_session_max` or `total_max`.
+    pub fn grant(
+        &mut self,
+        session: u64,
+        keys: &[Key],
+        (per_session_max, total_max): (usize, usize),
+    ) -> Option<Vec<InodeToken>> {
+        let new =
+            keys.iter().filter(|key| !self.held.get(*key).is_some_and(|h| h.contains_key(&session))).count();
+        let mine = self.per_session.get(&session).copied().unwrap_or(0);
+        if mine + new > per_session_max || self.count + new > total_max {
+            return None;
+        }
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        for key in keys {
+            if self.held.entry(*key).or_default().insert(session, seq).is_none() {
+                self.count += 1;
+                *self.per_session.entry(session).or_insert(0) += 1;
+            }
+        }
+        Some(keys.iter().map(|&(kind, id)| InodeToken { kind, id, seq }).collect())
+    }
+
+    /// Drops `session`'s token `token` names unless a newer grant replaced it.
+    pub fn release(&mut self, session: u64, token: &InodeToken) -> bool {
+        let key = (token.kind, token.id);
+        let Some(holders) = self.held.get_mut(&key) else { return false };
+        if holders.get(&session).is_none_or(|seq| *seq > token.seq) {
+            return false;
+        }
+        holders.remove(&session);
+        if holders.is_empty() {
+            self.held.remove(&key);
+        }
+        self.count -= 1;
+        if let Some(count) = self.per_session.get_mut(&session) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_session.remove(&session);
+            }
+        }
+        true
+    }
+
+    /// Whether `session` still holds the grant `token` names (or an older one of it).
+    pub fn still_held(&self, session: u64, token: &InodeToken) -> bool {
+        self.held
+            .get(&(token.kind, token.id))
+            .and_then(|holders| holders.get(&session))
+            .is_some_and(|seq| *seq <= token.seq)
+    }
+
+    /// Every holder of the keys, with the token to revoke.
+    pub fn holders(&self, keys: &[Key]) -> Vec<(u64, InodeToken)> {
+        let mut found = Vec::new();
+        for &(kind, id) in keys {
+            if let Some(holders) = self.held.get(&(kind, id)) {
+                found.extend(
+                    holders.iter().map(|(session, seq)| (*session, InodeToken { kind, id, seq: *seq })),
+                );
+            }
+        }
+        found
+    }
+
+    /// Drops every token of the sessions `alive` says are gone.
+    pub fn retain_sessions(&mut self, alive: impl Fn(u64) -> bool) {
+        self.drop_where(|session| !alive(session));
+    }
+
+    fn drop_where(&mut self, gone: impl Fn(u64) -> bool) {
+        self.held.retain(|_, holders| {
+            holders.retain(|session, _| !gone(*session));
+            !holders.is_empty()
+        });
+        self.per_session.clear();
+        self.count = 0;
+        for holders in self.held.values() {
+            for session in holders.keys() {
+                *self.per_session.entry(*session).or_insert(0) += 1;
+                self.count += 1;
+            }
+        }
+    }
+}
+
+/// Bounds of the inode token service.
+#[derive(Clone, Copy, Debug)]
+pub struct InodeBounds {
+    pub per_session_max: usize,
+    pub total_max: usize,
+    /// Longest a change waits for its revocations, and a poll for events.
+    pub wait_ms_max: u64,
+    /// Polls held at once.
+    pub pollers_max: usize,
+}
+
+#[derive(Default)]
+struct Shared {
+    table: InodeTable,
+    events: HashMap<u64, Vec<InodeToken>>,
+    /// Sessions whose queue overflowed: their next poll is told everything is lost.
+    overflowed: std::collections::HashSet<u64>,
+}
+
+/// The inode token table shared by request handlers, with revocation queues.
+pub struct InodeTokens {
+    shared: parking_lot::Mutex<Shared>,
+    changed: parking_lot::Condvar,
+    pollers: AtomicUsize,
+    bounds: InodeBounds,
+    /// Until then (a restart: clients may still trust caches of the previous run until
+    /// their polls go stale), a change is not acknowledged.
+    changes_from: Instant,
+}
+
+impl InodeTokens {
+    pub fn new(bounds: InodeBounds, restarted: bool) -> InodeTokens {
+        let hold = if restarted { bounds.wait_ms_max } else { 0 };
+        InodeTokens {
+            shared: parking_lot::Mutex::new(Shared::default()),
+            changed: parking_lot::Condvar::new(),
+            pollers: AtomicUsize::new(0),
+            bounds,
+            changes_from: Instant::now() + Duration::from_millis(hold),
+        }
+    }
+
+    /// Registers grants of `keys` to `session` (before the answer is read); `None` past
+    /// the bounds.
+    pub fn grant(&self, session: u64, keys: &[Key]) -> Option<Vec<InodeToken>> {
+        let mut shared = self.shared.lock();
+        if shared.overflowed.contains(&session) {
+            return None;
+        }
+        shared.table.grant(session, keys, (self.bounds.per_session_max, self.bounds.total_max))
+    }
+
+    /// `InodeTokenRelease`.
+    pub fn release(&self, session: u64, tokens: &[InodeToken]) -> Result<(), WireError> {
+        if tokens.len() > INODE_TOKENS_PER_REQUEST_MAX {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "{} inode tokens in one release, at most {INODE_TOKENS_PER_REQUEST_MAX}",
+                    tokens.len()
+                ),
+            ));
+        }
+        let mut shared = self.shared.lock();
+        for token in tokens {
+            shared.table.release(session, token);
+        }
+        if let Some(queue) = shared.events.get_mut(&session) {
+            queue.retain(|queued| {
+                !tokens.iter().any(|t| t.kind == queued.kind && t.id == queued.id && t.seq >= queued.seq)
+            });
+        }
+        drop(shared);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// After a change that touched `keys` is durable: revokes them from every holder and
+    /// waits (bounded) until each gave its token back; holders still silent at the deadline
+    /// lose the token (their caches go stale on their own).
+    pub fn revoke(&self, keys: &[Key]) {
+        let now = Instant::now();
+        if now < self.changes_from {
+            std::thread::sleep(self.changes_from - now);
+        }
+        if keys.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.bounds.wait_ms_max);
+        let mut shared = self.shared.lock();
+        let revoked = shared.table.holders(keys);
+        if revoked.is_empty() {
+            return;
+        }
+        for (session, token) in &revoked {
+            let Shared { events, overflowed, table } = &mut *shared;
+            let queue = events.entry(*session).or_default();
+            if queue.len() >= QUEUED_PER_SESSION_MAX {
+                // The session is not answering: all of its tokens go, and it is told so.
+                overflowed.insert(*session);
+                queue.clear();
+                let lost = *session;
+                table.drop_where(|s| s == lost);
+                continue;
+            }
+            if !queue.contains(token) {
+                queue.push(*token);
+            }
+        }
+        self.changed.notify_all();
+        loop {
+            let pending = revoked.iter().any(|(session, token)| shared.table.still_held(*session, token));
+            if !pending {
+                return;
+            }
+            if Instant::now() >= deadline {
+                for (session, token) in &revoked {
+                    if shared.table.release(*session, token) {
+                        tracing::info!(session, id = token.id, kind = ?token.kind, "an inode token was not given back in time; dropped");
+                    }
+                }
+                return;
+            }
+            self.changed.wait_until(&mut shared, deadline);
+        }
+    }
+
+    /// `InodeTokenWait`.
+    pub fn wait(
+        &self,
+        session: u64,
+        holding: bool,
+        wait_ms: u64,
+    ) -> Result<(Vec<InodeToken>, bool), WireError> {
+        let now_polling = self.pollers.fetch_add(1, Ordering::SeqCst) + 1;
+        let _polling = Decrement(&self.pollers);
+        if now_polling > self.bounds.pollers_max {
+            return Err(WireError::new(
+                ErrorCode::OverLimit,
+                format!(
+                    "{now_polling} inode token polls are waiting, the limit token_pollers_max = {}",
+                    self.bounds.pollers_max
+                ),
+            ));
+        }
+        let deadline = Instant::now() + Duration::from_millis(wait_ms.min(self.bounds.wait_ms_max));
+        let mut shared = self.shared.lock();
+        loop {
+            if shared.overflowed.remove(&session) {
+                shared.events.remove(&session);
+                return Ok((Vec::new(), true));
+            }
+            if let Some(queue) = shared.events.get_mut(&session).filter(|q| !q.is_empty()) {
+                let taken = queue.len().min(INODE_TOKENS_PER_REQUEST_MAX);
+                return Ok((queue.drain(..taken).collect(), false));
+            }
+            if holding && !shared.table.holds_any(session) {
+                return Ok((Vec::new(), true));
+            }
+            if Instant::now() >= deadline {
+                return Ok((Vec::new(), false));
+            }
+            self.changed.wait_until(&mut shared, deadline);
+        }
+    }
+
+    pub fn holds_any(&self, session: u64) -> bool {
+        self.shared.lock().table.holds_any(session)
+    }
+
+    /// Drops the tokens and queues of sessions that ended.
+    pub fn retain_sessions(&self, alive: impl Fn(u64) -> bool) {
+        let mut shared = self.shared.lock();
+        let before = shared.table.len();
+        shared.table.retain_sessions(&alive);
+        shared.events.retain(|session, _| alive(*session));
+        if shared.table.len() != before {
+            self.changed.notify_all();
+        }
+    }
+}
+
+struct Decrement<'a>(&'a AtomicUsize);
+
+impl Drop for Decrement<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use InodeTokenKind::{Attr, Names};
+
+    fn bounds() -> InodeBounds {
+        InodeBounds { per_session_max: 4, total_max: 6, wait_ms_max: 5000, pollers_max: 8 }
+    }
+
+    #[test]
+    fn grants_are_bounded_and_a_release_spares_a_newer_grant() {
+        let mut table = InodeTable::default();
+        let first = table.grant(10, &[(Names, 1), (Attr, 2)], (4, 6)).unwrap();
+        assert_eq!(table.len(), 2);
+        let again = table.grant(10, &[(Names, 1), (Attr, 3)], (4, 6)).unwrap();
+        assert_eq!(table.len(), 3);
+        // A release of the first grant of Names(1) does not drop the newer one.
+        assert!(!table.release(10, &first[0]));
+        assert!(table.release(10, &again[0]));
+        assert!(table.grant(10, &[(Attr, 4), (Attr, 5), (Attr, 6)], (4, 6)).is_none());
+        assert!(table.grant(20, &[(Attr, 4), (Attr, 5), (Attr, 6), (Attr, 7), (Attr, 8)], (4, 6)).is_none());
+        assert!(table.grant(20, &[(Attr, 4), (Attr, 5), (Attr, 6), (Attr, 7)], (4, 6)).is_some());
+        assert!(table.grant(30, &[(Attr, 4)], (4, 6)).is_none(), "six tokens in all");
+        table.retain_sessions(|s| s != 10);
+        assert!(!table.holds_any(10) && table.holds_any(20));
+        assert_eq!(table.len(), 4);
+    }
+
+    #[test]
+    fn a_change_waits_for_the_holder_and_no_longer_than_the_bound() {
+        let tokens = Arc::new(InodeTokens::new(bounds(), false));
+        let granted = tokens.grant(10, &[(Attr, 7)]).unwrap();
+        let change = {
+            let tokens = tokens.clone();
+            std::thread::spawn(move || tokens.revoke(&[(Attr, 7), (Names, 8)]))
+        };
+        let (revokes, lost) = tokens.wait(10, true, 5000).unwrap();
+        assert_eq!((revokes, lost), (granted.clone(), false));
+        assert!(!change.is_finished());
+        tokens.release(10, &revokes_of(&granted)).unwrap();
+        change.join().unwrap();
+        assert!(!tokens.holds_any(10));
+        assert_eq!(tokens.wait(10, true, 0).unwrap(), (Vec::new(), true));
+        // A holder that never answers holds a change up for the bound only.
+        let quick = InodeTokens::new(InodeBounds { wait_ms_max: 50, ..bounds() }, false);
+        quick.grant(20, &[(Names, 1)]).unwrap();
+        let started = Instant::now();
+        quick.revoke(&[(Names, 1)]);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(!quick.holds_any(20));
+        assert_eq!(quick.wait(20, false, 0).unwrap().0.len(), 1, "the revocation stays queued");
+    }
+
+    fn revokes_of(tokens: &[InodeToken]) -> Vec<InodeToken> {
+        tokens.to_vec()
+    }
+}
