@@ -2,7 +2,9 @@
 //! buffers from the point's spec, says `ready`, waits for `go` on stdin, then opens, moves its bytes, syncs what it
 //! wrote, closes, and prints `report {json}`. A `Barrier` step prints `barrier` and waits
 //! for the next `go`. Every byte read is checked against the pattern; the time spent making
-//! write data and checking read data is reported as `excluded_ns` and left out of the rate.
+//! write data and checking read data is reported as `excluded_ns` and left out of the rate —
+//! per stream: streams run side by side, so the client's excluded time is how much earlier
+//! its last stream would have ended without its own checks, not the sum over its streams.
 
 use super::data::{check_request, fill_request};
 use super::plan::{
@@ -75,6 +77,22 @@ struct Tally {
     requests: u64,
     excluded: Duration,
     think: Duration,
+    /// Every stream's end and the time it spent outside the rate (its own data checks and
+    /// fills), to exclude per stream rather than summed over streams that ran at once.
+    streams: Vec<(Instant, Duration)>,
+}
+
+/// What a client's streams, run side by side, spent outside the rate: the last stream's end
+/// minus the latest end any stream would have had without its own excluded time. Summing
+/// the streams' excluded times instead would subtract time during which the other streams
+/// were still moving data (four streams checking at once would count four times over).
+fn excluded_side_by_side(streams: &[(Instant, Duration)]) -> Duration {
+    let last_end = streams.iter().map(|(end, _)| *end).max();
+    let last_effective_end = streams.iter().map(|(end, excluded)| *end - *excluded).max();
+    match (last_end, last_effective_end) {
+        (Some(end), Some(effective)) => end.saturating_duration_since(effective),
+        _ => Duration::ZERO,
+    }
 }
 
 enum Pending {
@@ -119,7 +137,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let report = WorkerReport {
         start_ns,
         end_ns,
-        excluded_ns: tally.excluded.as_nanos(),
+        excluded_ns: excluded_side_by_side(&tally.streams).as_nanos(),
         bytes: tally.bytes,
         requests: tally.requests,
         think_ns: tally.think.as_nanos(),
@@ -233,10 +251,11 @@ fn run_stream(
         }
     }
     collect(&mut pending, &mut local)?;
+    let end = Instant::now();
     let mut total = tally.lock().map_err(|_| anyhow::anyhow!("tally poisoned"))?;
+    total.streams.push((end, local.excluded));
     total.bytes += local.bytes;
     total.requests += local.requests;
-    total.excluded += local.excluded;
     total.think += local.think;
     Ok(())
 }
@@ -319,4 +338,26 @@ fn local_read(target: &Target, index: u32, io: &Io, buffer: &mut [u8]) -> anyhow
     };
     file.read_exact_at(&mut buffer[..length as usize], file_offset).context("pread a fork file")?;
     Ok(length)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_side_by_side_exclude_their_own_time_not_the_sum() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let ms = Duration::from_millis;
+        assert_eq!(excluded_side_by_side(&[]), Duration::ZERO);
+        assert_eq!(excluded_side_by_side(&[(at(100), ms(30))]), ms(30));
+        // Four streams ending together, each having checked for 30 ms: 30 ms, not 120.
+        let together = [(at(100), ms(30)), (at(100), ms(30)), (at(100), ms(30)), (at(100), ms(30))];
+        assert_eq!(excluded_side_by_side(&together), ms(30));
+        // The slowest stream bounds the rate: one ending at 100 with 10 ms of checks,
+        // another at 95 with 40 ms — the transfer took until 90, 10 ms before the end.
+        assert_eq!(excluded_side_by_side(&[(at(100), ms(10)), (at(95), ms(40))]), ms(10));
+        // A stream whose checks were long ends the transfer earlier than its end.
+        assert_eq!(excluded_side_by_side(&[(at(100), ms(50)), (at(60), ms(0))]), ms(40));
+    }
 }
