@@ -17,9 +17,10 @@
 //! it. Each grant carries a sequence number; a revocation names the newest grant of the
 //! token it knew of, and a release drops a token only if no newer grant replaced it.
 
+use crate::tokens::{wait_for_answer, PollSlot};
 use flotilla_proto::{ErrorCode, InodeToken, InodeTokenKind, WireError, INODE_TOKENS_PER_REQUEST_MAX};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 /// What one token covers.
@@ -269,36 +270,20 @@ impl InodeTokens {
         holding: bool,
         wait_ms: u64,
     ) -> Result<(Vec<InodeToken>, bool), WireError> {
-        let now_polling = self.pollers.fetch_add(1, Ordering::SeqCst) + 1;
-        let _polling = Decrement(&self.pollers);
-        if now_polling > self.bounds.pollers_max {
-            return Err(WireError::new(
-                ErrorCode::OverLimit,
-                format!(
-                    "{now_polling} inode token polls are waiting, the limit token_pollers_max = {}",
-                    self.bounds.pollers_max
-                ),
-            ));
-        }
+        let _slot = PollSlot::take(&self.pollers, self.bounds.pollers_max, "inode token")?;
         let deadline = Instant::now() + Duration::from_millis(wait_ms.min(self.bounds.wait_ms_max));
-        let mut shared = self.shared.lock();
-        loop {
+        let answer = wait_for_answer(&self.shared, &self.changed, deadline, |shared| {
             if shared.overflowed.remove(&session) {
                 shared.events.remove(&session);
-                return Ok((Vec::new(), true));
+                return Some((Vec::new(), true));
             }
             if let Some(queue) = shared.events.get_mut(&session).filter(|q| !q.is_empty()) {
                 let taken = queue.len().min(INODE_TOKENS_PER_REQUEST_MAX);
-                return Ok((queue.drain(..taken).collect(), false));
+                return Some((queue.drain(..taken).collect(), false));
             }
-            if holding && !shared.table.holds_any(session) {
-                return Ok((Vec::new(), true));
-            }
-            if Instant::now() >= deadline {
-                return Ok((Vec::new(), false));
-            }
-            self.changed.wait_until(&mut shared, deadline);
-        }
+            (holding && !shared.table.holds_any(session)).then(|| (Vec::new(), true))
+        });
+        Ok(answer.unwrap_or((Vec::new(), false)))
     }
 
     pub fn holds_any(&self, session: u64) -> bool {
@@ -314,14 +299,6 @@ impl InodeTokens {
         if shared.table.len() != before {
             self.changed.notify_all();
         }
-    }
-}
-
-struct Decrement<'a>(&'a AtomicUsize);
-
-impl Drop for Decrement<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

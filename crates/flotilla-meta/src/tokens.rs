@@ -442,32 +442,16 @@ impl Tokens {
         holding: bool,
         wait_ms: u64,
     ) -> Result<(Vec<TokenRevoke>, bool), WireError> {
-        let now_polling = self.pollers.fetch_add(1, Ordering::SeqCst) + 1;
-        let _polling = Decrement(&self.pollers);
-        if now_polling > self.bounds.pollers_max {
-            return Err(WireError::new(
-                ErrorCode::OverLimit,
-                format!(
-                    "{now_polling} token polls are waiting, the limit token_pollers_max = {}",
-                    self.bounds.pollers_max
-                ),
-            ));
-        }
+        let _slot = PollSlot::take(&self.pollers, self.bounds.pollers_max, "token")?;
         let deadline = Instant::now() + Duration::from_millis(wait_ms.min(self.bounds.wait_ms_max));
-        let mut shared = self.shared.lock();
-        loop {
+        let answer = wait_for_answer(&self.shared, &self.changed, deadline, |shared| {
             if let Some(queue) = shared.events.get_mut(&session).filter(|q| !q.is_empty()) {
                 let taken = queue.len().min(TOKEN_EVENTS_MAX);
-                return Ok((queue.drain(..taken).collect(), false));
+                return Some((queue.drain(..taken).collect(), false));
             }
-            if holding && !shared.table.holds_any(session) {
-                return Ok((Vec::new(), true));
-            }
-            if Instant::now() >= deadline {
-                return Ok((Vec::new(), false));
-            }
-            self.changed.wait_until(&mut shared, deadline);
-        }
+            (holding && !shared.table.holds_any(session)).then(|| (Vec::new(), true))
+        });
+        Ok(answer.unwrap_or((Vec::new(), false)))
     }
 
     /// Whether `session` holds any token.
@@ -487,11 +471,48 @@ impl Tokens {
     }
 }
 
-struct Decrement<'a>(&'a AtomicUsize);
+/// A place among the token polls the service holds at once (each holds a blocking thread),
+/// given back when dropped.
+pub(crate) struct PollSlot<'a>(&'a AtomicUsize);
 
-impl Drop for Decrement<'_> {
+impl<'a> PollSlot<'a> {
+    /// Takes a place among at most `max` polls of `what` (`OverLimit` past it).
+    pub(crate) fn take(pollers: &'a AtomicUsize, max: usize, what: &str) -> Result<PollSlot<'a>, WireError> {
+        let now_polling = pollers.fetch_add(1, Ordering::SeqCst) + 1;
+        let slot = PollSlot(pollers);
+        if now_polling > max {
+            return Err(WireError::new(
+                ErrorCode::OverLimit,
+                format!("{now_polling} {what} polls are waiting, the limit token_pollers_max = {max}"),
+            ));
+        }
+        Ok(slot)
+    }
+}
+
+impl Drop for PollSlot<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits on `changed` until `answer` finds one in the shared state or `deadline` passes
+/// (`None`): the loop of a revocation poll.
+pub(crate) fn wait_for_answer<S, T>(
+    shared: &parking_lot::Mutex<S>,
+    changed: &parking_lot::Condvar,
+    deadline: Instant,
+    mut answer: impl FnMut(&mut S) -> Option<T>,
+) -> Option<T> {
+    let mut guard = shared.lock();
+    loop {
+        if let Some(found) = answer(&mut guard) {
+            return Some(found);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        changed.wait_until(&mut guard, deadline);
     }
 }
 
@@ -512,6 +533,34 @@ fn check_ranges(required: Range, desired: Range) -> Result<(), WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn polls_past_the_limit_are_refused_and_a_finished_poll_frees_its_place() {
+        let pollers = AtomicUsize::new(0);
+        let first = PollSlot::take(&pollers, 2, "token").unwrap();
+        let second = PollSlot::take(&pollers, 2, "token").unwrap();
+        let refused = PollSlot::take(&pollers, 2, "token").err().expect("a third poll is refused");
+        assert_eq!(refused.code, ErrorCode::OverLimit);
+        assert!(refused.message.contains("token_pollers_max = 2"), "{}", refused.message);
+        drop(first);
+        let third = PollSlot::take(&pollers, 2, "token").unwrap();
+        drop((second, third));
+        assert_eq!(pollers.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_poll_answers_what_is_there_or_nothing_at_its_deadline() {
+        let shared = parking_lot::Mutex::new(vec![7u64]);
+        let changed = parking_lot::Condvar::new();
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert_eq!(wait_for_answer(&shared, &changed, soon, |queue: &mut Vec<u64>| queue.pop()), Some(7));
+        let began = Instant::now();
+        assert_eq!(
+            wait_for_answer(&shared, &changed, began + Duration::from_millis(20), |q: &mut Vec<u64>| q.pop()),
+            None
+        );
+        assert!(began.elapsed() >= Duration::from_millis(20), "it waited until the deadline");
+    }
     use proptest::prelude::*;
     use TokenMode::{Read, Write};
 
