@@ -26,8 +26,8 @@ pub struct MountArgs {
     /// How long the kernel may cache names and attributes, in milliseconds.
     #[arg(long)]
     attr_timeout_ms: Option<u64>,
-    /// Bytes of writes buffered and queued per file in the background before writers wait
-    /// (0: no write-behind; every write goes straight to the servers).
+    /// Bytes of writes buffered and queued per file in the background before writers send
+    /// the oldest themselves (0: no write-behind; every write goes straight to the servers).
     #[arg(long)]
     write_behind_bytes: Option<u64>,
     /// When reads update access times: relatime (default), strictatime or noatime.

@@ -18,8 +18,8 @@ pub struct MountConfig {
     /// Writes shorter than this wait in their file's write-behind buffer and travel packed;
     /// longer ones are queued on their own.
     pub write_behind_piece_bytes_max: u64,
-    /// A file's write-behind buffer is queued when it holds this many bytes, and writers
-    /// wait while this many bytes of their file are queued (0: no write-behind).
+    /// A file's write-behind buffer is queued when it holds this many bytes, and a writer
+    /// finding more of its file queued sends the oldest batch itself (0: no write-behind).
     pub write_behind_bytes_max: u64,
     /// Bytes waiting in all write-behind buffers and queues together; writes beyond go
     /// straight out.

@@ -44,8 +44,8 @@ pub struct WriteBehindLimits {
     /// Writes at least this long are queued on their own (they are large enough to travel
     /// alone), or sent at once when there is no background sender.
     pub piece_bytes_max: u64,
-    /// A file's buffer is queued when it holds this many bytes; writers wait while this many
-    /// bytes of the file are queued (0: no write-behind).
+    /// A file's buffer is queued when it holds this many bytes; a writer finding more than
+    /// this many bytes of the file queued sends the oldest batch itself (0: no write-behind).
     pub file_bytes_max: u64,
     /// Bytes buffered and queued in the whole mount; writes beyond are sent at once.
     pub total_bytes_max: u64,
@@ -196,8 +196,9 @@ impl WriteBehind {
         Ok(Buffered::Yes)
     }
 
-    /// Hands the buffer on: to the queue with a background sender (waiting while the file's
-    /// queue is full), else sent now by the caller. Returns the buffer's lock again.
+    /// Hands the buffer on: to the queue with a background sender (the writer sending the
+    /// oldest batches while the file's queue is full), else sent now by the caller. Returns
+    /// the buffer's lock again.
     fn pass_on<'b>(
         &self,
         buffer: &'b Arc<FileBuffer>,
@@ -243,8 +244,7 @@ impl WriteBehind {
             if pending.queued.is_empty() {
                 wait_for_sends(buffer, pending);
             } else {
-                // A failure is kept in `pending.error` and reported by the next close or fsync.
-                let _ = send_front(buffer, pending, send, &self.buffered_bytes);
+                send_front(buffer, pending, send, &self.buffered_bytes);
             }
         }
     }
@@ -273,7 +273,7 @@ impl WriteBehind {
         let before = pending.next_seq;
         loop {
             if pending.queued.front().is_some_and(|queued| queued.seq < before) {
-                let _ = send_front(&buffer, &mut pending, send, &self.buffered_bytes);
+                send_front(&buffer, &mut pending, send, &self.buffered_bytes);
             } else if pending.in_flight.iter().any(|seq| *seq < before) {
                 wait_for_sends(&buffer, &mut pending);
             } else {
@@ -374,15 +374,16 @@ fn wait_for_sends(buffer: &FileBuffer, pending: &mut parking_lot::MutexGuard<'_,
 
 /// Takes the oldest queued batch off the queue and sends it with `send`, holding `send`
 /// (locked before `pending` is let go, so batches go out in the order taken, and let go
-/// before `pending` is taken again); books it as sent and wakes every waiter. A panic in
-/// `send` is booked as a failure (EIO), so nobody waits for that batch forever.
+/// before `pending` is taken again); books it as sent, a failure in `pending.error` (which
+/// the next close or fsync reports), and wakes every waiter. A panic in `send` is booked as
+/// a failure (EIO), so nobody waits for that batch forever.
 fn send_front(
     buffer: &FileBuffer,
     pending: &mut parking_lot::MutexGuard<'_, Pending>,
     send: Send<'_>,
     total: &AtomicU64,
-) -> Result<(), Errno> {
-    let Some(Queued { seq, batch: (pieces, data) }) = pending.queued.pop_front() else { return Ok(()) };
+) {
+    let Some(Queued { seq, batch: (pieces, data) }) = pending.queued.pop_front() else { return };
     pending.in_flight.push(seq);
     let sending = buffer.send.lock();
     let sent = parking_lot::MutexGuard::unlocked(pending, || {
@@ -403,14 +404,13 @@ fn send_front(
         pending.error.get_or_insert(errno);
     }
     buffer.sent.notify_all();
-    sent
 }
 
 /// The background thread of one file: sends its queue in order until it is empty.
 fn drain(buffer: &FileBuffer, sender: &Sender, total: &AtomicU64) {
     let mut pending = buffer.pending.lock();
     while !pending.queued.is_empty() {
-        let _ = send_front(buffer, &mut pending, &**sender, total);
+        send_front(buffer, &mut pending, &**sender, total);
     }
     pending.draining = false;
     buffer.sent.notify_all();
