@@ -169,6 +169,39 @@ struct Recall {
     done: Condvar,
 }
 
+impl Recall {
+    /// Waits for the leader's outcome (the guard is released before returning).
+    fn wait(&self) -> io::Result<()> {
+        let mut outcome = self.outcome.lock();
+        while outcome.is_none() {
+            self.done.wait(&mut outcome);
+        }
+        outcome.clone().expect("set").map_err(io::Error::other)
+    }
+}
+
+/// Ends a leader's recall however it ends (a panic included): takes it out of the map first,
+/// so a caller arriving later leads a new one instead of finding a finished one, then sets
+/// the outcome and wakes the waiters. A leader that never got to set an outcome failed.
+struct PublishOnDrop<'a> {
+    tier: &'a TargetTier,
+    key: ForkKey,
+    recall: &'a Arc<Recall>,
+    outcome: Option<Result<(), String>>,
+}
+
+impl Drop for PublishOnDrop<'_> {
+    fn drop(&mut self) {
+        self.tier.recalls.lock().remove(&self.key);
+        let outcome = self
+            .outcome
+            .take()
+            .unwrap_or_else(|| Err("the recall's leader stopped before it finished".into()));
+        *self.recall.outcome.lock() = Some(outcome);
+        self.recall.done.notify_all();
+    }
+}
+
 /// The tier of one lines target.
 pub(crate) struct TargetTier {
     config: TierConfig,
@@ -272,42 +305,45 @@ impl TargetTier {
         Ok(())
     }
 
-    /// One recall of `range` per fork at a time: a second reader waits for the first's.
+    /// One recall of `range` per fork at a time: a second reader waits for the first's, then
+    /// recalls what the first's range did not cover (a loop, never holding a lock across it).
     fn recall_shared(
         &self,
         key: ForkKey,
         record: &ArchiveRecord,
         range: std::ops::Range<u64>,
     ) -> io::Result<()> {
-        let (recall, leader) = {
-            let mut recalls = self.recalls.lock();
-            match recalls.get(&key) {
-                Some(recall) => (recall.clone(), false),
-                None => {
-                    let recall = Arc::new(Recall::default());
-                    recalls.insert(key, recall.clone());
-                    (recall, true)
-                }
-            }
-        };
-        if !leader {
-            let mut outcome = recall.outcome.lock();
-            while outcome.is_none() {
-                recall.done.wait(&mut outcome);
-            }
-            // The leader's range may not have covered ours: the caller's next check does.
-            return outcome.clone().expect("set").map_err(io::Error::other).and_then(|()| {
-                match self.disk.any_missing(key, range.start, range.end - range.start) {
-                    true => self.recall_shared(key, record, range),
+        loop {
+            let (recall, leader) = self.join_or_lead(key);
+            if leader {
+                let mut publish = PublishOnDrop { tier: self, key, recall: &recall, outcome: None };
+                // A leader that finished after this caller's check left nothing to recall.
+                let result = match self.disk.any_missing(key, range.start, range.end - range.start) {
+                    true => self.recall(key, record, range.clone()),
                     false => Ok(()),
-                }
-            });
+                };
+                publish.outcome = Some(result.as_ref().map(|_| ()).map_err(|error| error.to_string()));
+                drop(publish);
+                return result;
+            }
+            recall.wait()?;
+            if !self.disk.any_missing(key, range.start, range.end - range.start) {
+                return Ok(());
+            }
         }
-        let result = self.recall(key, record, range);
-        *recall.outcome.lock() = Some(result.as_ref().map(|_| ()).map_err(|error| error.to_string()));
-        recall.done.notify_all();
-        self.recalls.lock().remove(&key);
-        result
+    }
+
+    /// The recall in flight for `key` to wait for, or a new one this caller leads.
+    fn join_or_lead(&self, key: ForkKey) -> (Arc<Recall>, bool) {
+        let mut recalls = self.recalls.lock();
+        match recalls.get(&key) {
+            Some(recall) => (recall.clone(), false),
+            None => {
+                let recall = Arc::new(Recall::default());
+                recalls.insert(key, recall.clone());
+                (recall, true)
+            }
+        }
     }
 
     fn recall(&self, key: ForkKey, record: &ArchiveRecord, range: std::ops::Range<u64>) -> io::Result<()> {
