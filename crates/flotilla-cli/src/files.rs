@@ -4,7 +4,7 @@ use crate::copy::{stream, Progress, Sink, Source};
 use crate::show::Output;
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use flotilla_client::{Client, CreateOptions, FileKind, Layout, DEFAULT_FORK};
+use flotilla_client::{Client, CreateOptions, EntryInfo, FileKind, Layout, DEFAULT_FORK};
 use std::path::PathBuf;
 
 /// Bytes moved per round of `put` and `get`.
@@ -51,6 +51,18 @@ impl ReportArgs {
 pub struct PathReportArgs {
     #[command(flatten)]
     meta: MetaArg,
+    path: String,
+    #[command(flatten)]
+    output: Output,
+}
+
+/// `stat`: one path, or `-` for paths read from stdin.
+#[derive(Args)]
+pub struct StatArgs {
+    #[command(flatten)]
+    meta: MetaArg,
+    /// The path; `-` reads paths from stdin, one per line, and answers each in order with one
+    /// client (whose attribute cache answers repeated stats without asking the service).
     path: String,
     #[command(flatten)]
     output: Output,
@@ -250,22 +262,55 @@ pub fn ls(args: PathArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn stat(args: PathReportArgs) -> anyhow::Result<()> {
+pub fn stat(args: StatArgs) -> anyhow::Result<()> {
     let client = args.meta.client()?;
-    let entry = client.stat(&args.path)?;
-    if args.output.json {
-        println!("{}", crate::show::stat_json(&entry));
-        return Ok(());
+    if args.path == "-" {
+        return stat_lines_of_stdin(&client, args.output);
     }
-    for line in crate::show::stat_lines(&entry, args.output) {
+    let entry = client.stat(&args.path)?;
+    print_stat(&client, &args.path, &entry, args.output);
+    Ok(())
+}
+
+fn print_stat(client: &Client, path: &str, entry: &EntryInfo, output: Output) {
+    if output.json {
+        println!("{}", crate::show::stat_json(entry));
+        return;
+    }
+    for line in crate::show::stat_lines(entry, output) {
         println!("{line}");
     }
     // Which tier holds the data, when the servers have an archive.
     if entry.attrs.kind == FileKind::File {
-        if let Some(line) = crate::hsm::stat_line(&client, &args.path) {
+        if let Some(line) = crate::hsm::stat_line(client, path) {
             println!("{line}");
         }
     }
+}
+
+/// `stat -`: every path on stdin, in order. A path that fails is reported (on stdout as
+/// `{"path", "error"}` with `--json`, else on stderr) and the next one is answered; the
+/// command fails at the end if any did.
+fn stat_lines_of_stdin(client: &Client, output: Output) -> anyhow::Result<()> {
+    let mut failed = 0u64;
+    for line in std::io::stdin().lines() {
+        let line = line.context("read a path from stdin")?;
+        let path = line.trim();
+        if path.is_empty() {
+            continue;
+        }
+        match client.stat(path) {
+            Ok(entry) => print_stat(client, path, &entry, output),
+            Err(error) => {
+                failed += 1;
+                match output.json {
+                    true => println!("{}", serde_json::json!({ "path": path, "error": error.to_string() })),
+                    false => eprintln!("flotilla stat: {path}: {error}"),
+                }
+            }
+        }
+    }
+    anyhow::ensure!(failed == 0, "{failed} of the paths could not be stat'ed");
     Ok(())
 }
 

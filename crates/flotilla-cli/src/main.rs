@@ -52,7 +52,7 @@ enum Command {
     /// Lists a directory.
     Ls(files::PathArgs),
     /// Shows an entry's attributes, layout and placement.
-    Stat(files::PathReportArgs),
+    Stat(files::StatArgs),
     /// Removes a file, a symlink or an empty directory.
     Rm(files::PathArgs),
     /// Stores a local file, striped round robin over its subfiles.

@@ -174,8 +174,8 @@ fn a_stopped_holder_delays_a_change_only_for_the_bounded_wait() {
     assert_eq!(holder.stat("/held"), "mode=604");
 }
 
-/// The helper process: a library client that stats each path read from stdin and prints
-/// `mode=...` or `error=...`.
+/// The helper process: `flotilla stat --json -`, one library client that stats each path
+/// read from stdin and prints one JSON line per path (`mode=...` or `error=...` here).
 struct Holder {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
@@ -184,11 +184,9 @@ struct Holder {
 
 impl Holder {
     fn start(local: &Local) -> Holder {
-        let exe = std::env::current_exe().expect("this test binary");
-        let mut child = Command::new(exe)
-            .args(["--exact", "holder_helper", "--ignored", "--nocapture", "--test-threads=1"])
-            .env("FLOTILLA_TEST_HOLDER_META", &local.meta)
-            .env("FLOTILLA_TEST_HOLDER_KEY", &local.key)
+        let mut child = Command::new(common::FLOTILLA)
+            .args(["--key", common::path(&local.key), "stat", "--meta", &local.meta, "--json", "-"])
+            .env_remove("FLOTILLA_KEY")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -202,12 +200,11 @@ impl Holder {
     fn stat(&mut self, path: &str) -> String {
         writeln!(self.stdin, "{path}").expect("ask the helper");
         self.stdin.flush().expect("flush");
-        loop {
-            let line = self.lines.next().expect("a line from the helper").expect("utf-8");
-            // libtest may have printed "test holder_helper ... " on the same line.
-            if let Some(at) = line.find("mode=").or_else(|| line.find("error=")) {
-                return line[at..].to_string();
-            }
+        let line = self.lines.next().expect("a line from the helper").expect("utf-8");
+        let answer: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+        match answer["mode"].as_u64() {
+            Some(mode) => format!("mode={:o}", mode & 0o7777),
+            None => format!("error={}", answer["error"]),
         }
     }
 
@@ -222,29 +219,5 @@ impl Drop for Holder {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-#[test]
-#[ignore = "a helper process of a_stopped_holder_delays_a_change_only_for_the_bounded_wait"]
-fn holder_helper() {
-    let (Ok(meta), Ok(key)) =
-        (std::env::var("FLOTILLA_TEST_HOLDER_META"), std::env::var("FLOTILLA_TEST_HOLDER_KEY"))
-    else {
-        return;
-    };
-    let mut config = flotilla_client::ClientConfig::new(&meta);
-    config.key = Some(key.into());
-    let client = Client::with_config(config).expect("client");
-    let stdout = std::io::stdout();
-    for line in std::io::stdin().lines() {
-        let Ok(path) = line else { return };
-        let answer = match client.stat(path.trim()) {
-            Ok(entry) => format!("mode={:o}", entry.attrs.mode & 0o7777),
-            Err(error) => format!("error={error}"),
-        };
-        let mut out = stdout.lock();
-        let _ = writeln!(out, "{answer}");
-        let _ = out.flush();
     }
 }

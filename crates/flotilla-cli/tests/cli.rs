@@ -32,6 +32,26 @@ fn file_commands_round_trip() {
     assert_eq!(json["size_bytes"], data.len() as u64);
     assert_eq!(json["layout"], "stripe:64K:0");
     assert_eq!(json["subfiles"].as_array().unwrap().len(), 4);
+    // `stat -`: paths from stdin answered in order, a missing one named, the command failing.
+    let mut batch = std::process::Command::new(common::FLOTILLA)
+        .args(["stat", "--json", "--meta", &meta, "-"])
+        .env("FLOTILLA_KEY", common::client_key())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = batch.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"/data/input.bin\n/data/missing\n\n/data\n").unwrap();
+    drop(stdin);
+    let batch = batch.wait_with_output().unwrap();
+    assert!(!batch.status.success(), "a missing path fails the batch");
+    let answers: Vec<serde_json::Value> =
+        String::from_utf8(batch.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert_eq!(answers[0]["size_bytes"], data.len() as u64);
+    assert_eq!(answers[1]["path"], "/data/missing");
+    assert!(answers[1]["error"].as_str().is_some_and(|e| !e.is_empty()), "{answers:?}");
+    assert_eq!(answers[2]["kind"], "directory");
 
     // du adds up what is under a path; df and status show space per target and in total.
     run(&["mkdir", "/data/sub"]);

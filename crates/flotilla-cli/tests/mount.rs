@@ -852,3 +852,40 @@ fn orphans_of_a_killed_mount_are_released_when_its_lease_expires() {
     let _ = holder.wait();
     wait_until_deleted(&cluster, 1, id, "after the killed mount's lease");
 }
+
+/// Requests of `kind` the metadata service of `local` answered so far (its metrics).
+fn meta_requests(local: &common::Local, kind: &str) -> u64 {
+    let addr = local.metrics.as_deref().expect("a metrics endpoint");
+    let text = common::http_get(addr, "/metrics").expect("scrape the metrics");
+    let label = format!("kind=\"{kind}\"");
+    text.lines()
+        .filter(|line| line.starts_with("flotilla_meta_request_duration_seconds_count"))
+        .filter(|line| line.contains(&label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// A file created through the mount is created and opened by one request to the metadata
+/// service (`CreateAtOpen`), not a create and then an open; the file works as before.
+#[test]
+fn a_create_through_the_mount_is_one_request() {
+    const FILES: u64 = 40;
+    let local = common::Local::start(1, true);
+    let mount = common::Mount::start_with(&local.meta, &["--key", common::path(&local.key)]);
+    let kinds = ["create_at_open", "create_at", "opened"];
+    let before: Vec<u64> = kinds.iter().map(|kind| meta_requests(&local, kind)).collect();
+    for i in 0..FILES {
+        fs::write(mount.path(&format!("f{i}")), format!("file {i}")).expect("create and write");
+    }
+    let after: Vec<u64> = kinds.iter().map(|kind| meta_requests(&local, kind)).collect();
+    let made: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(made, [FILES, 0, 0], "requests per kind {kinds:?}");
+    for i in 0..FILES {
+        assert_eq!(fs::read_to_string(mount.path(&format!("f{i}"))).unwrap(), format!("file {i}"));
+    }
+    // O_CREAT without O_EXCL on an existing file opens it (the exclusive create fails first).
+    fs::write(mount.path("f0"), "again").expect("rewrite");
+    assert_eq!(fs::read_to_string(mount.path("f0")).unwrap(), "again");
+    let exclusive = fs::OpenOptions::new().write(true).create_new(true).open(mount.path("f1"));
+    assert_eq!(exclusive.unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+}

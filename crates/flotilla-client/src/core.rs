@@ -79,6 +79,9 @@ pub(crate) struct Core {
     pub tokens: LibraryTokens,
     /// The coherent attribute cache `stat` answers from (`attr_leases.rs`).
     pub attrs: crate::attr_leases::AttrLeases,
+    /// The metadata service refused `CreateAtOpen` (older than it): `create_at` sends
+    /// `CreateAt` and `Opened`.
+    pub create_at_open_refused: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -109,6 +112,7 @@ impl Core {
             metrics: std::sync::OnceLock::new(),
             tokens,
             attrs,
+            create_at_open_refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -11,6 +11,7 @@ use flotilla_proto::{
     CreateSpec, EntryInfo, ErrorCode, ListedEntry, MetaReply, MetaRequest, RenameMode, READDIR_ENTRIES_MAX,
 };
 use flotilla_types::FileKind;
+use std::sync::atomic::Ordering;
 
 /// A directory entry's place: the directory's inode id and the name in it.
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +51,17 @@ impl Client {
         let client = self.clone();
         let path = at.describe();
         let file = self.block_on(async move {
+            if !core.create_at_open_refused.load(Ordering::Relaxed) {
+                let request = MetaRequest::CreateAtOpen { parent, name: name.clone(), spec: spec.clone(), session: core.session() };
+                match core.meta_call(request).await {
+                    Ok(reply) => return crate::opens::opened_file(client, path, entry_reply(reply, "create")?),
+                    Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
+                        tracing::info!(%error, "the metadata service does not know CreateAtOpen; creating in two requests");
+                        core.create_at_open_refused.store(true, Ordering::Relaxed);
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
             let entry = create_entry_at(&core, parent, name, spec).await?;
             crate::opens::open_file(client, path, entry.id).await
         })?;

@@ -53,6 +53,7 @@ pub(crate) fn is_mutating(request: &MetaRequest) -> bool {
             | MetaRequest::GrowSize { .. }
             | MetaRequest::SetLayout { .. }
             | MetaRequest::CreateAt { .. }
+            | MetaRequest::CreateAtOpen { .. }
             | MetaRequest::MkdirAt { .. }
             | MetaRequest::MknodAt { .. }
             | MetaRequest::SymlinkAt { .. }

@@ -174,6 +174,7 @@ impl State {
             }
             request @ (MetaRequest::LookupAt { .. }
             | MetaRequest::CreateAt { .. }
+            | MetaRequest::CreateAtOpen { .. }
             | MetaRequest::MkdirAt { .. }
             | MetaRequest::MknodAt { .. }
             | MetaRequest::SymlinkAt { .. }
@@ -385,7 +386,7 @@ impl State {
     }
 
     /// Records an open of file `id` by `session`; fails if the file is gone.
-    fn opened(&self, session: u64, id: u64) -> Result<Entry, WireError> {
+    pub(crate) fn opened(&self, session: u64, id: u64) -> Result<Entry, WireError> {
         let mut opens = self.opens.lock();
         let entry = self.namespace.get(id).map_err(wire)?;
         if entry.file.is_some() {

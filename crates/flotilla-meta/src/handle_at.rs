@@ -31,6 +31,7 @@ pub(crate) fn directories(request: &MetaRequest) -> Vec<u64> {
     match request {
         MetaRequest::LookupAt { parent, .. }
         | MetaRequest::CreateAt { parent, .. }
+        | MetaRequest::CreateAtOpen { parent, .. }
         | MetaRequest::MkdirAt { parent, .. }
         | MetaRequest::MknodAt { parent, .. }
         | MetaRequest::SymlinkAt { parent, .. }
@@ -75,6 +76,12 @@ impl State {
                 let (create, live) = self.prepare_create(who, spec)?;
                 let entry = ns.create_file_in(who, at(parent, &name)?, &create, &live, now).map_err(wire)?;
                 MetaReply::Entry(self.granted(entry, asker))
+            }
+            MetaRequest::CreateAtOpen { parent, name, spec, session } => {
+                let (create, live) = self.prepare_create(who, spec)?;
+                let created =
+                    ns.create_file_in(who, at(parent, &name)?, &create, &live, now).map_err(wire)?;
+                MetaReply::Entry(self.granted(self.opened(session, created.id)?, asker))
             }
             MetaRequest::MkdirAt { parent, name, mode, uid, gid } => {
                 let owner = crate::policy::owner(who, mode, uid, gid);
@@ -143,5 +150,26 @@ impl State {
             }
         };
         Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::directories;
+    use flotilla_proto::{CreateSpec, MetaRequest};
+
+    fn spec() -> CreateSpec {
+        CreateSpec { mode: 0o644, uid: 0, gid: 0, subfiles: 0, targets: None, layout: None, exclusive: true }
+    }
+
+    /// The subtree check sees the directory of every create, the one-request form included
+    /// (a request it did not list would act anywhere on a confined connection).
+    #[test]
+    fn creates_name_the_directory_they_act_in() {
+        let name = b"f".to_vec();
+        let create = MetaRequest::CreateAt { parent: 7, name: name.clone(), spec: spec() };
+        let create_open = MetaRequest::CreateAtOpen { parent: 9, name, spec: spec(), session: 3 };
+        assert_eq!(directories(&create), vec![7]);
+        assert_eq!(directories(&create_open), vec![9]);
     }
 }

@@ -53,7 +53,9 @@ fn name(request: &MetaRequest) -> &'static str {
         MetaRequest::Mkdir { .. } => "mkdir",
         MetaRequest::Create { .. }
         | MetaRequest::CreateOpen { .. }
-        | MetaRequest::CreateOpenCached { .. } => "create",
+        | MetaRequest::CreateOpenCached { .. }
+        | MetaRequest::CreateAt { .. }
+        | MetaRequest::CreateAtOpen { .. } => "create",
         MetaRequest::Unlink { .. } => "unlink",
         MetaRequest::Rmdir { .. } => "rmdir",
         MetaRequest::Rename { .. } => "rename",

@@ -431,6 +431,14 @@ pub enum MetaRequest {
         session: u64,
         tokens: Vec<InodeToken>,
     },
+    /// `CreateAt`, then `Opened` by client `session` of the new file, in one round trip (the
+    /// mount's create is both). Replies with the entry, as `Opened` does.
+    CreateAtOpen {
+        parent: u64,
+        name: Vec<u8>,
+        spec: CreateSpec,
+        session: u64,
+    },
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`
