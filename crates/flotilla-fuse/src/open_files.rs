@@ -510,7 +510,7 @@ impl FlotillaFs {
         } else {
             let send = |shape: Shape, bytes: &[u8]| self.send_shape(&open, shape, bytes);
             let background = self.background_sender(&open);
-            if let Buffered::No = self.write_behind.write(ino, (offset, data), &send, Some(&background))? {
+            if let Buffered::No = self.write_behind.write(ino, (offset, data), &send, &background)? {
                 self.with_file(&open, |file| file.write_at(offset, data))?;
             }
         }

@@ -42,7 +42,7 @@ use std::sync::Arc;
 #[derive(Clone, Copy, Debug)]
 pub struct WriteBehindLimits {
     /// Writes at least this long are queued on their own (they are large enough to travel
-    /// alone), or sent at once when there is no background sender.
+    /// alone); longer than `file_bytes_max`, the writer sends them itself.
     pub piece_bytes_max: u64,
     /// A file's buffer is queued when it holds this many bytes; a writer finding more than
     /// this many bytes of the file queued sends the oldest batch itself (0: no write-behind).
@@ -144,27 +144,28 @@ impl WriteBehind {
     }
 
     /// Buffers or queues a write to file `ino` (queueing the buffer when full), or says the
-    /// caller should send it directly, after everything buffered for `ino` was sent. Without
-    /// a `background` sender, full buffers are sent by the writer and large writes directly.
+    /// caller should send it directly (larger than a file's queue, or no room left), after
+    /// everything buffered for `ino` was sent. `background` sends the queue from the file's
+    /// thread; `send` is what the writer uses when it sends itself.
     pub fn write(
         &self,
         ino: u64,
         (offset, data): (u64, &[u8]),
         send: Send<'_>,
-        background: Option<&Sender>,
+        background: &Sender,
     ) -> Result<Buffered, Errno> {
         let length = data.len() as u64;
         let room = self.buffered_bytes.load(Ordering::Relaxed) + length <= self.limits.total_bytes_max;
         if length >= self.limits.piece_bytes_max || !room {
-            return match background.filter(|_| room && length <= self.limits.file_bytes_max) {
-                Some(sender) => self.queue_large(ino, (offset, data), send, sender),
-                None => self.flush(ino, send).map(|()| Buffered::No),
+            return match room && length <= self.limits.file_bytes_max {
+                true => self.queue_large(ino, (offset, data), send, background),
+                false => self.flush(ino, send).map(|()| Buffered::No),
             };
         }
         let buffer = self.buffer(ino);
         let mut pending = buffer.pending.lock();
         if pending.overlaps(offset, offset + length) {
-            pending = self.pass_on(&buffer, pending, send, background)?;
+            pending = self.pass_on(&buffer, pending, send, background);
         }
         let piece = Piece { file_offset: offset, memory_offset: pending.data.len() as u64, length };
         pending.data.extend_from_slice(data);
@@ -172,7 +173,7 @@ impl WriteBehind {
         pending.extents.insert(offset, offset + length);
         self.buffered_bytes.fetch_add(length, Ordering::Relaxed);
         if pending.data.len() as u64 >= self.limits.file_bytes_max {
-            drop(self.pass_on(&buffer, pending, send, background)?);
+            drop(self.pass_on(&buffer, pending, send, background));
         }
         Ok(Buffered::Yes)
     }
@@ -187,7 +188,7 @@ impl WriteBehind {
     ) -> Result<Buffered, Errno> {
         let buffer = self.buffer(ino);
         let pending = buffer.pending.lock();
-        let mut pending = self.pass_on(&buffer, pending, send, Some(sender))?;
+        let mut pending = self.pass_on(&buffer, pending, send, sender);
         let length = data.len() as u64;
         let piece = Piece { file_offset: offset, memory_offset: 0, length };
         self.buffered_bytes.fetch_add(length, Ordering::Relaxed);
@@ -196,25 +197,20 @@ impl WriteBehind {
         Ok(Buffered::Yes)
     }
 
-    /// Hands the buffer on: to the queue with a background sender (the writer sending the
-    /// oldest batches while the file's queue is full), else sent now by the caller. Returns
-    /// the buffer's lock again.
+    /// Hands the buffer on to the file's queue (the writer sending the oldest batches itself
+    /// while the queue is full). Returns the buffer's lock.
     fn pass_on<'b>(
         &self,
         buffer: &'b Arc<FileBuffer>,
         mut pending: parking_lot::MutexGuard<'b, Pending>,
         send: Send<'_>,
-        background: Option<&Sender>,
-    ) -> Result<parking_lot::MutexGuard<'b, Pending>, Errno> {
-        let Some(sender) = background else {
-            self.send_locked(buffer, pending, send)?;
-            return Ok(buffer.pending.lock());
-        };
+        sender: &Sender,
+    ) -> parking_lot::MutexGuard<'b, Pending> {
         let batch = pending.take();
         if !batch.0.is_empty() {
             self.enqueue(buffer, &mut pending, batch, (send, sender));
         }
-        Ok(pending)
+        pending
     }
 
     /// Puts `batch` at the end of the file's queue and starts its background thread if none
@@ -308,32 +304,6 @@ impl WriteBehind {
     pub fn failure(&self, ino: u64) -> Result<(), Errno> {
         let failed = self.existing(ino).and_then(|buffer| buffer.pending.lock().error);
         failed.map_or(Ok(()), Err)
-    }
-
-    /// Takes the buffer out (under `pending`, whose guard is given), then sends it holding
-    /// `send`, which is locked before `pending` is released so that buffers go out in order.
-    fn send_locked(
-        &self,
-        buffer: &FileBuffer,
-        mut pending: parking_lot::MutexGuard<'_, Pending>,
-        send: Send<'_>,
-    ) -> Result<(), Errno> {
-        let (pieces, data) = pending.take();
-        let sending = buffer.send.lock();
-        drop(pending);
-        if pieces.is_empty() {
-            return Ok(());
-        }
-        let bytes = data.len() as u64;
-        let sent = send(Shape::List { pieces }, &data);
-        // Never `pending` while holding `send`: another writer holding `pending` may be
-        // waiting for `send` (it locks them in that order).
-        drop(sending);
-        self.buffered_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        if let Err(errno) = sent {
-            buffer.pending.lock().error.get_or_insert(errno);
-        }
-        sent
     }
 
     /// Forgets file `ino` and any failure recorded for it (its last open handle was released
@@ -435,47 +405,72 @@ mod tests {
         assert!(pieces.is_empty() && data.is_empty() && pending.extents.is_empty());
     }
 
+    type Lists = Arc<parking_lot::Mutex<Vec<(Vec<(u64, u64)>, Vec<u8>)>>>;
+
+    /// A sender that records each list it sent: (offset, length) of its pieces, and its data.
+    fn recording(lists: Lists) -> Sender {
+        Arc::new(move |shape: Shape, data: &[u8]| {
+            let Shape::List { pieces } = shape else { panic!("a list") };
+            lists.lock().push((pieces.iter().map(|p| (p.file_offset, p.length)).collect(), data.to_vec()));
+            Ok(())
+        })
+    }
+
     #[test]
     fn small_writes_are_gathered_in_order_and_overlaps_send_first() {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 20, total_bytes_max: 1000 };
         let behind = WriteBehind::new(limits);
-        let sent = parking_lot::Mutex::new(Vec::new());
-        let send = |shape: Shape, data: &[u8]| {
-            let Shape::List { pieces } = shape else { panic!("a list") };
-            sent.lock()
-                .push((pieces.iter().map(|p| (p.file_offset, p.length)).collect::<Vec<_>>(), data.to_vec()));
-            Ok(())
-        };
-        // Phase 1: two small writes wait; a large one sends them first and is not buffered.
-        assert!(matches!(behind.write(1, (0, b"abc"), &send, None).unwrap(), Buffered::Yes));
-        assert!(matches!(behind.write(1, (10, b"de"), &send, None).unwrap(), Buffered::Yes));
+        let lists = Lists::default();
+        let sender = recording(lists.clone());
+        let send = |shape: Shape, data: &[u8]| sender(shape, data);
+        // Phase 1: two small writes wait in the buffer; a large one is queued behind them.
+        assert!(matches!(behind.write(1, (0, b"abc"), &send, &sender).unwrap(), Buffered::Yes));
+        assert!(matches!(behind.write(1, (10, b"de"), &send, &sender).unwrap(), Buffered::Yes));
         assert_eq!(behind.buffered(), 5);
-        assert!(sent.lock().is_empty());
-        assert!(matches!(behind.write(1, (50, &[0u8; 10]), &send, None).unwrap(), Buffered::No));
-        assert_eq!(sent.lock().pop().unwrap(), (vec![(0, 3), (10, 2)], b"abcde".to_vec()));
-        // Phase 2: an overlapping write sends the buffer before it is buffered itself.
-        behind.write(1, (0, b"xy"), &send, None).unwrap();
-        behind.write(1, (1, b"z"), &send, None).unwrap();
-        assert_eq!(sent.lock().pop().unwrap(), (vec![(0, 2)], b"xy".to_vec()));
-        // Phase 3: a full buffer is sent by the write that filled it; flush sends the rest.
-        for index in 0..8 {
-            behind.write(1, (100 + 10 * index, b"123"), &send, None).unwrap();
-        }
-        assert_eq!(sent.lock().len(), 1);
+        assert!(lists.lock().is_empty());
+        assert!(matches!(behind.write(1, (50, &[0u8; 10]), &send, &sender).unwrap(), Buffered::Yes));
         behind.flush(1, &send).unwrap();
-        assert_eq!(sent.lock().len(), 2);
+        let sent = std::mem::take(&mut *lists.lock());
+        assert_eq!(sent, [(vec![(0, 3), (10, 2)], b"abcde".to_vec()), (vec![(50, 10)], vec![0u8; 10])]);
+        // Phase 2: an overlapping write passes the buffer on before it is buffered itself.
+        behind.write(1, (0, b"xy"), &send, &sender).unwrap();
+        behind.write(1, (1, b"z"), &send, &sender).unwrap();
+        behind.flush(1, &send).unwrap();
+        let sent = std::mem::take(&mut *lists.lock());
+        assert_eq!(sent, [(vec![(0, 2)], b"xy".to_vec()), (vec![(1, 1)], b"z".to_vec())]);
+        // Phase 3: the write that fills the buffer queues it; flush sends the rest after it.
+        for index in 0..8 {
+            behind.write(1, (100 + 10 * index, b"123"), &send, &sender).unwrap();
+        }
+        behind.flush(1, &send).unwrap();
+        let sent = std::mem::take(&mut *lists.lock());
+        let offsets: Vec<Vec<u64>> =
+            sent.iter().map(|(pieces, _)| pieces.iter().map(|p| p.0).collect()).collect();
+        assert_eq!(offsets, [(100..=160).step_by(10).collect::<Vec<u64>>(), vec![170]]);
+        // Phase 4: a write larger than a file's queue is the caller's to send, after the rest.
+        behind.write(1, (300, b"q"), &send, &sender).unwrap();
+        assert!(matches!(behind.write(1, (400, &[5u8; 21]), &send, &sender).unwrap(), Buffered::No));
+        assert_eq!(std::mem::take(&mut *lists.lock()), [(vec![(300, 1)], b"q".to_vec())]);
         assert_eq!(behind.buffered(), 0);
-        behind.forget(1);
-        assert!(behind.existing(1).is_none());
+        // Forgotten once its background thread has ended (it ends when the queue is empty).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while {
+            behind.forget(1);
+            behind.existing(1).is_some()
+        } {
+            assert!(std::time::Instant::now() < deadline, "the file's background thread never ended");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     #[test]
     fn a_failed_send_is_remembered_until_forgotten() {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 100, total_bytes_max: 1000 };
         let behind = WriteBehind::new(limits);
-        let failing = |_: Shape, _: &[u8]| Err(Errno::EIO);
-        behind.write(2, (0, b"abc"), &failing, None).unwrap();
-        assert_eq!(behind.flush(2, &failing), Err(Errno::EIO));
+        let failing: Sender = Arc::new(|_: Shape, _: &[u8]| Err(Errno::EIO));
+        let send = |shape: Shape, data: &[u8]| failing(shape, data);
+        behind.write(2, (0, b"abc"), &send, &failing).unwrap();
+        assert_eq!(behind.flush(2, &send), Err(Errno::EIO));
         assert_eq!(behind.flush(2, &|_: Shape, _: &[u8]| Ok(())), Ok(()));
         assert_eq!(behind.failure(2), Err(Errno::EIO));
         behind.forget(2);
@@ -509,9 +504,9 @@ mod tests {
         let sender = gated(sent.clone(), gate.clone());
         let direct = |_: Shape, _: &[u8]| -> Result<(), Errno> { panic!("nothing is sent by the writer") };
         // A small piece, then a large write (queued after it), then a small one again.
-        assert!(matches!(behind.write(1, (0, b"abc"), &direct, Some(&sender)).unwrap(), Buffered::Yes));
-        assert!(matches!(behind.write(1, (3, &[1u8; 20]), &direct, Some(&sender)).unwrap(), Buffered::Yes));
-        assert!(matches!(behind.write(1, (23, b"de"), &direct, Some(&sender)).unwrap(), Buffered::Yes));
+        assert!(matches!(behind.write(1, (0, b"abc"), &direct, &sender).unwrap(), Buffered::Yes));
+        assert!(matches!(behind.write(1, (3, &[1u8; 20]), &direct, &sender).unwrap(), Buffered::Yes));
+        assert!(matches!(behind.write(1, (23, b"de"), &direct, &sender).unwrap(), Buffered::Yes));
         assert!(sent.lock().is_empty(), "nothing went out while the gate was shut");
         assert!(behind.holds(1));
         *gate.0.lock() = true;
@@ -541,8 +536,8 @@ mod tests {
         };
         // 10 + 10 bytes queue (one being sent, at the gate); the third write finds 20 queued
         // and sends the second itself, after the first (it waits for `send`).
-        behind.write(1, (0, &[0u8; 10]), &direct, Some(&sender)).unwrap();
-        behind.write(1, (10, &[0u8; 10]), &direct, Some(&sender)).unwrap();
+        behind.write(1, (0, &[0u8; 10]), &direct, &sender).unwrap();
+        behind.write(1, (10, &[0u8; 10]), &direct, &sender).unwrap();
         while behind.existing(1).unwrap().pending.lock().in_flight.is_empty() {
             std::thread::yield_now(); // the background thread took the first to the gate
         }
@@ -556,7 +551,7 @@ mod tests {
                     sent.lock().push((pieces[0].file_offset, data.len()));
                     Ok(())
                 };
-                behind.write(1, (20, &[0u8; 10]), &direct, Some(&sender)).unwrap();
+                behind.write(1, (20, &[0u8; 10]), &direct, &sender).unwrap();
                 done.store(true, Ordering::SeqCst);
             })
         };
@@ -575,7 +570,7 @@ mod tests {
         let behind = WriteBehind::new(limits);
         let failing: Sender = Arc::new(|_: Shape, _: &[u8]| Err(Errno::EIO));
         let direct = |_: Shape, _: &[u8]| Ok(());
-        behind.write(3, (0, &[7u8; 50]), &direct, Some(&failing)).unwrap();
+        behind.write(3, (0, &[7u8; 50]), &direct, &failing).unwrap();
         // Wait for the background thread (the flush would otherwise send the batch itself).
         while behind.holds(3) {
             std::thread::yield_now();
@@ -610,7 +605,7 @@ mod tests {
                     for index in 0..300u64 {
                         let length = if index % 3 == 0 { 100 } else { 1000 };
                         let offset = (writer * 300 + index) * 1000;
-                        behind.write(9, (offset, &vec![1u8; length][..]), &direct, Some(&sender)).unwrap();
+                        behind.write(9, (offset, &vec![1u8; length][..]), &direct, &sender).unwrap();
                         if index % 50 == 49 {
                             behind.flush(9, &direct).unwrap();
                         }
@@ -670,7 +665,7 @@ mod tests {
             let mut model = Vec::new();
             for (index, (offset, length, flush)) in writes.into_iter().enumerate() {
                 let data = vec![index as u8 + 1; length];
-                if let Buffered::No = behind.write(5, (offset, &data), &direct, Some(&sender)).unwrap() {
+                if let Buffered::No = behind.write(5, (offset, &data), &direct, &sender).unwrap() {
                     direct(Shape::List { pieces: vec![Piece { file_offset: offset, memory_offset: 0, length: length as u64 }] }, &data).unwrap();
                 }
                 let end = offset as usize + length;
@@ -696,7 +691,7 @@ mod tests {
         let direct =
             |_: Shape, _: &[u8]| -> Result<(), Errno> { panic!("below the limit the writer sends nothing") };
         for index in 0..6u64 {
-            behind.write(4, (index * 10, &[1u8; 10]), &direct, Some(&panicking)).unwrap();
+            behind.write(4, (index * 10, &[1u8; 10]), &direct, &panicking).unwrap();
         }
         while behind.existing(4).is_some_and(|buffer| buffer.pending.lock().draining) {
             std::thread::yield_now();
@@ -721,9 +716,7 @@ mod tests {
             std::thread::spawn(move || {
                 let mut offset = 0;
                 while !stop.load(Ordering::SeqCst) {
-                    behind
-                        .write(6, (offset, &[2u8; 10]), &|_: Shape, _: &[u8]| Ok(()), Some(&sender))
-                        .unwrap();
+                    behind.write(6, (offset, &[2u8; 10]), &|_: Shape, _: &[u8]| Ok(()), &sender).unwrap();
                     offset += 10;
                 }
             })
