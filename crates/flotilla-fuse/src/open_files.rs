@@ -499,20 +499,21 @@ impl FlotillaFs {
         }
         let written = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
         let _token = self.token_use(&open, TokenMode::Write, (offset, end - 1))?;
-        if let Some(enwrich) = open.enwrich.lock().as_ref() {
-            enwrich.write_at(offset, data).map_err(failed)?;
-            if open.sync_writes {
-                enwrich.sync().map_err(failed)?;
+        // The ENWRICH handle's lock is held by ENWRICH writes only: in an `if let ... else`
+        // it would be held through the other branches too, serializing every write of the
+        // handle behind one that waits for write-behind room.
+        let enwrich_wrote = match open.enwrich.lock().as_ref() {
+            Some(enwrich) => {
+                enwrich.write_at(offset, data).map_err(failed)?;
+                if open.sync_writes {
+                    enwrich.sync().map_err(failed)?;
+                }
+                true
             }
-        } else if open.sync_writes {
-            self.send_buffered(&open)?;
-            self.with_file(&open, |file| file.write_at(offset, data).and_then(|()| file.sync()))?;
-        } else {
-            let send = |shape: Shape, bytes: &[u8]| self.send_shape(&open, shape, bytes);
-            let background = self.background_sender(&open);
-            if let Buffered::No = self.write_behind.write(ino, (offset, data), &send, &background)? {
-                self.with_file(&open, |file| file.write_at(offset, data))?;
-            }
+            None => false,
+        };
+        if !enwrich_wrote {
+            self.write_to_servers(&open, ino, (offset, data))?;
         }
         self.sizes.wrote(ino, end);
         if self.sizes.cached_opens(ino) > 0 {
@@ -520,6 +521,21 @@ impl FlotillaFs {
             self.holder.invalidate_kernel(ino, (offset, end - 1));
         }
         Ok(written)
+    }
+
+    /// A write of an open that is not ENWRICH: sent at once with `O_SYNC`, else through the
+    /// write-behind buffers (or directly, when they have no room).
+    fn write_to_servers(&self, open: &OpenFile, ino: u64, (offset, data): (u64, &[u8])) -> Result<(), Errno> {
+        if open.sync_writes {
+            self.send_buffered(open)?;
+            return self.with_file(open, |file| file.write_at(offset, data).and_then(|()| file.sync()));
+        }
+        let send = |shape: Shape, bytes: &[u8]| self.send_shape(open, shape, bytes);
+        let background = self.background_sender(open);
+        if let Buffered::No = self.write_behind.write(ino, (offset, data), &send, &background)? {
+            self.with_file(open, |file| file.write_at(offset, data))?;
+        }
+        Ok(())
     }
 
     /// An `O_APPEND` write, atomic across clients: under the file's append lock, at the end
