@@ -17,21 +17,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Requests of `kind` the metadata service answered so far (its metrics endpoint).
-fn requests(local: &Local, kind: &str) -> u64 {
-    let addr = local.metrics.as_deref().expect("a metrics endpoint");
-    let text = common::http_get(addr, "/metrics").expect("scrape the metrics");
-    let label = format!("kind=\"{kind}\"");
-    text.lines()
-        .filter(|line| line.starts_with("flotilla_meta_request_duration_seconds_count"))
-        .filter(|line| line.contains(&label))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// Lookups of any kind (a stat that asks the service makes one).
 fn lookups(local: &Local) -> u64 {
-    requests(local, "lookup") + requests(local, "lookup_cached")
+    local.meta_requests("lookup") + local.meta_requests("lookup_cached")
 }
 
 /// Stats `path` through `client` until a stat asks the service nothing (the cache holds

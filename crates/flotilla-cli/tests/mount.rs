@@ -853,18 +853,6 @@ fn orphans_of_a_killed_mount_are_released_when_its_lease_expires() {
     wait_until_deleted(&cluster, 1, id, "after the killed mount's lease");
 }
 
-/// Requests of `kind` the metadata service of `local` answered so far (its metrics).
-fn meta_requests(local: &common::Local, kind: &str) -> u64 {
-    let addr = local.metrics.as_deref().expect("a metrics endpoint");
-    let text = common::http_get(addr, "/metrics").expect("scrape the metrics");
-    let label = format!("kind=\"{kind}\"");
-    text.lines()
-        .filter(|line| line.starts_with("flotilla_meta_request_duration_seconds_count"))
-        .filter(|line| line.contains(&label))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// A file created through the mount is created and opened by one request to the metadata
 /// service (`CreateAtOpen`), not a create and then an open; the file works as before.
 #[test]
@@ -873,11 +861,11 @@ fn a_create_through_the_mount_is_one_request() {
     let local = common::Local::start(1, true);
     let mount = common::Mount::start_with(&local.meta, &["--key", common::path(&local.key)]);
     let kinds = ["create_at_open", "create_at", "opened"];
-    let before: Vec<u64> = kinds.iter().map(|kind| meta_requests(&local, kind)).collect();
+    let before: Vec<u64> = kinds.iter().map(|kind| local.meta_requests(kind)).collect();
     for i in 0..FILES {
         fs::write(mount.path(&format!("f{i}")), format!("file {i}")).expect("create and write");
     }
-    let after: Vec<u64> = kinds.iter().map(|kind| meta_requests(&local, kind)).collect();
+    let after: Vec<u64> = kinds.iter().map(|kind| local.meta_requests(kind)).collect();
     let made: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     assert_eq!(made, [FILES, 0, 0], "requests per kind {kinds:?}");
     for i in 0..FILES {

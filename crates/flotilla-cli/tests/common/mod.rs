@@ -466,6 +466,19 @@ impl Local {
         Local { child, meta, key, metrics, _dir: dir }
     }
 
+    /// Requests of `kind` (a `MetaRequest` variant in snake case) the metadata service
+    /// answered so far, from its metrics endpoint (`start(_, true)`).
+    pub fn meta_requests(&self, kind: &str) -> u64 {
+        let addr = self.metrics.as_deref().expect("a metrics endpoint");
+        let text = http_get(addr, "/metrics").expect("scrape the metrics");
+        let label = format!("kind=\"{kind}\"");
+        text.lines()
+            .filter(|line| line.starts_with("flotilla_meta_request_duration_seconds_count"))
+            .filter(|line| line.contains(&label))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
     /// `flotilla ARGS` against this cluster, with `env` set; (success, stdout, stderr).
     pub fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
         let mut command = Command::new(FLOTILLA);
