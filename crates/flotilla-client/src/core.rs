@@ -82,6 +82,8 @@ pub(crate) struct Core {
     /// The metadata service refused `CreateAtOpen` (older than it): `create_at` sends
     /// `CreateAt` and `Opened`.
     pub create_at_open_refused: std::sync::atomic::AtomicBool,
+    /// Reused buffers for the data of write requests (`buffers.rs`).
+    pub buffers: Arc<crate::buffers::BufferPool>,
 }
 
 impl Core {
@@ -113,6 +115,9 @@ impl Core {
             tokens,
             attrs,
             create_at_open_refused: std::sync::atomic::AtomicBool::new(false),
+            // A quarter of what the unstable log may hold: buffers go back when their writes
+            // are durable, and a streaming writer takes them again.
+            buffers: crate::buffers::BufferPool::new((unstable_bytes_max / 4).min(usize::MAX as u64) as usize),
         }
     }
 

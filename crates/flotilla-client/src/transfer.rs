@@ -250,15 +250,16 @@ fn scatter(shape: &Shape, data: &[u8], buffer: &mut [u8]) -> Result<(), ClientEr
     })
 }
 
-/// Packs each piece's bytes from the buffer, in piece order.
-fn gather(shape: &Shape, total_bytes: u64, buffer: &[u8]) -> Result<Bytes, ClientError> {
-    let mut data = Vec::with_capacity(total_bytes as usize);
+/// Packs each piece's bytes from the buffer, in piece order, into a pooled buffer (it is
+/// kept until the write is durable, then goes back to the pool).
+fn gather(core: &Core, shape: &Shape, total_bytes: u64, buffer: &[u8]) -> Result<Bytes, ClientError> {
+    let mut data = core.buffers.take(total_bytes as usize);
     shape.for_each_piece(|piece| {
         let start = piece.memory_offset as usize;
         data.extend_from_slice(&buffer[start..start + piece.length as usize]);
         Ok::<(), ClientError>(())
     })?;
-    Ok(Bytes::from(data))
+    Ok(core.buffers.into_bytes(data))
 }
 
 /// Writes `shape` of `fork` from `buffer`; returns bytes written.
@@ -285,7 +286,7 @@ pub(crate) async fn write_shape(
     let server = &server;
     stream::iter(requests)
         .map(|(shape, bytes)| async move {
-            let data = gather(&shape, bytes, buffer)?;
+            let data = gather(core, &shape, bytes, buffer)?;
             let request = IoRequest::Write { fork: fork.clone(), shape: shape.clone() };
             match core.io_call(server, &request, data.clone(), bytes).await? {
                 (IoReply::Done { bytes: written }, _) if written == bytes => {

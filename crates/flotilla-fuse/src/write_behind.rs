@@ -32,7 +32,7 @@
 //!   at most `write_behind_total_bytes_max` in the whole mount (beyond, writes go straight
 //!   through).
 
-use flotilla_client::{Piece, Shape};
+use flotilla_client::{BufferPool, Piece, Shape, POOLED_BYTES_MIN};
 use fuser::Errno;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,8 +107,16 @@ struct FileBuffer {
 
 pub struct WriteBehind {
     files: parking_lot::Mutex<HashMap<u64, Arc<FileBuffer>>>,
-    buffered_bytes: Arc<AtomicU64>,
+    accounts: Arc<Accounts>,
     limits: WriteBehindLimits,
+}
+
+/// What every file's sends share: the bytes buffered and queued in the whole mount, and the
+/// buffers batches are copied into (given back once sent: fresh 1 MiB buffers cost a page
+/// fault and a zeroed page per 4 KiB, see `flotilla_client::BufferPool`).
+struct Accounts {
+    buffered_bytes: AtomicU64,
+    pool: Arc<BufferPool>,
 }
 
 /// Sends one buffer of a file: a `List` shape over the buffer's bytes.
@@ -130,7 +138,11 @@ impl WriteBehind {
         assert!(limits.piece_bytes_max <= limits.file_bytes_max);
         WriteBehind {
             files: parking_lot::Mutex::new(HashMap::new()),
-            buffered_bytes: Arc::new(AtomicU64::new(0)),
+            accounts: Arc::new(Accounts {
+                buffered_bytes: AtomicU64::new(0),
+                // Enough for a few files' queues in flight at once.
+                pool: BufferPool::new((limits.file_bytes_max as usize).saturating_mul(4)),
+            }),
             limits,
         }
     }
@@ -155,7 +167,8 @@ impl WriteBehind {
         background: &Sender,
     ) -> Result<Buffered, Errno> {
         let length = data.len() as u64;
-        let room = self.buffered_bytes.load(Ordering::Relaxed) + length <= self.limits.total_bytes_max;
+        let room =
+            self.accounts.buffered_bytes.load(Ordering::Relaxed) + length <= self.limits.total_bytes_max;
         if length >= self.limits.piece_bytes_max || !room {
             return match room && length <= self.limits.file_bytes_max {
                 true => self.queue_large(ino, (offset, data), send, background),
@@ -168,14 +181,30 @@ impl WriteBehind {
             pending = self.pass_on(&buffer, pending, send, background);
         }
         let piece = Piece { file_offset: offset, memory_offset: pending.data.len() as u64, length };
+        self.grow(&mut pending.data, data.len());
         pending.data.extend_from_slice(data);
         pending.pieces.push(piece);
         pending.extents.insert(offset, offset + length);
-        self.buffered_bytes.fetch_add(length, Ordering::Relaxed);
+        self.accounts.buffered_bytes.fetch_add(length, Ordering::Relaxed);
         if pending.data.len() as u64 >= self.limits.file_bytes_max {
             drop(self.pass_on(&buffer, pending, send, background));
         }
         Ok(Buffered::Yes)
+    }
+
+    /// Makes room for `more` bytes in a file's buffer: past `POOLED_BYTES_MIN` it moves into
+    /// a pooled buffer that holds a whole batch (instead of doubling into fresh memory).
+    fn grow(&self, data: &mut Vec<u8>, more: usize) {
+        let needed = data.len() + more;
+        if needed <= data.capacity() || needed < POOLED_BYTES_MIN {
+            return;
+        }
+        // A buffer is queued once it holds `file_bytes_max`; the write that got it there
+        // is shorter than `piece_bytes_max`.
+        let batch_bytes_max = self.limits.file_bytes_max.saturating_add(self.limits.piece_bytes_max);
+        let mut larger = self.accounts.pool.take(needed.max(batch_bytes_max as usize));
+        larger.extend_from_slice(data);
+        self.accounts.pool.give(std::mem::replace(data, larger));
     }
 
     /// A write of at least `piece_bytes_max`: queued on its own, after the buffer.
@@ -191,8 +220,10 @@ impl WriteBehind {
         let mut pending = self.pass_on(&buffer, pending, send, sender);
         let length = data.len() as u64;
         let piece = Piece { file_offset: offset, memory_offset: 0, length };
-        self.buffered_bytes.fetch_add(length, Ordering::Relaxed);
-        self.enqueue(&buffer, &mut pending, (vec![piece], data.to_vec()), (send, sender));
+        self.accounts.buffered_bytes.fetch_add(length, Ordering::Relaxed);
+        let mut copy = self.accounts.pool.take(data.len());
+        copy.extend_from_slice(data);
+        self.enqueue(&buffer, &mut pending, (vec![piece], copy), (send, sender));
         drop(pending);
         Ok(Buffered::Yes)
     }
@@ -227,10 +258,10 @@ impl WriteBehind {
         Self::push(pending, batch);
         if !pending.draining {
             pending.draining = true;
-            let (buffer, sender, total) = (buffer.clone(), sender.clone(), self.buffered_bytes.clone());
+            let (buffer, sender, accounts) = (buffer.clone(), sender.clone(), self.accounts.clone());
             let spawned = std::thread::Builder::new()
                 .name("flotilla-write-behind".into())
-                .spawn(move || drain(&buffer, &sender, &total));
+                .spawn(move || drain(&buffer, &sender, &accounts));
             if let Err(error) = spawned {
                 tracing::warn!(%error, "cannot start a write-behind thread; writers and flushes send the queue");
                 pending.draining = false;
@@ -240,7 +271,7 @@ impl WriteBehind {
             if pending.queued.is_empty() {
                 wait_for_sends(buffer, pending);
             } else {
-                send_front(buffer, pending, send, &self.buffered_bytes);
+                send_front(buffer, pending, send, &self.accounts);
             }
         }
     }
@@ -269,7 +300,7 @@ impl WriteBehind {
         let before = pending.next_seq;
         loop {
             if pending.queued.front().is_some_and(|queued| queued.seq < before) {
-                send_front(&buffer, &mut pending, send, &self.buffered_bytes);
+                send_front(&buffer, &mut pending, send, &self.accounts);
             } else if pending.in_flight.iter().any(|seq| *seq < before) {
                 wait_for_sends(&buffer, &mut pending);
             } else {
@@ -321,7 +352,7 @@ impl WriteBehind {
 
     #[cfg(test)]
     fn buffered(&self) -> u64 {
-        self.buffered_bytes.load(Ordering::Relaxed)
+        self.accounts.buffered_bytes.load(Ordering::Relaxed)
     }
 }
 
@@ -351,7 +382,7 @@ fn send_front(
     buffer: &FileBuffer,
     pending: &mut parking_lot::MutexGuard<'_, Pending>,
     send: Send<'_>,
-    total: &AtomicU64,
+    accounts: &Accounts,
 ) {
     let Some(Queued { seq, batch: (pieces, data) }) = pending.queued.pop_front() else { return };
     pending.in_flight.push(seq);
@@ -364,23 +395,21 @@ fn send_front(
     });
     pending.in_flight.retain(|in_flight| *in_flight != seq);
     pending.queued_bytes -= data.len() as u64;
-    total.fetch_sub(data.len() as u64, Ordering::Relaxed);
+    accounts.buffered_bytes.fetch_sub(data.len() as u64, Ordering::Relaxed);
+    let bytes = data.len();
+    accounts.pool.give(data);
     if let Err(errno) = sent {
-        tracing::warn!(
-            ?errno,
-            bytes = data.len(),
-            "a write-behind send failed; the next close or fsync reports it"
-        );
+        tracing::warn!(?errno, bytes, "a write-behind send failed; the next close or fsync reports it");
         pending.error.get_or_insert(errno);
     }
     buffer.sent.notify_all();
 }
 
 /// The background thread of one file: sends its queue in order until it is empty.
-fn drain(buffer: &FileBuffer, sender: &Sender, total: &AtomicU64) {
+fn drain(buffer: &FileBuffer, sender: &Sender, accounts: &Accounts) {
     let mut pending = buffer.pending.lock();
     while !pending.queued.is_empty() {
-        send_front(buffer, &mut pending, &**sender, total);
+        send_front(buffer, &mut pending, &**sender, accounts);
     }
     pending.draining = false;
     buffer.sent.notify_all();
