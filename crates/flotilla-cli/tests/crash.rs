@@ -356,8 +356,16 @@ fn crash_checker_every_acknowledged_file_survives_50_kills() {
         std::thread::spawn(move || mount_writer(mount, dir, seed, stop, acked))
     });
     let (mut kills, mut meta_kills, mut mount_kills) = (0, 0, 0);
-    while kills < 50 {
-        std::thread::sleep(Duration::from_millis(50 + dice.below(250)));
+    // At least 50 kills; then, while too few files were acknowledged to check much (a busy
+    // machine finishes few between kills), more kills at longer intervals, for at most 3 min.
+    let enough = |acked: &Mutex<Vec<(String, u64, u64)>>| {
+        let acked = acked.lock().expect("acked");
+        acked.len() >= 10 && acked.iter().filter(|(path, _, _)| path.starts_with("/m-")).count() >= 3
+    };
+    let extra_until = Instant::now() + Duration::from_secs(180);
+    while kills < 50 || (!enough(&acked) && Instant::now() < extra_until) {
+        let spell_ms = if kills < 50 { 50 + dice.below(250) } else { 500 + dice.below(1000) };
+        std::thread::sleep(Duration::from_millis(spell_ms));
         match dice.below(8) {
             0 | 1 => {
                 kill_and_restart_meta(&mut cluster);
@@ -384,7 +392,10 @@ fn crash_checker_every_acknowledged_file_survives_50_kills() {
         "{kills} kills ({meta_kills} of the metadata service, {mount_kills} of the mount), {} files acknowledged ({through_mount} by dd through the mount)",
         acked.len()
     );
-    assert!(acked.len() >= 10 && through_mount >= 3, "too few files were acknowledged to check anything");
+    assert!(
+        acked.len() >= 10 && through_mount >= 3,
+        "too few files were acknowledged to check anything, even after {kills} kills"
+    );
     let reader = cluster.client();
     let failures: Vec<String> =
         acked.iter().filter_map(|(path, seed, size)| verify(&reader, path, *seed, *size).err()).collect();
