@@ -6,16 +6,21 @@
 //! taken from here and given back when the last user is done (for `Bytes`, when the last
 //! clone drops, e.g. once the write is durable and the unstable log lets it go).
 //!
-//! Bounded: at most `kept_bytes_max` bytes of buffers wait here, and a buffer larger than
-//! `POOLED_BYTES_MAX` is never kept.
+//! Bounded: at most `kept_bytes_max` bytes of buffers wait here, a buffer larger than
+//! `POOLED_BYTES_MAX` is never kept, and `trim` frees those idle for longer than it is told
+//! (the client calls it every lease renewal, so a process that stopped writing gives the
+//! memory back within `IDLE_KEPT_MAX`).
 
 use bytes::Bytes;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Smaller buffers come from the allocator's heap, which reuses them without faults.
 pub const POOLED_BYTES_MIN: usize = 512 << 10;
 /// Larger buffers are not kept (one would hold the whole budget).
 pub const POOLED_BYTES_MAX: usize = 16 << 20;
+/// How long the client keeps an idle buffer (`trim`).
+pub const IDLE_KEPT_MAX: Duration = Duration::from_secs(5);
 
 /// A bounded free list of large buffers.
 #[derive(Debug)]
@@ -26,7 +31,8 @@ pub struct BufferPool {
 
 #[derive(Debug, Default)]
 struct Free {
-    buffers: Vec<Vec<u8>>,
+    /// Idle buffers and when each came back.
+    buffers: Vec<(Vec<u8>, Instant)>,
     bytes: usize,
 }
 
@@ -41,8 +47,8 @@ impl BufferPool {
     pub fn take(&self, bytes: usize) -> Vec<u8> {
         if bytes >= POOLED_BYTES_MIN {
             let mut free = self.free.lock();
-            if let Some(at) = free.buffers.iter().position(|buffer| buffer.capacity() >= bytes) {
-                let mut buffer = free.buffers.swap_remove(at);
+            if let Some(at) = free.buffers.iter().position(|(buffer, _)| buffer.capacity() >= bytes) {
+                let (mut buffer, _) = free.buffers.swap_remove(at);
                 free.bytes -= buffer.capacity();
                 buffer.clear();
                 return buffer;
@@ -61,7 +67,17 @@ impl BufferPool {
         let mut free = self.free.lock();
         if free.bytes + capacity <= self.kept_bytes_max {
             free.bytes += capacity;
-            free.buffers.push(buffer);
+            free.buffers.push((buffer, Instant::now()));
+        }
+    }
+
+    /// Frees the buffers idle for longer than `idle_max`.
+    pub fn trim(&self, idle_max: Duration) {
+        let mut free = self.free.lock();
+        let before = free.buffers.len();
+        free.buffers.retain(|(_, since)| since.elapsed() <= idle_max);
+        if free.buffers.len() != before {
+            free.bytes = free.buffers.iter().map(|(buffer, _)| buffer.capacity()).sum();
         }
     }
 
@@ -131,6 +147,12 @@ mod tests {
         fresh.give(Vec::with_capacity(4096));
         fresh.give(Vec::with_capacity(POOLED_BYTES_MAX + 1));
         assert_eq!(fresh.kept_bytes(), 0);
+        // Idle buffers go when trimmed.
+        pool.trim(Duration::from_secs(3600));
+        assert_eq!(pool.kept_bytes(), 3 << 20);
+        std::thread::sleep(Duration::from_millis(5));
+        pool.trim(Duration::from_millis(1));
+        assert_eq!(pool.kept_bytes(), 0);
         // A buffer too small for the request is not handed out.
         let pool = BufferPool::new(8 << 20);
         pool.give(Vec::with_capacity(1 << 20));

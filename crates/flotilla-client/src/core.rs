@@ -115,9 +115,9 @@ impl Core {
             tokens,
             attrs,
             create_at_open_refused: std::sync::atomic::AtomicBool::new(false),
-            // A quarter of what the unstable log may hold: buffers go back when their writes
-            // are durable, and a streaming writer takes them again.
-            buffers: crate::buffers::BufferPool::new((unstable_bytes_max / 4).min(usize::MAX as u64) as usize),
+            // Half of what the unstable log may hold, what one background commit lets go at
+            // once (`commit.rs`): a streaming writer then takes every buffer again.
+            buffers: crate::buffers::BufferPool::new((unstable_bytes_max / 2).min(usize::MAX as u64) as usize),
         }
     }
 

@@ -74,11 +74,13 @@ fn handle(client: Client, path: String, mut entry: EntryInfo, guard: OpenGuard) 
     Ok(File::opened(client, path, entry, Arc::new(guard)))
 }
 
-/// Renews the session's lease every `period` while files are open, until the client goes.
+/// Renews the session's lease every `period` while files are open, until the client goes;
+/// frees the write buffers idle for long at the same pace.
 pub(crate) async fn renew_leases(core: Weak<Core>, period: Duration) {
     loop {
         tokio::time::sleep(period).await;
         let Some(core) = core.upgrade() else { return };
+        core.buffers.trim(crate::buffers::IDLE_KEPT_MAX);
         let mut files = core.open_files();
         if files.is_empty() {
             continue;
