@@ -8,7 +8,7 @@
 #   - sequential 1 MiB writes and reads of one shared file, each job its own segment;
 #   - 4 KiB and 47008-byte strided writes to one shared file, each job every 4th record, and
 #     the same files read back the same way.
-# ONLY_STRIDED=1 runs the strided jobs alone.
+# ONLY_STRIDED=1 runs the strided jobs alone, ONLY_SEQ=1 the sequential ones.
 # Writes end with fsync (fio --end_fsync), so that both sides count the bytes reaching the
 # disk; page caches are dropped before every read job (root only), and the servers' buffer
 # caches are kept small (--cache-bytes), so that reads come from the disk on both sides.
@@ -78,6 +78,10 @@ for round in $(seq 1 "$ROUNDS"); do
         for side in local mount; do run_fio seq-write-shared "$round" "$side" --rw=write --end_fsync=1 "${SHARED[@]}"; done
         for side in local mount; do run_fio seq-read-shared "$round" "$side" --rw=read "${SHARED[@]}"; done
     fi
+    if [ -n "${ONLY_SEQ:-}" ]; then
+        rm -rf "${WORK:?}/local/"* "${MOUNT:?}/"*
+        continue
+    fi
     for side in local mount; do
         run_fio strided-4k "$round" "$side" --filename=strided-4k --rw=write:12k --bs=4k --offset_increment=4k "${STRIDED[@]}"
     done
@@ -117,10 +121,12 @@ for label in labels:
     local, mount = rate(label, "local"), rate(label, "mount")
     print(f"| {label} | {local:.0f} | {mount:.0f} | {mount / local:.2f} |")
 print()
-strided = rate("strided-47008", "mount")
-for label in [l for l in ["seq-write-files", "seq-write-shared"] if l in labels]:
-    print(f"through the mount, strided-47008 / {label}: {strided / rate(label, 'mount'):.2f}")
-strided_read = rate("strided-47008-read", "mount")
-for label in [l for l in ["seq-read-files", "seq-read-shared"] if l in labels]:
-    print(f"through the mount, strided-47008-read / {label}: {strided_read / rate(label, 'mount'):.2f}")
+if "strided-47008" in labels:
+    strided = rate("strided-47008", "mount")
+    for label in [l for l in ["seq-write-files", "seq-write-shared"] if l in labels]:
+        print(f"through the mount, strided-47008 / {label}: {strided / rate(label, 'mount'):.2f}")
+if "strided-47008-read" in labels:
+    strided_read = rate("strided-47008-read", "mount")
+    for label in [l for l in ["seq-read-files", "seq-read-shared"] if l in labels]:
+        print(f"through the mount, strided-47008-read / {label}: {strided_read / rate(label, 'mount'):.2f}")
 PY
