@@ -83,7 +83,7 @@ pub(crate) struct Core {
     /// `CreateAt` and `Opened`.
     pub create_at_open_refused: std::sync::atomic::AtomicBool,
     /// Reused buffers for the data of write requests (`buffers.rs`).
-    pub buffers: Arc<crate::buffers::BufferPool>,
+    pub buffers: Arc<flotilla_proto::buffers::BufferPool>,
 }
 
 impl Core {
@@ -117,7 +117,9 @@ impl Core {
             create_at_open_refused: std::sync::atomic::AtomicBool::new(false),
             // Half of what the unstable log may hold, what one background commit lets go at
             // once (`commit.rs`): a streaming writer then takes every buffer again.
-            buffers: crate::buffers::BufferPool::new((unstable_bytes_max / 2).min(usize::MAX as u64) as usize),
+            buffers: flotilla_proto::buffers::BufferPool::new(
+                (unstable_bytes_max / 2).min(usize::MAX as u64) as usize,
+            ),
         }
     }
 

@@ -13,7 +13,6 @@
 mod array;
 mod attr_cache;
 mod attr_leases;
-mod buffers;
 mod call_memory;
 mod capabilities;
 mod client;
@@ -40,11 +39,11 @@ mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
 pub use attr_leases::AttrSettings;
-pub use buffers::{BufferPool, POOLED_BYTES_MIN};
 pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptions, OpenOptions};
 pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File, ForkHsm};
+pub use flotilla_proto::buffers::{BufferPool, POOLED_BYTES_MIN};
 pub use flotilla_proto::TokenMode;
 pub use flotilla_proto::{
     DirEntryInfo, EntryInfo, ErrorCode, ForkInfo, TargetState, TargetStatus, WireError,

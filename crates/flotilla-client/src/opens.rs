@@ -80,7 +80,7 @@ pub(crate) async fn renew_leases(core: Weak<Core>, period: Duration) {
     loop {
         tokio::time::sleep(period).await;
         let Some(core) = core.upgrade() else { return };
-        core.buffers.trim(crate::buffers::IDLE_KEPT_MAX);
+        core.buffers.trim(flotilla_proto::buffers::IDLE_KEPT_MAX);
         let mut files = core.open_files();
         if files.is_empty() {
             continue;

@@ -21,6 +21,7 @@
 //! memory reservation) and hands both to a [`PayloadOpener`], which decrypts the payload
 //! in place before it is split into body and data.
 
+use crate::buffers::{BufferPool, POOLED_BYTES_MIN};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::Duration;
@@ -262,7 +263,10 @@ pub fn decode_frame(input: &[u8], frame_bytes_max: u32) -> Result<(Frame, usize)
 /// Reads one frame. `buffer` is reused between calls so that steady traffic does not
 /// allocate: a frame's bytes are split off it and its capacity is reclaimed once the
 /// previous frame's `Bytes` are dropped. The payload buffer grows as bytes arrive (never
-/// by more than [`GROWTH_BYTES_MAX`] ahead of them) and is never zero-filled.
+/// by more than [`GROWTH_BYTES_MAX`] ahead of them) and is never zero-filled. (With a
+/// budget's pool, `read_frame_bounded_opened` reads a large payload into one buffer of its
+/// whole length: an idle pooled one, already resident, or a fresh mapping whose pages
+/// become resident only as the bytes arrive — so resident memory still follows the bytes.)
 pub async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     buffer: &mut BytesMut,
@@ -377,18 +381,22 @@ pub struct ReadBounds {
     pub frame_timeout: Duration,
 }
 
-/// A memory budget in KiB units shared by every connection of a service.
+/// A memory budget in KiB units shared by every connection of a service, and optionally
+/// a pool the payloads of large unencrypted frames are read into (`buffers.rs`: reused
+/// memory instead of a fresh mapping per frame; the buffer goes back when the frame's last
+/// `Bytes` drops).
 #[derive(Clone, Debug)]
 pub struct FrameBudget {
     pub kib: Arc<Semaphore>,
     pub kib_max: u32,
+    pub pool: Option<Arc<crate::buffers::BufferPool>>,
 }
 
 impl FrameBudget {
-    /// A budget of `bytes_max` bytes (at least 1 KiB).
+    /// A budget of `bytes_max` bytes (at least 1 KiB), without a pool.
     pub fn new(bytes_max: u64) -> FrameBudget {
         let kib_max = u32::try_from((bytes_max / 1024).max(1)).unwrap_or(u32::MAX >> 4);
-        FrameBudget { kib: Arc::new(Semaphore::new(kib_max as usize)), kib_max }
+        FrameBudget { kib: Arc::new(Semaphore::new(kib_max as usize)), kib_max, pool: None }
     }
 
     /// KiB units `bytes` hold (at least one, at most the whole budget).
@@ -443,16 +451,68 @@ pub async fn read_frame_bounded_opened<R: AsyncRead + Unpin>(
     let take = budget.take(budget.units(payload_bytes as u64));
     let permit =
         tokio::time::timeout_at(deadline + bounds.frame_timeout, take).await.map_err(timed_out)??;
+    let pool =
+        budget.pool.as_ref().filter(|_| header.trailer_bytes() == 0 && payload_bytes >= POOLED_BYTES_MIN);
+    if let Some(pool) = pool {
+        let mut pooled = pool.take(payload_bytes);
+        fill_within(reader, &mut pooled, payload_bytes, deadline, timed_out).await?;
+        return Ok((split_pooled(pool, pooled, &header)?, permit));
+    }
     buffer.clear();
-    let arrived = match tokio::time::timeout_at(deadline, fill_payload(reader, buffer, payload_bytes)).await {
+    fill_within(reader, buffer, payload_bytes, deadline, timed_out).await?;
+    Ok((split_payload(buffer, &header, opener)?, permit))
+}
+
+/// `fill_payload` by `deadline`; past it, only what is already here (a brief wait lets the
+/// reactor report it).
+async fn fill_within<R: AsyncRead + Unpin, B: bytes::BufMut + BufferLen>(
+    reader: &mut R,
+    buffer: &mut B,
+    payload_bytes: usize,
+    deadline: tokio::time::Instant,
+    timed_out: impl Fn(tokio::time::error::Elapsed) -> FrameError,
+) -> Result<(), FrameError> {
+    match tokio::time::timeout_at(deadline, fill_payload(reader, buffer, payload_bytes)).await {
         Ok(arrived) => arrived,
-        // Past the deadline, only what is already here: a brief wait lets the reactor report it.
         Err(_) => tokio::time::timeout(LATE_GRACE, fill_payload(reader, buffer, payload_bytes))
             .await
             .map_err(timed_out)?,
-    };
-    arrived?;
-    Ok((split_payload(buffer, &header, opener)?, permit))
+    }
+}
+
+/// What `fill_payload` needs of a buffer besides `BufMut`: its length and room to grow.
+trait BufferLen {
+    fn filled(&self) -> usize;
+    fn make_room(&mut self, bytes: usize);
+}
+
+impl BufferLen for BytesMut {
+    fn filled(&self) -> usize {
+        self.len()
+    }
+    fn make_room(&mut self, bytes: usize) {
+        self.reserve(bytes);
+    }
+}
+
+impl BufferLen for Vec<u8> {
+    fn filled(&self) -> usize {
+        self.len()
+    }
+    fn make_room(&mut self, bytes: usize) {
+        self.reserve(bytes);
+    }
+}
+
+/// A complete unencrypted payload read into a pooled buffer, split into body and data that
+/// share it (it goes back to `pool` when both are dropped); checked as `split_payload` does.
+fn split_pooled(pool: &Arc<BufferPool>, payload: Vec<u8>, header: &FrameHeader) -> Result<Frame, FrameError> {
+    let body_bytes = header.body_bytes as usize;
+    assert_eq!(payload.len(), body_bytes + header.data_bytes as usize, "a whole payload");
+    let whole = pool.into_bytes(payload);
+    let (body, data) = (whole.slice(..body_bytes), whole.slice(body_bytes..));
+    header.check_payload(&body, &data)?;
+    Ok(Frame { request_id: header.request_id, flags: header.flags, body, data })
 }
 
 /// How long a frame that got its memory after its deadline may still take to be read.
@@ -499,14 +559,14 @@ async fn read_payload<R: AsyncRead + Unpin>(
 }
 
 /// Reads until `buffer` holds `payload_bytes`; cancel-safe (what was read stays in `buffer`).
-async fn fill_payload<R: AsyncRead + Unpin>(
+async fn fill_payload<R: AsyncRead + Unpin, B: bytes::BufMut + BufferLen>(
     reader: &mut R,
-    buffer: &mut BytesMut,
+    buffer: &mut B,
     payload_bytes: usize,
 ) -> Result<(), FrameError> {
-    while buffer.len() < payload_bytes {
-        let remaining = payload_bytes - buffer.len();
-        buffer.reserve(remaining.min(GROWTH_BYTES_MAX));
+    while buffer.filled() < payload_bytes {
+        let remaining = payload_bytes - buffer.filled();
+        buffer.make_room(remaining.min(GROWTH_BYTES_MAX));
         let got = (&mut *reader).take(remaining as u64).read_buf(buffer).await?;
         if got == 0 {
             let error = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "frame payload cut short");
@@ -685,6 +745,52 @@ mod tests {
         let wire = flipped_frame(6, b"x", b"", b'T');
         let error = read_frame(&mut &wire[..], &mut buffer, 1 << 20).await.unwrap_err();
         assert!(error.to_string().contains("without encryption keys"), "{error}");
+    }
+
+    /// With a pool, a large unencrypted payload is read into a pooled buffer that comes back
+    /// when the frame's data is dropped, and is handed out again for the next large frame; a
+    /// flipped byte is still caught; small frames keep the connection's buffer.
+    #[tokio::test]
+    async fn large_payloads_are_read_into_pooled_buffers_and_still_checked() {
+        let data: Vec<u8> = (0..(1 << 20) + 77).map(|i| (i % 251) as u8).collect();
+        let mut wire = encode(1, b"first", &data);
+        wire.extend_from_slice(&encode(2, b"small", b"tiny"));
+        wire.extend_from_slice(&encode(3, b"again", &data));
+        let mut bad = encode(4, b"bad", &data);
+        let last = bad.len() - 1;
+        bad[last] ^= 0x10;
+        wire.extend_from_slice(&bad);
+        let pool = crate::buffers::BufferPool::new(8 << 20);
+        let budget = FrameBudget { pool: Some(pool.clone()), ..FrameBudget::new(64 << 20) };
+        let (mut reader, mut buffer) = (&wire[..], BytesMut::new());
+        async fn read(
+            reader: &mut &[u8],
+            buffer: &mut BytesMut,
+            budget: &FrameBudget,
+        ) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
+            read_frame_bounded_opened(reader, buffer, bounds(), budget, &|| false, None).await
+        }
+        macro_rules! next {
+            () => {
+                read(&mut reader, &mut buffer, &budget)
+            };
+        }
+        let (frame, _permit) = next!().await.unwrap();
+        assert_eq!((frame.request_id, &frame.body[..], &frame.data[..]), (1, &b"first"[..], &data[..]));
+        let first_address = frame.body.as_ptr();
+        assert_eq!(pool.kept_bytes(), 0, "the frame holds its buffer");
+        drop(frame);
+        assert!(pool.kept_bytes() > 1 << 20, "the buffer came back");
+        let (frame, _permit) = next!().await.unwrap();
+        assert_eq!((frame.request_id, &frame.data[..]), (2, &b"tiny"[..]));
+        assert!(pool.kept_bytes() > 1 << 20, "a small frame does not take it");
+        let (frame, _permit) = next!().await.unwrap();
+        assert_eq!((frame.request_id, &frame.data[..]), (3, &data[..]));
+        assert_eq!(frame.body.as_ptr(), first_address, "the same memory, reused");
+        drop(frame);
+        let error = next!().await.unwrap_err();
+        assert!(matches!(error, FrameError::PayloadChecksum { request_id: 4, .. }), "{error}");
+        assert!(pool.kept_bytes() > 1 << 20, "a refused frame's buffer comes back too");
     }
 
     fn bounds() -> ReadBounds {

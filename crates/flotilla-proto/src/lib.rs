@@ -9,6 +9,7 @@
 //! any buffer is sized from a length field; both checksums are verified before the body is
 //! decoded; decoding never panics on any input (a fuzz target in `fuzz/` checks this).
 
+pub mod buffers;
 pub mod capability;
 pub mod frame;
 mod io;

@@ -71,6 +71,9 @@ pub(crate) struct Shared {
     /// server hold more than this, whatever each one's credit.
     pub memory: Arc<Semaphore>,
     pub memory_units_max: u32,
+    /// Buffers large request payloads are read into, reused once their data is done with
+    /// (`flotilla_proto::buffers`); at most `FRAME_POOL_KEPT_BYTES_MAX` of them idle.
+    pub frame_pool: Arc<flotilla_proto::buffers::BufferPool>,
     /// Frame size, idle and frame-read timeouts for every incoming frame.
     pub read_bounds: ReadBounds,
     /// A reply not written within this long drops the connection (`reply_stall_ms_max`).
@@ -84,6 +87,10 @@ pub(crate) struct Shared {
     /// Counters for the metrics and `IoRequest::Stats`; `None` when `metrics` is off.
     pub metrics: Option<ServerMetrics>,
 }
+
+/// Most bytes of idle request buffers the server keeps for reuse (beyond the data budget
+/// `data_bytes_in_memory_max`, inside the 64 MiB its memory bound allows over the cache).
+pub(crate) const FRAME_POOL_KEPT_BYTES_MAX: usize = 16 << 20;
 
 /// Serves one connection until the client goes away or sends a stream-breaking frame.
 pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<Shared>) {
@@ -146,10 +153,15 @@ struct Reader {
 impl Reader {
     async fn run(mut self, mut read_half: OwnedReadHalf, mut opener: Opener) {
         let mut buffer = BytesMut::new();
-        let budget = FrameBudget { kib: self.shared.memory.clone(), kib_max: self.shared.memory_units_max };
+        let budget = FrameBudget {
+            kib: self.shared.memory.clone(),
+            kib_max: self.shared.memory_units_max,
+            pool: Some(self.shared.frame_pool.clone()),
+        };
         let (slots, queue_max) = (self.slots.clone(), self.shared.connection_queue_max);
         let busy = move || slots.available_permits() < queue_max;
         loop {
+            self.shared.frame_pool.trim(flotilla_proto::buffers::IDLE_KEPT_MAX);
             let bounds = self.shared.read_bounds;
             let read = read_frame_bounded_opened(
                 &mut read_half,

@@ -71,6 +71,9 @@ impl Server {
             reply_queue_max: config.reply_queue_max.max(1),
             memory,
             memory_units_max,
+            frame_pool: flotilla_proto::buffers::BufferPool::new(
+                (config.data_bytes_in_memory_max as usize).min(crate::connection::FRAME_POOL_KEPT_BYTES_MAX),
+            ),
             read_bounds: flotilla_proto::ReadBounds {
                 frame_bytes_max: config.limits.frame_bytes_max,
                 idle_timeout: Duration::from_millis(config.idle_timeout_ms.max(1)),

@@ -4,7 +4,8 @@
 //! before the first byte is copied in — in a profile of 1 MiB writes through the mount, a
 //! quarter of the mount's own CPU. Buffers of `POOLED_BYTES_MIN` or more are therefore
 //! taken from here and given back when the last user is done (for `Bytes`, when the last
-//! clone drops, e.g. once the write is durable and the unstable log lets it go).
+//! clone drops: a client's write data once the write is durable and the unstable log lets
+//! it go, a server's request frame once the worker is done with its data).
 //!
 //! Bounded: at most `kept_bytes_max` bytes of buffers wait here, a buffer larger than
 //! `POOLED_BYTES_MAX` is never kept, and `trim` frees those idle for longer than it is told
