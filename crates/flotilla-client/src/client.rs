@@ -40,7 +40,8 @@ pub struct ClientConfig {
     pub integrity: flotilla_auth::Integrity,
     /// Most bytes of acknowledged but not yet durable writes the client keeps a copy of (to
     /// send again if a server restarts before they are synced); past it, writes wait while
-    /// the oldest are synced.
+    /// the oldest are synced. The copies' buffers are reused: up to half of this more is kept
+    /// idle for the next writes, and freed 5 s after writing stops.
     pub unstable_bytes_max: u64,
     /// The job this client works for, sent once on every I/O server connection so the servers
     /// count its bytes and operations under it (`flotilla jobs`); by default the first set of
