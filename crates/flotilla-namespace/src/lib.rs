@@ -31,6 +31,7 @@ mod group;
 pub use group::{CommitStats, GroupCommit};
 mod guard;
 mod hints;
+mod ids;
 mod namespace;
 mod placement;
 mod record;
