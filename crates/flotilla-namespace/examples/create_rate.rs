@@ -2,6 +2,9 @@
 //! directory that already holds `prefill` entries, every create durable (group commit).
 //! With `ROUNDS` (default 1) the measured creates are repeated that many times after one
 //! prefill, each round's rate printed, then their median (a noisy machine's spread shows).
+//! Each round also prints the bytes the process handed to `write`/`pwrite` per create
+//! (`wchar` of `/proc/self/io`): the pages the database wrote, which unlike the rate does not
+//! depend on how busy the machine and its disk are.
 //!
 //! ```sh
 //! cargo run --release -p flotilla-namespace --example create_rate -- DIR PREFILL THREADS CREATES_PER_THREAD [ROUNDS]
@@ -36,6 +39,7 @@ fn main() {
     let mut rates = Vec::new();
     for round in 0..rounds {
         let before = namespace.commit_stats();
+        let written = written_bytes();
         let started = Instant::now();
         let prefix = if round == 0 { "new".to_string() } else { format!("r{round}n") };
         run(&namespace, threads, creates, &prefix);
@@ -43,6 +47,9 @@ fn main() {
         rates.push(ops as f64 / seconds);
         println!("{ops} creates in {seconds:.2} s: {:.0}/s", ops as f64 / seconds);
         report(&before, &namespace.commit_stats());
+        if let (Some(from), Some(to)) = (written, written_bytes()) {
+            println!("written per create: {:.1} KiB", (to - from) as f64 / ops as f64 / 1024.0);
+        }
     }
     if rounds > 1 {
         rates.sort_by(f64::total_cmp);
@@ -84,6 +91,12 @@ fn run(namespace: &Namespace, threads: usize, creates: usize, prefix: &str) {
             });
         }
     });
+}
+
+/// Bytes this process has passed to write system calls (`wchar`), where `/proc` has it.
+fn written_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines().find_map(|line| line.strip_prefix("wchar: ")).and_then(|value| value.trim().parse().ok())
 }
 
 fn report(before: &CommitStats, after: &CommitStats) {
