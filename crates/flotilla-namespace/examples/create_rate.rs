@@ -1,8 +1,13 @@
 //! Create rate of the namespace alone (no network): `threads` writers creating files in one
 //! directory that already holds `prefill` entries, every create durable (group commit).
+//! With `ROUNDS` (default 1) the measured creates are repeated that many times after one
+//! prefill, each round's rate printed, then their median (a noisy machine's spread shows).
+//! Each round also prints the bytes the process handed to `write`/`pwrite` per create
+//! (`wchar` of `/proc/self/io`): the pages the database wrote, which unlike the rate does not
+//! depend on how busy the machine and its disk are.
 //!
 //! ```sh
-//! cargo run --release -p flotilla-namespace --example create_rate -- DIR PREFILL THREADS CREATES_PER_THREAD
+//! cargo run --release -p flotilla-namespace --example create_rate -- DIR PREFILL THREADS CREATES_PER_THREAD [ROUNDS]
 //! ```
 
 use flotilla_namespace::{CommitStats, CreateFile, Namespace, Owner, TargetUsage};
@@ -13,10 +18,15 @@ const PREFILL_THREADS: usize = 16;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, dir, prefill, threads, creates] = &args[..] else {
-        eprintln!("usage: create_rate DIR PREFILL THREADS CREATES_PER_THREAD");
-        std::process::exit(2);
+    let (dir, prefill, threads, creates, rounds) = match &args[..] {
+        [_, dir, prefill, threads, creates] => (dir, prefill, threads, creates, "1"),
+        [_, dir, prefill, threads, creates, rounds] => (dir, prefill, threads, creates, rounds.as_str()),
+        _ => {
+            eprintln!("usage: create_rate DIR PREFILL THREADS CREATES_PER_THREAD [ROUNDS]");
+            std::process::exit(2);
+        }
     };
+    let rounds: usize = rounds.parse().unwrap();
     let (prefill, threads, creates): (usize, usize, usize) =
         (prefill.parse().unwrap(), threads.parse().unwrap(), creates.parse().unwrap());
     let namespace = Namespace::open(&std::path::Path::new(dir).join("namespace.redb")).unwrap();
@@ -25,13 +35,27 @@ fn main() {
     let started = Instant::now();
     run(&namespace, PREFILL_THREADS, prefill / PREFILL_THREADS, "pre");
     println!("prefill {prefill} in {:.1} s", started.elapsed().as_secs_f64());
-    let before = namespace.commit_stats();
-    let started = Instant::now();
-    run(&namespace, threads, creates, "new");
-    let seconds = started.elapsed().as_secs_f64();
     let ops = threads * creates;
-    println!("{ops} creates in {seconds:.2} s: {:.0}/s", ops as f64 / seconds);
-    report(&before, &namespace.commit_stats());
+    let mut rates = Vec::new();
+    for round in 0..rounds {
+        let before = namespace.commit_stats();
+        let written = written_bytes();
+        let started = Instant::now();
+        let prefix = if round == 0 { "new".to_string() } else { format!("r{round}n") };
+        run(&namespace, threads, creates, &prefix);
+        let seconds = started.elapsed().as_secs_f64();
+        rates.push(ops as f64 / seconds);
+        println!("{ops} creates in {seconds:.2} s: {:.0}/s", ops as f64 / seconds);
+        report(&before, &namespace.commit_stats());
+        if let (Some(from), Some(to)) = (written, written_bytes()) {
+            println!("written per create: {:.1} KiB", (to - from) as f64 / ops as f64 / 1024.0);
+        }
+    }
+    if rounds > 1 {
+        rates.sort_by(f64::total_cmp);
+        let list: Vec<String> = rates.iter().map(|rate| format!("{rate:.0}")).collect();
+        println!("median of {rounds} rounds: {:.0}/s ({})", rates[rounds / 2], list.join(" "));
+    }
     let started = Instant::now();
     std::thread::scope(|scope| {
         for thread in 0..threads {
@@ -67,6 +91,12 @@ fn run(namespace: &Namespace, threads: usize, creates: usize, prefix: &str) {
             });
         }
     });
+}
+
+/// Bytes this process has passed to write system calls (`wchar`), where `/proc` has it.
+fn written_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines().find_map(|line| line.strip_prefix("wchar: ")).and_then(|value| value.trim().parse().ok())
 }
 
 fn report(before: &CommitStats, after: &CommitStats) {

@@ -73,6 +73,10 @@ pub enum NamespaceError {
     Corrupt { what: String },
     #[error("namespace storage failed: {0}")]
     Storage(String),
+    /// A new inode's sequence number already holds an inode (the `inode_seq` counter went
+    /// back): the create is refused and nothing is overwritten.
+    #[error("corrupt namespace database: inode sequence number {seq} is already in use")]
+    SequenceInUse { seq: u64 },
     #[error("the namespace database's disk is full: {message}")]
     NoSpace { message: String },
 }
@@ -96,7 +100,10 @@ impl NamespaceError {
             Self::NotEnoughTargets { .. } | Self::NoSpace { .. } => ENOSPC,
             Self::AccessDenied { .. } => EACCES,
             Self::ReadOnly { .. } => EROFS,
-            Self::UnsupportedFormat { .. } | Self::Corrupt { .. } | Self::Storage(_) => EIO,
+            Self::UnsupportedFormat { .. }
+            | Self::Corrupt { .. }
+            | Self::Storage(_)
+            | Self::SequenceInUse { .. } => EIO,
         }
     }
 

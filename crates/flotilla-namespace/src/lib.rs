@@ -31,6 +31,7 @@ mod group;
 pub use group::{CommitStats, GroupCommit};
 mod guard;
 mod hints;
+mod ids;
 mod namespace;
 mod placement;
 mod record;
@@ -62,7 +63,8 @@ pub use targets::PENDING_DELETES_BATCH_MAX;
 pub use touched::{recording, walking, Touched};
 pub use walk::{Place, DIRECTORY_DEPTH_MAX, SYMLINK_FOLLOWS_MAX};
 
-/// Decodes an inode record (the value of the `inodes` table); for fuzzing and tools.
+/// Decodes an inode record (the value of the `inodes_by_seq` and `inodes` tables); for
+/// fuzzing and tools.
 /// Returns `Corrupt` for anything that is not a valid record, never panics.
 #[doc(hidden)]
 pub fn decode_inode_record(record: &[u8]) -> Result<Entry, NamespaceError> {

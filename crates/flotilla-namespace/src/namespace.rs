@@ -21,6 +21,7 @@ thread_local! {
     /// at its end.
     static DEFERRED: RefCell<Option<Vec<Arc<Batch>>>> = const { RefCell::new(None) };
 }
+use crate::ids::{InodeIds, ROOT_SEQ};
 use crate::record::{Body, Inode};
 use crate::schema::{ROOT_ID, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use crate::tables::{ReadTables, Source, WriteTables};
@@ -52,6 +53,8 @@ pub struct Namespace {
     created: bool,
     /// Changes waiting for their durable commit.
     group: Group,
+    /// The id permutation's key (read at open; it never changes).
+    ids: InodeIds,
 }
 
 impl Drop for Namespace {
@@ -82,19 +85,16 @@ impl Namespace {
 
     fn init(db: Database, path: Option<PathBuf>) -> Result<Self, NamespaceError> {
         migrate_from_v1(&db)?;
-        let mut namespace = Self {
+        migrate_from_v2(&db)?;
+        let (ids, created) = open_or_create(&db)?;
+        Ok(Self {
             db: RwLock::new(db),
             path,
             broken: AtomicBool::new(false),
-            created: false,
+            created,
             group: Group::new(GroupCommit::default()),
-        };
-        namespace.created = namespace.write(|tables| match tables.counter(SCHEMA_VERSION_KEY)? {
-            Some(SCHEMA_VERSION) => Ok(false),
-            Some(found) => Err(NamespaceError::UnsupportedFormat { found, supported: SCHEMA_VERSION }),
-            None => create_root(tables).map(|()| true),
-        })?;
-        Ok(namespace)
+            ids,
+        })
     }
 
     /// Whether this open created the database (so no client can have a file of it open).
@@ -124,7 +124,8 @@ impl Namespace {
             let db = self.db.read();
             self.refuse_if_broken()?;
             let started = std::time::Instant::now();
-            let outcome = Self::write_in(&db, Durability::None, Some(&self.group.counters), change);
+            let outcome =
+                Self::write_in(&db, &self.ids, Durability::None, Some(&self.group.counters), change);
             self.group.counters.add_apply(started);
             self.note_failure(&outcome);
             (outcome?, applying.join())
@@ -178,7 +179,7 @@ impl Namespace {
         let batch = self.group.take();
         let started = std::time::Instant::now();
         let outcome = match self.refuse_if_broken() {
-            Ok(()) => Self::write_in(&db, Durability::Immediate, None, |_| Ok(())),
+            Ok(()) => Self::write_in(&db, &self.ids, Durability::Immediate, None, |_| Ok(())),
             Err(error) => Err(error),
         };
         self.group.counters.add_commit(started);
@@ -194,6 +195,7 @@ impl Namespace {
 
     fn write_in<R>(
         db: &Database,
+        ids: &InodeIds,
         durability: Durability,
         counters: Option<&Counters>,
         change: impl FnOnce(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
@@ -204,7 +206,7 @@ impl Namespace {
             counters.add_lock(started);
         }
         txn.set_durability(durability)?;
-        let outcome = WriteTables::open(&txn).and_then(|mut tables| change(&mut tables));
+        let outcome = WriteTables::open(&txn, ids).and_then(|mut tables| change(&mut tables));
         match outcome {
             Ok(value) => {
                 txn.commit()?;
@@ -273,13 +275,13 @@ impl Namespace {
 
     pub(crate) fn read<R>(
         &self,
-        query: impl FnOnce(&ReadTables) -> Result<R, NamespaceError>,
+        query: impl FnOnce(&ReadTables<'_>) -> Result<R, NamespaceError>,
     ) -> Result<R, NamespaceError> {
         self.reopen_if_broken()?;
         let db = self.db.read();
         self.refuse_if_broken()?;
         let txn = db.begin_read()?;
-        query(&ReadTables::open(&txn)?)
+        query(&ReadTables::open(&txn, &self.ids)?)
     }
 
     /// The entry at `path`; a symlink as the last component is returned, not followed.
@@ -333,7 +335,7 @@ impl Namespace {
 
     /// How many inodes there are (directories, files, symlinks, special files, orphans).
     pub fn inode_count(&self) -> Result<u64, NamespaceError> {
-        self.read(|tables| Ok(tables.inodes.len()?))
+        self.read(|tables| tables.inode_count())
     }
 
     /// The entry with inode id `id`.
@@ -427,7 +429,7 @@ impl Namespace {
 }
 
 fn list_page(
-    tables: &ReadTables,
+    tables: &ReadTables<'_>,
     who: &Caller,
     id: u64,
     dir: Inode,
@@ -446,7 +448,7 @@ fn list_page(
 /// each child made into an entry by `entry` from its name, id and attributes; `who` needs
 /// read permission on the directory.
 fn list_children<T>(
-    tables: &ReadTables,
+    tables: &ReadTables<'_>,
     who: &Caller,
     (id, dir, what): (u64, Inode, &str),
     after: Option<&[u8]>,
@@ -491,10 +493,83 @@ fn migrate_from_v1(db: &Database) -> Result<(), NamespaceError> {
         }
     }
     txn.delete_table(DIRENTS_V1)?;
-    txn.open_table(COUNTERS)?.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+    txn.open_table(COUNTERS)?.insert(SCHEMA_VERSION_KEY, 2)?;
     txn.commit()?;
-    tracing::info!("namespace database migrated from schema version 1 to {SCHEMA_VERSION}");
+    tracing::info!("namespace database migrated from schema version 1 to 2");
     Ok(())
+}
+
+/// Schema 2 to 3, in one transaction (a crash during it leaves the version 2 database): a
+/// key for the id permutation is drawn and kept in `keys`, the `inode_seq` counter starts at
+/// 1, and the root's record moves from the legacy `inodes` table to sequence number 0 of
+/// `inodes_by_seq`. Every other inode stays in `inodes` under its random id, and its
+/// directory's row in `dir_parents`: every existing id keeps working. Does nothing to other
+/// versions.
+fn migrate_from_v2(db: &Database) -> Result<(), NamespaceError> {
+    use crate::schema::{COUNTERS, ID_KEY_NAME, INODES, INODES_BY_SEQ, INODE_SEQ_KEY, KEYS};
+    use redb::ReadableTable;
+    let txn = db.begin_write()?;
+    let version = txn.open_table(COUNTERS)?.get(SCHEMA_VERSION_KEY)?.map(|guard| guard.value());
+    if version != Some(2) {
+        txn.abort()?;
+        return Ok(());
+    }
+    {
+        let root = txn
+            .open_table(INODES)?
+            .remove(ROOT_ID)?
+            .ok_or_else(|| NamespaceError::corrupt("the root directory is missing"))?
+            .value()
+            .to_vec();
+        Inode::decode(&root)?;
+        if txn.open_table(INODES_BY_SEQ)?.insert(ROOT_SEQ, root.as_slice())?.is_some() {
+            return Err(NamespaceError::corrupt("a version 2 database has version 3 inodes"));
+        }
+        let key = InodeIds::draw_key()?;
+        txn.open_table(KEYS)?.insert(ID_KEY_NAME, InodeIds::encode_key(&key).as_slice())?;
+        let mut counters = txn.open_table(COUNTERS)?;
+        counters.insert(INODE_SEQ_KEY, 1)?;
+        counters.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+    }
+    txn.commit()?;
+    tracing::info!("namespace database migrated from schema version 2 to {SCHEMA_VERSION}");
+    Ok(())
+}
+
+/// Reads the id key of a database of this version (creating any table it lacks), or creates
+/// a new database (key, root directory, counters) in one transaction. Returns the ids and
+/// whether it created the database.
+fn open_or_create(db: &Database) -> Result<(InodeIds, bool), NamespaceError> {
+    use crate::schema::{COUNTERS, ID_KEY_NAME, INODES, KEYS};
+    use redb::ReadableTable;
+    let txn = db.begin_write()?;
+    let version = txn.open_table(COUNTERS)?.get(SCHEMA_VERSION_KEY)?.map(|guard| guard.value());
+    match version {
+        Some(SCHEMA_VERSION) => {
+            let key = match txn.open_table(KEYS)?.get(ID_KEY_NAME)? {
+                Some(record) => InodeIds::decode_key(record.value())?,
+                None => return Err(NamespaceError::corrupt("the inode id key is missing")),
+            };
+            let legacy = !txn.open_table(INODES)?.is_empty()?;
+            let ids = InodeIds::new(&key, legacy);
+            // Creates the tables an older build did not know (read snapshots expect them).
+            WriteTables::open(&txn, &ids)?;
+            txn.commit()?;
+            Ok((ids, false))
+        }
+        Some(found) => Err(NamespaceError::UnsupportedFormat { found, supported: SCHEMA_VERSION }),
+        None => {
+            let key = InodeIds::draw_key()?;
+            let ids = InodeIds::new(&key, false);
+            {
+                let mut tables = WriteTables::open(&txn, &ids)?;
+                create_root(&mut tables)?;
+            }
+            txn.open_table(KEYS)?.insert(ID_KEY_NAME, InodeIds::encode_key(&key).as_slice())?;
+            txn.commit()?;
+            Ok((ids, true))
+        }
+    }
 }
 
 pub(crate) fn not_found_id(id: u64) -> NamespaceError {
@@ -518,7 +593,7 @@ pub(crate) fn new_attrs(kind: FileKind, owner: &crate::Owner, now_ns: TimeNs) ->
 }
 
 fn create_root(tables: &mut WriteTables<'_>) -> Result<(), NamespaceError> {
-    if tables.inodes.len()? != 0 || tables.dirents.len()? != 0 {
+    if tables.inode_count()? != 0 || tables.dirents.len()? != 0 {
         return Err(NamespaceError::corrupt("entries exist but no schema version"));
     }
     let owner = crate::Owner { mode: 0o755, uid: 0, gid: 0 };
@@ -527,6 +602,7 @@ fn create_root(tables: &mut WriteTables<'_>) -> Result<(), NamespaceError> {
         body: Body::Directory { default_layout: None },
     };
     tables.put(ROOT_ID, &root)?;
+    tables.set_counter(crate::schema::INODE_SEQ_KEY, 1)?;
     tables.set_counter(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
 }
 

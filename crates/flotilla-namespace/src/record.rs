@@ -1,4 +1,5 @@
-//! The inode record: the value of the `inodes` table, format version 1 (see `FORMAT.md`).
+//! The inode record: the value of the `inodes_by_seq` and (legacy) `inodes` tables, format
+//! version 1 (see `FORMAT.md`).
 //!
 //! Invariants kept on encode and checked on decode: the kind byte agrees with the body, a
 //! file has `1..=SUBFILE_COUNT_MAX` subfiles on distinct targets, a stripe unit is nonzero,
@@ -42,7 +43,7 @@ pub(crate) enum Body {
     Special,
 }
 
-/// One decoded `inodes` value.
+/// One decoded inode record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Inode {
     pub(crate) attrs: Attributes,

@@ -7,17 +7,20 @@
 
 use crate::entry::FileRecord;
 use crate::error::NamespaceError;
+use crate::ids::InodeIds;
 use crate::record::Inode;
 use crate::schema::{
-    COUNTERS, DIRENTS, DIR_PARENTS, INODES, NO_OVERLAP, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS,
-    TARGET_OWNERS,
+    COUNTERS, DIRENTS, DIR_PARENTS, DIR_PARENTS_BY_SEQ, INODES, INODES_BY_SEQ, INODE_SEQ_KEY, NO_OVERLAP,
+    ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS,
 };
 use crate::touched::{note, Touched};
-use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, Table, WriteTransaction};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 use std::ops::Bound;
 
-/// Attempts to draw an unused random inode id before giving up.
-const ID_DRAWS_MAX: usize = 16;
+/// Sequence numbers skipped (reserved ids, ids of legacy inodes) before a create gives up:
+/// two sequence numbers in 2^64 have reserved ids, and a legacy id is met with probability
+/// (legacy inodes) / 2^64 per number, so one skip is already rare.
+const SEQ_SKIPS_MAX: usize = 64;
 
 /// Read access shared by snapshots and write transactions.
 pub(crate) trait Source {
@@ -40,14 +43,44 @@ pub(crate) trait Source {
     }
 }
 
+/// The inode with id `id`: under its sequence number in `inodes_by_seq`, else (databases
+/// migrated from version 2) under the id itself in the legacy table. An id that decrypts to
+/// a sequence number with no record is simply not found.
 fn read_inode(
-    table: &impl ReadableTable<u64, &'static [u8]>,
+    by_seq: &impl ReadableTable<u64, &'static [u8]>,
+    legacy: &impl ReadableTable<u64, &'static [u8]>,
+    ids: &InodeIds,
     id: u64,
 ) -> Result<Option<Inode>, NamespaceError> {
-    match table.get(id)? {
-        None => Ok(None),
-        Some(guard) => Inode::decode(guard.value()).map(Some),
+    if let Some(seq) = ids.seq_of(id) {
+        if let Some(guard) = by_seq.get(seq)? {
+            return Inode::decode(guard.value()).map(Some);
+        }
     }
+    if ids.legacy {
+        if let Some(guard) = legacy.get(id)? {
+            return Inode::decode(guard.value()).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+/// The parent of directory `dir`, looked up the same way as its inode.
+fn read_dir_parent(
+    by_seq: &impl ReadableTable<u64, u64>,
+    legacy: &impl ReadableTable<u64, u64>,
+    ids: &InodeIds,
+    dir: u64,
+) -> Result<Option<u64>, NamespaceError> {
+    if let Some(seq) = ids.seq_of(dir) {
+        if let Some(guard) = by_seq.get(seq)? {
+            return Ok(Some(guard.value()));
+        }
+    }
+    if ids.legacy {
+        return Ok(legacy.get(dir)?.map(|guard| guard.value()));
+    }
+    Ok(None)
 }
 
 fn read_child(
@@ -81,29 +114,40 @@ fn read_children(
 }
 
 /// The tables of a read snapshot.
-pub(crate) struct ReadTables {
+pub(crate) struct ReadTables<'a> {
+    ids: &'a InodeIds,
     pub(crate) inodes: ReadOnlyTable<u64, &'static [u8]>,
+    pub(crate) legacy_inodes: ReadOnlyTable<u64, &'static [u8]>,
     pub(crate) dirents: ReadOnlyTable<(u64, &'static [u8]), u64>,
-    pub(crate) dir_parents: ReadOnlyTable<u64, u64>,
+    dir_parents: ReadOnlyTable<u64, u64>,
+    legacy_dir_parents: ReadOnlyTable<u64, u64>,
     pub(crate) pending: ReadOnlyTable<(u64, u64, u32), ()>,
     pub(crate) targets: ReadOnlyTable<u64, &'static [u8]>,
 }
 
-impl ReadTables {
-    pub(crate) fn open(txn: &ReadTransaction) -> Result<Self, NamespaceError> {
+impl<'a> ReadTables<'a> {
+    pub(crate) fn open(txn: &ReadTransaction, ids: &'a InodeIds) -> Result<Self, NamespaceError> {
         Ok(Self {
-            inodes: txn.open_table(INODES)?,
+            ids,
+            inodes: txn.open_table(INODES_BY_SEQ)?,
+            legacy_inodes: txn.open_table(INODES)?,
             dirents: txn.open_table(DIRENTS)?,
-            dir_parents: txn.open_table(DIR_PARENTS)?,
+            dir_parents: txn.open_table(DIR_PARENTS_BY_SEQ)?,
+            legacy_dir_parents: txn.open_table(DIR_PARENTS)?,
             pending: txn.open_table(PENDING_DELETES)?,
             targets: txn.open_table(TARGETS)?,
         })
     }
+
+    /// How many inodes there are, in both inode tables.
+    pub(crate) fn inode_count(&self) -> Result<u64, NamespaceError> {
+        Ok(self.inodes.len()? + self.legacy_inodes.len()?)
+    }
 }
 
-impl Source for ReadTables {
+impl Source for ReadTables<'_> {
     fn inode(&self, id: u64) -> Result<Option<Inode>, NamespaceError> {
-        read_inode(&self.inodes, id)
+        read_inode(&self.inodes, &self.legacy_inodes, self.ids, id)
     }
 
     fn child(&self, parent: u64, name: &[u8]) -> Result<Option<u64>, NamespaceError> {
@@ -111,7 +155,7 @@ impl Source for ReadTables {
     }
 
     fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError> {
-        Ok(self.dir_parents.get(dir)?.map(|guard| guard.value()))
+        read_dir_parent(&self.dir_parents, &self.legacy_dir_parents, self.ids, dir)
     }
 
     fn children(
@@ -124,11 +168,24 @@ impl Source for ReadTables {
     }
 }
 
+/// Where an existing inode's rows are (its record, and its `dir_parents` row if it is a
+/// directory other than the root).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// Under this sequence number in `inodes_by_seq` and `dir_parents_by_seq`.
+    Seq(u64),
+    /// Under its id in the legacy `inodes` and `dir_parents`.
+    Legacy(u64),
+}
+
 /// The tables of one write transaction.
 pub(crate) struct WriteTables<'txn> {
+    ids: &'txn InodeIds,
     pub(crate) inodes: Table<'txn, u64, &'static [u8]>,
+    pub(crate) legacy_inodes: Table<'txn, u64, &'static [u8]>,
     pub(crate) dirents: Table<'txn, (u64, &'static [u8]), u64>,
-    pub(crate) dir_parents: Table<'txn, u64, u64>,
+    dir_parents: Table<'txn, u64, u64>,
+    legacy_dir_parents: Table<'txn, u64, u64>,
     pub(crate) pending: Table<'txn, (u64, u64, u32), ()>,
     pub(crate) targets: Table<'txn, u64, &'static [u8]>,
     pub(crate) counters: Table<'txn, &'static str, u64>,
@@ -138,11 +195,14 @@ pub(crate) struct WriteTables<'txn> {
 }
 
 impl<'txn> WriteTables<'txn> {
-    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, NamespaceError> {
+    pub(crate) fn open(txn: &'txn WriteTransaction, ids: &'txn InodeIds) -> Result<Self, NamespaceError> {
         Ok(Self {
-            inodes: txn.open_table(INODES)?,
+            ids,
+            inodes: txn.open_table(INODES_BY_SEQ)?,
+            legacy_inodes: txn.open_table(INODES)?,
             dirents: txn.open_table(DIRENTS)?,
-            dir_parents: txn.open_table(DIR_PARENTS)?,
+            dir_parents: txn.open_table(DIR_PARENTS_BY_SEQ)?,
+            legacy_dir_parents: txn.open_table(DIR_PARENTS)?,
             pending: txn.open_table(PENDING_DELETES)?,
             targets: txn.open_table(TARGETS)?,
             counters: txn.open_table(COUNTERS)?,
@@ -152,8 +212,31 @@ impl<'txn> WriteTables<'txn> {
         })
     }
 
+    /// How many inodes there are, in both inode tables.
+    pub(crate) fn inode_count(&self) -> Result<u64, NamespaceError> {
+        Ok(self.inodes.len()? + self.legacy_inodes.len()?)
+    }
+
+    /// Where the rows of inode `id` are or would be: the legacy tables if its record is in
+    /// the legacy table, else under its sequence number.
+    fn slot(&self, id: u64) -> Result<Slot, NamespaceError> {
+        if self.ids.legacy && self.legacy_inodes.get(id)?.is_some() {
+            return Ok(Slot::Legacy(id));
+        }
+        match self.ids.seq_of(id) {
+            Some(seq) => Ok(Slot::Seq(seq)),
+            None => {
+                Err(NamespaceError::corrupt(format!("inode {id:016x} is written but no inode has that id")))
+            }
+        }
+    }
+
     pub(crate) fn put(&mut self, id: u64, inode: &Inode) -> Result<(), NamespaceError> {
-        let old = self.inodes.insert(id, inode.encode().as_slice())?;
+        let encoded = inode.encode();
+        let old = match self.slot(id)? {
+            Slot::Seq(seq) => self.inodes.insert(seq, encoded.as_slice())?,
+            Slot::Legacy(id) => self.legacy_inodes.insert(id, encoded.as_slice())?,
+        };
         if crate::touched::is_recording() {
             note(Touched::Attr(id));
             if inode.is_directory() {
@@ -175,8 +258,16 @@ impl<'txn> WriteTables<'txn> {
         assert_ne!(id, ROOT_ID, "the root directory is never removed");
         note(Touched::Attr(id));
         note(Touched::Names(id));
-        self.inodes.remove(id)?;
-        self.dir_parents.remove(id)?;
+        match self.slot(id)? {
+            Slot::Seq(seq) => {
+                self.inodes.remove(seq)?;
+                self.dir_parents.remove(seq)?;
+            }
+            Slot::Legacy(id) => {
+                self.legacy_inodes.remove(id)?;
+                self.legacy_dir_parents.remove(id)?;
+            }
+        }
         Ok(())
     }
 
@@ -203,7 +294,10 @@ impl<'txn> WriteTables<'txn> {
 
     /// Records that directory `dir` now lives in directory `parent`.
     pub(crate) fn set_dir_parent(&mut self, dir: u64, parent: u64) -> Result<(), NamespaceError> {
-        self.dir_parents.insert(dir, parent)?;
+        match self.slot(dir)? {
+            Slot::Seq(seq) => self.dir_parents.insert(seq, parent)?,
+            Slot::Legacy(id) => self.legacy_dir_parents.insert(id, parent)?,
+        };
         Ok(())
     }
 
@@ -226,36 +320,42 @@ impl<'txn> WriteTables<'txn> {
         Ok(())
     }
 
-    /// Writes `inode` under a random id that is nonzero, not the root's and not in use, and
-    /// returns the id. One B-tree walk per draw: the insert itself finds whether the id was
-    /// taken (then the record it displaced is put back and another id drawn), so a create
-    /// does not walk to a random leaf twice.
+    /// Writes `inode` under the next sequence number (the `inode_seq` counter, advanced in
+    /// this transaction) and returns its id, the keyed permutation of the number. Numbers
+    /// whose id is reserved (0, the root's) or belongs to an inode of the legacy table are
+    /// skipped. The table is keyed by the number, so the insert goes to its last leaf. The
+    /// insert reports what it displaced: a number already in use (the counter went back) is
+    /// refused with `SequenceInUse` and the record it holds is put back.
     pub(crate) fn put_new(&mut self, inode: &Inode) -> Result<u64, NamespaceError> {
-        self.put_new_drawn(inode, rand::random)
-    }
-
-    fn put_new_drawn(&mut self, inode: &Inode, mut draw: impl FnMut() -> u64) -> Result<u64, NamespaceError> {
         let encoded = inode.encode();
-        for _ in 0..ID_DRAWS_MAX {
-            let id = draw();
-            if id <= ROOT_ID {
+        let mut seq = self
+            .counter(INODE_SEQ_KEY)?
+            .ok_or_else(|| NamespaceError::corrupt(format!("the {INODE_SEQ_KEY} counter is missing")))?;
+        for _ in 0..SEQ_SKIPS_MAX {
+            let id = self.ids.id_of(seq);
+            let next = seq
+                .checked_add(1)
+                .ok_or_else(|| NamespaceError::Storage("inode sequence numbers are used up".into()))?;
+            let legacy = self.ids.legacy && self.legacy_inodes.get(id)?.is_some();
+            if !self.ids.usable(seq, id) || legacy {
+                seq = next;
                 continue;
             }
-            let displaced = self.inodes.insert(id, encoded.as_slice())?.map(|old| old.value().to_vec());
-            match displaced {
-                None => return Ok(id),
-                Some(old) => {
-                    self.inodes.insert(id, old.as_slice())?;
-                }
+            let displaced = self.inodes.insert(seq, encoded.as_slice())?.map(|old| old.value().to_vec());
+            if let Some(old) = displaced {
+                self.inodes.insert(seq, old.as_slice())?;
+                return Err(NamespaceError::SequenceInUse { seq });
             }
+            self.set_counter(INODE_SEQ_KEY, next)?;
+            return Ok(id);
         }
-        Err(NamespaceError::Storage(format!("no unused inode id in {ID_DRAWS_MAX} random draws")))
+        Err(NamespaceError::Storage(format!("no usable inode sequence number in {SEQ_SKIPS_MAX} tries")))
     }
 }
 
 impl Source for WriteTables<'_> {
     fn inode(&self, id: u64) -> Result<Option<Inode>, NamespaceError> {
-        read_inode(&self.inodes, id)
+        read_inode(&self.inodes, &self.legacy_inodes, self.ids, id)
     }
 
     fn child(&self, parent: u64, name: &[u8]) -> Result<Option<u64>, NamespaceError> {
@@ -263,7 +363,7 @@ impl Source for WriteTables<'_> {
     }
 
     fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError> {
-        Ok(self.dir_parents.get(dir)?.map(|guard| guard.value()))
+        read_dir_parent(&self.dir_parents, &self.legacy_dir_parents, self.ids, dir)
     }
 
     fn children(
@@ -300,21 +400,73 @@ mod tests {
         Inode { attrs, body: Body::Symlink { target: target.into() } }
     }
 
+    fn open(db: &Database) -> redb::WriteTransaction {
+        let txn = db.begin_write().unwrap();
+        txn.open_table(COUNTERS).unwrap().insert(INODE_SEQ_KEY, 1).unwrap();
+        txn
+    }
+
+    #[test]
+    fn a_new_inode_takes_the_next_sequence_number() {
+        let db = Database::builder().create_with_backend(InMemoryBackend::new()).unwrap();
+        let ids = InodeIds::new(&[3; 16], false);
+        let txn = open(&db);
+        let mut tables = WriteTables::open(&txn, &ids).unwrap();
+        let first = tables.put_new(&symlink("a")).unwrap();
+        let second = tables.put_new(&symlink("b")).unwrap();
+        assert_eq!((first, second), (ids.id_of(1), ids.id_of(2)));
+        assert_eq!(tables.counter(INODE_SEQ_KEY).unwrap(), Some(3));
+        assert!(tables.inodes.get(1).unwrap().is_some() && tables.inodes.get(2).unwrap().is_some());
+        assert_eq!(tables.load(first).unwrap(), symlink("a"));
+        assert_eq!(tables.load(second).unwrap(), symlink("b"));
+        // Ids that decrypt to a number with no record, and the id 0, are not found.
+        assert_eq!(tables.inode(ids.id_of(3)).unwrap(), None);
+        assert_eq!(tables.inode(0).unwrap(), None);
+        assert_eq!(tables.inode(ids.encrypt(0)).unwrap(), None);
+        assert_eq!(tables.dir_parent(ids.id_of(3)).unwrap(), None);
+    }
+
+    #[test]
+    fn reserved_ids_and_ids_of_legacy_inodes_are_skipped() {
+        let db = Database::builder().create_with_backend(InMemoryBackend::new()).unwrap();
+        let ids = InodeIds::new(&[5; 16], true);
+        let txn = open(&db);
+        let mut tables = WriteTables::open(&txn, &ids).unwrap();
+        // The number whose id would be the root's is skipped.
+        let reserved = ids.decrypt(ROOT_ID);
+        tables.set_counter(INODE_SEQ_KEY, reserved).unwrap();
+        let id = tables.put_new(&symlink("new")).unwrap();
+        assert_eq!(id, ids.id_of(reserved + 1));
+        assert!(tables.inodes.get(reserved).unwrap().is_none());
+        // A legacy inode that happens to have the id of the next number keeps it.
+        let taken = ids.id_of(7);
+        tables.legacy_inodes.insert(taken, symlink("old").encode().as_slice()).unwrap();
+        tables.set_counter(INODE_SEQ_KEY, 7).unwrap();
+        let id = tables.put_new(&symlink("newer")).unwrap();
+        assert_eq!(id, ids.id_of(8));
+        assert_eq!(tables.load(taken).unwrap(), symlink("old"));
+        // Writes to the legacy inode stay in the legacy table.
+        tables.put(taken, &symlink("old2")).unwrap();
+        assert!(tables.inodes.get(7).unwrap().is_none());
+        assert_eq!(tables.load(taken).unwrap(), symlink("old2"));
+        tables.remove_inode(taken).unwrap();
+        assert_eq!(tables.inode(taken).unwrap(), None);
+        assert_eq!(tables.load(id).unwrap(), symlink("newer"));
+    }
+
     #[test]
     fn a_new_inode_never_displaces_one_in_use() {
         let db = Database::builder().create_with_backend(InMemoryBackend::new()).unwrap();
-        let txn = db.begin_write().unwrap();
-        let mut tables = WriteTables::open(&txn).unwrap();
-        tables.put(5, &symlink("old")).unwrap();
-        // The draws: the root's id, an id in use, then a free one.
-        let mut draws = [ROOT_ID, 5, 9].into_iter();
-        let id = tables.put_new_drawn(&symlink("new"), || draws.next().unwrap_or(0)).unwrap();
-        assert_eq!(id, 9);
-        assert_eq!(tables.load(5).unwrap(), symlink("old"), "the id in use kept its inode");
-        assert_eq!(tables.load(9).unwrap(), symlink("new"));
-        let mut taken = std::iter::repeat(5);
-        let refused = tables.put_new_drawn(&symlink("x"), || taken.next().unwrap_or(5));
-        assert!(matches!(refused, Err(NamespaceError::Storage(_))), "{refused:?}");
-        assert_eq!(tables.load(5).unwrap(), symlink("old"));
+        let ids = InodeIds::new(&[9; 16], false);
+        let txn = open(&db);
+        let mut tables = WriteTables::open(&txn, &ids).unwrap();
+        let id = tables.put_new(&symlink("old")).unwrap();
+        // The counter goes back (a damaged database): the number in use is refused.
+        tables.set_counter(INODE_SEQ_KEY, 1).unwrap();
+        let refused = tables.put_new(&symlink("x"));
+        assert_eq!(refused, Err(NamespaceError::SequenceInUse { seq: 1 }));
+        assert_eq!(refused.unwrap_err().errno(), crate::error::EIO);
+        assert_eq!(tables.load(id).unwrap(), symlink("old"), "the number in use kept its inode");
+        assert_eq!(tables.counter(INODE_SEQ_KEY).unwrap(), Some(1));
     }
 }

@@ -346,12 +346,18 @@ fn targets_are_listed_in_id_order_and_updated() {
 fn a_damaged_record_is_reported_not_trusted() {
     // Phase 1: create a file, then overwrite its inode record behind the namespace's back.
     let (_dir, path, ns) = fresh();
-    let f = ns.create_file("/f", &spec(1), &live(1), 0).unwrap();
+    ns.create_file("/f", &spec(1), &live(1), 0).unwrap();
     drop(ns);
-    let inodes: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("inodes");
+    let inodes: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("inodes_by_seq");
     let db = redb::Database::open(&path).unwrap();
     let txn = db.begin_write().unwrap();
-    txn.open_table(inodes).unwrap().insert(f.id, &[1u8, 2, 3][..]).unwrap();
+    {
+        use redb::ReadableTable;
+        let mut table = txn.open_table(inodes).unwrap();
+        // The file is the newest inode: the last sequence number.
+        let seq = table.last().unwrap().unwrap().0.value();
+        table.insert(seq, &[1u8, 2, 3][..]).unwrap();
+    }
     txn.commit().unwrap();
     drop(db);
 
@@ -371,28 +377,80 @@ fn an_unknown_schema_version_is_refused() {
     let counters: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters");
     let db = redb::Database::open(&path).unwrap();
     let txn = db.begin_write().unwrap();
-    txn.open_table(counters).unwrap().insert("schema_version", 3).unwrap();
+    txn.open_table(counters).unwrap().insert("schema_version", 4).unwrap();
     txn.commit().unwrap();
     drop(db);
     assert_eq!(
         Namespace::open(&path).unwrap_err(),
-        NamespaceError::UnsupportedFormat { found: 3, supported: 2 }
+        NamespaceError::UnsupportedFormat { found: 4, supported: 3 }
     );
 }
 
 /// A version 1 database (no `dir_parents` table) is migrated on open: the parents of its
 /// directories are found again, so renames by directory id still refuse cycles.
+const COUNTERS: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters");
+const INODES: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("inodes");
+const INODES_BY_SEQ: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("inodes_by_seq");
+const PARENTS: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("dir_parents");
+const PARENTS_BY_SEQ: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("dir_parents_by_seq");
+const KEYS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("keys");
+
+/// Turns a database this build wrote into what version 2 wrote: every inode under its id in
+/// `inodes`, every directory's parent under its id in `dir_parents`, no key, no sequence
+/// counter, no version 3 tables. `created` are the ids of every inode but the root, in the
+/// order they were created (sequence numbers grow with it).
+fn downgrade_to_v2(path: &std::path::Path, created: &[u64]) {
+    use redb::{ReadableTable, ReadableTableMetadata};
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let by_seq = txn.open_table(INODES_BY_SEQ).unwrap();
+        let mut inodes = txn.open_table(INODES).unwrap();
+        assert!(inodes.is_empty().unwrap());
+        let mut id_of = std::collections::HashMap::new();
+        let rows: Vec<(u64, Vec<u8>)> = by_seq
+            .iter()
+            .unwrap()
+            .map(|item| item.unwrap())
+            .map(|(k, v)| (k.value(), v.value().to_vec()))
+            .collect();
+        assert_eq!(rows.len(), 1 + created.len());
+        for ((seq, record), id) in rows.iter().zip(std::iter::once(ROOT_ID).chain(created.iter().copied())) {
+            inodes.insert(id, record.as_slice()).unwrap();
+            id_of.insert(*seq, id);
+        }
+        let parents_by_seq = txn.open_table(PARENTS_BY_SEQ).unwrap();
+        let mut parents = txn.open_table(PARENTS).unwrap();
+        for item in parents_by_seq.iter().unwrap() {
+            let (seq, parent) = item.unwrap();
+            parents.insert(id_of[&seq.value()], parent.value()).unwrap();
+        }
+        txn.open_table(COUNTERS).unwrap().remove("inode_seq").unwrap().unwrap();
+        txn.open_table(COUNTERS).unwrap().insert("schema_version", 2).unwrap();
+    }
+    assert!(txn.delete_table(INODES_BY_SEQ).unwrap());
+    assert!(txn.delete_table(PARENTS_BY_SEQ).unwrap());
+    assert!(txn.delete_table(KEYS).unwrap());
+    txn.commit().unwrap();
+}
+
+fn schema_version(path: &std::path::Path) -> u64 {
+    let db = redb::Database::open(path).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let version = txn.open_table(COUNTERS).unwrap().get("schema_version").unwrap().unwrap().value();
+    version
+}
+
 #[test]
 fn a_version_1_database_is_migrated() {
     let (_dir, path, ns) = fresh();
     let owner = flotilla_namespace::Owner { mode: 0o755, uid: 0, gid: 0 };
     let a = ns.mkdir("/a", owner, 1).unwrap();
     let b = ns.mkdir("/a/b", owner, 1).unwrap();
-    ns.mkdir("/a/b/c", owner, 1).unwrap();
+    let c0 = ns.mkdir("/a/b/c", owner, 1).unwrap();
     drop(ns);
+    downgrade_to_v2(&path, &[a.id, b.id, c0.id]);
     // Turn it into what version 1 wrote: UTF-8 names in `dirents`, no `dir_parents`.
-    let counters: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters");
-    let parents: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("dir_parents");
     let entries: redb::TableDefinition<(u64, &[u8]), u64> = redb::TableDefinition::new("entries");
     let dirents_v1: redb::TableDefinition<(u64, &str), u64> = redb::TableDefinition::new("dirents");
     let db = redb::Database::open(&path).unwrap();
@@ -408,8 +466,8 @@ fn a_version_1_database_is_migrated() {
         }
     }
     assert!(txn.delete_table(entries).unwrap());
-    assert!(txn.delete_table(parents).unwrap());
-    txn.open_table(counters).unwrap().insert("schema_version", 1).unwrap();
+    assert!(txn.delete_table(PARENTS).unwrap());
+    txn.open_table(COUNTERS).unwrap().insert("schema_version", 1).unwrap();
     txn.commit().unwrap();
     drop(db);
 
@@ -424,6 +482,7 @@ fn a_version_1_database_is_migrated() {
     );
     assert_eq!(into_own_subtree.unwrap_err().errno(), flotilla_namespace::EINVAL);
     let c = ns.lookup("/a/b/c").unwrap();
+    assert_eq!(c.id, c0.id);
     ns.rename_in(
         &root,
         flotilla_namespace::Place::At { parent: b.id, name: b"c" },
@@ -435,15 +494,115 @@ fn a_version_1_database_is_migrated() {
     assert_eq!(ns.lookup_at(&root, 1, b"c").unwrap().id, c.id);
     assert_eq!(ns.lookup("/a").unwrap().id, a.id);
     drop(ns);
+    assert_eq!(schema_version(&path), 3, "migrated through version 2 to 3");
     let db = redb::Database::open(&path).unwrap();
     let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
-    let version = txn.open_table(counters).unwrap().get("schema_version").unwrap().unwrap().value();
-    assert_eq!(version, 2);
-    assert_eq!(txn.open_table(parents).unwrap().get(c.id).unwrap().unwrap().value(), 1);
+    assert_eq!(txn.open_table(PARENTS).unwrap().get(c.id).unwrap().unwrap().value(), 1);
     assert_eq!(txn.open_table(entries).unwrap().get((1, b"a".as_slice())).unwrap().unwrap().value(), a.id);
     assert!(txn.open_table(dirents_v1).is_err(), "the version 1 table is gone");
 }
 
+#[test]
+fn a_version_2_database_is_migrated_and_keeps_every_id() {
+    let (_dir, path, ns) = fresh();
+    let dir_owner = Owner { mode: 0o755, uid: 0, gid: 0 };
+    let a = ns.mkdir("/a", dir_owner, 1).unwrap();
+    let b = ns.mkdir("/a/b", dir_owner, 1).unwrap();
+    let f = ns.create_file("/a/f", &spec(2), &live(2), 1).unwrap();
+    let g = ns.create_file("/a/b/g", &spec(1), &live(2), 1).unwrap();
+    let s = ns.symlink("/s", "/a/f", OWNER, 1).unwrap();
+    let linked = ns.link("/a/b/g", "/h", 1).unwrap();
+    let before: Vec<Entry> = ["/", "/a", "/a/b", "/a/f", "/a/b/g", "/s", "/h"]
+        .into_iter()
+        .map(|path| ns.lookup(path).unwrap())
+        .collect();
+    drop(ns);
+    downgrade_to_v2(&path, &[a.id, b.id, f.id, g.id, s.id]);
+    assert_eq!(schema_version(&path), 2);
+
+    let ns = Namespace::open(&path).unwrap();
+    assert!(!ns.created());
+    // Every old id and path finds what it found before, by path, by id and by (parent, name).
+    for (path, entry) in ["/", "/a", "/a/b", "/a/f", "/a/b/g", "/s", "/h"].into_iter().zip(&before) {
+        assert_eq!(&ns.lookup(path).unwrap(), entry, "{path}");
+        assert_eq!(&ns.get(entry.id).unwrap(), entry, "{path}");
+    }
+    let root = flotilla_types::Caller::root();
+    assert_eq!(ns.lookup_at(&root, a.id, b"f").unwrap().id, f.id);
+    assert_eq!(ns.lookup_at(&root, b.id, b"g").unwrap().id, linked.id);
+    assert_eq!(names(&ns, "/a"), vec!["b", "f"]);
+    assert!(ns.directory_within(b.id, "/a").unwrap());
+
+    // New inodes, in old directories and holding old ones, with ids unlike the old.
+    let n = ns.mkdir("/a/b/n", dir_owner, 2).unwrap();
+    let new_file = ns.create_file("/a/new", &spec(1), &live(2), 2).unwrap();
+    for old in [ROOT_ID, a.id, b.id, f.id, g.id, s.id] {
+        assert_ne!(n.id, old);
+        assert_ne!(new_file.id, old);
+    }
+    assert_eq!(ns.inode_count().unwrap(), 8);
+    assert_eq!(ns.lookup("/a").unwrap().attrs.size_bytes, 3);
+    assert_eq!(ns.lookup("/a/b").unwrap().attrs.nlink, 3);
+    // The ancestors of a new directory run through old ones (rename's cycle check).
+    assert_eq!(ns.rename("/a", "/a/b/n/x", 3).unwrap_err().errno(), EINVAL);
+    assert!(ns.directory_within(n.id, "/a").unwrap());
+    // Old inodes change, move and go; so do new ones.
+    let chmod = SetAttr { mode: Some(0o600), ..Default::default() };
+    assert_eq!(ns.set_attr(g.id, &chmod, 4).unwrap().mode, 0o600);
+    ns.rename("/a/b", "/b", 4).unwrap();
+    assert_eq!(ns.lookup("/b/g").unwrap().id, g.id);
+    assert_eq!(ns.rename("/b", "/b/n/y", 4).unwrap_err().errno(), EINVAL);
+    ns.rename("/a/new", "/b/n/moved", 4).unwrap();
+    assert_eq!(ns.unlink("/a/f", 5).unwrap().unwrap().id, FileId(f.id));
+    assert_eq!(ns.get(f.id).unwrap_err().errno(), ENOENT);
+    assert_eq!(ns.pending_deletes(TargetId(10), 10).unwrap().len(), 1);
+    assert_eq!(ns.unlink("/h", 5).unwrap(), None);
+    assert_eq!(ns.get(g.id).unwrap().attrs.nlink, 1);
+    ns.unlink("/s", 5).unwrap();
+    assert_eq!(ns.get(s.id).unwrap_err().errno(), ENOENT);
+    drop(ns);
+
+    // After another reopen the mix of old and new inodes is still whole.
+    let ns = Namespace::open(&path).unwrap();
+    assert_eq!(ns.lookup("/b/n/moved").unwrap().id, new_file.id);
+    assert_eq!(ns.get(n.id).unwrap().attrs.kind, FileKind::Directory);
+    assert_eq!(ns.get(g.id).unwrap().attrs.mode, 0o600);
+    assert_eq!(ns.get(f.id).unwrap_err().errno(), ENOENT);
+    ns.unlink("/b/g", 6).unwrap();
+    ns.rmdir("/a", 6).unwrap();
+    assert_eq!(ns.get(a.id).unwrap_err().errno(), ENOENT);
+    assert_eq!(names(&ns, "/"), vec!["b"]);
+    assert_eq!(ns.inode_count().unwrap(), 4, "root, b, n, moved");
+    drop(ns);
+    assert_eq!(schema_version(&path), 3);
+    let db = redb::Database::open(&path).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let legacy = txn.open_table(INODES).unwrap();
+    assert!(legacy.get(ROOT_ID).unwrap().is_none(), "the root moved to sequence number 0");
+    assert!(legacy.get(b.id).unwrap().is_some(), "an old inode stays under its id");
+    assert!(txn.open_table(INODES_BY_SEQ).unwrap().get(0).unwrap().is_some());
+    assert_eq!(txn.open_table(PARENTS).unwrap().get(b.id).unwrap().unwrap().value(), ROOT_ID);
+}
+
+#[test]
+fn ids_look_unrelated_and_differ_between_databases() {
+    let (_dir, _path, one) = fresh();
+    let (_dir2, _path2, two) = fresh();
+    let ids: Vec<u64> =
+        (0..200).map(|i| one.create_file(&format!("/f{i}"), &spec(1), &live(1), 1).unwrap().id).collect();
+    let rising = ids.windows(2).filter(|pair| pair[1] > pair[0]).count();
+    assert!((50..=150).contains(&rising), "{rising} of 199 steps go up: not monotone");
+    assert!(ids.windows(2).all(|pair| pair[0].abs_diff(pair[1]) > 1 << 32), "no consecutive ids");
+    assert!(ids.iter().all(|id| *id > ROOT_ID));
+    // The same creates in another database (another key) give other ids.
+    let other: Vec<u64> =
+        (0..200).map(|i| two.create_file(&format!("/f{i}"), &spec(1), &live(1), 1).unwrap().id).collect();
+    assert!(ids.iter().zip(&other).all(|(a, b)| a != b));
+    // An id no inode has (one more create's worth of guessing) is simply not found.
+    for guess in [0, u64::MAX, ids[0] ^ 1, ids[199].wrapping_add(1), other[0]] {
+        assert_eq!(one.get(guess).unwrap_err().errno(), ENOENT, "{guess:016x}");
+    }
+}
 #[test]
 fn grow_size_never_shrinks_and_layout_changes_only_when_empty() {
     let dir = tempfile::tempdir().unwrap();
