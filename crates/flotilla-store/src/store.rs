@@ -549,6 +549,22 @@ impl Store {
         Ok(self.runtime(target)?.target().checksum_block_bytes())
     }
 
+    /// Holds a bulk gate over blocks `first..end` of a fork, as a bulk request would (which
+    /// holds its fork meanwhile).
+    #[cfg(test)]
+    pub(crate) fn hold_bulk_gate(
+        &self,
+        fork: &ForkRef<'_>,
+        first: u64,
+        end: u64,
+        write: bool,
+    ) -> (Vec<crate::block_cache::BulkRun>, crate::block_cache::BulkGate<'_>, Arc<Fork>) {
+        // The fork is returned too: a fork nobody holds is closed, and its serial retired.
+        let live = self.fork(fork).expect("the fork exists");
+        let (runs, gate) = self.cache.begin_bulk(live.serial(), first, end, write);
+        (runs, gate, live)
+    }
+
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
         self.cache.check_invariants();

@@ -318,3 +318,50 @@ fn bulk_and_cached_requests_from_many_threads_keep_every_block_whole() {
     assert_eq!(on_disk, cached);
     assert_eq!(reopened.stats().checksum_errors, 0);
 }
+
+#[test]
+fn a_bulk_gate_keeps_the_cache_and_conflicting_bulk_writes_out_until_it_opens() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _config, fork) = bulk_store(dir.path(), BLOCK_BYTES as u64);
+    let data = pattern(4 * BLOCK_BYTES, 1);
+    store.write(&fork, &[Extent::new(0, data.len() as u64)], &data).unwrap();
+    let block = BLOCK_BYTES as u64;
+    for write in [true, false] {
+        let (runs, gate, _live) = store.hold_bulk_gate(&fork, 1, 3, write);
+        assert_eq!(runs, [crate::block_cache::BulkRun { first: 1, end: 3, direct: true }]);
+        let small_read_done = AtomicBool::new(false);
+        let bulk_write_done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut out = [0u8; 10];
+                store.read(&fork, &[Extent::new(2 * block + 5, 10)], &mut out).unwrap();
+                assert_eq!(out, data[2 * BLOCK_BYTES + 5..][..10]);
+                small_read_done.store(true, Ordering::SeqCst);
+            });
+            scope.spawn(|| {
+                store.write(&fork, &[Extent::new(0, 4 * block)], &data).unwrap();
+                bulk_write_done.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            // A block missing from the cache inside any gate is not taken up; a bulk write
+            // overlapping any gate waits.
+            assert!(
+                !small_read_done.load(Ordering::SeqCst),
+                "a gated block was loaded (write gate: {write})"
+            );
+            assert!(!bulk_write_done.load(Ordering::SeqCst), "a bulk write passed a gate");
+            drop(gate);
+        });
+        assert!(small_read_done.load(Ordering::SeqCst) && bulk_write_done.load(Ordering::SeqCst));
+        store.check_invariants();
+        // A bulk write over blocks nobody pins drops their cached copies.
+        store.write(&fork, &[Extent::new(0, 4 * block)], &data).unwrap();
+        assert_eq!(store.stats().cached_bytes, 0);
+    }
+    // Two read gates share their blocks.
+    let (_runs, first, _live) = store.hold_bulk_gate(&fork, 0, 4, false);
+    let (_runs, second, _live) = store.hold_bulk_gate(&fork, 1, 2, false);
+    drop((first, second));
+}
