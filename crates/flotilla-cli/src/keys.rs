@@ -102,6 +102,18 @@ pub fn server_metrics() -> bool {
     SERVER_METRICS.get().copied().unwrap_or(true)
 }
 
+static SERVER_BULK_BYTES_MIN: OnceLock<u64> = OnceLock::new();
+
+/// Remembers `[server] bulk_bytes_min` (in `main`).
+pub fn set_server_bulk_bytes_min(bytes: u64) {
+    let _ = SERVER_BULK_BYTES_MIN.set(bytes);
+}
+
+/// The `bulk_bytes_min` of the servers `flotilla bench` starts (default: the server's).
+pub fn server_bulk_bytes_min() -> u64 {
+    SERVER_BULK_BYTES_MIN.get().copied().unwrap_or(flotilla_store::BULK_BYTES_MIN_DEFAULT)
+}
+
 /// The client's integrity setting.
 pub fn integrity() -> Integrity {
     CLIENT_INTEGRITY.get().copied().unwrap_or_default()

@@ -147,6 +147,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     keys::set_tokens(file.client.tokens);
     keys::set_attr_cache(file.client.attr_cache);
     keys::set_server_metrics(file.server.metrics);
+    keys::set_server_bulk_bytes_min(file.server.bulk_bytes_min);
     match cli.command {
         Command::Local(args) => cluster::local(args, &file),
         Command::Meta(args) => {

@@ -39,6 +39,12 @@ pub struct ServerConfig {
     /// goes to disk as soon as writes have covered all of it; off (the default), dirty blocks
     /// are written back on eviction, sync and age.
     pub write_full: bool,
+    /// A piece of a request covering at least this many bytes of whole cache blocks on a
+    /// `dir` target goes straight between the request or reply buffer and the fork file
+    /// (`pwritev`/`preadv` through the kernel's page cache, CRC32C computed or checked once),
+    /// not through the server's cache; smaller and strided pieces, and `sim` and `lines`
+    /// targets, keep the cache. 0: every piece goes through the cache.
+    pub bulk_bytes_min: u64,
     /// Heartbeat period, unless the metadata service asks for another.
     pub heartbeat_ms: u64,
     /// A connection silent this long with nothing in flight is closed.
@@ -179,6 +185,7 @@ impl Default for ServerConfig {
             fd_cache_max: 256,
             dirty_age_max_ms: 5000,
             write_full: false,
+            bulk_bytes_min: flotilla_store::BULK_BYTES_MIN_DEFAULT,
             heartbeat_ms: 1000,
             idle_timeout_ms: 600_000,
             frame_read_timeout_ms: 30_000,

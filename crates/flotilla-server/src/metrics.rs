@@ -291,7 +291,7 @@ fn encode_jobs(encoder: &mut DescriptorEncoder, jobs: &[JobStats]) -> std::fmt::
 }
 
 fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreStats) -> std::fmt::Result {
-    let counters: [(&str, &str, Option<Unit>, u64); 9] = [
+    let counters: [(&str, &str, Option<Unit>, u64); 11] = [
         ("server_cache_hits", "Blocks requests found in the buffer cache.", None, stats.cache_hits),
         (
             "server_cache_misses",
@@ -310,6 +310,18 @@ fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreSt
         ("server_disk_reads", "Read system calls.", None, stats.disk_reads),
         ("server_disk_writes", "Write system calls.", None, stats.disk_writes),
         ("server_disk_syncs", "fdatasync calls.", None, stats.disk_syncs),
+        (
+            "server_bulk_read",
+            "Bytes read straight from fork files past the cache (bulk_bytes_min; in server_disk_read too).",
+            Some(Unit::Bytes),
+            stats.bulk_read_bytes,
+        ),
+        (
+            "server_bulk_written",
+            "Bytes written straight to fork files past the cache (bulk_bytes_min; in server_disk_written too).",
+            Some(Unit::Bytes),
+            stats.bulk_write_bytes,
+        ),
         ("server_checksum_errors", "Blocks read whose CRC32C did not match.", None, stats.checksum_errors),
     ];
     for (name, help, unit, value) in counters {

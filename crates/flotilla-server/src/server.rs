@@ -177,6 +177,7 @@ async fn open_store(config: &ServerConfig) -> anyhow::Result<Store> {
     store_config.disk_queue_max = config.disk_queue_max;
     store_config.fd_cache_max = config.fd_cache_max;
     store_config.write_full = config.write_full;
+    store_config.bulk_bytes_min = config.bulk_bytes_min;
     if let Some(archive) = &config.archive {
         let settings = archive.clone();
         let tier = tokio::task::spawn_blocking(move || settings.open()).await?;

@@ -12,6 +12,13 @@
 //! - `dirty_fifo`: dirty slots in the order they became dirty (for `flush_aged` and for
 //!   write-back under memory pressure).
 //!
+//! Bulk gates (`begin_bulk`, issue 12 "one cache, not two"): a bulk request moves whole
+//! blocks straight between its buffer and the fork file. For its time it holds a gate over
+//! its blocks: no request maps a missing block inside a gate (it waits, as for room), and a
+//! gate waits for every overlapping gate unless both only read. So while a bulk write runs
+//! none of its blocks is cached, loaded or written back, and a bulk read never meets a write
+//! of the same blocks between its data and their checksums.
+//!
 //! Invariants (checked by `check_invariants` in tests):
 //! - `index` maps exactly the keys of mapped slots; a key maps to at most one slot.
 //! - A slot with `refs > 0` is never evicted or reassigned; a request holds a pin on every
@@ -90,6 +97,54 @@ struct CacheState {
     free: Vec<u32>,
     clean_lru: LruList,
     dirty_fifo: LruList,
+    /// Bulk requests in flight (a handful at most: one per worker thread).
+    gates: Vec<Gate>,
+    next_gate: u64,
+}
+
+/// Blocks `first..end` of a fork that a bulk request moves around the cache.
+#[derive(Clone, Copy, Debug)]
+struct Gate {
+    id: u64,
+    fork_serial: u64,
+    first: u64,
+    end: u64,
+    write: bool,
+}
+
+impl Gate {
+    fn covers(&self, fork_serial: u64, block: u64) -> bool {
+        self.fork_serial == fork_serial && (self.first..self.end).contains(&block)
+    }
+
+    fn conflicts(&self, fork_serial: u64, first: u64, end: u64, write: bool) -> bool {
+        self.fork_serial == fork_serial && first < self.end && self.first < end && (write || self.write)
+    }
+}
+
+/// A run of a bulk request's blocks: moved straight to or from the fork file (`direct`), or
+/// through the cache because the cache holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BulkRun {
+    pub first: u64,
+    pub end: u64,
+    pub direct: bool,
+}
+
+/// A bulk request's gate; dropping it lets requests waiting for its blocks go on.
+#[derive(Debug)]
+pub(crate) struct BulkGate<'a> {
+    cache: &'a BlockCache,
+    id: u64,
+}
+
+impl Drop for BulkGate<'_> {
+    fn drop(&mut self) {
+        let mut state = self.cache.state.lock();
+        state.gates.retain(|gate| gate.id != self.id);
+        drop(state);
+        self.cache.unpinned.notify_all();
+    }
 }
 
 /// Index and replacement policy of the buffer cache.
@@ -114,6 +169,8 @@ impl BlockCache {
             free: (0..count as u32).rev().collect(),
             clean_lru: LruList::new(count),
             dirty_fifo: LruList::new(count),
+            gates: Vec::new(),
+            next_gate: 1,
         };
         Self {
             block_shift: pool.block_bytes().trailing_zeros(),
@@ -145,6 +202,11 @@ impl BlockCache {
         // so a block written, written back and evicted since is not mistaken for a hole.
         let size_bytes = fork.size_bytes();
         let (misses, clean_hits) = state.look_up(fork.serial(), window);
+        if misses > 0 && state.misses_gated(fork.serial(), window) {
+            // A bulk request is moving some of these blocks around the cache; wait for it.
+            self.unpinned.wait(&mut state);
+            return PinOutcome::Retry;
+        }
         let available = state.free.len() + state.clean_lru.len() - clean_hits;
         if misses > available {
             let wanted = (misses - available).max(PRESSURE_WRITEBACK_BLOCKS_MIN);
@@ -194,6 +256,47 @@ impl BlockCache {
             entry.action = if zero { BlockAction::Zero } else { BlockAction::Read };
         }
         evicted
+    }
+
+    /// Starts a bulk request over blocks `first..end` of a fork: waits out conflicting bulk
+    /// requests, then splits the range into runs. A block the cache holds stays on the cache
+    /// path, except that a bulk write drops every such block nobody has pinned (clean or
+    /// dirty: the write replaces all of its bytes). Every other block is `direct`, and the
+    /// returned gate keeps the cache from taking it up until the gate is dropped. The caller
+    /// holds no pins; it must drop the gate before it sends runs through the cache path.
+    pub(crate) fn begin_bulk(
+        &self,
+        fork_serial: u64,
+        first: u64,
+        end: u64,
+        write: bool,
+    ) -> (Vec<BulkRun>, BulkGate<'_>) {
+        let mut state = self.state.lock();
+        while state.gates.iter().any(|gate| gate.conflicts(fork_serial, first, end, write)) {
+            self.unpinned.wait(&mut state);
+        }
+        let mut runs: Vec<BulkRun> = Vec::new();
+        let mut dropped = Vec::new();
+        for block in first..end {
+            let direct = match state.index.get(&BlockKey { fork_serial, block }).copied() {
+                None => true,
+                Some(slot) if write && state.metas[slot as usize].refs == 0 => {
+                    state.unmap(slot, &mut dropped);
+                    true
+                }
+                Some(_) => false,
+            };
+            match runs.last_mut() {
+                Some(run) if run.direct == direct => run.end = block + 1,
+                _ => runs.push(BulkRun { first: block, end: block + 1, direct }),
+            }
+        }
+        let id = state.next_gate;
+        state.next_gate += 1;
+        state.gates.push(Gate { id, fork_serial, first, end, write });
+        drop(state);
+        drop(dropped);
+        (runs, BulkGate { cache: self, id })
     }
 
     /// Unpins every block of the window; blocks a writer touched become dirty first.
@@ -368,6 +471,18 @@ impl CacheState {
             }
         }
         (misses, clean_hits)
+    }
+
+    /// Whether a block of the window the cache lacks lies in a bulk request's gate.
+    fn misses_gated(&self, serial: u64, window: &Window) -> bool {
+        if self.gates.is_empty() {
+            return false;
+        }
+        window
+            .blocks
+            .iter()
+            .filter(|entry| entry.slot == UNPINNED_SLOT)
+            .any(|entry| self.gates.iter().any(|gate| gate.covers(serial, entry.block)))
     }
 
     fn pin(&mut self, slot: u32) {

@@ -10,6 +10,9 @@ pub const BLOCK_BYTES_MAX: u64 = 16 << 20;
 /// The cache must hold at least this many blocks.
 pub const CACHE_BLOCKS_MIN: u64 = 4;
 
+/// Default of `bulk_bytes_min`: a stripe unit of the default layout, eight default blocks.
+pub const BULK_BYTES_MIN_DEFAULT: u64 = 256 << 10;
+
 /// How to open a store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreConfig {
@@ -38,6 +41,10 @@ pub struct StoreConfig {
     /// The WriteFull policy: a block goes to disk as soon as writes covered all of it
     /// (`write_full.rs`).
     pub write_full: bool,
+    /// A piece of a request covering at least this many bytes of whole cache blocks on a
+    /// `dir` target goes straight between the request's buffer and the fork file (through
+    /// the kernel's page cache only, not the store's cache; `bulk.rs`); 0: never.
+    pub bulk_bytes_min: u64,
     /// The tertiary tier every lines target of the store uses (`None`: no archive).
     pub tier: Option<crate::tier::TierConfig>,
 }
@@ -56,6 +63,7 @@ impl Default for StoreConfig {
             dirty_bytes_high_max: 32 << 20,
             sync_threads_max: 16,
             write_full: false,
+            bulk_bytes_min: BULK_BYTES_MIN_DEFAULT,
             tier: None,
         }
     }

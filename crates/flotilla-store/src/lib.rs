@@ -7,7 +7,8 @@
 //! Layers, each depending only on those below it:
 //! - [`Store`] — the API the server's worker threads call (`&self`, `Send + Sync`, blocking).
 //! - `request` — one read or write: extents to blocks a window at a time (`window`), pin,
-//!   submit all misses at once, copy in extent order.
+//!   submit all misses at once, copy in extent order. `bulk` — on `dir` targets, pieces of
+//!   at least `bulk_bytes_min` whole blocks go straight to and from the fork file instead.
 //! - `block_cache` — index and replacement (hash index, clean LRU, dirty FIFO, pins); bytes
 //!   live in `slot_pool`, which is also all the disk threads see.
 //! - `disk_manager` — a thread per target serving `disk_queue` in C-SCAN order, coalescing
@@ -26,6 +27,7 @@
 
 mod backend;
 mod block_cache;
+mod bulk;
 mod checksum;
 mod completion;
 mod config;
@@ -69,7 +71,7 @@ mod writeback;
 
 pub use backend::ForkBackend;
 pub use checksum::CHECKSUM_ENTRY_BYTES;
-pub use config::{StoreConfig, BLOCK_BYTES_MAX, BLOCK_BYTES_MIN, CACHE_BLOCKS_MIN};
+pub use config::{StoreConfig, BLOCK_BYTES_MAX, BLOCK_BYTES_MIN, BULK_BYTES_MIN_DEFAULT, CACHE_BLOCKS_MIN};
 #[cfg(feature = "test-support")]
 pub use crash_fork::{CrashDisk, CrashFork, PowerLossReport, CRASH_SECTOR_BYTES};
 pub use error::StoreError;

@@ -15,11 +15,11 @@ pub struct StoreStats {
     pub cache_misses: u64,
     /// Clean blocks dropped from the cache to make room.
     pub evictions: u64,
-    /// Read system calls (each may cover several adjacent blocks).
+    /// Read system calls (each may cover several adjacent blocks; bulk pieces included).
     pub disk_reads: u64,
     pub disk_read_blocks: u64,
     pub disk_read_bytes: u64,
-    /// Write system calls (each may cover several adjacent blocks).
+    /// Write system calls (each may cover several adjacent blocks; bulk pieces included).
     pub disk_writes: u64,
     pub disk_write_blocks: u64,
     pub disk_write_bytes: u64,
@@ -33,6 +33,15 @@ pub struct StoreStats {
     pub read_bytes: u64,
     pub write_requests: u64,
     pub write_bytes: u64,
+    /// Bulk pieces read straight from fork files, past the cache (`bulk_bytes_min`), and
+    /// their bytes below the end of the fork (also counted in `disk_reads`/`disk_read_bytes`;
+    /// the `disk_*_blocks` counters count cache blocks only).
+    pub bulk_reads: u64,
+    pub bulk_read_bytes: u64,
+    /// Bulk pieces written straight to fork files, past the cache, and their bytes (also in
+    /// `disk_writes`/`disk_write_bytes`).
+    pub bulk_writes: u64,
+    pub bulk_write_bytes: u64,
     /// Gauge: bytes of dirty blocks in the cache.
     pub dirty_bytes: u64,
     /// Gauge: bytes of blocks holding data in the cache.
@@ -59,6 +68,10 @@ impl StoreStats {
             read_bytes: self.read_bytes.saturating_sub(earlier.read_bytes),
             write_requests: self.write_requests.saturating_sub(earlier.write_requests),
             write_bytes: self.write_bytes.saturating_sub(earlier.write_bytes),
+            bulk_reads: self.bulk_reads.saturating_sub(earlier.bulk_reads),
+            bulk_read_bytes: self.bulk_read_bytes.saturating_sub(earlier.bulk_read_bytes),
+            bulk_writes: self.bulk_writes.saturating_sub(earlier.bulk_writes),
+            bulk_write_bytes: self.bulk_write_bytes.saturating_sub(earlier.bulk_write_bytes),
             dirty_bytes: self.dirty_bytes,
             cached_bytes: self.cached_bytes,
         }
@@ -84,6 +97,10 @@ pub(crate) struct Counters {
     pub read_bytes: AtomicU64,
     pub write_requests: AtomicU64,
     pub write_bytes: AtomicU64,
+    pub bulk_reads: AtomicU64,
+    pub bulk_read_bytes: AtomicU64,
+    pub bulk_writes: AtomicU64,
+    pub bulk_write_bytes: AtomicU64,
 }
 
 /// Adds `amount` to a counter.
@@ -112,6 +129,10 @@ impl Counters {
             read_bytes: get(&self.read_bytes),
             write_requests: get(&self.write_requests),
             write_bytes: get(&self.write_bytes),
+            bulk_reads: get(&self.bulk_reads),
+            bulk_read_bytes: get(&self.bulk_read_bytes),
+            bulk_writes: get(&self.bulk_writes),
+            bulk_write_bytes: get(&self.bulk_write_bytes),
             dirty_bytes,
             cached_bytes,
         }

@@ -5,12 +5,16 @@
 //! write that grows a fork reserves the space first, so it either fails with nothing applied
 //! or is applied and its later write-back cannot run out of space.
 //!
+//! Bulk pieces (`bulk_bytes_min` or more of whole blocks, `dir` targets) go straight to and
+//! from the fork files instead (`bulk`), under the same durability contract.
+//!
 //! Durability: writes land in the buffer cache; `sync` (one fork), `sync_many` (several, the
 //! fdatasyncs overlapped) and `flush_all` (everything) write dirty blocks back and fdatasync
 //! data and checksum files. `flush_aged` writes back without syncing. Dropping
 //! the store runs `flush_all` and logs a failure.
 
 use crate::block_cache::{BlockCache, Placement};
+use crate::bulk::{self, Segment};
 use crate::config::StoreConfig;
 use crate::disk_manager::{DiskLimits, DiskManager};
 use crate::error::StoreError;
@@ -159,7 +163,21 @@ impl Store {
         summarize(extents, fork, self.config.fork_bytes_max, out.len())?;
         let live = self.fork(fork)?;
         let _shared = live.lock_shared()?;
-        request::read(self.engine(), &live, extents, out)?;
+        match self.bulk_segments(&live, extents) {
+            None => request::read(self.engine(), &live, extents, out)?,
+            Some(segments) => {
+                for segment in segments {
+                    match segment {
+                        Segment::Cache { extents, data } => {
+                            request::read(self.engine(), &live, &extents, &mut out[data])?
+                        }
+                        Segment::Bulk { extent, data } => {
+                            bulk::read(self.engine(), &self.counters, &live, extent, &mut out[data])?
+                        }
+                    }
+                }
+            }
+        }
         bump(&self.counters.read_requests, 1);
         bump(&self.counters.read_bytes, out.len() as u64);
         Ok(())
@@ -175,13 +193,49 @@ impl Store {
         if live.reserve(summary.start_bytes_min, summary.end_bytes_max, 1 << self.block_shift)? {
             bump(&self.counters.reservations, 1);
         }
-        request::write(self.engine(), &live, extents, data)?;
-        if let Some(write_full) = &self.write_full {
-            write_full.wrote(&self.cache, live.serial(), extents, 1 << self.block_shift);
+        let Some(segments) = self.bulk_segments(&live, extents) else {
+            request::write(self.engine(), &live, extents, data)?;
+            if let Some(write_full) = &self.write_full {
+                write_full.wrote(&self.cache, live.serial(), extents, 1 << self.block_shift);
+            }
+            bump(&self.counters.write_requests, 1);
+            bump(&self.counters.write_bytes, data.len() as u64);
+            return Ok(());
+        };
+        // In extent order, each segment whole before the next, so later extents still win.
+        for segment in segments {
+            match segment {
+                Segment::Cache { extents, data: range } => {
+                    request::write(self.engine(), &live, &extents, &data[range])?;
+                    if let Some(write_full) = &self.write_full {
+                        write_full.wrote(&self.cache, live.serial(), &extents, 1 << self.block_shift);
+                    }
+                }
+                Segment::Bulk { extent, data: range } => {
+                    bulk::write(self.engine(), &self.counters, &live, extent, &data[range])?
+                }
+            }
         }
         bump(&self.counters.write_requests, 1);
         bump(&self.counters.write_bytes, data.len() as u64);
         Ok(())
+    }
+
+    /// The request cut into cache and bulk segments, if it has a bulk piece and the fork's
+    /// target takes bulk data past the cache: `dir` (and the tests' `crash`), whose fork
+    /// files sit in the kernel's page cache. `sim` targets time every transfer on their disk
+    /// thread and `lines` targets map blocks onto lines, so both keep the cache path.
+    fn bulk_segments(&self, live: &Fork, extents: &[Extent]) -> Option<Vec<Segment>> {
+        let direct = match live.target().kind() {
+            TargetKind::Dir => true,
+            #[cfg(feature = "test-support")]
+            TargetKind::Crash => true,
+            TargetKind::Sim(_) | TargetKind::Lines(_) => false,
+        };
+        if !direct {
+            return None;
+        }
+        bulk::split(extents, self.block_shift, self.config.bulk_bytes_min)
     }
 
     /// Creates a subfile with an empty `data` fork; does nothing if it exists.
@@ -493,6 +547,22 @@ impl Store {
     /// Bytes covered by one checksum entry on a target.
     pub fn checksum_block_bytes(&self, target: TargetId) -> Result<u64, StoreError> {
         Ok(self.runtime(target)?.target().checksum_block_bytes())
+    }
+
+    /// Holds a bulk gate over blocks `first..end` of a fork, as a bulk request would (which
+    /// holds its fork meanwhile).
+    #[cfg(test)]
+    pub(crate) fn hold_bulk_gate(
+        &self,
+        fork: &ForkRef<'_>,
+        first: u64,
+        end: u64,
+        write: bool,
+    ) -> (Vec<crate::block_cache::BulkRun>, crate::block_cache::BulkGate<'_>, Arc<Fork>) {
+        // The fork is returned too: a fork nobody holds is closed, and its serial retired.
+        let live = self.fork(fork).expect("the fork exists");
+        let (runs, gate) = self.cache.begin_bulk(live.serial(), first, end, write);
+        (runs, gate, live)
     }
 
     #[cfg(test)]

@@ -1,5 +1,8 @@
 //! Property tests of the whole engine against an in-memory model, with a tiny block size and
 //! cache so that windows, eviction and write-back under pressure are exercised constantly.
+//! The `bulk` variants set `bulk_bytes_min` to one block, so most requests mix bulk pieces
+//! (straight to and from the fork file) with cached heads, tails and small pieces over the
+//! same blocks.
 
 use crate::{Extent, ForkRef, Store, StoreConfig};
 use flotilla_types::{FileId, SubfileIndex};
@@ -77,8 +80,14 @@ fn target_spec(kind: Kind, dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn run(ops: &[Op], cache_blocks: u64, kind: Kind) {
+    run_with(ops, cache_blocks, kind, 0);
+}
+
+/// `run` with bulk pieces from `bulk_bytes_min` (0: none).
+fn run_with(ops: &[Op], cache_blocks: u64, kind: Kind, bulk_bytes_min: u64) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = StoreConfig::new(vec![target_spec(kind, dir.path())], true);
+    config.bulk_bytes_min = bulk_bytes_min;
     config.block_bytes = BLOCK_BYTES as u64;
     config.cache_capacity_bytes = cache_blocks * BLOCK_BYTES as u64;
     config.disk_run_bytes_max = 4 * BLOCK_BYTES as u64;
@@ -141,6 +150,26 @@ proptest! {
     }
 
     #[test]
+    fn bulk_matches_model_with_tiny_cache(ops in prop::collection::vec(op(), 1..40)) {
+        run_with(&ops, 6, Kind::Dir, BLOCK_BYTES as u64);
+    }
+
+    #[test]
+    fn bulk_matches_model_with_roomy_cache(ops in prop::collection::vec(op(), 1..40)) {
+        run_with(&ops, 256, Kind::Dir, BLOCK_BYTES as u64);
+    }
+
+    #[test]
+    fn bulk_of_two_blocks_matches_model(ops in prop::collection::vec(op(), 1..40)) {
+        run_with(&ops, 16, Kind::Dir, 2 * BLOCK_BYTES as u64);
+    }
+
+    #[test]
+    fn lines_ignores_bulk_and_matches_model(ops in prop::collection::vec(op(), 1..40)) {
+        run_with(&ops, 16, Kind::Lines, BLOCK_BYTES as u64);
+    }
+
+    #[test]
     fn lines_matches_model_with_tiny_cache(ops in prop::collection::vec(op(), 1..40)) {
         run(&ops, 6, Kind::Lines);
     }
@@ -149,4 +178,190 @@ proptest! {
     fn lines_matches_model_with_roomy_cache(ops in prop::collection::vec(op(), 1..40)) {
         run(&ops, 256, Kind::Lines);
     }
+}
+
+/// A store with 512-byte blocks, bulk pieces from one block, and the test fork.
+fn bulk_store(dir: &std::path::Path, bulk_bytes_min: u64) -> (Store, StoreConfig, ForkRef<'static>) {
+    let mut config = StoreConfig::new(vec![dir.to_path_buf()], true);
+    config.block_bytes = BLOCK_BYTES as u64;
+    config.cache_capacity_bytes = 64 * BLOCK_BYTES as u64;
+    config.bulk_bytes_min = bulk_bytes_min;
+    let store = Store::open(config.clone()).unwrap();
+    let target = store.target_ids()[0];
+    store.create_subfile(target, FileId(7), SubfileIndex(0)).ok();
+    (store, config, ForkRef::new(target, FileId(7), SubfileIndex(0), "data"))
+}
+
+#[test]
+fn a_bulk_write_over_dirty_cached_blocks_is_not_overwritten_by_their_write_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, config, fork) = bulk_store(dir.path(), BLOCK_BYTES as u64);
+    let old = pattern(4 * BLOCK_BYTES, 1);
+    // Small writes (below a block each) leave blocks 0..4 dirty in the cache.
+    for (index, chunk) in old.chunks(BLOCK_BYTES / 2).enumerate() {
+        let extent = Extent::new((index * BLOCK_BYTES / 2) as u64, chunk.len() as u64);
+        store.write(&fork, &[extent], chunk).unwrap();
+    }
+    assert_eq!(store.stats().dirty_bytes, 4 * BLOCK_BYTES as u64);
+    // A bulk write covering blocks 1..3 wholly drops their dirty copies.
+    let new = pattern(2 * BLOCK_BYTES, 9);
+    let before = store.stats();
+    store.write(&fork, &[Extent::new(BLOCK_BYTES as u64, new.len() as u64)], &new).unwrap();
+    let after = store.stats().since(&before);
+    assert_eq!((after.bulk_writes, after.bulk_write_bytes), (1, new.len() as u64));
+    assert_eq!(store.stats().dirty_bytes, 2 * BLOCK_BYTES as u64, "blocks 1 and 2 were dropped");
+    store.check_invariants();
+    // Writing the rest back must not bring the stale blocks back.
+    store.flush_aged(std::time::Duration::ZERO).unwrap();
+    store.sync(&fork).unwrap();
+    let mut expected = old.clone();
+    expected[BLOCK_BYTES..3 * BLOCK_BYTES].copy_from_slice(&new);
+    let whole = [Extent::new(0, 4 * BLOCK_BYTES as u64)];
+    let mut out = vec![0; 4 * BLOCK_BYTES];
+    store.read(&fork, &whole, &mut out).unwrap();
+    assert_eq!(out, expected);
+    drop(store);
+    // And on disk, read back through the cache alone, checksums included.
+    let reopened = Store::open(StoreConfig { init: false, bulk_bytes_min: 0, ..config }).unwrap();
+    let mut out = vec![0; 4 * BLOCK_BYTES];
+    reopened.read(&fork, &whole, &mut out).unwrap();
+    assert_eq!(out, expected);
+    assert_eq!(reopened.stats().checksum_errors, 0);
+}
+
+#[test]
+fn a_bulk_write_over_a_block_written_back_keeps_the_newest_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _config, fork) = bulk_store(dir.path(), BLOCK_BYTES as u64);
+    // Block 0 cached and clean after a write-back; a bulk write then replaces it.
+    store.write(&fork, &[Extent::new(0, 100)], &pattern(100, 3)).unwrap();
+    store.sync(&fork).unwrap();
+    let new = pattern(BLOCK_BYTES, 4);
+    store.write(&fork, &[Extent::new(0, BLOCK_BYTES as u64)], &new).unwrap();
+    assert_eq!(store.stats().cached_bytes, 0, "the clean copy was dropped");
+    let mut out = vec![0; BLOCK_BYTES];
+    store.read(&fork, &[Extent::new(0, BLOCK_BYTES as u64)], &mut out).unwrap();
+    assert_eq!(out, new);
+}
+
+#[test]
+fn a_bulk_read_sees_dirty_cached_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _config, fork) = bulk_store(dir.path(), BLOCK_BYTES as u64);
+    let base = pattern(8 * BLOCK_BYTES, 5);
+    store.write(&fork, &[Extent::new(0, base.len() as u64)], &base).unwrap();
+    assert_eq!(store.stats().bulk_writes, 1);
+    // A small write dirties part of block 3 in the cache only.
+    let patch = pattern(40, 6);
+    store.write(&fork, &[Extent::new(3 * BLOCK_BYTES as u64 + 7, 40)], &patch).unwrap();
+    assert_eq!(store.stats().dirty_bytes, BLOCK_BYTES as u64);
+    let mut expected = base.clone();
+    expected[3 * BLOCK_BYTES + 7..][..40].copy_from_slice(&patch);
+    let before = store.stats();
+    let mut out = vec![0; base.len()];
+    store.read(&fork, &[Extent::new(0, base.len() as u64)], &mut out).unwrap();
+    assert_eq!(out, expected);
+    let after = store.stats().since(&before);
+    assert_eq!(after.bulk_reads, 2, "blocks 0..3 and 4..8 straight from the file");
+    assert_eq!(after.bulk_read_bytes, 7 * BLOCK_BYTES as u64);
+}
+
+#[test]
+fn bulk_and_cached_requests_from_many_threads_keep_every_block_whole() {
+    // Writers each write whole blocks of one byte value, bulk and cached, over the same
+    // blocks; readers check that every block they see holds one value, and at the end every
+    // block holds a value some writer wrote, on disk as in the cache.
+    let dir = tempfile::tempdir().unwrap();
+    let (store, config, fork) = bulk_store(dir.path(), 2 * BLOCK_BYTES as u64);
+    let blocks = 16u64;
+    let span = blocks * BLOCK_BYTES as u64;
+    store.write(&fork, &[Extent::new(0, span)], &vec![1u8; span as usize]).unwrap();
+    std::thread::scope(|scope| {
+        for writer in 0..3u8 {
+            let (store, fork) = (&store, &fork);
+            scope.spawn(move || {
+                for round in 0..200u64 {
+                    let value = 2 + writer * 50 + (round % 50) as u8;
+                    let first = (round * 7 + u64::from(writer) * 3) % (blocks - 4);
+                    let count = 1 + round % 4;
+                    let extent = Extent::new(first * BLOCK_BYTES as u64, count * BLOCK_BYTES as u64);
+                    store.write(fork, &[extent], &vec![value; extent.length as usize]).unwrap();
+                    if round % 16 == 0 {
+                        store.sync(fork).unwrap();
+                    }
+                }
+            });
+        }
+        for _ in 0..2 {
+            let (store, fork) = (&store, &fork);
+            scope.spawn(move || {
+                for round in 0..200u64 {
+                    let mut out = vec![0u8; span as usize];
+                    let extent = Extent::new(0, span - (round % 3) * BLOCK_BYTES as u64);
+                    store.read(fork, &[extent], &mut out[..extent.length as usize]).unwrap();
+                    for block in out[..extent.length as usize].chunks(BLOCK_BYTES) {
+                        assert!(block.iter().all(|byte| *byte == block[0]), "a torn block");
+                    }
+                }
+            });
+        }
+    });
+    store.check_invariants();
+    let mut cached = vec![0u8; span as usize];
+    store.read(&fork, &[Extent::new(0, span)], &mut cached).unwrap();
+    assert!(store.stats().bulk_writes > 0 && store.stats().bulk_reads > 0);
+    assert_eq!(store.stats().checksum_errors, 0);
+    drop(store);
+    let reopened = Store::open(StoreConfig { init: false, bulk_bytes_min: 0, ..config }).unwrap();
+    let mut on_disk = vec![0u8; span as usize];
+    reopened.read(&fork, &[Extent::new(0, span)], &mut on_disk).unwrap();
+    assert_eq!(on_disk, cached);
+    assert_eq!(reopened.stats().checksum_errors, 0);
+}
+
+#[test]
+fn a_bulk_gate_keeps_the_cache_and_conflicting_bulk_writes_out_until_it_opens() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _config, fork) = bulk_store(dir.path(), BLOCK_BYTES as u64);
+    let data = pattern(4 * BLOCK_BYTES, 1);
+    store.write(&fork, &[Extent::new(0, data.len() as u64)], &data).unwrap();
+    let block = BLOCK_BYTES as u64;
+    for write in [true, false] {
+        let (runs, gate, _live) = store.hold_bulk_gate(&fork, 1, 3, write);
+        assert_eq!(runs, [crate::block_cache::BulkRun { first: 1, end: 3, direct: true }]);
+        let small_read_done = AtomicBool::new(false);
+        let bulk_write_done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut out = [0u8; 10];
+                store.read(&fork, &[Extent::new(2 * block + 5, 10)], &mut out).unwrap();
+                assert_eq!(out, data[2 * BLOCK_BYTES + 5..][..10]);
+                small_read_done.store(true, Ordering::SeqCst);
+            });
+            scope.spawn(|| {
+                store.write(&fork, &[Extent::new(0, 4 * block)], &data).unwrap();
+                bulk_write_done.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            // A block missing from the cache inside any gate is not taken up; a bulk write
+            // overlapping any gate waits.
+            assert!(
+                !small_read_done.load(Ordering::SeqCst),
+                "a gated block was loaded (write gate: {write})"
+            );
+            assert!(!bulk_write_done.load(Ordering::SeqCst), "a bulk write passed a gate");
+            drop(gate);
+        });
+        assert!(small_read_done.load(Ordering::SeqCst) && bulk_write_done.load(Ordering::SeqCst));
+        store.check_invariants();
+        // A bulk write over blocks nobody pins drops their cached copies.
+        store.write(&fork, &[Extent::new(0, 4 * block)], &data).unwrap();
+        assert_eq!(store.stats().cached_bytes, 0);
+    }
+    // Two read gates share their blocks.
+    let (_runs, first, _live) = store.hold_bulk_gate(&fork, 0, 4, false);
+    let (_runs, second, _live) = store.hold_bulk_gate(&fork, 1, 2, false);
+    drop((first, second));
 }

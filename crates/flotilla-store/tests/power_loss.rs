@@ -47,11 +47,14 @@ struct Tally {
     checksum_errors: u64,
     blocks_not_durable: u64,
     torn_writes: u64,
+    bulk_writes: u64,
+    bulk_reads: u64,
 }
 
-fn store_config(dir: &Path, init: bool) -> StoreConfig {
+fn store_config(dir: &Path, init: bool, bulk_bytes_min: u64) -> StoreConfig {
     let spec = format!("crash:{}", dir.display());
     let mut config = StoreConfig::new(vec![spec.into()], init);
+    config.bulk_bytes_min = bulk_bytes_min;
     config.block_bytes = BLOCK_BYTES as u64;
     config.cache_capacity_bytes = 48 * BLOCK_BYTES as u64;
     config.dirty_bytes_high_max = 24 * BLOCK_BYTES as u64;
@@ -85,8 +88,14 @@ fn random_write(store: &Store, fork: &ForkRef<'_>, model: &mut ForkModel, rng: &
 }
 
 /// Phase 1 (all synced), phase 2 (some synced, write-backs of the rest), then power loss.
-fn write_and_crash(dir: &Path, seed: u64, rng: &mut StdRng, tally: &mut Tally) -> Vec<ForkModel> {
-    let store = Store::open(store_config(dir, true)).unwrap();
+fn write_and_crash(
+    dir: &Path,
+    seed: u64,
+    bulk_bytes_min: u64,
+    rng: &mut StdRng,
+    tally: &mut Tally,
+) -> Vec<ForkModel> {
+    let store = Store::open(store_config(dir, true, bulk_bytes_min)).unwrap();
     let target = store.target_ids()[0];
     store.create_subfile(target, FILE, SUBFILE).unwrap();
     let forks: Vec<ForkRef<'_>> = (0..FORK_NAMES.len()).map(|index| fork_ref(target, index)).collect();
@@ -119,14 +128,15 @@ fn write_and_crash(dir: &Path, seed: u64, rng: &mut StdRng, tally: &mut Tally) -
         let durable = models[index].latest().clone();
         models[index] = ForkModel { versions: vec![durable], synced: true };
     }
+    tally.bulk_writes += store.stats().bulk_writes;
     let report = CrashDisk::for_dir(dir).power_loss(seed);
     tally.torn_writes += report.writes_torn;
     drop(store); // its shutdown flush fails: the device it wrote to is gone
     models
 }
 
-fn check_after_crash(dir: &Path, seed: u64, models: &[ForkModel], tally: &mut Tally) {
-    let store = Store::open(store_config(dir, false)).unwrap();
+fn check_after_crash(dir: &Path, seed: u64, bulk_bytes_min: u64, models: &[ForkModel], tally: &mut Tally) {
+    let store = Store::open(store_config(dir, false, bulk_bytes_min)).unwrap();
     let target = store.target_ids()[0];
     for (index, model) in models.iter().enumerate() {
         let fork = fork_ref(target, index);
@@ -139,6 +149,7 @@ fn check_after_crash(dir: &Path, seed: u64, models: &[ForkModel], tally: &mut Ta
             check_block(&store, &fork, model, block, seed, tally);
         }
     }
+    tally.bulk_reads += store.stats().bulk_reads;
 }
 
 fn check_block(
@@ -177,35 +188,49 @@ fn check_block(
     }
 }
 
-fn run_seed(seed: u64, tally: &mut Tally) {
+fn run_seed(seed: u64, bulk_bytes_min: u64, tally: &mut Tally) {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
-    let models = write_and_crash(dir.path(), seed, &mut rng, tally);
-    check_after_crash(dir.path(), seed, &models, tally);
+    let models = write_and_crash(dir.path(), seed, bulk_bytes_min, &mut rng, tally);
+    check_after_crash(dir.path(), seed, bulk_bytes_min, &models, tally);
 }
 
 #[test]
 fn after_power_loss_durable_bytes_survive_and_no_torn_block_passes() {
+    power_loss_seeds(0);
+}
+
+/// The same with bulk pieces from one block: most writes put whole blocks straight into the
+/// fork (data, then checksum entries) and every check after the crash reads straight from it.
+#[test]
+fn after_power_loss_bulk_written_bytes_survive_and_no_torn_block_passes() {
+    power_loss_seeds(BLOCK_BYTES as u64);
+}
+
+fn power_loss_seeds(bulk_bytes_min: u64) {
     let seeds: Vec<u64> = match std::env::var("FLOTILLA_POWER_LOSS_SEED") {
         Ok(seed) => vec![seed.parse().expect("FLOTILLA_POWER_LOSS_SEED is a number")],
         Err(_) => (0..SEEDS).collect(),
     };
     let mut tally = Tally::default();
     for seed in &seeds {
-        run_seed(*seed, &mut tally);
+        run_seed(*seed, bulk_bytes_min, &mut tally);
     }
     if seeds.len() > 1 {
         // The test must have met what it checks: torn writes, caught blocks, surviving new data.
         assert!(tally.torn_writes > 0, "no write was torn in {} seeds", seeds.len());
         assert!(tally.checksum_errors > 0, "no block failed its checksum in {} seeds", seeds.len());
         assert!(tally.blocks_not_durable > 0, "no unsynced write survived in {} seeds", seeds.len());
+        if bulk_bytes_min > 0 {
+            assert!(tally.bulk_writes > 0 && tally.bulk_reads > 0, "the bulk path was not taken");
+        }
     }
 }
 
 #[test]
 fn a_store_cut_off_by_power_loss_cannot_write_afterwards() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(store_config(dir.path(), true)).unwrap();
+    let store = Store::open(store_config(dir.path(), true, 0)).unwrap();
     let target = store.target_ids()[0];
     store.create_subfile(target, FILE, SUBFILE).unwrap();
     let fork = fork_ref(target, 0);
@@ -215,7 +240,7 @@ fn a_store_cut_off_by_power_loss_cannot_write_afterwards() {
     CrashDisk::for_dir(dir.path()).power_loss(1);
     assert!(store.sync(&fork).is_err(), "a sync after power loss succeeded");
     drop(store);
-    let store = Store::open(store_config(dir.path(), false)).unwrap();
+    let store = Store::open(store_config(dir.path(), false, 0)).unwrap();
     let mut out = [0u8; 5];
     store.read(&fork_ref(target, 0), &[Extent::new(0, 5)], &mut out).unwrap();
     assert_eq!(&out, b"first");

@@ -92,7 +92,10 @@ fn synced_data_is_there_after_reopening() {
 #[test]
 fn sync_coalesces_adjacent_blocks_into_few_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, target) = open_with_subfile(config(dir.path(), 32 * KIB, 128));
+    // Through the cache (a 2 MiB write would otherwise go straight to the file as one bulk
+    // piece: `bulk_bytes_min`).
+    let config = StoreConfig { bulk_bytes_min: 0, ..config(dir.path(), 32 * KIB, 128) };
+    let (store, target) = open_with_subfile(config);
     let fork = data_fork(target);
     store.write(&fork, &[Extent::new(0, 64 * 32 * 1024)], &pattern(64 * 32 * KIB, 4)).unwrap();
     store.sync(&fork).unwrap();

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 /// Fast heartbeats, so restarted servers are seen quickly; every process (workers too) uses
 /// the client's integrity setting, so `[client] integrity = "none"` measures without tags;
-/// the servers count for metrics unless `[server] metrics = false` (to measure the counting).
+/// the servers count for metrics unless `[server] metrics = false` (to measure the counting)
+/// and take bulk pieces past their caches from `[server] bulk_bytes_min` (0: never).
 /// Whether embedded clusters started from now on run their servers with the WriteFull
 /// cache policy (`[server] write_full`; `paper enwrich` sets it for the paper's baseline).
 static SERVER_WRITE_FULL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -27,6 +28,7 @@ pub fn set_server_write_full(on: bool) {
 fn config_text(integrity: flotilla_auth::Integrity) -> String {
     let integrity = integrity.name();
     let metrics = crate::keys::server_metrics();
+    let bulk_bytes_min = crate::keys::server_bulk_bytes_min();
     let write_full = SERVER_WRITE_FULL.load(std::sync::atomic::Ordering::Relaxed);
     // The workers' byte-range tokens as this process's `[client] tokens` says (default on).
     let mut tokens = crate::keys::tokens().map(|on| format!("tokens = {on}\n")).unwrap_or_default();
@@ -36,7 +38,7 @@ fn config_text(integrity: flotilla_auth::Integrity) -> String {
     format!(
         "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\nintegrity = \"{integrity}\"\n\n\
          [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\nmetrics = {metrics}\n\
-         write_full = {write_full}\n\n\
+         write_full = {write_full}\nbulk_bytes_min = {bulk_bytes_min}\n\n\
          [client]\nintegrity = \"{integrity}\"\n{tokens}"
     )
 }
