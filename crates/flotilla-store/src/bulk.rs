@@ -96,6 +96,22 @@ fn run_bytes(run: &BulkRun, extent: &Extent, block_shift: u32) -> (Extent, Range
     (Extent::new(offset, length), at..at + length as usize)
 }
 
+/// The gate over the extent's blocks and its runs (`BlockCache::begin_bulk`).
+fn begin<'c>(
+    engine: RequestEngine<'c>,
+    fork: &Fork,
+    extent: &Extent,
+    write: bool,
+) -> (Vec<BulkRun>, crate::block_cache::BulkGate<'c>) {
+    let shift = engine.block_shift;
+    engine.cache.begin_bulk(
+        fork.serial(),
+        extent.offset >> shift,
+        (extent.offset + extent.length) >> shift,
+        write,
+    )
+}
+
 /// Reads a bulk extent (whole blocks) into `out`.
 pub(crate) fn read(
     engine: RequestEngine<'_>,
@@ -105,12 +121,7 @@ pub(crate) fn read(
     out: &mut [u8],
 ) -> Result<(), StoreError> {
     let shift = engine.block_shift;
-    let (runs, gate) = engine.cache.begin_bulk(
-        fork.serial(),
-        extent.offset >> shift,
-        (extent.offset + extent.length) >> shift,
-        false,
-    );
+    let (runs, gate) = begin(engine, fork, &extent, false);
     let direct = runs.iter().filter(|run| run.direct).try_for_each(|run| {
         let (piece, bytes) = run_bytes(run, &extent, shift);
         read_direct(counters, fork, piece.offset, &mut out[bytes])
@@ -133,12 +144,7 @@ pub(crate) fn write(
     data: &[u8],
 ) -> Result<(), StoreError> {
     let shift = engine.block_shift;
-    let (runs, gate) = engine.cache.begin_bulk(
-        fork.serial(),
-        extent.offset >> shift,
-        (extent.offset + extent.length) >> shift,
-        true,
-    );
+    let (runs, gate) = begin(engine, fork, &extent, true);
     let direct = runs.iter().filter(|run| run.direct).try_for_each(|run| {
         let (piece, bytes) = run_bytes(run, &extent, shift);
         write_direct(counters, fork, piece.offset, &data[bytes])?;
