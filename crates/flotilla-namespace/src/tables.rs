@@ -43,26 +43,34 @@ pub(crate) trait Source {
     }
 }
 
-/// The inode with id `id`: under its sequence number in `inodes_by_seq`, else (databases
-/// migrated from version 2) under the id itself in the legacy table. An id that decrypts to
-/// a sequence number with no record is simply not found.
+/// The row of inode `id` in a table keyed by sequence number (`by_seq`) or, for databases
+/// migrated from version 2, in its legacy twin keyed by id. An id that decrypts to a
+/// sequence number with no row is simply not found.
+fn read_by_id<'t, V: redb::Value + 'static>(
+    by_seq: &'t impl ReadableTable<u64, V>,
+    legacy: &'t impl ReadableTable<u64, V>,
+    ids: &InodeIds,
+    id: u64,
+) -> Result<Option<redb::AccessGuard<'t, V>>, NamespaceError> {
+    if let Some(seq) = ids.seq_of(id) {
+        if let Some(guard) = by_seq.get(seq)? {
+            return Ok(Some(guard));
+        }
+    }
+    match ids.legacy {
+        true => Ok(legacy.get(id)?),
+        false => Ok(None),
+    }
+}
+
+/// The inode with id `id` (`inodes_by_seq`, else the legacy `inodes`).
 fn read_inode(
     by_seq: &impl ReadableTable<u64, &'static [u8]>,
     legacy: &impl ReadableTable<u64, &'static [u8]>,
     ids: &InodeIds,
     id: u64,
 ) -> Result<Option<Inode>, NamespaceError> {
-    if let Some(seq) = ids.seq_of(id) {
-        if let Some(guard) = by_seq.get(seq)? {
-            return Inode::decode(guard.value()).map(Some);
-        }
-    }
-    if ids.legacy {
-        if let Some(guard) = legacy.get(id)? {
-            return Inode::decode(guard.value()).map(Some);
-        }
-    }
-    Ok(None)
+    read_by_id(by_seq, legacy, ids, id)?.map(|guard| Inode::decode(guard.value())).transpose()
 }
 
 /// The parent of directory `dir`, looked up the same way as its inode.
@@ -72,15 +80,7 @@ fn read_dir_parent(
     ids: &InodeIds,
     dir: u64,
 ) -> Result<Option<u64>, NamespaceError> {
-    if let Some(seq) = ids.seq_of(dir) {
-        if let Some(guard) = by_seq.get(seq)? {
-            return Ok(Some(guard.value()));
-        }
-    }
-    if ids.legacy {
-        return Ok(legacy.get(dir)?.map(|guard| guard.value()));
-    }
-    Ok(None)
+    Ok(read_by_id(by_seq, legacy, ids, dir)?.map(|guard| guard.value()))
 }
 
 fn read_child(
