@@ -463,18 +463,30 @@ fn list_children<T>(
     children.into_iter().map(|(name, id)| Ok(entry(name, id, tables.load(id)?.attrs))).collect()
 }
 
+/// The schema version a write transaction finds (`None`: a new database).
+fn schema_version(txn: &redb::WriteTransaction) -> Result<Option<u64>, NamespaceError> {
+    use redb::ReadableTable;
+    Ok(txn.open_table(crate::schema::COUNTERS)?.get(SCHEMA_VERSION_KEY)?.map(|guard| guard.value()))
+}
+
+/// A write transaction for migrating a database of schema version `from`, or `None` (the
+/// transaction aborted) when the database has another version.
+fn migration_from(db: &Database, from: u64) -> Result<Option<redb::WriteTransaction>, NamespaceError> {
+    let txn = db.begin_write()?;
+    if schema_version(&txn)? == Some(from) {
+        return Ok(Some(txn));
+    }
+    txn.abort()?;
+    Ok(None)
+}
+
 /// Schema 1 to 2, in one transaction (a crash during it leaves the version 1 database, which
 /// the next open migrates again): the UTF-8 names of `dirents` move to the byte-keyed
 /// `entries`, and `dir_parents` is filled from them. Does nothing to other versions.
 fn migrate_from_v1(db: &Database) -> Result<(), NamespaceError> {
     use crate::schema::{COUNTERS, DIRENTS, DIRENTS_V1, DIR_PARENTS, INODES};
     use redb::ReadableTable;
-    let txn = db.begin_write()?;
-    let version = txn.open_table(COUNTERS)?.get(SCHEMA_VERSION_KEY)?.map(|guard| guard.value());
-    if version != Some(1) {
-        txn.abort()?;
-        return Ok(());
-    }
+    let Some(txn) = migration_from(db, 1)? else { return Ok(()) };
     {
         let old = txn.open_table(DIRENTS_V1)?;
         let mut entries = txn.open_table(DIRENTS)?;
@@ -507,13 +519,7 @@ fn migrate_from_v1(db: &Database) -> Result<(), NamespaceError> {
 /// versions.
 fn migrate_from_v2(db: &Database) -> Result<(), NamespaceError> {
     use crate::schema::{COUNTERS, ID_KEY_NAME, INODES, INODES_BY_SEQ, INODE_SEQ_KEY, KEYS};
-    use redb::ReadableTable;
-    let txn = db.begin_write()?;
-    let version = txn.open_table(COUNTERS)?.get(SCHEMA_VERSION_KEY)?.map(|guard| guard.value());
-    if version != Some(2) {
-        txn.abort()?;
-        return Ok(());
-    }
+    let Some(txn) = migration_from(db, 2)? else { return Ok(()) };
     {
         let root = txn
             .open_table(INODES)?
@@ -540,11 +546,10 @@ fn migrate_from_v2(db: &Database) -> Result<(), NamespaceError> {
 /// a new database (key, root directory, counters) in one transaction. Returns the ids and
 /// whether it created the database.
 fn open_or_create(db: &Database) -> Result<(InodeIds, bool), NamespaceError> {
-    use crate::schema::{COUNTERS, ID_KEY_NAME, INODES, KEYS};
+    use crate::schema::{ID_KEY_NAME, INODES, KEYS};
     use redb::ReadableTable;
     let txn = db.begin_write()?;
-    let version = txn.open_table(COUNTERS)?.get(SCHEMA_VERSION_KEY)?.map(|guard| guard.value());
-    match version {
+    match schema_version(&txn)? {
         Some(SCHEMA_VERSION) => {
             let key = match txn.open_table(KEYS)?.get(ID_KEY_NAME)? {
                 Some(record) => InodeIds::decode_key(record.value())?,
