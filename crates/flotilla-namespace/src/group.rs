@@ -1,12 +1,12 @@
 //! Group commit: the bookkeeping that lets many changes share one durable commit.
 //!
-//! Every change runs in its own redb write transaction committed with `Durability::None`
-//! (visible, not yet on disk), so a change that fails aborts alone and never touches its
-//! neighbours. It then joins the open *batch* and waits. One of the waiting callers becomes
-//! the committer: it waits (at most `batch_delay_us_max`) while other changes are still being
-//! applied and the batch has room, takes the batch, and commits one empty transaction with
-//! `Durability::Immediate`, which makes every earlier non-durable commit durable with one
-//! `fsync`. Only then is each member of the batch answered. A batch holds at most
+//! Every change is applied in the shared write transaction (`shared_txn.rs`), then joins
+//! the open *batch* and waits. One of the waiting callers becomes the committer: it waits
+//! (at most `batch_delay_us_max`) while other changes are still being applied and the batch
+//! has room, takes the batch, and commits the shared transaction with
+//! `Durability::Immediate`, which makes it and every earlier non-durable commit (of changes
+//! that had to commit at once) durable with one `fsync`. Only then is each member of the
+//! batch answered. A batch holds at most
 //! `batch_ops_max` changes; a change arriving at a full batch waits for it to be taken.
 //!
 //! Synchronous writers (each waits for its answer before its next change) would otherwise
@@ -100,6 +100,8 @@ pub struct CommitStats {
     pub gather_ns: u64,
     /// Time in the durable commits (their page writes and `fsync`).
     pub commit_ns: u64,
+    /// Changes applied again because a later change in their shared transaction failed.
+    pub reapplied: u64,
 }
 
 #[derive(Debug, Default)]
@@ -110,9 +112,14 @@ pub(crate) struct Counters {
     lock_ns: AtomicU64,
     gather_ns: AtomicU64,
     commit_ns: AtomicU64,
+    reapplied: AtomicU64,
 }
 
 impl Counters {
+    pub(crate) fn add_reapplied(&self) {
+        self.reapplied.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn add_apply(&self, since: Instant) {
         self.apply_ns.fetch_add(elapsed_ns(since), Ordering::Relaxed);
     }
@@ -133,6 +140,7 @@ impl Counters {
             lock_ns: self.lock_ns.load(Ordering::Relaxed),
             gather_ns: self.gather_ns.load(Ordering::Relaxed),
             commit_ns: self.commit_ns.load(Ordering::Relaxed),
+            reapplied: self.reapplied.load(Ordering::Relaxed),
         }
     }
 }
@@ -182,6 +190,12 @@ impl Group {
         }
         state.applying += 1;
         Applying { group: self, joined: false }
+    }
+
+    /// Changes being applied now (for tests that stage a race).
+    #[cfg(test)]
+    pub(crate) fn applying(&self) -> usize {
+        self.state.lock().applying
     }
 
     /// The committer: waits for changes still being applied and for the writers expected

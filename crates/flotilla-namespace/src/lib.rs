@@ -39,6 +39,7 @@ mod remove;
 mod request;
 mod schema;
 mod set_attr;
+mod shared_txn;
 mod tables;
 mod target_owner;
 mod target_record;

@@ -1,18 +1,20 @@
 //! [`Namespace`]: the metadata service's directory tree, file records, placement cursor,
 //! pending subfile deletions and known targets, kept in one redb database.
 //!
-//! Every mutating call runs in exactly one redb write transaction; a call that fails aborts
-//! its transaction and leaves the database as it was. The transaction is committed without
-//! `fsync` (`Durability::None`) and the call then waits for a group commit (`group.rs`): one
-//! durable commit that covers every change committed before it, so a call returns only once
-//! its change is on disk, and many concurrent calls share one `fsync`. Calls are synchronous
-//! and may block on disk, so async callers run them on a blocking thread. Writers are
-//! serialized by redb; readers see consistent snapshots and never wait for writers (a reader
-//! may see a change whose group commit is still under way).
+//! Every mutating call is applied in the write transaction that concurrent changes share
+//! (`shared_txn.rs`); a call that fails leaves the database as it was (its transaction is
+//! aborted, and the other changes applied in it are applied again). The call then waits for
+//! a group commit (`group.rs`): one durable commit of the shared transaction, so a call
+//! returns only once its change is on disk, and many concurrent calls share one transaction
+//! and one `fsync`. Calls are synchronous and may block on disk, so async callers run them on
+//! a blocking thread. Writers are serialized; readers see consistent snapshots and never wait
+//! for writers (a reader sees a change once its transaction commits, before its caller is
+//! answered).
 
 use crate::entry::{DirEntry, DirEntryPlus, Entry};
 use crate::error::NamespaceError;
-use crate::group::{Batch, CommitStats, Counters, Group, GroupCommit, Turn};
+use crate::group::{Batch, CommitStats, Group, GroupCommit, Turn};
+use crate::shared_txn::{self, Attempt, SharedTxn};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -27,9 +29,9 @@ use crate::schema::{ROOT_ID, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use crate::tables::{ReadTables, Source, WriteTables};
 use crate::walk::resolve;
 use flotilla_types::{Attributes, Caller, FileKind, TimeNs};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use redb::backends::InMemoryBackend;
-use redb::{Database, Durability, ReadableDatabase, ReadableTableMetadata, StorageBackend};
+use redb::{Database, ReadableDatabase, ReadableTableMetadata, StorageBackend};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -53,6 +55,8 @@ pub struct Namespace {
     created: bool,
     /// Changes waiting for their durable commit.
     group: Group,
+    /// The write transaction changes are applied in until the next commit.
+    open_txn: Mutex<SharedTxn>,
     /// The id permutation's key (read at open; it never changes).
     ids: InodeIds,
 }
@@ -93,6 +97,7 @@ impl Namespace {
             broken: AtomicBool::new(false),
             created,
             group: Group::new(GroupCommit::default()),
+            open_txn: Mutex::new(SharedTxn::default()),
             ids,
         })
     }
@@ -112,29 +117,55 @@ impl Namespace {
         self.group.set(settings);
     }
 
-    /// Runs `change` in one write transaction and commits it; aborts if `change` fails.
-    /// Returns once a durable commit covers the change.
+    /// Runs `change` in the shared write transaction (`shared_txn.rs`); a change that fails
+    /// is undone. Returns once a durable commit covers the change (inside
+    /// [`Namespace::with_deferred_ack`]: once it is applied and visible). `change` may run
+    /// more than once: if a later change in the same transaction fails, the transaction is
+    /// undone and this change is applied again, alone; only the last run's value counts.
     pub(crate) fn write<R>(
         &self,
-        change: impl FnOnce(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
+        mut change: impl FnMut(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
     ) -> Result<R, NamespaceError> {
+        let deferred = DEFERRED.with(|list| list.borrow().is_some());
+        // A deferred change must be visible when this call returns, and a change applied
+        // again must not be undone a second time: both commit their transaction at once.
+        let mut commit_now = deferred;
+        loop {
+            let (value, batch, attempt) = self.apply(&mut change, commit_now)?;
+            if deferred {
+                DEFERRED.with(|list| list.borrow_mut().as_mut().map(|l| l.push(batch.clone())));
+                return Ok(value);
+            }
+            let durable = self.await_batch(&batch);
+            if attempt.undone() {
+                self.group.counters.add_reapplied();
+                commit_now = true;
+                continue;
+            }
+            return durable.map(|()| value);
+        }
+    }
+
+    /// Applies `change` in the shared transaction and joins the open batch; with
+    /// `commit_now`, commits the transaction (without `fsync`) before joining.
+    fn apply<R>(
+        &self,
+        change: &mut impl FnMut(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
+        commit_now: bool,
+    ) -> Result<(R, Arc<Batch>, Arc<Attempt>), NamespaceError> {
         self.reopen_if_broken()?;
         let applying = self.group.begin();
-        let (value, batch) = {
-            let db = self.db.read();
-            self.refuse_if_broken()?;
-            let started = std::time::Instant::now();
-            let outcome =
-                Self::write_in(&db, &self.ids, Durability::None, Some(&self.group.counters), change);
-            self.group.counters.add_apply(started);
-            self.note_failure(&outcome);
-            (outcome?, applying.join())
+        let db = self.db.read();
+        self.refuse_if_broken()?;
+        let started = std::time::Instant::now();
+        let outcome = {
+            let mut open = self.open_txn.lock();
+            open.apply(&db, &self.ids, &self.group.counters, change, commit_now)
         };
-        let deferred = DEFERRED.with(|list| list.borrow_mut().as_mut().map(|l| l.push(batch.clone())));
-        if deferred.is_some() {
-            return Ok(value);
-        }
-        self.await_batch(&batch).map(|()| value)
+        self.group.counters.add_apply(started);
+        self.note_failure(&outcome);
+        let (value, attempt) = outcome?;
+        Ok((value, applying.join(), attempt))
     }
 
     /// Waits until `batch` is durable (committing it, or a later one, when its turn comes).
@@ -173,13 +204,17 @@ impl Namespace {
         Ok(value)
     }
 
-    /// The committer's work: one durable commit covering the open batch.
+    /// The committer's work: one durable commit covering the open batch (it commits the
+    /// shared transaction, which holds every change of the batch not yet committed).
     fn commit_batch(&self) {
         let db = self.db.read();
         let batch = self.group.take();
         let started = std::time::Instant::now();
         let outcome = match self.refuse_if_broken() {
-            Ok(()) => Self::write_in(&db, &self.ids, Durability::Immediate, None, |_| Ok(())),
+            Ok(()) => {
+                let taken = self.open_txn.lock().take_for_commit(&db);
+                taken.and_then(|(txn, attempt)| shared_txn::commit_durably(txn, &attempt))
+            }
             Err(error) => Err(error),
         };
         self.group.counters.add_commit(started);
@@ -190,34 +225,6 @@ impl Namespace {
     fn note_failure<R>(&self, outcome: &Result<R, NamespaceError>) {
         if self.path.is_some() && outcome.as_ref().is_err_and(NamespaceError::breaks_database) {
             self.broken.store(true, Ordering::Release);
-        }
-    }
-
-    fn write_in<R>(
-        db: &Database,
-        ids: &InodeIds,
-        durability: Durability,
-        counters: Option<&Counters>,
-        change: impl FnOnce(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
-    ) -> Result<R, NamespaceError> {
-        let started = std::time::Instant::now();
-        let mut txn = db.begin_write()?;
-        if let Some(counters) = counters {
-            counters.add_lock(started);
-        }
-        txn.set_durability(durability)?;
-        let outcome = WriteTables::open(&txn, ids).and_then(|mut tables| change(&mut tables));
-        match outcome {
-            Ok(value) => {
-                txn.commit()?;
-                Ok(value)
-            }
-            Err(error) => {
-                // The operation's error is what the caller needs; a failed abort leaves
-                // nothing committed either, and the next write reports storage trouble.
-                let _ = txn.abort();
-                Err(error)
-            }
         }
     }
 
@@ -245,6 +252,9 @@ impl Namespace {
         }
         // redb holds a lock on the file: the old handle must be closed before the new
         // open, so a placeholder in memory stands in for the moment between.
+        // The shared transaction belongs to the old database: undo it (its changes are
+        // applied again on the reopened one).
+        self.open_txn.lock().undo();
         let placeholder = Database::builder().create_with_backend(InMemoryBackend::new())?;
         drop(std::mem::replace(&mut *db, placeholder));
         match Database::builder().set_check_integrity_on_open(true).create(path) {
@@ -615,4 +625,114 @@ fn wall_clock_ns() -> TimeNs {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| TimeNs::try_from(since.as_nanos()).unwrap_or(TimeNs::MAX))
+}
+
+#[cfg(test)]
+mod shared_txn_tests {
+    use super::*;
+    use crate::schema::COUNTERS;
+
+    fn counter(namespace: &Namespace, name: &str) -> Option<u64> {
+        let db = namespace.db.read();
+        let txn = db.begin_read().unwrap();
+        txn.open_table(COUNTERS).unwrap().get(name).unwrap().map(|guard| guard.value())
+    }
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum Outcome {
+        Applied,
+        RefusedBeforeWriting,
+        FailedAfterWriting,
+    }
+
+    fn apply(
+        namespace: &Namespace,
+        name: &'static str,
+        outcome: Outcome,
+    ) -> Result<Arc<Attempt>, NamespaceError> {
+        let db = namespace.db.read();
+        let refusal = || NamespaceError::NotEmpty { path: name.to_string() };
+        let mut change = |tables: &mut WriteTables<'_>| {
+            if outcome == Outcome::RefusedBeforeWriting {
+                return Err(refusal());
+            }
+            tables.counters.insert(name, 7)?;
+            if outcome == Outcome::FailedAfterWriting {
+                return Err(refusal());
+            }
+            Ok(())
+        };
+        let counters = &namespace.group.counters;
+        let outcome = namespace.open_txn.lock().apply(&db, &namespace.ids, counters, &mut change, false);
+        outcome.map(|((), attempt)| attempt)
+    }
+
+    #[test]
+    fn changes_share_one_transaction_until_the_durable_commit() {
+        let namespace = Namespace::open_in_memory().unwrap();
+        let first = apply(&namespace, "first", Outcome::Applied).unwrap();
+        assert!(apply(&namespace, "refused", Outcome::RefusedBeforeWriting).is_err());
+        let second = apply(&namespace, "second", Outcome::Applied).unwrap();
+        assert!(Arc::ptr_eq(&first, &second), "both changes are in one transaction");
+        assert_eq!(counter(&namespace, "first"), None, "nothing is visible before the commit");
+        let (txn, attempt) = namespace.open_txn.lock().take_for_commit(&namespace.db.read()).unwrap();
+        shared_txn::commit_durably(txn, &attempt).unwrap();
+        assert_eq!((counter(&namespace, "first"), counter(&namespace, "second")), (Some(7), Some(7)));
+        assert!(!first.undone(), "a refusal that wrote nothing leaves its neighbours alone");
+    }
+
+    #[test]
+    fn a_failing_change_undoes_the_transaction_and_marks_its_changes_for_reapplying() {
+        let namespace = Namespace::open_in_memory().unwrap();
+        let applied = apply(&namespace, "applied", Outcome::Applied).unwrap();
+        assert!(apply(&namespace, "failing", Outcome::FailedAfterWriting).is_err());
+        assert!(applied.undone(), "the change before the failure must be applied again");
+        let later = apply(&namespace, "later", Outcome::Applied).unwrap();
+        assert!(!Arc::ptr_eq(&applied, &later) && !later.undone(), "a fresh transaction");
+        let (txn, attempt) = namespace.open_txn.lock().take_for_commit(&namespace.db.read()).unwrap();
+        shared_txn::commit_durably(txn, &attempt).unwrap();
+        assert_eq!(counter(&namespace, "failing"), None, "a failed change leaves nothing");
+        assert_eq!(counter(&namespace, "applied"), None, "the undone change is not committed");
+        assert_eq!(counter(&namespace, "later"), Some(7));
+    }
+
+    #[test]
+    fn a_change_undone_by_a_later_failure_is_applied_again_and_kept() {
+        let namespace = Namespace::open_in_memory().unwrap();
+        namespace.set_group_commit(GroupCommit {
+            batch_ops_max: 8,
+            batch_delay_us_max: 60_000_000,
+            batch_linger_us_max: 0,
+        });
+        let runs = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            let namespace = &namespace;
+            let runs = &runs;
+            let kept = scope.spawn(move || {
+                namespace.write(|tables| {
+                    tables.counters.insert("kept", 1)?;
+                    // The first run holds the transaction until the failing change has
+                    // begun, so the failure lands in the same transaction.
+                    if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                        while namespace.group.applying() < 2 {
+                            std::thread::yield_now();
+                        }
+                    }
+                    Ok(())
+                })
+            });
+            while runs.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            let failed = namespace.write(|tables| {
+                tables.counters.insert("failed", 1)?;
+                Err::<(), _>(NamespaceError::NotEmpty { path: "failed".into() })
+            });
+            assert!(failed.is_err());
+            kept.join().expect("the kept change's thread").expect("the kept change");
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "applied, undone, applied again");
+        assert_eq!(namespace.commit_stats().reapplied, 1);
+        assert_eq!((counter(&namespace, "kept"), counter(&namespace, "failed")), (Some(1), None));
+    }
 }

@@ -14,8 +14,14 @@ use crate::schema::{
     ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS,
 };
 use crate::touched::{note, Touched};
-use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
-use std::ops::Bound;
+use redb::{
+    AccessGuard, Key, ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, StorageError,
+    Table, TableDefinition, Value, WriteTransaction,
+};
+use std::borrow::Borrow;
+use std::cell::Cell;
+use std::ops::{Bound, Deref};
+use std::rc::Rc;
 
 /// Sequence numbers skipped (reserved ids, ids of legacy inodes) before a create gives up:
 /// two sequence numbers in 2^64 have reserved ids, and a legacy id is met with probability
@@ -178,38 +184,90 @@ enum Slot {
     Legacy(u64),
 }
 
+/// A table of a write transaction that records whether anything was written to it, so a
+/// change that fails before writing does not undo the changes sharing its transaction
+/// (`shared_txn.rs`). Reads go through `Deref`; writes only through its own methods (there
+/// is no `DerefMut`), so no write escapes the record.
+pub(crate) struct Tracked<'txn, K: Key + 'static, V: Value + 'static> {
+    table: Table<'txn, K, V>,
+    wrote: Rc<Cell<bool>>,
+}
+
+impl<'txn, K: Key + 'static, V: Value + 'static> Tracked<'txn, K, V> {
+    fn open(
+        txn: &'txn WriteTransaction,
+        definition: TableDefinition<K, V>,
+        wrote: &Rc<Cell<bool>>,
+    ) -> Result<Self, NamespaceError> {
+        Ok(Tracked { table: txn.open_table(definition)?, wrote: Rc::clone(wrote) })
+    }
+
+    pub(crate) fn insert<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> Result<Option<AccessGuard<'_, V>>, StorageError> {
+        self.wrote.set(true);
+        self.table.insert(key, value)
+    }
+
+    pub(crate) fn remove<'k>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+    ) -> Result<Option<AccessGuard<'_, V>>, StorageError> {
+        self.wrote.set(true);
+        self.table.remove(key)
+    }
+}
+
+impl<'txn, K: Key + 'static, V: Value + 'static> Deref for Tracked<'txn, K, V> {
+    type Target = Table<'txn, K, V>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.table
+    }
+}
+
 /// The tables of one write transaction.
 pub(crate) struct WriteTables<'txn> {
     ids: &'txn InodeIds,
-    pub(crate) inodes: Table<'txn, u64, &'static [u8]>,
-    pub(crate) legacy_inodes: Table<'txn, u64, &'static [u8]>,
-    pub(crate) dirents: Table<'txn, (u64, &'static [u8]), u64>,
-    dir_parents: Table<'txn, u64, u64>,
-    legacy_dir_parents: Table<'txn, u64, u64>,
-    pub(crate) pending: Table<'txn, (u64, u64, u32), ()>,
-    pub(crate) targets: Table<'txn, u64, &'static [u8]>,
-    pub(crate) counters: Table<'txn, &'static str, u64>,
-    pub(crate) orphans: Table<'txn, u64, ()>,
-    pub(crate) owners: Table<'txn, u64, &'static [u8]>,
-    pub(crate) no_overlap: Table<'txn, u64, ()>,
+    wrote: Rc<Cell<bool>>,
+    pub(crate) inodes: Tracked<'txn, u64, &'static [u8]>,
+    pub(crate) legacy_inodes: Tracked<'txn, u64, &'static [u8]>,
+    pub(crate) dirents: Tracked<'txn, (u64, &'static [u8]), u64>,
+    dir_parents: Tracked<'txn, u64, u64>,
+    legacy_dir_parents: Tracked<'txn, u64, u64>,
+    pub(crate) pending: Tracked<'txn, (u64, u64, u32), ()>,
+    pub(crate) targets: Tracked<'txn, u64, &'static [u8]>,
+    pub(crate) counters: Tracked<'txn, &'static str, u64>,
+    pub(crate) orphans: Tracked<'txn, u64, ()>,
+    pub(crate) owners: Tracked<'txn, u64, &'static [u8]>,
+    pub(crate) no_overlap: Tracked<'txn, u64, ()>,
 }
 
 impl<'txn> WriteTables<'txn> {
     pub(crate) fn open(txn: &'txn WriteTransaction, ids: &'txn InodeIds) -> Result<Self, NamespaceError> {
+        let wrote = Rc::new(Cell::new(false));
         Ok(Self {
             ids,
-            inodes: txn.open_table(INODES_BY_SEQ)?,
-            legacy_inodes: txn.open_table(INODES)?,
-            dirents: txn.open_table(DIRENTS)?,
-            dir_parents: txn.open_table(DIR_PARENTS_BY_SEQ)?,
-            legacy_dir_parents: txn.open_table(DIR_PARENTS)?,
-            pending: txn.open_table(PENDING_DELETES)?,
-            targets: txn.open_table(TARGETS)?,
-            counters: txn.open_table(COUNTERS)?,
-            orphans: txn.open_table(ORPHANS)?,
-            owners: txn.open_table(TARGET_OWNERS)?,
-            no_overlap: txn.open_table(NO_OVERLAP)?,
+            inodes: Tracked::open(txn, INODES_BY_SEQ, &wrote)?,
+            legacy_inodes: Tracked::open(txn, INODES, &wrote)?,
+            dirents: Tracked::open(txn, DIRENTS, &wrote)?,
+            dir_parents: Tracked::open(txn, DIR_PARENTS_BY_SEQ, &wrote)?,
+            legacy_dir_parents: Tracked::open(txn, DIR_PARENTS, &wrote)?,
+            pending: Tracked::open(txn, PENDING_DELETES, &wrote)?,
+            targets: Tracked::open(txn, TARGETS, &wrote)?,
+            counters: Tracked::open(txn, COUNTERS, &wrote)?,
+            orphans: Tracked::open(txn, ORPHANS, &wrote)?,
+            owners: Tracked::open(txn, TARGET_OWNERS, &wrote)?,
+            no_overlap: Tracked::open(txn, NO_OVERLAP, &wrote)?,
+            wrote,
         })
+    }
+
+    /// Whether any table was written to since these tables were opened.
+    pub(crate) fn wrote(&self) -> bool {
+        self.wrote.get()
     }
 
     /// How many inodes there are, in both inode tables.
@@ -355,15 +413,15 @@ impl<'txn> WriteTables<'txn> {
 
 impl Source for WriteTables<'_> {
     fn inode(&self, id: u64) -> Result<Option<Inode>, NamespaceError> {
-        read_inode(&self.inodes, &self.legacy_inodes, self.ids, id)
+        read_inode(&*self.inodes, &*self.legacy_inodes, self.ids, id)
     }
 
     fn child(&self, parent: u64, name: &[u8]) -> Result<Option<u64>, NamespaceError> {
-        read_child(&self.dirents, parent, name)
+        read_child(&*self.dirents, parent, name)
     }
 
     fn dir_parent(&self, dir: u64) -> Result<Option<u64>, NamespaceError> {
-        read_dir_parent(&self.dir_parents, &self.legacy_dir_parents, self.ids, dir)
+        read_dir_parent(&*self.dir_parents, &*self.legacy_dir_parents, self.ids, dir)
     }
 
     fn children(
@@ -372,7 +430,7 @@ impl Source for WriteTables<'_> {
         after: Option<&[u8]>,
         max: usize,
     ) -> Result<Vec<(Vec<u8>, u64)>, NamespaceError> {
-        read_children(&self.dirents, parent, after, max)
+        read_children(&*self.dirents, parent, after, max)
     }
 }
 

@@ -40,6 +40,12 @@ fn failing_changes_fail_alone_and_every_acknowledged_change_is_kept() {
         threads.into_iter().map(|t| t.join().expect("writer thread")).collect()
     });
     assert!(outcomes.iter().all(|&(made, refused)| made == DIRS_PER_THREAD && refused == DIRS_PER_THREAD));
+    // An existing name is refused before anything is written, so the refusals left the
+    // changes sharing their transactions alone: none was applied again, and every made
+    // directory (and "/taken") joined a batch once.
+    let stats = namespace.commit_stats();
+    assert_eq!(stats.reapplied, 0, "{stats:?}");
+    assert_eq!(stats.changes, (THREADS * DIRS_PER_THREAD) as u64 + 1, "{stats:?}");
     drop(namespace);
 
     let reopened = Namespace::open(&path).unwrap();
@@ -50,4 +56,45 @@ fn failing_changes_fail_alone_and_every_acknowledged_change_is_kept() {
             reopened.lookup(&format!("/t{thread}-{index}")).expect("an acknowledged mkdir");
         }
     }
+}
+
+/// Changes that must be visible when their call returns (inside `with_deferred_ack`)
+/// commit their shared transaction at once, so committers often find no transaction open
+/// and begin an empty one while other writers open theirs: a mix that must never stall.
+#[test]
+fn deferred_and_grouped_changes_mixed_never_stall_and_all_are_kept() {
+    const WRITERS: usize = 6;
+    const CHANGES_PER_WRITER: usize = 150;
+    let holder = tempfile::tempdir().unwrap();
+    let path = holder.path().join("namespace.redb");
+    let namespace = std::sync::Arc::new(Namespace::open(&path).unwrap());
+    namespace.set_group_commit(GroupCommit {
+        batch_ops_max: 4,
+        batch_delay_us_max: 200,
+        batch_linger_us_max: 200,
+    });
+    let (done, finished) = std::sync::mpsc::channel();
+    // Threads of their own, not scoped: a stalled writer must fail the test, not hang it.
+    for writer in 0..WRITERS {
+        let (namespace, done) = (std::sync::Arc::clone(&namespace), done.clone());
+        std::thread::spawn(move || {
+            for index in 0..CHANGES_PER_WRITER {
+                let path = format!("/w{writer}-{index}");
+                if (writer + index) % 2 == 0 {
+                    namespace.with_deferred_ack(|| namespace.mkdir(&path, OWNER, 2)).unwrap().unwrap();
+                } else {
+                    namespace.mkdir(&path, OWNER, 2).unwrap();
+                }
+            }
+            drop(namespace);
+            done.send(writer).unwrap();
+        });
+    }
+    for _ in 0..WRITERS {
+        // Far longer than the work needs on a loaded machine: not reaching it means a stall.
+        finished.recv_timeout(std::time::Duration::from_secs(120)).expect("a writer stalled");
+    }
+    drop(namespace);
+    let reopened = Namespace::open(&path).unwrap();
+    assert_eq!(reopened.readdir("/").unwrap().len(), WRITERS * CHANGES_PER_WRITER, "entries after reopening");
 }

@@ -1,0 +1,167 @@
+//! The write transaction that changes share until the next commit.
+//!
+//! Every change used to run in a write transaction of its own, committed without `fsync`;
+//! each such commit rewrites, copy-on-write, the path from every changed leaf to its
+//! root, and those paths grow with the directory. Now changes are applied one after
+//! another (under the namespace's `open_txn` mutex, which redb's single writer requires
+//! anyway) in one *shared* transaction, and the group committer commits it with `fsync`
+//! (`Durability::Immediate`): a batch of changes costs one copy of each page it touches
+//! and one commit.
+//!
+//! Most refusals (the name exists, the directory is not empty, permission denied) come from
+//! checks made before a change writes anything; every write goes through
+//! [`Tracked`](crate::tables::Tracked), which records it, so such a refusal leaves the shared
+//! transaction as it was. But redb has no savepoint inside a transaction that has been
+//! written to, so a change that fails *after* writing cannot be undone alone: it aborts the
+//! whole shared transaction, and every change applied in it (its [`Attempt`]) is marked
+//! undone. Those callers, waiting for their batch, apply their change again, and that
+//! second time commit their transaction at once (without `fsync`, then wait for the group
+//! commit as before), so nothing is undone twice. A change made inside `with_deferred_ack` also commits at
+//! once, because it must be visible when its call returns.
+//!
+//! Changes in the shared transaction are invisible to readers until it commits, which is
+//! before any of their callers is answered.
+//!
+//! Invariants:
+//! - a change's writes are either in the transaction the committer commits after the
+//!   change joined its batch, or in one committed earlier, or the change's attempt is
+//!   marked undone before its batch is answered;
+//! - the transaction is used only under the mutex that holds it.
+
+use crate::error::NamespaceError;
+use crate::group::Counters;
+use crate::ids::InodeIds;
+use crate::tables::WriteTables;
+use redb::{Database, Durability, WriteTransaction};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The changes applied in one shared transaction: undone together if it is aborted.
+#[derive(Debug, Default)]
+pub(crate) struct Attempt {
+    undone: AtomicBool,
+}
+
+impl Attempt {
+    /// The transaction was aborted (or its commit failed): the change must be applied again.
+    pub(crate) fn undone(&self) -> bool {
+        self.undone.load(Ordering::Acquire)
+    }
+
+    fn mark_undone(&self) {
+        self.undone.store(true, Ordering::Release);
+    }
+}
+
+/// The open shared transaction, if any.
+#[derive(Default)]
+pub(crate) struct SharedTxn {
+    open: Option<Open>,
+}
+
+struct Open {
+    txn: WriteTransaction,
+    attempt: Arc<Attempt>,
+    /// Changes applied in it.
+    changes: usize,
+}
+
+impl std::fmt::Debug for SharedTxn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedTxn").field("open", &self.open.is_some()).finish()
+    }
+}
+
+impl SharedTxn {
+    /// Applies `change` in the open transaction (beginning one if none is open). A failure
+    /// aborts the transaction and undoes its attempt. With `commit_now` the transaction is
+    /// committed (without `fsync`) after the change.
+    pub(crate) fn apply<R>(
+        &mut self,
+        db: &Database,
+        ids: &InodeIds,
+        counters: &Counters,
+        change: &mut impl FnMut(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
+        commit_now: bool,
+    ) -> Result<(R, Arc<Attempt>), NamespaceError> {
+        if self.open.is_none() {
+            let started = Instant::now();
+            let txn = db.begin_write()?;
+            counters.add_lock(started);
+            self.open = Some(Open { txn, attempt: Arc::default(), changes: 0 });
+        }
+        let open = self.open.as_mut().expect("a transaction was just opened");
+        let attempt = Arc::clone(&open.attempt);
+        let mut wrote = false;
+        let outcome = WriteTables::open(&open.txn, ids).and_then(|mut tables| {
+            let outcome = change(&mut tables);
+            wrote = tables.wrote();
+            outcome
+        });
+        match outcome {
+            // A refusal that wrote nothing (the usual kind: checks come before writes)
+            // leaves the other changes in place.
+            Err(error) if !wrote && open.changes > 0 && !error.breaks_database() => Err(error),
+            Err(error) => {
+                self.undo();
+                Err(error)
+            }
+            Ok(value) if commit_now => {
+                let open = self.open.take().expect("the transaction is open");
+                commit(open.txn, &attempt, Durability::None)?;
+                Ok((value, attempt))
+            }
+            Ok(value) => {
+                open.changes += 1;
+                Ok((value, attempt))
+            }
+        }
+    }
+
+    /// Aborts the open transaction, if any: every change applied in it is undone.
+    pub(crate) fn undo(&mut self) {
+        if let Some(open) = self.open.take() {
+            open.attempt.mark_undone();
+            // A failed abort leaves nothing committed either; the next write reports any
+            // storage trouble.
+            let _ = open.txn.abort();
+        }
+    }
+
+    /// Takes the open transaction out for the committer, or begins an empty one if every
+    /// change was committed already. Beginning it here, under the mutex, keeps a change from
+    /// opening a transaction in between: the committer would wait for redb's write lock
+    /// behind a transaction that only a later commit, which waits for this one, would end.
+    pub(crate) fn take_for_commit(
+        &mut self,
+        db: &Database,
+    ) -> Result<(WriteTransaction, Arc<Attempt>), NamespaceError> {
+        match self.open.take() {
+            Some(open) => Ok((open.txn, open.attempt)),
+            None => Ok((db.begin_write()?, Arc::default())),
+        }
+    }
+}
+
+/// The group commit: commits the shared transaction with `fsync`, which makes it and
+/// every earlier commit durable.
+pub(crate) fn commit_durably(txn: WriteTransaction, attempt: &Attempt) -> Result<(), NamespaceError> {
+    commit(txn, attempt, Durability::Immediate)
+}
+
+/// Commits `txn`; if the commit fails, its changes are lost and their attempt undone.
+fn commit(
+    mut txn: WriteTransaction,
+    attempt: &Attempt,
+    durability: Durability,
+) -> Result<(), NamespaceError> {
+    let committed = txn.set_durability(durability).map_err(NamespaceError::from).and_then(|()| {
+        txn.commit()?;
+        Ok(())
+    });
+    if committed.is_err() {
+        attempt.mark_undone();
+    }
+    committed
+}
