@@ -248,6 +248,14 @@ impl Client {
         self.core.tokens.set_enabled(on);
     }
 
+    /// The pool this client's write data comes from and goes back to once durable (bounded
+    /// by `unstable_bytes_max / 2` of idle buffers, trimmed when writing stops). A front end
+    /// that hands its write data over (`File::write_shape_bytes`) takes its buffers from
+    /// here, so they are reused after the unstable log lets them go.
+    pub fn write_buffers(&self) -> Arc<flotilla_proto::buffers::BufferPool> {
+        self.core.buffers.clone()
+    }
+
     pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)
     }

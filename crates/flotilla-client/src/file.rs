@@ -10,8 +10,9 @@ use crate::handle::Handle;
 use crate::library_tokens::{cover, cover_async, read_range, write_range};
 use crate::opens::OpenGuard;
 use crate::tokens::{ByteRange, TokenCache, TokenUse, WHOLE_FILE};
-use crate::transfer::{check_call, read_into, read_shape, write_shape};
+use crate::transfer::{check_call, read_into, read_shape, write_shape, WriteSource};
 use crate::DEFAULT_FORK;
+use bytes::Bytes;
 use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest, TokenMode};
 use flotilla_request::{Piece, Shape};
 use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex};
@@ -288,10 +289,22 @@ impl File {
     /// under a write token on its lowest to highest byte (so the write is atomic with
     /// respect to every other token holder).
     pub fn write_shape(&self, shape: &Shape, buffer: &[u8]) -> Result<u64, ClientError> {
-        let range = self.touched(shape, buffer.len(), write_range)?;
+        self.write_from(shape, WriteSource::Borrowed(buffer))
+    }
+
+    /// [`File::write_shape`] from data handed over as `Bytes`: each request whose pieces are
+    /// one run of `data` sends a slice of it and keeps that slice (no copy) until the write
+    /// is durable, so `data`'s memory stays alive until then (and goes when the last slice
+    /// does); requests whose pieces are scattered in `data` are gathered as `write_shape`'s.
+    pub fn write_shape_bytes(&self, shape: &Shape, data: Bytes) -> Result<u64, ClientError> {
+        self.write_from(shape, WriteSource::Owned(&data))
+    }
+
+    fn write_from(&self, shape: &Shape, source: WriteSource<'_>) -> Result<u64, ClientError> {
+        let range = self.touched(shape, source.memory().len(), write_range)?;
         let _token = self.token(TokenMode::Write, range)?;
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
-        self.client.block_on(write_linear(&core, &entry, shape, buffer))
+        self.client.block_on(write_linear(&core, &entry, shape, source))
     }
 
     /// Non-blocking `read_shape`: the handle gives back `buffer`, filled.
@@ -311,7 +324,7 @@ impl File {
         let token = self.token_later(TokenMode::Write, self.touched(&shape, buffer.len(), write_range));
         self.client.spawn(async move {
             let _token = token.await?;
-            write_linear(&core, &entry, &shape, &buffer).await
+            write_linear(&core, &entry, &shape, WriteSource::Borrowed(&buffer)).await
         })
     }
 
@@ -392,16 +405,16 @@ pub(crate) async fn write_linear(
     core: &Arc<Core>,
     entry: &EntryInfo,
     shape: &Shape,
-    buffer: &[u8],
+    source: WriteSource<'_>,
 ) -> Result<u64, ClientError> {
-    let summary = check_call(shape, buffer.len())?;
+    let summary = check_call(shape, source.memory().len())?;
     let lists = split_by_subfile(entry, shape)?;
     let writes =
         lists.into_iter().enumerate().filter(|(_, pieces)| !pieces.is_empty()).map(|(subfile, pieces)| {
             let place = fork_ref(entry, subfile as u32, DEFAULT_FORK);
             async move {
                 let (fork, server) = place?;
-                write_shape(core, &server, &fork, &Shape::List { pieces }, buffer).await
+                write_shape(core, &server, &fork, &Shape::List { pieces }, source).await
             }
         });
     futures::future::try_join_all(writes).await?;

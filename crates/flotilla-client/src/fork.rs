@@ -4,7 +4,7 @@ use crate::client::Client;
 use crate::core::{unexpected, Core};
 use crate::error::ClientError;
 use crate::handle::Handle;
-use crate::transfer::{read_shape, write_shape};
+use crate::transfer::{read_shape, write_shape, WriteSource};
 use flotilla_proto::{ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
 use std::sync::Arc;
@@ -34,7 +34,13 @@ impl Fork {
 
     /// Writes the shape's pieces from `buffer` (each piece from its memory offset).
     pub fn write(&self, shape: &Shape, buffer: &[u8]) -> Result<u64, ClientError> {
-        self.client.block_on(write_shape(&self.client.core, &self.server, &self.fork, shape, buffer))
+        self.client.block_on(write_shape(
+            &self.client.core,
+            &self.server,
+            &self.fork,
+            shape,
+            WriteSource::Borrowed(buffer),
+        ))
     }
 
     /// Non-blocking read: the handle gives back `buffer`, filled.
@@ -49,7 +55,9 @@ impl Fork {
     /// Non-blocking write: the handle gives the number of bytes written.
     pub fn write_nb(&self, shape: Shape, buffer: Vec<u8>) -> Handle<u64> {
         let (core, server, fork) = self.parts();
-        self.client.spawn(async move { write_shape(&core, &server, &fork, &shape, &buffer).await })
+        self.client.spawn(async move {
+            write_shape(&core, &server, &fork, &shape, WriteSource::Borrowed(&buffer)).await
+        })
     }
 
     fn parts(&self) -> (Arc<Core>, String, ForkRef) {

@@ -39,6 +39,7 @@ mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
 pub use attr_leases::AttrSettings;
+pub use bytes::Bytes;
 pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptions, OpenOptions};
 pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;

@@ -9,7 +9,7 @@
 use crate::file::{read_linear, write_linear, File};
 use crate::fork::Fork;
 use crate::handle::Handle;
-use crate::transfer::{read_shape, write_shape};
+use crate::transfer::{read_shape, write_shape, WriteSource};
 use flotilla_request::Shape;
 use std::ptr::NonNull;
 
@@ -80,7 +80,9 @@ impl Fork {
     /// Non-blocking write from caller memory; the handle gives the bytes written.
     pub fn write_raw_nb(&self, shape: Shape, buffer: RawBuffer) -> Handle<u64> {
         let (core, server, fork) = (self.client.core.clone(), self.server.clone(), self.fork.clone());
-        self.client.spawn(async move { write_shape(&core, &server, &fork, &shape, buffer.as_slice()).await })
+        self.client.spawn(async move {
+            write_shape(&core, &server, &fork, &shape, WriteSource::Borrowed(buffer.as_slice())).await
+        })
     }
 }
 
@@ -94,7 +96,9 @@ impl File {
     /// Non-blocking write of the linear file from caller memory; the handle gives the bytes.
     pub fn write_shape_raw_nb(&self, shape: Shape, buffer: RawBuffer) -> Handle<u64> {
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
-        self.client.spawn(async move { write_linear(&core, &entry, &shape, buffer.as_slice()).await })
+        self.client.spawn(async move {
+            write_linear(&core, &entry, &shape, WriteSource::Borrowed(buffer.as_slice())).await
+        })
     }
 }
 

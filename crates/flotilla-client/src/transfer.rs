@@ -4,17 +4,24 @@
 //! A read whose pieces do not overlap in memory has each reply's data read from the socket
 //! straight into the caller's buffer (`call_memory`, flotilla-rpc `call_into`); one whose
 //! pieces overlap gets its replies in frame buffers and copies them, in completion order.
+//!
+//! A write request's bytes come from one place, `request_data`: a slice of the caller's
+//! `Bytes` when the caller handed its data over and the request's pieces are one run of that
+//! memory (no copy: the slice is both what is sent and the copy kept until the write is
+//! durable), else gathered into a pooled buffer.
 
 use crate::call_memory::CallMemory;
 use crate::core::{unexpected, Core, ServerConnection};
 use crate::error::ClientError;
 use crate::unstable::UnstableWrite;
 use bytes::Bytes;
+use flotilla_proto::buffers::BufferPool;
 use flotilla_proto::{encode_body, ForkRef, IoReply, IoRequest};
 use flotilla_request::{Piece, Shape, ShapeLimits, Summary};
 use flotilla_rpc::{ReplyData, ScatterTarget};
 use flotilla_types::Limits;
 use futures::stream::{self, StreamExt, TryStreamExt};
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Most pieces one client call may expand to, however it is split for the wire.
@@ -124,7 +131,7 @@ pub(crate) async fn read_into(
 ) -> Result<(), ClientError> {
     let summary = check_call(shape, buffer_bytes)?;
     let requests = match plan(shape, &summary, &server.limits)? {
-        Plan::Whole => vec![(shape.clone(), memory_runs(shape, &summary)?)],
+        Plan::Whole => vec![(shape.clone(), memory_runs(shape, summary.total_bytes)?)],
         Plan::Chunks(chunks) => {
             chunks.into_iter().map(|pieces| (Shape::List { pieces: pieces.clone() }, pieces)).collect()
         }
@@ -146,10 +153,10 @@ pub(crate) async fn read_into(
 /// Where a whole shape's reply data goes, in wire order: a strided shape whose records
 /// follow each other in memory (the usual strided read into a packed buffer) is one run of
 /// memory, so the target is made without a piece per record; any other shape, its pieces.
-fn memory_runs(shape: &Shape, summary: &Summary) -> Result<Vec<Piece>, ClientError> {
+fn memory_runs(shape: &Shape, total_bytes: u64) -> Result<Vec<Piece>, ClientError> {
     if let Shape::Strided { file_offset, memory_offset, record_bytes, memory_stride, .. } = *shape {
         if u64::try_from(memory_stride) == Ok(record_bytes) {
-            return Ok(vec![Piece { file_offset, memory_offset, length: summary.total_bytes }]);
+            return Ok(vec![Piece { file_offset, memory_offset, length: total_bytes }]);
         }
     }
     pieces_of(shape)
@@ -250,29 +257,85 @@ fn scatter(shape: &Shape, data: &[u8], buffer: &mut [u8]) -> Result<(), ClientEr
     })
 }
 
+/// Where a write's bytes come from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WriteSource<'a> {
+    /// The caller's memory, lent for the call: each request's bytes are gathered (copied)
+    /// into a pooled buffer, which is sent and kept until the write is durable.
+    Borrowed(&'a [u8]),
+    /// Bytes the caller handed over: a request whose pieces are one run of them sends and
+    /// keeps a slice (no copy), which holds all of the caller's memory until it is durable.
+    Owned(&'a Bytes),
+}
+
+impl WriteSource<'_> {
+    /// The memory the shape's memory offsets point into.
+    pub(crate) fn memory(&self) -> &[u8] {
+        match self {
+            WriteSource::Borrowed(buffer) => buffer,
+            WriteSource::Owned(bytes) => bytes,
+        }
+    }
+}
+
+/// The bytes one write request of `shape` (`total_bytes` of data) sends, packed in piece
+/// order, which the client also keeps until they are durable: a slice of owned data when the
+/// pieces are one run of it, else gathered. (Bytes are immutable, so a resend after a server
+/// restart sends exactly what was acknowledged either way.)
+pub(crate) fn request_data(
+    pool: &Arc<BufferPool>,
+    shape: &Shape,
+    total_bytes: u64,
+    source: WriteSource<'_>,
+) -> Result<Bytes, ClientError> {
+    if let WriteSource::Owned(bytes) = source {
+        if let Some(run) = one_run(shape, total_bytes)? {
+            return Ok(bytes.slice(run));
+        }
+    }
+    gather(pool, shape, total_bytes, source.memory())
+}
+
+/// The memory `shape`'s pieces cover when, in wire order, each starts where the one before
+/// ends (its packed data is then exactly that range); `None` when they are scattered.
+fn one_run(shape: &Shape, total_bytes: u64) -> Result<Option<Range<usize>>, ClientError> {
+    let runs = memory_runs(shape, total_bytes)?;
+    let mut filled = runs.iter().filter(|run| run.length > 0);
+    let Some(first) = filled.next() else { return Ok(None) };
+    let mut end = first.memory_offset + first.length;
+    for run in filled {
+        if run.memory_offset != end {
+            return Ok(None);
+        }
+        end += run.length;
+    }
+    Ok(Some(first.memory_offset as usize..end as usize))
+}
+
 /// Packs each piece's bytes from the buffer, in piece order, into a pooled buffer (it is
 /// kept until the write is durable, then goes back to the pool).
-fn gather(core: &Core, shape: &Shape, total_bytes: u64, buffer: &[u8]) -> Result<Bytes, ClientError> {
-    let mut data = core.buffers.take(total_bytes as usize);
+fn gather(
+    pool: &Arc<BufferPool>,
+    shape: &Shape,
+    total_bytes: u64,
+    buffer: &[u8],
+) -> Result<Bytes, ClientError> {
+    let mut data = pool.take(total_bytes as usize);
     shape.for_each_piece(|piece| {
         let start = piece.memory_offset as usize;
         data.extend_from_slice(&buffer[start..start + piece.length as usize]);
         Ok::<(), ClientError>(())
     })?;
-    Ok(core.buffers.into_bytes(data))
+    Ok(pool.into_bytes(data))
 }
 
-/// Writes `shape` of `fork` from `buffer`; returns bytes written.
-pub(crate) async fn write_shape(
-    core: &Arc<Core>,
-    addr: &str,
-    fork: &ForkRef,
+/// The requests a write of `shape` travels in: each one's shape and data bytes.
+pub(crate) fn write_requests(
     shape: &Shape,
-    buffer: &[u8],
-) -> Result<u64, ClientError> {
-    let summary = check_call(shape, buffer.len())?;
-    let server = core.server(addr).await?;
-    let requests: Vec<(Shape, u64)> = match plan(shape, &summary, &server.limits)? {
+    summary: &Summary,
+    limits: &Limits,
+) -> Result<Vec<(Shape, u64)>, ClientError> {
+    Ok(match plan(shape, summary, limits)? {
         Plan::Whole => vec![(shape.clone(), summary.total_bytes)],
         Plan::Chunks(chunks) => chunks
             .into_iter()
@@ -281,12 +344,25 @@ pub(crate) async fn write_shape(
                 (Shape::List { pieces }, bytes)
             })
             .collect(),
-    };
+    })
+}
+
+/// Writes `shape` of `fork` from `source`; returns bytes written.
+pub(crate) async fn write_shape(
+    core: &Arc<Core>,
+    addr: &str,
+    fork: &ForkRef,
+    shape: &Shape,
+    source: WriteSource<'_>,
+) -> Result<u64, ClientError> {
+    let summary = check_call(shape, source.memory().len())?;
+    let server = core.server(addr).await?;
+    let requests = write_requests(shape, &summary, &server.limits)?;
     crate::commit::make_room(core, summary.total_bytes).await?;
     let server = &server;
     stream::iter(requests)
         .map(|(shape, bytes)| async move {
-            let data = gather(core, &shape, bytes, buffer)?;
+            let data = request_data(&core.buffers, &shape, bytes, source)?;
             let request = IoRequest::Write { fork: fork.clone(), shape: shape.clone() };
             match core.io_call(server, &request, data.clone(), bytes).await? {
                 (IoReply::Done { bytes: written }, _) if written == bytes => {
@@ -359,8 +435,108 @@ mod tests {
         ) {
             let shape = Shape::Strided { file_offset, memory_offset, record_bytes, file_stride, memory_stride, count };
             let Ok(summary) = check_call(&shape, usize::MAX) else { return Ok(()) };
-            let runs = memory_runs(&shape, &summary).unwrap();
+            let runs = memory_runs(&shape, summary.total_bytes).unwrap();
             proptest::prop_assert_eq!(joined(&runs), joined(&pieces_of(&shape).unwrap()));
+        }
+    }
+
+    /// Limits that cut a request after `request_bytes_max` bytes or `pieces_max` pieces.
+    fn small_limits(request_bytes_max: u64, pieces_max: u64) -> Limits {
+        Limits {
+            frame_bytes_max: 1 << 20,
+            request_bytes_max,
+            pieces_per_request_max: pieces_max,
+            in_flight_bytes_max: 1 << 20,
+        }
+    }
+
+    /// A list shape from `(length, gap)` pairs: each piece's memory starts `gap` bytes after
+    /// the one before ends (0: the same run); file offsets go backwards, so the wire order
+    /// is the pieces' order and not the file's.
+    fn list_from(memory_offset: u64, runs: &[(u64, u64)]) -> Shape {
+        let mut at = memory_offset;
+        let pieces = runs
+            .iter()
+            .enumerate()
+            .map(|(index, &(length, gap))| {
+                at += gap;
+                let piece = Piece { file_offset: 1_000_000 - 1000 * index as u64, memory_offset: at, length };
+                at += length;
+                piece
+            })
+            .collect();
+        Shape::List { pieces }
+    }
+
+    /// What each request of a write of `shape` sends from `memory` handed over as `Bytes`,
+    /// and what the gather of lent memory (the path every write took before) sends.
+    fn sent_both_ways(shape: &Shape, memory: &Bytes, limits: &Limits) -> Vec<(Shape, Bytes, Bytes)> {
+        let pool = BufferPool::new(0);
+        let summary = check_call(shape, memory.len()).unwrap();
+        let requests = write_requests(shape, &summary, limits).unwrap();
+        let send = |(shape, bytes): (Shape, u64)| {
+            let owned = request_data(&pool, &shape, bytes, WriteSource::Owned(memory)).unwrap();
+            let lent = request_data(&pool, &shape, bytes, WriteSource::Borrowed(memory)).unwrap();
+            (shape, owned, lent)
+        };
+        requests.into_iter().map(send).collect()
+    }
+
+    /// Whether `part` lies inside `whole`'s memory (a slice of it, not a copy).
+    fn inside(part: &Bytes, whole: &Bytes) -> bool {
+        let range = whole.as_ptr_range();
+        part.is_empty() || (range.start <= part.as_ptr() && part.as_ptr_range().end <= range.end)
+    }
+
+    proptest::proptest! {
+        /// For any list shape, cut into requests by any limits, each request sends from
+        /// handed-over bytes exactly what the gather sends; a slice of the caller's memory
+        /// when its pieces are one run, a copy otherwise.
+        #[test]
+        fn owned_data_sends_what_the_gather_sends(
+            memory_offset in 0u64..64,
+            runs in proptest::collection::vec((0u64..300, proptest::prop_oneof![3 => proptest::strategy::Just(0u64), 1 => 1u64..50]), 1..40),
+            request_bytes_max in 1u64..2000, pieces_max in 1u64..20,
+        ) {
+            let shape = list_from(memory_offset, &runs);
+            let memory_bytes = memory_offset + runs.iter().map(|(length, gap)| length + gap).sum::<u64>();
+            let memory = Bytes::from((0..memory_bytes).map(|i| (i * 7 + i / 251) as u8).collect::<Vec<u8>>());
+            for (request, owned, lent) in sent_both_ways(&shape, &memory, &small_limits(request_bytes_max, pieces_max)) {
+                proptest::prop_assert_eq!(&owned, &lent);
+                let pieces = pieces_of(&request).unwrap();
+                let filled: Vec<&Piece> = pieces.iter().filter(|p| p.length > 0).collect();
+                let one_run = filled.windows(2).all(|w| w[0].memory_offset + w[0].length == w[1].memory_offset);
+                proptest::prop_assert_eq!(inside(&owned, &memory), one_run || filled.is_empty());
+                proptest::prop_assert!(!inside(&lent, &memory) || lent.is_empty());
+            }
+        }
+
+        /// The same for strided shapes (records packed in memory are one run).
+        #[test]
+        fn owned_strided_data_sends_what_the_gather_sends(
+            memory_offset in 0u64..64, record_bytes in 1u64..50, file_stride in 50i64..200,
+            gap in 0u64..3, count in 1u64..60,
+        ) {
+            let memory_stride = (record_bytes + gap) as i64;
+            let shape = Shape::Strided { file_offset: 0, memory_offset, record_bytes, file_stride, memory_stride, count };
+            let memory = Bytes::from(vec![9u8; (memory_offset + count * (record_bytes + gap)) as usize]);
+            for (_, owned, lent) in sent_both_ways(&shape, &memory, &small_limits(1 << 20, 1 << 20)) {
+                proptest::prop_assert_eq!(&owned, &lent);
+                proptest::prop_assert_eq!(inside(&owned, &memory), gap == 0 || count == 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_contiguous_write_sends_slices_of_the_callers_bytes() {
+        // 1 MiB handed over, cut into four requests of 256 KiB: each sends a slice.
+        let memory = Bytes::from(vec![3u8; 1 << 20]);
+        let shape = Shape::List { pieces: vec![Piece { file_offset: 0, memory_offset: 0, length: 1 << 20 }] };
+        let sent = sent_both_ways(&shape, &memory, &small_limits(256 << 10, 16));
+        assert_eq!(sent.len(), 4);
+        for (index, (_, owned, _)) in sent.iter().enumerate() {
+            assert_eq!(owned.as_ptr(), memory[index << 18..].as_ptr(), "request {index} is not a slice");
+            assert_eq!(owned.len(), 256 << 10);
         }
     }
 

@@ -69,11 +69,12 @@ impl FlotillaFs {
         // session, so the library's stay off.
         client.set_tokens(false);
         let sizes = std::sync::Arc::new(SizeTable::default());
-        let write_behind = std::sync::Arc::new(WriteBehind::new(WriteBehindLimits {
+        let limits = WriteBehindLimits {
             piece_bytes_max: config.write_behind_piece_bytes_max,
             file_bytes_max: config.write_behind_bytes_max,
             total_bytes_max: config.write_behind_total_bytes_max,
-        }));
+        };
+        let write_behind = std::sync::Arc::new(WriteBehind::new(limits, client.write_buffers()));
         let holder = std::sync::Arc::new(crate::coherence::MountHolder {
             write_behind: write_behind.clone(),
             sizes: sizes.clone(),

@@ -18,7 +18,7 @@ use crate::fs::FlotillaFs;
 use crate::names::failed;
 use crate::readahead::{Detector, Window};
 use crate::write_behind::Buffered;
-use flotilla_client::{ByteRange, ClientError, EnwrichFile, File, Shape, TokenMode, TokenUse};
+use flotilla_client::{ByteRange, Bytes, ClientError, EnwrichFile, File, Shape, TokenMode, TokenUse};
 use fuser::{Errno, FopenFlags};
 use std::collections::HashMap;
 
@@ -349,14 +349,14 @@ impl FlotillaFs {
     /// (as `with_file`).
     fn background_sender(&self, open: &OpenFile) -> crate::write_behind::Sender {
         let (file, client, ino) = (open.file(), self.client.clone(), open.ino);
-        std::sync::Arc::new(move |shape: Shape, data: &[u8]| {
-            let error = match file.write_shape(&shape, data) {
+        std::sync::Arc::new(move |shape: Shape, data: Bytes| {
+            let error = match file.write_shape_bytes(&shape, data.clone()) {
                 Err(error) if is_transport(&error) => error,
                 other => return other.map(|_| ()).map_err(failed),
             };
             tracing::info!(%error, ino, "write-behind: retrying with a fresh placement");
             let fresh = client.open_id(ino).map_err(failed)?;
-            fresh.write_shape(&shape, data).map(|_| ()).map_err(failed)
+            fresh.write_shape_bytes(&shape, data).map(|_| ()).map_err(failed)
         })
     }
 
@@ -365,8 +365,8 @@ impl FlotillaFs {
         self.write_behind.flush(open.ino, &|shape, data| self.send_shape(open, shape, data))
     }
 
-    fn send_shape(&self, open: &OpenFile, shape: Shape, data: &[u8]) -> Result<(), Errno> {
-        self.with_file(open, |file| file.write_shape(&shape, data).map(|_| ()))
+    fn send_shape(&self, open: &OpenFile, shape: Shape, data: Bytes) -> Result<(), Errno> {
+        self.with_file(open, |file| file.write_shape_bytes(&shape, data.clone()).map(|_| ()))
     }
 
     /// Runs `call` on the open file; after a transport failure, once more on a handle whose
@@ -530,7 +530,7 @@ impl FlotillaFs {
             self.send_buffered(open)?;
             return self.with_file(open, |file| file.write_at(offset, data).and_then(|()| file.sync()));
         }
-        let send = |shape: Shape, bytes: &[u8]| self.send_shape(open, shape, bytes);
+        let send = |shape: Shape, bytes: Bytes| self.send_shape(open, shape, bytes);
         let background = self.background_sender(open);
         if let Buffered::No = self.write_behind.write(ino, (offset, data), &send, &background)? {
             self.with_file(open, |file| file.write_at(offset, data))?;

@@ -31,8 +31,20 @@
 //! - at most `write_behind_bytes_max` bytes wait per file beyond the batch being sent, and
 //!   at most `write_behind_total_bytes_max` in the whole mount (beyond, writes go straight
 //!   through).
+//!
+//! Memory: a batch is the one copy the mount makes of the data (the FUSE request's bytes
+//! are the kernel's). It is handed to the client library as `Bytes`
+//! (`File::write_shape_bytes`), which sends each server's run of it as a slice and keeps
+//! that slice as its copy of the unstable write (no second copy; scattered pieces are
+//! gathered). So a batch counts against `write_behind_total_bytes_max` until its send
+//! returns, and its buffer then lives on in the client's unstable log until the write is
+//! durable, bounded there by the client's `unstable_bytes_max` (which counts the slices'
+//! bytes; a buffer is held whole while any slice of it is, so up to its capacity — at most
+//! `write_behind_bytes_max + write_behind_piece_bytes_max` for a batch of small writes — per
+//! batch). Batch buffers come from the client's pool (`Client::write_buffers`) and go back
+//! there when the last slice is let go, so a streaming writer reuses them.
 
-use flotilla_client::{BufferPool, Piece, Shape, POOLED_BYTES_MIN};
+use flotilla_client::{BufferPool, Bytes, Piece, Shape, POOLED_BYTES_MIN};
 use fuser::Errno;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,18 +124,20 @@ pub struct WriteBehind {
 }
 
 /// What every file's sends share: the bytes buffered and queued in the whole mount, and the
-/// buffers batches are copied into (given back once sent: fresh 1 MiB buffers cost a page
-/// fault and a zeroed page per 4 KiB, see `flotilla_client::BufferPool`).
+/// pool batches are copied into (given back once the client lets the sent batch go: fresh
+/// 1 MiB buffers cost a page fault and a zeroed page per 4 KiB, see
+/// `flotilla_client::BufferPool`).
 struct Accounts {
     buffered_bytes: AtomicU64,
     pool: Arc<BufferPool>,
 }
 
-/// Sends one buffer of a file: a `List` shape over the buffer's bytes.
-pub type Send<'a> = &'a dyn Fn(Shape, &[u8]) -> Result<(), Errno>;
+/// Sends one buffer of a file: a `List` shape over the buffer's bytes (handed over: the
+/// client keeps what it needs of them until they are durable).
+pub type Send<'a> = &'a dyn Fn(Shape, Bytes) -> Result<(), Errno>;
 
 /// Sends one buffer of a file from the background thread.
-pub type Sender = Arc<dyn Fn(Shape, &[u8]) -> Result<(), Errno> + std::marker::Send + Sync>;
+pub type Sender = Arc<dyn Fn(Shape, Bytes) -> Result<(), Errno> + std::marker::Send + Sync>;
 
 /// What `write` did with the data.
 pub enum Buffered {
@@ -134,15 +148,13 @@ pub enum Buffered {
 }
 
 impl WriteBehind {
-    pub fn new(limits: WriteBehindLimits) -> WriteBehind {
+    /// Write-behind within `limits`, its batches copied into buffers from `pool` (the
+    /// client's, `Client::write_buffers`: the buffers go back there once durable).
+    pub fn new(limits: WriteBehindLimits, pool: Arc<BufferPool>) -> WriteBehind {
         assert!(limits.piece_bytes_max <= limits.file_bytes_max);
         WriteBehind {
             files: parking_lot::Mutex::new(HashMap::new()),
-            accounts: Arc::new(Accounts {
-                buffered_bytes: AtomicU64::new(0),
-                // Enough for a few files' queues in flight at once.
-                pool: BufferPool::new((limits.file_bytes_max as usize).saturating_mul(4)),
-            }),
+            accounts: Arc::new(Accounts { buffered_bytes: AtomicU64::new(0), pool }),
             limits,
         }
     }
@@ -316,8 +328,8 @@ impl WriteBehind {
     /// `flush` through `file`, a handle of file `ino` (for writes made through another
     /// handle, or none: size changes, revocations).
     pub fn flush_to(&self, ino: u64, file: &flotilla_client::File) -> Result<(), Errno> {
-        let send = |shape: Shape, data: &[u8]| {
-            file.write_shape(&shape, data).map(|_| ()).map_err(crate::names::failed)
+        let send = |shape: Shape, data: Bytes| {
+            file.write_shape_bytes(&shape, data).map(|_| ()).map_err(crate::names::failed)
         };
         self.flush(ino, &send)
     }
@@ -377,7 +389,8 @@ fn wait_for_sends(buffer: &FileBuffer, pending: &mut parking_lot::MutexGuard<'_,
 /// (locked before `pending` is let go, so batches go out in the order taken, and let go
 /// before `pending` is taken again); books it as sent, a failure in `pending.error` (which
 /// the next close or fsync reports), and wakes every waiter. A panic in `send` is booked as
-/// a failure (EIO), so nobody waits for that batch forever.
+/// a failure (EIO), so nobody waits for that batch forever. The batch's buffer is handed
+/// over as `Bytes` and goes back to the pool when the client drops the last of it.
 fn send_front(
     buffer: &FileBuffer,
     pending: &mut parking_lot::MutexGuard<'_, Pending>,
@@ -386,18 +399,18 @@ fn send_front(
 ) {
     let Some(Queued { seq, batch: (pieces, data) }) = pending.queued.pop_front() else { return };
     pending.in_flight.push(seq);
+    let bytes = data.len() as u64;
+    let data = accounts.pool.into_bytes(data);
     let sending = buffer.send.lock();
     let sent = parking_lot::MutexGuard::unlocked(pending, || {
-        let call = std::panic::AssertUnwindSafe(|| send(Shape::List { pieces }, &data));
+        let call = std::panic::AssertUnwindSafe(|| send(Shape::List { pieces }, data));
         let sent = std::panic::catch_unwind(call).unwrap_or(Err(Errno::EIO));
         drop(sending);
         sent
     });
     pending.in_flight.retain(|in_flight| *in_flight != seq);
-    pending.queued_bytes -= data.len() as u64;
-    accounts.buffered_bytes.fetch_sub(data.len() as u64, Ordering::Relaxed);
-    let bytes = data.len();
-    accounts.pool.give(data);
+    pending.queued_bytes -= bytes;
+    accounts.buffered_bytes.fetch_sub(bytes, Ordering::Relaxed);
     if let Err(errno) = sent {
         tracing::warn!(?errno, bytes, "a write-behind send failed; the next close or fsync reports it");
         pending.error.get_or_insert(errno);
@@ -438,7 +451,7 @@ mod tests {
 
     /// A sender that records each list it sent: (offset, length) of its pieces, and its data.
     fn recording(lists: Lists) -> Sender {
-        Arc::new(move |shape: Shape, data: &[u8]| {
+        Arc::new(move |shape: Shape, data: Bytes| {
             let Shape::List { pieces } = shape else { panic!("a list") };
             lists.lock().push((pieces.iter().map(|p| (p.file_offset, p.length)).collect(), data.to_vec()));
             Ok(())
@@ -448,10 +461,10 @@ mod tests {
     #[test]
     fn small_writes_are_gathered_in_order_and_overlaps_send_first() {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 20, total_bytes_max: 1000 };
-        let behind = WriteBehind::new(limits);
+        let behind = WriteBehind::new(limits, BufferPool::new(16 << 20));
         let lists = Lists::default();
         let sender = recording(lists.clone());
-        let send = |shape: Shape, data: &[u8]| sender(shape, data);
+        let send = |shape: Shape, data: Bytes| sender(shape, data);
         // Phase 1: two small writes wait in the buffer; a large one is queued behind them.
         assert!(matches!(behind.write(1, (0, b"abc"), &send, &sender).unwrap(), Buffered::Yes));
         assert!(matches!(behind.write(1, (10, b"de"), &send, &sender).unwrap(), Buffered::Yes));
@@ -493,14 +506,47 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_is_handed_over_and_its_buffer_comes_back_once_the_client_lets_go() {
+        let limits = WriteBehindLimits {
+            piece_bytes_max: 512 << 10,
+            file_bytes_max: 4 << 20,
+            total_bytes_max: 64 << 20,
+        };
+        let pool = BufferPool::new(64 << 20);
+        let behind = WriteBehind::new(limits, pool.clone());
+        // The client keeps a slice of what it was sent until the write is durable.
+        let kept: Arc<parking_lot::Mutex<Vec<Bytes>>> = Arc::default();
+        let keeping = kept.clone();
+        let sender: Sender = Arc::new(move |_: Shape, data: Bytes| {
+            keeping.lock().push(data.slice(..));
+            Ok(())
+        });
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+        behind.write(1, (0, &data), &*sender, &sender).unwrap();
+        behind.flush(1, &*sender).unwrap();
+        let address = {
+            let kept = kept.lock();
+            assert_eq!(kept.len(), 1);
+            assert_eq!(kept[0][..], data[..]);
+            kept[0].as_ptr()
+        };
+        assert_eq!(behind.buffered(), 0, "the mount's count lets go once the send returns");
+        assert_eq!(pool.kept_bytes(), 0, "the batch's buffer is the client's kept copy");
+        kept.lock().clear();
+        assert!(pool.kept_bytes() >= 1 << 20, "back in the pool once the client lets go");
+        let again = pool.take(1 << 20);
+        assert_eq!(again.as_ptr(), address, "the kept copy was the batch itself");
+    }
+
+    #[test]
     fn a_failed_send_is_remembered_until_forgotten() {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 100, total_bytes_max: 1000 };
-        let behind = WriteBehind::new(limits);
-        let failing: Sender = Arc::new(|_: Shape, _: &[u8]| Err(Errno::EIO));
-        let send = |shape: Shape, data: &[u8]| failing(shape, data);
+        let behind = WriteBehind::new(limits, BufferPool::new(16 << 20));
+        let failing: Sender = Arc::new(|_: Shape, _: Bytes| Err(Errno::EIO));
+        let send = |shape: Shape, data: Bytes| failing(shape, data);
         behind.write(2, (0, b"abc"), &send, &failing).unwrap();
         assert_eq!(behind.flush(2, &send), Err(Errno::EIO));
-        assert_eq!(behind.flush(2, &|_: Shape, _: &[u8]| Ok(())), Ok(()));
+        assert_eq!(behind.flush(2, &|_: Shape, _: Bytes| Ok(())), Ok(()));
         assert_eq!(behind.failure(2), Err(Errno::EIO));
         behind.forget(2);
         assert_eq!(behind.failure(2), Ok(()));
@@ -512,7 +558,7 @@ mod tests {
 
     /// A sender that records what it sent and waits for `gate` to open before each send.
     fn gated(sent: Sent, gate: Gate) -> Sender {
-        Arc::new(move |shape: Shape, data: &[u8]| {
+        Arc::new(move |shape: Shape, data: Bytes| {
             let (open, opened) = &*gate;
             let mut is_open = open.lock();
             while !*is_open {
@@ -527,11 +573,11 @@ mod tests {
     #[test]
     fn writes_of_every_size_return_before_they_are_sent_and_go_out_in_order() {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 40, total_bytes_max: 1000 };
-        let behind = WriteBehind::new(limits);
+        let behind = WriteBehind::new(limits, BufferPool::new(16 << 20));
         let sent = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
         let sender = gated(sent.clone(), gate.clone());
-        let direct = |_: Shape, _: &[u8]| -> Result<(), Errno> { panic!("nothing is sent by the writer") };
+        let direct = |_: Shape, _: Bytes| -> Result<(), Errno> { panic!("nothing is sent by the writer") };
         // A small piece, then a large write (queued after it), then a small one again.
         assert!(matches!(behind.write(1, (0, b"abc"), &direct, &sender).unwrap(), Buffered::Yes));
         assert!(matches!(behind.write(1, (3, &[1u8; 20]), &direct, &sender).unwrap(), Buffered::Yes));
@@ -540,7 +586,7 @@ mod tests {
         assert!(behind.holds(1));
         *gate.0.lock() = true;
         gate.1.notify_all();
-        let flushed = |shape: Shape, data: &[u8]| {
+        let flushed = |shape: Shape, data: Bytes| {
             let Shape::List { pieces } = shape else { panic!("a list") };
             sent.lock().push((pieces[0].file_offset, data.len()));
             Ok(())
@@ -554,11 +600,11 @@ mod tests {
     #[test]
     fn a_writer_waits_while_its_file_queue_is_full() {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 20, total_bytes_max: 1000 };
-        let behind = Arc::new(WriteBehind::new(limits));
+        let behind = Arc::new(WriteBehind::new(limits, BufferPool::new(16 << 20)));
         let sent = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
         let sender = gated(sent.clone(), gate.clone());
-        let direct = |shape: Shape, data: &[u8]| {
+        let direct = |shape: Shape, data: Bytes| {
             let Shape::List { pieces } = shape else { panic!("a list") };
             sent.lock().push((pieces[0].file_offset, data.len()));
             Ok(())
@@ -575,7 +621,7 @@ mod tests {
             let (behind, sender, done) = (behind.clone(), sender.clone(), done.clone());
             let sent = sent.clone();
             std::thread::spawn(move || {
-                let direct = |shape: Shape, data: &[u8]| {
+                let direct = |shape: Shape, data: Bytes| {
                     let Shape::List { pieces } = shape else { panic!("a list") };
                     sent.lock().push((pieces[0].file_offset, data.len()));
                     Ok(())
@@ -596,9 +642,9 @@ mod tests {
     #[test]
     fn a_failed_background_send_is_reported_by_the_flush_after_it() {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 100, total_bytes_max: 1000 };
-        let behind = WriteBehind::new(limits);
-        let failing: Sender = Arc::new(|_: Shape, _: &[u8]| Err(Errno::EIO));
-        let direct = |_: Shape, _: &[u8]| Ok(());
+        let behind = WriteBehind::new(limits, BufferPool::new(16 << 20));
+        let failing: Sender = Arc::new(|_: Shape, _: Bytes| Err(Errno::EIO));
+        let direct = |_: Shape, _: Bytes| Ok(());
         behind.write(3, (0, &[7u8; 50]), &direct, &failing).unwrap();
         // Wait for the background thread (the flush would otherwise send the batch itself).
         while behind.holds(3) {
@@ -615,10 +661,10 @@ mod tests {
     fn concurrent_writers_and_flushes_send_every_byte_once() {
         let limits =
             WriteBehindLimits { piece_bytes_max: 500, file_bytes_max: 4000, total_bytes_max: 1 << 20 };
-        let behind = Arc::new(WriteBehind::new(limits));
+        let behind = Arc::new(WriteBehind::new(limits, BufferPool::new(16 << 20)));
         let sent_bytes = Arc::new(AtomicU64::new(0));
         let counted = sent_bytes.clone();
-        let sender: Sender = Arc::new(move |_: Shape, data: &[u8]| {
+        let sender: Sender = Arc::new(move |_: Shape, data: Bytes| {
             std::thread::sleep(std::time::Duration::from_micros(50));
             counted.fetch_add(data.len() as u64, Ordering::SeqCst);
             Ok(())
@@ -627,7 +673,7 @@ mod tests {
             .map(|writer| {
                 let (behind, sender, sent_bytes) = (behind.clone(), sender.clone(), sent_bytes.clone());
                 std::thread::spawn(move || {
-                    let direct = move |_: Shape, data: &[u8]| {
+                    let direct = move |_: Shape, data: Bytes| {
                         sent_bytes.fetch_add(data.len() as u64, Ordering::SeqCst);
                         Ok(())
                     };
@@ -645,7 +691,7 @@ mod tests {
         for writer in writers {
             writer.join().unwrap();
         }
-        let direct = |_: Shape, data: &[u8]| {
+        let direct = |_: Shape, data: Bytes| {
             sent_bytes.fetch_add(data.len() as u64, Ordering::SeqCst);
             Ok(())
         };
@@ -679,23 +725,23 @@ mod tests {
             writes in proptest::collection::vec((0u64..200, 1usize..60, proptest::prelude::any::<bool>()), 1..60)
         ) {
             let limits = WriteBehindLimits { piece_bytes_max: 20, file_bytes_max: 50, total_bytes_max: 10_000 };
-            let behind = WriteBehind::new(limits);
+            let behind = WriteBehind::new(limits, BufferPool::new(16 << 20));
             let file = Arc::new(parking_lot::Mutex::new(Vec::new()));
             let background = file.clone();
-            let sender: Sender = Arc::new(move |shape: Shape, data: &[u8]| {
+            let sender: Sender = Arc::new(move |shape: Shape, data: Bytes| {
                 std::thread::yield_now();
-                apply(&background, shape, data);
+                apply(&background, shape, &data);
                 Ok(())
             });
-            let direct = |shape: Shape, data: &[u8]| {
-                apply(&file, shape, data);
+            let direct = |shape: Shape, data: Bytes| {
+                apply(&file, shape, &data);
                 Ok(())
             };
             let mut model = Vec::new();
             for (index, (offset, length, flush)) in writes.into_iter().enumerate() {
                 let data = vec![index as u8 + 1; length];
                 if let Buffered::No = behind.write(5, (offset, &data), &direct, &sender).unwrap() {
-                    direct(Shape::List { pieces: vec![Piece { file_offset: offset, memory_offset: 0, length: length as u64 }] }, &data).unwrap();
+                    direct(Shape::List { pieces: vec![Piece { file_offset: offset, memory_offset: 0, length: length as u64 }] }, Bytes::from(data.clone())).unwrap();
                 }
                 let end = offset as usize + length;
                 if model.len() < end {
@@ -715,10 +761,10 @@ mod tests {
     #[test]
     fn a_panicking_background_sender_fails_the_file_instead_of_hanging_it() {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 100, total_bytes_max: 1000 };
-        let behind = WriteBehind::new(limits);
-        let panicking: Sender = Arc::new(|_: Shape, _: &[u8]| panic!("a bug in a send"));
+        let behind = WriteBehind::new(limits, BufferPool::new(16 << 20));
+        let panicking: Sender = Arc::new(|_: Shape, _: Bytes| panic!("a bug in a send"));
         let direct =
-            |_: Shape, _: &[u8]| -> Result<(), Errno> { panic!("below the limit the writer sends nothing") };
+            |_: Shape, _: Bytes| -> Result<(), Errno> { panic!("below the limit the writer sends nothing") };
         for index in 0..6u64 {
             behind.write(4, (index * 10, &[1u8; 10]), &direct, &panicking).unwrap();
         }
@@ -734,8 +780,8 @@ mod tests {
     #[test]
     fn a_flush_returns_while_another_writer_keeps_writing() {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 40, total_bytes_max: 1 << 20 };
-        let behind = Arc::new(WriteBehind::new(limits));
-        let sender: Sender = Arc::new(|_: Shape, _: &[u8]| {
+        let behind = Arc::new(WriteBehind::new(limits, BufferPool::new(16 << 20)));
+        let sender: Sender = Arc::new(|_: Shape, _: Bytes| {
             std::thread::sleep(std::time::Duration::from_micros(200));
             Ok(())
         });
@@ -745,7 +791,7 @@ mod tests {
             std::thread::spawn(move || {
                 let mut offset = 0;
                 while !stop.load(Ordering::SeqCst) {
-                    behind.write(6, (offset, &[2u8; 10]), &|_: Shape, _: &[u8]| Ok(()), &sender).unwrap();
+                    behind.write(6, (offset, &[2u8; 10]), &|_: Shape, _: Bytes| Ok(()), &sender).unwrap();
                     offset += 10;
                 }
             })
@@ -755,11 +801,11 @@ mod tests {
         }
         // Before, a flush waited for the queue to be empty, which a busy writer never let it be.
         for _ in 0..20 {
-            behind.flush(6, &|_: Shape, _: &[u8]| Ok(())).unwrap();
+            behind.flush(6, &|_: Shape, _: Bytes| Ok(())).unwrap();
         }
         stop.store(true, Ordering::SeqCst);
         writer.join().unwrap();
-        behind.flush(6, &|_: Shape, _: &[u8]| Ok(())).unwrap();
+        behind.flush(6, &|_: Shape, _: Bytes| Ok(())).unwrap();
         assert_eq!(behind.buffered(), 0);
     }
 }

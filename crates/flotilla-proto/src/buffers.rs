@@ -43,12 +43,15 @@ impl BufferPool {
         Arc::new(BufferPool { free: parking_lot::Mutex::new(Free::default()), kept_bytes_max })
     }
 
-    /// An empty buffer with room for at least `bytes` bytes: an idle one when one is large
-    /// enough, else a new one.
+    /// An empty buffer with room for at least `bytes` bytes: the smallest idle one large
+    /// enough (a buffer may be kept as long as its data is, so a small request does not take
+    /// a large buffer while one its size waits), else a new one.
     pub fn take(&self, bytes: usize) -> Vec<u8> {
         if bytes >= POOLED_BYTES_MIN {
             let mut free = self.free.lock();
-            if let Some(at) = free.buffers.iter().position(|(buffer, _)| buffer.capacity() >= bytes) {
+            let fitting =
+                free.buffers.iter().enumerate().filter(|(_, (buffer, _))| buffer.capacity() >= bytes);
+            if let Some((at, _)) = fitting.min_by_key(|(_, (buffer, _))| buffer.capacity()) {
                 let (mut buffer, _) = free.buffers.swap_remove(at);
                 free.bytes -= buffer.capacity();
                 buffer.clear();
@@ -159,5 +162,17 @@ mod tests {
         pool.give(Vec::with_capacity(1 << 20));
         assert!(pool.take(2 << 20).capacity() >= 2 << 20);
         assert_eq!(pool.kept_bytes(), 1 << 20);
+    }
+
+    #[test]
+    fn the_smallest_buffer_that_fits_is_handed_out() {
+        let pool = BufferPool::new(64 << 20);
+        for mebibytes in [8, 1, 4, 2] {
+            pool.give(Vec::with_capacity(mebibytes << 20));
+        }
+        assert_eq!(pool.take(1 << 20).capacity(), 1 << 20);
+        assert_eq!(pool.take(3 << 20).capacity(), 4 << 20);
+        assert_eq!(pool.take(1 << 20).capacity(), 2 << 20);
+        assert_eq!(pool.kept_bytes(), 8 << 20);
     }
 }
