@@ -311,6 +311,12 @@ fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreSt
         ("server_disk_writes", "Write system calls.", None, stats.disk_writes),
         ("server_disk_syncs", "fdatasync calls.", None, stats.disk_syncs),
         (
+            "server_disk_runs_overlapped",
+            "Disk transfers begun while another of the same target was in flight (disk_threads_per_target > 1).",
+            None,
+            stats.disk_runs_overlapped,
+        ),
+        (
             "server_bulk_read",
             "Bytes read straight from fork files past the cache (bulk_bytes_min; in server_disk_read too).",
             Some(Unit::Bytes),
