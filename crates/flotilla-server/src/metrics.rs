@@ -291,7 +291,7 @@ fn encode_jobs(encoder: &mut DescriptorEncoder, jobs: &[JobStats]) -> std::fmt::
 }
 
 fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreStats) -> std::fmt::Result {
-    let counters: [(&str, &str, Option<Unit>, u64); 11] = [
+    let counters: [(&str, &str, Option<Unit>, u64); 12] = [
         ("server_cache_hits", "Blocks requests found in the buffer cache.", None, stats.cache_hits),
         (
             "server_cache_misses",
