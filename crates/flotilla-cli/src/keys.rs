@@ -114,6 +114,22 @@ pub fn server_bulk_bytes_min() -> u64 {
     SERVER_BULK_BYTES_MIN.get().copied().unwrap_or(flotilla_store::BULK_BYTES_MIN_DEFAULT)
 }
 
+static SERVER_DISK_THREADS: OnceLock<usize> = OnceLock::new();
+
+/// Remembers `[server] disk_threads_per_target` (in `main`).
+pub fn set_server_disk_threads(threads: usize) {
+    let _ = SERVER_DISK_THREADS.set(threads);
+}
+
+/// The `disk_threads_per_target` of the servers `flotilla bench` starts (default: the
+/// server's).
+pub fn server_disk_threads() -> usize {
+    SERVER_DISK_THREADS
+        .get()
+        .copied()
+        .unwrap_or(flotilla_store::StoreConfig::default().disk_threads_per_target)
+}
+
 /// The client's integrity setting.
 pub fn integrity() -> Integrity {
     CLIENT_INTEGRITY.get().copied().unwrap_or_default()

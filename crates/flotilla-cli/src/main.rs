@@ -148,6 +148,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     keys::set_attr_cache(file.client.attr_cache);
     keys::set_server_metrics(file.server.metrics);
     keys::set_server_bulk_bytes_min(file.server.bulk_bytes_min);
+    keys::set_server_disk_threads(file.server.disk_threads_per_target);
     match cli.command {
         Command::Local(args) => cluster::local(args, &file),
         Command::Meta(args) => {

@@ -32,6 +32,9 @@ pub struct ServerConfig {
     pub block_bytes: u64,
     pub cache_capacity_bytes: u64,
     pub disk_queue_max: usize,
+    /// Disk threads per `dir` target: block reads and write-backs of one target in flight at
+    /// once (queue depth), in `1..=64`; `sim` and `lines` targets always have one.
+    pub disk_threads_per_target: usize,
     pub fd_cache_max: usize,
     /// Dirty blocks older than this are written back.
     pub dirty_age_max_ms: u64,
@@ -182,6 +185,7 @@ impl Default for ServerConfig {
             block_bytes: 32 << 10,
             cache_capacity_bytes: 256 << 20,
             disk_queue_max: 4096,
+            disk_threads_per_target: flotilla_store::StoreConfig::default().disk_threads_per_target,
             fd_cache_max: 256,
             dirty_age_max_ms: 5000,
             write_full: false,

@@ -291,7 +291,7 @@ fn encode_jobs(encoder: &mut DescriptorEncoder, jobs: &[JobStats]) -> std::fmt::
 }
 
 fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreStats) -> std::fmt::Result {
-    let counters: [(&str, &str, Option<Unit>, u64); 11] = [
+    let counters: [(&str, &str, Option<Unit>, u64); 12] = [
         ("server_cache_hits", "Blocks requests found in the buffer cache.", None, stats.cache_hits),
         (
             "server_cache_misses",
@@ -310,6 +310,12 @@ fn encode_store(encoder: &mut DescriptorEncoder, stats: &flotilla_store::StoreSt
         ("server_disk_reads", "Read system calls.", None, stats.disk_reads),
         ("server_disk_writes", "Write system calls.", None, stats.disk_writes),
         ("server_disk_syncs", "fdatasync calls.", None, stats.disk_syncs),
+        (
+            "server_disk_runs_overlapped",
+            "Disk transfers begun while another of the same target was in flight (disk_threads_per_target > 1).",
+            None,
+            stats.disk_runs_overlapped,
+        ),
         (
             "server_bulk_read",
             "Bytes read straight from fork files past the cache (bulk_bytes_min; in server_disk_read too).",

@@ -10,6 +10,9 @@ pub const BLOCK_BYTES_MAX: u64 = 16 << 20;
 /// The cache must hold at least this many blocks.
 pub const CACHE_BLOCKS_MIN: u64 = 4;
 
+/// Most disk threads a target may have (`disk_threads_per_target`).
+pub const DISK_THREADS_PER_TARGET_MAX: usize = 64;
+
 /// Default of `bulk_bytes_min`: a stripe unit of the default layout, eight default blocks.
 pub const BULK_BYTES_MIN_DEFAULT: u64 = 256 << 10;
 
@@ -29,6 +32,10 @@ pub struct StoreConfig {
     pub disk_queue_max: usize,
     /// Largest coalesced disk transfer (adjacent blocks of one fork).
     pub disk_run_bytes_max: u64,
+    /// Disk threads serving each `dir` target's queue, so transfers in flight at once (queue
+    /// depth), in `1..=DISK_THREADS_PER_TARGET_MAX`. `sim` and `lines` targets always have
+    /// one: a simulated disk has one arm, and a lines image moves its blocks under one lock.
+    pub disk_threads_per_target: usize,
     /// Most fork files kept open at once, over all targets.
     pub fd_cache_max: usize,
     /// Largest fork size; a request ending past it is refused.
@@ -58,6 +65,7 @@ impl Default for StoreConfig {
             cache_capacity_bytes: 64 << 20,
             disk_queue_max: 4096,
             disk_run_bytes_max: 1 << 20,
+            disk_threads_per_target: 1,
             fd_cache_max: 256,
             fork_bytes_max: 1 << 50,
             dirty_bytes_high_max: 32 << 20,
@@ -115,6 +123,12 @@ impl StoreConfig {
         if self.disk_queue_max == 0 {
             return bad("disk_queue_max", "must be at least 1".into());
         }
+        if !(1..=DISK_THREADS_PER_TARGET_MAX).contains(&self.disk_threads_per_target) {
+            return bad(
+                "disk_threads_per_target",
+                format!("({}) must be in 1..={DISK_THREADS_PER_TARGET_MAX}", self.disk_threads_per_target),
+            );
+        }
         if self.sync_threads_max == 0 {
             return bad("sync_threads_max", "must be at least 1".into());
         }
@@ -150,5 +164,21 @@ mod tests {
         config.block_bytes = 4096;
         config.cache_capacity_bytes = 4096 * 3;
         assert!(matches!(config.validate(), Err(StoreError::BadConfig { name: "cache_capacity_bytes", .. })));
+    }
+
+    #[test]
+    fn disk_threads_per_target_must_be_between_one_and_the_maximum() {
+        let mut config = StoreConfig::new(vec!["/tmp/x".into()], false);
+        for (threads, valid) in [(0, false), (1, true), (DISK_THREADS_PER_TARGET_MAX, true), (65, false)] {
+            config.disk_threads_per_target = threads;
+            let result = config.validate();
+            match valid {
+                true => assert!(result.is_ok(), "{threads}"),
+                false => assert!(
+                    matches!(&result, Err(StoreError::BadConfig { name: "disk_threads_per_target", .. })),
+                    "{threads}: {result:?}"
+                ),
+            }
+        }
     }
 }

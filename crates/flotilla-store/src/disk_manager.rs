@@ -1,6 +1,8 @@
-//! One target's disk scheduler: a dedicated thread serving a bounded queue of block reads
-//! and write-backs in C-SCAN order (see `disk_queue`), moving adjacent blocks of one fork in
-//! one vectored system call.
+//! One target's disk scheduler: a bounded pool of disk threads (`threads`, from
+//! `disk_threads_per_target`) serving one bounded queue of block reads and write-backs in
+//! C-SCAN order (see `disk_queue`), moving adjacent blocks of one fork in one vectored system
+//! call. Each thread takes the next run of the sweep, so with several threads a target has
+//! that many transfers in flight (queue depth > 1) and the device can overlap them.
 //!
 //! Protocol with the cache:
 //! - A read fills a `LOADING` slot and marks it ready or failed; requests wait on the slot.
@@ -9,14 +11,20 @@
 //! - For one block key, every queued operation names the same slot (the cache never maps a
 //!   key to two slots, and never reassigns a pinned slot), so duplicates are served by one
 //!   transfer.
+//! - A block key is moved by at most one thread at a time (the queue keeps taken keys in
+//!   flight until `finish`), so a write-back of block B queued while B is being read or
+//!   written back waits for that transfer: data and checksum entries of B are never written
+//!   by two threads at once, and a later write-back of B always lands after an earlier one.
+//!   Distinct keys have distinct slots and distinct checksum entries, so their transfers may
+//!   overlap.
 //!
 //! Invariants: the queue holds at most `queue_ops_max` operations (submitters block);
-//! after `shutdown` no operation is accepted, the queue is drained, and the thread exits.
+//! after `shutdown` no operation is accepted, the queue is drained, and every thread exits.
 
 use crate::backend::ForkBackend;
 use crate::checksum;
 use crate::completion::Completion;
-use crate::disk_queue::{DiskQueue, QueueKey, QueuedOp, Run};
+use crate::disk_queue::{DiskQueue, QueueKey, QueuedOp, Run, RunSpan};
 use crate::error::StoreError;
 use crate::fork::Fork;
 use crate::slot_pool::{SlotFailure, SlotPool};
@@ -64,12 +72,16 @@ pub(crate) struct DiskLimits {
     pub run_blocks_max: usize,
     /// Serve a fork's later read runs with the first in one backend call (lines targets).
     pub gather_reads: bool,
+    /// Disk threads serving the queue (transfers in flight at once).
+    pub threads: usize,
 }
 
 #[derive(Debug)]
 struct DiskState {
     queue: DiskQueue<DiskOp>,
     shutdown: bool,
+    /// Transfers (a run, or gathered runs) being done by the threads now.
+    in_flight_runs: usize,
 }
 
 #[derive(Debug)]
@@ -86,32 +98,41 @@ struct DiskShared {
 #[derive(Debug)]
 pub(crate) struct DiskManager {
     shared: Arc<DiskShared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl DiskManager {
-    /// Starts the scheduler thread.
+    /// Starts the scheduler's `limits.threads` threads, named `name` and a thread number.
     pub(crate) fn start(
         name: String,
         pool: Arc<SlotPool>,
         counters: Arc<Counters>,
         limits: DiskLimits,
     ) -> Result<Arc<DiskManager>, StoreError> {
-        assert!(limits.queue_ops_max > 0 && limits.run_blocks_max > 0);
+        assert!(limits.queue_ops_max > 0 && limits.run_blocks_max > 0 && limits.threads > 0);
         let shared = Arc::new(DiskShared {
-            state: Mutex::new(DiskState { queue: DiskQueue::new(), shutdown: false }),
+            state: Mutex::new(DiskState { queue: DiskQueue::new(), shutdown: false, in_flight_runs: 0 }),
             work: Condvar::new(),
             space: Condvar::new(),
             pool,
             counters,
             limits,
         });
-        let runner = shared.clone();
-        let handle = thread::Builder::new()
-            .name(name.clone())
-            .spawn(move || serve(&runner))
-            .map_err(|error| StoreError::io(format!("start disk thread {name}"), error))?;
-        Ok(Arc::new(DiskManager { shared, thread: Mutex::new(Some(handle)) }))
+        let manager =
+            Arc::new(DiskManager { shared, threads: Mutex::new(Vec::with_capacity(limits.threads)) });
+        for number in 0..limits.threads {
+            let runner = manager.shared.clone();
+            let thread_name = format!("{name}-{number}");
+            let spawned = thread::Builder::new().name(thread_name.clone()).spawn(move || serve(&runner));
+            match spawned {
+                Ok(handle) => manager.threads.lock().push(handle),
+                Err(error) => {
+                    manager.shutdown();
+                    return Err(StoreError::io(format!("start disk thread {thread_name}"), error));
+                }
+            }
+        }
+        Ok(manager)
     }
 
     /// Queues all `ops`, blocking while the queue is full. After shutdown, returns the
@@ -135,19 +156,20 @@ impl DiskManager {
         Ok(())
     }
 
-    /// Stops accepting work, lets the thread drain the queue, and joins it.
+    /// Stops accepting work, lets the threads drain the queue, and joins them (all but the
+    /// calling thread, should a disk thread drop the last reference).
     pub(crate) fn shutdown(&self) {
         self.shared.state.lock().shutdown = true;
         self.shared.work.notify_all();
         self.shared.space.notify_all();
-        let Some(handle) = self.thread.lock().take() else {
-            return;
-        };
-        if handle.thread().id() == thread::current().id() {
-            return;
-        }
-        if handle.join().is_err() {
-            tracing::error!("a disk scheduler thread panicked");
+        let handles = std::mem::take(&mut *self.threads.lock());
+        for handle in handles {
+            if handle.thread().id() == thread::current().id() {
+                continue;
+            }
+            if handle.join().is_err() {
+                tracing::error!("a disk scheduler thread panicked");
+            }
         }
     }
 }
@@ -161,15 +183,18 @@ impl Drop for DiskManager {
 fn serve(shared: &DiskShared) {
     while let Some(mut runs) = next_runs(shared) {
         shared.space.notify_all();
+        let spans: Vec<RunSpan> = runs.iter().map(Run::span).collect();
         if runs[0].is_write {
             write_run(shared, runs.pop().expect("one write run"));
         } else {
             read_runs(shared, runs);
         }
+        finish(shared, &spans);
     }
 }
 
-/// Waits for the next run (or, when gathering, runs); `None` once shut down and drained.
+/// Waits for the next run (or, when gathering, runs) whose blocks no other thread is
+/// moving; `None` once shut down, drained and no transfer is left in flight.
 fn next_runs(shared: &DiskShared) -> Option<Vec<Run<DiskOp>>> {
     let mut state = shared.state.lock();
     loop {
@@ -178,12 +203,33 @@ fn next_runs(shared: &DiskShared) -> Option<Vec<Run<DiskOp>>> {
             false => state.queue.pop_run(shared.limits.run_blocks_max).into_iter().collect(),
         };
         if !runs.is_empty() {
+            if state.in_flight_runs > 0 {
+                bump(&shared.counters.disk_runs_overlapped, 1);
+            }
+            state.in_flight_runs += 1;
+            if state.queue.len() > 0 {
+                // More work: wake another thread to take it (submitters wake only one).
+                shared.work.notify_one();
+            }
             return Some(runs);
         }
-        if state.shutdown {
+        if state.shutdown && state.queue.len() == 0 {
             return None;
         }
         shared.work.wait(&mut state);
+    }
+}
+
+/// Releases the blocks of a finished transfer; threads waiting for one of them may go on.
+fn finish(shared: &DiskShared, spans: &[RunSpan]) {
+    let mut state = shared.state.lock();
+    for span in spans {
+        state.queue.finish(*span);
+    }
+    state.in_flight_runs -= 1;
+    drop(state);
+    if shared.limits.threads > 1 {
+        shared.work.notify_all();
     }
 }
 

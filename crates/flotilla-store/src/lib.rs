@@ -11,8 +11,9 @@
 //!   at least `bulk_bytes_min` whole blocks go straight to and from the fork file instead.
 //! - `block_cache` — index and replacement (hash index, clean LRU, dirty FIFO, pins); bytes
 //!   live in `slot_pool`, which is also all the disk threads see.
-//! - `disk_manager` — a thread per target serving `disk_queue` in C-SCAN order, coalescing
-//!   adjacent blocks into one vectored system call.
+//! - `disk_manager` — a bounded pool of threads per target (`disk_threads_per_target`; one
+//!   for `sim` and `lines`) serving `disk_queue` in C-SCAN order, coalescing adjacent blocks
+//!   into one vectored system call, never moving one block on two threads at once.
 //! - `target` / [`ForkBackend`] — the on-disk layout and raw block I/O; the `dir` kind is
 //!   [`FileFork`], the `sim` kind [`SimFork`] (a `FileFork` timed as a 1990s disk:
 //!   `sim_model`, `sim_disk`, `sim_target`). Formats are described in `docs/target-format.md`.
@@ -21,7 +22,8 @@
 //! - `crash_fork` (feature `test-support`) — `CrashDisk`/`CrashFork`, the `crash:DIR` kind:
 //!   fork bytes in memory with a seeded power loss that drops or tears unsynced writes.
 //!
-//! Limits: cache memory (`cache_capacity_bytes`), disk queue (`disk_queue_max`), coalesced
+//! Limits: cache memory (`cache_capacity_bytes`), disk queue (`disk_queue_max`), disk
+//! threads (`disk_threads_per_target`), coalesced
 //! transfer (`disk_run_bytes_max`), open files (`fd_cache_max`), fork size
 //! (`fork_bytes_max`); a request pins at most half the cache at once.
 
@@ -71,7 +73,10 @@ mod writeback;
 
 pub use backend::ForkBackend;
 pub use checksum::CHECKSUM_ENTRY_BYTES;
-pub use config::{StoreConfig, BLOCK_BYTES_MAX, BLOCK_BYTES_MIN, BULK_BYTES_MIN_DEFAULT, CACHE_BLOCKS_MIN};
+pub use config::{
+    StoreConfig, BLOCK_BYTES_MAX, BLOCK_BYTES_MIN, BULK_BYTES_MIN_DEFAULT, CACHE_BLOCKS_MIN,
+    DISK_THREADS_PER_TARGET_MAX,
+};
 #[cfg(feature = "test-support")]
 pub use crash_fork::{CrashDisk, CrashFork, PowerLossReport, CRASH_SECTOR_BYTES};
 pub use error::StoreError;

@@ -27,6 +27,9 @@ pub struct StoreStats {
     pub reservations: u64,
     /// fdatasync calls.
     pub disk_syncs: u64,
+    /// Disk scheduler transfers that began while another transfer of the same target was in
+    /// flight (never with one disk thread per target): how often queue depth > 1 was used.
+    pub disk_runs_overlapped: u64,
     /// Checksum blocks read from disk whose bytes did not match their stored CRC32C.
     pub checksum_errors: u64,
     pub read_requests: u64,
@@ -63,6 +66,7 @@ impl StoreStats {
             disk_write_bytes: self.disk_write_bytes.saturating_sub(earlier.disk_write_bytes),
             reservations: self.reservations.saturating_sub(earlier.reservations),
             disk_syncs: self.disk_syncs.saturating_sub(earlier.disk_syncs),
+            disk_runs_overlapped: self.disk_runs_overlapped.saturating_sub(earlier.disk_runs_overlapped),
             checksum_errors: self.checksum_errors.saturating_sub(earlier.checksum_errors),
             read_requests: self.read_requests.saturating_sub(earlier.read_requests),
             read_bytes: self.read_bytes.saturating_sub(earlier.read_bytes),
@@ -92,6 +96,7 @@ pub(crate) struct Counters {
     pub disk_write_bytes: AtomicU64,
     pub reservations: AtomicU64,
     pub disk_syncs: AtomicU64,
+    pub disk_runs_overlapped: AtomicU64,
     pub checksum_errors: AtomicU64,
     pub read_requests: AtomicU64,
     pub read_bytes: AtomicU64,
@@ -124,6 +129,7 @@ impl Counters {
             disk_write_bytes: get(&self.disk_write_bytes),
             reservations: get(&self.reservations),
             disk_syncs: get(&self.disk_syncs),
+            disk_runs_overlapped: get(&self.disk_runs_overlapped),
             checksum_errors: get(&self.checksum_errors),
             read_requests: get(&self.read_requests),
             read_bytes: get(&self.read_bytes),

@@ -62,8 +62,8 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens every target (each a spec: `DIR`, `dir:DIR` or `sim:MODEL:DIR`) and starts one
-    /// disk scheduler thread per target.
+    /// Opens every target (each a spec: `DIR`, `dir:DIR` or `sim:MODEL:DIR`) and starts each
+    /// target's disk scheduler threads (`disk_threads`).
     pub fn open(config: StoreConfig) -> Result<Store, StoreError> {
         config.validate()?;
         let counters = Arc::new(Counters::default());
@@ -82,6 +82,7 @@ impl Store {
             queue_ops_max: config.disk_queue_max,
             run_blocks_max: (config.disk_run_bytes_max / config.block_bytes) as usize,
             gather_reads: false,
+            threads: 1,
         };
         let mut targets: Vec<TargetRuntime> = Vec::with_capacity(config.targets.len());
         for dir in &config.targets {
@@ -103,7 +104,8 @@ impl Store {
             }
             let name = format!("flotilla-disk-{:04x}", target.id().0 & 0xffff);
             let gather_reads = matches!(target.kind(), TargetKind::Lines(options) if options.gather_reads);
-            let limits = DiskLimits { gather_reads, ..limits };
+            let threads = disk_threads(&config, target.kind());
+            let limits = DiskLimits { gather_reads, threads, ..limits };
             let disk = DiskManager::start(name, pool.clone(), counters.clone(), limits)?;
             targets.push(TargetRuntime::new(ForkContext {
                 target: Arc::new(target),
@@ -572,6 +574,20 @@ impl Store {
 }
 
 /// The cache block must hold whole checksum blocks of every target.
+/// Disk threads of a target of `kind`: `disk_threads_per_target` for `dir` (and the tests'
+/// `crash`), whose fork files take concurrent positioned I/O; one for `sim`, whose timing
+/// model is one arm serving one transfer at a time on the disk thread, and for `lines`,
+/// whose image I/O runs under the target's state lock (so more threads would only queue on
+/// that lock) and whose read gathering assumes one sweep.
+fn disk_threads(config: &StoreConfig, kind: &TargetKind) -> usize {
+    match kind {
+        TargetKind::Dir => config.disk_threads_per_target,
+        #[cfg(feature = "test-support")]
+        TargetKind::Crash => config.disk_threads_per_target,
+        TargetKind::Sim(_) | TargetKind::Lines(_) => 1,
+    }
+}
+
 fn check_checksum_block(config: &StoreConfig, target: &Target) -> Result<(), StoreError> {
     let checksum_block_bytes = target.checksum_block_bytes();
     if config.block_bytes.is_multiple_of(checksum_block_bytes) {

@@ -85,8 +85,14 @@ fn run(ops: &[Op], cache_blocks: u64, kind: Kind) {
 
 /// `run` with bulk pieces from `bulk_bytes_min` (0: none).
 fn run_with(ops: &[Op], cache_blocks: u64, kind: Kind, bulk_bytes_min: u64) {
+    run_threads(ops, cache_blocks, kind, bulk_bytes_min, 1);
+}
+
+/// `run_with` on `disk_threads` threads per target.
+fn run_threads(ops: &[Op], cache_blocks: u64, kind: Kind, bulk_bytes_min: u64, disk_threads: usize) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = StoreConfig::new(vec![target_spec(kind, dir.path())], true);
+    config.disk_threads_per_target = disk_threads;
     config.bulk_bytes_min = bulk_bytes_min;
     config.block_bytes = BLOCK_BYTES as u64;
     config.cache_capacity_bytes = cache_blocks * BLOCK_BYTES as u64;
@@ -147,6 +153,21 @@ proptest! {
     #[test]
     fn matches_model_with_roomy_cache(ops in prop::collection::vec(op(), 1..40)) {
         run(&ops, 256, Kind::Dir);
+    }
+
+    #[test]
+    fn matches_model_with_tiny_cache_on_three_disk_threads(ops in prop::collection::vec(op(), 1..40)) {
+        run_threads(&ops, 6, Kind::Dir, 0, 3);
+    }
+
+    #[test]
+    fn matches_model_with_roomy_cache_on_three_disk_threads(ops in prop::collection::vec(op(), 1..40)) {
+        run_threads(&ops, 256, Kind::Dir, 0, 3);
+    }
+
+    #[test]
+    fn bulk_matches_model_with_tiny_cache_on_three_disk_threads(ops in prop::collection::vec(op(), 1..40)) {
+        run_threads(&ops, 6, Kind::Dir, BLOCK_BYTES as u64, 3);
     }
 
     #[test]

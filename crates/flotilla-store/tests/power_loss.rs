@@ -51,10 +51,21 @@ struct Tally {
     bulk_reads: u64,
 }
 
-fn store_config(dir: &Path, init: bool, bulk_bytes_min: u64) -> StoreConfig {
+/// What varies between the runs: bulk pieces from `bulk_bytes_min` (0: none), and disk
+/// threads per target.
+#[derive(Clone, Copy, Debug)]
+struct Setup {
+    bulk_bytes_min: u64,
+    disk_threads: usize,
+}
+
+const CACHE_ONLY: Setup = Setup { bulk_bytes_min: 0, disk_threads: 1 };
+
+fn store_config(dir: &Path, init: bool, setup: Setup) -> StoreConfig {
     let spec = format!("crash:{}", dir.display());
     let mut config = StoreConfig::new(vec![spec.into()], init);
-    config.bulk_bytes_min = bulk_bytes_min;
+    config.bulk_bytes_min = setup.bulk_bytes_min;
+    config.disk_threads_per_target = setup.disk_threads;
     config.block_bytes = BLOCK_BYTES as u64;
     config.cache_capacity_bytes = 48 * BLOCK_BYTES as u64;
     config.dirty_bytes_high_max = 24 * BLOCK_BYTES as u64;
@@ -91,11 +102,11 @@ fn random_write(store: &Store, fork: &ForkRef<'_>, model: &mut ForkModel, rng: &
 fn write_and_crash(
     dir: &Path,
     seed: u64,
-    bulk_bytes_min: u64,
+    setup: Setup,
     rng: &mut StdRng,
     tally: &mut Tally,
 ) -> Vec<ForkModel> {
-    let store = Store::open(store_config(dir, true, bulk_bytes_min)).unwrap();
+    let store = Store::open(store_config(dir, true, setup)).unwrap();
     let target = store.target_ids()[0];
     store.create_subfile(target, FILE, SUBFILE).unwrap();
     let forks: Vec<ForkRef<'_>> = (0..FORK_NAMES.len()).map(|index| fork_ref(target, index)).collect();
@@ -135,8 +146,8 @@ fn write_and_crash(
     models
 }
 
-fn check_after_crash(dir: &Path, seed: u64, bulk_bytes_min: u64, models: &[ForkModel], tally: &mut Tally) {
-    let store = Store::open(store_config(dir, false, bulk_bytes_min)).unwrap();
+fn check_after_crash(dir: &Path, seed: u64, setup: Setup, models: &[ForkModel], tally: &mut Tally) {
+    let store = Store::open(store_config(dir, false, setup)).unwrap();
     let target = store.target_ids()[0];
     for (index, model) in models.iter().enumerate() {
         let fork = fork_ref(target, index);
@@ -188,40 +199,46 @@ fn check_block(
     }
 }
 
-fn run_seed(seed: u64, bulk_bytes_min: u64, tally: &mut Tally) {
+fn run_seed(seed: u64, setup: Setup, tally: &mut Tally) {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
-    let models = write_and_crash(dir.path(), seed, bulk_bytes_min, &mut rng, tally);
-    check_after_crash(dir.path(), seed, bulk_bytes_min, &models, tally);
+    let models = write_and_crash(dir.path(), seed, setup, &mut rng, tally);
+    check_after_crash(dir.path(), seed, setup, &models, tally);
 }
 
 #[test]
 fn after_power_loss_durable_bytes_survive_and_no_torn_block_passes() {
-    power_loss_seeds(0);
+    power_loss_seeds(CACHE_ONLY);
+}
+
+/// The same with three disk threads: a sync must wait for the write-backs of every thread.
+#[test]
+fn after_power_loss_on_three_disk_threads_durable_bytes_survive() {
+    power_loss_seeds(Setup { disk_threads: 3, ..CACHE_ONLY });
 }
 
 /// The same with bulk pieces from one block: most writes put whole blocks straight into the
 /// fork (data, then checksum entries) and every check after the crash reads straight from it.
 #[test]
 fn after_power_loss_bulk_written_bytes_survive_and_no_torn_block_passes() {
-    power_loss_seeds(BLOCK_BYTES as u64);
+    power_loss_seeds(Setup { bulk_bytes_min: BLOCK_BYTES as u64, ..CACHE_ONLY });
 }
 
-fn power_loss_seeds(bulk_bytes_min: u64) {
+fn power_loss_seeds(setup: Setup) {
     let seeds: Vec<u64> = match std::env::var("FLOTILLA_POWER_LOSS_SEED") {
         Ok(seed) => vec![seed.parse().expect("FLOTILLA_POWER_LOSS_SEED is a number")],
         Err(_) => (0..SEEDS).collect(),
     };
     let mut tally = Tally::default();
     for seed in &seeds {
-        run_seed(*seed, bulk_bytes_min, &mut tally);
+        run_seed(*seed, setup, &mut tally);
     }
     if seeds.len() > 1 {
         // The test must have met what it checks: torn writes, caught blocks, surviving new data.
         assert!(tally.torn_writes > 0, "no write was torn in {} seeds", seeds.len());
         assert!(tally.checksum_errors > 0, "no block failed its checksum in {} seeds", seeds.len());
         assert!(tally.blocks_not_durable > 0, "no unsynced write survived in {} seeds", seeds.len());
-        if bulk_bytes_min > 0 {
+        if setup.bulk_bytes_min > 0 {
             assert!(tally.bulk_writes > 0 && tally.bulk_reads > 0, "the bulk path was not taken");
         }
     }
@@ -230,7 +247,7 @@ fn power_loss_seeds(bulk_bytes_min: u64) {
 #[test]
 fn a_store_cut_off_by_power_loss_cannot_write_afterwards() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(store_config(dir.path(), true, 0)).unwrap();
+    let store = Store::open(store_config(dir.path(), true, CACHE_ONLY)).unwrap();
     let target = store.target_ids()[0];
     store.create_subfile(target, FILE, SUBFILE).unwrap();
     let fork = fork_ref(target, 0);
@@ -240,7 +257,7 @@ fn a_store_cut_off_by_power_loss_cannot_write_afterwards() {
     CrashDisk::for_dir(dir.path()).power_loss(1);
     assert!(store.sync(&fork).is_err(), "a sync after power loss succeeded");
     drop(store);
-    let store = Store::open(store_config(dir.path(), false, 0)).unwrap();
+    let store = Store::open(store_config(dir.path(), false, CACHE_ONLY)).unwrap();
     let mut out = [0u8; 5];
     store.read(&fork_ref(target, 0), &[Extent::new(0, 5)], &mut out).unwrap();
     assert_eq!(&out, b"first");

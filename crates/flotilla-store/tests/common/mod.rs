@@ -10,7 +10,8 @@ pub const SUBFILE: SubfileIndex = SubfileIndex(3);
 
 /// A store on one fresh target in `dir`, with `block_bytes` blocks and a cache of
 /// `cache_blocks` blocks. With `FLOTILLA_TEST_TARGET_KIND` set (e.g. `lines`), the target is
-/// of that kind (scripts/test.sh runs `tests/store.rs` on `lines` this way).
+/// of that kind (scripts/test.sh runs `tests/store.rs` on `lines` this way); with
+/// `FLOTILLA_TEST_DISK_THREADS=N`, a `dir` target has N disk threads.
 pub fn config(dir: &Path, block_bytes: usize, cache_blocks: u64) -> StoreConfig {
     let target = match std::env::var("FLOTILLA_TEST_TARGET_KIND") {
         Ok(kind) if !kind.is_empty() && kind != "dir" => format!("{kind}:{}", dir.display()).into(),
@@ -19,6 +20,9 @@ pub fn config(dir: &Path, block_bytes: usize, cache_blocks: u64) -> StoreConfig 
     let mut config = StoreConfig::new(vec![target], true);
     config.block_bytes = block_bytes as u64;
     config.cache_capacity_bytes = cache_blocks * block_bytes as u64;
+    if let Ok(threads) = std::env::var("FLOTILLA_TEST_DISK_THREADS") {
+        config.disk_threads_per_target = threads.parse().expect("FLOTILLA_TEST_DISK_THREADS is a number");
+    }
     config
 }
 
