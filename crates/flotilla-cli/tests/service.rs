@@ -133,6 +133,27 @@ fn placement_uses_distinct_targets_and_membership_tracks_liveness() {
 }
 
 #[test]
+fn connect_servers_connects_to_every_live_server_and_names_one_it_cannot_reach() {
+    let mut cluster = Cluster::start(2);
+    assert_eq!(cluster.client().connect_servers().unwrap(), 2);
+    for server in cluster.servers.iter_mut() {
+        server.take().unwrap().kill();
+    }
+    // Killed, and reported down only after `down_after_ms` (1 s here): a fresh client must
+    // fail to connect and name the server, unless the service already shows it down.
+    let client = cluster.client();
+    match client.connect_servers() {
+        Err(error) => assert!(error.to_string().contains("127.0.0.1:"), "names the server: {error}"),
+        Ok(connected) => {
+            let up = client.status().unwrap().iter().filter(|t| t.state == TargetState::Up).count();
+            assert!(connected == 0 && up == 0, "connected to {connected} killed servers ({up} up)");
+        }
+    }
+    cluster.wait_down(2);
+    assert_eq!(client.connect_servers().unwrap(), 0, "down servers are skipped");
+}
+
+#[test]
 fn removed_files_are_deleted_from_the_targets() {
     let cluster = Cluster::start(2);
     let client = cluster.client();
