@@ -319,6 +319,14 @@ fn assert_meta_report_found(value: &Value, ops: u64, runs: usize, local: bool, f
         }
         assert_eq!(phase["flotilla_over_local"].as_f64().is_some_and(|r| r > 0.0), local, "{phase}");
     }
+    // The embedded service's usage per operation: creates write the namespace; its CPU is
+    // counted in clock ticks (10 ms), which a few creates may not reach.
+    let embedded = value["cluster"] == "embedded";
+    let create = &phases[0];
+    let written = create["service_written_bytes_per_op"].as_f64();
+    assert_eq!(written.is_some_and(|w| w > 0.0), embedded, "{create}");
+    let cpu = create["service_cpu_us_per_op"].as_f64();
+    assert_eq!(cpu.is_some_and(|c| c >= 0.0), embedded, "{create}");
     let found_each = found;
     let found: Vec<u64> =
         value["files_found"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();

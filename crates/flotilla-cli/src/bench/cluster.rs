@@ -81,6 +81,20 @@ impl Process {
             .map_or(0, |kib| kib * 1024)
     }
 
+    /// CPU time and bytes written so far, from /proc (`None` once it cannot be read).
+    fn usage(&self) -> Option<ProcessUsage> {
+        let pid = self.child.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let ticks_per_s =
+            u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok().filter(|t| *t > 0)?;
+        Some(ProcessUsage {
+            cpu_ns: cpu_ticks_from_stat(&stat)? * (1_000_000_000 / ticks_per_s),
+            written_bytes: written_bytes_from_io(&io)?,
+        })
+    }
+
     fn terminate(&self) {
         // SAFETY: kill() with a pid we spawned and a valid signal number has no memory-safety
         // preconditions.
@@ -108,6 +122,40 @@ impl Drop for Process {
             let _ = self.child.wait();
         }
     }
+}
+
+/// What a process has used so far: CPU time (user and system, in clock ticks of 10 ms, so
+/// meaningful over phases of a second or more) and bytes it handed to write calls (`wchar`:
+/// page-cache writes included, before any `fsync`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessUsage {
+    pub cpu_ns: u64,
+    pub written_bytes: u64,
+}
+
+impl ProcessUsage {
+    /// What was used between `earlier` and `self`.
+    pub fn since(self, earlier: ProcessUsage) -> ProcessUsage {
+        ProcessUsage {
+            cpu_ns: self.cpu_ns.saturating_sub(earlier.cpu_ns),
+            written_bytes: self.written_bytes.saturating_sub(earlier.written_bytes),
+        }
+    }
+}
+
+/// utime + stime (clock ticks) from a `/proc/PID/stat` line. The command name is in
+/// parentheses and may hold spaces or parentheses, so fields are counted after the last `)`.
+fn cpu_ticks_from_stat(stat: &str) -> Option<u64> {
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    // After the name: state is field 3 of the line, utime field 14, stime field 15.
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// `wchar` from a `/proc/PID/io` text.
+fn written_bytes_from_io(io: &str) -> Option<u64> {
+    io.lines().find_map(|line| line.strip_prefix("wchar:")).and_then(|v| v.trim().parse().ok())
 }
 
 /// How to build an embedded cluster.
@@ -288,6 +336,14 @@ pub enum Cluster {
 }
 
 impl Cluster {
+    /// What the embedded metadata service has used so far (`None` when attached).
+    pub fn meta_usage(&self) -> Option<ProcessUsage> {
+        match self {
+            Cluster::Embedded(cluster) => cluster.meta.usage(),
+            Cluster::Attached { .. } => None,
+        }
+    }
+
     pub fn meta_addr(&self) -> &str {
         match self {
             Cluster::Embedded(cluster) => cluster.meta_addr(),
@@ -339,5 +395,45 @@ impl Cluster {
             Cluster::Embedded(cluster) => Some(cluster.stop()),
             Cluster::Attached { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_read_after_a_name_with_spaces_and_parentheses() {
+        let stat = "4161 (flotilla (x) y) S 4159 4161 4159 0 -1 4194560 9121 0 0 0 \
+                    250 37 0 0 20 0 10 0 1234 56789 1000 18446744073709551615";
+        assert_eq!(cpu_ticks_from_stat(stat), Some(287));
+        assert_eq!(cpu_ticks_from_stat("12 (short) S 1 2"), None);
+    }
+
+    #[test]
+    fn written_bytes_are_wchar() {
+        let io = "rchar: 100\nwchar: 4096\nsyscr: 3\nsyscw: 2\nwrite_bytes: 8192\n";
+        assert_eq!(written_bytes_from_io(io), Some(4096));
+        assert_eq!(written_bytes_from_io("rchar: 1\n"), None);
+    }
+
+    #[test]
+    fn usage_of_this_process_grows_and_differences_do_not_underflow() {
+        let own = |stat: &str, io: &str| ProcessUsage {
+            cpu_ns: cpu_ticks_from_stat(stat).unwrap(),
+            written_bytes: written_bytes_from_io(io).unwrap(),
+        };
+        let read = || {
+            own(
+                &std::fs::read_to_string("/proc/self/stat").unwrap(),
+                &std::fs::read_to_string("/proc/self/io").unwrap(),
+            )
+        };
+        let before = read();
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &[7u8; 65536]).unwrap();
+        let after = read();
+        assert!(after.since(before).written_bytes >= 65536, "{before:?} {after:?}");
+        assert_eq!(before.since(after).written_bytes, 0);
     }
 }

@@ -12,7 +12,7 @@
 //! creating at once, which the metadata service's group commit batches), so the rates are
 //! measured in directories that already hold N entries.
 
-use super::cluster::{Cluster, ClusterSpec, Embedded};
+use super::cluster::{Cluster, ClusterSpec, Embedded, ProcessUsage};
 use super::report::summary;
 use anyhow::Context;
 use clap::Args;
@@ -119,11 +119,46 @@ pub struct PhaseReport {
 struct Rates {
     per_phase: Vec<Vec<f64>>,
     files_found: Vec<u64>,
+    /// Per phase and round, what the embedded metadata service used per operation:
+    /// load-independent figures beside the rates, which a shared machine moves.
+    service: Vec<Vec<ServicePerOp>>,
+}
+
+/// CPU time and bytes written by the metadata service during a phase, per operation.
+#[derive(Clone, Copy, Debug, Default)]
+struct ServicePerOp {
+    cpu_us: f64,
+    written_bytes: f64,
+}
+
+impl ServicePerOp {
+    fn of(used: ProcessUsage, ops: u64) -> ServicePerOp {
+        let ops = ops.max(1) as f64;
+        ServicePerOp {
+            cpu_us: used.cpu_ns as f64 / 1000.0 / ops,
+            written_bytes: used.written_bytes as f64 / ops,
+        }
+    }
 }
 
 impl Rates {
     fn new() -> Rates {
-        Rates { per_phase: vec![Vec::new(); PHASES.len()], files_found: Vec::new() }
+        Rates {
+            per_phase: vec![Vec::new(); PHASES.len()],
+            files_found: Vec::new(),
+            service: vec![Vec::new(); PHASES.len()],
+        }
+    }
+
+    /// Medians over the rounds of the service's CPU (µs) and bytes written per operation.
+    fn service_medians(&self, index: usize) -> Option<(f64, f64)> {
+        let rounds = &self.service[index];
+        if rounds.is_empty() {
+            return None;
+        }
+        let cpu: Vec<f64> = rounds.iter().map(|r| r.cpu_us).collect();
+        let written: Vec<f64> = rounds.iter().map(|r| r.written_bytes).collect();
+        Some((summary(&cpu).0, summary(&written).0))
     }
 }
 
@@ -328,17 +363,27 @@ fn remove_local_dirs(base: &std::path::Path, dirs: &[String]) -> anyhow::Result<
 /// released to all processes at once, its rate recorded.
 fn round_on(args: &MetaArgs, cluster: Option<&Cluster>, base: &str, rates: &mut Rates) -> anyhow::Result<()> {
     let mut workers = Workers::spawn(args, cluster, base)?;
-    let outcome = run_phases(args, &mut workers, rates);
+    let outcome = run_phases(args, cluster, &mut workers, rates);
     workers.finish(outcome.is_err());
     outcome
 }
 
-fn run_phases(args: &MetaArgs, workers: &mut Workers, rates: &mut Rates) -> anyhow::Result<()> {
+fn run_phases(
+    args: &MetaArgs,
+    cluster: Option<&Cluster>,
+    workers: &mut Workers,
+    rates: &mut Rates,
+) -> anyhow::Result<()> {
     let timeout = Duration::from_secs(args.phase_timeout_s);
     workers.await_lines("ready", timeout)?;
     for (index, phase) in PHASES.iter().enumerate() {
+        let before = cluster.and_then(Cluster::meta_usage);
         workers.go()?;
         let reports = workers.collect(timeout)?;
+        if let (Some(before), Some(after)) = (before, cluster.and_then(Cluster::meta_usage)) {
+            let ops = args.clients * args.files_per_client;
+            rates.service[index].push(ServicePerOp::of(after.since(before), ops));
+        }
         anyhow::ensure!(
             reports.iter().all(|r| r.phase == *phase && r.ops == args.files_per_client),
             "{}: a process reported another phase or count: {reports:?}",
@@ -516,6 +561,10 @@ fn report_json(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> Valu
                 "ops_per_round": args.clients * args.files_per_client,
                 "flotilla": rates_json(&flotilla.per_phase[index]),
             });
+            if let Some((cpu_us, written_bytes)) = flotilla.service_medians(index) {
+                object["service_cpu_us_per_op"] = json!(cpu_us);
+                object["service_written_bytes_per_op"] = json!(written_bytes);
+            }
             if let Some(local) = local {
                 object["local"] = rates_json(&local.per_phase[index]);
                 object["flotilla_over_local"] = ratio(&flotilla.per_phase[index], &local.per_phase[index]);
@@ -542,7 +591,7 @@ fn report_json(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> Valu
 
 fn report_text(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> String {
     let mut out = format!(
-        "bench meta: {} clients x {} files ({} subfiles each), {}, {} entries prefilled, {} rounds (medians, ops/s; min-max in brackets)\n",
+        "bench meta: {} clients x {} files ({} subfiles each), {}, {} entries prefilled, {} rounds (medians, ops/s; min-max in brackets; svc: the embedded metadata service's CPU time and bytes written per operation)\n",
         args.clients,
         args.files_per_client,
         args.subfiles,
@@ -550,7 +599,10 @@ fn report_text(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> Stri
         args.prefill,
         args.runs
     );
-    out.push_str(&format!("{:<12} {:>30} {:>30} {:>8}\n", "phase", "flotilla", "local", "ratio"));
+    out.push_str(&format!(
+        "{:<12} {:>30} {:>30} {:>8} {:>12} {:>14}\n",
+        "phase", "flotilla", "local", "ratio", "svc cpu us", "svc written B"
+    ));
     for (index, phase) in PHASES.iter().enumerate() {
         let cell = |rates: &[f64]| {
             let (median, min, max) = summary(rates);
@@ -566,12 +618,18 @@ fn report_text(args: &MetaArgs, flotilla: &Rates, local: Option<&Rates>) -> Stri
             ),
             None => ("-".to_string(), "-".to_string()),
         };
+        let (cpu_cell, written_cell) = match flotilla.service_medians(index) {
+            Some((cpu_us, written_bytes)) => (format!("{cpu_us:.1}"), format!("{written_bytes:.0}")),
+            None => ("-".to_string(), "-".to_string()),
+        };
         out.push_str(&format!(
-            "{:<12} {:>30} {:>30} {:>8}\n",
+            "{:<12} {:>30} {:>30} {:>8} {:>12} {:>14}\n",
             phase.name(),
             cell(&flotilla.per_phase[index]),
             local_cell,
-            ratio_cell
+            ratio_cell,
+            cpu_cell,
+            written_cell
         ));
     }
     out
