@@ -81,6 +81,12 @@ pub fn set_unstable_bytes_max(bytes: Option<u64>) {
     let _ = CLIENT_UNSTABLE_BYTES_MAX.set(bytes);
 }
 
+/// `[client] unstable_bytes_max` of the config file, if set (passed on to `flotilla bench`'s
+/// workers).
+pub fn unstable_bytes_max() -> Option<u64> {
+    CLIENT_UNSTABLE_BYTES_MAX.get().copied().flatten()
+}
+
 /// Where the next client this process makes serves its metrics (`flotilla mount --metrics-listen`).
 static CLIENT_METRICS_LISTEN: OnceLock<String> = OnceLock::new();
 

@@ -56,8 +56,9 @@ pub struct TokenTable {
     count: usize,
     /// Tokens per session (a session holding none was told nothing is lost).
     per_session: HashMap<u64, usize>,
-    /// The sequence number of each (session, file)'s last grant.
-    seqs: HashMap<(u64, u64), u64>,
+    /// Per session, the sequence number of each file's last grant (by session first, so
+    /// that a sweep drops a gone session's entries without looking at everyone's).
+    seqs: HashMap<u64, HashMap<u64, u64>>,
     next_seq: u64,
 }
 
@@ -95,7 +96,7 @@ impl TokenTable {
         let (start, end) = self.widest(file, session, mode, required, desired);
         self.set(file, session, mode, (start, end));
         self.next_seq += 1;
-        self.seqs.insert((session, file), self.next_seq);
+        self.seqs.entry(session).or_default().insert(file, self.next_seq);
         Ok(TokenGrant { mode, start, end, seq: self.next_seq })
     }
 
@@ -194,6 +195,17 @@ impl TokenTable {
             }
         }
         let mine = merged.len();
+        if mine == 0 {
+            // Nothing of this file left to revoke from the session: its last grant's number
+            // is not needed (a later grant takes a new one), and keeping it would grow the
+            // map with every file a long session ever touched.
+            if let Some(files) = self.seqs.get_mut(&session) {
+                files.remove(&file);
+                if files.is_empty() {
+                    self.seqs.remove(&session);
+                }
+            }
+        }
         kept.extend(merged);
         self.count = self.count - before.0 + kept.len();
         let per_session = self.per_session.entry(session).or_insert(0);
@@ -217,13 +229,18 @@ impl TokenTable {
         }
     }
 
-    /// Drops every token of the sessions `alive` says are gone.
+    /// Drops every token of the sessions `alive` says are gone. The periodic sweep finds
+    /// every session alive nearly always; that case looks at each session, not at each token.
     pub fn retain_sessions(&mut self, alive: impl Fn(u64) -> bool) {
+        self.seqs.retain(|session, _| alive(*session));
+        let gone: Vec<u64> = self.per_session.keys().copied().filter(|session| !alive(*session)).collect();
+        if gone.is_empty() {
+            return;
+        }
         self.files.retain(|_, held| {
-            held.retain(|token| alive(token.session));
+            held.retain(|token| !gone.contains(&token.session));
             !held.is_empty()
         });
-        self.seqs.retain(|(session, _), _| alive(*session));
         self.recount();
     }
 
@@ -240,7 +257,7 @@ impl TokenTable {
         let start = held.start.max(required.0);
         let end = held.end.min(desired.1.max(required.1));
         let to = (mode == TokenMode::Read).then_some(TokenMode::Read);
-        let seq = self.seqs.get(&(held.session, file)).copied().unwrap_or(0);
+        let seq = self.seqs.get(&held.session).and_then(|files| files.get(&file)).copied().unwrap_or(0);
         TokenRevoke { id: file, start, end, to, seq }
     }
 
@@ -587,6 +604,29 @@ mod tests {
         assert!(table.conflicts(1, 10, Write, (0, 999)).is_empty());
         assert!(table.grant(1, 10, Write, ((500, 599), WHOLE)).is_ok());
         assert_eq!(table.held(1).len(), 2);
+    }
+
+    #[test]
+    fn released_files_leave_no_sequence_numbers_and_a_sweep_asks_once_per_session() {
+        let mut table = TokenTable::default();
+        for file in 0..500 {
+            table.grant(file, 10, Read, ((0, 9), WHOLE)).unwrap();
+            table.grant(file, 20, Read, ((0, 9), WHOLE)).unwrap();
+        }
+        for file in 0..500 {
+            table.release(file, 10, WHOLE, None);
+        }
+        assert!(!table.seqs.contains_key(&10), "session 10 holds nothing");
+        assert_eq!(table.seqs.get(&20).map(HashMap::len), Some(500));
+        let asked = std::cell::Cell::new(0);
+        table.retain_sessions(|_| {
+            asked.set(asked.get() + 1);
+            true
+        });
+        assert!(asked.get() <= 2, "asked {} times", asked.get());
+        assert_eq!(table.len(), 500);
+        table.retain_sessions(|session| session != 20);
+        assert_eq!((table.len(), table.seqs.len()), (0, 0));
     }
 
     #[test]

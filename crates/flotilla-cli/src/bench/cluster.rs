@@ -14,7 +14,8 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Fast heartbeats, so restarted servers are seen quickly; every process (workers too) uses
-/// the client's integrity setting, so `[client] integrity = "none"` measures without tags;
+/// the client's integrity setting, so `[client] integrity = "none"` measures without tags,
+/// and its `tokens`, `attr_cache` and `unstable_bytes_max` when the config file sets them;
 /// the servers count for metrics unless `[server] metrics = false` (to measure the counting)
 /// and take bulk pieces past their caches from `[server] bulk_bytes_min` (0: never).
 /// Whether embedded clusters started from now on run their servers with the WriteFull
@@ -35,6 +36,9 @@ fn config_text(integrity: flotilla_auth::Integrity) -> String {
     let mut tokens = crate::keys::tokens().map(|on| format!("tokens = {on}\n")).unwrap_or_default();
     if let Some(on) = crate::keys::attr_cache() {
         tokens.push_str(&format!("attr_cache = {on}\n"));
+    }
+    if let Some(bytes) = crate::keys::unstable_bytes_max() {
+        tokens.push_str(&format!("unstable_bytes_max = {bytes}\n"));
     }
     format!(
         "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\nintegrity = \"{integrity}\"\n\n\
