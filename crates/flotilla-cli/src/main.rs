@@ -1,12 +1,6 @@
 //! `flotilla`: one binary for the local cluster, the metadata service, the I/O server, the
 //! file commands and the benchmarks.
 
-/// Every Flotilla process (metadata service, I/O servers, mount, clients) allocates through
-/// mimalloc: glibc's allocator was 8–12% of the metadata service's CPU under creates, and its
-/// share grew with the namespace (free-list searches in `_int_malloc`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod bench;
 mod cluster;
 mod config;
