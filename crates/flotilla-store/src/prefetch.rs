@@ -52,7 +52,8 @@ pub enum Declined {
 #[derive(Debug)]
 pub struct PendingLoads {
     cache: Arc<BlockCache>,
-    window: Window,
+    /// Boxed: a window is large and the handle travels through callbacks.
+    window: Box<Window>,
     ticket: Arc<Completion>,
     _reservation: PinReservation,
     _fork: Arc<Fork>,
@@ -168,7 +169,7 @@ pub(crate) fn start(
     let ticket = Completion::new(reads);
     let loads = PendingLoads {
         cache: context.cache.clone(),
-        window,
+        window: Box::new(window),
         ticket,
         _reservation: reservation,
         _fork: fork.clone(),
