@@ -158,6 +158,8 @@ fn a_cached_read_is_not_held_up_by_a_cold_read_on_the_one_worker() {
 #[test]
 fn without_parking_the_cached_read_waits_for_the_worker() {
     let seen = cold_and_cached(0);
-    assert!(!seen.cached_first, "with one worker and no parking the cached read queues: {seen:?}");
+    // Its reply may still overtake the cold one's on the way back, so judge by time: it
+    // waited for the worker until the cold read was done.
+    assert!(seen.cached > seen.cold / 2, "with one worker and no parking the cached read queues: {seen:?}");
     assert_eq!(seen.parked_total, 0, "{seen:?}");
 }
