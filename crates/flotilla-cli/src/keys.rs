@@ -136,6 +136,18 @@ pub fn server_disk_threads() -> usize {
         .unwrap_or(flotilla_store::StoreConfig::default().disk_threads_per_target)
 }
 
+static SERVER_PARKED_REQUESTS_MAX: OnceLock<usize> = OnceLock::new();
+
+/// Remembers `[server] parked_requests_max` (in `main`).
+pub fn set_server_parked_requests_max(parked: usize) {
+    let _ = SERVER_PARKED_REQUESTS_MAX.set(parked);
+}
+
+/// The `parked_requests_max` of the servers `flotilla bench` starts (default: the server's).
+pub fn server_parked_requests_max() -> usize {
+    SERVER_PARKED_REQUESTS_MAX.get().copied().unwrap_or(flotilla_server::config::PARKED_REQUESTS_MAX_DEFAULT)
+}
+
 /// The client's integrity setting.
 pub fn integrity() -> Integrity {
     CLIENT_INTEGRITY.get().copied().unwrap_or_default()

@@ -149,6 +149,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     keys::set_server_metrics(file.server.metrics);
     keys::set_server_bulk_bytes_min(file.server.bulk_bytes_min);
     keys::set_server_disk_threads(file.server.disk_threads_per_target);
+    keys::set_server_parked_requests_max(file.server.parked_requests_max);
     match cli.command {
         Command::Local(args) => cluster::local(args, &file),
         Command::Meta(args) => {

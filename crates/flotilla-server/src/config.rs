@@ -4,6 +4,20 @@ use flotilla_types::Limits;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+/// Default of `parked_requests_max`.
+pub const PARKED_REQUESTS_MAX_DEFAULT: usize = 256;
+/// Largest `parked_requests_max` accepted.
+pub const PARKED_REQUESTS_MAX_LIMIT: usize = 1 << 16;
+
+/// A setting of `[server]` out of its range.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("[server] {name} = {value} is out of range: {reason}")]
+pub struct ConfigError {
+    pub name: &'static str,
+    pub value: u64,
+    pub reason: String,
+}
+
 /// Everything an I/O server needs to run. Every queue and buffer has a limit here.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default)]
@@ -36,6 +50,10 @@ pub struct ServerConfig {
     /// once (queue depth), in `1..=64`; `sim` and `lines` targets always have one.
     pub disk_threads_per_target: usize,
     pub fd_cache_max: usize,
+    /// Reads and writes parked at once while their blocks load from disk, holding no worker
+    /// thread (issue 12), in `0..=PARKED_REQUESTS_MAX_LIMIT`; when full, a worker waits for
+    /// the disk as before. 0 turns parking off.
+    pub parked_requests_max: usize,
     /// Dirty blocks older than this are written back.
     pub dirty_age_max_ms: u64,
     /// The WriteFull policy (the ENWRICH paper's traditional-caching baseline): a cached block
@@ -93,6 +111,20 @@ pub struct ServerConfig {
     pub jobs_listed_max: usize,
     /// The tertiary tier of the server's lines targets (`[server.archive]`; none: no tier).
     pub archive: Option<ArchiveSettings>,
+}
+
+impl ServerConfig {
+    /// Checks the settings the server itself bounds (the store checks its own).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.parked_requests_max > PARKED_REQUESTS_MAX_LIMIT {
+            return Err(ConfigError {
+                name: "parked_requests_max",
+                value: self.parked_requests_max as u64,
+                reason: format!("at most {PARKED_REQUESTS_MAX_LIMIT} (0 turns parking off)"),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// An archive and its migration policy (RAMA §4.2.3; docs/architecture.md "Tertiary tier").
@@ -187,6 +219,7 @@ impl Default for ServerConfig {
             disk_queue_max: 4096,
             disk_threads_per_target: flotilla_store::StoreConfig::default().disk_threads_per_target,
             fd_cache_max: 256,
+            parked_requests_max: PARKED_REQUESTS_MAX_DEFAULT,
             dirty_age_max_ms: 5000,
             write_full: false,
             bulk_bytes_min: flotilla_store::BULK_BYTES_MIN_DEFAULT,
@@ -210,5 +243,20 @@ impl Default for ServerConfig {
             jobs_listed_max: 20,
             archive: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parked_requests_max_is_bounded_and_named() {
+        let mut config = ServerConfig { parked_requests_max: 0, ..ServerConfig::default() };
+        assert_eq!(config.validate(), Ok(()));
+        config.parked_requests_max = PARKED_REQUESTS_MAX_LIMIT + 1;
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.name, "parked_requests_max");
+        assert!(error.to_string().contains("parked_requests_max = 65537"), "{error}");
     }
 }

@@ -40,6 +40,8 @@ pub(crate) struct Job {
     /// The request came under a client's capability: a missing subfile of the file it
     /// names is made on demand (lazy subfile creation).
     pub by_capability: bool,
+    /// It was parked once while its blocks were loaded; it runs when taken again.
+    pub parked_once: bool,
 }
 
 /// Bytes a request holds of its connection's credit, given back on drop.
@@ -266,6 +268,7 @@ impl Reader {
             started,
             job,
             by_capability,
+            parked_once: false,
         };
         if let Some(metrics) = &self.shared.metrics {
             metrics.queued(1);

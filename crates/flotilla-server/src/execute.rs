@@ -5,7 +5,7 @@ use flotilla_proto::{
     WireError,
 };
 use flotilla_request::{Shape, ShapeError, ShapeLimits};
-use flotilla_store::{Extent, Store, StoreError};
+use flotilla_store::{Extent, PendingLoads, Prefetch, Store, StoreError};
 use flotilla_types::Limits;
 use parking_lot::Mutex;
 
@@ -158,6 +158,24 @@ impl Executor {
             IoRequest::FlushDirectory { .. } | IoRequest::FlushPull { .. } | IoRequest::FlushData { .. } => {
                 Err(WireError::new(ErrorCode::BadRequest, "flush message not routed to the flush sessions"))
             }
+        }
+    }
+
+    /// Starts the disk reads a read or write will need when its blocks are not all cached
+    /// (`Store::prefetch`), holding no thread while they run. `None` when there is nothing to
+    /// wait for, or it cannot be done without waiting (no room, several windows, bulk
+    /// pieces) or at all (a bad shape, a missing fork): the request then runs as usual and
+    /// reports any error itself.
+    pub fn prefetch(&self, request: &IoRequest) -> Option<PendingLoads> {
+        let (fork, shape, writing) = match request {
+            IoRequest::Read { fork, shape } => (fork, shape, false),
+            IoRequest::Write { fork, shape } => (fork, shape, true),
+            _ => return None,
+        };
+        let (extents, _) = self.extents(shape).ok()?;
+        match self.store.prefetch(&store_fork(fork), &extents, writing) {
+            Ok(Prefetch::Pending(loads)) => Some(loads),
+            Ok(Prefetch::Ready | Prefetch::Declined(_)) | Err(_) => None,
         }
     }
 

@@ -88,6 +88,9 @@ pub struct ServerMetrics {
     connections: AtomicI64,
     connections_total: AtomicU64,
     queued: AtomicI64,
+    /// Requests parked while their blocks load (gauge) and ever parked.
+    parked: AtomicI64,
+    parked_total: AtomicU64,
     memory_waits: AtomicU64,
     pub jobs: JobTable,
     jobs_listed_max: usize,
@@ -104,6 +107,8 @@ impl ServerMetrics {
             connections: AtomicI64::new(0),
             connections_total: AtomicU64::new(0),
             queued: AtomicI64::new(0),
+            parked: AtomicI64::new(0),
+            parked_total: AtomicU64::new(0),
             memory_waits: AtomicU64::new(0),
             jobs: JobTable::new(jobs_max),
             // Keeps a `Stats` reply far below any frame size limit.
@@ -122,6 +127,19 @@ impl ServerMetrics {
 
     pub fn queued(&self, delta: i64) {
         self.queued.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// A request was parked (`delta` 1) while its blocks load, or came back (-1).
+    pub fn parked(&self, delta: i64) {
+        self.parked.fetch_add(delta, Ordering::Relaxed);
+        if delta > 0 {
+            self.parked_total.fetch_add(delta as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Requests parked so far.
+    pub fn parked_total(&self) -> u64 {
+        self.parked_total.load(Ordering::Relaxed)
     }
 
     /// A request waited for the server-wide data budget.
@@ -260,6 +278,21 @@ fn encode_requests(encoder: &mut DescriptorEncoder, metrics: &ServerMetrics) -> 
         "Requests queued or executing.",
         None,
         load(&metrics.queued),
+    )?;
+    write::gauge(
+        encoder,
+        "server_requests_parked_now",
+        "Requests parked while their blocks load from disk, holding no worker thread.",
+        None,
+        load(&metrics.parked),
+    )?;
+    let parked = metrics.parked_total.load(Ordering::Relaxed);
+    write::counter(
+        encoder,
+        "server_requests_parked",
+        "Requests parked while their blocks loaded, holding no worker thread (parked_requests_max).",
+        None,
+        parked,
     )?;
     let waits = metrics.memory_waits.load(Ordering::Relaxed);
     write::counter(

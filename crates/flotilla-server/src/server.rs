@@ -5,9 +5,10 @@ use crate::connection::{self, Job, Shared};
 use crate::execute::{BufferPool, Executor};
 use crate::membership::heartbeat_loop;
 use crate::metrics::ServerMetrics;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{ConnectionId, Scheduler};
 use anyhow::Context;
 use flotilla_auth::{Acceptor, AuthBounds, ClientAuth, Role};
+use flotilla_proto::IoRequest;
 use flotilla_store::{Store, StoreConfig};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -36,6 +37,7 @@ impl Server {
     /// Opens the targets, binds the listener and starts the worker threads.
     pub async fn bind(config: ServerConfig) -> anyhow::Result<Server> {
         config.limits.validate().context("check limits")?;
+        config.validate()?;
         let credential =
             flotilla_auth::load_credential(config.key.as_deref(), "the I/O server", Role::Server)?;
         let secret = credential.capability_key().context(
@@ -63,7 +65,7 @@ impl Server {
         let shared = Arc::new(Shared {
             executor,
             flush,
-            scheduler: Arc::new(Scheduler::default()),
+            scheduler: Arc::new(Scheduler::with_parking(config.parked_requests_max)),
             limits: config.limits,
             server_name: advertise.clone(),
             boot_epoch: rand::random::<u64>().max(1),
@@ -207,19 +209,71 @@ fn start_worker(index: usize, shared: Arc<Shared>) -> std::io::Result<std::threa
 }
 
 fn work(shared: Arc<Shared>) {
-    while let Some((_, job)) = shared.scheduler.next() {
-        let Job { request_id, request, data, replies, _slot, credit, memory, started, job, by_capability } =
-            job;
-        let mut reply = shared.executor.execute(request_id, &request, &data, by_capability);
-        if let Some(metrics) = &shared.metrics {
-            metrics.queued(-1);
-            metrics.executed(&request, &reply.message, job.as_deref(), started.elapsed());
+    while let Some((connection, job)) = shared.scheduler.next() {
+        if let Some(job) = park(&shared, connection, job) {
+            execute(&shared, job);
         }
-        reply.memory = Some(memory);
-        drop(credit);
-        drop(data);
-        let _ = replies.blocking_send(reply);
     }
+}
+
+/// Parks a read or write whose blocks are not all cached, if a place is free: its disk
+/// reads are started (`Store::prefetch`) and the worker goes on to the next job; the disk
+/// thread that finishes the last read unpins the blocks and hands the job back to the
+/// scheduler's ready queue, and a worker then runs it, finding its blocks cached. The job
+/// keeps its queue slot, credit and memory meanwhile. Returns the job when it must run now
+/// (parked once already, nothing to wait for, no place, or the prefetch declined).
+fn park(shared: &Arc<Shared>, connection: ConnectionId, mut job: Job) -> Option<Job> {
+    if job.parked_once || !matches!(job.request, IoRequest::Read { .. } | IoRequest::Write { .. }) {
+        return Some(job);
+    }
+    if !shared.scheduler.try_park() {
+        return Some(job);
+    }
+    let Some(loads) = shared.executor.prefetch(&job.request) else {
+        shared.scheduler.cancel_park();
+        return Some(job);
+    };
+    if let Some(metrics) = &shared.metrics {
+        metrics.parked(1);
+    }
+    job.parked_once = true;
+    let back = shared.clone();
+    loads.when_loaded(move |loads| {
+        // On the disk thread (or here, if the loads are already done): cheap and lock-free
+        // but for the cache's lock to unpin and the scheduler's to queue the job.
+        drop(loads);
+        if let Some(metrics) = &back.metrics {
+            metrics.parked(-1);
+        }
+        back.scheduler.unpark(connection, job);
+    });
+    None
+}
+
+/// Executes a job and queues its reply.
+fn execute(shared: &Shared, job: Job) {
+    let Job {
+        request_id,
+        request,
+        data,
+        replies,
+        _slot,
+        credit,
+        memory,
+        started,
+        job,
+        by_capability,
+        parked_once: _,
+    } = job;
+    let mut reply = shared.executor.execute(request_id, &request, &data, by_capability);
+    if let Some(metrics) = &shared.metrics {
+        metrics.queued(-1);
+        metrics.executed(&request, &reply.message, job.as_deref(), started.elapsed());
+    }
+    reply.memory = Some(memory);
+    drop(credit);
+    drop(data);
+    let _ = replies.blocking_send(reply);
 }
 
 /// The migration managers (RAMA §4.2.3): every scan interval, one pass per lines target with

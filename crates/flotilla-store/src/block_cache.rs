@@ -229,6 +229,29 @@ impl BlockCache {
         PinOutcome::Pinned
     }
 
+    /// `try_pin` that never waits and never asks for a write-back (a prefetch): pins every
+    /// block of the window and returns true, or pins nothing and returns false when the
+    /// free and clean slots cannot take its misses or a bulk gate covers one of them.
+    pub(crate) fn pin_if_room(&self, fork: &Arc<Fork>, window: &mut Window, writing: bool) -> bool {
+        let mut state = self.state.lock();
+        let size_bytes = fork.size_bytes();
+        let (misses, clean_hits) = state.look_up(fork.serial(), window);
+        let available = state.free.len() + state.clean_lru.len() - clean_hits;
+        if misses > available || (misses > 0 && state.misses_gated(fork.serial(), window)) {
+            return false;
+        }
+        for entry in window.blocks.iter_mut().filter(|entry| entry.slot != UNPINNED_SLOT) {
+            state.pin(entry.slot);
+            entry.action = BlockAction::Hit;
+        }
+        let evicted = self.assign_misses(&mut state, fork, window, size_bytes, writing);
+        drop(state);
+        drop(evicted);
+        bump(&self.counters.cache_hits, (window.blocks.len() - misses) as u64);
+        bump(&self.counters.cache_misses, misses as u64);
+        true
+    }
+
     /// Gives every missing block of the window a slot, pinned and loading, and decides how
     /// it is loaded. Returns the forks of evicted blocks, to be dropped after unlocking.
     fn assign_misses(
@@ -448,6 +471,12 @@ impl BlockCache {
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
         self.state.lock().check_invariants();
+    }
+
+    /// Slots some request, prefetch or write-back holds a pin on.
+    #[cfg(test)]
+    pub(crate) fn pinned_slots(&self) -> usize {
+        self.state.lock().metas.iter().filter(|meta| meta.refs > 0).count()
     }
 }
 

@@ -6,6 +6,8 @@
 //!
 //! Protocol with the cache:
 //! - A read fills a `LOADING` slot and marks it ready or failed; requests wait on the slot.
+//!   A read may carry a `Completion` ticket (a prefetch), reported after the slot is marked
+//!   and with no lock of the scheduler held (the ticket's callback may touch the cache).
 //! - A write-back carries a `Completion` ticket and copies the slot's bytes, up to the fork's
 //!   logical size, to disk; the slot stays pinned by the flusher until the ticket completes.
 //! - For one block key, every queued operation names the same slot (the cache never maps a
@@ -38,8 +40,9 @@ use std::thread::{self, JoinHandle};
 /// What a queued operation does.
 #[derive(Debug)]
 pub(crate) enum DiskOpKind {
-    /// Load the block into its slot.
-    Read,
+    /// Load the block into its slot; report to the ticket, if any, once the slot is ready or
+    /// failed (a prefetch waiting without a thread, `request::prefetch`).
+    Read(Option<Arc<Completion>>),
     /// Write the slot's bytes back; report to the ticket.
     Write(Arc<Completion>),
 }
@@ -245,13 +248,24 @@ fn read_runs(shared: &DiskShared, runs: Vec<Run<DiskOp>>) {
     for (index, run) in runs.iter().enumerate() {
         for (block, ops) in run.blocks.iter().enumerate() {
             debug_assert!(ops.iter().all(|op| op.slot == ops[0].slot));
-            match &result {
-                Ok(verdicts) => match &verdicts[index][block] {
-                    None => shared.pool.mark_ready(ops[0].slot),
-                    Some(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
-                },
-                Err(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
+            let failure = match &result {
+                Ok(verdicts) => verdicts[index][block].as_ref(),
+                Err(failure) => Some(failure),
+            };
+            match failure {
+                None => shared.pool.mark_ready(ops[0].slot),
+                Some(failure) => shared.pool.mark_failed(ops[0].slot, failure.clone()),
             }
+            report_reads(ops, failure);
+        }
+    }
+}
+
+/// Reports a loaded (or failed) block to the tickets of the reads that asked for it.
+fn report_reads(ops: &[DiskOp], failure: Option<&SlotFailure>) {
+    for op in ops {
+        if let DiskOpKind::Read(Some(ticket)) = &op.kind {
+            ticket.complete(failure.map_or(Ok(()), |failure| Err(failure.to_error())));
         }
     }
 }

@@ -50,6 +50,9 @@ mod lines_format;
 mod lines_image;
 mod lines_map;
 mod lru_list;
+mod prefetch;
+#[cfg(test)]
+mod prefetch_tests;
 mod request;
 mod sim_disk;
 mod sim_fork;
@@ -88,6 +91,7 @@ pub use lines_disk::{
     Recovery as LinesRecovery, LINES_IMAGE_NAME,
 };
 pub use lines_format::{BlockState, ForkKey, Geometry as LinesGeometry};
+pub use prefetch::{Declined, PendingLoads, Prefetch};
 pub use sim_disk::SimDisk;
 pub use sim_fork::SimFork;
 pub use sim_model::{

@@ -11,6 +11,7 @@
 //! blocks become dirty (in `unpin_window`).
 
 use crate::block_cache::{BlockCache, PinOutcome, Placement};
+use crate::completion::Completion;
 use crate::disk_manager::{DiskOp, DiskOpKind};
 use crate::error::StoreError;
 use crate::extent::Extent;
@@ -40,8 +41,8 @@ pub(crate) fn read(
     let mut cursor = Cursor::default();
     while window.plan(extents, cursor) {
         pin_window(engine, fork, &mut window, false)?;
-        let result =
-            start_loads(engine, fork, &window).and_then(|()| copy_out(engine, &mut window, extents, out));
+        let result = start_loads(engine, fork, &window, None)
+            .and_then(|()| copy_out(engine, &mut window, extents, out));
         settle_and_unpin(engine, &mut window);
         result?;
         cursor = window.end;
@@ -60,7 +61,7 @@ pub(crate) fn write(
     let mut cursor = Cursor::default();
     while window.plan(extents, cursor) {
         pin_window(engine, fork, &mut window, true)?;
-        let result = match start_loads(engine, fork, &window) {
+        let result = match start_loads(engine, fork, &window, None) {
             Ok(()) => copy_in(engine, &mut window, extents, data),
             Err(error) => Err((0, error)),
         };
@@ -93,7 +94,14 @@ fn pin_window(
 }
 
 /// Submits every disk read of the window at once and zero-fills the blocks needing none.
-fn start_loads(engine: RequestEngine<'_>, fork: &Arc<Fork>, window: &Window) -> Result<(), StoreError> {
+/// Each read reports to `ticket`, if given, once its slot is ready or failed (a read the
+/// scheduler refused reports at once).
+pub(crate) fn start_loads(
+    engine: RequestEngine<'_>,
+    fork: &Arc<Fork>,
+    window: &Window,
+    ticket: Option<&Arc<Completion>>,
+) -> Result<(), StoreError> {
     let pool = engine.cache.pool();
     let reads: Vec<DiskOp> = window
         .blocks
@@ -103,7 +111,7 @@ fn start_loads(engine: RequestEngine<'_>, fork: &Arc<Fork>, window: &Window) -> 
             fork: fork.clone(),
             block: entry.block,
             slot: entry.slot,
-            kind: DiskOpKind::Read,
+            kind: DiskOpKind::Read(ticket.cloned()),
         })
         .collect();
     let submitted = match reads.is_empty() {
@@ -120,6 +128,9 @@ fn start_loads(engine: RequestEngine<'_>, fork: &Arc<Fork>, window: &Window) -> 
     for op in rejected {
         let action = format!("read block {} of {fork}", op.block);
         pool.mark_failed(op.slot, SlotFailure::new(action, &error));
+        if let DiskOpKind::Read(Some(ticket)) = op.kind {
+            ticket.complete(Err(StoreError::ShuttingDown));
+        }
     }
     Err(StoreError::ShuttingDown)
 }

@@ -22,6 +22,7 @@ use crate::extent::{summarize, Extent};
 use crate::fd_cache::FdCache;
 use crate::fork::{Fork, ForkContext};
 use crate::fork_ref::ForkRef;
+use crate::prefetch::{self, PinBudget, Prefetch, PrefetchContext};
 use crate::request::{self, RequestEngine};
 use crate::sim_target::{TargetKind, TargetSpec};
 use crate::slot_pool::SlotPool;
@@ -59,6 +60,8 @@ pub struct Store {
     targets: Vec<TargetRuntime>,
     window_blocks_max: usize,
     block_shift: u32,
+    /// Bounds the blocks prefetches keep pinned (`prefetch`).
+    prefetch_budget: PinBudget,
 }
 
 impl Store {
@@ -114,9 +117,13 @@ impl Store {
                 unsynced_closed: Arc::new(Mutex::new(HashSet::new())),
             }));
         }
+        let window_blocks_max = (cache_blocks / 2).max(1);
         Ok(Store {
             block_shift: config.block_bytes.trailing_zeros(),
-            window_blocks_max: (cache_blocks / 2).max(1),
+            window_blocks_max,
+            // A request waiting for room always finds one window's worth once the running
+            // requests unpin, however many blocks prefetches hold.
+            prefetch_budget: PinBudget::new(cache_blocks - window_blocks_max),
             config,
             counters,
             cache,
@@ -183,6 +190,35 @@ impl Store {
         bump(&self.counters.read_requests, 1);
         bump(&self.counters.read_bytes, out.len() as u64);
         Ok(())
+    }
+
+    /// Starts the disk reads a `read` (or, `writing`, a `write`) of `extents` will need,
+    /// without waiting for them or for room in the cache: `Ready` if every block is cached,
+    /// `Pending` with a handle that pins the blocks and calls back when their loads
+    /// finished, or `Declined` (nothing pinned) when the request is not one window, has
+    /// bulk pieces, or the cache has no room now. Nothing is written; the request itself
+    /// still runs through `read`/`write`, which then finds its blocks cached. Drop the
+    /// handle once its loads finished: a truncate or removal of the fork waits for its pins.
+    pub fn prefetch(
+        &self,
+        fork: &ForkRef<'_>,
+        extents: &[Extent],
+        writing: bool,
+    ) -> Result<Prefetch, StoreError> {
+        let total_bytes = extents.iter().fold(0u64, |sum, extent| sum.saturating_add(extent.length));
+        let total_bytes = usize::try_from(total_bytes).map_err(|_| StoreError::BufferLength {
+            expected_bytes: total_bytes,
+            actual_bytes: usize::MAX as u64,
+        })?;
+        summarize(extents, fork, self.config.fork_bytes_max, total_bytes)?;
+        let live = self.fork(fork)?;
+        let _shared = live.lock_shared()?;
+        if self.bulk_segments(&live, extents).is_some() {
+            return Ok(Prefetch::Declined(prefetch::Declined::Bulk));
+        }
+        let context =
+            PrefetchContext { engine: self.engine(), cache: &self.cache, budget: &self.prefetch_budget };
+        prefetch::start(context, &live, extents, total_bytes, writing)
     }
 
     /// Writes `data` (packed in extent order) to the extents; later extents win on overlap.
@@ -570,6 +606,11 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
         self.cache.check_invariants();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn pinned_slots(&self) -> usize {
+        self.cache.pinned_slots()
     }
 }
 

@@ -180,6 +180,20 @@ impl Window {
         self.blocks[position].covered_bytes == 1usize << self.block_shift
     }
 
+    /// Keeps only the blocks `keep` says yes to (by position), in order; the window then no
+    /// longer stands for its pieces (`pieces` must not be used), only for a set of blocks
+    /// to pin (a write's prefetch keeps the blocks it reads first).
+    pub(crate) fn keep_blocks(&mut self, keep: impl Fn(&Window, usize) -> bool) {
+        let kept: Vec<WindowBlock> =
+            (0..self.blocks.len()).filter(|&position| keep(self, position)).map(|p| self.blocks[p]).collect();
+        self.blocks = kept;
+        self.last = None;
+        self.index.clear();
+        if self.blocks.len() > LINEAR_SEARCH_MAX {
+            self.index.extend(self.blocks.iter().enumerate().map(|(at, entry)| (entry.block, at as u32)));
+        }
+    }
+
     /// Position of a block of the window.
     pub(crate) fn position(&mut self, block: u64) -> Option<usize> {
         if let Some((last_block, position)) = self.last {
@@ -265,6 +279,19 @@ mod tests {
         let extents = [Extent::new(0, 4), Extent::new(2, 6)];
         window.plan(&extents, Cursor::default());
         assert!(window.fully_covered(0));
+    }
+
+    #[test]
+    fn kept_blocks_are_found_again() {
+        // Block size 8: the first extent covers blocks 0..20 whole, the second half of 20.
+        let extents = [Extent::new(0, 160), Extent::new(160, 4)];
+        let mut window = Window::new(1000, 3);
+        window.plan(&extents, Cursor::default());
+        window.keep_blocks(|window, position| !window.fully_covered(position));
+        let blocks: Vec<u64> = window.blocks.iter().map(|b| b.block).collect();
+        assert_eq!(blocks, [20]);
+        assert_eq!(window.position(20), Some(0));
+        assert_eq!(window.position(3), None);
     }
 
     #[test]

@@ -31,6 +31,7 @@ fn config_text(integrity: flotilla_auth::Integrity) -> String {
     let metrics = crate::keys::server_metrics();
     let bulk_bytes_min = crate::keys::server_bulk_bytes_min();
     let disk_threads = crate::keys::server_disk_threads();
+    let parked = crate::keys::server_parked_requests_max();
     let write_full = SERVER_WRITE_FULL.load(std::sync::atomic::Ordering::Relaxed);
     // The workers' byte-range tokens as this process's `[client] tokens` says (default on).
     let mut tokens = crate::keys::tokens().map(|on| format!("tokens = {on}\n")).unwrap_or_default();
@@ -44,7 +45,7 @@ fn config_text(integrity: flotilla_auth::Integrity) -> String {
         "[meta]\nheartbeat_ms = 200\ndown_after_ms = 3000\nintegrity = \"{integrity}\"\n\n\
          [server]\nheartbeat_ms = 200\nintegrity = \"{integrity}\"\nmetrics = {metrics}\n\
          write_full = {write_full}\nbulk_bytes_min = {bulk_bytes_min}\n\
-         disk_threads_per_target = {disk_threads}\n\n\
+         disk_threads_per_target = {disk_threads}\nparked_requests_max = {parked}\n\n\
          [client]\nintegrity = \"{integrity}\"\n{tokens}"
     )
 }
