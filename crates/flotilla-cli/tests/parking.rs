@@ -6,11 +6,8 @@
 
 mod common;
 
-use common::{http_get, path, FLOTILLA};
+use common::{http_get, path, Local};
 use flotilla_client::{Client, CreateOptions, Shape};
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,74 +19,33 @@ const COLD_STRIDE_BYTES: u64 = 512 << 10;
 /// `flotilla local` with one server on a `sim:hp97560` target, one worker thread, and
 /// `parked_requests_max` as given; its metrics endpoint on.
 struct SimLocal {
-    child: Child,
-    meta: String,
-    key: PathBuf,
-    metrics: String,
-    _dir: tempfile::TempDir,
+    local: Local,
+    _config: tempfile::NamedTempFile,
 }
 
 impl SimLocal {
     fn start(parked_requests_max: usize) -> SimLocal {
-        let dir = tempfile::tempdir().expect("temporary folder");
-        let config = dir.path().join("flotilla.toml");
+        let config = tempfile::NamedTempFile::new().expect("config file");
         let text = format!("[server]\nworkers = 1\nparked_requests_max = {parked_requests_max}\n");
-        std::fs::write(&config, text).expect("write the config");
-        let data = dir.path().join("data");
-        let args = [
-            "--config",
-            path(&config),
-            "local",
-            "--servers",
-            "1",
-            "--target-kind",
-            "sim:hp97560",
-            "--listen",
-            "127.0.0.1:0",
-            "--data",
-            path(&data),
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ];
-        let mut child = Command::new(FLOTILLA)
-            .args(args)
-            .env_remove("FLOTILLA_KEY")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start flotilla local");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut next = |name: &str| {
-            let line = lines.next().expect("a line from flotilla local").expect("utf-8 line");
-            line.strip_prefix(&format!("{name}="))
-                .unwrap_or_else(|| panic!("expected {name}=, got {line:?}"))
-                .to_string()
-        };
-        let (meta, key, metrics) = (next("meta"), PathBuf::from(next("key")), next("metrics"));
-        // Keep reading stdout so the process never writes into a closed pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        SimLocal { child, meta, key, metrics, _dir: dir }
+        std::fs::write(config.path(), text).expect("write the config");
+        let global = ["--config", path(config.path())];
+        let local = ["--servers", "1", "--target-kind", "sim:hp97560"];
+        SimLocal { local: Local::start_with(&global, &local, true), _config: config }
     }
 
     fn client(&self) -> Client {
-        let mut config = flotilla_client::ClientConfig::new(&self.meta);
-        config.key = Some(self.key.clone());
+        let mut config = flotilla_client::ClientConfig::new(&self.local.meta);
+        config.key = Some(self.local.key.clone());
         Client::with_config(config).expect("client")
     }
 
     fn parked_total(&self) -> u64 {
-        let text = http_get(&self.metrics, "/metrics").expect("scrape the metrics");
+        let metrics = self.local.metrics.as_deref().expect("a metrics endpoint");
+        let text = http_get(metrics, "/metrics").expect("scrape the metrics");
         text.lines()
             .filter(|line| line.starts_with("flotilla_server_requests_parked_total"))
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
-    }
-}
-
-impl Drop for SimLocal {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

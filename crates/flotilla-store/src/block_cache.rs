@@ -217,6 +217,20 @@ impl BlockCache {
             }
             return PinOutcome::WriteBack(batch);
         }
+        self.pin_found_and_missing(state, fork, window, (size_bytes, misses), writing);
+        PinOutcome::Pinned
+    }
+
+    /// Pins the window's cached blocks and gives its misses slots (the caller checked the
+    /// room), then unlocks and counts hits and misses.
+    fn pin_found_and_missing(
+        &self,
+        mut state: parking_lot::MutexGuard<'_, CacheState>,
+        fork: &Arc<Fork>,
+        window: &mut Window,
+        (size_bytes, misses): (u64, usize),
+        writing: bool,
+    ) {
         for entry in window.blocks.iter_mut().filter(|entry| entry.slot != UNPINNED_SLOT) {
             state.pin(entry.slot);
             entry.action = BlockAction::Hit;
@@ -226,29 +240,20 @@ impl BlockCache {
         drop(evicted);
         bump(&self.counters.cache_hits, (window.blocks.len() - misses) as u64);
         bump(&self.counters.cache_misses, misses as u64);
-        PinOutcome::Pinned
     }
 
     /// `try_pin` that never waits and never asks for a write-back (a prefetch): pins every
     /// block of the window and returns true, or pins nothing and returns false when the
     /// free and clean slots cannot take its misses or a bulk gate covers one of them.
     pub(crate) fn pin_if_room(&self, fork: &Arc<Fork>, window: &mut Window, writing: bool) -> bool {
-        let mut state = self.state.lock();
+        let state = self.state.lock();
         let size_bytes = fork.size_bytes();
         let (misses, clean_hits) = state.look_up(fork.serial(), window);
         let available = state.free.len() + state.clean_lru.len() - clean_hits;
         if misses > available || (misses > 0 && state.misses_gated(fork.serial(), window)) {
             return false;
         }
-        for entry in window.blocks.iter_mut().filter(|entry| entry.slot != UNPINNED_SLOT) {
-            state.pin(entry.slot);
-            entry.action = BlockAction::Hit;
-        }
-        let evicted = self.assign_misses(&mut state, fork, window, size_bytes, writing);
-        drop(state);
-        drop(evicted);
-        bump(&self.counters.cache_hits, (window.blocks.len() - misses) as u64);
-        bump(&self.counters.cache_misses, misses as u64);
+        self.pin_found_and_missing(state, fork, window, (size_bytes, misses), writing);
         true
     }
 

@@ -440,10 +440,19 @@ pub struct Local {
 
 impl Local {
     pub fn start(servers: usize, metrics: bool) -> Local {
-        let dir = tempfile::tempdir().expect("temporary folder");
         let servers = servers.to_string();
-        let mut args =
-            vec!["local", "--servers", &servers, "--listen", "127.0.0.1:0", "--data", path(dir.path())];
+        Local::start_with(&[], &["--servers", &servers], metrics)
+    }
+
+    /// `flotilla GLOBAL… local LOCAL… --listen 127.0.0.1:0 --data DIR/data` in a new
+    /// temporary folder DIR.
+    pub fn start_with(global: &[&str], local: &[&str], metrics: bool) -> Local {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let data = dir.path().join("data");
+        let mut args: Vec<&str> = global.to_vec();
+        args.push("local");
+        args.extend(local);
+        args.extend(["--listen", "127.0.0.1:0", "--data", path(&data)]);
         if metrics {
             args.extend(["--metrics-listen", "127.0.0.1:0"]);
         }
@@ -463,6 +472,8 @@ impl Local {
         };
         let (meta, key) = (next("meta"), PathBuf::from(next("key")));
         let metrics = metrics.then(|| next("metrics"));
+        // Keep reading stdout so the process never writes into a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
         Local { child, meta, key, metrics, _dir: dir }
     }
 
