@@ -39,13 +39,27 @@ impl SimLocal {
         Client::with_config(config).expect("client")
     }
 
-    fn parked_total(&self) -> u64 {
+    /// A gauge or counter of the server's metrics, summed over its label sets.
+    fn metric(&self, name: &str) -> u64 {
         let metrics = self.local.metrics.as_deref().expect("a metrics endpoint");
         let text = http_get(metrics, "/metrics").expect("scrape the metrics");
         text.lines()
-            .filter(|line| line.starts_with("flotilla_server_requests_parked_total"))
+            .filter(|line| line.split([' ', '{']).next() == Some(name))
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
+    }
+
+    /// Waits (at most 20 s) until the server holds `depth` requests queued or executing.
+    fn await_queue_depth(&self, depth: u64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.metric("flotilla_server_queue_depth") < depth {
+            assert!(Instant::now() < deadline, "the server never saw the cold read");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn parked_total(&self) -> u64 {
+        self.metric("flotilla_server_requests_parked_total")
     }
 }
 
@@ -88,8 +102,10 @@ fn cold_and_cached(parked_requests_max: usize) -> Seen {
             began.elapsed()
         })
     };
-    // Let the one worker take the cold read first.
-    std::thread::sleep(Duration::from_millis(250));
+    // Let the one worker take the cold read first: wait until the server counts it (queued
+    // or executing), then give the idle worker a moment to pick it up.
+    local.await_queue_depth(1);
+    std::thread::sleep(Duration::from_millis(50));
     let other = second.open("/f").expect("open").fork(0, "data").expect("fork");
     let asked = Instant::now();
     let mut buffer = vec![0u8; 4096];
