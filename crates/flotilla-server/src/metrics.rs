@@ -137,11 +137,6 @@ impl ServerMetrics {
         }
     }
 
-    /// Requests parked so far.
-    pub fn parked_total(&self) -> u64 {
-        self.parked_total.load(Ordering::Relaxed)
-    }
-
     /// A request waited for the server-wide data budget.
     pub fn memory_wait(&self) {
         self.memory_waits.fetch_add(1, Ordering::Relaxed);

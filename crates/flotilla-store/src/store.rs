@@ -614,7 +614,6 @@ impl Store {
     }
 }
 
-/// The cache block must hold whole checksum blocks of every target.
 /// Disk threads of a target of `kind`: `disk_threads_per_target` for `dir` (and the tests'
 /// `crash`), whose fork files take concurrent positioned I/O; one for `sim`, whose timing
 /// model is one arm serving one transfer at a time on the disk thread, and for `lines`,
@@ -629,6 +628,7 @@ fn disk_threads(config: &StoreConfig, kind: &TargetKind) -> usize {
     }
 }
 
+/// The cache block must hold whole checksum blocks of every target.
 fn check_checksum_block(config: &StoreConfig, target: &Target) -> Result<(), StoreError> {
     let checksum_block_bytes = target.checksum_block_bytes();
     if config.block_bytes.is_multiple_of(checksum_block_bytes) {
