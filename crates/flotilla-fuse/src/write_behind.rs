@@ -19,15 +19,16 @@
 //! background.
 //!
 //! Invariants:
-//! - locks: `pending`, then `send` (a batch is taken and `send` locked before `pending` is
-//!   let go, so batches go out in the order taken); `send` is let go before `pending` is
-//!   taken again;
+//! - one lock, `pending`, let go while a batch is sent;
 //! - pieces in one buffer never overlap (a write overlapping buffered data queues the buffer
 //!   first), so one `List` request applies them in any order with the same result;
-//! - a file's buffers go out one at a time, in the order they were filled (the queue is
-//!   first in, first out, and a flush queues the buffer behind it and sends or waits for
-//!   every batch numbered before its own), so a later write never lands before an earlier
-//!   one it overlaps;
+//! - a file's batches are taken off its queue in the order they were filled (first in,
+//!   first out, and a flush queues the buffer behind it and sends or waits for every batch
+//!   numbered before its own), and a batch is taken only when its span (first byte to last
+//!   of its pieces) overlaps no batch being sent: so a later write never lands before an
+//!   earlier one it overlaps, while batches of disjoint parts of the file (several
+//!   processes each writing its own segment of one shared file, as IOR and MPI-IO do) are
+//!   sent at the same time by the background thread and the writers past the limit;
 //! - at most `write_behind_bytes_max` bytes wait per file beyond the batch being sent, and
 //!   at most `write_behind_total_bytes_max` in the whole mount (beyond, writes go straight
 //!   through).
@@ -82,9 +83,9 @@ struct Pending {
     queued: VecDeque<Queued>,
     /// The number the next queued batch gets.
     next_seq: u64,
-    /// The numbers of the batches taken off the queue and not yet sent (at most two: one
-    /// sending, one waiting for `send`).
-    in_flight: Vec<u64>,
+    /// The batches taken off the queue and not yet sent: at most one per thread sending
+    /// (the background thread, writers past the limit, flushes).
+    in_flight: Vec<InFlight>,
     /// Bytes of the queued batches and of those being sent.
     queued_bytes: u64,
     /// A background thread sends the queue (it only speeds things up: writers past the
@@ -107,12 +108,36 @@ impl Pending {
     }
 }
 
+/// A batch being sent: its number and span.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    seq: u64,
+    span: Span,
+}
+
+/// First byte and end of a batch's pieces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    start: u64,
+    end: u64,
+}
+
+impl Span {
+    fn of(pieces: &[Piece]) -> Span {
+        let start = pieces.iter().map(|p| p.file_offset).min().unwrap_or(0);
+        let end = pieces.iter().map(|p| p.file_offset.saturating_add(p.length)).max().unwrap_or(0);
+        Span { start, end }
+    }
+
+    fn overlaps(&self, other: &Span) -> bool {
+        self.start < other.end && other.start < self.end
+    }
+}
+
 /// The buffer of one file.
 #[derive(Default)]
 struct FileBuffer {
     pending: parking_lot::Mutex<Pending>,
-    /// Held while a buffer is being sent.
-    send: parking_lot::Mutex<()>,
     /// Signalled whenever a queued batch was sent and when the background thread ends.
     sent: parking_lot::Condvar,
 }
@@ -280,10 +305,8 @@ impl WriteBehind {
             }
         }
         while pending.queued_bytes > self.limits.file_bytes_max {
-            if pending.queued.is_empty() {
+            if !send_front(buffer, pending, send, &self.accounts) {
                 wait_for_sends(buffer, pending);
-            } else {
-                send_front(buffer, pending, send, &self.accounts);
             }
         }
     }
@@ -311,9 +334,11 @@ impl WriteBehind {
         }
         let before = pending.next_seq;
         loop {
-            if pending.queued.front().is_some_and(|queued| queued.seq < before) {
-                send_front(&buffer, &mut pending, send, &self.accounts);
-            } else if pending.in_flight.iter().any(|seq| *seq < before) {
+            let queued_before = pending.queued.front().is_some_and(|queued| queued.seq < before);
+            if queued_before && send_front(&buffer, &mut pending, send, &self.accounts) {
+                continue;
+            }
+            if queued_before || pending.in_flight.iter().any(|sending| sending.seq < before) {
                 wait_for_sends(&buffer, &mut pending);
             } else {
                 break;
@@ -385,30 +410,36 @@ fn wait_for_sends(buffer: &FileBuffer, pending: &mut parking_lot::MutexGuard<'_,
     }
 }
 
-/// Takes the oldest queued batch off the queue and sends it with `send`, holding `send`
-/// (locked before `pending` is let go, so batches go out in the order taken, and let go
-/// before `pending` is taken again); books it as sent, a failure in `pending.error` (which
-/// the next close or fsync reports), and wakes every waiter. A panic in `send` is booked as
-/// a failure (EIO), so nobody waits for that batch forever. The batch's buffer is handed
-/// over as `Bytes` and goes back to the pool when the client drops the last of it.
+/// Whether the oldest queued batch may be sent now: there is one, and it overlaps no batch
+/// being sent (else it must wait for that one to land first).
+fn front_may_go(pending: &Pending) -> Option<Span> {
+    let span = Span::of(&pending.queued.front()?.batch.0);
+    let clear = pending.in_flight.iter().all(|sending| !sending.span.overlaps(&span));
+    clear.then_some(span)
+}
+
+/// Takes the oldest queued batch off the queue and sends it with `send` (with `pending`
+/// let go meanwhile), if it overlaps no batch being sent; returns whether it did (else the
+/// caller waits for a send to end). Books the batch as sent, a failure in `pending.error`
+/// (which the next close or fsync reports), and wakes every waiter. A panic in `send` is
+/// booked as a failure (EIO), so nobody waits for that batch forever. The batch's buffer is
+/// handed over as `Bytes` and goes back to the pool when the client drops the last of it.
 fn send_front(
     buffer: &FileBuffer,
     pending: &mut parking_lot::MutexGuard<'_, Pending>,
     send: Send<'_>,
     accounts: &Accounts,
-) {
-    let Some(Queued { seq, batch: (pieces, data) }) = pending.queued.pop_front() else { return };
-    pending.in_flight.push(seq);
+) -> bool {
+    let Some(span) = front_may_go(pending) else { return false };
+    let Some(Queued { seq, batch: (pieces, data) }) = pending.queued.pop_front() else { return false };
+    pending.in_flight.push(InFlight { seq, span });
     let bytes = data.len() as u64;
     let data = accounts.pool.into_bytes(data);
-    let sending = buffer.send.lock();
     let sent = parking_lot::MutexGuard::unlocked(pending, || {
         let call = std::panic::AssertUnwindSafe(|| send(Shape::List { pieces }, data));
-        let sent = std::panic::catch_unwind(call).unwrap_or(Err(Errno::EIO));
-        drop(sending);
-        sent
+        std::panic::catch_unwind(call).unwrap_or(Err(Errno::EIO))
     });
-    pending.in_flight.retain(|in_flight| *in_flight != seq);
+    pending.in_flight.retain(|sending| sending.seq != seq);
     pending.queued_bytes -= bytes;
     accounts.buffered_bytes.fetch_sub(bytes, Ordering::Relaxed);
     if let Err(errno) = sent {
@@ -416,13 +447,16 @@ fn send_front(
         pending.error.get_or_insert(errno);
     }
     buffer.sent.notify_all();
+    true
 }
 
 /// The background thread of one file: sends its queue in order until it is empty.
 fn drain(buffer: &FileBuffer, sender: &Sender, accounts: &Accounts) {
     let mut pending = buffer.pending.lock();
     while !pending.queued.is_empty() {
-        send_front(buffer, &mut pending, &**sender, accounts);
+        if !send_front(buffer, &mut pending, &**sender, accounts) {
+            wait_for_sends(buffer, &mut pending);
+        }
     }
     pending.draining = false;
     buffer.sent.notify_all();
@@ -597,46 +631,95 @@ mod tests {
         assert!(!behind.holds(1));
     }
 
-    #[test]
-    fn a_writer_waits_while_its_file_queue_is_full() {
+    /// Queues two 10-byte batches of file 1, at 0 and at `second`, and waits until the
+    /// background thread holds the first at the shut gate; then a writer thread writes 10
+    /// bytes at 20, which finds 30 bytes queued (over the 20 allowed) and must send the second
+    /// batch itself or wait. Returns the mount, the gate and what was sent, and the writer.
+    fn third_write_past_a_full_queue(
+        second: u64,
+    ) -> (Arc<WriteBehind>, Gate, Sent, Arc<std::sync::atomic::AtomicBool>) {
         let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 20, total_bytes_max: 1000 };
         let behind = Arc::new(WriteBehind::new(limits, BufferPool::new(16 << 20)));
-        let sent = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+        let sent: Sent = Arc::default();
+        let gate: Gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
         let sender = gated(sent.clone(), gate.clone());
-        let direct = |shape: Shape, data: Bytes| {
-            let Shape::List { pieces } = shape else { panic!("a list") };
-            sent.lock().push((pieces[0].file_offset, data.len()));
-            Ok(())
-        };
-        // 10 + 10 bytes queue (one being sent, at the gate); the third write finds 20 queued
-        // and sends the second itself, after the first (it waits for `send`).
-        behind.write(1, (0, &[0u8; 10]), &direct, &sender).unwrap();
-        behind.write(1, (10, &[0u8; 10]), &direct, &sender).unwrap();
+        let direct = recorder(sent.clone());
+        behind.write(1, (0, &[0u8; 10]), &*direct, &sender).unwrap();
+        behind.write(1, (second, &[0u8; 10]), &*direct, &sender).unwrap();
         while behind.existing(1).unwrap().pending.lock().in_flight.is_empty() {
             std::thread::yield_now(); // the background thread took the first to the gate
         }
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let writer = {
-            let (behind, sender, done) = (behind.clone(), sender.clone(), done.clone());
-            let sent = sent.clone();
-            std::thread::spawn(move || {
-                let direct = |shape: Shape, data: Bytes| {
-                    let Shape::List { pieces } = shape else { panic!("a list") };
-                    sent.lock().push((pieces[0].file_offset, data.len()));
-                    Ok(())
-                };
-                behind.write(1, (20, &[0u8; 10]), &direct, &sender).unwrap();
-                done.store(true, Ordering::SeqCst);
-            })
-        };
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        assert!(!done.load(Ordering::SeqCst), "the writer went on past a full queue");
+        let (writer, finished) = (behind.clone(), done.clone());
+        std::thread::spawn(move || {
+            writer.write(1, (20, &[0u8; 10]), &*direct, &sender).unwrap();
+            finished.store(true, Ordering::SeqCst);
+        });
+        (behind, gate, sent, done)
+    }
+
+    /// A sender that records the first offset and length of what it sent, at once.
+    fn recorder(sent: Sent) -> Sender {
+        Arc::new(move |shape: Shape, data: Bytes| {
+            let Shape::List { pieces } = shape else { panic!("a list") };
+            sent.lock().push((pieces[0].file_offset, data.len()));
+            Ok(())
+        })
+    }
+
+    fn open_gate(gate: &Gate) {
         *gate.0.lock() = true;
         gate.1.notify_all();
-        writer.join().unwrap();
-        behind.flush(1, &direct).unwrap();
-        assert_eq!(*sent.lock(), vec![(0, 10), (10, 10), (20, 10)], "in the order written");
+    }
+
+    #[test]
+    fn a_writer_waits_while_its_file_queue_is_full_of_batches_it_overlaps() {
+        // The second batch (5..15) overlaps the first, held at the gate: the writer may not
+        // send it before the first lands, so it waits.
+        let (behind, gate, sent, done) = third_write_past_a_full_queue(5);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!done.load(Ordering::SeqCst), "the writer went on past a full queue");
+        assert!(sent.lock().is_empty(), "an overlapping batch went out before the one it overlaps");
+        open_gate(&gate);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !done.load(Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < deadline, "the writer never went on");
+            std::thread::yield_now();
+        }
+        behind.flush(1, &*recorder(sent.clone())).unwrap();
+        assert_eq!(*sent.lock(), vec![(0, 10), (5, 10), (20, 10)], "in the order written");
+    }
+
+    #[test]
+    fn disjoint_batches_of_one_file_are_sent_at_the_same_time() {
+        // The second batch (10..20) is disjoint from the first, held at the gate: the writer
+        // sends it itself while the first is still on its way, and goes on.
+        let (behind, gate, sent, done) = third_write_past_a_full_queue(10);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !done.load(Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < deadline, "the writer waited for a disjoint batch");
+            std::thread::yield_now();
+        }
+        assert_eq!(*sent.lock(), vec![(10, 10)], "the second batch went out beside the first");
+        open_gate(&gate);
+        behind.flush(1, &*recorder(sent.clone())).unwrap();
+        let mut landed = sent.lock().clone();
+        assert_eq!(landed[0], (10, 10));
+        landed.sort_unstable();
+        assert_eq!(landed, vec![(0, 10), (10, 10), (20, 10)], "every batch once");
+        assert_eq!(behind.buffered(), 0);
+    }
+
+    #[test]
+    fn spans_overlap_only_when_they_share_a_byte() {
+        let piece = |file_offset, length| Piece { file_offset, memory_offset: 0, length };
+        let span = Span::of(&[piece(100, 10), piece(40, 5)]);
+        assert_eq!(span, Span { start: 40, end: 110 });
+        assert!(span.overlaps(&Span { start: 109, end: 200 }));
+        assert!(span.overlaps(&Span { start: 0, end: 41 }));
+        assert!(span.overlaps(&Span { start: 60, end: 70 }), "a gap inside a span still counts");
+        assert!(!span.overlaps(&Span { start: 110, end: 200 }));
+        assert!(!span.overlaps(&Span { start: 0, end: 40 }));
     }
 
     #[test]
