@@ -22,7 +22,9 @@ fn failed_create_never_removes_an_existing_file() {
     let before = client.stat("/kept").expect("stat");
 
     // Phase: one server of the file is gone (SIGKILL); the create cannot reach it.
-    cluster.servers[1].take().expect("server 1").kill();
+    let killed = cluster.servers[1].take().expect("server 1");
+    let addr = killed.addr.clone();
+    killed.kill();
     let again = CreateOptions { subfiles: 2, exclusive: false, ..Default::default() };
     if let Ok(opened) = client.create("/kept", &again) {
         assert_eq!(opened.id(), before.id, "a create of an existing name must open that file");
@@ -33,8 +35,11 @@ fn failed_create_never_removes_an_existing_file() {
     assert_eq!(after.id, before.id, "the name must still name the same file");
     assert_eq!(after.attrs.size_bytes, data.len() as u64);
 
-    // Phase: with the server back, the bytes read back exactly.
-    cluster.servers[1] = Some(cluster.start_server(1));
+    // Phase: with the server back, the bytes read back exactly. It comes back where it was:
+    // the service may still list the killed instance as up (its lease has not run out), so
+    // `wait_up` can return before the new one registers, and the open would then be sent
+    // to the old address (a restart on a new port failed the read now and then).
+    cluster.servers[1] = Some(cluster.start_server_listening(&cluster.target_dir(1), &addr));
     cluster.wait_up(2);
     let reopened = client.open("/kept").expect("open");
     let mut back = vec![0u8; data.len()];
