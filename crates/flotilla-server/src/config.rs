@@ -35,6 +35,9 @@ pub struct ServerConfig {
     /// Disk threads per `dir` target: block reads and write-backs of one target in flight at
     /// once (queue depth), in `1..=64`; `sim` and `lines` targets always have one.
     pub disk_threads_per_target: usize,
+    /// Shards of the cache index, each with its own lock (a power of two in `1..=64`; fewer
+    /// are used in a small cache), so cache hits on different blocks do not contend.
+    pub cache_shards: usize,
     pub fd_cache_max: usize,
     /// Dirty blocks older than this are written back.
     pub dirty_age_max_ms: u64,
@@ -186,6 +189,7 @@ impl Default for ServerConfig {
             cache_capacity_bytes: 256 << 20,
             disk_queue_max: 4096,
             disk_threads_per_target: flotilla_store::StoreConfig::default().disk_threads_per_target,
+            cache_shards: flotilla_store::CACHE_SHARDS_DEFAULT,
             fd_cache_max: 256,
             dirty_age_max_ms: 5000,
             write_full: false,

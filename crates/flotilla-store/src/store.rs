@@ -13,7 +13,7 @@
 //! data and checksum files. `flush_aged` writes back without syncing. Dropping
 //! the store runs `flush_all` and logs a failure.
 
-use crate::block_cache::{BlockCache, Placement};
+use crate::block_cache::{cache_geometry, BlockCache, Placement, SHARD_SLOTS_MIN};
 use crate::bulk::{self, Segment};
 use crate::config::StoreConfig;
 use crate::disk_manager::{DiskLimits, DiskManager};
@@ -65,11 +65,18 @@ impl Store {
     /// Opens every target (each a spec: `DIR`, `dir:DIR` or `sim:MODEL:DIR`) and starts each
     /// target's disk scheduler threads (`disk_threads`).
     pub fn open(config: StoreConfig) -> Result<Store, StoreError> {
+        Self::open_sharded(config, SHARD_SLOTS_MIN)
+    }
+
+    /// `open` with each cache shard keeping at least `shard_slots_min` slots (or half the
+    /// cache); tests use small values to get many shards out of tiny caches.
+    pub(crate) fn open_sharded(config: StoreConfig, shard_slots_min: usize) -> Result<Store, StoreError> {
         config.validate()?;
         let counters = Arc::new(Counters::default());
         let cache_blocks = config.cache_blocks() as usize;
         let pool = Arc::new(SlotPool::new(cache_blocks, config.block_bytes as usize));
-        let cache = Arc::new(BlockCache::new(pool.clone(), counters.clone()));
+        let geometry = cache_geometry(cache_blocks, config.cache_shards, shard_slots_min);
+        let cache = Arc::new(BlockCache::new(pool.clone(), counters.clone(), geometry.shards));
         let write_full = match config.write_full {
             true => Some(
                 WriteFull::start(cache.clone(), cache_blocks)
@@ -116,7 +123,7 @@ impl Store {
         }
         Ok(Store {
             block_shift: config.block_bytes.trailing_zeros(),
-            window_blocks_max: (cache_blocks / 2).max(1),
+            window_blocks_max: geometry.window_blocks_max,
             config,
             counters,
             cache,
@@ -570,6 +577,12 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
         self.cache.check_invariants();
+    }
+
+    /// Shards of the cache and the most blocks a window pins.
+    #[cfg(test)]
+    pub(crate) fn cache_shape(&self) -> (usize, usize) {
+        (self.cache.shard_count(), self.window_blocks_max)
     }
 }
 
