@@ -508,7 +508,7 @@ fn pressure_workload(store: &Store, target: flotilla_types::TargetId) -> Vec<Vec
             scope.spawn(move || read_everywhere(store, fork, reader, 3 * REGION_BLOCKS, writing));
         }
         scope.spawn(|| churn_fork(store, &other, &writing));
-        scope.spawn(|| flush_while(store, &writing));
+        scope.spawn(|| flush_while(store, &fork, &writing));
         let models = writers.into_iter().map(|writer| writer.join()).collect::<Vec<_>>();
         writing.store(false, Ordering::SeqCst);
         models.into_iter().map(|model| model.expect("a writer panicked")).collect()
@@ -572,9 +572,11 @@ fn churn_fork(store: &Store, fork: &ForkRef<'_>, writing: &std::sync::atomic::At
     }
 }
 
-fn flush_while(store: &Store, writing: &std::sync::atomic::AtomicBool) {
+/// Writes back aged blocks and syncs `fork` (not `flush_all`, which fails with
+/// `UnknownFork` when it syncs a fork `churn_fork` removes meanwhile).
+fn flush_while(store: &Store, fork: &ForkRef<'_>, writing: &std::sync::atomic::AtomicBool) {
     while writing.load(std::sync::atomic::Ordering::SeqCst) {
         store.flush_aged(std::time::Duration::ZERO).unwrap();
-        store.flush_all().unwrap();
+        store.sync(fork).unwrap();
     }
 }
