@@ -98,7 +98,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!("\nmedian over {rounds} rounds, {reads} reads per thread:");
-    println!("threads\thits/s 1 shard\thits/s {shards_many} shards\tratio\tlock waits 1\tlock waits {shards_many}");
+    println!(
+        "threads\thits/s 1 shard\thits/s {shards_many} shards\tratio\tlock waits 1\tlock waits {shards_many}"
+    );
     for (at, threads) in THREADS.iter().enumerate() {
         let one = median(&mut rates[0][at]);
         let many = median(&mut rates[1][at]);

@@ -565,7 +565,7 @@ fn churn_fork(store: &Store, fork: &ForkRef<'_>, writing: &std::sync::atomic::At
         round += 1;
         store.write(fork, &[Extent::new(round % 5000, 6000)], &pattern(6000, round as u8)).unwrap();
         store.truncate(fork, (round * 777) % 9000).unwrap();
-        if round % 8 == 0 {
+        if round.is_multiple_of(8) {
             store.remove_fork(fork).unwrap();
             store.create_fork(fork).unwrap();
         }
