@@ -13,7 +13,7 @@
 //! data and checksum files. `flush_aged` writes back without syncing. Dropping
 //! the store runs `flush_all` and logs a failure.
 
-use crate::block_cache::{BlockCache, Placement};
+use crate::block_cache::{cache_geometry, BlockCache, Placement, SHARD_SLOTS_MIN};
 use crate::bulk::{self, Segment};
 use crate::config::StoreConfig;
 use crate::disk_manager::{DiskLimits, DiskManager};
@@ -68,11 +68,18 @@ impl Store {
     /// Opens every target (each a spec: `DIR`, `dir:DIR` or `sim:MODEL:DIR`) and starts each
     /// target's disk scheduler threads (`disk_threads`).
     pub fn open(config: StoreConfig) -> Result<Store, StoreError> {
+        Self::open_sharded(config, SHARD_SLOTS_MIN)
+    }
+
+    /// `open` with each cache shard keeping at least `shard_slots_min` slots (or half the
+    /// cache); tests use small values to get many shards out of tiny caches.
+    pub(crate) fn open_sharded(config: StoreConfig, shard_slots_min: usize) -> Result<Store, StoreError> {
         config.validate()?;
         let counters = Arc::new(Counters::default());
         let cache_blocks = config.cache_blocks() as usize;
         let pool = Arc::new(SlotPool::new(cache_blocks, config.block_bytes as usize));
-        let cache = Arc::new(BlockCache::new(pool.clone(), counters.clone()));
+        let geometry = cache_geometry(cache_blocks, config.cache_shards, shard_slots_min);
+        let cache = Arc::new(BlockCache::new(pool.clone(), counters.clone(), geometry.shards));
         let write_full = match config.write_full {
             true => Some(
                 WriteFull::start(cache.clone(), cache_blocks)
@@ -117,12 +124,13 @@ impl Store {
                 unsynced_closed: Arc::new(Mutex::new(HashSet::new())),
             }));
         }
-        let window_blocks_max = (cache_blocks / 2).max(1);
+        let window_blocks_max = geometry.window_blocks_max;
         Ok(Store {
             block_shift: config.block_bytes.trailing_zeros(),
             window_blocks_max,
             // A request waiting for room always finds one window's worth once the running
-            // requests unpin, however many blocks prefetches hold.
+            // requests unpin, however many blocks prefetches hold (`pin_if_room` also keeps
+            // one window's worth of every shard unpinned by prefetches).
             prefetch_budget: PinBudget::new(cache_blocks - window_blocks_max),
             config,
             counters,
@@ -572,6 +580,12 @@ impl Store {
         first_error.unwrap_or(Ok(()))
     }
 
+    /// The cache shard of a block of a fork.
+    #[cfg(test)]
+    pub(crate) fn cache_shard_of(&self, fork: &ForkRef<'_>, block: u64) -> usize {
+        self.cache.shard_of(self.fork(fork).expect("a live fork").serial(), block)
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> StoreStats {
         self.counters.snapshot(self.cache.dirty_bytes(), self.cache.cached_bytes())
@@ -611,6 +625,12 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn pinned_slots(&self) -> usize {
         self.cache.pinned_slots()
+    }
+
+    /// Shards of the cache and the most blocks a window pins.
+    #[cfg(test)]
+    pub(crate) fn cache_shape(&self) -> (usize, usize) {
+        (self.cache.shard_count(), self.window_blocks_max)
     }
 }
 
