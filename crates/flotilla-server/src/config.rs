@@ -50,7 +50,8 @@ pub struct ServerConfig {
     /// once (queue depth), in `1..=64`; `sim` and `lines` targets always have one.
     pub disk_threads_per_target: usize,
     /// Shards of the cache index, each with its own lock (a power of two in `1..=64`; fewer
-    /// are used in a small cache), so cache hits on different blocks do not contend.
+    /// are used in a small cache, so that windows stay at least half the cache or 64 MiB), so
+    /// cache hits on different blocks do not contend.
     pub cache_shards: usize,
     pub fd_cache_max: usize,
     /// Reads and writes parked at once while their blocks load from disk, holding no worker

@@ -19,8 +19,10 @@
 //! window pins at most that many blocks (and, as before, at most half the cache), so any
 //! window fits in an empty cache even if all of its blocks hash to one shard. The configured
 //! count (`cache_shards`, default 8) is halved until each shard keeps
-//! `min(SHARD_SLOTS_MIN, slots / 2)` slots, so tiny caches get 1 or 2 shards and windows of
-//! half the cache, as before sharding.
+//! `min(SHARD_SLOTS_MIN, slots / 2)` slots and a window `min(WINDOW_BYTES_MIN, cache / 2)`
+//! bytes, so windows are half the cache as before sharding up to 128 MiB caches (1 or 2
+//! shards) and at least 64 MiB (the default largest request) above: a request that was
+//! pinned, and could be parked, as one window before sharding still is.
 //!
 //! Lock order: shard mutexes in ascending shard order, then the gate list's mutex
 //! (`cache_gates`). A thread never takes a lower shard while holding a higher one, and never a
@@ -82,6 +84,11 @@ pub(crate) const SHARD_GROUP_BLOCKS_LOG2: u32 = 3;
 /// A shard keeps at least this many slots (or half the cache, if smaller): fewer shards
 /// rather than windows smaller than this.
 pub(crate) const SHARD_SLOTS_MIN: usize = 64;
+/// A window holds at least this many bytes (or half the cache, if smaller): fewer shards
+/// rather than windows smaller than this. It is the default `request_bytes_max`, so with the
+/// default limits every request fits in one window, is pinned at once and may be parked
+/// (`prefetch` declines requests of several windows), as before sharding.
+pub(crate) const WINDOW_BYTES_MIN: u64 = 64 << 20;
 /// 2^64 divided by the golden ratio: multiplying by it spreads consecutive keys over the
 /// high bits (Fibonacci hashing).
 const FIBONACCI_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -98,18 +105,22 @@ pub(crate) struct CacheGeometry {
 
 /// The geometry of a cache of `slots` blocks with `shards_configured` (a power of two)
 /// asked for: halves the shard count until every shard holds `min(shard_slots_min, slots/2)`
-/// (`SHARD_SLOTS_MIN` but in tests).
+/// (`SHARD_SLOTS_MIN` but in tests) and a window holds `min(window_blocks_min, slots/2)`
+/// blocks (`WINDOW_BYTES_MIN` in blocks but in tests), so sharding never makes the largest
+/// request served in one window smaller than before sharding.
 pub(crate) fn cache_geometry(
     slots: usize,
     shards_configured: usize,
-    shard_slots_min: usize,
+    (shard_slots_min, window_blocks_min): (usize, usize),
 ) -> CacheGeometry {
     let shard_slots_min = shard_slots_min.min(slots / 2).max(1);
+    let window_blocks_min = window_blocks_min.min(slots / 2).max(1);
+    let window_blocks = |shards: usize| (slots / shards.max(2)).max(1);
     let mut shards = shards_configured.max(1);
-    while shards > 1 && slots / shards < shard_slots_min {
+    while shards > 1 && (slots / shards < shard_slots_min || window_blocks(shards) < window_blocks_min) {
         shards /= 2;
     }
-    CacheGeometry { shards, window_blocks_max: (slots / shards.max(2)).max(1) }
+    CacheGeometry { shards, window_blocks_max: window_blocks(shards) }
 }
 
 /// A cached block's identity.
@@ -730,12 +741,38 @@ mod tests {
             (8192, 1, 1, 4096),
         ];
         for (slots, configured, shards, window) in cases {
-            let geometry = cache_geometry(slots, configured, SHARD_SLOTS_MIN);
+            let geometry = cache_geometry(slots, configured, (SHARD_SLOTS_MIN, 1));
             assert_eq!(geometry, CacheGeometry { shards, window_blocks_max: window }, "{slots} {configured}");
             assert!(geometry.window_blocks_max <= slots / geometry.shards, "a shard holds a window");
             assert!(geometry.window_blocks_max <= slots / 2);
         }
-        assert_eq!(cache_geometry(16, 8, 2), CacheGeometry { shards: 8, window_blocks_max: 2 });
+        assert_eq!(cache_geometry(16, 8, (2, 1)), CacheGeometry { shards: 8, window_blocks_max: 2 });
+    }
+
+    #[test]
+    fn windows_keep_the_size_they_had_before_sharding() {
+        // 32 KiB blocks; 64 MiB windows are 2048 blocks.
+        let cases = [
+            // (cache MiB, shards, window MiB): half the cache below 128 MiB, 64 MiB above.
+            (64, 2, 32),
+            (128, 2, 64),
+            (256, 4, 64),
+            (512, 8, 64),
+            (2048, 8, 256),
+        ];
+        let window_blocks_min = (WINDOW_BYTES_MIN >> 15) as usize;
+        for (cache_mib, shards, window_mib) in cases {
+            let slots = cache_mib << 5;
+            let geometry = cache_geometry(slots, 8, (SHARD_SLOTS_MIN, window_blocks_min));
+            assert_eq!(
+                geometry,
+                CacheGeometry { shards, window_blocks_max: window_mib << 5 },
+                "{cache_mib} MiB"
+            );
+            // Never smaller than before sharding (half the cache) or than the default largest
+            // request.
+            assert!(geometry.window_blocks_max >= (slots / 2).min(window_blocks_min));
+        }
     }
 
     #[test]

@@ -16,8 +16,9 @@ pub const DISK_THREADS_PER_TARGET_MAX: usize = 64;
 /// Most cache shards (`cache_shards`): a window's shards fit in a 64-bit mask.
 pub const CACHE_SHARDS_MAX: usize = 64;
 /// Default of `cache_shards`: twice the default worker threads of a server (4), so two
-/// requests hitting random blocks meet on a shard one time in eight, while the default
-/// 64 MiB store cache keeps windows of 8 MiB (256 blocks of 32 KiB).
+/// requests hitting random blocks meet on a shard one time in eight. It is an upper bound:
+/// caches too small for 8 shards with windows of half the cache or 64 MiB get fewer (the
+/// default 64 MiB store cache 2, a server's default 256 MiB cache 4, 512 MiB and up 8).
 pub const CACHE_SHARDS_DEFAULT: usize = 8;
 
 /// Default of `bulk_bytes_min`: a stripe unit of the default layout, eight default blocks.
@@ -44,9 +45,11 @@ pub struct StoreConfig {
     /// one: a simulated disk has one arm, and a lines image moves its blocks under one lock.
     pub disk_threads_per_target: usize,
     /// Shards of the cache index (`block_cache`), each with its own mutex: a power of two in
-    /// `1..=CACHE_SHARDS_MAX`. Fewer are used when the cache is small (each shard keeps at
-    /// least 64 slots, or half the cache), and a request window pins at most one shard's
-    /// slots (and at most half the cache).
+    /// `1..=CACHE_SHARDS_MAX`, at most. A request window pins at most one shard's slots (and
+    /// at most half the cache), so fewer shards are used when the cache is small: each shard
+    /// keeps at least 64 slots (or half the cache) and a window at least 64 MiB (or half the
+    /// cache), as large as before sharding for every request up to the default
+    /// `request_bytes_max`.
     pub cache_shards: usize,
     /// Most fork files kept open at once, over all targets.
     pub fd_cache_max: usize,

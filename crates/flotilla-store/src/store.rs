@@ -13,7 +13,7 @@
 //! data and checksum files. `flush_aged` writes back without syncing. Dropping
 //! the store runs `flush_all` and logs a failure.
 
-use crate::block_cache::{cache_geometry, BlockCache, Placement, SHARD_SLOTS_MIN};
+use crate::block_cache::{cache_geometry, BlockCache, Placement, SHARD_SLOTS_MIN, WINDOW_BYTES_MIN};
 use crate::bulk::{self, Segment};
 use crate::config::StoreConfig;
 use crate::disk_manager::{DiskLimits, DiskManager};
@@ -68,17 +68,30 @@ impl Store {
     /// Opens every target (each a spec: `DIR`, `dir:DIR` or `sim:MODEL:DIR`) and starts each
     /// target's disk scheduler threads (`disk_threads`).
     pub fn open(config: StoreConfig) -> Result<Store, StoreError> {
-        Self::open_sharded(config, SHARD_SLOTS_MIN)
+        let window_blocks_min = (WINDOW_BYTES_MIN / config.block_bytes.max(1)) as usize;
+        Self::open_with_geometry(config, (SHARD_SLOTS_MIN, window_blocks_min))
     }
 
     /// `open` with each cache shard keeping at least `shard_slots_min` slots (or half the
     /// cache); tests use small values to get many shards out of tiny caches.
+    /// Windows are not kept at `WINDOW_BYTES_MIN` there.
+    #[cfg(test)]
     pub(crate) fn open_sharded(config: StoreConfig, shard_slots_min: usize) -> Result<Store, StoreError> {
+        Self::open_with_geometry(config, (shard_slots_min, 1))
+    }
+
+    /// `open` with each shard keeping at least `shard_slots_min` slots and each window
+    /// `window_blocks_min` blocks (or half the cache), see `cache_geometry`.
+    fn open_with_geometry(
+        config: StoreConfig,
+        (shard_slots_min, window_blocks_min): (usize, usize),
+    ) -> Result<Store, StoreError> {
         config.validate()?;
         let counters = Arc::new(Counters::default());
         let cache_blocks = config.cache_blocks() as usize;
         let pool = Arc::new(SlotPool::new(cache_blocks, config.block_bytes as usize));
-        let geometry = cache_geometry(cache_blocks, config.cache_shards, shard_slots_min);
+        let geometry =
+            cache_geometry(cache_blocks, config.cache_shards, (shard_slots_min, window_blocks_min));
         let cache = Arc::new(BlockCache::new(pool.clone(), counters.clone(), geometry.shards));
         let write_full = match config.write_full {
             true => Some(
