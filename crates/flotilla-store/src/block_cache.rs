@@ -19,16 +19,14 @@
 //! window pins at most that many blocks (and, as before, at most half the cache), so any
 //! window fits in an empty cache even if all of its blocks hash to one shard. The configured
 //! count (`cache_shards`, default 8) is halved until each shard keeps
-//! `min(SHARD_SLOTS_MIN, slots / 2)` slots and a window `min(WINDOW_BYTES_MIN, cache / 2)`
-//! bytes, so windows are half the cache as before sharding up to 128 MiB caches (1 or 2
-//! shards) and at least 64 MiB (the default largest request) above: a request that was
-//! pinned, and could be parked, as one window before sharding still is.
+//! `min(SHARD_SLOTS_MIN, slots / 2)` slots, so tiny caches get 1 or 2 shards and windows of
+//! half the cache, as before sharding.
 //!
 //! Lock order: shard mutexes in ascending shard order, then the gate list's mutex
 //! (`cache_gates`). A thread never takes a lower shard while holding a higher one, and never a
 //! shard while holding the gate list. Operations on one shard at a time (`take_dirty`,
-//! truncation, `begin_bulk`'s scan) lock one at a time; `try_pin`, `pin_if_room`,
-//! `unpin_window`, `finish_writeback` and `take_dirty_aged` lock all the shards they touch,
+//! truncation, `begin_bulk`'s scan, `take_dirty_aged`) lock one at a time; `try_pin`,
+//! `pin_if_room`, `unpin_window` and `finish_writeback` lock all the shards they touch,
 //! ascending (`pin_if_room` then the gate list, never waiting).
 //!
 //! Waiting and wake-ups: nobody waits holding a pin of its own or more than one mutex.
@@ -580,30 +578,35 @@ impl BlockCache {
     }
 
     /// Pins for write-back the blocks dirty since `cutoff` or earlier (none if `None`), and,
-    /// while more than `dirty_bytes_high_max` are dirty, the oldest ones until at most half
-    /// of it are. Holds every shard (ascending) to merge their dirty FIFOs oldest first.
+    /// while more than `dirty_bytes_high_max` are dirty, about the oldest ones until at most
+    /// half of it are: each shard gives its oldest, in proportion to its share of the dirty
+    /// blocks. Locks one shard at a time (the flusher never stalls every shard at once), so
+    /// the oldest-first order holds within a shard, not across shards.
     pub(crate) fn take_dirty_aged(
         &self,
         cutoff: Option<Instant>,
         dirty_bytes_high_max: u64,
     ) -> Vec<WritebackItem> {
         let block_bytes = self.pool.block_bytes() as u64;
-        let mut locked = self.lock_shards(u64::MAX >> (u64::BITS as usize - self.shards.len()));
-        let dirty_blocks: usize = locked.iter().map(|state| state.dirty_blocks()).sum();
-        let dirty_bytes = dirty_blocks as u64 * block_bytes;
+        let dirty_bytes = self.dirty_bytes();
         let excess_bytes = match dirty_bytes > dirty_bytes_high_max {
             true => dirty_bytes - dirty_bytes_high_max / 2,
             false => 0,
         };
-        let mut excess_blocks = excess_bytes.div_ceil(block_bytes);
+        let excess_blocks = excess_bytes.div_ceil(block_bytes);
+        let dirty_blocks = (dirty_bytes / block_bytes).max(1);
         let mut items = Vec::new();
-        while let Some((since, at, slot)) = oldest_dirty(&locked) {
-            let aged = matches!(cutoff, Some(cutoff) if since <= cutoff);
-            if excess_blocks == 0 && !aged {
-                break;
+        for shard in 0..self.shards.len() {
+            let mut state = self.lock_shard(shard);
+            let mut share = (excess_blocks * state.dirty_blocks() as u64).div_ceil(dirty_blocks);
+            while let Some((slot, since)) = state.oldest_dirty() {
+                let aged = matches!(cutoff, Some(cutoff) if since <= cutoff);
+                if share == 0 && !aged {
+                    break;
+                }
+                share = share.saturating_sub(1);
+                items.push(state.take_for_writeback(slot));
             }
-            excess_blocks = excess_blocks.saturating_sub(1);
-            items.push(locked[at].take_for_writeback(slot));
         }
         items
     }
@@ -712,15 +715,6 @@ impl BlockCache {
     pub(crate) fn pinned_slots(&self) -> usize {
         (0..self.shards.len()).map(|shard| self.lock_shard(shard).pinned_slots()).sum()
     }
-}
-
-/// The oldest dirty block over the locked shards: (dirty since, position, slot).
-fn oldest_dirty(locked: &[MutexGuard<'_, ShardState>]) -> Option<(Instant, usize, u32)> {
-    locked
-        .iter()
-        .enumerate()
-        .filter_map(|(at, state)| state.oldest_dirty().map(|(slot, since)| (since, at, slot)))
-        .min()
 }
 
 #[cfg(test)]

@@ -307,6 +307,40 @@ fn a_bulk_write_over_dirty_cached_blocks_is_not_overwritten_by_their_write_back(
 }
 
 #[test]
+fn over_the_dirty_high_mark_every_shard_writes_back_its_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(vec![dir.path().to_path_buf()], true);
+    config.block_bytes = BLOCK_BYTES as u64;
+    config.cache_capacity_bytes = 64 * BLOCK_BYTES as u64;
+    config.bulk_bytes_min = 0;
+    config.dirty_bytes_high_max = 8 * BLOCK_BYTES as u64;
+    let store = Store::open_sharded(config, 4).unwrap();
+    assert_eq!(store.cache_shape(), (8, 8));
+    let target = store.target_ids()[0];
+    store.create_subfile(target, FileId(7), SubfileIndex(0)).ok();
+    let fork = ForkRef::new(target, FileId(7), SubfileIndex(0), "data");
+    // One block in each of 32 shard groups: dirty blocks in (nearly) every shard.
+    for group in 0..32u64 {
+        let extent = Extent::new(group * 8 * BLOCK_BYTES as u64, BLOCK_BYTES as u64);
+        store.write(&fork, &[extent], &pattern(BLOCK_BYTES, group as u8)).unwrap();
+    }
+    let dirty_before = store.stats().dirty_bytes;
+    assert!(dirty_before > 8 * BLOCK_BYTES as u64, "{dirty_before}");
+    // Nothing is old enough; only the excess over the high mark goes, down to half of it.
+    store.flush_aged(std::time::Duration::from_secs(3600)).unwrap();
+    let dirty_after = store.stats().dirty_bytes;
+    assert!(dirty_after <= 4 * BLOCK_BYTES as u64, "{dirty_before} -> {dirty_after}");
+    store.check_invariants();
+    for group in 0..32u64 {
+        let mut out = vec![0; BLOCK_BYTES];
+        store
+            .read(&fork, &[Extent::new(group * 8 * BLOCK_BYTES as u64, BLOCK_BYTES as u64)], &mut out)
+            .unwrap();
+        assert_eq!(out, pattern(BLOCK_BYTES, group as u8), "group {group}");
+    }
+}
+
+#[test]
 fn a_bulk_write_over_a_block_written_back_keeps_the_newest_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _config, fork) = bulk_store(dir.path(), BLOCK_BYTES as u64);
