@@ -581,22 +581,56 @@ impl Store {
     }
 
     /// Writes back every dirty block and fdatasyncs (data and checksums of) every fork
-    /// written since its last sync, overlapping the fdatasyncs; durable when it returns.
+    /// written since its last sync, overlapping the fdatasyncs; durable when it returns. A
+    /// fork removed after the snapshot of live forks (`UnknownFork` from its sync) has
+    /// nothing left to flush and is skipped; any other error is returned.
     pub fn flush_all(&self) -> Result<(), StoreError> {
         let items = self.cache.take_dirty(None);
         write_back(&self.cache, items, Placement::Hot)?;
-        let live: Vec<Arc<Fork>> = self.targets.iter().flat_map(TargetRuntime::live_forks).collect();
-        let first_error = self.sync_forks(&live).into_iter().find(Result::is_err);
+        let live = self.live_forks();
+        let first_error = self.sync_live(&live);
         for runtime in &self.targets {
             runtime.sync_closed()?;
         }
-        first_error.unwrap_or(Ok(()))
+        first_error
+    }
+
+    /// Every live fork of every target, a snapshot.
+    fn live_forks(&self) -> Vec<Arc<Fork>> {
+        self.targets.iter().flat_map(TargetRuntime::live_forks).collect()
+    }
+
+    /// Syncs the forks of a `live_forks` snapshot; returns the first error, except
+    /// `UnknownFork`: a fork removed since the snapshot has nothing left to flush.
+    fn sync_live(&self, live: &[Arc<Fork>]) -> Result<(), StoreError> {
+        let mut results = self.sync_forks(live).into_iter();
+        results
+            .find(|result| !matches!(result, Ok(()) | Err(StoreError::UnknownFork { .. })))
+            .unwrap_or(Ok(()))
+    }
+
+    /// Syncs the forks of `live` as `flush_all` does after its snapshot.
+    #[cfg(test)]
+    pub(crate) fn sync_snapshot(&self, live: &[Arc<Fork>]) -> Result<(), StoreError> {
+        self.sync_live(live)
+    }
+
+    /// Looks a fork up and holds it (as a request in flight does).
+    #[cfg(test)]
+    pub(crate) fn hold_fork(&self, fork: &ForkRef<'_>) -> Result<Arc<Fork>, StoreError> {
+        self.fork(fork)
     }
 
     /// The cache shard of a block of a fork.
     #[cfg(test)]
     pub(crate) fn cache_shard_of(&self, fork: &ForkRef<'_>, block: u64) -> usize {
         self.cache.shard_of(self.fork(fork).expect("a live fork").serial(), block)
+    }
+
+    /// `flush_all`'s snapshot of the live forks.
+    #[cfg(test)]
+    pub(crate) fn live_forks_snapshot(&self) -> Vec<Arc<Fork>> {
+        self.live_forks()
     }
 
     /// A snapshot of the counters.

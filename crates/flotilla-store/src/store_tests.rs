@@ -307,6 +307,29 @@ fn a_bulk_write_over_dirty_cached_blocks_is_not_overwritten_by_their_write_back(
 }
 
 #[test]
+fn flush_all_skips_a_fork_removed_after_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _config, fork) = bulk_store(dir.path(), BLOCK_BYTES as u64);
+    let other = ForkRef::new(fork.target, FileId(7), SubfileIndex(0), "other");
+    store.create_fork(&other).unwrap();
+    // Bulk writes go to the fork files at once and leave both forks unsynced.
+    for (seed, each) in [(5, &fork), (6, &other)] {
+        store.write(each, &[Extent::new(0, BLOCK_BYTES as u64)], &pattern(BLOCK_BYTES, seed)).unwrap();
+    }
+    // Both forks in use (held, as by requests in flight); flush_all's snapshot, then the
+    // removal it races with, then its sync.
+    let _held = [store.hold_fork(&fork).unwrap(), store.hold_fork(&other).unwrap()];
+    let live = store.live_forks_snapshot();
+    assert_eq!(live.len(), 2);
+    store.remove_fork(&other).unwrap();
+    store.sync_snapshot(&live).expect("a removed fork has nothing to flush");
+    store.flush_all().unwrap();
+    let mut out = vec![0; BLOCK_BYTES];
+    store.read(&fork, &[Extent::new(0, BLOCK_BYTES as u64)], &mut out).unwrap();
+    assert_eq!(out, pattern(BLOCK_BYTES, 5));
+}
+
+#[test]
 fn over_the_dirty_high_mark_every_shard_writes_back_its_share() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = StoreConfig::new(vec![dir.path().to_path_buf()], true);
@@ -542,7 +565,7 @@ fn pressure_workload(store: &Store, target: flotilla_types::TargetId) -> Vec<Vec
             scope.spawn(move || read_everywhere(store, fork, reader, 3 * REGION_BLOCKS, writing));
         }
         scope.spawn(|| churn_fork(store, &other, &writing));
-        scope.spawn(|| flush_while(store, &fork, &writing));
+        scope.spawn(|| flush_while(store, &writing));
         let models = writers.into_iter().map(|writer| writer.join()).collect::<Vec<_>>();
         writing.store(false, Ordering::SeqCst);
         models.into_iter().map(|model| model.expect("a writer panicked")).collect()
@@ -606,11 +629,11 @@ fn churn_fork(store: &Store, fork: &ForkRef<'_>, writing: &std::sync::atomic::At
     }
 }
 
-/// Writes back aged blocks and syncs `fork` (not `flush_all`, which fails with
-/// `UnknownFork` when it syncs a fork `churn_fork` removes meanwhile).
-fn flush_while(store: &Store, fork: &ForkRef<'_>, writing: &std::sync::atomic::AtomicBool) {
+/// Writes back aged blocks and flushes everything, including the fork `churn_fork` removes
+/// and creates again meanwhile.
+fn flush_while(store: &Store, writing: &std::sync::atomic::AtomicBool) {
     while writing.load(std::sync::atomic::Ordering::SeqCst) {
         store.flush_aged(std::time::Duration::ZERO).unwrap();
-        store.sync(fork).unwrap();
+        store.flush_all().unwrap();
     }
 }
