@@ -1,14 +1,16 @@
 //! Cache hits from several threads at once, with the cache index in one shard and in N
 //! shards alternated in one process (issue 12, "the cache index sharded"). Each pass opens a
-//! store (64 MiB cache of 32 KiB blocks, `bulk_bytes_min = 0`), writes and reads once the
+//! store (a `CACHE_MIB` cache of 32 KiB blocks, `bulk_bytes_min = 0`), writes and reads once the
 //! blocks of `THREADS_MAX` threads (`BLOCKS_PER_THREAD` each, all cached), then has T threads
 //! each read `READS` 32 KiB block-aligned pieces of its own blocks through `Store::read`:
 //! every read is one cache hit (one pin and one unpin of one shard). Prints every pass, then
 //! per thread count the median hits/s over the rounds for 1 shard and for N, and the cache
 //! lock waits (a shard's mutex found held).
 //!
-//! `cargo run --release -p flotilla-store --example cache_contention_bench -- ROUNDS SHARDS READS`
-//! (default: 5 rounds, 8 shards, 200000 reads per thread).
+//! `cargo run --release -p flotilla-store --example cache_contention_bench -- ROUNDS SHARDS READS CACHE_MIB`
+//! (default: 5 rounds, 8 shards, 200000 reads per thread, 64 MiB). `SHARDS` is the
+//! configured `cache_shards`, an upper bound: a 64 MiB cache uses 2 of 8 (windows of half
+//! the cache), 512 MiB and up all 8.
 
 use flotilla_store::{Extent, ForkRef, Store, StoreConfig};
 use flotilla_types::{FileId, SubfileIndex};
@@ -25,9 +27,9 @@ fn fork_of(store: &Store) -> ForkRef<'static> {
 }
 
 /// A store over `dir` with the blocks of every thread cached.
-fn warm_store(dir: &Path, shards: usize) -> Result<Store, Box<dyn std::error::Error>> {
+fn warm_store(dir: &Path, shards: usize, cache_mib: u64) -> Result<Store, Box<dyn std::error::Error>> {
     let mut config = StoreConfig::new(vec![dir.to_path_buf()], true);
-    config.cache_capacity_bytes = 64 << 20;
+    config.cache_capacity_bytes = cache_mib << 20;
     config.block_bytes = BLOCK_BYTES;
     config.bulk_bytes_min = 0;
     config.cache_shards = shards;
@@ -78,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rounds = args.first().copied().unwrap_or(5) as usize;
     let shards_many = args.get(1).copied().unwrap_or(8) as usize;
     let reads = args.get(2).copied().unwrap_or(200_000);
+    let cache_mib = args.get(3).copied().unwrap_or(64);
     let dir = tempfile::tempdir_in(std::env::var("FLOTILLA_BENCH_DIR").unwrap_or_else(|_| ".".into()))?;
     let layouts = [1, shards_many];
     // rates[layout][threads index]: one hits/s figure per round.
@@ -88,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for (at, &threads) in THREADS.iter().enumerate() {
             for (layout, &shards) in layouts.iter().enumerate() {
                 let pass_dir = tempfile::tempdir_in(dir.path())?;
-                let store = warm_store(pass_dir.path(), shards)?;
+                let store = warm_store(pass_dir.path(), shards, cache_mib)?;
                 let (rate, lock_waits) = hit_pass(&store, threads, reads)?;
                 drop(store);
                 println!("{round}\t{threads}\t{shards}\t{rate:.0}\t{lock_waits}");
