@@ -49,6 +49,10 @@ pub struct ServerConfig {
     /// Disk threads per `dir` target: block reads and write-backs of one target in flight at
     /// once (queue depth), in `1..=64`; `sim` and `lines` targets always have one.
     pub disk_threads_per_target: usize,
+    /// Shards of the cache index, each with its own lock (a power of two in `1..=64`; fewer
+    /// are used in a small cache, so that windows stay at least half the cache or 64 MiB), so
+    /// cache hits on different blocks do not contend.
+    pub cache_shards: usize,
     pub fd_cache_max: usize,
     /// Reads and writes parked at once while their blocks load from disk, holding no worker
     /// thread (issue 12), in `0..=PARKED_REQUESTS_MAX_LIMIT`; when full, a worker waits for
@@ -218,6 +222,7 @@ impl Default for ServerConfig {
             cache_capacity_bytes: 256 << 20,
             disk_queue_max: 4096,
             disk_threads_per_target: flotilla_store::StoreConfig::default().disk_threads_per_target,
+            cache_shards: flotilla_store::CACHE_SHARDS_DEFAULT,
             fd_cache_max: 256,
             parked_requests_max: PARKED_REQUESTS_MAX_DEFAULT,
             dirty_age_max_ms: 5000,

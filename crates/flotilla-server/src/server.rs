@@ -178,6 +178,7 @@ async fn open_store(config: &ServerConfig) -> anyhow::Result<Store> {
     store_config.cache_capacity_bytes = config.cache_capacity_bytes;
     store_config.disk_queue_max = config.disk_queue_max;
     store_config.disk_threads_per_target = config.disk_threads_per_target;
+    store_config.cache_shards = config.cache_shards;
     store_config.fd_cache_max = config.fd_cache_max;
     store_config.write_full = config.write_full;
     store_config.bulk_bytes_min = config.bulk_bytes_min;

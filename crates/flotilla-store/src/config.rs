@@ -13,6 +13,14 @@ pub const CACHE_BLOCKS_MIN: u64 = 4;
 /// Most disk threads a target may have (`disk_threads_per_target`).
 pub const DISK_THREADS_PER_TARGET_MAX: usize = 64;
 
+/// Most cache shards (`cache_shards`): a window's shards fit in a 64-bit mask.
+pub const CACHE_SHARDS_MAX: usize = 64;
+/// Default of `cache_shards`: twice the default worker threads of a server (4), so two
+/// requests hitting random blocks meet on a shard one time in eight. It is an upper bound:
+/// caches too small for 8 shards with windows of half the cache or 64 MiB get fewer (the
+/// default 64 MiB store cache 2, a server's default 256 MiB cache 4, 512 MiB and up 8).
+pub const CACHE_SHARDS_DEFAULT: usize = 8;
+
 /// Default of `bulk_bytes_min`: a stripe unit of the default layout, eight default blocks.
 pub const BULK_BYTES_MIN_DEFAULT: u64 = 256 << 10;
 
@@ -36,6 +44,13 @@ pub struct StoreConfig {
     /// depth), in `1..=DISK_THREADS_PER_TARGET_MAX`. `sim` and `lines` targets always have
     /// one: a simulated disk has one arm, and a lines image moves its blocks under one lock.
     pub disk_threads_per_target: usize,
+    /// Shards of the cache index (`block_cache`), each with its own mutex: a power of two in
+    /// `1..=CACHE_SHARDS_MAX`, at most. A request window pins at most one shard's slots (and
+    /// at most half the cache), so fewer shards are used when the cache is small: each shard
+    /// keeps at least 64 slots (or half the cache) and a window at least 64 MiB (or half the
+    /// cache), as large as before sharding for every request up to the default
+    /// `request_bytes_max`.
+    pub cache_shards: usize,
     /// Most fork files kept open at once, over all targets.
     pub fd_cache_max: usize,
     /// Largest fork size; a request ending past it is refused.
@@ -66,6 +81,7 @@ impl Default for StoreConfig {
             disk_queue_max: 4096,
             disk_run_bytes_max: 1 << 20,
             disk_threads_per_target: 1,
+            cache_shards: CACHE_SHARDS_DEFAULT,
             fd_cache_max: 256,
             fork_bytes_max: 1 << 50,
             dirty_bytes_high_max: 32 << 20,
@@ -129,6 +145,12 @@ impl StoreConfig {
                 format!("({}) must be in 1..={DISK_THREADS_PER_TARGET_MAX}", self.disk_threads_per_target),
             );
         }
+        if !self.cache_shards.is_power_of_two() || self.cache_shards > CACHE_SHARDS_MAX {
+            return bad(
+                "cache_shards",
+                format!("({}) must be a power of two in 1..={CACHE_SHARDS_MAX}", self.cache_shards),
+            );
+        }
         if self.sync_threads_max == 0 {
             return bad("sync_threads_max", "must be at least 1".into());
         }
@@ -164,6 +186,24 @@ mod tests {
         config.block_bytes = 4096;
         config.cache_capacity_bytes = 4096 * 3;
         assert!(matches!(config.validate(), Err(StoreError::BadConfig { name: "cache_capacity_bytes", .. })));
+    }
+
+    #[test]
+    fn cache_shards_must_be_a_power_of_two_up_to_the_maximum() {
+        let mut config = StoreConfig::new(vec!["/tmp/x".into()], false);
+        for (shards, valid) in
+            [(0, false), (1, true), (2, true), (3, false), (8, true), (64, true), (128, false)]
+        {
+            config.cache_shards = shards;
+            let result = config.validate();
+            match valid {
+                true => assert!(result.is_ok(), "{shards}"),
+                false => assert!(
+                    matches!(&result, Err(StoreError::BadConfig { name: "cache_shards", .. })),
+                    "{shards}: {result:?}"
+                ),
+            }
+        }
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! - `request` — one read or write: extents to blocks a window at a time (`window`), pin,
 //!   submit all misses at once, copy in extent order. `bulk` — on `dir` targets, pieces of
 //!   at least `bulk_bytes_min` whole blocks go straight to and from the fork file instead.
-//! - `block_cache` — index and replacement (hash index, clean LRU, dirty FIFO, pins); bytes
-//!   live in `slot_pool`, which is also all the disk threads see.
+//! - `block_cache` — index and replacement (hash index, clean LRU, dirty FIFO, pins), in
+//!   `cache_shards` shards with a mutex each (`cache_shard`) plus the bulk gates
+//!   (`cache_gates`); bytes live in `slot_pool`, which is also all the disk threads see.
 //! - `disk_manager` — a bounded pool of threads per target (`disk_threads_per_target`; one
 //!   for `sim` and `lines`) serving `disk_queue` in C-SCAN order, coalescing adjacent blocks
 //!   into one vectored system call, never moving one block on two threads at once.
@@ -25,11 +26,14 @@
 //! Limits: cache memory (`cache_capacity_bytes`), disk queue (`disk_queue_max`), disk
 //! threads (`disk_threads_per_target`), coalesced
 //! transfer (`disk_run_bytes_max`), open files (`fd_cache_max`), fork size
-//! (`fork_bytes_max`); a request pins at most half the cache at once.
+//! (`fork_bytes_max`), cache shards (`cache_shards`); a request pins at most half the cache,
+//! and at most one shard's slots, at once.
 
 mod backend;
 mod block_cache;
 mod bulk;
+mod cache_gates;
+mod cache_shard;
 mod checksum;
 mod completion;
 mod config;
@@ -78,7 +82,7 @@ pub use backend::ForkBackend;
 pub use checksum::CHECKSUM_ENTRY_BYTES;
 pub use config::{
     StoreConfig, BLOCK_BYTES_MAX, BLOCK_BYTES_MIN, BULK_BYTES_MIN_DEFAULT, CACHE_BLOCKS_MIN,
-    DISK_THREADS_PER_TARGET_MAX,
+    CACHE_SHARDS_DEFAULT, CACHE_SHARDS_MAX, DISK_THREADS_PER_TARGET_MAX,
 };
 #[cfg(feature = "test-support")]
 pub use crash_fork::{CrashDisk, CrashFork, PowerLossReport, CRASH_SECTOR_BYTES};

@@ -109,7 +109,7 @@ fn prefetch_pins_are_bounded_by_the_budget() {
 #[test]
 fn no_room_declines_and_the_blocking_read_still_works() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, fork) = open(&config(dir.path(), 8));
+    let (store, fork) = open(&StoreConfig { cache_shards: 1, ..config(dir.path(), 8) });
     // Every slot dirty: no free or clean room without a write-back.
     store.write(&fork, &blocks(0, 4), &pattern(4 * BLOCK_BYTES as usize)).unwrap();
     store.write(&fork, &blocks(4, 4), &pattern(4 * BLOCK_BYTES as usize)).unwrap();
@@ -121,6 +121,31 @@ fn no_room_declines_and_the_blocking_read_still_works() {
     let mut out = vec![1u8; BLOCK_BYTES as usize];
     store.read(&fork, &blocks(10, 1), &mut out).unwrap();
     assert!(out.iter().all(|&byte| byte == 0), "past the end reads as zeros");
+}
+
+#[test]
+fn a_shard_without_room_declines_while_another_shard_has_room() {
+    let dir = tempfile::tempdir().unwrap();
+    // 8 slots in 2 shards of 4; blocks 0..4 share a shard group, so they fill one shard.
+    let (store, fork) = cold_store(dir.path(), 8, 0);
+    assert_eq!(store.cache_shape(), (2, 4));
+    store.write(&fork, &blocks(0, 4), &pattern(4 * BLOCK_BYTES as usize)).unwrap();
+    assert_eq!(store.stats().dirty_bytes, 4 * BLOCK_BYTES);
+    let full = store.cache_shard_of(&fork, 0);
+    let group_in = |wanted: bool| {
+        (1..64).map(|group| group * 8).find(|&block| (store.cache_shard_of(&fork, block) == full) == wanted)
+    };
+    let (same, other) = (group_in(true).unwrap(), group_in(false).unwrap());
+    let declined = store.prefetch(&fork, &blocks(same, 1), false).unwrap();
+    assert!(matches!(declined, Prefetch::Declined(Declined::NoRoom)), "{declined:?}");
+    assert_eq!(store.pinned_slots(), 0, "the declined prefetch pinned nothing");
+    // Past the end: a zero-filled block, pinned, with nothing to read.
+    assert!(matches!(store.prefetch(&fork, &blocks(other, 1), false).unwrap(), Prefetch::Ready));
+    store.check_invariants();
+    let mut out = vec![1u8; BLOCK_BYTES as usize];
+    store.read(&fork, &blocks(same, 1), &mut out).unwrap();
+    assert!(out.iter().all(|&byte| byte == 0), "the blocking read writes back and reads");
+    store.check_invariants();
 }
 
 #[test]

@@ -45,6 +45,9 @@ pub struct StoreStats {
     /// `disk_writes`/`disk_write_bytes`).
     pub bulk_writes: u64,
     pub bulk_write_bytes: u64,
+    /// Times a thread found a cache shard's mutex held and had to wait for it (lock
+    /// contention of the cache index; `cache_shards`).
+    pub cache_lock_waits: u64,
     /// Gauge: bytes of dirty blocks in the cache.
     pub dirty_bytes: u64,
     /// Gauge: bytes of blocks holding data in the cache.
@@ -76,6 +79,7 @@ impl StoreStats {
             bulk_read_bytes: self.bulk_read_bytes.saturating_sub(earlier.bulk_read_bytes),
             bulk_writes: self.bulk_writes.saturating_sub(earlier.bulk_writes),
             bulk_write_bytes: self.bulk_write_bytes.saturating_sub(earlier.bulk_write_bytes),
+            cache_lock_waits: self.cache_lock_waits.saturating_sub(earlier.cache_lock_waits),
             dirty_bytes: self.dirty_bytes,
             cached_bytes: self.cached_bytes,
         }
@@ -106,6 +110,7 @@ pub(crate) struct Counters {
     pub bulk_read_bytes: AtomicU64,
     pub bulk_writes: AtomicU64,
     pub bulk_write_bytes: AtomicU64,
+    pub cache_lock_waits: AtomicU64,
 }
 
 /// Adds `amount` to a counter.
@@ -139,6 +144,7 @@ impl Counters {
             bulk_read_bytes: get(&self.bulk_read_bytes),
             bulk_writes: get(&self.bulk_writes),
             bulk_write_bytes: get(&self.bulk_write_bytes),
+            cache_lock_waits: get(&self.cache_lock_waits),
             dirty_bytes,
             cached_bytes,
         }

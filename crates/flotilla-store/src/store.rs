@@ -13,7 +13,7 @@
 //! data and checksum files. `flush_aged` writes back without syncing. Dropping
 //! the store runs `flush_all` and logs a failure.
 
-use crate::block_cache::{BlockCache, Placement};
+use crate::block_cache::{cache_geometry, BlockCache, Placement, SHARD_SLOTS_MIN, WINDOW_BYTES_MIN};
 use crate::bulk::{self, Segment};
 use crate::config::StoreConfig;
 use crate::disk_manager::{DiskLimits, DiskManager};
@@ -68,11 +68,31 @@ impl Store {
     /// Opens every target (each a spec: `DIR`, `dir:DIR` or `sim:MODEL:DIR`) and starts each
     /// target's disk scheduler threads (`disk_threads`).
     pub fn open(config: StoreConfig) -> Result<Store, StoreError> {
+        let window_blocks_min = (WINDOW_BYTES_MIN / config.block_bytes.max(1)) as usize;
+        Self::open_with_geometry(config, (SHARD_SLOTS_MIN, window_blocks_min))
+    }
+
+    /// `open` with each cache shard keeping at least `shard_slots_min` slots (or half the
+    /// cache); tests use small values to get many shards out of tiny caches.
+    /// Windows are not kept at `WINDOW_BYTES_MIN` there.
+    #[cfg(test)]
+    pub(crate) fn open_sharded(config: StoreConfig, shard_slots_min: usize) -> Result<Store, StoreError> {
+        Self::open_with_geometry(config, (shard_slots_min, 1))
+    }
+
+    /// `open` with each shard keeping at least `shard_slots_min` slots and each window
+    /// `window_blocks_min` blocks (or half the cache), see `cache_geometry`.
+    fn open_with_geometry(
+        config: StoreConfig,
+        (shard_slots_min, window_blocks_min): (usize, usize),
+    ) -> Result<Store, StoreError> {
         config.validate()?;
         let counters = Arc::new(Counters::default());
         let cache_blocks = config.cache_blocks() as usize;
         let pool = Arc::new(SlotPool::new(cache_blocks, config.block_bytes as usize));
-        let cache = Arc::new(BlockCache::new(pool.clone(), counters.clone()));
+        let geometry =
+            cache_geometry(cache_blocks, config.cache_shards, (shard_slots_min, window_blocks_min));
+        let cache = Arc::new(BlockCache::new(pool.clone(), counters.clone(), geometry.shards));
         let write_full = match config.write_full {
             true => Some(
                 WriteFull::start(cache.clone(), cache_blocks)
@@ -117,12 +137,13 @@ impl Store {
                 unsynced_closed: Arc::new(Mutex::new(HashSet::new())),
             }));
         }
-        let window_blocks_max = (cache_blocks / 2).max(1);
+        let window_blocks_max = geometry.window_blocks_max;
         Ok(Store {
             block_shift: config.block_bytes.trailing_zeros(),
             window_blocks_max,
             // A request waiting for room always finds one window's worth once the running
-            // requests unpin, however many blocks prefetches hold.
+            // requests unpin, however many blocks prefetches hold (`pin_if_room` also keeps
+            // one window's worth of every shard unpinned by prefetches).
             prefetch_budget: PinBudget::new(cache_blocks - window_blocks_max),
             config,
             counters,
@@ -560,16 +581,56 @@ impl Store {
     }
 
     /// Writes back every dirty block and fdatasyncs (data and checksums of) every fork
-    /// written since its last sync, overlapping the fdatasyncs; durable when it returns.
+    /// written since its last sync, overlapping the fdatasyncs; durable when it returns. A
+    /// fork removed after the snapshot of live forks (`UnknownFork` from its sync) has
+    /// nothing left to flush and is skipped; any other error is returned.
     pub fn flush_all(&self) -> Result<(), StoreError> {
         let items = self.cache.take_dirty(None);
         write_back(&self.cache, items, Placement::Hot)?;
-        let live: Vec<Arc<Fork>> = self.targets.iter().flat_map(TargetRuntime::live_forks).collect();
-        let first_error = self.sync_forks(&live).into_iter().find(Result::is_err);
+        let live = self.live_forks();
+        let first_error = self.sync_live(&live);
         for runtime in &self.targets {
             runtime.sync_closed()?;
         }
-        first_error.unwrap_or(Ok(()))
+        first_error
+    }
+
+    /// Every live fork of every target, a snapshot.
+    fn live_forks(&self) -> Vec<Arc<Fork>> {
+        self.targets.iter().flat_map(TargetRuntime::live_forks).collect()
+    }
+
+    /// Syncs the forks of a `live_forks` snapshot; returns the first error, except
+    /// `UnknownFork`: a fork removed since the snapshot has nothing left to flush.
+    fn sync_live(&self, live: &[Arc<Fork>]) -> Result<(), StoreError> {
+        let mut results = self.sync_forks(live).into_iter();
+        results
+            .find(|result| !matches!(result, Ok(()) | Err(StoreError::UnknownFork { .. })))
+            .unwrap_or(Ok(()))
+    }
+
+    /// Syncs the forks of `live` as `flush_all` does after its snapshot.
+    #[cfg(test)]
+    pub(crate) fn sync_snapshot(&self, live: &[Arc<Fork>]) -> Result<(), StoreError> {
+        self.sync_live(live)
+    }
+
+    /// Looks a fork up and holds it (as a request in flight does).
+    #[cfg(test)]
+    pub(crate) fn hold_fork(&self, fork: &ForkRef<'_>) -> Result<Arc<Fork>, StoreError> {
+        self.fork(fork)
+    }
+
+    /// The cache shard of a block of a fork.
+    #[cfg(test)]
+    pub(crate) fn cache_shard_of(&self, fork: &ForkRef<'_>, block: u64) -> usize {
+        self.cache.shard_of(self.fork(fork).expect("a live fork").serial(), block)
+    }
+
+    /// `flush_all`'s snapshot of the live forks.
+    #[cfg(test)]
+    pub(crate) fn live_forks_snapshot(&self) -> Vec<Arc<Fork>> {
+        self.live_forks()
     }
 
     /// A snapshot of the counters.
@@ -611,6 +672,12 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn pinned_slots(&self) -> usize {
         self.cache.pinned_slots()
+    }
+
+    /// Shards of the cache and the most blocks a window pins.
+    #[cfg(test)]
+    pub(crate) fn cache_shape(&self) -> (usize, usize) {
+        (self.cache.shard_count(), self.window_blocks_max)
     }
 }
 

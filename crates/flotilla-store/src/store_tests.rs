@@ -7,6 +7,7 @@
 use crate::{Extent, ForkRef, Store, StoreConfig};
 use flotilla_types::{FileId, SubfileIndex};
 use proptest::prelude::*;
+use std::sync::Arc;
 
 const BLOCK_BYTES: usize = 512;
 const SPAN_BYTES: u64 = 24 * 1024;
@@ -18,6 +19,8 @@ enum Op {
     Sync,
     FlushAged,
     Truncate(u64),
+    /// Remove the fork (dropping its cached blocks) and create it again, empty.
+    Recreate,
 }
 
 fn extent() -> impl Strategy<Value = Extent> {
@@ -31,6 +34,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Sync),
         1 => Just(Op::FlushAged),
         1 => (0..SPAN_BYTES).prop_map(Op::Truncate),
+        1 => Just(Op::Recreate),
     ]
 }
 
@@ -90,15 +94,37 @@ fn run_with(ops: &[Op], cache_blocks: u64, kind: Kind, bulk_bytes_min: u64) {
 
 /// `run_with` on `disk_threads` threads per target.
 fn run_threads(ops: &[Op], cache_blocks: u64, kind: Kind, bulk_bytes_min: u64, disk_threads: usize) {
+    let shards =
+        Shards { configured: crate::CACHE_SHARDS_DEFAULT, slots_min: crate::block_cache::SHARD_SLOTS_MIN };
+    run_sharded(ops, cache_blocks, kind, bulk_bytes_min, disk_threads, shards);
+}
+
+/// The cache's shards: as configured, each keeping at least `slots_min` slots (or half).
+#[derive(Clone, Copy, Debug)]
+struct Shards {
+    configured: usize,
+    slots_min: usize,
+}
+
+/// `run_threads` with the cache cut into `shards`.
+fn run_sharded(
+    ops: &[Op],
+    cache_blocks: u64,
+    kind: Kind,
+    bulk_bytes_min: u64,
+    disk_threads: usize,
+    shards: Shards,
+) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = StoreConfig::new(vec![target_spec(kind, dir.path())], true);
+    config.cache_shards = shards.configured;
     config.disk_threads_per_target = disk_threads;
     config.bulk_bytes_min = bulk_bytes_min;
     config.block_bytes = BLOCK_BYTES as u64;
     config.cache_capacity_bytes = cache_blocks * BLOCK_BYTES as u64;
     config.disk_run_bytes_max = 4 * BLOCK_BYTES as u64;
     config.dirty_bytes_high_max = 2 * BLOCK_BYTES as u64;
-    let store = Store::open(config.clone()).unwrap();
+    let store = Store::open_sharded(config.clone(), shards.slots_min).unwrap();
     let target = store.target_ids()[0];
     store.create_subfile(target, FileId(7), SubfileIndex(0)).unwrap();
     let fork = ForkRef::new(target, FileId(7), SubfileIndex(0), "data");
@@ -138,6 +164,11 @@ fn apply(store: &Store, fork: &ForkRef<'_>, model: &mut Vec<u8>, op: &Op) {
         Op::Truncate(size) => {
             store.truncate(fork, *size).unwrap();
             model.resize(*size as usize, 0);
+        }
+        Op::Recreate => {
+            store.remove_fork(fork).unwrap();
+            store.create_fork(fork).unwrap();
+            model.clear();
         }
     }
 }
@@ -196,6 +227,31 @@ proptest! {
     }
 
     #[test]
+    fn one_shard_matches_model_with_tiny_cache(ops in prop::collection::vec(op(), 1..40)) {
+        run_sharded(&ops, 6, Kind::Dir, 0, 1, Shards { configured: 1, slots_min: 2 });
+    }
+
+    #[test]
+    fn one_shard_matches_model_with_roomy_cache(ops in prop::collection::vec(op(), 1..40)) {
+        run_sharded(&ops, 256, Kind::Dir, BLOCK_BYTES as u64, 1, Shards { configured: 1, slots_min: 2 });
+    }
+
+    #[test]
+    fn eight_shards_of_two_slots_match_model(ops in prop::collection::vec(op(), 1..40)) {
+        run_sharded(&ops, 16, Kind::Dir, 0, 3, Shards { configured: 8, slots_min: 2 });
+    }
+
+    #[test]
+    fn sixteen_shards_with_bulk_match_model(ops in prop::collection::vec(op(), 1..40)) {
+        run_sharded(&ops, 64, Kind::Dir, 2 * BLOCK_BYTES as u64, 1, Shards { configured: 16, slots_min: 3 });
+    }
+
+    #[test]
+    fn lines_on_four_shards_matches_model(ops in prop::collection::vec(op(), 1..40)) {
+        run_sharded(&ops, 12, Kind::Lines, 0, 1, Shards { configured: 4, slots_min: 3 });
+    }
+
+    #[test]
     fn lines_matches_model_with_roomy_cache(ops in prop::collection::vec(op(), 1..40)) {
         run(&ops, 256, Kind::Lines);
     }
@@ -248,6 +304,63 @@ fn a_bulk_write_over_dirty_cached_blocks_is_not_overwritten_by_their_write_back(
     reopened.read(&fork, &whole, &mut out).unwrap();
     assert_eq!(out, expected);
     assert_eq!(reopened.stats().checksum_errors, 0);
+}
+
+#[test]
+fn flush_all_skips_a_fork_removed_after_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _config, fork) = bulk_store(dir.path(), BLOCK_BYTES as u64);
+    let other = ForkRef::new(fork.target, FileId(7), SubfileIndex(0), "other");
+    store.create_fork(&other).unwrap();
+    // Bulk writes go to the fork files at once and leave both forks unsynced.
+    for (seed, each) in [(5, &fork), (6, &other)] {
+        store.write(each, &[Extent::new(0, BLOCK_BYTES as u64)], &pattern(BLOCK_BYTES, seed)).unwrap();
+    }
+    // Both forks in use (held, as by requests in flight); flush_all's snapshot, then the
+    // removal it races with, then its sync.
+    let _held = [store.hold_fork(&fork).unwrap(), store.hold_fork(&other).unwrap()];
+    let live = store.live_forks_snapshot();
+    assert_eq!(live.len(), 2);
+    store.remove_fork(&other).unwrap();
+    store.sync_snapshot(&live).expect("a removed fork has nothing to flush");
+    store.flush_all().unwrap();
+    let mut out = vec![0; BLOCK_BYTES];
+    store.read(&fork, &[Extent::new(0, BLOCK_BYTES as u64)], &mut out).unwrap();
+    assert_eq!(out, pattern(BLOCK_BYTES, 5));
+}
+
+#[test]
+fn over_the_dirty_high_mark_every_shard_writes_back_its_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(vec![dir.path().to_path_buf()], true);
+    config.block_bytes = BLOCK_BYTES as u64;
+    config.cache_capacity_bytes = 64 * BLOCK_BYTES as u64;
+    config.bulk_bytes_min = 0;
+    config.dirty_bytes_high_max = 8 * BLOCK_BYTES as u64;
+    let store = Store::open_sharded(config, 4).unwrap();
+    assert_eq!(store.cache_shape(), (8, 8));
+    let target = store.target_ids()[0];
+    store.create_subfile(target, FileId(7), SubfileIndex(0)).ok();
+    let fork = ForkRef::new(target, FileId(7), SubfileIndex(0), "data");
+    // One block in each of 32 shard groups: dirty blocks in (nearly) every shard.
+    for group in 0..32u64 {
+        let extent = Extent::new(group * 8 * BLOCK_BYTES as u64, BLOCK_BYTES as u64);
+        store.write(&fork, &[extent], &pattern(BLOCK_BYTES, group as u8)).unwrap();
+    }
+    let dirty_before = store.stats().dirty_bytes;
+    assert!(dirty_before > 8 * BLOCK_BYTES as u64, "{dirty_before}");
+    // Nothing is old enough; only the excess over the high mark goes, down to half of it.
+    store.flush_aged(std::time::Duration::from_secs(3600)).unwrap();
+    let dirty_after = store.stats().dirty_bytes;
+    assert!(dirty_after <= 4 * BLOCK_BYTES as u64, "{dirty_before} -> {dirty_after}");
+    store.check_invariants();
+    for group in 0..32u64 {
+        let mut out = vec![0; BLOCK_BYTES];
+        store
+            .read(&fork, &[Extent::new(group * 8 * BLOCK_BYTES as u64, BLOCK_BYTES as u64)], &mut out)
+            .unwrap();
+        assert_eq!(out, pattern(BLOCK_BYTES, group as u8), "group {group}");
+    }
 }
 
 #[test]
@@ -385,4 +498,142 @@ fn a_bulk_gate_keeps_the_cache_and_conflicting_bulk_writes_out_until_it_opens() 
     let (_runs, first, _live) = store.hold_bulk_gate(&fork, 0, 4, false);
     let (_runs, second, _live) = store.hold_bulk_gate(&fork, 1, 2, false);
     drop((first, second));
+}
+
+/// Writers (each checking its own region at the end), readers over every region, a thread
+/// truncating and recreating a second fork, and a flusher, on a cache of 8 shards of 4 slots
+/// far too small for all of their windows at once. Fails if it has not finished in 60 s.
+#[test]
+fn sharded_cache_under_pressure_neither_deadlocks_nor_loses_data() {
+    use std::time::Duration;
+    const REGION_BLOCKS: u64 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(vec![dir.path().to_path_buf()], true);
+    config.block_bytes = BLOCK_BYTES as u64;
+    config.cache_capacity_bytes = 32 * BLOCK_BYTES as u64;
+    config.cache_shards = 8;
+    config.bulk_bytes_min = 0;
+    config.dirty_bytes_high_max = 4 * BLOCK_BYTES as u64;
+    let store = Arc::new(Store::open_sharded(config, 4).unwrap());
+    assert_eq!(store.cache_shape(), (8, 4));
+    let target = store.target_ids()[0];
+    store.create_subfile(target, FileId(7), SubfileIndex(0)).unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let workload = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(pressure_workload(&store, target));
+        })
+    };
+    let models = match done_rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(models) => models,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("deadlock: the workload did not finish within 60 s")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the workload panicked"),
+    };
+    workload.join().unwrap();
+    let fork = ForkRef::new(target, FileId(7), SubfileIndex(0), "data");
+    for (writer, model) in models.iter().enumerate() {
+        let start = writer as u64 * REGION_BLOCKS * BLOCK_BYTES as u64;
+        let mut out = vec![0; model.len()];
+        store.read(&fork, &[Extent::new(start, model.len() as u64)], &mut out).unwrap();
+        assert!(out == *model, "region of writer {writer} differs");
+    }
+    store.check_invariants();
+    assert!(store.stats().cache_lock_waits > 0 || store.stats().evictions > 0);
+}
+
+/// The threads of `sharded_cache_under_pressure_neither_deadlocks_nor_loses_data`; returns
+/// what each writer's region must hold.
+fn pressure_workload(store: &Store, target: flotilla_types::TargetId) -> Vec<Vec<u8>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const REGION_BLOCKS: u64 = 40;
+    let fork = ForkRef::new(target, FileId(7), SubfileIndex(0), "data");
+    let other = ForkRef::new(target, FileId(7), SubfileIndex(0), "other");
+    store.create_fork(&other).unwrap();
+    let writing = AtomicBool::new(true);
+    std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..3u64)
+            .map(|writer| {
+                let fork = &fork;
+                scope.spawn(move || write_region(store, fork, writer * REGION_BLOCKS, REGION_BLOCKS))
+            })
+            .collect();
+        for reader in 0..2u64 {
+            let (fork, writing) = (&fork, &writing);
+            scope.spawn(move || read_everywhere(store, fork, reader, 3 * REGION_BLOCKS, writing));
+        }
+        scope.spawn(|| churn_fork(store, &other, &writing));
+        scope.spawn(|| flush_while(store, &writing));
+        let models = writers.into_iter().map(|writer| writer.join()).collect::<Vec<_>>();
+        writing.store(false, Ordering::SeqCst);
+        models.into_iter().map(|model| model.expect("a writer panicked")).collect()
+    })
+}
+
+/// Writes scattered extents (so windows span shards) into `blocks` blocks from `first`;
+/// returns what the region must hold.
+fn write_region(store: &Store, fork: &ForkRef<'_>, first: u64, blocks: u64) -> Vec<u8> {
+    let region_bytes = blocks * BLOCK_BYTES as u64;
+    let base = first * BLOCK_BYTES as u64;
+    let mut model = vec![0u8; region_bytes as usize];
+    for round in 0..300u64 {
+        let extents: Vec<Extent> = (0..1 + round % 7)
+            .map(|at| {
+                let offset = (round * 1031 + at * 4099 + first * 7) % (region_bytes - 1);
+                let length = (1 + (round * 37 + at * 101) % 1500).min(region_bytes - offset);
+                Extent::new(base + offset, length)
+            })
+            .collect();
+        let total: u64 = extents.iter().map(|extent| extent.length).sum();
+        let data = pattern(total as usize, (round + first) as u8);
+        store.write(fork, &extents, &data).unwrap();
+        let local: Vec<Extent> =
+            extents.iter().map(|extent| Extent::new(extent.offset - base, extent.length)).collect();
+        model_write(&mut model, &local, &data);
+    }
+    model.resize(region_bytes as usize, 0);
+    model
+}
+
+fn read_everywhere(
+    store: &Store,
+    fork: &ForkRef<'_>,
+    seed: u64,
+    blocks: u64,
+    writing: &std::sync::atomic::AtomicBool,
+) {
+    let span = blocks * BLOCK_BYTES as u64;
+    let mut round = seed;
+    while writing.load(std::sync::atomic::Ordering::SeqCst) {
+        round += 1;
+        let extents: Vec<Extent> =
+            (0..4).map(|at| Extent::new((round * 2053 + at * 8209) % (span - 3000), 3000)).collect();
+        let mut out = vec![0; 12000];
+        store.read(fork, &extents, &mut out).unwrap();
+    }
+}
+
+/// Writes, truncates and recreates a fork (drop_fork and truncate_blocks under load).
+fn churn_fork(store: &Store, fork: &ForkRef<'_>, writing: &std::sync::atomic::AtomicBool) {
+    let mut round = 0u64;
+    while writing.load(std::sync::atomic::Ordering::SeqCst) {
+        round += 1;
+        store.write(fork, &[Extent::new(round % 5000, 6000)], &pattern(6000, round as u8)).unwrap();
+        store.truncate(fork, (round * 777) % 9000).unwrap();
+        if round.is_multiple_of(8) {
+            store.remove_fork(fork).unwrap();
+            store.create_fork(fork).unwrap();
+        }
+    }
+}
+
+/// Writes back aged blocks and flushes everything, including the fork `churn_fork` removes
+/// and creates again meanwhile.
+fn flush_while(store: &Store, writing: &std::sync::atomic::AtomicBool) {
+    while writing.load(std::sync::atomic::Ordering::SeqCst) {
+        store.flush_aged(std::time::Duration::ZERO).unwrap();
+        store.flush_all().unwrap();
+    }
 }
