@@ -19,6 +19,7 @@
 
 use crate::tokens::{wait_for_answer, PollSlot};
 use flotilla_proto::{ErrorCode, InodeToken, InodeTokenKind, WireError, INODE_TOKENS_PER_REQUEST_MAX};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
@@ -29,11 +30,74 @@ pub type Key = (InodeTokenKind, u64);
 /// Revocations queued per session at most; past it the session is told its tokens are lost.
 const QUEUED_PER_SESSION_MAX: usize = 1 << 16;
 
+/// The sessions holding one key, each with the sequence number of its newest grant.
+///
+/// Nearly every key has one holder (the client that made or listed the entry), and a client
+/// that listed a directory of 10^6 entries holds 10^6 keys: that holder is kept inline, so a
+/// grant allocates nothing and the table holds no heap block per key (an inner map per key
+/// made every create's `malloc` slower as the table grew).
+#[derive(Debug)]
+enum Holders {
+    One { session: u64, seq: u64 },
+    Many(HashMap<u64, u64>),
+}
+
+impl Holders {
+    fn get(&self, session: u64) -> Option<u64> {
+        match self {
+            Holders::One { session: held, seq } => (*held == session).then_some(*seq),
+            Holders::Many(map) => map.get(&session).copied(),
+        }
+    }
+
+    /// Records `session`'s grant `seq`; returns its previous grant, if any.
+    fn insert(&mut self, session: u64, seq: u64) -> Option<u64> {
+        match self {
+            Holders::One { session: held, seq: old } if *held == session => Some(std::mem::replace(old, seq)),
+            Holders::One { session: held, seq: old } => {
+                let map = HashMap::from([(*held, *old), (session, seq)]);
+                *self = Holders::Many(map);
+                None
+            }
+            Holders::Many(map) => map.insert(session, seq),
+        }
+    }
+
+    /// Drops `session`'s grant; returns whether the key has holders left.
+    fn remove(&mut self, session: u64) -> bool {
+        match self {
+            Holders::One { session: held, .. } => *held != session,
+            Holders::Many(map) => {
+                map.remove(&session);
+                !map.is_empty()
+            }
+        }
+    }
+
+    /// Drops the grants of sessions `gone` names; returns whether the key has holders left.
+    fn retain(&mut self, gone: &impl Fn(u64) -> bool) -> bool {
+        match self {
+            Holders::One { session, .. } => !gone(*session),
+            Holders::Many(map) => {
+                map.retain(|session, _| !gone(*session));
+                !map.is_empty()
+            }
+        }
+    }
+
+    fn for_each(&self, mut f: impl FnMut(u64, u64)) {
+        match self {
+            Holders::One { session, seq } => f(*session, *seq),
+            Holders::Many(map) => map.iter().for_each(|(session, seq)| f(*session, *seq)),
+        }
+    }
+}
+
 /// Every inode token of every session.
 #[derive(Debug, Default)]
 pub struct InodeTable {
     /// Per key, the sessions holding it and the sequence number of each one's newest grant.
-    held: HashMap<Key, HashMap<u64, u64>>,
+    held: HashMap<Key, Holders>,
     per_session: HashMap<u64, usize>,
     count: usize,
     next_seq: u64,
@@ -57,7 +121,7 @@ impl InodeTable {
         (per_session_max, total_max): (usize, usize),
     ) -> Option<Vec<InodeToken>> {
         let new =
-            keys.iter().filter(|key| !self.held.get(*key).is_some_and(|h| h.contains_key(&session))).count();
+            keys.iter().filter(|key| self.held.get(*key).is_none_or(|h| h.get(session).is_none())).count();
         let mine = self.per_session.get(&session).copied().unwrap_or(0);
         if mine + new > per_session_max || self.count + new > total_max {
             return None;
@@ -65,7 +129,14 @@ impl InodeTable {
         self.next_seq += 1;
         let seq = self.next_seq;
         for key in keys {
-            if self.held.entry(*key).or_default().insert(session, seq).is_none() {
+            let previous = match self.held.entry(*key) {
+                Entry::Occupied(mut holders) => holders.get_mut().insert(session, seq),
+                Entry::Vacant(vacant) => {
+                    vacant.insert(Holders::One { session, seq });
+                    None
+                }
+            };
+            if previous.is_none() {
                 self.count += 1;
                 *self.per_session.entry(session).or_insert(0) += 1;
             }
@@ -77,11 +148,10 @@ impl InodeTable {
     pub fn release(&mut self, session: u64, token: &InodeToken) -> bool {
         let key = (token.kind, token.id);
         let Some(holders) = self.held.get_mut(&key) else { return false };
-        if holders.get(&session).is_none_or(|seq| *seq > token.seq) {
+        if holders.get(session).is_none_or(|seq| seq > token.seq) {
             return false;
         }
-        holders.remove(&session);
-        if holders.is_empty() {
+        if !holders.remove(session) {
             self.held.remove(&key);
         }
         self.count -= 1;
@@ -98,8 +168,8 @@ impl InodeTable {
     pub fn still_held(&self, session: u64, token: &InodeToken) -> bool {
         self.held
             .get(&(token.kind, token.id))
-            .and_then(|holders| holders.get(&session))
-            .is_some_and(|seq| *seq <= token.seq)
+            .and_then(|holders| holders.get(session))
+            .is_some_and(|seq| seq <= token.seq)
     }
 
     /// Every holder of the keys, with the token to revoke.
@@ -107,9 +177,7 @@ impl InodeTable {
         let mut found = Vec::new();
         for &(kind, id) in keys {
             if let Some(holders) = self.held.get(&(kind, id)) {
-                found.extend(
-                    holders.iter().map(|(session, seq)| (*session, InodeToken { kind, id, seq: *seq })),
-                );
+                holders.for_each(|session, seq| found.push((session, InodeToken { kind, id, seq })));
             }
         }
         found
@@ -129,17 +197,14 @@ impl InodeTable {
     }
 
     fn drop_where(&mut self, gone: impl Fn(u64) -> bool) {
-        self.held.retain(|_, holders| {
-            holders.retain(|session, _| !gone(*session));
-            !holders.is_empty()
-        });
+        self.held.retain(|_, holders| holders.retain(&gone));
         self.per_session.clear();
         self.count = 0;
         for holders in self.held.values() {
-            for session in holders.keys() {
-                *self.per_session.entry(*session).or_insert(0) += 1;
+            holders.for_each(|session, _| {
+                *self.per_session.entry(session).or_insert(0) += 1;
                 self.count += 1;
-            }
+            });
         }
     }
 }
@@ -381,6 +446,81 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(50));
         assert!(!quick.holds_any(20));
         assert_eq!(quick.wait(20, false, 0).unwrap().0.len(), 1, "the revocation stays queued");
+    }
+
+    #[test]
+    fn a_key_held_by_one_session_then_by_several_then_by_none() {
+        let mut table = InodeTable::default();
+        let first = table.grant(10, &[(Attr, 1)], (8, 8)).unwrap();
+        let again = table.grant(10, &[(Attr, 1)], (8, 8)).unwrap();
+        assert_eq!(table.len(), 1, "a second grant to the same session replaces the first");
+        assert!(!table.release(10, &first[0]), "the newer grant stays");
+        let other = table.grant(20, &[(Attr, 1)], (8, 8)).unwrap();
+        let mut holders = table.holders(&[(Attr, 1)]);
+        holders.sort_by_key(|(session, _)| *session);
+        assert_eq!(holders, vec![(10, again[0]), (20, other[0])]);
+        assert!(table.release(10, &again[0]));
+        assert_eq!(table.holders(&[(Attr, 1)]), vec![(20, other[0])]);
+        assert!(table.still_held(20, &other[0]) && !table.still_held(10, &again[0]));
+        assert!(table.release(20, &other[0]));
+        assert!(table.holders(&[(Attr, 1)]).is_empty() && table.held.is_empty());
+        assert_eq!(table.len(), 0);
+    }
+
+    proptest::proptest! {
+        /// The table against a plain model (per key, a map of session to newest grant).
+        #[test]
+        fn the_table_matches_a_map_of_maps(
+            ops in proptest::collection::vec((0u8..3, 0u64..4, 0u64..3, 0u64..4), 1..80),
+        ) {
+            let mut table = InodeTable::default();
+            let mut model: HashMap<u64, HashMap<u64, u64>> = HashMap::new();
+            let mut granted: Vec<(u64, InodeToken)> = Vec::new();
+            for (op, session, id, pick) in ops {
+                match op {
+                    0 => {
+                        let tokens = table.grant(session, &[(Attr, id)], (100, 100)).unwrap();
+                        model.entry(id).or_default().insert(session, tokens[0].seq);
+                        granted.push((session, tokens[0]));
+                    }
+                    1 if !granted.is_empty() => {
+                        let (session, token) = granted[pick as usize % granted.len()];
+                        let newest = model.get(&token.id).and_then(|h| h.get(&session)).copied();
+                        let expect = newest.is_some_and(|seq| seq <= token.seq);
+                        proptest::prop_assert_eq!(table.release(session, &token), expect);
+                        if expect {
+                            let holders = model.get_mut(&token.id).unwrap();
+                            holders.remove(&session);
+                            if holders.is_empty() {
+                                model.remove(&token.id);
+                            }
+                        }
+                    }
+                    _ => {
+                        table.retain_sessions(|s| s != session);
+                        model.retain(|_, holders| {
+                            holders.remove(&session);
+                            !holders.is_empty()
+                        });
+                    }
+                }
+                let count: usize = model.values().map(HashMap::len).sum();
+                proptest::prop_assert_eq!(table.len(), count);
+                for id in 0..3 {
+                    let mut holders: Vec<(u64, u64)> =
+                        table.holders(&[(Attr, id)]).into_iter().map(|(s, t)| (s, t.seq)).collect();
+                    holders.sort_unstable();
+                    let mut expected: Vec<(u64, u64)> =
+                        model.get(&id).map(|h| h.iter().map(|(s, q)| (*s, *q)).collect()).unwrap_or_default();
+                    expected.sort_unstable();
+                    proptest::prop_assert_eq!(holders, expected);
+                }
+                for session in 0..4 {
+                    let holds = model.values().any(|h| h.contains_key(&session));
+                    proptest::prop_assert_eq!(table.holds_any(session), holds);
+                }
+            }
+        }
     }
 
     fn revokes_of(tokens: &[InodeToken]) -> Vec<InodeToken> {

@@ -58,7 +58,7 @@ pub struct Namespace {
     /// The write transaction changes are applied in until the next commit.
     open_txn: Mutex<SharedTxn>,
     /// The id permutation's key (read at open; it never changes).
-    ids: InodeIds,
+    ids: Arc<InodeIds>,
 }
 
 impl Drop for Namespace {
@@ -98,7 +98,7 @@ impl Namespace {
             created,
             group: Group::new(GroupCommit::default()),
             open_txn: Mutex::new(SharedTxn::default()),
-            ids,
+            ids: Arc::new(ids),
         })
     }
 
@@ -694,6 +694,38 @@ mod shared_txn_tests {
         assert_eq!(counter(&namespace, "failing"), None, "a failed change leaves nothing");
         assert_eq!(counter(&namespace, "applied"), None, "the undone change is not committed");
         assert_eq!(counter(&namespace, "later"), Some(7));
+    }
+
+    /// The shared transaction's tables stay open across changes: a later change reads what
+    /// an earlier one wrote through them, and a failure after writing still undoes every
+    /// change, so the next transaction's tables (opened afresh) see none of them.
+    #[test]
+    fn tables_kept_open_across_changes_still_undo_a_failed_attempt() {
+        use redb::ReadableTable;
+        let namespace = Namespace::open_in_memory().unwrap();
+        let read = |name: &'static str| {
+            let db = namespace.db.read();
+            let mut change = |tables: &mut WriteTables<'_>| -> Result<Option<u64>, NamespaceError> {
+                Ok(tables.counters.get(name)?.map(|guard| guard.value()))
+            };
+            let counters = &namespace.group.counters;
+            namespace.open_txn.lock().apply(&db, &namespace.ids, counters, &mut change, false).unwrap()
+        };
+        let first = apply(&namespace, "first", Outcome::Applied).unwrap();
+        let (seen, attempt) = read("first");
+        assert_eq!(seen, Some(7), "the second change sees the first one's write");
+        assert!(Arc::ptr_eq(&first, &attempt));
+        assert!(apply(&namespace, "refused", Outcome::RefusedBeforeWriting).is_err());
+        assert!(!first.undone(), "the refusal wrote nothing in this change");
+        assert!(apply(&namespace, "failing", Outcome::FailedAfterWriting).is_err());
+        assert!(first.undone());
+        let (seen, fresh) = read("first");
+        assert_eq!(seen, None, "the undone write is gone from the new transaction's tables");
+        assert!(!Arc::ptr_eq(&first, &fresh));
+        assert_eq!(read("failing").0, None);
+        let (txn, attempt) = namespace.open_txn.lock().take_for_commit(&namespace.db.read()).unwrap();
+        shared_txn::commit_durably(txn, &attempt).unwrap();
+        assert_eq!((counter(&namespace, "first"), counter(&namespace, "failing")), (None, None));
     }
 
     #[test]

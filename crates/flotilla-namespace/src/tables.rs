@@ -19,9 +19,9 @@ use redb::{
     Table, TableDefinition, Value, WriteTransaction,
 };
 use std::borrow::Borrow;
-use std::cell::Cell;
 use std::ops::{Bound, Deref};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Sequence numbers skipped (reserved ids, ids of legacy inodes) before a create gives up:
 /// two sequence numbers in 2^64 have reserved ids, and a legacy id is met with probability
@@ -190,16 +190,16 @@ enum Slot {
 /// is no `DerefMut`), so no write escapes the record.
 pub(crate) struct Tracked<'txn, K: Key + 'static, V: Value + 'static> {
     table: Table<'txn, K, V>,
-    wrote: Rc<Cell<bool>>,
+    wrote: Arc<AtomicBool>,
 }
 
 impl<'txn, K: Key + 'static, V: Value + 'static> Tracked<'txn, K, V> {
     fn open(
         txn: &'txn WriteTransaction,
         definition: TableDefinition<K, V>,
-        wrote: &Rc<Cell<bool>>,
+        wrote: &Arc<AtomicBool>,
     ) -> Result<Self, NamespaceError> {
-        Ok(Tracked { table: txn.open_table(definition)?, wrote: Rc::clone(wrote) })
+        Ok(Tracked { table: txn.open_table(definition)?, wrote: Arc::clone(wrote) })
     }
 
     pub(crate) fn insert<'k, 'v>(
@@ -207,7 +207,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Tracked<'txn, K, V> {
         key: impl Borrow<K::SelfType<'k>>,
         value: impl Borrow<V::SelfType<'v>>,
     ) -> Result<Option<AccessGuard<'_, V>>, StorageError> {
-        self.wrote.set(true);
+        self.wrote.store(true, Ordering::Relaxed);
         self.table.insert(key, value)
     }
 
@@ -215,7 +215,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Tracked<'txn, K, V> {
         &mut self,
         key: impl Borrow<K::SelfType<'k>>,
     ) -> Result<Option<AccessGuard<'_, V>>, StorageError> {
-        self.wrote.set(true);
+        self.wrote.store(true, Ordering::Relaxed);
         self.table.remove(key)
     }
 }
@@ -231,7 +231,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Deref for Tracked<'txn, K, V> {
 /// The tables of one write transaction.
 pub(crate) struct WriteTables<'txn> {
     ids: &'txn InodeIds,
-    wrote: Rc<Cell<bool>>,
+    wrote: Arc<AtomicBool>,
     pub(crate) inodes: Tracked<'txn, u64, &'static [u8]>,
     pub(crate) legacy_inodes: Tracked<'txn, u64, &'static [u8]>,
     pub(crate) dirents: Tracked<'txn, (u64, &'static [u8]), u64>,
@@ -247,7 +247,7 @@ pub(crate) struct WriteTables<'txn> {
 
 impl<'txn> WriteTables<'txn> {
     pub(crate) fn open(txn: &'txn WriteTransaction, ids: &'txn InodeIds) -> Result<Self, NamespaceError> {
-        let wrote = Rc::new(Cell::new(false));
+        let wrote = Arc::new(AtomicBool::new(false));
         Ok(Self {
             ids,
             inodes: Tracked::open(txn, INODES_BY_SEQ, &wrote)?,
@@ -265,9 +265,16 @@ impl<'txn> WriteTables<'txn> {
         })
     }
 
-    /// Whether any table was written to since these tables were opened.
+    /// Whether any table was written to since these tables were opened or
+    /// [`forget_writes`](Self::forget_writes) was last called.
     pub(crate) fn wrote(&self) -> bool {
-        self.wrote.get()
+        self.wrote.load(Ordering::Relaxed)
+    }
+
+    /// Starts a new record of writes: the shared transaction keeps its tables open across
+    /// changes and asks, per change, whether that change wrote.
+    pub(crate) fn forget_writes(&self) {
+        self.wrote.store(false, Ordering::Relaxed);
     }
 
     /// How many inodes there are, in both inode tables.
