@@ -70,6 +70,8 @@ type Batch = (Vec<Piece>, Vec<u8>);
 /// A batch in a file's queue, numbered in the order it was queued.
 struct Queued {
     seq: u64,
+    /// The span of the batch's pieces, found once when it is queued.
+    span: Span,
     batch: Batch,
 }
 
@@ -316,7 +318,7 @@ impl WriteBehind {
         pending.queued_bytes += batch.1.len() as u64;
         let seq = pending.next_seq;
         pending.next_seq += 1;
-        pending.queued.push_back(Queued { seq, batch });
+        pending.queued.push_back(Queued { seq, span: Span::of(&batch.0), batch });
     }
 
     /// Sends everything written to file `ino` before this call (its buffer is queued behind
@@ -413,7 +415,7 @@ fn wait_for_sends(buffer: &FileBuffer, pending: &mut parking_lot::MutexGuard<'_,
 /// Whether the oldest queued batch may be sent now: there is one, and it overlaps no batch
 /// being sent (else it must wait for that one to land first).
 fn front_may_go(pending: &Pending) -> Option<Span> {
-    let span = Span::of(&pending.queued.front()?.batch.0);
+    let span = pending.queued.front()?.span;
     let clear = pending.in_flight.iter().all(|sending| !sending.span.overlaps(&span));
     clear.then_some(span)
 }
@@ -431,7 +433,7 @@ fn send_front(
     accounts: &Accounts,
 ) -> bool {
     let Some(span) = front_may_go(pending) else { return false };
-    let Some(Queued { seq, batch: (pieces, data) }) = pending.queued.pop_front() else { return false };
+    let Some(Queued { seq, batch: (pieces, data), .. }) = pending.queued.pop_front() else { return false };
     pending.in_flight.push(InFlight { seq, span });
     let bytes = data.len() as u64;
     let data = accounts.pool.into_bytes(data);
