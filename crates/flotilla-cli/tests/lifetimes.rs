@@ -3,8 +3,9 @@
 
 mod common;
 
-use common::{random_bytes, Cluster};
-use flotilla_client::{CreateOptions, ErrorCode, Layout, Shape};
+use common::{random_bytes, Cluster, Local};
+use flotilla_client::{ClientError, CreateOptions, ErrorCode, Layout, Shape};
+use std::time::{Duration, Instant};
 
 /// A non-exclusive create of an existing file while one of its servers is down keeps the
 /// existing file (its name, id and bytes): it contacts no server (subfiles are made lazily),
@@ -144,4 +145,50 @@ fn creates_right_after_a_meta_restart_wait_for_the_servers() {
     assert_eq!(file.subfile_count(), 3, "one subfile per remembered target");
     file.write_at(0, b"hello").unwrap();
     file.close().unwrap();
+}
+
+/// A program's open of an existing file is one round trip (`OpenPath`: the lookup and the
+/// open together, counted by the service's metrics), and the file it opened outlives the
+/// loss of its name as with a lookup and `Opened`: the service keeps the unlinked file for
+/// the open handle and drops it at the close. A directory is refused and a missing name
+/// named.
+#[test]
+fn an_open_is_one_round_trip_and_keeps_the_file_past_its_unlink() {
+    let local = Local::start(2, true);
+    let (writer, reader) = (local.client(), local.client());
+    let data = random_bytes(11, 200_000);
+    let file =
+        writer.create("/kept-open", &CreateOptions { subfiles: 2, ..Default::default() }).expect("create");
+    file.write_at(0, &data).expect("write");
+    file.close().expect("close");
+    writer.mkdir("/dir", 0o755).expect("mkdir");
+
+    let kinds = ["open_path", "lookup", "lookup_cached", "opened"];
+    let counts = || kinds.map(|kind| local.meta_requests(kind));
+    let before = counts();
+    let opened = reader.open("/kept-open").expect("open");
+    let after = counts();
+    let sent: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    assert_eq!(sent, [1, 0, 0, 0], "an open should be one OpenPath ({kinds:?})");
+    let id = opened.id();
+
+    writer.remove("/kept-open").expect("unlink");
+    assert!(is_not_found(writer.stat("/kept-open")), "the name should be gone");
+    assert!(writer.stat_id(id).is_ok(), "the unlinked file must be kept while it is open");
+    let mut back = vec![0u8; data.len()];
+    opened.read_at(0, &mut back).expect("read after the unlink");
+    assert!(back == data, "bytes of the open, unlinked file changed");
+    opened.close().expect("close");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while writer.stat_id(id).is_ok() {
+        assert!(Instant::now() < deadline, "the unlinked file outlived its last close");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    assert!(matches!(reader.open("/dir"), Err(ClientError::NotAFile { .. })), "a directory opened as a file");
+    assert!(is_not_found(reader.open("/missing").map(|file| file.entry().clone())), "a missing name opened");
+}
+
+fn is_not_found<T>(result: Result<T, ClientError>) -> bool {
+    matches!(result, Err(ClientError::Meta(error)) if error.code == ErrorCode::NotFound)
 }

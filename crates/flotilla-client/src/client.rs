@@ -14,6 +14,7 @@ use flotilla_proto::{
 use flotilla_rpc::ConnectionConfig;
 use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex, TargetId};
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
@@ -505,6 +506,11 @@ impl Client {
 
     /// Opens an existing file with `options`.
     pub fn open_with(&self, path: &str, options: &OpenOptions) -> Result<File, ClientError> {
+        if let Some(file) = self.open_path(path)? {
+            // Flush-on-read: this process's ENWRICH writes to the file reach the servers first.
+            self.flush_enwrich(file.id())?;
+            return Ok(file.with_no_overlap(options.no_overlap));
+        }
         let entry = self.stat(path)?;
         if entry.attrs.kind != flotilla_types::FileKind::File {
             return Err(ClientError::NotAFile { path: path.to_string() });
@@ -513,6 +519,32 @@ impl Client {
         self.flush_enwrich(entry.id)?;
         let file = self.block_on(open_file(self.clone(), path.to_string(), entry.id))?;
         Ok(file.with_no_overlap(options.no_overlap))
+    }
+}
+
+impl Client {
+    /// Opens `path` in one round trip (`OpenPath`), unless its attributes are cached (then
+    /// the lookup costs nothing and `Opened` alone is sent) or the service does not know the
+    /// request (it is then not sent again); `None` in those cases.
+    fn open_path(&self, path: &str) -> Result<Option<File>, ClientError> {
+        let core = &self.core;
+        if core.open_path_refused.load(Ordering::Relaxed) || core.attrs.cached(path).is_some() {
+            return Ok(None);
+        }
+        let request = MetaRequest::OpenPath { path: path.to_string(), session: core.session() };
+        let entry = match self.meta(request) {
+            Ok(reply) => crate::core::entry_reply(reply, "open")?,
+            Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
+                tracing::info!(%error, "the metadata service does not know OpenPath; opening in two requests");
+                core.open_path_refused.store(true, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Err(error) => return Err(error),
+        };
+        if entry.attrs.kind != flotilla_types::FileKind::File {
+            return Err(ClientError::NotAFile { path: path.to_string() });
+        }
+        crate::opens::opened_file(self.clone(), path.to_string(), entry).map(Some)
     }
 }
 

@@ -82,6 +82,9 @@ pub(crate) struct Core {
     /// The metadata service refused `CreateAtOpen` (older than it): `create_at` sends
     /// `CreateAt` and `Opened`.
     pub create_at_open_refused: std::sync::atomic::AtomicBool,
+    /// The metadata service refused `OpenPath` (older than it): `open` sends a lookup and
+    /// `Opened`.
+    pub open_path_refused: std::sync::atomic::AtomicBool,
     /// Reused buffers for the data of write requests (`buffers.rs`).
     pub buffers: Arc<flotilla_proto::buffers::BufferPool>,
 }
@@ -115,6 +118,7 @@ impl Core {
             tokens,
             attrs,
             create_at_open_refused: std::sync::atomic::AtomicBool::new(false),
+            open_path_refused: std::sync::atomic::AtomicBool::new(false),
             // Half of what the unstable log may hold, what one background commit lets go at
             // once (`commit.rs`): a streaming writer then takes every buffer again.
             buffers: flotilla_proto::buffers::BufferPool::new(

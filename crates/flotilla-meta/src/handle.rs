@@ -240,6 +240,14 @@ impl State {
             MetaRequest::Opened { session, id } => {
                 MetaReply::Entry(self.granted(self.opened(session, id)?, asker))
             }
+            MetaRequest::OpenPath { path, session } => {
+                let found = ns.lookup_as(who, &path).map_err(wire)?;
+                let entry = match found.file.is_some() {
+                    true => self.opened(session, found.id)?,
+                    false => found,
+                };
+                MetaReply::Entry(self.granted(entry, asker))
+            }
             MetaRequest::Closed { session, id } => {
                 self.closed(session, id)?;
                 MetaReply::Done

@@ -72,6 +72,7 @@ fn name(request: &MetaRequest) -> &'static str {
 fn paths(request: &MetaRequest) -> Vec<&str> {
     match request {
         MetaRequest::Lookup { path }
+        | MetaRequest::OpenPath { path, .. }
         | MetaRequest::Mkdir { path, .. }
         | MetaRequest::Create { path, .. }
         | MetaRequest::CreateOpen { path, .. }

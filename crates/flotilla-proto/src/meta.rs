@@ -439,6 +439,13 @@ pub enum MetaRequest {
         spec: CreateSpec,
         session: u64,
     },
+    /// `Lookup` of `path`, then `Opened` by client `session` when it names a file, in one
+    /// round trip (a program's `open` of an existing file). Replies with the entry, as
+    /// `Opened` does; an entry that is not a file is returned and not opened.
+    OpenPath {
+        path: String,
+        session: u64,
+    },
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`

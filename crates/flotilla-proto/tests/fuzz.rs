@@ -462,6 +462,7 @@ fn meta_request() -> impl Strategy<Value = MetaRequest> {
         (text(), id).prop_map(|(path, id)| MetaRequest::UnlinkId { path, id }),
         (text(), text()).prop_map(|(from, to)| MetaRequest::RenameNoReplace { from, to }),
         any::<(u64, u64)>().prop_map(|(session, id)| MetaRequest::Opened { session, id }),
+        (text(), any::<u64>()).prop_map(|(path, session)| MetaRequest::OpenPath { path, session }),
         any::<(u64, u64)>().prop_map(|(session, id)| MetaRequest::Closed { session, id }),
         (any::<u64>(), prop::collection::vec(id, 0..8))
             .prop_map(|(session, files)| MetaRequest::KeepOpen { session, files }),

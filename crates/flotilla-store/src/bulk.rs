@@ -42,6 +42,11 @@ pub(crate) enum Segment {
 /// The whole blocks inside an extent, if they are at least `bulk_bytes_min` (and a block).
 fn bulk_part(extent: &Extent, block_shift: u32, bulk_bytes_min: u64) -> Option<Range<u64>> {
     let block_bytes = 1u64 << block_shift;
+    // Most extents of small and strided requests are shorter than a bulk part can be: they
+    // are refused before the rounding below (a division) is paid.
+    if extent.length < bulk_bytes_min.max(block_bytes) {
+        return None;
+    }
     let start = extent.offset.next_multiple_of(block_bytes);
     let end = (extent.offset + extent.length) & !(block_bytes - 1);
     (end > start && end - start >= bulk_bytes_min.max(block_bytes)).then_some(start..end)

@@ -43,9 +43,10 @@ pub(crate) fn summarize(
 ) -> Result<ExtentSummary, StoreError> {
     let mut summary = ExtentSummary { total_bytes: 0, end_bytes_max: 0, start_bytes_min: u64::MAX };
     for extent in extents {
-        let end = extent
-            .end()
-            .ok_or(StoreError::ExtentOverflow { offset: extent.offset, length: extent.length })?;
+        // Not `ok_or`: the error would be built and dropped (a call) for every extent.
+        let Some(end) = extent.end() else {
+            return Err(StoreError::ExtentOverflow { offset: extent.offset, length: extent.length });
+        };
         if end > fork_bytes_max {
             return Err(too_large(fork, extent, fork_bytes_max));
         }

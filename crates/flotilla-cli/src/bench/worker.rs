@@ -112,6 +112,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     // Each stream's buffer is made and touched before the start: faulting in the caller's
     // memory is the application's setup, not part of the transfer being timed.
     let mut buffers: Vec<Vec<u8>> = plan.streams.iter().map(|steps| stream_buffer(steps)).collect();
+    super::data::prepare();
     say("ready")?;
     wait_go()?;
     let start_ns = now_ns();
