@@ -38,7 +38,7 @@ pub struct ClientFileConfig {
     /// `mac` (default), `encrypt` or `none`; `flotilla bench`'s embedded cluster uses it for every process.
     pub integrity: flotilla_auth::Integrity,
     /// Most bytes of acknowledged, not yet durable writes a client keeps to resend after a
-    /// server restart (`ClientConfig::unstable_bytes_max`; default 256 MiB).
+    /// server restart (`ClientConfig::unstable_bytes_max`; default 64 MiB).
     pub unstable_bytes_max: Option<u64>,
     /// Byte-range tokens on the library's file reads and writes (`ClientConfig::tokens`;
     /// default on). The mount's are set by `flotilla mount --tokens`.

@@ -19,8 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
-/// Default for `ClientConfig::unstable_bytes_max`.
-pub const UNSTABLE_BYTES_MAX_DEFAULT: u64 = 256 << 20;
+/// Default for `ClientConfig::unstable_bytes_max`. 64 MiB: a background commit starts at
+/// half of it, so a writer's buffers come back to the pool (and are reused without page
+/// faults) every 32 MiB; with 256 MiB a process writing 128 MiB held every byte until its
+/// final sync, each buffer fresh memory (docs/performance.md, "Unstable writes held for
+/// 32 MiB, not 128 MiB").
+pub const UNSTABLE_BYTES_MAX_DEFAULT: u64 = 64 << 20;
 
 /// How to reach a cluster.
 #[derive(Clone, Debug)]

@@ -16,8 +16,12 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Smaller buffers come from the allocator's heap, which reuses them without faults.
-pub const POOLED_BYTES_MIN: usize = 512 << 10;
+/// Smaller buffers come from the allocator's heap. Not much smaller: glibc gives the top of
+/// its heap back to the kernel once more than 128 KiB of it is free (its default trim
+/// threshold), so a freed 256 KiB buffer (one server's share of a 1 MiB write striped in
+/// 256 KiB units) went back and the next one was faulted in again, while this bound was
+/// 512 KiB (docs/performance.md, "Unstable writes held for 32 MiB, not 128 MiB").
+pub const POOLED_BYTES_MIN: usize = 128 << 10;
 /// Larger buffers are not kept (one would hold the whole budget).
 pub const POOLED_BYTES_MAX: usize = 16 << 20;
 /// How long the client keeps an idle buffer (`trim`).
