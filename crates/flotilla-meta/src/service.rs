@@ -241,9 +241,8 @@ async fn read_requests(
         let (state, replies, policy) = (state.clone(), replies.clone(), policy.clone());
         let (peer, metrics) = (peer.clone(), metrics.clone());
         let (started, variant) = (std::time::Instant::now(), frame.body.first().copied().unwrap_or(0));
-        let inline = !may_wait_long(&request);
         tokio::spawn(async move {
-            let reply = run_blocking(inline, move || {
+            let reply = run_blocking(move || {
                 metrics.name_kind(variant, &request);
                 let reply = match admit(&state, &peer, &request) {
                     Ok(()) => state.handle(request, (&policy, &peer.name)),
@@ -261,32 +260,15 @@ async fn read_requests(
     }
 }
 
-/// Requests that may wait (bounded, but up to seconds) for other clients: a token or lock
-/// conflict, a job's flush. They keep a blocking thread of their own (`run_blocking`).
-fn may_wait_long(request: &MetaRequest) -> bool {
-    matches!(
-        request,
-        MetaRequest::TokenWait { .. }
-            | MetaRequest::InodeTokenWait { .. }
-            | MetaRequest::TokenAcquire { .. }
-            | MetaRequest::SetLock { .. }
-            | MetaRequest::JobWait { .. }
-    )
-}
-
 /// Runs a request's blocking work (the namespace's transactions, a wait for its group
-/// commit). `inline` on a multi-thread runtime: right here, the runtime thread turned into a
-/// blocking one for the call (`block_in_place`: the thread's other tasks move to another
-/// thread), which saves the two thread hand-offs of `spawn_blocking` per request (to a
-/// blocking thread and back); on two busy vCPUs each hand-off can wait milliseconds to be
-/// scheduled. Otherwise (requests that may wait long, which would hold runtime threads)
-/// `spawn_blocking`, as before. A panic becomes an error message either way.
-async fn run_blocking<T: Send + 'static>(
-    inline: bool,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, String> {
+/// commit). On a multi-thread runtime it runs right here, the runtime thread turned into a
+/// blocking one for the call (`block_in_place`: the thread's other tasks move to a new
+/// runtime thread), which saves the two thread hand-offs of `spawn_blocking` per request (to
+/// a blocking thread and back); on two busy vCPUs each hand-off can wait milliseconds to be
+/// scheduled. Elsewhere, `spawn_blocking`. A panic becomes an error message either way.
+async fn run_blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
     use tokio::runtime::{Handle, RuntimeFlavor};
-    if inline && Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
         let outcome =
             tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
         return outcome.map_err(|_| "the request's handler panicked".to_string());
