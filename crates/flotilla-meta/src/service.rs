@@ -242,7 +242,7 @@ async fn read_requests(
         let (peer, metrics) = (peer.clone(), metrics.clone());
         let (started, variant) = (std::time::Instant::now(), frame.body.first().copied().unwrap_or(0));
         tokio::spawn(async move {
-            let reply = run_blocking(move || {
+            let reply = tokio::task::spawn_blocking(move || {
                 metrics.name_kind(variant, &request);
                 let reply = match admit(&state, &peer, &request) {
                     Ok(()) => state.handle(request, (&policy, &peer.name)),
@@ -253,27 +253,11 @@ async fn read_requests(
             })
             .await;
             let reply =
-                reply.unwrap_or_else(|message| MetaReply::Error(WireError::new(ErrorCode::Io, message)));
+                reply.unwrap_or_else(|e| MetaReply::Error(WireError::new(ErrorCode::Io, e.to_string())));
             let _ = replies.send((frame.request_id, reply, Some(memory))).await;
             drop(permit);
         });
     }
-}
-
-/// Runs a request's blocking work (the namespace's transactions, a wait for its group
-/// commit). On a multi-thread runtime it runs right here, the runtime thread turned into a
-/// blocking one for the call (`block_in_place`: the thread's other tasks move to a new
-/// runtime thread), which saves the two thread hand-offs of `spawn_blocking` per request (to
-/// a blocking thread and back); on two busy vCPUs each hand-off can wait milliseconds to be
-/// scheduled. Elsewhere, `spawn_blocking`. A panic becomes an error message either way.
-async fn run_blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-        let outcome =
-            tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
-        return outcome.map_err(|_| "the request's handler panicked".to_string());
-    }
-    tokio::task::spawn_blocking(work).await.map_err(|error| error.to_string())
 }
 
 async fn write_replies(
