@@ -63,7 +63,7 @@
 //!   flag before the disk reads the bytes. Either order of a racing copy and write-back
 //!   therefore leaves the newest bytes on disk or the block dirty.
 
-use crate::cache_gates::Gates;
+use crate::cache_gates::{GateList, Gates};
 use crate::cache_shard::ShardState;
 use crate::fork::Fork;
 use crate::slot_pool::SlotPool;
@@ -312,16 +312,12 @@ impl BlockCache {
         let serial = fork.serial();
         let (mask, mut locked, size_bytes) = self.lock_window(fork, window);
         let (misses, demands) = self.look_up(&locked, mask, serial, window);
-        if misses > 0 && self.gates.any_open() {
-            let mut gates = self.gates.lock();
-            let missing = window.blocks.iter().filter(|entry| entry.slot == UNPINNED_SLOT);
-            if gates.covers_any(serial, missing.map(|entry| entry.block)) {
-                // A bulk request is moving some of these blocks around the cache; wait for
-                // it, holding the gate list but no shard.
-                drop(locked);
-                self.gates.wait_for_close(&mut gates);
-                return PinOutcome::Retry;
-            }
+        if let Some(mut gates) = self.gated_misses(misses, serial, window) {
+            // A bulk request is moving some of these blocks around the cache; wait for it,
+            // holding the gate list but no shard.
+            drop(locked);
+            self.gates.wait_for_close(&mut gates);
+            return PinOutcome::Retry;
         }
         if let Some(outcome) = self.make_room(&mut locked, mask, &demands) {
             return outcome;
@@ -340,7 +336,7 @@ impl BlockCache {
         let (mask, locked, size_bytes) = self.lock_window(fork, window);
         let (misses, demands) = self.look_up(&locked, mask, serial, window);
         let lacking = demands.iter().zip(locked.iter()).any(|(demand, state)| demand.shortfall(state) > 0);
-        if lacking || (misses > 0 && self.misses_gated(serial, window)) {
+        if lacking || self.gated_misses(misses, serial, window).is_some() {
             return false;
         }
         self.pin_found_and_missing(locked, mask, fork, window, (size_bytes, misses), writing);
@@ -359,15 +355,16 @@ impl BlockCache {
         (mask, locked, fork.size_bytes())
     }
 
-    /// Whether an open bulk gate covers a missing block of the window (looked up). Takes the
-    /// gate list's mutex after the shards, as the lock order says, and never waits.
-    fn misses_gated(&self, serial: u64, window: &Window) -> bool {
-        if !self.gates.any_open() {
-            return false;
+    /// The gate list, locked, if an open bulk gate covers one of the window's `misses`
+    /// missing blocks (looked up); `None` otherwise. Takes the gate list's mutex after the
+    /// shards, as the lock order says, and never waits.
+    fn gated_misses(&self, misses: usize, serial: u64, window: &Window) -> Option<MutexGuard<'_, GateList>> {
+        if misses == 0 || !self.gates.any_open() {
+            return None;
         }
         let gates = self.gates.lock();
         let missing = window.blocks.iter().filter(|entry| entry.slot == UNPINNED_SLOT);
-        gates.covers_any(serial, missing.map(|entry| entry.block))
+        gates.covers_any(serial, missing.map(|entry| entry.block)).then_some(gates)
     }
 
     /// Pins the window's cached blocks and gives its misses slots (the caller checked the
