@@ -596,23 +596,17 @@ impl Store {
     }
 
     /// Every live fork of every target, a snapshot.
-    fn live_forks(&self) -> Vec<Arc<Fork>> {
+    pub(crate) fn live_forks(&self) -> Vec<Arc<Fork>> {
         self.targets.iter().flat_map(TargetRuntime::live_forks).collect()
     }
 
     /// Syncs the forks of a `live_forks` snapshot; returns the first error, except
     /// `UnknownFork`: a fork removed since the snapshot has nothing left to flush.
-    fn sync_live(&self, live: &[Arc<Fork>]) -> Result<(), StoreError> {
+    pub(crate) fn sync_live(&self, live: &[Arc<Fork>]) -> Result<(), StoreError> {
         let mut results = self.sync_forks(live).into_iter();
         results
             .find(|result| !matches!(result, Ok(()) | Err(StoreError::UnknownFork { .. })))
             .unwrap_or(Ok(()))
-    }
-
-    /// Syncs the forks of `live` as `flush_all` does after its snapshot.
-    #[cfg(test)]
-    pub(crate) fn sync_snapshot(&self, live: &[Arc<Fork>]) -> Result<(), StoreError> {
-        self.sync_live(live)
     }
 
     /// Looks a fork up and holds it (as a request in flight does).
@@ -625,12 +619,6 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn cache_shard_of(&self, fork: &ForkRef<'_>, block: u64) -> usize {
         self.cache.shard_of(self.fork(fork).expect("a live fork").serial(), block)
-    }
-
-    /// `flush_all`'s snapshot of the live forks.
-    #[cfg(test)]
-    pub(crate) fn live_forks_snapshot(&self) -> Vec<Arc<Fork>> {
-        self.live_forks()
     }
 
     /// A snapshot of the counters.

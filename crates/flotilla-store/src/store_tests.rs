@@ -319,10 +319,10 @@ fn flush_all_skips_a_fork_removed_after_its_snapshot() {
     // Both forks in use (held, as by requests in flight); flush_all's snapshot, then the
     // removal it races with, then its sync.
     let _held = [store.hold_fork(&fork).unwrap(), store.hold_fork(&other).unwrap()];
-    let live = store.live_forks_snapshot();
+    let live = store.live_forks();
     assert_eq!(live.len(), 2);
     store.remove_fork(&other).unwrap();
-    store.sync_snapshot(&live).expect("a removed fork has nothing to flush");
+    store.sync_live(&live).expect("a removed fork has nothing to flush");
     store.flush_all().unwrap();
     let mut out = vec![0; BLOCK_BYTES];
     store.read(&fork, &[Extent::new(0, BLOCK_BYTES as u64)], &mut out).unwrap();
