@@ -188,37 +188,34 @@ mod tests {
         assert!(matches!(config.validate(), Err(StoreError::BadConfig { name: "cache_capacity_bytes", .. })));
     }
 
-    #[test]
-    fn cache_shards_must_be_a_power_of_two_up_to_the_maximum() {
+    /// Sets `name` to each value of `cases` through `set` and checks that `validate`
+    /// accepts the valid ones and refuses the others naming `name`.
+    fn check_setting(name: &str, cases: &[(usize, bool)], set: impl Fn(&mut StoreConfig, usize)) {
         let mut config = StoreConfig::new(vec!["/tmp/x".into()], false);
-        for (shards, valid) in
-            [(0, false), (1, true), (2, true), (3, false), (8, true), (64, true), (128, false)]
-        {
-            config.cache_shards = shards;
+        for &(value, valid) in cases {
+            set(&mut config, value);
             let result = config.validate();
             match valid {
-                true => assert!(result.is_ok(), "{shards}"),
+                true => assert!(result.is_ok(), "{name} = {value}"),
                 false => assert!(
-                    matches!(&result, Err(StoreError::BadConfig { name: "cache_shards", .. })),
-                    "{shards}: {result:?}"
+                    matches!(&result, Err(StoreError::BadConfig { name: refused, .. }) if *refused == name),
+                    "{name} = {value}: {result:?}"
                 ),
             }
         }
     }
 
     #[test]
+    fn cache_shards_must_be_a_power_of_two_up_to_the_maximum() {
+        let cases = [(0, false), (1, true), (2, true), (3, false), (8, true), (64, true), (128, false)];
+        check_setting("cache_shards", &cases, |config, shards| config.cache_shards = shards);
+    }
+
+    #[test]
     fn disk_threads_per_target_must_be_between_one_and_the_maximum() {
-        let mut config = StoreConfig::new(vec!["/tmp/x".into()], false);
-        for (threads, valid) in [(0, false), (1, true), (DISK_THREADS_PER_TARGET_MAX, true), (65, false)] {
-            config.disk_threads_per_target = threads;
-            let result = config.validate();
-            match valid {
-                true => assert!(result.is_ok(), "{threads}"),
-                false => assert!(
-                    matches!(&result, Err(StoreError::BadConfig { name: "disk_threads_per_target", .. })),
-                    "{threads}: {result:?}"
-                ),
-            }
-        }
+        let cases = [(0, false), (1, true), (DISK_THREADS_PER_TARGET_MAX, true), (65, false)];
+        check_setting("disk_threads_per_target", &cases, |config, threads| {
+            config.disk_threads_per_target = threads
+        });
     }
 }
