@@ -71,11 +71,16 @@ fn holds_pattern(key: u64, offset: u64, buffer: &[u8]) -> bool {
     let key_byte = key_byte(key);
     let mut differs = 0u8;
     for_each_table_run(offset, buffer.len(), |run, range| {
-        for (byte, expected) in buffer[range].iter().zip(run) {
-            differs |= *byte ^ *expected ^ key_byte;
-        }
+        differs |= differences(&buffer[range], run, key_byte);
     });
     differs == 0
+}
+
+/// The bits in which `bytes` differ from a run of the table under `key_byte`, ored together
+/// (zero when they hold the pattern): no branch per byte, so it vectorizes.
+#[inline(always)]
+fn differences(bytes: &[u8], run: &[u8], key_byte: u8) -> u8 {
+    bytes.iter().zip(run).fold(0, |differs, (byte, expected)| differs | (*byte ^ *expected ^ key_byte))
 }
 
 /// Fills `buffer` with the pattern of `key` from `offset` on, from the table.
@@ -174,11 +179,8 @@ fn strided_holds_pattern(key: u64, shape: &Shape, buffer: &[u8]) -> Option<bool>
     let mut file = file_offset;
     for _ in 0..count {
         let position = (file % PERIOD_BYTES as u64) as usize;
-        for (byte, expected) in
-            buffer[memory..memory + record].iter().zip(&table[position..position + record])
-        {
-            differs |= *byte ^ *expected ^ key_byte;
-        }
+        differs |=
+            differences(&buffer[memory..memory + record], &table[position..position + record], key_byte);
         memory += memory_stride;
         file = file.wrapping_add(file_stride);
     }
