@@ -4,7 +4,9 @@
 //! The rate of one run is total bytes over (latest end − earliest start) across the client
 //! processes, opens and closes included (GPFS §3.1); process start-up is not (every client
 //! is connected and waiting before `go`), nor is the time clients spend making and checking
-//! data (`excluded_ns`).
+//! data (`excluded_ns`). Clients stay up after their report until every client has reported:
+//! then each checks the reads it kept for after the run and exits (`release`), so that
+//! neither takes CPU from a client still being timed.
 
 use super::cluster::Cluster;
 use super::data::{fill, first_mismatch, pattern_key};
@@ -219,7 +221,8 @@ pub fn run_once(cluster: &Cluster, point: &Point<'_>) -> anyhow::Result<RunResul
         workers.push(Worker { child, stdin });
     }
     drop(lines);
-    let outcome = conduct(&mut workers, &receiver);
+    let outcome =
+        conduct(&mut workers, &receiver).and_then(|reports| release(&mut workers).map(|()| reports));
     for worker in &mut workers {
         if outcome.is_err() {
             let _ = worker.child.kill();
@@ -227,6 +230,20 @@ pub fn run_once(cluster: &Cluster, point: &Point<'_>) -> anyhow::Result<RunResul
         let _ = worker.child.wait();
     }
     rate(&outcome?)
+}
+
+/// Lets every client, all of them having reported, check the reads it kept for after the
+/// run and exit; fails if one of them fails (its checks did not hold).
+fn release(workers: &mut [Worker]) -> anyhow::Result<()> {
+    for worker in workers.iter_mut() {
+        // A client that already exited fails below, by its status.
+        let _ = writeln!(worker.stdin, "go").and_then(|()| worker.stdin.flush());
+    }
+    for (index, worker) in workers.iter_mut().enumerate() {
+        let status = worker.child.wait()?;
+        anyhow::ensure!(status.success(), "benchmark client {index} failed after its run ({status})");
+    }
+    Ok(())
 }
 
 /// Serves the start barrier, the iteration barriers and collects the reports.

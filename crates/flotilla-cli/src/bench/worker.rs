@@ -5,6 +5,12 @@
 //! write data and checking read data is reported as `excluded_ns` and left out of the rate —
 //! per stream: streams run side by side, so the client's excluded time is how much earlier
 //! its last stream would have ended without its own checks, not the sum over its streams.
+//!
+//! After its report a client waits for one more `go`, sent once every client has reported,
+//! and only then checks the reads it could keep (a stream whose only step is one blocking
+//! read: its buffer is not used again) and exits, failing if a check fails. Neither those
+//! checks nor a finished client's exit then takes CPU from clients still being timed: on a
+//! machine of few cores they share the cores with the servers (issue 12).
 
 use super::data::{check_request, fill_request};
 use super::plan::{
@@ -80,6 +86,8 @@ struct Tally {
     /// Every stream's end and the time it spent outside the rate (its own data checks and
     /// fills), to exclude per stream rather than summed over streams that ran at once.
     streams: Vec<(Instant, Duration)>,
+    /// Streams whose read is checked after the run ([`check_later`]).
+    deferred: Vec<usize>,
 }
 
 /// What a client's streams, run side by side, spent outside the rate: the last stream's end
@@ -119,16 +127,17 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let target = open(&client, &spec, &plan)?;
     let tally = Mutex::new(Tally::default());
     if let ([steps], [buffer]) = (plan.streams.as_slice(), buffers.as_mut_slice()) {
-        run_stream(&target, steps, buffer, &tally)?;
+        run_stream(&target, (0, steps), buffer, &tally)?;
     } else {
         std::thread::scope(|scope| {
             let threads: Vec<_> = plan
                 .streams
                 .iter()
+                .enumerate()
                 .zip(buffers.iter_mut())
-                .map(|(steps, buffer)| {
+                .map(|(stream, buffer)| {
                     let (target, tally) = (&target, &tally);
-                    scope.spawn(move || run_stream(target, steps, buffer, tally))
+                    scope.spawn(move || run_stream(target, stream, buffer, tally))
                 })
                 .collect();
             threads
@@ -139,6 +148,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     close(target, plan.sync_at_end)?;
     let end_ns = now_ns();
     let tally = tally.into_inner().map_err(|_| anyhow::anyhow!("tally poisoned"))?;
+    let deferred = tally.deferred.clone();
     anyhow::ensure!(tally.bytes == plan_bytes(&plan), "moved {} bytes of {}", tally.bytes, plan_bytes(&plan));
     let report = WorkerReport {
         start_ns,
@@ -148,7 +158,29 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         requests: tally.requests,
         think_ns: tally.think.as_nanos(),
     };
-    say(&format!("report {}", serde_json::to_string(&report)?))
+    say(&format!("report {}", serde_json::to_string(&report)?))?;
+    wait_go()?;
+    check_deferred(&plan.streams, &buffers, &deferred)
+}
+
+/// Whether a stream's read can be checked after the run: its only step is one blocking
+/// read, so nothing writes its buffer after it.
+fn check_later(steps: &[Step]) -> bool {
+    matches!(steps, [Step::Io(io)] if !io.write && !io.nonblocking)
+}
+
+/// Checks the reads of the streams (by index) whose check was left for after the run.
+fn check_deferred(streams: &[Vec<Step>], buffers: &[Vec<u8>], deferred: &[usize]) -> anyhow::Result<()> {
+    for &index in deferred {
+        let (Some([Step::Io(io)]), Some(buffer)) =
+            (streams.get(index).map(Vec::as_slice), buffers.get(index))
+        else {
+            anyhow::bail!("stream {index} has no single read to check");
+        };
+        let memory = shape_memory_bytes(&io.shape) as usize;
+        check_request(io, &buffer[..memory]).with_context(|| format!("stream {index}"))?;
+    }
+    Ok(())
 }
 
 fn open(client: &Client, spec: &PointSpec, plan: &ClientPlan) -> anyhow::Result<Target> {
@@ -234,16 +266,17 @@ fn stream_buffer(steps: &[Step]) -> Vec<u8> {
 
 fn run_stream(
     target: &Target,
-    steps: &[Step],
+    (index, steps): (usize, &Vec<Step>),
     buffer: &mut [u8],
     tally: &Mutex<Tally>,
 ) -> anyhow::Result<()> {
     let mut pending: Vec<Pending> = Vec::new();
     let mut local = Tally::default();
+    let later = check_later(steps);
     for step in steps {
         match step {
             Step::Io(io) if io.nonblocking => pending.push(issue(target, io, &mut local)?),
-            Step::Io(io) => blocking(target, io, buffer, &mut local)?,
+            Step::Io(io) => blocking(target, (io, !later), buffer, &mut local)?,
             Step::Wait => collect(&mut pending, &mut local)?,
             Step::Think { us } => {
                 let began = Instant::now();
@@ -263,10 +296,19 @@ fn run_stream(
     total.bytes += local.bytes;
     total.requests += local.requests;
     total.think += local.think;
+    if later {
+        total.deferred.push(index);
+    }
     Ok(())
 }
 
-fn blocking(target: &Target, io: &Io, buffer: &mut [u8], tally: &mut Tally) -> anyhow::Result<()> {
+/// One blocking request; a read is checked at once when `check_now`, else after the run.
+fn blocking(
+    target: &Target,
+    (io, check_now): (&Io, bool),
+    buffer: &mut [u8],
+    tally: &mut Tally,
+) -> anyhow::Result<()> {
     let memory = shape_memory_bytes(&io.shape) as usize;
     let buffer = &mut buffer[..memory];
     if io.write {
@@ -283,7 +325,7 @@ fn blocking(target: &Target, io: &Io, buffer: &mut [u8], tally: &mut Tally) -> a
     };
     tally.bytes += moved;
     tally.requests += 1;
-    if !io.write {
+    if !io.write && check_now {
         let began = Instant::now();
         check_request(io, buffer)?;
         tally.excluded += began.elapsed();
@@ -365,5 +407,45 @@ mod tests {
         assert_eq!(excluded_side_by_side(&[(at(100), ms(10)), (at(95), ms(40))]), ms(10));
         // A stream whose checks were long ends the transfer earlier than its end.
         assert_eq!(excluded_side_by_side(&[(at(100), ms(50)), (at(60), ms(0))]), ms(40));
+    }
+
+    fn strided_read(subfile: u32) -> Io {
+        let shape = flotilla_request::Shape::Strided {
+            file_offset: 64 * u64::from(subfile),
+            memory_offset: 0,
+            record_bytes: 64,
+            file_stride: 256,
+            memory_stride: 64,
+            count: 100,
+        };
+        Io { place: Place::Fork(subfile), shape, write: false, seed: 7, nonblocking: false }
+    }
+
+    #[test]
+    fn only_a_lone_blocking_read_is_checked_after_the_run() {
+        let read = strided_read(0);
+        assert!(check_later(&[Step::Io(read.clone())]));
+        assert!(!check_later(&[Step::Io(read.clone()), Step::Io(read.clone())]), "a reused buffer");
+        assert!(!check_later(&[Step::Io(Io { write: true, ..read.clone() })]), "a write");
+        assert!(!check_later(&[Step::Io(Io { nonblocking: true, ..read.clone() })]), "its own buffer");
+        assert!(!check_later(&[Step::Io(read), Step::Barrier]));
+        assert!(!check_later(&[]));
+    }
+
+    #[test]
+    fn a_deferred_check_fails_on_a_wrong_byte_in_any_stream_it_was_left_for() {
+        let streams: Vec<Vec<Step>> = (0..3).map(|s| vec![Step::Io(strided_read(s))]).collect();
+        let mut buffers: Vec<Vec<u8>> = vec![vec![0u8; 6400]; 3];
+        for (steps, buffer) in streams.iter().zip(&mut buffers) {
+            let [Step::Io(io)] = steps.as_slice() else { unreachable!() };
+            fill_request(io, buffer).unwrap();
+        }
+        check_deferred(&streams, &buffers, &[0, 1, 2]).expect("intact data");
+        buffers[2][6399] ^= 1;
+        let error = check_deferred(&streams, &buffers, &[0, 2]).unwrap_err();
+        assert!(format!("{error:#}").contains("stream 2"), "{error:#}");
+        // A stream not left for later is not checked here; an unknown one is an error.
+        check_deferred(&streams, &buffers, &[0, 1]).expect("stream 2 was checked during the run");
+        assert!(check_deferred(&streams, &buffers, &[5]).is_err());
     }
 }
