@@ -5,7 +5,7 @@ use flotilla_proto::{
     WireError,
 };
 use flotilla_request::{Shape, ShapeError, ShapeLimits};
-use flotilla_store::{Extent, PendingLoads, Prefetch, Store, StoreError};
+use flotilla_store::{Extent, PendingLoads, Prefetch, ReadOrPrefetch, Store, StoreError};
 use flotilla_types::Limits;
 use parking_lot::Mutex;
 
@@ -16,6 +16,16 @@ pub(crate) struct Reply {
     pub data: Vec<u8>,
     /// The request's share of the server's data budget, released once the reply is written.
     pub memory: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// What `Executor::read_or_prefetch` came to.
+pub(crate) enum Prepared {
+    /// The request ran (a read whose blocks were all cached); its reply.
+    Done(Reply),
+    /// Its disk reads were started; run it once they finished.
+    Pending(PendingLoads),
+    /// Run it the ordinary way, now.
+    Declined,
 }
 
 /// Reusable reply buffers: freshly allocated memory is slow on first touch, so buffers are
@@ -161,21 +171,38 @@ impl Executor {
         }
     }
 
-    /// Starts the disk reads a read or write will need when its blocks are not all cached
-    /// (`Store::prefetch`), holding no thread while they run. `None` when there is nothing to
-    /// wait for, or it cannot be done without waiting (no room, several windows, bulk
-    /// pieces) or at all (a bad shape, a missing fork): the request then runs as usual and
-    /// reports any error itself.
-    pub fn prefetch(&self, request: &IoRequest) -> Option<PendingLoads> {
+    /// Runs a read or write now if its blocks are all cached, else starts the disk reads it
+    /// needs (`Store::read_or_prefetch`, `Store::prefetch`), holding no thread while they run.
+    /// A read found cached is `Done` at once, its window planned and pinned once. `Declined`
+    /// when the request must run as usual: a write found cached, a request that cannot be
+    /// prefetched without waiting (no room, several windows, bulk pieces), or a bad shape or
+    /// missing fork, which the ordinary run then reports (or creates, on demand).
+    pub fn read_or_prefetch(&self, request_id: u64, request: &IoRequest) -> Prepared {
         let (fork, shape, writing) = match request {
             IoRequest::Read { fork, shape } => (fork, shape, false),
             IoRequest::Write { fork, shape } => (fork, shape, true),
-            _ => return None,
+            _ => return Prepared::Declined,
         };
-        let (extents, _) = self.extents(shape).ok()?;
-        match self.store.prefetch(&store_fork(fork), &extents, writing) {
-            Ok(Prefetch::Pending(loads)) => Some(loads),
-            Ok(Prefetch::Ready | Prefetch::Declined(_)) | Err(_) => None,
+        let Ok((extents, total_bytes)) = self.extents(shape) else { return Prepared::Declined };
+        if writing {
+            return match self.store.prefetch(&store_fork(fork), &extents, true) {
+                Ok(Prefetch::Pending(loads)) => Prepared::Pending(loads),
+                Ok(Prefetch::Ready | Prefetch::Declined(_)) | Err(_) => Prepared::Declined,
+            };
+        }
+        let mut out = self.pool.take(total_bytes as usize);
+        match self.store.read_or_prefetch(&store_fork(fork), &extents, &mut out) {
+            Ok(ReadOrPrefetch::Read) => {
+                Prepared::Done(Reply { request_id, message: IoReply::Data, data: out, memory: None })
+            }
+            Ok(ReadOrPrefetch::Pending(loads)) => {
+                self.pool.give(out);
+                Prepared::Pending(loads)
+            }
+            Ok(ReadOrPrefetch::Declined(_)) | Err(_) => {
+                self.pool.give(out);
+                Prepared::Declined
+            }
         }
     }
 

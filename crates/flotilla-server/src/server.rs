@@ -2,7 +2,7 @@
 
 use crate::config::ServerConfig;
 use crate::connection::{self, Job, Shared};
-use crate::execute::{BufferPool, Executor};
+use crate::execute::{BufferPool, Executor, Prepared, Reply};
 use crate::membership::heartbeat_loop;
 use crate::metrics::ServerMetrics;
 use crate::scheduler::{ConnectionId, Scheduler};
@@ -218,11 +218,12 @@ fn work(shared: Arc<Shared>) {
 }
 
 /// Parks a read or write whose blocks are not all cached, if a place is free: its disk
-/// reads are started (`Store::prefetch`) and the worker goes on to the next job; the disk
-/// thread that finishes the last read unpins the blocks and hands the job back to the
-/// scheduler's ready queue, and a worker then runs it, finding its blocks cached. The job
-/// keeps its queue slot, credit and memory meanwhile. Returns the job when it must run now
-/// (parked once already, nothing to wait for, no place, or the prefetch declined).
+/// reads are started (`Executor::read_or_prefetch`) and the worker goes on to the next job;
+/// the disk thread that finishes the last read unpins the blocks and hands the job back to
+/// the scheduler's ready queue, and a worker then runs it, finding its blocks cached. The job
+/// keeps its queue slot, credit and memory meanwhile. A read found cached runs at once, from
+/// the blocks the check pinned. Returns the job when it must run now (parked once already,
+/// no place, a write found cached, or the prefetch declined).
 fn park(shared: &Arc<Shared>, connection: ConnectionId, mut job: Job) -> Option<Job> {
     if job.parked_once || !matches!(job.request, IoRequest::Read { .. } | IoRequest::Write { .. }) {
         return Some(job);
@@ -230,9 +231,17 @@ fn park(shared: &Arc<Shared>, connection: ConnectionId, mut job: Job) -> Option<
     if !shared.scheduler.try_park() {
         return Some(job);
     }
-    let Some(loads) = shared.executor.prefetch(&job.request) else {
-        shared.scheduler.cancel_park();
-        return Some(job);
+    let loads = match shared.executor.read_or_prefetch(job.request_id, &job.request) {
+        Prepared::Pending(loads) => loads,
+        Prepared::Done(reply) => {
+            shared.scheduler.cancel_park();
+            deliver(shared, job, reply);
+            return None;
+        }
+        Prepared::Declined => {
+            shared.scheduler.cancel_park();
+            return Some(job);
+        }
     };
     if let Some(metrics) = &shared.metrics {
         metrics.parked(1);
@@ -253,8 +262,14 @@ fn park(shared: &Arc<Shared>, connection: ConnectionId, mut job: Job) -> Option<
 
 /// Executes a job and queues its reply.
 fn execute(shared: &Shared, job: Job) {
+    let reply = shared.executor.execute(job.request_id, &job.request, &job.data, job.by_capability);
+    deliver(shared, job, reply);
+}
+
+/// Queues the reply of a job that ran, counting it, and releases the job's credit and data.
+fn deliver(shared: &Shared, job: Job, mut reply: Reply) {
     let Job {
-        request_id,
+        request_id: _,
         request,
         data,
         replies,
@@ -263,10 +278,9 @@ fn execute(shared: &Shared, job: Job) {
         memory,
         started,
         job,
-        by_capability,
+        by_capability: _,
         parked_once: _,
     } = job;
-    let mut reply = shared.executor.execute(request_id, &request, &data, by_capability);
     if let Some(metrics) = &shared.metrics {
         metrics.queued(-1);
         metrics.executed(&request, &reply.message, job.as_deref(), started.elapsed());

@@ -95,7 +95,7 @@ pub use lines_disk::{
     Recovery as LinesRecovery, LINES_IMAGE_NAME,
 };
 pub use lines_format::{BlockState, ForkKey, Geometry as LinesGeometry};
-pub use prefetch::{Declined, PendingLoads, Prefetch};
+pub use prefetch::{Declined, PendingLoads, Prefetch, ReadOrPrefetch};
 pub use sim_disk::SimDisk;
 pub use sim_fork::SimFork;
 pub use sim_model::{

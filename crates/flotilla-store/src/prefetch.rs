@@ -9,6 +9,10 @@
 //! request the ordinary way, which finds the blocks cached. A request that is not one
 //! window, has bulk pieces, or finds no room is declined: it runs the blocking way.
 //!
+//! `Store::read_or_prefetch` is the same for a read, but a read whose blocks are all cached
+//! is copied out of the window the prefetch pinned, at once: the request's extents, window
+//! and pins are made once, not once to find it cached and again to run it.
+//!
 //! Invariants: a `PendingLoads` holds a pin on every block of its window until it is
 //! dropped, and its drop waits out its own loads before unpinning (as `settle_and_unpin`),
 //! so no slot is reassigned under a pending read. Prefetch pins are bounded in total
@@ -33,6 +37,17 @@ pub enum Prefetch {
     /// Disk reads were started; the request's blocks stay pinned while the handle lives.
     Pending(PendingLoads),
     /// Nothing was started or pinned; run the request the blocking way.
+    Declined(Declined),
+}
+
+/// What `Store::read_or_prefetch` did.
+#[derive(Debug)]
+pub enum ReadOrPrefetch {
+    /// Every block was cached: the read ran and its bytes are in the caller's buffer.
+    Read,
+    /// Disk reads were started, as `Prefetch::Pending`; run `Store::read` once they finish.
+    Pending(PendingLoads),
+    /// Nothing was read, started or pinned; run `Store::read`.
     Declined(Declined),
 }
 
@@ -135,6 +150,17 @@ pub(crate) struct PrefetchContext<'a> {
     pub budget: &'a PinBudget,
 }
 
+/// What pinning a request's window and starting its loads came to.
+enum Started {
+    /// No block to pin: an empty request, or a write covering its blocks whole.
+    Nothing,
+    /// Every block pinned and none needs a disk read (hits, or zero-filled past the end).
+    Cached(PendingLoads),
+    /// Disk reads started; the blocks stay pinned while the handle lives.
+    Loading(PendingLoads),
+    Declined(Declined),
+}
+
 /// Pins the request's blocks and starts their loads (see the module). `extents` are
 /// validated and move `total_bytes`; the caller holds the fork's shared lock.
 pub(crate) fn start(
@@ -144,26 +170,63 @@ pub(crate) fn start(
     total_bytes: usize,
     writing: bool,
 ) -> Result<Prefetch, StoreError> {
+    Ok(match pin_and_load(context, fork, extents, total_bytes, writing)? {
+        // Dropping a handle whose loads are done unpins its blocks at once.
+        Started::Nothing | Started::Cached(_) => Prefetch::Ready,
+        Started::Loading(loads) => Prefetch::Pending(loads),
+        Started::Declined(why) => Prefetch::Declined(why),
+    })
+}
+
+/// A read's prefetch that, finding every block cached, copies the request out of the blocks
+/// it pinned then and there, instead of unpinning them for the request to plan and pin its
+/// window again (`Store::read_or_prefetch`). `out` is as long as the extents' total.
+pub(crate) fn start_read(
+    context: PrefetchContext<'_>,
+    fork: &Arc<Fork>,
+    extents: &[Extent],
+    out: &mut [u8],
+) -> Result<ReadOrPrefetch, StoreError> {
+    let engine = context.engine;
+    Ok(match pin_and_load(context, fork, extents, out.len(), false)? {
+        Started::Nothing => ReadOrPrefetch::Read,
+        Started::Cached(mut loads) => {
+            // Dropped after the copy, success or not: unpins the window.
+            request::copy_out(engine, &mut loads.window, extents, out)?;
+            ReadOrPrefetch::Read
+        }
+        Started::Loading(loads) => ReadOrPrefetch::Pending(loads),
+        Started::Declined(why) => ReadOrPrefetch::Declined(why),
+    })
+}
+
+fn pin_and_load(
+    context: PrefetchContext<'_>,
+    fork: &Arc<Fork>,
+    extents: &[Extent],
+    total_bytes: usize,
+    writing: bool,
+) -> Result<Started, StoreError> {
     let engine = context.engine;
     let mut window = Window::new(engine.window_blocks_max, engine.block_shift);
     if !window.plan(extents, Cursor::default()) {
-        return Ok(Prefetch::Ready);
+        return Ok(Started::Nothing);
     }
     if window.end.data_offset != total_bytes {
-        return Ok(Prefetch::Declined(Declined::ManyWindows));
+        return Ok(Started::Declined(Declined::ManyWindows));
     }
     if writing {
         // A block the write covers whole is never read; pinning it here would cache zeros.
         window.keep_blocks(|window, position| !window.fully_covered(position));
     }
     if window.blocks.is_empty() {
-        return Ok(Prefetch::Ready);
+        return Ok(Started::Nothing);
     }
     let Some(reservation) = context.budget.reserve(window.blocks.len()) else {
-        return Ok(Prefetch::Declined(Declined::NoRoom));
+        return Ok(Started::Declined(Declined::NoRoom));
     };
     if !engine.cache.pin_if_room(fork, &mut window, false) {
-        return Ok(Prefetch::Declined(Declined::NoRoom));
+        return Ok(Started::Declined(Declined::NoRoom));
     }
     let reads = window.blocks.iter().filter(|entry| entry.action == BlockAction::Read).count();
     let ticket = Completion::new(reads);
@@ -176,7 +239,7 @@ pub(crate) fn start(
     };
     request::start_loads(engine, fork, &loads.window, Some(&loads.ticket))?;
     match reads {
-        0 => Ok(Prefetch::Ready),
-        _ => Ok(Prefetch::Pending(loads)),
+        0 => Ok(Started::Cached(loads)),
+        _ => Ok(Started::Loading(loads)),
     }
 }

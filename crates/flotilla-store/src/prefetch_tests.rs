@@ -1,7 +1,7 @@
 //! `Store::prefetch`: ready when cached, pending (one callback) when not, pins held until
 //! the handle drops, and declined — nothing pinned — when there is no room.
 
-use crate::{Declined, Extent, ForkRef, PendingLoads, Prefetch, Store, StoreConfig};
+use crate::{Declined, Extent, ForkRef, PendingLoads, Prefetch, ReadOrPrefetch, Store, StoreConfig};
 use flotilla_types::{FileId, SubfileIndex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -172,4 +172,67 @@ fn a_write_prefetches_only_its_partly_covered_blocks() {
     let mut out = vec![0u8; BLOCK_BYTES as usize];
     store.read(&fork, &blocks(0, 1), &mut out).unwrap();
     assert_eq!(out, pattern(BLOCK_BYTES as usize));
+}
+
+/// Waits for a prefetch's loads, then drops the handle (unpinning its blocks).
+fn wait_loaded(loads: PendingLoads) {
+    let (sender, handles) = mpsc::channel();
+    loads.when_loaded(move |loads| sender.send(loads).unwrap());
+    let loads = handles.recv_timeout(Duration::from_secs(10)).expect("the loads call back");
+    assert!(!loads.failed());
+}
+
+#[test]
+fn a_read_found_cached_runs_at_once_and_one_that_is_not_only_starts_its_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, fork) = cold_store(dir.path(), 16, 4);
+    let whole = pattern(BLOCK_BYTES as usize).repeat(2);
+    let mut out = vec![0u8; whole.len()];
+    let loads = match store.read_or_prefetch(&fork, &blocks(1, 2), &mut out).unwrap() {
+        ReadOrPrefetch::Pending(loads) => loads,
+        other => panic!("expected pending loads, got {other:?}"),
+    };
+    assert!(out.iter().all(|&byte| byte == 0), "nothing was copied before the loads");
+    assert_eq!(store.stats().read_requests, 0, "nothing was read yet");
+    wait_loaded(loads);
+    assert_eq!(store.pinned_slots(), 0);
+    let misses = store.stats().cache_misses;
+    let outcome = store.read_or_prefetch(&fork, &blocks(1, 2), &mut out).unwrap();
+    assert!(matches!(outcome, ReadOrPrefetch::Read), "{outcome:?}");
+    assert_eq!(out, whole);
+    assert_eq!(store.stats().cache_misses, misses, "no block was loaded again");
+    assert_eq!((store.stats().read_requests, store.stats().read_bytes), (1, whole.len() as u64));
+    assert_eq!(store.pinned_slots(), 0, "the read unpinned its window");
+    store.check_invariants();
+}
+
+#[test]
+fn a_cached_read_of_small_strided_pieces_and_one_past_the_end_read_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, fork) = cold_store(dir.path(), 16, 2);
+    let mut out = vec![0u8; 2 * BLOCK_BYTES as usize];
+    wait_loaded(pending(store.prefetch(&fork, &blocks(0, 2), false).unwrap()));
+    // Every other 16 bytes of blocks 0 and 1, in reverse order.
+    let extents: Vec<Extent> = (0..2 * BLOCK_BYTES / 32).rev().map(|k| Extent::new(k * 32, 16)).collect();
+    let mut strided = vec![0u8; extents.len() * 16];
+    let outcome = store.read_or_prefetch(&fork, &extents, &mut strided).unwrap();
+    assert!(matches!(outcome, ReadOrPrefetch::Read), "{outcome:?}");
+    let block = pattern(BLOCK_BYTES as usize);
+    let expected: Vec<u8> = extents
+        .iter()
+        .flat_map(|e| {
+            let at = (e.offset % BLOCK_BYTES) as usize;
+            block[at..at + 16].to_vec()
+        })
+        .collect();
+    assert_eq!(strided, expected);
+    // Past the end of the fork: zeros, with no disk read.
+    out.fill(1);
+    let outcome = store.read_or_prefetch(&fork, &blocks(6, 2), &mut out).unwrap();
+    assert!(matches!(outcome, ReadOrPrefetch::Read), "{outcome:?}");
+    assert!(out.iter().all(|&byte| byte == 0), "past the end reads as zeros");
+    // A bad length is refused as `read` refuses it.
+    assert!(store.read_or_prefetch(&fork, &blocks(0, 1), &mut out).is_err());
+    assert_eq!(store.pinned_slots(), 0);
+    store.check_invariants();
 }

@@ -135,8 +135,8 @@ pub(crate) fn start_loads(
     Err(StoreError::ShuttingDown)
 }
 
-/// Copies the window's pieces out of the cache.
-fn copy_out(
+/// Copies the window's pieces out of the cache (the window pinned).
+pub(crate) fn copy_out(
     engine: RequestEngine<'_>,
     window: &mut Window,
     extents: &[Extent],

@@ -22,7 +22,7 @@ use crate::extent::{summarize, Extent};
 use crate::fd_cache::FdCache;
 use crate::fork::{Fork, ForkContext};
 use crate::fork_ref::ForkRef;
-use crate::prefetch::{self, PinBudget, Prefetch, PrefetchContext};
+use crate::prefetch::{self, PinBudget, Prefetch, PrefetchContext, ReadOrPrefetch};
 use crate::request::{self, RequestEngine};
 use crate::sim_target::{TargetKind, TargetSpec};
 use crate::slot_pool::SlotPool;
@@ -240,6 +240,32 @@ impl Store {
         let context =
             PrefetchContext { engine: self.engine(), cache: &self.cache, budget: &self.prefetch_budget };
         prefetch::start(context, &live, extents, total_bytes, writing)
+    }
+
+    /// A `read` if every block of the extents is cached (`Read`: `out` holds the bytes),
+    /// else `prefetch`'s start of its disk reads (`Pending`, or `Declined`, after which run
+    /// `read`). One planning and pinning of the request's window serves both the check and
+    /// the copy.
+    pub fn read_or_prefetch(
+        &self,
+        fork: &ForkRef<'_>,
+        extents: &[Extent],
+        out: &mut [u8],
+    ) -> Result<ReadOrPrefetch, StoreError> {
+        summarize(extents, fork, self.config.fork_bytes_max, out.len())?;
+        let live = self.fork(fork)?;
+        let _shared = live.lock_shared()?;
+        if self.bulk_segments(&live, extents).is_some() {
+            return Ok(ReadOrPrefetch::Declined(prefetch::Declined::Bulk));
+        }
+        let context =
+            PrefetchContext { engine: self.engine(), cache: &self.cache, budget: &self.prefetch_budget };
+        let outcome = prefetch::start_read(context, &live, extents, out)?;
+        if matches!(outcome, ReadOrPrefetch::Read) {
+            bump(&self.counters.read_requests, 1);
+            bump(&self.counters.read_bytes, out.len() as u64);
+        }
+        Ok(outcome)
     }
 
     /// Writes `data` (packed in extent order) to the extents; later extents win on overlap.
