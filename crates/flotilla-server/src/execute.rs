@@ -183,26 +183,20 @@ impl Executor {
             IoRequest::Write { fork, shape } => (fork, shape, true),
             _ => return Prepared::Declined,
         };
-        let Ok((extents, total_bytes)) = self.extents(shape) else { return Prepared::Declined };
+        let Ok((extents, _)) = self.extents(shape) else { return Prepared::Declined };
         if writing {
             return match self.store.prefetch(&store_fork(fork), &extents, true) {
                 Ok(Prefetch::Pending(loads)) => Prepared::Pending(loads),
                 Ok(Prefetch::Ready | Prefetch::Declined(_)) | Err(_) => Prepared::Declined,
             };
         }
-        let mut out = self.pool.take(total_bytes as usize);
-        match self.store.read_or_prefetch(&store_fork(fork), &extents, &mut out) {
-            Ok(ReadOrPrefetch::Read) => {
+        let buffer = |bytes| self.pool.take(bytes);
+        match self.store.read_or_prefetch(&store_fork(fork), &extents, buffer) {
+            Ok(ReadOrPrefetch::Read(out)) => {
                 Prepared::Done(Reply { request_id, message: IoReply::Data, data: out, memory: None })
             }
-            Ok(ReadOrPrefetch::Pending(loads)) => {
-                self.pool.give(out);
-                Prepared::Pending(loads)
-            }
-            Ok(ReadOrPrefetch::Declined(_)) | Err(_) => {
-                self.pool.give(out);
-                Prepared::Declined
-            }
+            Ok(ReadOrPrefetch::Pending(loads)) => Prepared::Pending(loads),
+            Ok(ReadOrPrefetch::Declined(_)) | Err(_) => Prepared::Declined,
         }
     }
 

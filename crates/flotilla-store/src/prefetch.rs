@@ -42,9 +42,9 @@ pub enum Prefetch {
 
 /// What `Store::read_or_prefetch` did.
 #[derive(Debug)]
-pub enum ReadOrPrefetch {
-    /// Every block was cached: the read ran and its bytes are in the caller's buffer.
-    Read,
+pub enum ReadOrPrefetch<B> {
+    /// Every block was cached: the read ran into the buffer it asked for, here.
+    Read(B),
     /// Disk reads were started, as `Prefetch::Pending`; run `Store::read` once they finish.
     Pending(PendingLoads),
     /// Nothing was read, started or pinned; run `Store::read`.
@@ -179,21 +179,34 @@ pub(crate) fn start(
 }
 
 /// A read's prefetch that, finding every block cached, copies the request out of the blocks
-/// it pinned then and there, instead of unpinning them for the request to plan and pin its
-/// window again (`Store::read_or_prefetch`). `out` is as long as the extents' total.
-pub(crate) fn start_read(
+/// it pinned then and there, into the buffer `buffer` makes of the extents' total length
+/// (asked for only then), instead of unpinning them for the request to plan and pin its
+/// window again (`Store::read_or_prefetch`).
+pub(crate) fn start_read<B: AsMut<[u8]>>(
     context: PrefetchContext<'_>,
     fork: &Arc<Fork>,
-    extents: &[Extent],
-    out: &mut [u8],
-) -> Result<ReadOrPrefetch, StoreError> {
+    (extents, total_bytes): (&[Extent], usize),
+    buffer: impl FnOnce(usize) -> B,
+) -> Result<ReadOrPrefetch<B>, StoreError> {
     let engine = context.engine;
-    Ok(match pin_and_load(context, fork, extents, out.len(), false)? {
-        Started::Nothing => ReadOrPrefetch::Read,
+    let filled = |out: &mut B| match out.as_mut().len() {
+        length if length == total_bytes => Ok(()),
+        length => {
+            Err(StoreError::BufferLength { expected_bytes: total_bytes as u64, actual_bytes: length as u64 })
+        }
+    };
+    Ok(match pin_and_load(context, fork, extents, total_bytes, false)? {
+        Started::Nothing => {
+            let mut out = buffer(total_bytes);
+            filled(&mut out)?;
+            ReadOrPrefetch::Read(out)
+        }
         Started::Cached(mut loads) => {
-            // Dropped after the copy, success or not: unpins the window.
-            request::copy_out(engine, &mut loads.window, extents, out)?;
-            ReadOrPrefetch::Read
+            let mut out = buffer(total_bytes);
+            filled(&mut out)?;
+            // `loads` is dropped after the copy, success or not: that unpins the window.
+            request::copy_out(engine, &mut loads.window, extents, out.as_mut())?;
+            ReadOrPrefetch::Read(out)
         }
         Started::Loading(loads) => ReadOrPrefetch::Pending(loads),
         Started::Declined(why) => ReadOrPrefetch::Declined(why),

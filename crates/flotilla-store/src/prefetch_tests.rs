@@ -187,19 +187,24 @@ fn a_read_found_cached_runs_at_once_and_one_that_is_not_only_starts_its_loads() 
     let dir = tempfile::tempdir().unwrap();
     let (store, fork) = cold_store(dir.path(), 16, 4);
     let whole = pattern(BLOCK_BYTES as usize).repeat(2);
-    let mut out = vec![0u8; whole.len()];
-    let loads = match store.read_or_prefetch(&fork, &blocks(1, 2), &mut out).unwrap() {
+    let asked = AtomicUsize::new(0);
+    let buffer = |bytes| {
+        asked.fetch_add(1, Ordering::SeqCst);
+        vec![0u8; bytes]
+    };
+    let loads = match store.read_or_prefetch(&fork, &blocks(1, 2), buffer).unwrap() {
         ReadOrPrefetch::Pending(loads) => loads,
         other => panic!("expected pending loads, got {other:?}"),
     };
-    assert!(out.iter().all(|&byte| byte == 0), "nothing was copied before the loads");
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "no buffer is asked for before the loads");
     assert_eq!(store.stats().read_requests, 0, "nothing was read yet");
     wait_loaded(loads);
     assert_eq!(store.pinned_slots(), 0);
     let misses = store.stats().cache_misses;
-    let outcome = store.read_or_prefetch(&fork, &blocks(1, 2), &mut out).unwrap();
-    assert!(matches!(outcome, ReadOrPrefetch::Read), "{outcome:?}");
+    let outcome = store.read_or_prefetch(&fork, &blocks(1, 2), buffer).unwrap();
+    let ReadOrPrefetch::Read(out) = outcome else { panic!("expected a read, got {outcome:?}") };
     assert_eq!(out, whole);
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
     assert_eq!(store.stats().cache_misses, misses, "no block was loaded again");
     assert_eq!((store.stats().read_requests, store.stats().read_bytes), (1, whole.len() as u64));
     assert_eq!(store.pinned_slots(), 0, "the read unpinned its window");
@@ -210,13 +215,11 @@ fn a_read_found_cached_runs_at_once_and_one_that_is_not_only_starts_its_loads() 
 fn a_cached_read_of_small_strided_pieces_and_one_past_the_end_read_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (store, fork) = cold_store(dir.path(), 16, 2);
-    let mut out = vec![0u8; 2 * BLOCK_BYTES as usize];
     wait_loaded(pending(store.prefetch(&fork, &blocks(0, 2), false).unwrap()));
     // Every other 16 bytes of blocks 0 and 1, in reverse order.
     let extents: Vec<Extent> = (0..2 * BLOCK_BYTES / 32).rev().map(|k| Extent::new(k * 32, 16)).collect();
-    let mut strided = vec![0u8; extents.len() * 16];
-    let outcome = store.read_or_prefetch(&fork, &extents, &mut strided).unwrap();
-    assert!(matches!(outcome, ReadOrPrefetch::Read), "{outcome:?}");
+    let outcome = store.read_or_prefetch(&fork, &extents, |bytes| vec![0u8; bytes]).unwrap();
+    let ReadOrPrefetch::Read(strided) = outcome else { panic!("expected a read, got {outcome:?}") };
     let block = pattern(BLOCK_BYTES as usize);
     let expected: Vec<u8> = extents
         .iter()
@@ -227,12 +230,12 @@ fn a_cached_read_of_small_strided_pieces_and_one_past_the_end_read_at_once() {
         .collect();
     assert_eq!(strided, expected);
     // Past the end of the fork: zeros, with no disk read.
-    out.fill(1);
-    let outcome = store.read_or_prefetch(&fork, &blocks(6, 2), &mut out).unwrap();
-    assert!(matches!(outcome, ReadOrPrefetch::Read), "{outcome:?}");
-    assert!(out.iter().all(|&byte| byte == 0), "past the end reads as zeros");
-    // A bad length is refused as `read` refuses it.
-    assert!(store.read_or_prefetch(&fork, &blocks(0, 1), &mut out).is_err());
+    let outcome = store.read_or_prefetch(&fork, &blocks(6, 2), |bytes| vec![1u8; bytes]).unwrap();
+    let ReadOrPrefetch::Read(out) = outcome else { panic!("expected a read, got {outcome:?}") };
+    assert!(out.len() == 2 * BLOCK_BYTES as usize && out.iter().all(|&byte| byte == 0), "zeros");
+    // A buffer of the wrong length is refused, and nothing stays pinned.
+    let short = store.read_or_prefetch(&fork, &blocks(0, 1), |bytes| vec![0u8; bytes - 1]);
+    assert!(matches!(short, Err(crate::StoreError::BufferLength { .. })), "{short:?}");
     assert_eq!(store.pinned_slots(), 0);
     store.check_invariants();
 }

@@ -242,17 +242,23 @@ impl Store {
         prefetch::start(context, &live, extents, total_bytes, writing)
     }
 
-    /// A `read` if every block of the extents is cached (`Read`: `out` holds the bytes),
-    /// else `prefetch`'s start of its disk reads (`Pending`, or `Declined`, after which run
-    /// `read`). One planning and pinning of the request's window serves both the check and
-    /// the copy.
-    pub fn read_or_prefetch(
+    /// A `read` if every block of the extents is cached (`Read`, with the buffer `buffer`
+    /// made for the extents' total length, filled), else `prefetch`'s start of its disk
+    /// reads (`Pending`, or `Declined`, after which run `read`). One planning and pinning of
+    /// the request's window serves both the check and the copy; the buffer is asked for only
+    /// when the read runs.
+    pub fn read_or_prefetch<B: AsMut<[u8]>>(
         &self,
         fork: &ForkRef<'_>,
         extents: &[Extent],
-        out: &mut [u8],
-    ) -> Result<ReadOrPrefetch, StoreError> {
-        summarize(extents, fork, self.config.fork_bytes_max, out.len())?;
+        buffer: impl FnOnce(usize) -> B,
+    ) -> Result<ReadOrPrefetch<B>, StoreError> {
+        let total_bytes = extents.iter().fold(0u64, |sum, extent| sum.saturating_add(extent.length));
+        let total_bytes = usize::try_from(total_bytes).map_err(|_| StoreError::BufferLength {
+            expected_bytes: total_bytes,
+            actual_bytes: usize::MAX as u64,
+        })?;
+        summarize(extents, fork, self.config.fork_bytes_max, total_bytes)?;
         let live = self.fork(fork)?;
         let _shared = live.lock_shared()?;
         if self.bulk_segments(&live, extents).is_some() {
@@ -260,10 +266,10 @@ impl Store {
         }
         let context =
             PrefetchContext { engine: self.engine(), cache: &self.cache, budget: &self.prefetch_budget };
-        let outcome = prefetch::start_read(context, &live, extents, out)?;
-        if matches!(outcome, ReadOrPrefetch::Read) {
+        let outcome = prefetch::start_read(context, &live, (extents, total_bytes), buffer)?;
+        if matches!(outcome, ReadOrPrefetch::Read(_)) {
             bump(&self.counters.read_requests, 1);
-            bump(&self.counters.read_bytes, out.len() as u64);
+            bump(&self.counters.read_bytes, total_bytes as u64);
         }
         Ok(outcome)
     }
