@@ -64,6 +64,10 @@ pub struct ServerConfig {
     /// goes to disk as soon as writes have covered all of it; off (the default), dirty blocks
     /// are written back on eviction, sync and age.
     pub write_full: bool,
+    /// Ask the kernel for the cache's memory in transparent huge pages (one mapping for all
+    /// blocks): far fewer TLB misses when requests copy small records out of many blocks. A
+    /// hint: where huge pages are off, the cache takes small pages and works the same.
+    pub cache_huge_pages: bool,
     /// A piece of a request covering at least this many bytes of whole cache blocks on a
     /// `dir` target goes straight between the request or reply buffer and the fork file
     /// (`pwritev`/`preadv` through the kernel's page cache, CRC32C computed or checked once),
@@ -227,6 +231,7 @@ impl Default for ServerConfig {
             parked_requests_max: PARKED_REQUESTS_MAX_DEFAULT,
             dirty_age_max_ms: 5000,
             write_full: false,
+            cache_huge_pages: true,
             bulk_bytes_min: flotilla_store::BULK_BYTES_MIN_DEFAULT,
             heartbeat_ms: 1000,
             idle_timeout_ms: 600_000,

@@ -181,6 +181,7 @@ async fn open_store(config: &ServerConfig) -> anyhow::Result<Store> {
     store_config.cache_shards = config.cache_shards;
     store_config.fd_cache_max = config.fd_cache_max;
     store_config.write_full = config.write_full;
+    store_config.cache_huge_pages = config.cache_huge_pages;
     store_config.bulk_bytes_min = config.bulk_bytes_min;
     if let Some(archive) = &config.archive {
         let settings = archive.clone();

@@ -768,7 +768,7 @@ mod tests {
 
     #[test]
     fn adjacent_blocks_share_a_shard_and_groups_spread_over_all() {
-        let pool = Arc::new(SlotPool::new(64, 512));
+        let pool = Arc::new(SlotPool::new(64, 512, false).unwrap());
         let cache = BlockCache::new(pool, Arc::new(Counters::default()), 8);
         for serial in [1u64, 2, 1 << 40] {
             let mut used = [0usize; 8];

@@ -63,6 +63,9 @@ pub struct StoreConfig {
     /// The WriteFull policy: a block goes to disk as soon as writes covered all of it
     /// (`write_full.rs`).
     pub write_full: bool,
+    /// Ask for the cache's memory in transparent huge pages (`arena.rs`); a hint the kernel
+    /// may ignore.
+    pub cache_huge_pages: bool,
     /// A piece of a request covering at least this many bytes of whole cache blocks on a
     /// `dir` target goes straight between the request's buffer and the fork file (through
     /// the kernel's page cache only, not the store's cache; `bulk.rs`); 0: never.
@@ -87,6 +90,7 @@ impl Default for StoreConfig {
             dirty_bytes_high_max: 32 << 20,
             sync_threads_max: 16,
             write_full: false,
+            cache_huge_pages: true,
             bulk_bytes_min: BULK_BYTES_MIN_DEFAULT,
             tier: None,
         }

@@ -303,7 +303,7 @@ fn load_runs(
     for ((run, guards), bytes) in runs.iter().zip(&guards).zip(below_end) {
         bump(&shared.counters.disk_read_blocks, run.blocks.len() as u64);
         bump(&shared.counters.disk_read_bytes, bytes as u64);
-        let slices: Vec<&[u8]> = guards.iter().map(|guard| guard.as_slice()).collect();
+        let slices: Vec<&[u8]> = guards.iter().map(|guard| &guard[..]).collect();
         let span = ReadSpan { offset: block_offset(shared, run.first.block), below_end_bytes: bytes as u64 };
         verdicts.push(verify_blocks(shared, fork, backend.as_ref(), span, &slices)?);
     }

@@ -29,6 +29,7 @@
 //! (`fork_bytes_max`), cache shards (`cache_shards`); a request pins at most half the cache,
 //! and at most one shard's slots, at once.
 
+mod arena;
 mod backend;
 mod block_cache;
 mod bulk;

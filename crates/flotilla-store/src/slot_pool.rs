@@ -5,8 +5,12 @@
 //! readiness of a slot but never the cache's index, so they hold only this pool.
 //!
 //! Invariants:
-//! - Slot memory is allocated on first use and then reused for the life of the pool, so a
-//!   hot path never touches freshly allocated pages.
+//! - Slot memory is one mapping (`Arena`, in transparent huge pages where the kernel has
+//!   them), slot `i` at `i × block_bytes`; the kernel gives its pages on first touch and
+//!   the pool reuses them for its whole life, so a hot path never touches fresh pages.
+//! - A slot's bytes are read only under its lock's shared side and written only under its
+//!   exclusive side (`SlotRead`, `SlotWrite`): the lock is what makes handing out slices
+//!   of the shared mapping sound.
 //! - A slot is `LOADING` from the moment the cache assigns it a block until its bytes are
 //!   valid (`READY`) or the read failed (`FAILED`); nobody but its loader touches the bytes
 //!   of a `LOADING` slot.
@@ -16,10 +20,12 @@
 //!   (`parking_lot_core`), and a slot that becomes ready or failed wakes only its own
 //!   waiters, not every thread waiting for any block.
 
+use crate::arena::Arena;
 use crate::error::{Mismatch, StoreError};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use parking_lot_core::{DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN};
 use std::io;
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 const LOADING: u8 = 0;
@@ -61,7 +67,8 @@ impl SlotFailure {
 
 #[derive(Debug)]
 struct Slot {
-    bytes: RwLock<Vec<u8>>,
+    /// Guards the slot's range of the arena.
+    bytes: RwLock<()>,
     state: AtomicU8,
     failure: Mutex<Option<SlotFailure>>,
 }
@@ -71,19 +78,60 @@ struct Slot {
 pub(crate) struct SlotPool {
     slots: Box<[Slot]>,
     block_bytes: usize,
+    memory: Arena,
+}
+
+/// Shared access to one slot's bytes; the slot's lock is held while it lives.
+pub(crate) struct SlotRead<'a> {
+    _lock: RwLockReadGuard<'a, ()>,
+    bytes: &'a [u8],
+}
+
+impl Deref for SlotRead<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+/// Exclusive access to one slot's bytes; the slot's lock is held while it lives.
+pub(crate) struct SlotWrite<'a> {
+    _lock: RwLockWriteGuard<'a, ()>,
+    bytes: &'a mut [u8],
+}
+
+impl SlotWrite<'_> {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+}
+
+impl Deref for SlotWrite<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+impl DerefMut for SlotWrite<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
 }
 
 impl SlotPool {
-    pub(crate) fn new(count: usize, block_bytes: usize) -> Self {
+    /// `count` slots of `block_bytes` each, in one mapping (in huge pages if `huge_pages`
+    /// and the kernel has them).
+    pub(crate) fn new(count: usize, block_bytes: usize, huge_pages: bool) -> io::Result<Self> {
         assert!(block_bytes.is_power_of_two());
+        let bytes = count.checked_mul(block_bytes).ok_or_else(|| io::Error::other("cache size overflows"))?;
+        let memory = Arena::new(bytes, huge_pages)?;
         let slots = (0..count)
-            .map(|_| Slot {
-                bytes: RwLock::new(Vec::new()),
-                state: AtomicU8::new(READY),
-                failure: Mutex::new(None),
-            })
+            .map(|_| Slot { bytes: RwLock::new(()), state: AtomicU8::new(READY), failure: Mutex::new(None) })
             .collect();
-        Self { slots, block_bytes }
+        Ok(Self { slots, block_bytes, memory })
     }
 
     pub(crate) fn count(&self) -> usize {
@@ -95,19 +143,21 @@ impl SlotPool {
     }
 
     /// Shared access to a ready slot's bytes.
-    pub(crate) fn read(&self, slot: u32) -> RwLockReadGuard<'_, Vec<u8>> {
-        let guard = self.slots[slot as usize].bytes.read();
-        debug_assert_eq!(guard.len(), self.block_bytes, "reading an unallocated slot");
-        guard
+    pub(crate) fn read(&self, slot: u32) -> SlotRead<'_> {
+        let lock = self.slots[slot as usize].bytes.read();
+        // SAFETY: the slot's range, read under its lock's shared side: no `SlotWrite` of it
+        // exists while this does, and no other slot's guard covers it.
+        let bytes = unsafe { self.memory.slice(slot as usize * self.block_bytes, self.block_bytes) };
+        SlotRead { _lock: lock, bytes }
     }
 
-    /// Exclusive access to a slot's bytes, allocating them on first use.
-    pub(crate) fn write(&self, slot: u32) -> RwLockWriteGuard<'_, Vec<u8>> {
-        let mut guard = self.slots[slot as usize].bytes.write();
-        if guard.len() != self.block_bytes {
-            *guard = vec![0; self.block_bytes];
-        }
-        guard
+    /// Exclusive access to a slot's bytes (zeros until first written).
+    pub(crate) fn write(&self, slot: u32) -> SlotWrite<'_> {
+        let lock = self.slots[slot as usize].bytes.write();
+        // SAFETY: the slot's range, under its lock's exclusive side: no other guard of it
+        // exists while this does, and no other slot's guard covers it.
+        let bytes = unsafe { self.memory.slice_mut(slot as usize * self.block_bytes, self.block_bytes) };
+        SlotWrite { _lock: lock, bytes }
     }
 
     /// Marks a slot as being loaded (called by the cache when it assigns a block).
@@ -195,7 +245,7 @@ mod tests {
 
     #[test]
     fn waiter_sees_ready_and_failure() {
-        let pool = Arc::new(SlotPool::new(2, 512));
+        let pool = Arc::new(SlotPool::new(2, 512, false).unwrap());
         pool.begin_loading(0);
         pool.begin_loading(1);
         let waiter = {
@@ -218,7 +268,7 @@ mod tests {
     fn per_slot_waiters_each_see_their_own_slot() {
         const SLOTS: u32 = 16;
         const WAITERS_PER_SLOT: u32 = 3;
-        let pool = Arc::new(SlotPool::new(SLOTS as usize, 512));
+        let pool = Arc::new(SlotPool::new(SLOTS as usize, 512, true).unwrap());
         for round in 0..20u32 {
             (0..SLOTS).for_each(|slot| pool.begin_loading(slot));
             let waiters: Vec<_> = (0..SLOTS * WAITERS_PER_SLOT)

@@ -89,7 +89,9 @@ impl Store {
         config.validate()?;
         let counters = Arc::new(Counters::default());
         let cache_blocks = config.cache_blocks() as usize;
-        let pool = Arc::new(SlotPool::new(cache_blocks, config.block_bytes as usize));
+        let pool = SlotPool::new(cache_blocks, config.block_bytes as usize, config.cache_huge_pages)
+            .map_err(|error| StoreError::io("map the cache's memory", error))?;
+        let pool = Arc::new(pool);
         let geometry =
             cache_geometry(cache_blocks, config.cache_shards, (shard_slots_min, window_blocks_min));
         let cache = Arc::new(BlockCache::new(pool.clone(), counters.clone(), geometry.shards));
