@@ -228,20 +228,10 @@ impl Store {
         extents: &[Extent],
         writing: bool,
     ) -> Result<Prefetch, StoreError> {
-        let total_bytes = extents.iter().fold(0u64, |sum, extent| sum.saturating_add(extent.length));
-        let total_bytes = usize::try_from(total_bytes).map_err(|_| StoreError::BufferLength {
-            expected_bytes: total_bytes,
-            actual_bytes: usize::MAX as u64,
+        let started = self.before_prefetch(fork, extents, |context, live, total_bytes| {
+            prefetch::start(context, live, extents, total_bytes, writing)
         })?;
-        summarize(extents, fork, self.config.fork_bytes_max, total_bytes)?;
-        let live = self.fork(fork)?;
-        let _shared = live.lock_shared()?;
-        if self.bulk_segments(&live, extents).is_some() {
-            return Ok(Prefetch::Declined(prefetch::Declined::Bulk));
-        }
-        let context =
-            PrefetchContext { engine: self.engine(), cache: &self.cache, budget: &self.prefetch_budget };
-        prefetch::start(context, &live, extents, total_bytes, writing)
+        Ok(started.unwrap_or(Prefetch::Declined(prefetch::Declined::Bulk)))
     }
 
     /// A `read` if every block of the extents is cached (`Read`, with the buffer `buffer`
@@ -255,6 +245,29 @@ impl Store {
         extents: &[Extent],
         buffer: impl FnOnce(usize) -> B,
     ) -> Result<ReadOrPrefetch<B>, StoreError> {
+        let started = self.before_prefetch(fork, extents, |context, live, total_bytes| {
+            prefetch::start_read(context, live, (extents, total_bytes), buffer)
+        })?;
+        let Some(outcome) = started else { return Ok(ReadOrPrefetch::Declined(prefetch::Declined::Bulk)) };
+        if matches!(outcome, ReadOrPrefetch::Read(_)) {
+            // The total was checked against overflow in `before_prefetch`.
+            let total_bytes = extents.iter().map(|extent| extent.length).sum::<u64>();
+            bump(&self.counters.read_requests, 1);
+            bump(&self.counters.read_bytes, total_bytes);
+        }
+        Ok(outcome)
+    }
+
+    /// What `prefetch` and `read_or_prefetch` do first: the extents checked (total length,
+    /// fork size bound), the fork found and held shared, then `start` with the prefetch's
+    /// context, the live fork and the extents' total; `None` when bulk pieces make the
+    /// request go past the cache (declined).
+    fn before_prefetch<T>(
+        &self,
+        fork: &ForkRef<'_>,
+        extents: &[Extent],
+        start: impl FnOnce(PrefetchContext<'_>, &Arc<Fork>, usize) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
         let total_bytes = extents.iter().fold(0u64, |sum, extent| sum.saturating_add(extent.length));
         let total_bytes = usize::try_from(total_bytes).map_err(|_| StoreError::BufferLength {
             expected_bytes: total_bytes,
@@ -264,16 +277,11 @@ impl Store {
         let live = self.fork(fork)?;
         let _shared = live.lock_shared()?;
         if self.bulk_segments(&live, extents).is_some() {
-            return Ok(ReadOrPrefetch::Declined(prefetch::Declined::Bulk));
+            return Ok(None);
         }
         let context =
             PrefetchContext { engine: self.engine(), cache: &self.cache, budget: &self.prefetch_budget };
-        let outcome = prefetch::start_read(context, &live, (extents, total_bytes), buffer)?;
-        if matches!(outcome, ReadOrPrefetch::Read(_)) {
-            bump(&self.counters.read_requests, 1);
-            bump(&self.counters.read_bytes, total_bytes as u64);
-        }
-        Ok(outcome)
+        start(context, &live, total_bytes).map(Some)
     }
 
     /// Writes `data` (packed in extent order) to the extents; later extents win on overlap.
