@@ -290,10 +290,7 @@ fn load_runs(
         .iter()
         .zip(guards.iter_mut())
         .map(|(run, guards)| {
-            (
-                block_offset(shared, run.first.block),
-                guards.iter_mut().map(|guard| guard.as_mut_slice()).collect(),
-            )
+            (block_offset(shared, run.first.block), guards.iter_mut().map(|guard| &mut guard[..]).collect())
         })
         .collect();
     let below_end = backend.read_gathered(&mut pieces).map_err(|error| SlotFailure::new(action(), &error))?;

@@ -189,28 +189,25 @@ pub(crate) fn start_read<B: AsMut<[u8]>>(
     buffer: impl FnOnce(usize) -> B,
 ) -> Result<ReadOrPrefetch<B>, StoreError> {
     let engine = context.engine;
-    let filled = |out: &mut B| match out.as_mut().len() {
-        length if length == total_bytes => Ok(()),
-        length => {
-            Err(StoreError::BufferLength { expected_bytes: total_bytes as u64, actual_bytes: length as u64 })
-        }
+    let pinned = match pin_and_load(context, fork, extents, total_bytes, false)? {
+        Started::Nothing => None,
+        Started::Cached(loads) => Some(loads),
+        Started::Loading(loads) => return Ok(ReadOrPrefetch::Pending(loads)),
+        Started::Declined(why) => return Ok(ReadOrPrefetch::Declined(why)),
     };
-    Ok(match pin_and_load(context, fork, extents, total_bytes, false)? {
-        Started::Nothing => {
-            let mut out = buffer(total_bytes);
-            filled(&mut out)?;
-            ReadOrPrefetch::Read(out)
-        }
-        Started::Cached(mut loads) => {
-            let mut out = buffer(total_bytes);
-            filled(&mut out)?;
-            // `loads` is dropped after the copy, success or not: that unpins the window.
-            request::copy_out(engine, &mut loads.window, extents, out.as_mut())?;
-            ReadOrPrefetch::Read(out)
-        }
-        Started::Loading(loads) => ReadOrPrefetch::Pending(loads),
-        Started::Declined(why) => ReadOrPrefetch::Declined(why),
-    })
+    let mut out = buffer(total_bytes);
+    let length = out.as_mut().len();
+    if length != total_bytes {
+        return Err(StoreError::BufferLength {
+            expected_bytes: total_bytes as u64,
+            actual_bytes: length as u64,
+        });
+    }
+    if let Some(mut loads) = pinned {
+        // `loads` is dropped after the copy, success or not: that unpins the window.
+        request::copy_out(engine, &mut loads.window, extents, out.as_mut())?;
+    }
+    Ok(ReadOrPrefetch::Read(out))
 }
 
 fn pin_and_load(

@@ -101,12 +101,6 @@ pub(crate) struct SlotWrite<'a> {
     bytes: &'a mut [u8],
 }
 
-impl SlotWrite<'_> {
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.bytes
-    }
-}
-
 impl Deref for SlotWrite<'_> {
     type Target = [u8];
 

@@ -246,16 +246,14 @@ impl Store {
         buffer: impl FnOnce(usize) -> B,
     ) -> Result<ReadOrPrefetch<B>, StoreError> {
         let started = self.before_prefetch(fork, extents, |context, live, total_bytes| {
-            prefetch::start_read(context, live, (extents, total_bytes), buffer)
+            let outcome = prefetch::start_read(context, live, (extents, total_bytes), buffer)?;
+            if matches!(outcome, ReadOrPrefetch::Read(_)) {
+                bump(&self.counters.read_requests, 1);
+                bump(&self.counters.read_bytes, total_bytes as u64);
+            }
+            Ok(outcome)
         })?;
-        let Some(outcome) = started else { return Ok(ReadOrPrefetch::Declined(prefetch::Declined::Bulk)) };
-        if matches!(outcome, ReadOrPrefetch::Read(_)) {
-            // The total was checked against overflow in `before_prefetch`.
-            let total_bytes = extents.iter().map(|extent| extent.length).sum::<u64>();
-            bump(&self.counters.read_requests, 1);
-            bump(&self.counters.read_bytes, total_bytes);
-        }
-        Ok(outcome)
+        Ok(started.unwrap_or(ReadOrPrefetch::Declined(prefetch::Declined::Bulk)))
     }
 
     /// What `prefetch` and `read_or_prefetch` do first: the extents checked (total length,

@@ -148,7 +148,6 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     close(target, plan.sync_at_end)?;
     let end_ns = now_ns();
     let tally = tally.into_inner().map_err(|_| anyhow::anyhow!("tally poisoned"))?;
-    let deferred = tally.deferred.clone();
     anyhow::ensure!(tally.bytes == plan_bytes(&plan), "moved {} bytes of {}", tally.bytes, plan_bytes(&plan));
     let report = WorkerReport {
         start_ns,
@@ -160,20 +159,23 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     };
     say(&format!("report {}", serde_json::to_string(&report)?))?;
     wait_go()?;
-    check_deferred(&plan.streams, &buffers, &deferred)
+    check_deferred(&plan.streams, &buffers, &tally.deferred)
 }
 
-/// Whether a stream's read can be checked after the run: its only step is one blocking
+/// The read of a stream that can be checked after the run: its only step is one blocking
 /// read, so nothing writes its buffer after it.
-fn check_later(steps: &[Step]) -> bool {
-    matches!(steps, [Step::Io(io)] if !io.write && !io.nonblocking)
+fn check_later(steps: &[Step]) -> Option<&Io> {
+    match steps {
+        [Step::Io(io)] if !io.write && !io.nonblocking => Some(io),
+        _ => None,
+    }
 }
 
 /// Checks the reads of the streams (by index) whose check was left for after the run.
 fn check_deferred(streams: &[Vec<Step>], buffers: &[Vec<u8>], deferred: &[usize]) -> anyhow::Result<()> {
     for &index in deferred {
-        let (Some([Step::Io(io)]), Some(buffer)) =
-            (streams.get(index).map(Vec::as_slice), buffers.get(index))
+        let (Some(io), Some(buffer)) =
+            (streams.get(index).and_then(|steps| check_later(steps)), buffers.get(index))
         else {
             anyhow::bail!("stream {index} has no single read to check");
         };
@@ -272,7 +274,7 @@ fn run_stream(
 ) -> anyhow::Result<()> {
     let mut pending: Vec<Pending> = Vec::new();
     let mut local = Tally::default();
-    let later = check_later(steps);
+    let later = check_later(steps).is_some();
     for step in steps {
         match step {
             Step::Io(io) if io.nonblocking => pending.push(issue(target, io, &mut local)?),
@@ -424,12 +426,15 @@ mod tests {
     #[test]
     fn only_a_lone_blocking_read_is_checked_after_the_run() {
         let read = strided_read(0);
-        assert!(check_later(&[Step::Io(read.clone())]));
-        assert!(!check_later(&[Step::Io(read.clone()), Step::Io(read.clone())]), "a reused buffer");
-        assert!(!check_later(&[Step::Io(Io { write: true, ..read.clone() })]), "a write");
-        assert!(!check_later(&[Step::Io(Io { nonblocking: true, ..read.clone() })]), "its own buffer");
-        assert!(!check_later(&[Step::Io(read), Step::Barrier]));
-        assert!(!check_later(&[]));
+        assert_eq!(check_later(&[Step::Io(read.clone())]), Some(&read));
+        assert!(check_later(&[Step::Io(read.clone()), Step::Io(read.clone())]).is_none(), "a reused buffer");
+        assert!(check_later(&[Step::Io(Io { write: true, ..read.clone() })]).is_none(), "a write");
+        assert!(
+            check_later(&[Step::Io(Io { nonblocking: true, ..read.clone() })]).is_none(),
+            "its own buffer"
+        );
+        assert!(check_later(&[Step::Io(read), Step::Barrier]).is_none());
+        assert!(check_later(&[]).is_none());
     }
 
     #[test]
