@@ -190,6 +190,7 @@ struct Sim {
     acked_writes: u64,
     reads_checked: u64,
     rejoined: u64,
+    rebuilds: u64,
     /// `FLOTILLA_SIM_TRACE` set: print faults, chain changes and copies.
     trace: bool,
 }
@@ -264,6 +265,7 @@ impl Sim {
             acked_writes: 0,
             reads_checked: 0,
             rejoined: 0,
+            rebuilds: 0,
             trace: std::env::var_os("FLOTILLA_SIM_TRACE").is_some(),
         };
         for i in 0..SERVERS {
@@ -372,6 +374,9 @@ impl Sim {
             if self.trace {
                 eprintln!("{:>6} ms meta: {command:?}", self.now_ms);
             }
+            if matches!(command, flotilla_replica::Command::Rebuild { chain, .. } if chain == self.chain) {
+                self.rebuilds += 1;
+            }
             if let flotilla_replica::Command::ChainChanged { chain, version, .. } = command {
                 let last = self.meta_versions.insert(chain, version);
                 assert!(last.is_none_or(|v| v < version), "chain {chain} went from {last:?} to {version}");
@@ -435,6 +440,11 @@ impl Sim {
             }
             Msg::Sync { version, req } => self.client_write(i, from, version, req, EntryKind::Sync),
             Msg::Read { version, req, lo, hi } => {
+                if self.trace {
+                    let s = &self.servers[i];
+                    eprintln!("{:>6} ms {} read {lo}..{hi} at {version} (view {:?}, applied {}, lease {})", self.now_ms, s.target,
+                        s.view.as_ref().map(|v| (v.version(), v.state_of(s.target))), s.volatile.applied, s.lease_until_ms);
+                }
                 let reply = match self.admit_at(i, version, Access::Read) {
                     Admission::Serve => Msg::Done { req, order: 0, cells: self.servers[i].volatile.cells[lo..hi].to_vec() },
                     _ => Msg::Refused { req },
@@ -469,9 +479,16 @@ impl Sim {
         if chain.head() != Some(s.target) {
             s.pending.clear();
         }
+        // A copy was made for the syncing member as it stood in one version; in any other it
+        // may miss what that member lost since, so it is never sent again.
+        s.outbox.retain(|e| !matches!(e.kind, EntryKind::Copy(_)));
+        let tail = me.is_some_and(MemberState::in_write_path) && chain.successor(s.target).is_none();
         s.view = Some(chain);
         if s.awaiting_copy {
             self.send_join(i);
+        } else if tail {
+            let applied = self.servers[i].volatile.applied;
+            self.acked(i, applied);
         }
     }
 
@@ -699,13 +716,17 @@ impl Sim {
 
     // ---- faults ----
 
-    /// Whether a fault on server `i` leaves the chain a serving member that is up, reachable
-    /// and holds every acknowledged write (so nothing acknowledged can be lost).
+    /// Whether a fault on server `i` leaves the chain a serving member that holds every
+    /// acknowledged write and will stay serving: reachable now and heard by the metadata
+    /// service within two heartbeats (so it is not about to be fenced). Faults beyond that
+    /// (every current replica failing before a sync) may lose unsynced writes by contract.
     fn fault_is_safe(&self, i: usize) -> bool {
         let chain = self.meta_chain();
-        chain.serving().any(|t| index_of(t) != i && self.reachable(Node::Server(index_of(t))))
-            && self.servers[i].up
-            && !self.servers[i].cut_off
+        let healthy = |t: TargetId| {
+            let heard = self.meta.health(t).is_some_and(|h| !h.down && h.last_heard_ms + 2 * HEARTBEAT_MS >= self.now_ms);
+            index_of(t) != i && self.reachable(Node::Server(index_of(t))) && heard
+        };
+        chain.serving().any(healthy) && self.servers[i].up && !self.servers[i].cut_off
     }
 
     fn inject_fault(&mut self) {
@@ -816,6 +837,9 @@ impl Sim {
     fn complete(&mut self, kind: OpKind, order: u64, cells: &[Cell]) {
         match kind {
             OpKind::Write { lo, hi, .. } => {
+                if self.trace {
+                    eprintln!("{:>6} ms write {lo}..{hi} acknowledged at order {order}", self.now_ms);
+                }
                 for floor in &mut self.floor[lo..hi] {
                     *floor = (*floor).max(order);
                 }
@@ -881,15 +905,17 @@ impl Sim {
     }
 }
 
-/// One whole run; returns (acknowledged writes, checked reads, rejoins).
-fn run(seed: u64) -> (u64, u64, u64) {
+/// What one run did: acknowledged writes, checked reads, rejoins, rebuilds onto a replacement.
+type Counts = [u64; 4];
+
+fn run(seed: u64) -> Counts {
     let mut sim = Sim::new(seed);
     sim.run_until(RUN_MS);
     sim.quiesce_and_check();
-    (sim.acked_writes, sim.reads_checked, sim.rejoined)
+    [sim.acked_writes, sim.reads_checked, sim.rejoined, sim.rebuilds]
 }
 
-fn run_reporting_seed(seed: u64) -> (u64, u64, u64) {
+fn run_reporting_seed(seed: u64) -> Counts {
     match std::panic::catch_unwind(|| run(seed)) {
         Ok(counts) => counts,
         Err(panic) => {
@@ -903,18 +929,20 @@ fn run_reporting_seed(seed: u64) -> (u64, u64, u64) {
 fn replication_survives_crashes_partitions_and_lossy_networks() {
     if let Ok(seed) = std::env::var("FLOTILLA_SIM_SEED") {
         let seed: u64 = seed.parse().expect("FLOTILLA_SIM_SEED is a u64");
-        let (writes, reads, rejoins) = run_reporting_seed(seed);
-        eprintln!("seed {seed}: {writes} writes acknowledged, {reads} reads checked, {rejoins} rejoins");
+        let [writes, reads, rejoins, rebuilds] = run_reporting_seed(seed);
+        eprintln!("seed {seed}: {writes} writes acknowledged, {reads} reads checked, {rejoins} rejoins, {rebuilds} rebuilds");
         return;
     }
     let base: u64 = rand::random();
     let started = Instant::now();
-    let (mut writes, mut reads, mut rejoins, mut seeds) = (0, 0, 0, 0);
+    let (mut total, mut seeds) = ([0u64; 4], 0);
     while seeds < SEEDS_MAX && (seeds < 2 || started.elapsed() < WALL_BUDGET) {
-        let (w, r, j) = run_reporting_seed(base.wrapping_add(seeds));
-        (writes, reads, rejoins, seeds) = (writes + w, reads + r, rejoins + j, seeds + 1);
+        let counts = run_reporting_seed(base.wrapping_add(seeds));
+        total.iter_mut().zip(counts).for_each(|(t, c)| *t += c);
+        seeds += 1;
     }
-    eprintln!("{seeds} seeds from {base}: {writes} writes acknowledged, {reads} reads checked, {rejoins} rejoins");
-    assert!(writes > 100 * seeds && reads > 50 * seeds, "the simulation did too little to mean anything");
+    let [writes, reads, rejoins, rebuilds] = total;
+    eprintln!("{seeds} seeds from {base}: {writes} writes acknowledged, {reads} reads checked, {rejoins} rejoins, {rebuilds} rebuilds");
+    assert!(writes > 50 * seeds && reads > 30 * seeds, "the simulation did too little to mean anything");
     assert!(rejoins > 0, "no member ever rejoined");
 }
