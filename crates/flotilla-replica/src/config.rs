@@ -26,7 +26,12 @@ pub struct MembershipConfig {
 
 impl Default for MembershipConfig {
     fn default() -> Self {
-        MembershipConfig { lease_ms: 3_000, clock_margin_ms: 1_000, fence_after_ms: 5_000, dead_after_ms: 600_000 }
+        MembershipConfig {
+            lease_ms: 3_000,
+            clock_margin_ms: 1_000,
+            fence_after_ms: 5_000,
+            dead_after_ms: 600_000,
+        }
     }
 }
 
@@ -45,7 +50,10 @@ impl MembershipConfig {
             });
         }
         if self.dead_after_ms < self.fence_after_ms {
-            return Err(ConfigError::DeadBeforeFence { dead: self.dead_after_ms, fence: self.fence_after_ms });
+            return Err(ConfigError::DeadBeforeFence {
+                dead: self.dead_after_ms,
+                fence: self.fence_after_ms,
+            });
         }
         Ok(())
     }

@@ -40,11 +40,15 @@ pub struct MemberView {
 pub enum Admission {
     Serve,
     /// The request's version is not the server's; `current` is the server's.
-    Stale { current: ChainVersion },
+    Stale {
+        current: ChainVersion,
+    },
     /// The server's lease ran out; it serves nothing until a heartbeat reply renews it.
     NoLease,
     /// The server is not in the chain, or is in it in a state that forbids the access.
-    NotMember { state: Option<MemberState> },
+    NotMember {
+        state: Option<MemberState>,
+    },
 }
 
 /// Whether a server with `view` and a lease valid until `lease_valid_until_ms` may execute a

@@ -21,9 +21,15 @@ pub enum MemberState {
     Serving,
     /// Being filled with what it missed since `missed_since`; `full` for a replacement that
     /// holds nothing yet.
-    Syncing { missed_since: ChainVersion, full: bool },
+    Syncing {
+        missed_since: ChainVersion,
+        full: bool,
+    },
     /// Out of the write path; `full` if it still needs a full copy when it returns.
-    Offline { missed_since: ChainVersion, full: bool },
+    Offline {
+        missed_since: ChainVersion,
+        full: bool,
+    },
     Dead,
 }
 

@@ -168,7 +168,9 @@ impl Membership {
             let new_state = match state {
                 MemberState::Serving if chain.serving_count() == 1 => None,
                 MemberState::Serving => Some(MemberState::Offline { missed_since: next, full: false }),
-                MemberState::Syncing { missed_since, full } => Some(MemberState::Offline { missed_since, full }),
+                MemberState::Syncing { missed_since, full } => {
+                    Some(MemberState::Offline { missed_since, full })
+                }
                 MemberState::Offline { .. } | MemberState::Dead => continue,
             };
             if let Some(new_state) = new_state {
@@ -205,10 +207,15 @@ impl Membership {
     /// Draining members leave once the chain has its replicas without them.
     fn finish_drains(&mut self, id: ChainId) {
         let replicas = self.table.replicas();
-        let draining: BTreeSet<TargetId> = self.health.iter().filter(|(_, h)| h.draining).map(|(&t, _)| t).collect();
+        let draining: BTreeSet<TargetId> =
+            self.health.iter().filter(|(_, h)| h.draining).map(|(&t, _)| t).collect();
         let Some(chain) = self.table.chain_mut(id) else { return };
         let staying_serving = chain.serving().filter(|t| !draining.contains(t)).count();
-        let staying = chain.members().iter().filter(|m| !draining.contains(&m.target) && m.state != MemberState::Dead).count();
+        let staying = chain
+            .members()
+            .iter()
+            .filter(|m| !draining.contains(&m.target) && m.state != MemberState::Dead)
+            .count();
         if staying_serving == 0 || staying < replicas {
             return;
         }
@@ -279,7 +286,10 @@ impl Membership {
             for &dead in &replaced {
                 chain.remove(dead);
             }
-            chain.push(Member { target: replacement, state: MemberState::Syncing { missed_since: next, full: true } });
+            chain.push(Member {
+                target: replacement,
+                state: MemberState::Syncing { missed_since: next, full: true },
+            });
             changes.chains.insert(id);
             changes.commands.push(Command::Rebuild { chain: id, replaced, replacement });
         }
@@ -324,5 +334,11 @@ fn resync(chain: &Chain) -> Option<Command> {
         Some(since) if !needs_full(syncing.state) => ResyncScope::MissedSince(since),
         _ => ResyncScope::Full,
     };
-    Some(Command::StartResync { chain: chain.id(), version: chain.version(), from, to: syncing.target, scope })
+    Some(Command::StartResync {
+        chain: chain.id(),
+        version: chain.version(),
+        from,
+        to: syncing.target,
+        scope,
+    })
 }

@@ -166,7 +166,9 @@ impl RangeSet {
     /// Decodes an [`encode`](Self::encode)d set, refusing anything malformed or over
     /// `ranges_max` ranges.
     pub fn decode(bytes: &[u8], ranges_max: usize) -> Result<RangeSet, RangeError> {
-        let header = bytes.get(..HEADER_BYTES).ok_or(RangeError::Truncated { needed: HEADER_BYTES, have: bytes.len() })?;
+        let header = bytes
+            .get(..HEADER_BYTES)
+            .ok_or(RangeError::Truncated { needed: HEADER_BYTES, have: bytes.len() })?;
         if header[0] != RANGES_ENCODING_VERSION {
             return Err(RangeError::Version { found: header[0], expected: RANGES_ENCODING_VERSION });
         }

@@ -111,7 +111,11 @@ impl ChainTable {
     }
 
     /// `count` chains with disjoint members for a new file of `count` subfiles.
-    pub fn choose_for_file(&self, count: usize, load: impl Fn(ChainId) -> u64) -> Result<Vec<ChainId>, PlacementError> {
+    pub fn choose_for_file(
+        &self,
+        count: usize,
+        load: impl Fn(ChainId) -> u64,
+    ) -> Result<Vec<ChainId>, PlacementError> {
         let have = self.groups.values().collect::<BTreeSet<_>>().len();
         if have < self.replicas {
             return Err(PlacementError::NotEnoughFailureGroups { wanted: self.replicas, have });
@@ -154,7 +158,8 @@ impl ChainTable {
     }
 
     fn groups_distinct(&self, members: &[Member]) -> bool {
-        let groups: Option<BTreeSet<&FailureGroup>> = members.iter().map(|m| self.groups.get(&m.target)).collect();
+        let groups: Option<BTreeSet<&FailureGroup>> =
+            members.iter().map(|m| self.groups.get(&m.target)).collect();
         groups.is_some_and(|g| g.len() == members.len())
     }
 }

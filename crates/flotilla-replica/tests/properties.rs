@@ -3,8 +3,8 @@
 
 use flotilla_replica::{
     admit, build_chains, Access, Admission, ByteRange, ChainId, ChainTable, ChainVersion, Command, Event,
-    FailureGroup, Incarnation, MemberState, MemberView, Membership, MembershipConfig, PlacementError, RangeError,
-    RangeSet, RANGES_ENCODING_VERSION,
+    FailureGroup, Incarnation, MemberState, MemberView, Membership, MembershipConfig, PlacementError,
+    RangeError, RangeSet, RANGES_ENCODING_VERSION,
 };
 use flotilla_types::TargetId;
 use proptest::prelude::*;
@@ -112,7 +112,12 @@ fn step() -> impl Strategy<Value = Step> {
 /// serving member.
 fn run_membership(steps: Vec<Step>, replicas: usize) -> Result<(), TestCaseError> {
     let table = ChainTable::build(groups(&[0, 1, 2, 3, 4, 5, 0, 1]), replicas, 2).unwrap();
-    let config = MembershipConfig { lease_ms: 2_000, clock_margin_ms: 500, fence_after_ms: 5_000, dead_after_ms: 30_000 };
+    let config = MembershipConfig {
+        lease_ms: 2_000,
+        clock_margin_ms: 500,
+        fence_after_ms: 5_000,
+        dead_after_ms: 30_000,
+    };
     let mut engine = Membership::new(config, table, 0).unwrap();
     let targets: Vec<TargetId> = engine.table().targets().map(|(t, _)| t).collect();
     let mut incarnations = vec![1u64; targets.len()];
@@ -122,7 +127,11 @@ fn run_membership(steps: Vec<Step>, replicas: usize) -> Result<(), TestCaseError
         let event = match step {
             Step::Heartbeat { target, restart } => {
                 incarnations[target] += u64::from(restart);
-                Event::Heartbeat { target: targets[target], incarnation: Incarnation(incarnations[target]), at_ms: now_ms }
+                Event::Heartbeat {
+                    target: targets[target],
+                    incarnation: Incarnation(incarnations[target]),
+                    at_ms: now_ms,
+                }
             }
             Step::Advance { ms } => {
                 now_ms += ms;
@@ -143,7 +152,12 @@ fn run_membership(steps: Vec<Step>, replicas: usize) -> Result<(), TestCaseError
     Ok(())
 }
 
-fn check_step(before: &ChainTable, after: &ChainTable, event: &Event, commands: &[Command]) -> Result<(), TestCaseError> {
+fn check_step(
+    before: &ChainTable,
+    after: &ChainTable,
+    event: &Event,
+    commands: &[Command],
+) -> Result<(), TestCaseError> {
     prop_assert!(after.check() && distinct_groups(after));
     for chain in after.chains() {
         let old = before.chain(chain.id()).unwrap();
@@ -156,8 +170,18 @@ fn check_step(before: &ChainTable, after: &ChainTable, event: &Event, commands: 
             let was = old.state_of(member.target);
             if member.state == MemberState::Serving && was != Some(MemberState::Serving) {
                 let synced = matches!(was, Some(MemberState::Syncing { .. }))
-                    && *event == Event::SyncDone { chain: chain.id(), target: member.target, version: old.version() };
-                prop_assert!(synced, "{} became serving in {} from {was:?} on {event:?}", member.target, chain.id());
+                    && *event
+                        == Event::SyncDone {
+                            chain: chain.id(),
+                            target: member.target,
+                            version: old.version(),
+                        };
+                prop_assert!(
+                    synced,
+                    "{} became serving in {} from {was:?} on {event:?}",
+                    member.target,
+                    chain.id()
+                );
             }
         }
     }
@@ -225,8 +249,11 @@ fn dead_member_is_replaced_and_last_copy_kept() {
         }
         commands.extend(engine.handle(Event::Tick { at_ms }));
     }
-    assert!(commands.iter().any(|c| matches!(c, Command::Rebuild { chain: ChainId(0), replaced, replacement }
-        if replaced == &vec![second] && *replacement == spare)), "{commands:?}");
+    assert!(
+        commands.iter().any(|c| matches!(c, Command::Rebuild { chain: ChainId(0), replaced, replacement }
+        if replaced == &vec![second] && *replacement == spare)),
+        "{commands:?}"
+    );
     let now = engine.table().chain(ChainId(0)).unwrap();
     assert_eq!(now.state_of(spare), Some(MemberState::Syncing { missed_since: now.version(), full: true }));
     // Everyone else goes silent: `first` is the last copy and stays serving.
@@ -249,8 +276,10 @@ fn too_few_failure_groups_is_named() {
 fn admit_checks_lease_membership_version_and_state() {
     let v = ChainVersion(7);
     let serving = MemberView { version: v, state: Some(MemberState::Serving) };
-    let syncing = MemberView { version: v, state: Some(MemberState::Syncing { missed_since: v, full: false }) };
-    let offline = MemberView { version: v, state: Some(MemberState::Offline { missed_since: v, full: false }) };
+    let syncing =
+        MemberView { version: v, state: Some(MemberState::Syncing { missed_since: v, full: false }) };
+    let offline =
+        MemberView { version: v, state: Some(MemberState::Offline { missed_since: v, full: false }) };
     assert_eq!(admit(v, serving, Access::Read, 100, 99), Admission::Serve);
     assert_eq!(admit(v, serving, Access::Read, 100, 100), Admission::NoLease);
     assert_eq!(admit(ChainVersion(6), serving, Access::Write, 100, 0), Admission::Stale { current: v });
@@ -264,7 +293,12 @@ fn admit_checks_lease_membership_version_and_state() {
 
 #[test]
 fn config_refuses_fence_inside_lease() {
-    let config = MembershipConfig { lease_ms: 3_000, clock_margin_ms: 1_000, fence_after_ms: 4_000, dead_after_ms: 10_000 };
+    let config = MembershipConfig {
+        lease_ms: 3_000,
+        clock_margin_ms: 1_000,
+        fence_after_ms: 4_000,
+        dead_after_ms: 10_000,
+    };
     assert!(config.validate().is_err());
     assert!(MembershipConfig::default().validate().is_ok());
 }
@@ -353,7 +387,10 @@ fn decoding_refuses_each_kind_of_garbage() {
     version[0] = 9;
     assert_eq!(RangeSet::decode(&version, 8), Err(RangeError::Version { found: 9, expected: 1 }));
     assert!(matches!(RangeSet::decode(&good[..good.len() - 1], 8), Err(RangeError::Truncated { .. })));
-    assert!(matches!(RangeSet::decode(&[&good[..], &[0]].concat(), 8), Err(RangeError::Trailing { extra: 1 })));
+    assert!(matches!(
+        RangeSet::decode(&[&good[..], &[0]].concat(), 8),
+        Err(RangeError::Trailing { extra: 1 })
+    ));
     assert!(matches!(RangeSet::decode(&good, 1), Err(RangeError::TooMany { count: 2, max: 1 })));
     let mut huge = vec![1u8];
     huge.extend_from_slice(&u32::MAX.to_le_bytes());

@@ -26,8 +26,8 @@
 //! --test simulation` repeats exactly that run.
 
 use flotilla_replica::{
-    admit, Access, Admission, ByteRange, Chain, ChainId, ChainTable, ChainVersion, Event, FailureGroup, Incarnation,
-    MemberState, MemberView, Membership, MembershipConfig, RangeSet,
+    admit, Access, Admission, ByteRange, Chain, ChainId, ChainTable, ChainVersion, Event, FailureGroup,
+    Incarnation, MemberState, MemberView, Membership, MembershipConfig, RangeSet,
 };
 use flotilla_types::TargetId;
 use rand::rngs::StdRng;
@@ -247,7 +247,8 @@ impl Sim {
                 down_since_ms: 0,
             })
             .collect();
-        let clients = (0..CLIENTS).map(|_| Client { view: None, op: None, attempt: 0, next_req: 1 }).collect();
+        let clients =
+            (0..CLIENTS).map(|_| Client { view: None, op: None, attempt: 0, next_req: 1 }).collect();
         let mut sim = Sim {
             rng: StdRng::seed_from_u64(seed),
             now_ms: 0,
@@ -302,8 +303,11 @@ impl Sim {
         if self.faults && !heartbeat && self.rng.random_range(0..100) < LOSS_PERCENT {
             return;
         }
-        let delay_ms =
-            if self.rng.random_range(0..20) == 0 { self.rng.random_range(40..150) } else { self.rng.random_range(1..20) };
+        let delay_ms = if self.rng.random_range(0..20) == 0 {
+            self.rng.random_range(40..150)
+        } else {
+            self.rng.random_range(1..20)
+        };
         self.seq += 1;
         self.queue.insert((self.now_ms + delay_ms, self.seq), Scheduled::Deliver { from, to, msg });
     }
@@ -343,17 +347,19 @@ impl Sim {
                 self.meta_handle(Event::Tick { at_ms: self.now_ms });
                 self.timer(META_TICK_MS, Node::Meta, Timer::MetaTick);
             }
-            (Node::Meta, Timer::Fault) => {
-                if self.faults {
-                    self.inject_fault();
-                    self.timer(FAULT_EVERY_MS, Node::Meta, Timer::Fault);
-                }
+            (Node::Meta, Timer::Fault) if self.faults => {
+                self.inject_fault();
+                self.timer(FAULT_EVERY_MS, Node::Meta, Timer::Fault);
             }
-            (Node::Server(i), Timer::Heartbeat(incarnation)) if self.servers[i].incarnation == incarnation => {
+            (Node::Server(i), Timer::Heartbeat(incarnation))
+                if self.servers[i].incarnation == incarnation =>
+            {
                 self.server_heartbeat(i);
                 self.timer(HEARTBEAT_MS, Node::Server(i), Timer::Heartbeat(incarnation));
             }
-            (Node::Server(i), Timer::Retransmit(incarnation)) if self.servers[i].incarnation == incarnation => {
+            (Node::Server(i), Timer::Retransmit(incarnation))
+                if self.servers[i].incarnation == incarnation =>
+            {
                 self.server_retransmit(i);
                 self.timer(RETRANSMIT_MS, Node::Server(i), Timer::Retransmit(incarnation));
             }
@@ -392,14 +398,20 @@ impl Sim {
         match (from, msg) {
             (Node::Server(i), Msg::Heartbeat { incarnation, sent_at_ms }) => {
                 let target = target_of(i);
-                self.meta_handle(Event::Heartbeat { target, incarnation: Incarnation(incarnation), at_ms: self.now_ms });
+                self.meta_handle(Event::Heartbeat {
+                    target,
+                    incarnation: Incarnation(incarnation),
+                    at_ms: self.now_ms,
+                });
                 let chain = self.meta_chain();
                 self.send(Node::Meta, from, Msg::HeartbeatReply { incarnation, sent_at_ms, chain });
             }
             (Node::Server(i), Msg::SyncDone { version }) => {
                 let before = self.meta_chain().state_of(target_of(i));
                 self.meta_handle(Event::SyncDone { chain: self.chain, target: target_of(i), version });
-                if before != Some(MemberState::Serving) && self.meta_chain().state_of(target_of(i)) == Some(MemberState::Serving) {
+                if before != Some(MemberState::Serving)
+                    && self.meta_chain().state_of(target_of(i)) == Some(MemberState::Serving)
+                {
                     self.rejoined += 1;
                 }
             }
@@ -428,7 +440,9 @@ impl Sim {
 
     fn server_receive(&mut self, i: usize, from: Node, msg: Msg) {
         match msg {
-            Msg::HeartbeatReply { incarnation, sent_at_ms, chain } if incarnation == self.servers[i].incarnation => {
+            Msg::HeartbeatReply { incarnation, sent_at_ms, chain }
+                if incarnation == self.servers[i].incarnation =>
+            {
                 let s = &mut self.servers[i];
                 s.lease_until_ms = s.lease_until_ms.max(sent_at_ms + config().lease_ms);
                 if s.view.as_ref().is_none_or(|v| v.version() < chain.version()) {
@@ -442,11 +456,19 @@ impl Sim {
             Msg::Read { version, req, lo, hi } => {
                 if self.trace {
                     let s = &self.servers[i];
-                    eprintln!("{:>6} ms {} read {lo}..{hi} at {version} (view {:?}, applied {}, lease {})", self.now_ms, s.target,
-                        s.view.as_ref().map(|v| (v.version(), v.state_of(s.target))), s.volatile.applied, s.lease_until_ms);
+                    eprintln!(
+                        "{:>6} ms {} read {lo}..{hi} at {version} (view {:?}, applied {}, lease {})",
+                        self.now_ms,
+                        s.target,
+                        s.view.as_ref().map(|v| (v.version(), v.state_of(s.target))),
+                        s.volatile.applied,
+                        s.lease_until_ms
+                    );
                 }
                 let reply = match self.admit_at(i, version, Access::Read) {
-                    Admission::Serve => Msg::Done { req, order: 0, cells: self.servers[i].volatile.cells[lo..hi].to_vec() },
+                    Admission::Serve => {
+                        Msg::Done { req, order: 0, cells: self.servers[i].volatile.cells[lo..hi].to_vec() }
+                    }
                     _ => Msg::Refused { req },
                 };
                 self.send(Node::Server(i), from, reply);
@@ -465,12 +487,23 @@ impl Sim {
         assert!(old.is_none_or(|v| v < chain.version()), "server view went back");
         let unsettled = s.volatile.unsettled_ranges();
         let mut records = std::mem::take(&mut s.volatile.records);
-        records.retain(|t, _| matches!(chain.state_of(*t), Some(MemberState::Offline { full: false, .. } | MemberState::Syncing { full: false, .. })));
+        records.retain(|t, _| {
+            matches!(
+                chain.state_of(*t),
+                Some(MemberState::Offline { full: false, .. } | MemberState::Syncing { full: false, .. })
+            )
+        });
         for member in chain.members() {
             if member.target != s.target
-                && matches!(member.state, MemberState::Offline { full: false, .. } | MemberState::Syncing { full: false, .. })
+                && matches!(
+                    member.state,
+                    MemberState::Offline { full: false, .. } | MemberState::Syncing { full: false, .. }
+                )
             {
-                records.entry(member.target).or_insert_with(|| RangeSet::new(RECORD_RANGES_MAX)).union(&unsettled);
+                records
+                    .entry(member.target)
+                    .or_insert_with(|| RangeSet::new(RECORD_RANGES_MAX))
+                    .union(&unsettled);
             }
         }
         s.volatile.records = records;
@@ -503,7 +536,10 @@ impl Sim {
     fn client_write(&mut self, i: usize, from: Node, version: ChainVersion, req: u64, kind: EntryKind) {
         let Node::Client(c) = from else { return };
         let is_head = self.servers[i].view.as_ref().and_then(Chain::head) == Some(self.servers[i].target);
-        if self.admit_at(i, version, Access::Write) != Admission::Serve || !is_head || self.servers[i].awaiting_copy {
+        if self.admit_at(i, version, Access::Write) != Admission::Serve
+            || !is_head
+            || self.servers[i].awaiting_copy
+        {
             self.send(Node::Server(i), from, Msg::Refused { req });
             return;
         }
@@ -546,7 +582,11 @@ impl Sim {
                 s.volatile.unsettled.push((entry.order, *lo, *hi));
                 for member in view.members() {
                     if matches!(member.state, MemberState::Offline { full: false, .. }) {
-                        let record = s.volatile.records.entry(member.target).or_insert_with(|| RangeSet::new(RECORD_RANGES_MAX));
+                        let record = s
+                            .volatile
+                            .records
+                            .entry(member.target)
+                            .or_insert_with(|| RangeSet::new(RECORD_RANGES_MAX));
                         record.insert(range(*lo, *hi));
                     }
                 }
@@ -563,7 +603,9 @@ impl Sim {
         let s = &self.servers[i];
         let Some(view) = &s.view else { return };
         let Node::Server(p) = from else { return };
-        if self.admit_at(i, version, Access::Write) != Admission::Serve || view.predecessor(s.target) != Some(target_of(p)) {
+        if self.admit_at(i, version, Access::Write) != Admission::Serve
+            || view.predecessor(s.target) != Some(target_of(p))
+        {
             return;
         }
         if s.awaiting_copy {
@@ -592,7 +634,11 @@ impl Sim {
         s.volatile.unsettled.extend(body.unsettled);
         for (target, ranges) in body.records {
             if target != s.target {
-                s.volatile.records.entry(target).or_insert_with(|| RangeSet::new(RECORD_RANGES_MAX)).union(&ranges);
+                s.volatile
+                    .records
+                    .entry(target)
+                    .or_insert_with(|| RangeSet::new(RECORD_RANGES_MAX))
+                    .union(&ranges);
             }
         }
         s.awaiting_copy = false;
@@ -622,7 +668,11 @@ impl Sim {
             self.send(Node::Server(i), Node::Client(c), Msg::Done { req, order: o, cells: Vec::new() });
         }
         if let Some(up) = up {
-            self.send(Node::Server(i), Node::Server(index_of(up)), Msg::Ack { version: view.version(), order });
+            self.send(
+                Node::Server(i),
+                Node::Server(index_of(up)),
+                Msg::Ack { version: view.version(), order },
+            );
         }
     }
 
@@ -630,7 +680,9 @@ impl Sim {
         let s = &self.servers[i];
         let Some(view) = &s.view else { return };
         let Node::Server(n) = from else { return };
-        if self.admit_at(i, version, Access::Write) != Admission::Serve || view.successor(s.target) != Some(target_of(n)) {
+        if self.admit_at(i, version, Access::Write) != Admission::Serve
+            || view.successor(s.target) != Some(target_of(n))
+        {
             return;
         }
         let order = order.min(s.volatile.applied);
@@ -657,11 +709,15 @@ impl Sim {
                 ranges.union(record);
             }
         }
-        let cells = (0..CELLS).filter(|&c| ranges.contains(c as u64)).map(|c| (c, s.volatile.cells[c])).collect();
+        let cells =
+            (0..CELLS).filter(|&c| ranges.contains(c as u64)).map(|c| (c, s.volatile.cells[c])).collect();
         let mut records = s.volatile.records.clone();
         records.remove(&joiner);
         if self.trace {
-            eprintln!("{:>6} ms {} copies {:?} at order {} to {joiner}: {cells:?}", self.now_ms, s.target, ranges, s.volatile.applied);
+            eprintln!(
+                "{:>6} ms {} copies {:?} at order {} to {joiner}: {cells:?}",
+                self.now_ms, s.target, ranges, s.volatile.applied
+            );
         }
         let body = CopyBody { cells, records, unsettled: s.volatile.unsettled.clone() };
         let entry = Entry { order: s.volatile.applied, kind: EntryKind::Copy(Box::new(body)) };
@@ -684,9 +740,14 @@ impl Sim {
             self.send(Node::Server(i), Node::Meta, Msg::SyncDone { version: view.version() });
         }
         let Some(next) = view.successor(target) else { return };
-        let entries: Vec<Entry> = self.servers[i].outbox.iter().take(RETRANSMIT_ENTRIES_MAX).cloned().collect();
+        let entries: Vec<Entry> =
+            self.servers[i].outbox.iter().take(RETRANSMIT_ENTRIES_MAX).cloned().collect();
         for entry in entries {
-            self.send(Node::Server(i), Node::Server(index_of(next)), Msg::Forward { version: view.version(), entry });
+            self.send(
+                Node::Server(i),
+                Node::Server(index_of(next)),
+                Msg::Forward { version: view.version(), entry },
+            );
         }
     }
 
@@ -723,7 +784,10 @@ impl Sim {
     fn fault_is_safe(&self, i: usize) -> bool {
         let chain = self.meta_chain();
         let healthy = |t: TargetId| {
-            let heard = self.meta.health(t).is_some_and(|h| !h.down && h.last_heard_ms + 2 * HEARTBEAT_MS >= self.now_ms);
+            let heard = self
+                .meta
+                .health(t)
+                .is_some_and(|h| !h.down && h.last_heard_ms + 2 * HEARTBEAT_MS >= self.now_ms);
             index_of(t) != i && self.reachable(Node::Server(index_of(t))) && heard
         };
         chain.serving().any(healthy) && self.servers[i].up && !self.servers[i].cut_off
@@ -736,7 +800,13 @@ impl Sim {
         }
         let kind = self.rng.random_range(0..10);
         if self.trace && kind <= 4 {
-            eprintln!("{:>6} ms fault {} on {} (applied {})", self.now_ms, if kind <= 2 { "crash" } else { "cut" }, target_of(i), self.servers[i].volatile.applied);
+            eprintln!(
+                "{:>6} ms fault {} on {} (applied {})",
+                self.now_ms,
+                if kind <= 2 { "crash" } else { "cut" },
+                target_of(i),
+                self.servers[i].volatile.applied
+            );
         }
         match kind {
             0..=2 => {
@@ -822,7 +892,9 @@ impl Sim {
             Msg::Refused { req } if self.clients[c].op.as_ref().is_some_and(|(r, _)| *r == req) => {
                 self.send(Node::Client(c), Node::Meta, Msg::ChainQuery);
             }
-            Msg::Done { req, order, cells } if self.clients[c].op.as_ref().is_some_and(|(r, _)| *r == req) => {
+            Msg::Done { req, order, cells }
+                if self.clients[c].op.as_ref().is_some_and(|(r, _)| *r == req) =>
+            {
                 let (_, kind) = self.clients[c].op.take().unwrap();
                 self.clients[c].attempt += 1;
                 self.complete(kind, order, &cells);
@@ -848,7 +920,13 @@ impl Sim {
             OpKind::Sync => {}
             OpKind::Read { lo, floor, .. } => {
                 for (k, (cell, floor)) in cells.iter().zip(&floor).enumerate() {
-                    assert!(cell.0 >= *floor, "read of cell {} returned order {} older than acknowledged {}", lo + k, cell.0, floor);
+                    assert!(
+                        cell.0 >= *floor,
+                        "read of cell {} returned order {} older than acknowledged {}",
+                        lo + k,
+                        cell.0,
+                        floor
+                    );
                 }
                 self.reads_checked += 1;
             }
@@ -870,9 +948,13 @@ impl Sim {
             }
             if let Some((other, cells)) = by_point.get(&s.volatile.applied) {
                 assert_eq!(
-                    cells, &s.volatile.cells,
+                    cells,
+                    &s.volatile.cells,
                     "serving {} and {} differ at order {} in {}",
-                    other, target, s.volatile.applied, chain.version()
+                    other,
+                    target,
+                    s.volatile.applied,
+                    chain.version()
                 );
             } else {
                 by_point.insert(s.volatile.applied, (target, s.volatile.cells));
