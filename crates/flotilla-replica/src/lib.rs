@@ -42,6 +42,6 @@ pub use fence::{admit, Access, Admission, MemberView};
 pub use ids::{ChainId, ChainVersion, FailureGroup, Incarnation, FAILURE_GROUP_BYTES_MAX};
 pub use member::{Member, MemberState};
 pub use membership::{Membership, TargetHealth};
-pub use placement::{build_chains, choose_chains, CHAINS_PER_TARGET_MAX};
+pub use placement::{build_chains, choose_chains, CHAINS_PER_TARGET_MAX, REPLICAS_MAX};
 pub use ranges::{ByteRange, RangeSet, RANGES_ENCODING_VERSION, RANGES_PER_FORK_MAX};
 pub use table::{ChainTable, CHAINS_MAX};

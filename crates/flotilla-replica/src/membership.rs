@@ -21,7 +21,7 @@
 //!   as a `Syncing` member with a full copy. A draining member stays `Serving` until its
 //!   replacement is, then leaves.
 
-use crate::chain::Chain;
+use crate::chain::{Chain, MEMBERS_PER_CHAIN_MAX};
 use crate::command::{Command, ResyncScope};
 use crate::config::MembershipConfig;
 use crate::error::{ConfigError, PlacementError};
@@ -275,7 +275,13 @@ impl Membership {
                 .iter()
                 .filter(|m| m.state != MemberState::Dead && !self.is_draining(m.target))
                 .count();
-            if live >= self.table.replicas() || chain.syncing().is_some() || chain.serving_count() == 0 {
+            let full = chain.members().len() >= MEMBERS_PER_CHAIN_MAX
+                && !chain.members().iter().any(|m| m.state == MemberState::Dead);
+            if live >= self.table.replicas()
+                || chain.syncing().is_some()
+                || chain.serving_count() == 0
+                || full
+            {
                 continue;
             }
             let Some(replacement) = self.table.replacement_for(id, &unusable) else { continue };

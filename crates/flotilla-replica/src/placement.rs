@@ -18,6 +18,10 @@ use crate::table::CHAINS_MAX;
 use flotilla_types::TargetId;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Most replicas a chain may have: one slot of [`MEMBERS_PER_CHAIN_MAX`] stays free for a
+/// replacement that syncs while the member it replaces still serves (a drain).
+pub const REPLICAS_MAX: usize = MEMBERS_PER_CHAIN_MAX - 1;
+
 /// Most chains one target may be built into at once (`chains_per_target`).
 pub const CHAINS_PER_TARGET_MAX: usize = 64;
 
@@ -69,8 +73,8 @@ fn check_counts(
     replicas: usize,
     chains_per_target: usize,
 ) -> Result<(), PlacementError> {
-    if replicas == 0 || replicas > MEMBERS_PER_CHAIN_MAX {
-        return Err(PlacementError::ReplicasOutOfRange { replicas, max: MEMBERS_PER_CHAIN_MAX });
+    if replicas == 0 || replicas > REPLICAS_MAX {
+        return Err(PlacementError::ReplicasOutOfRange { replicas, max: REPLICAS_MAX });
     }
     if chains_per_target == 0 || chains_per_target > CHAINS_PER_TARGET_MAX {
         return Err(PlacementError::ChainsPerTargetOutOfRange {
