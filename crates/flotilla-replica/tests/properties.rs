@@ -403,3 +403,63 @@ fn decoding_refuses_each_kind_of_garbage() {
     overflow.extend_from_slice(&2u64.to_le_bytes());
     assert!(matches!(RangeSet::decode(&overflow, 8), Err(RangeError::Overflow { .. })));
 }
+
+// A restart (higher incarnation) is a departure even without silence; a late heartbeat of an
+// older incarnation changes nothing; the last serving member stays, with a version bump.
+#[test]
+fn restart_is_leaving_and_late_heartbeats_are_ignored() {
+    let table = ChainTable::build(groups(&[0, 1]), 2, 1).unwrap();
+    let mut engine = Membership::new(MembershipConfig::default(), table, 0).unwrap();
+    let (a, b, chain) = (TargetId(1), TargetId(2), ChainId(0));
+    for t in [a, b] {
+        engine.handle(Event::Heartbeat { target: t, incarnation: Incarnation(5), at_ms: 100 });
+    }
+    engine.handle(Event::Heartbeat { target: a, incarnation: Incarnation(6), at_ms: 200 });
+    let now = engine.table().chain(chain).unwrap();
+    assert!(matches!(now.state_of(a), Some(MemberState::Offline { .. })));
+    let version = now.version();
+    assert!(engine
+        .handle(Event::Heartbeat { target: a, incarnation: Incarnation(5), at_ms: 300 })
+        .is_empty());
+    assert_eq!(engine.table().chain(chain).unwrap().version(), version);
+    // b is now the last serving member: its restart keeps it serving, at a new version.
+    engine.handle(Event::Heartbeat { target: b, incarnation: Incarnation(6), at_ms: 400 });
+    let now = engine.table().chain(chain).unwrap();
+    assert_eq!(now.state_of(b), Some(MemberState::Serving));
+    assert_eq!(now.version(), version.next());
+}
+
+// Phase 1: a drained member keeps serving while its replacement syncs; phase 2: the
+// replacement's SyncDone makes it serve and the drained member leaves; removing the last
+// serving member of a chain is deferred to a drain.
+#[test]
+fn drain_keeps_serving_until_replaced_and_remove_of_last_copy_is_deferred() {
+    let table = ChainTable::build(groups(&[0, 1, 2]), 2, 1).unwrap();
+    let mut engine = Membership::new(MembershipConfig::default(), table, 0).unwrap();
+    let chain = ChainId(0);
+    let drained = engine.table().chain(chain).unwrap().members()[0].target;
+    // Phase 1.
+    let commands = engine.handle(Event::Drain { target: drained });
+    let now = engine.table().chain(chain).unwrap().clone();
+    let replacement = now.syncing().expect("a replacement syncs").target;
+    assert_eq!(now.state_of(drained), Some(MemberState::Serving));
+    assert!(commands.iter().any(|c| matches!(c, Command::Rebuild { replaced, .. } if replaced.is_empty())));
+    // Phase 2.
+    engine.handle(Event::SyncDone { chain, target: replacement, version: now.version() });
+    let now = engine.table().chain(chain).unwrap();
+    assert_eq!(now.state_of(drained), None);
+    assert_eq!(now.state_of(replacement), Some(MemberState::Serving));
+    assert_eq!(now.members().len(), 2);
+    // Removing a chain's last serving member: deferred (drained first).
+    let table = ChainTable::build(groups(&[0, 1, 2]), 2, 1).unwrap();
+    let mut engine = Membership::new(MembershipConfig::default(), table, 0).unwrap();
+    let members: Vec<TargetId> =
+        engine.table().chain(chain).unwrap().members().iter().map(|m| m.target).collect();
+    engine.handle(Event::Remove { target: members[1] });
+    let commands = engine.handle(Event::Remove { target: members[0] });
+    assert!(
+        commands.iter().any(|c| *c == Command::RemoveDeferred { chain, target: members[0] }),
+        "{commands:?}"
+    );
+    assert_eq!(engine.table().chain(chain).unwrap().state_of(members[0]), Some(MemberState::Serving));
+}

@@ -47,6 +47,8 @@ const CLIENT_TIMEOUT_MS: u64 = 300;
 const META_TICK_MS: u64 = 50;
 const FAULT_EVERY_MS: u64 = 250;
 const RUN_MS: u64 = 20_000;
+/// When one serving member is crashed for good (declared dead, replaced).
+const LONG_KILL_AFTER_MS: u64 = 6_000;
 const QUIESCE_MS: u64 = 6_000;
 const LOSS_PERCENT: u32 = 3;
 /// Outbox entries resent per retransmission (a bounded window).
@@ -794,6 +796,10 @@ impl Sim {
     }
 
     fn inject_fault(&mut self) {
+        if self.now_ms >= LONG_KILL_AFTER_MS && self.long_kills == 0 {
+            self.long_kill();
+            return;
+        }
         let i = self.rng.random_range(0..SERVERS);
         if !self.fault_is_safe(i) {
             return;
@@ -811,9 +817,7 @@ impl Sim {
         match kind {
             0..=2 => {
                 self.crash(i);
-                let long = self.long_kills == 0 && self.rng.random_range(0..4) == 0;
-                self.long_kills += usize::from(long);
-                let down_ms = if long { 4_000 } else { self.rng.random_range(50..1_500) };
+                let down_ms = self.rng.random_range(50..1_500);
                 self.timer(down_ms, Node::Server(i), Timer::Restart);
             }
             3..=4 => {
@@ -823,6 +827,19 @@ impl Sim {
             }
             _ => {}
         }
+    }
+
+    /// Crashes a serving member of the chain for longer than `dead_after_ms`, so it is
+    /// declared dead and replaced (if no member can go safely now, tries at the next fault).
+    fn long_kill(&mut self) {
+        let members: Vec<usize> = self.meta_chain().serving().map(index_of).collect();
+        let Some(&i) = members.iter().find(|&&i| self.fault_is_safe(i)) else { return };
+        if self.trace {
+            eprintln!("{:>6} ms fault long crash on {}", self.now_ms, target_of(i));
+        }
+        self.crash(i);
+        self.long_kills += 1;
+        self.timer(config().dead_after_ms + 1_000, Node::Server(i), Timer::Restart);
     }
 
     // ---- clients ----
@@ -1027,4 +1044,5 @@ fn replication_survives_crashes_partitions_and_lossy_networks() {
     eprintln!("{seeds} seeds from {base}: {writes} writes acknowledged, {reads} reads checked, {rejoins} rejoins, {rebuilds} rebuilds");
     assert!(writes > 50 * seeds && reads > 30 * seeds, "the simulation did too little to mean anything");
     assert!(rejoins > 0, "no member ever rejoined");
+    assert!(rebuilds >= seeds / 2, "too few dead members were replaced: {rebuilds} in {seeds} runs");
 }
