@@ -14,6 +14,8 @@ pub enum PlacementError {
     TooManyChains { wanted: usize, max: usize },
     #[error("a file of {wanted} subfiles needs {wanted} chains with disjoint members; only {found} could be found")]
     NotEnoughDisjointChains { wanted: usize, found: usize },
+    #[error("a failure group name must have 1 to {max} bytes, not {name_bytes}")]
+    FailureGroupName { name_bytes: usize, max: usize },
     #[error("target {target} is already known")]
     TargetExists { target: flotilla_types::TargetId },
 }

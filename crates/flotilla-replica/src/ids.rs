@@ -5,6 +5,7 @@
 //! time it starts, so the metadata service can tell a restart (which lost unsynced state)
 //! from a late heartbeat.
 
+use crate::error::PlacementError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -16,10 +17,15 @@ pub const FAILURE_GROUP_BYTES_MAX: usize = 255;
 pub struct FailureGroup(String);
 
 impl FailureGroup {
-    /// A group named `name`: 1 to [`FAILURE_GROUP_BYTES_MAX`] bytes, or `None`.
-    pub fn new(name: &str) -> Option<FailureGroup> {
-        let fits = !name.is_empty() && name.len() <= FAILURE_GROUP_BYTES_MAX;
-        fits.then(|| FailureGroup(name.to_string()))
+    /// A group named `name`, of 1 to [`FAILURE_GROUP_BYTES_MAX`] bytes.
+    pub fn new(name: &str) -> Result<FailureGroup, PlacementError> {
+        if name.is_empty() || name.len() > FAILURE_GROUP_BYTES_MAX {
+            return Err(PlacementError::FailureGroupName {
+                name_bytes: name.len(),
+                max: FAILURE_GROUP_BYTES_MAX,
+            });
+        }
+        Ok(FailureGroup(name.to_string()))
     }
 
     pub fn as_str(&self) -> &str {
