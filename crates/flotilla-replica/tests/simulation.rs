@@ -521,9 +521,12 @@ impl Sim {
         // stream: what it applied but nobody acknowledged may hold orders the next head gave
         // to other writes, so none of it is ever forwarded (its ranges are in its unsettled
         // set, which its resync overwrites).
+        // Nor does it settle anything by the syncs it applied then: their orders, too, may be
+        // reused, and settling by them would drop unsettled ranges of the new stream.
         if !matches!(me, Some(MemberState::Serving)) {
             s.outbox.clear();
             s.pending.clear();
+            s.syncs.clear();
         }
         let tail = me.is_some_and(MemberState::in_write_path) && chain.successor(s.target).is_none();
         s.view = Some(chain);
@@ -653,6 +656,7 @@ impl Sim {
         }
         s.awaiting_copy = false;
         s.outbox.clear();
+        s.syncs.clear();
         // The copy is made durable before it is acknowledged: syncs the chain settled while
         // this member was away never passed through it.
         s.durable = s.volatile.clone();
@@ -777,6 +781,7 @@ impl Sim {
         s.pending.clear();
         s.awaiting_copy = false;
         s.outbox.clear();
+        s.syncs.clear();
         s.copy_sent = None;
     }
 
