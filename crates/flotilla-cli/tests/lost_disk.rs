@@ -87,7 +87,10 @@ fn a_lost_disk_is_refused_and_shown_lost_until_the_loss_is_accepted() {
     wait_state(&client, victim, TargetState::Lost);
     let (ok, status, stderr) = cli(&["status", "--meta", &meta]);
     assert!(ok, "status failed: {stderr}");
-    assert!(status.lines().any(|l| l.contains(&format!("target={victim}")) && l.contains("state=lost")), "{status}");
+    assert!(
+        status.lines().any(|l| l.contains(&format!("target={victim}")) && l.contains("state=lost")),
+        "{status}"
+    );
     let copy = cluster.dir.path().join("copy.bin");
     let (ok, _, stderr) = cli(&["get", "/striped", path(&copy), "--meta", &meta]);
     assert!(!ok, "get of a file on a lost disk succeeded");
@@ -123,7 +126,8 @@ fn a_missing_checksum_or_fork_file_is_an_error_naming_the_file() {
     let data = random_bytes(seed_for("lost files"), 3 * UNIT_BYTES + 123);
     let a = put(&client, "/a", 1, &data);
     let b = put(&client, "/b", 1, &data);
-    let (a_checksums, b_fork) = (format!("checksums/{:016x}.0/data", a.id), format!("subfiles/{:016x}.0/data", b.id));
+    let (a_checksums, b_fork) =
+        (format!("checksums/{:016x}.0/data", a.id), format!("subfiles/{:016x}.0/data", b.id));
     let target = a.subfiles[0].target;
     kill_damage_restart(&mut cluster, &a.subfiles[0].server, |dir| {
         std::fs::remove_file(dir.join(&a_checksums)).unwrap();

@@ -35,8 +35,7 @@ impl FileFork {
                 format!("{path:?} is not a regular file"),
             ));
         }
-        let checksums =
-            OpenOptions::new().read(true).write(true).open(checksum_path)?;
+        let checksums = OpenOptions::new().read(true).write(true).open(checksum_path)?;
         Ok(FileFork { file, checksums, inode: metadata.ino() })
     }
 

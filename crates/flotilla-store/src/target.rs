@@ -162,7 +162,9 @@ impl Target {
     pub(crate) fn check_whole(&self) -> Result<(), StoreError> {
         match &self.lost {
             None => Ok(()),
-            Some(reason) => Err(StoreError::TargetLost { target: self.id, dir: self.dir.clone(), reason: reason.clone() }),
+            Some(reason) => {
+                Err(StoreError::TargetLost { target: self.id, dir: self.dir.clone(), reason: reason.clone() })
+            }
         }
     }
 
@@ -330,7 +332,12 @@ impl Target {
 
     /// Creates a fork's checksum file empty (all entries 0, "never written") and makes its
     /// name durable; a leftover of a crashed creation is emptied.
-    fn create_checksum_file(&self, file: FileId, subfile: SubfileIndex, fork: &str) -> Result<(), StoreError> {
+    fn create_checksum_file(
+        &self,
+        file: FileId,
+        subfile: SubfileIndex,
+        fork: &str,
+    ) -> Result<(), StoreError> {
         let path = self.checksum_path(file, subfile, fork);
         fs::OpenOptions::new()
             .write(true)

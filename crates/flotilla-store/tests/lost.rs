@@ -59,7 +59,11 @@ fn lost_content_directories_make_a_lost_target_until_the_loss_is_accepted() {
     assert!(error.to_string().contains("has not lost its contents"), "{error}");
     let (store, _) = open_with_subfile(dir_config(dir.path()));
     assert_eq!(store.target_lost(target).unwrap(), None);
-    assert_eq!(read_range(&store, &data_fork(target), 0, 4096), vec![0; 4096], "accepted loss reads as zeros");
+    assert_eq!(
+        read_range(&store, &data_fork(target), 0, 4096),
+        vec![0; 4096],
+        "accepted loss reads as zeros"
+    );
 }
 
 #[test]
@@ -133,7 +137,8 @@ fn a_version_2_target_in_use_is_upgraded_and_an_unused_one_is_lost() {
     drop(store);
     let make_version_2 = |dir: &Path| {
         let id_file = dir.join("flotilla-target");
-        let text = std::fs::read_to_string(&id_file).unwrap().replace("format_version = 3", "format_version = 2");
+        let text =
+            std::fs::read_to_string(&id_file).unwrap().replace("format_version = 3", "format_version = 2");
         std::fs::write(&id_file, text).unwrap();
         for content in ["subfiles", "checksums"] {
             let marker = dir.join(content).join(format!("flotilla-content-{target}"));
