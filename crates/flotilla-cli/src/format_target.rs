@@ -1,7 +1,8 @@
 //! `flotilla format-target`: creates a `lines` target (its id file and its image with the
 //! geometry given: a preallocated file, or with `--device` a block device that DIR's image
 //! name links to), or, with `--recover`, opens an existing one and reports what recovery from
-//! its descriptors cost.
+//! its descriptors cost. Also `flotilla target accept-loss`, which repairs a target that
+//! lost its contents by accepting the loss.
 
 use anyhow::Context;
 use flotilla_store::{
@@ -34,6 +35,28 @@ pub struct FormatTargetArgs {
     /// report the time taken and the descriptor bytes read.
     #[arg(long)]
     pub recover: bool,
+}
+
+#[derive(clap::Subcommand)]
+pub enum TargetCommand {
+    /// Repairs a target that lost its contents (`flotilla status` shows it `lost`) by
+    /// accepting the loss: empties it and marks it whole again, so its server serves it;
+    /// what it held then reads as zeros. Run it with the target's server stopped.
+    AcceptLoss {
+        /// The target: DIR, dir:DIR or sim:MODEL:DIR (as in the server's configuration).
+        spec: String,
+    },
+}
+
+pub fn target(command: TargetCommand) -> anyhow::Result<()> {
+    match command {
+        TargetCommand::AcceptLoss { spec } => {
+            let spec = TargetSpec::parse(std::path::Path::new(&spec))?;
+            let id = Target::accept_loss(&spec)?;
+            println!("target {id} at {}: loss accepted; it is empty and will be served", spec.dir.display());
+            Ok(())
+        }
+    }
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {

@@ -95,6 +95,9 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Formats a lines target (RAMA disk lines), or reports its recovery (--recover).
     FormatTarget(format_target::FormatTargetArgs),
+    /// Repairs a storage target (run with its server stopped).
+    #[command(subcommand)]
+    Target(format_target::TargetCommand),
     /// Prints a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions { shell: clap_complete::Shell },
     /// Writes man pages (flotilla.1 and one per command) into a directory.
@@ -183,6 +186,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Umount(args) => mount::umount(args),
         Command::Bench(command) => bench::run(command),
         Command::FormatTarget(args) => format_target::run(args),
+        Command::Target(command) => format_target::target(command),
         Command::Completions { shell } => print_completions(shell),
         Command::Man { dir } => write_man_pages(&dir),
         Command::BenchWorker(args) => bench::worker(args),

@@ -66,10 +66,10 @@ pub fn used_percent(used: u64, free: u64) -> u64 {
 }
 
 fn state_name(state: TargetState) -> &'static str {
-    if state == TargetState::Up {
-        "up"
-    } else {
-        "down"
+    match state {
+        TargetState::Up => "up",
+        TargetState::Down => "down",
+        TargetState::Lost => "lost",
     }
 }
 

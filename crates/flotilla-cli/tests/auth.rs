@@ -150,7 +150,7 @@ fn a_credential_from_another_cluster_is_refused() {
 
 /// Registers `target` (with 1 PiB free, at a made-up address) as the holder of `key`.
 fn register_as(meta: &str, key: &std::path::Path, target: flotilla_types::TargetId) -> MetaReply {
-    let report = TargetReport { target, used_bytes: 0, free_bytes: 1 << 50 };
+    let report = TargetReport { target, used_bytes: 0, free_bytes: 1 << 50, lost: false };
     runtime().block_on(async {
         let connection = Connection::connect(meta, common::connection_config_with(key)).await.unwrap();
         let request = MetaRequest::Register { server: "127.0.0.1:9".into(), targets: vec![report] };

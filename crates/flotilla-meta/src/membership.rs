@@ -13,6 +13,8 @@ struct Member {
     last_seen: Instant,
     used_bytes: u64,
     free_bytes: u64,
+    /// The target lost its contents: reported, never placed on.
+    lost: bool,
 }
 
 /// Live view of targets, rebuilt from registrations and heartbeats after a restart.
@@ -88,6 +90,7 @@ impl Membership {
                 last_seen: now,
                 used_bytes: report.used_bytes,
                 free_bytes: report.free_bytes,
+                lost: report.lost,
             };
             let previous = members.insert(report.target, member);
             if previous.is_none_or(|p| p.server != server) {
@@ -101,12 +104,12 @@ impl Membership {
         member.last_seen.elapsed() < self.down_after
     }
 
-    /// Live targets and their usage, for placement.
+    /// Live targets and their usage, for placement (a lost target is not live).
     pub fn live(&self) -> Vec<TargetUsage> {
         let members = self.members.lock();
         members
             .iter()
-            .filter(|(_, m)| self.is_up(m))
+            .filter(|(_, m)| self.is_up(m) && !m.lost)
             .map(|(target, m)| TargetUsage {
                 target: *target,
                 used_bytes: m.used_bytes,
@@ -129,7 +132,11 @@ impl Membership {
             .map(|(target, m)| TargetStatus {
                 target: *target,
                 server: m.server.clone(),
-                state: if self.is_up(m) { TargetState::Up } else { TargetState::Down },
+                state: match (self.is_up(m), m.lost) {
+                    (false, _) => TargetState::Down,
+                    (true, true) => TargetState::Lost,
+                    (true, false) => TargetState::Up,
+                },
                 used_bytes: m.used_bytes,
                 free_bytes: m.free_bytes,
                 credential: self.owner(*target),
@@ -159,7 +166,7 @@ mod tests {
     use super::*;
 
     fn report(target: u64) -> TargetReport {
-        TargetReport { target: TargetId(target), used_bytes: 0, free_bytes: 1 }
+        TargetReport { target: TargetId(target), used_bytes: 0, free_bytes: 1, lost: false }
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub struct TargetReport {
     pub target: TargetId,
     pub used_bytes: u64,
     pub free_bytes: u64,
+    /// The target lost its contents (its server serves nothing from it until it is repaired).
+    pub lost: bool,
 }
 
 /// A subfile the server should delete (its file lost its last link).
@@ -80,6 +82,9 @@ pub struct DeleteOrder {
 pub enum TargetState {
     Up,
     Down,
+    /// Up, but the target lost its contents: every request for it is refused until an
+    /// operator repairs it (`flotilla target accept-loss`).
+    Lost,
 }
 
 /// One line of `flotilla status`.

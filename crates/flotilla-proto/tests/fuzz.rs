@@ -386,11 +386,9 @@ fn set_attr() -> impl Strategy<Value = SetAttr> {
 }
 
 fn target_report() -> impl Strategy<Value = TargetReport> {
-    (target_id(), any::<u64>(), any::<u64>()).prop_map(|(target, used_bytes, free_bytes)| TargetReport {
-        target,
-        used_bytes,
-        free_bytes,
-    })
+    (target_id(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
+        |(target, used_bytes, free_bytes, lost)| TargetReport { target, used_bytes, free_bytes, lost },
+    )
 }
 
 fn delete_order() -> impl Strategy<Value = DeleteOrder> {

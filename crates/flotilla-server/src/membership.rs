@@ -77,13 +77,19 @@ async fn reports(executor: &Arc<Executor>) -> Vec<TargetReport> {
             .store
             .target_ids()
             .into_iter()
-            .map(|target| match executor.store.usage(target) {
-                Ok(usage) => {
-                    TargetReport { target, used_bytes: usage.used_bytes, free_bytes: usage.free_bytes }
-                }
-                Err(error) => {
-                    tracing::warn!(%target, %error, "cannot read target usage");
-                    TargetReport { target, used_bytes: 0, free_bytes: 0 }
+            .map(|target| {
+                let lost = !matches!(executor.store.target_lost(target), Ok(None));
+                match executor.store.usage(target) {
+                    Ok(usage) => TargetReport {
+                        target,
+                        used_bytes: usage.used_bytes,
+                        free_bytes: usage.free_bytes,
+                        lost,
+                    },
+                    Err(error) => {
+                        tracing::warn!(%target, %error, "cannot read target usage");
+                        TargetReport { target, used_bytes: 0, free_bytes: 0, lost }
+                    }
                 }
             })
             .collect()

@@ -73,6 +73,17 @@ pub enum StoreError {
         stored: u32,
         computed: u32,
     },
+    #[error(
+        "target {target} at {dir:?} has lost its contents ({reason}); it serves nothing until \
+         repaired: with its server stopped, `flotilla target accept-loss {dir:?}` accepts the loss \
+         (its stripes then read as zeros)"
+    )]
+    TargetLost { target: TargetId, dir: PathBuf, reason: String },
+    #[error(
+        "fork {fork:?} of subfile {file}:{subfile} on target {target} is damaged: {path:?} should \
+         exist and does not (lost from the disk)"
+    )]
+    ForkFileMissing { target: TargetId, file: FileId, subfile: SubfileIndex, fork: String, path: PathBuf },
     #[error("bad store configuration: {name} {reason}")]
     BadConfig { name: &'static str, reason: String },
     #[error("the store is shutting down")]

@@ -24,8 +24,8 @@ pub struct FileFork {
 }
 
 impl FileFork {
-    /// Opens an existing fork file for reading and writing, and its checksum file at
-    /// `checksum_path`, creating that one empty (all entries 0) if it is missing.
+    /// Opens an existing fork file for reading and writing, and its existing checksum file at
+    /// `checksum_path` (the target creates both with the fork; a missing one is an error).
     pub fn open(path: &Path, checksum_path: &Path) -> io::Result<FileFork> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         let metadata = file.metadata()?;
@@ -35,8 +35,7 @@ impl FileFork {
                 format!("{path:?} is not a regular file"),
             ));
         }
-        let checksums =
-            OpenOptions::new().read(true).write(true).create(true).truncate(false).open(checksum_path)?;
+        let checksums = OpenOptions::new().read(true).write(true).open(checksum_path)?;
         Ok(FileFork { file, checksums, inode: metadata.ino() })
     }
 
@@ -211,6 +210,7 @@ mod tests {
     fn fork_in(dir: &tempfile::TempDir) -> FileFork {
         let path = dir.path().join("data");
         File::create(&path).unwrap();
+        File::create(dir.path().join("data.crc")).unwrap();
         FileFork::open(&path, &dir.path().join("data.crc")).unwrap()
     }
 

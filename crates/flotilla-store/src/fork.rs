@@ -291,12 +291,24 @@ impl Fork {
         Ok(())
     }
 
-    /// Allocates `0..size_bytes` and grows the fork to that size (extend).
+    /// Allocates `0..size_bytes` and grows the fork to at least that size (extend, a growing
+    /// truncate). The space is allocated first, keeping the size on disk, and the sizes (on
+    /// disk, then in memory) change only once it is: a refusal (no space, a size the file
+    /// system cannot hold) leaves the fork's size as it was.
     pub(crate) fn allocate_and_grow(self: &Arc<Self>, size_bytes: u64) -> Result<(), StoreError> {
         let mut reserved = self.reserved_bytes.lock();
         let backend = self.backend()?;
-        backend.allocate(0, size_bytes, true).map_err(|error| self.space_error("extend", error))?;
+        // More than the free space cannot succeed: refused before any block is allocated.
+        let free_bytes = self.context.target.usage()?.free_bytes;
+        if size_bytes.saturating_sub(*reserved) > free_bytes {
+            return Err(self.context.target.full());
+        }
+        backend.allocate(0, size_bytes, false).map_err(|error| self.space_error("extend", error))?;
         self.reserve_checksums(backend.as_ref(), 0, size_bytes)?;
+        let disk_size_bytes = backend.size_bytes().map_err(|error| self.space_error("stat", error))?;
+        if size_bytes > disk_size_bytes {
+            backend.set_size(size_bytes).map_err(|error| self.space_error("extend", error))?;
+        }
         *reserved = (*reserved).max(size_bytes);
         self.grow_size(size_bytes);
         Ok(())

@@ -94,6 +94,8 @@ mod tests {
         let (first_path, second_path) = (dir.path().join("a"), dir.path().join("b"));
         std::fs::File::create(&first_path).unwrap();
         std::fs::File::create(&second_path).unwrap();
+        std::fs::File::create(dir.path().join("a.crc")).unwrap();
+        std::fs::File::create(dir.path().join("b.crc")).unwrap();
         let first = SimFork::open(&first_path, &dir.path().join("a.crc"), disk.clone()).unwrap();
         let second = SimFork::open(&second_path, &dir.path().join("b.crc"), disk.clone()).unwrap();
         assert!(second.location() > first.location());

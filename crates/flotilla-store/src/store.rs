@@ -167,10 +167,24 @@ impl Store {
 
     /// Directory of a target.
     pub fn target_dir(&self, target: TargetId) -> Result<&Path, StoreError> {
-        Ok(self.runtime(target)?.target().dir())
+        Ok(self.any_runtime(target)?.target().dir())
     }
 
+    /// Why a target counts as having lost its contents, if it does (`Target::lost`); such a
+    /// target is reported but refuses every request (`StoreError::TargetLost`).
+    pub fn target_lost(&self, target: TargetId) -> Result<Option<String>, StoreError> {
+        Ok(self.any_runtime(target)?.target().lost().map(str::to_string))
+    }
+
+    /// The runtime of a target that may serve requests: `TargetLost` if it lost its contents.
     fn runtime(&self, target: TargetId) -> Result<&TargetRuntime, StoreError> {
+        let runtime = self.any_runtime(target)?;
+        runtime.target().check_whole()?;
+        Ok(runtime)
+    }
+
+    /// The runtime of a target, lost or not (for reports about it).
+    fn any_runtime(&self, target: TargetId) -> Result<&TargetRuntime, StoreError> {
         self.targets
             .iter()
             .find(|runtime| runtime.target().id() == target)
@@ -393,12 +407,18 @@ impl Store {
         live.allocate_and_grow(size_bytes)
     }
 
-    /// Sets the fork's size; cached data past it is dropped, a grown part reads as zeros.
+    /// Sets the fork's size; cached data past it is dropped, a grown part reads as zeros. A
+    /// growth that is refused (no space, too large for the file system) changes nothing.
     pub fn truncate(&self, fork: &ForkRef<'_>, size_bytes: u64) -> Result<(), StoreError> {
         self.check_size(fork, size_bytes)?;
         let live = self.fork(fork)?;
         let _exclusive = live.lock_exclusive()?;
-        let old_size_bytes = live.size_bytes();
+        if size_bytes > live.size_bytes() {
+            // Cached bytes past the old size are zeros already: nothing cached to cut.
+            live.allocate_and_grow(size_bytes)?;
+            live.mark_unsynced();
+            return live.truncate_on_disk(size_bytes);
+        }
         live.set_size(size_bytes);
         if let Some(slot) = self.cache.truncate_blocks(live.serial(), size_bytes) {
             let tail_start = (size_bytes & ((1 << self.block_shift) - 1)) as usize;
@@ -407,9 +427,6 @@ impl Store {
         }
         live.truncate_on_disk(size_bytes)?;
         live.mark_unsynced();
-        if size_bytes > old_size_bytes {
-            return live.allocate_and_grow(size_bytes);
-        }
         live.set_reserved(size_bytes);
         Ok(())
     }
@@ -553,7 +570,7 @@ impl Store {
     /// One pass of a lines target's migration manager (RAMA §4.2.3): archives every fork whose
     /// newest dirty block is older than the policy's age, then, when free space is below the
     /// low watermark, reclaims clean blocks (oldest first) up to the high one. `None` when
-    /// the target has no tier.
+    /// the target has no tier or lost its contents.
     pub fn tier_pass(&self, target_id: TargetId) -> Result<Option<TierPass>, StoreError> {
         self.tier_pass_aged(target_id, None)
     }
@@ -565,8 +582,8 @@ impl Store {
         target_id: TargetId,
         age_s: Option<u64>,
     ) -> Result<Option<TierPass>, StoreError> {
-        let target = self.runtime(target_id)?.target().clone();
-        let Some(tier) = target.tier().cloned() else { return Ok(None) };
+        let target = self.any_runtime(target_id)?.target().clone();
+        let Some(tier) = target.tier().cloned().filter(|_| target.lost().is_none()) else { return Ok(None) };
         let now = crate::lines_disk::now_s();
         let age_s = age_s.unwrap_or(tier.policy().archive_age_s);
         let mut pass = TierPass::default();
@@ -603,12 +620,12 @@ impl Store {
 
     /// The tier counters of a target (`None`: it has no tier).
     pub fn tier_stats(&self, target: TargetId) -> Result<Option<TierStats>, StoreError> {
-        Ok(self.runtime(target)?.target().tier().map(|tier| tier.stats()))
+        Ok(self.any_runtime(target)?.target().tier().map(|tier| tier.stats()))
     }
 
     /// Space used and free on a target's file system.
     pub fn usage(&self, target: TargetId) -> Result<TargetUsage, StoreError> {
-        self.runtime(target)?.target().usage()
+        self.any_runtime(target)?.target().usage()
     }
 
     /// Writes back blocks dirty for at least `max_age`, and the oldest dirty blocks while more
@@ -673,7 +690,7 @@ impl Store {
 
     /// Bytes covered by one checksum entry on a target.
     pub fn checksum_block_bytes(&self, target: TargetId) -> Result<u64, StoreError> {
-        Ok(self.runtime(target)?.target().checksum_block_bytes())
+        Ok(self.any_runtime(target)?.target().checksum_block_bytes())
     }
 
     /// Holds a bulk gate over blocks `first..end` of a fork, as a bulk request would (which

@@ -7,6 +7,15 @@
 //! - `<subfile dir>/<fork name>` — one regular file per fork.
 //! - `<dir>/checksums/<file id as 016x>.<subfile index>/<fork name>` — each fork's checksum
 //!   file (a parallel tree, so no fork name can collide with a checksum file).
+//! - `<dir>/subfiles/flotilla-content-<target id>/` and the same under `checksums/` — empty
+//!   marker directories: a content directory without its marker was lost (or emptied), and
+//!   the target is opened *lost* (`Target::lost`): the store serves nothing from it until
+//!   `Target::accept_loss` repairs it.
+//!
+//! A target knows what it held: a fork whose data file or checksum file should exist and does
+//! not (`open_fork`) is `StoreError::ForkFileMissing`, never zeros. Both files of a fork are
+//! made when it is created; a data file of size 0 without its checksum file (a crash between
+//! the two, or a target older than that rule) gets an empty one, as it has nothing to check.
 //!
 //! This type only touches the file system namespace (directories, fork files, statvfs); block
 //! I/O goes through a [`ForkBackend`], and caching and locking live in the store. Every
@@ -20,7 +29,9 @@ use crate::lines_fork::LinesFork;
 use crate::lines_format::ForkKey;
 use crate::sim_fork::SimFork;
 use crate::sim_target::{LinesOptions, SimTarget, TargetKind, TargetSpec};
-use crate::target_id_file::{self, TargetIdentity, CHECKSUM_BLOCK_BYTES_DEFAULT};
+use crate::target_id_file::{
+    self, TargetIdentity, CHECKSUM_BLOCK_BYTES_DEFAULT, TARGET_FORMAT_VERSION, TARGET_FORMAT_VERSION_UNMARKED,
+};
 use crate::tier::{self, TargetTier, TierConfig};
 use flotilla_types::{FileId, SubfileIndex, TargetId};
 use std::fs;
@@ -53,6 +64,8 @@ pub struct Target {
     subfiles_dir: PathBuf,
     checksums_dir: PathBuf,
     kind: TargetKind,
+    /// Why the target counts as having lost its contents (`None`: it is whole).
+    lost: Option<String>,
     sim: Option<Arc<SimTarget>>,
     /// Dropped before `lines` (fields drop in order): stops and joins the thread.
     _reorganizer: Option<Reorganizer>,
@@ -89,16 +102,22 @@ impl Target {
                 let identity = TargetIdentity {
                     id: target_id_file::random_id(),
                     checksum_block_bytes: new_checksum_block_bytes,
+                    format_version: TARGET_FORMAT_VERSION,
                 };
+                // Markers first: a crash before the id file leaves an uninitialized target,
+                // whose next `init` writes markers for its new id.
+                write_content_markers(dir, identity.id)?;
                 target_id_file::write(dir, identity)?;
                 identity
             }
             None => return Err(StoreError::TargetNotInitialized { dir: dir.to_path_buf() }),
         };
+        let lost = content_state(dir, identity)?;
+        if let Some(reason) = &lost {
+            tracing::error!(target = %identity.id, ?dir, reason, "target lost its contents; serving nothing from it");
+        }
         let subfiles_dir = dir.join(SUBFILES_DIR_NAME);
-        create_dir_if_missing(&subfiles_dir, dir)?;
         let checksums_dir = dir.join(CHECKSUMS_DIR_NAME);
-        create_dir_if_missing(&checksums_dir, dir)?;
         let sim = match &spec.kind {
             TargetKind::Sim(model) => Some(Arc::new(SimTarget::new(model.clone()))),
             _ => None,
@@ -107,7 +126,9 @@ impl Target {
             TargetKind::Lines(options) => {
                 let disk = open_lines(dir, options, init)?;
                 let interval = std::time::Duration::from_millis(options.reorganize_interval_ms);
-                (Some(disk.clone()), Reorganizer::start(&disk, interval))
+                // A lost target's image names forks its namespace no longer has: left alone.
+                let reorganizer = if lost.is_none() { Reorganizer::start(&disk, interval) } else { None };
+                (Some(disk.clone()), reorganizer)
             }
             _ => (None, None),
         };
@@ -118,6 +139,7 @@ impl Target {
             subfiles_dir,
             checksums_dir,
             kind: spec.kind.clone(),
+            lost,
             sim,
             _reorganizer: reorganizer,
             lines,
@@ -128,6 +150,51 @@ impl Target {
                 _ => None,
             },
         })
+    }
+
+    /// Why the target counts as having lost its contents, if it does: its content directories
+    /// lack their markers. The store refuses every request for it (`StoreError::TargetLost`).
+    pub fn lost(&self) -> Option<&str> {
+        self.lost.as_deref()
+    }
+
+    /// `TargetLost` if the target lost its contents.
+    pub(crate) fn check_whole(&self) -> Result<(), StoreError> {
+        match &self.lost {
+            None => Ok(()),
+            Some(reason) => {
+                Err(StoreError::TargetLost { target: self.id, dir: self.dir.clone(), reason: reason.clone() })
+            }
+        }
+    }
+
+    /// Repairs a lost target by accepting the loss (run with no store open on it): empties
+    /// `subfiles/` and `checksums/`, writes their markers again, and the target is whole and
+    /// empty (what it held reads as zeros, as never-written stripes do). A target that is
+    /// not lost is refused, and so is a `lines` target (reformat it). With replication, the
+    /// repair would copy the subfiles back from a replica here instead.
+    pub fn accept_loss(spec: &TargetSpec) -> Result<TargetId, StoreError> {
+        let dir = spec.dir.as_path();
+        let refuse = |reason: String| StoreError::BadConfig { name: "accept-loss", reason };
+        if matches!(spec.kind, TargetKind::Lines(_)) {
+            return Err(refuse(format!("{dir:?} is a lines target: format a new one instead")));
+        }
+        let identity = target_id_file::read(dir)?
+            .ok_or_else(|| StoreError::TargetNotInitialized { dir: dir.to_path_buf() })?;
+        if content_state(dir, identity)?.is_none() {
+            return Err(refuse(format!("target {} at {dir:?} has not lost its contents", identity.id)));
+        }
+        for name in [SUBFILES_DIR_NAME, CHECKSUMS_DIR_NAME] {
+            let path = dir.join(name);
+            match fs::remove_dir_all(&path) {
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(StoreError::io(format!("empty {path:?}"), error)),
+            }
+        }
+        write_content_markers(dir, identity.id)?;
+        target_id_file::write(dir, TargetIdentity { format_version: TARGET_FORMAT_VERSION, ..identity })?;
+        Ok(identity.id)
     }
 
     /// Attaches an archive to a lines target (other kinds: an error naming the target).
@@ -258,8 +325,27 @@ impl Target {
         let data = dir.join(DEFAULT_FORK_NAME);
         fs::File::create(&data).map_err(|error| self.namespace_error("create fork", &data, error))?;
         self.create_checksum_dir(file, subfile)?;
+        self.create_checksum_file(file, subfile, DEFAULT_FORK_NAME)?;
         target_id_file::sync_dir(&dir)?;
         target_id_file::sync_dir(&self.subfiles_dir)
+    }
+
+    /// Creates a fork's checksum file empty (all entries 0, "never written") and makes its
+    /// name durable; a leftover of a crashed creation is emptied.
+    fn create_checksum_file(
+        &self,
+        file: FileId,
+        subfile: SubfileIndex,
+        fork: &str,
+    ) -> Result<(), StoreError> {
+        let path = self.checksum_path(file, subfile, fork);
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|error| self.namespace_error("create checksum file", &path, error))?;
+        target_id_file::sync_dir(&self.checksum_dir(file, subfile))
     }
 
     /// Creates the subfile's checksum directory (its files are created when forks open).
@@ -307,7 +393,11 @@ impl Target {
         self.check_lines_tag(file, subfile, fork)?;
         let path = self.fork_path(file, subfile, fork);
         match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(_) => target_id_file::sync_dir(&self.subfile_dir(file, subfile)),
+            Ok(_) => {
+                self.create_checksum_dir(file, subfile)?;
+                self.create_checksum_file(file, subfile, fork)?;
+                target_id_file::sync_dir(&self.subfile_dir(file, subfile))
+            }
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
                 Err(StoreError::ForkExists { file, subfile, fork: fork.to_string(), target: self.id })
             }
@@ -328,13 +418,15 @@ impl Target {
             self.free_lines_blocks(file, subfile, fork)?;
         }
         let checksums = self.checksum_path(file, subfile, fork);
-        match fs::remove_file(&checksums) {
-            Ok(()) => target_id_file::sync_dir(&self.checksum_dir(file, subfile))?,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        let had_checksums = match fs::remove_file(&checksums) {
+            Ok(()) => target_id_file::sync_dir(&self.checksum_dir(file, subfile)).map(|()| true)?,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => false,
             Err(error) => return Err(self.namespace_error("remove checksum file", &checksums, error)),
-        }
+        };
         match fs::remove_file(&path) {
             Ok(()) => target_id_file::sync_dir(&self.subfile_dir(file, subfile)),
+            // A fork whose data file was lost: removing what is left of it is a removal.
+            Err(error) if error.kind() == io::ErrorKind::NotFound && had_checksums => Ok(()),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Err(self.missing(file, subfile, fork)),
             Err(error) => Err(self.namespace_error("remove fork", &path, error)),
         }
@@ -368,7 +460,9 @@ impl Target {
         Ok(forks)
     }
 
-    /// Opens a fork's block I/O; `UnknownSubfile` / `UnknownFork` if it does not exist.
+    /// Opens a fork's block I/O; `UnknownSubfile` / `UnknownFork` if it does not exist,
+    /// `ForkFileMissing` if one of its two files does and the other does not (see the module
+    /// documentation).
     pub(crate) fn open_fork(
         &self,
         file: FileId,
@@ -376,10 +470,50 @@ impl Target {
         fork: &str,
     ) -> Result<Arc<dyn ForkBackend>, StoreError> {
         let path = self.fork_path(file, subfile, fork);
+        self.check_fork_files(file, subfile, fork, &path)?;
         match self.open_backend(&path) {
             Ok(backend) => Ok(backend),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Err(self.missing(file, subfile, fork)),
             Err(error) => Err(self.namespace_error("open fork", &path, error)),
+        }
+    }
+
+    /// Checks that a fork's data and checksum files are both there or both absent; gives an
+    /// empty data file a missing checksum file (it has no byte to check).
+    fn check_fork_files(
+        &self,
+        file: FileId,
+        subfile: SubfileIndex,
+        fork: &str,
+        path: &Path,
+    ) -> Result<(), StoreError> {
+        let checksum_path = self.checksum_path(file, subfile, fork);
+        let data = self.stat(path)?;
+        let checksums = self.stat(&checksum_path)?;
+        let missing = |path: PathBuf| StoreError::ForkFileMissing {
+            target: self.id,
+            file,
+            subfile,
+            fork: fork.to_string(),
+            path,
+        };
+        match (data, checksums) {
+            (None, Some(_)) => Err(missing(path.to_path_buf())),
+            (Some(data), None) if data.len() > 0 => Err(missing(checksum_path)),
+            (Some(_), None) => {
+                self.create_checksum_dir(file, subfile)?;
+                self.create_checksum_file(file, subfile, fork)
+            }
+            (None, None) | (Some(_), Some(_)) => Ok(()),
+        }
+    }
+
+    /// The metadata of `path`, `None` if it does not exist.
+    fn stat(&self, path: &Path) -> Result<Option<fs::Metadata>, StoreError> {
+        match fs::metadata(path) {
+            Ok(metadata) => Ok(Some(metadata)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(self.namespace_error("stat", path, error)),
         }
     }
 
@@ -391,9 +525,6 @@ impl Target {
     fn open_backend(&self, path: &Path) -> io::Result<Arc<dyn ForkBackend>> {
         fs::metadata(path)?;
         let checksum_path = self.checksum_path_of(path);
-        if let Some(parent) = checksum_path.parent() {
-            fs::create_dir_all(parent)?;
-        }
         #[cfg(feature = "test-support")]
         if let Some(crash) = &self.crash {
             return Ok(Arc::new(crash.open(path)));
@@ -513,6 +644,53 @@ fn open_lines(dir: &Path, options: &LinesOptions, init: bool) -> Result<Arc<Line
     }
     let sim = options.sim.clone().map(|model| Arc::new(SimTarget::new(model)));
     LinesDisk::open(&path, sim).map_err(|error| StoreError::io(format!("open {path:?}"), error))
+}
+
+/// Name of the marker directory inside `subfiles/` and `checksums/` of target `id`.
+pub fn content_marker_name(id: TargetId) -> String {
+    format!("flotilla-content-{:016x}", id.0)
+}
+
+/// Creates `subfiles/` and `checksums/` (if missing) with their markers, durably.
+fn write_content_markers(dir: &Path, id: TargetId) -> Result<(), StoreError> {
+    for name in [SUBFILES_DIR_NAME, CHECKSUMS_DIR_NAME] {
+        let content = dir.join(name);
+        create_dir_if_missing(&content, dir)?;
+        create_dir_if_missing(&content.join(content_marker_name(id)), &content)?;
+    }
+    Ok(())
+}
+
+/// Whether the target lost its contents (`Some(why)`), upgrading a version 2 target first:
+/// one whose `subfiles/` is present and not empty and whose `checksums/` is present gets its
+/// markers and a version 3 id file; any other version 2 target counts as lost, as an unused
+/// target cannot be told apart from an emptied one.
+fn content_state(dir: &Path, identity: TargetIdentity) -> Result<Option<String>, StoreError> {
+    let (subfiles, checksums) = (dir.join(SUBFILES_DIR_NAME), dir.join(CHECKSUMS_DIR_NAME));
+    if identity.format_version == TARGET_FORMAT_VERSION_UNMARKED {
+        let used = fs::read_dir(&subfiles).map(|mut entries| entries.next().is_some()).unwrap_or(false);
+        if !used || !checksums.is_dir() {
+            return Ok(Some(format!(
+                "format version 2 target whose {SUBFILES_DIR_NAME}/ is missing or empty or whose \
+                 {CHECKSUMS_DIR_NAME}/ is missing: an unused target cannot be told from a lost one"
+            )));
+        }
+        write_content_markers(dir, identity.id)?;
+        target_id_file::write(dir, TargetIdentity { format_version: TARGET_FORMAT_VERSION, ..identity })?;
+        tracing::info!(target = %identity.id, ?dir, "upgraded the target to format version 3 (content markers)");
+        return Ok(None);
+    }
+    let marker = content_marker_name(identity.id);
+    for content in [&subfiles, &checksums] {
+        let name = content.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+        if !content.is_dir() {
+            return Ok(Some(format!("{name}/ is missing")));
+        }
+        if !content.join(&marker).is_dir() {
+            return Ok(Some(format!("{name}/ has no marker {marker}: it was emptied or replaced")));
+        }
+    }
+    Ok(None)
 }
 
 fn create_dir_if_missing(dir: &Path, parent: &Path) -> Result<(), StoreError> {

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! # Flotilla storage target. Do not edit.
-//! format_version = 2
+//! format_version = 3
 //! target_id = "0123456789abcdef"
 //! checksum_block_bytes = 4096
 //! ```
@@ -12,9 +12,11 @@
 //! The id is 16 lowercase or uppercase hex digits and never zero; `checksum_block_bytes` is a
 //! power of two in `CHECKSUM_BLOCK_BYTES_MIN..=CHECKSUM_BLOCK_BYTES_MAX`, fixed when the
 //! target is created. Blank lines and lines starting with `#` are ignored; an unknown key, a
-//! missing key, a repeated key or a version other than 2 makes the file corrupt (version 1
-//! targets, which have no checksums, are refused with a message saying so). The file is written to a temporary name, synced, and
-//! renamed into place, so a crash leaves either no file or a whole one.
+//! missing key, a repeated key or a version other than 2 or 3 makes the file corrupt (version 1
+//! targets, which have no checksums, are refused with a message saying so). Version 3 says
+//! the target's content directories carry markers (`target::content_marker_name`); a version 2
+//! target is upgraded at start (see `Target::open_spec`). The file is written to a temporary
+//! name, synced, and renamed into place, so a crash leaves either no file or a whole one.
 
 use crate::error::StoreError;
 use flotilla_types::TargetId;
@@ -24,8 +26,11 @@ use std::path::{Path, PathBuf};
 
 /// Name of the id file inside a target directory.
 pub const TARGET_ID_FILE_NAME: &str = "flotilla-target";
-/// The only format version this code reads and writes (2: fork data carries CRC32Cs).
-pub const TARGET_FORMAT_VERSION: u32 = 2;
+/// The format version this code writes (2: fork data carries CRC32Cs; 3: the content
+/// directories carry markers, so a lost directory is told apart from an empty one).
+pub const TARGET_FORMAT_VERSION: u32 = 3;
+/// The older version this code still reads, and upgrades at start.
+pub const TARGET_FORMAT_VERSION_UNMARKED: u32 = 2;
 /// Smallest and largest checksum block a target may record.
 pub const CHECKSUM_BLOCK_BYTES_MIN: u64 = 512;
 pub const CHECKSUM_BLOCK_BYTES_MAX: u64 = 1 << 20;
@@ -38,6 +43,9 @@ pub(crate) struct TargetIdentity {
     pub id: TargetId,
     /// Each run of this many bytes of a fork (from offset 0) has one CRC32C.
     pub checksum_block_bytes: u64,
+    /// `TARGET_FORMAT_VERSION`, or `TARGET_FORMAT_VERSION_UNMARKED` for a target not yet
+    /// upgraded (`render` always writes the current version).
+    pub format_version: u32,
 }
 /// A larger file cannot be ours; refuse it before reading it whole.
 const TARGET_ID_FILE_BYTES_MAX: u64 = 4096;
@@ -75,7 +83,9 @@ pub(crate) fn parse(text: &str) -> Result<TargetIdentity, String> {
         (None, _, _) => Err("no format_version".into()),
         (_, None, _) => Err("no target_id".into()),
         (_, _, None) => Err("no checksum_block_bytes".into()),
-        (Some(_), Some(id), Some(checksum_block_bytes)) => Ok(TargetIdentity { id, checksum_block_bytes }),
+        (Some(format_version), Some(id), Some(checksum_block_bytes)) => {
+            Ok(TargetIdentity { id, checksum_block_bytes, format_version })
+        }
     }
 }
 
@@ -109,8 +119,10 @@ fn parse_version(value: &str) -> Result<u32, String> {
                     copy its data into a new target"
             .into());
     }
-    if version != TARGET_FORMAT_VERSION {
-        return Err(format!("format_version {version} is not supported (only {TARGET_FORMAT_VERSION})"));
+    if version != TARGET_FORMAT_VERSION && version != TARGET_FORMAT_VERSION_UNMARKED {
+        return Err(format!(
+            "format_version {version} is not supported (only {TARGET_FORMAT_VERSION_UNMARKED} and {TARGET_FORMAT_VERSION})"
+        ));
     }
     Ok(version)
 }
@@ -187,8 +199,14 @@ mod tests {
 
     #[test]
     fn render_then_parse_round_trips() {
-        let identity = TargetIdentity { id: TargetId(0x00ab_cdef_0123_4567), checksum_block_bytes: 4096 };
+        let identity = TargetIdentity {
+            id: TargetId(0x00ab_cdef_0123_4567),
+            checksum_block_bytes: 4096,
+            format_version: TARGET_FORMAT_VERSION,
+        };
         assert_eq!(parse(&render(identity)), Ok(identity));
+        let old = "format_version = 2\ntarget_id = \"00000000000000aa\"\nchecksum_block_bytes = 4096\n";
+        assert_eq!(parse(old).map(|identity| identity.format_version), Ok(TARGET_FORMAT_VERSION_UNMARKED));
     }
 
     #[test]
@@ -204,7 +222,7 @@ mod tests {
             "format_version = 2\n",
             "target_id = \"00000000000000aa\"\n",
             "format_version = 2\ntarget_id = \"00000000000000aa\"\n",
-            "format_version = 3\ntarget_id = \"00000000000000aa\"\nchecksum_block_bytes = 4096\n",
+            "format_version = 4\ntarget_id = \"00000000000000aa\"\nchecksum_block_bytes = 4096\n",
             "format_version = 1\ntarget_id = \"00000000000000aa\"\nchecksum_block_bytes = 4096\n",
             "format_version = 2\ntarget_id = \"0000000000000000\"\nchecksum_block_bytes = 4096\n",
             "format_version = 2\ntarget_id = \"00aa\"\nchecksum_block_bytes = 4096\n",
