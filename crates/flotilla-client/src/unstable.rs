@@ -108,6 +108,11 @@ impl UnstableLog {
         self.release(|_, w| w.fork == *fork);
     }
 
+    /// Drops every write of `file` (a failed close given up); returns the memory released.
+    pub fn forget_file(&mut self, file: FileId) -> u64 {
+        self.release(|_, w| w.fork.file == file)
+    }
+
     fn release(&mut self, drop: impl Fn(u64, &UnstableWrite) -> bool) -> u64 {
         let mut released = 0;
         self.writes.retain(|&sequence, w| {

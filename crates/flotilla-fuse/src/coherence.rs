@@ -6,8 +6,9 @@
 //! Reads take a read token from their offset to the end of the file, writes a write token
 //! on the bytes they write (the service extends both as far as nothing conflicts: a lone
 //! writer holds the whole file and never asks again). A revocation (`TokenHolder`) sends
-//! the file's write-behind buffer, publishes the size this mount's writes gave it, and
-//! empties the read-ahead windows and the known size, before the bytes go back. Files with
+//! the file's write-behind buffer, commits it and publishes the size this mount's writes
+//! gave it (never a size over bytes not yet durable), and empties the read-ahead windows
+//! and the known size, before the bytes go back. Files with
 //! the no-overlap hint (`user.flotilla.no_overlap`) and ENWRICH opens take no tokens, and
 //! neither does anything with `--tokens off` (close-to-open consistency, NFS's).
 //!

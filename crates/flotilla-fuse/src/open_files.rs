@@ -592,10 +592,23 @@ impl FlotillaFs {
         };
         if let Some(unchanged) = self.sizes.released_last(open.ino, open.cached) {
             self.write_behind.forget(open.ino);
+            if published.is_err() {
+                self.give_up_unpublished(open.ino);
+            }
             let pages = (unchanged && published.is_ok()).then(|| stamp_of(&open.file()));
             self.keep_tokens(open.ino, open.coherent, pages);
         }
         published
+    }
+
+    /// The last handle of `ino` here was released and its writes could not be made durable
+    /// (the close said so): the mount drops them and the size they would have published, so
+    /// that it reports the metadata service's size (durable bytes only) from now on, never a
+    /// size it holds no bytes for and will not retry. While any handle stays open, a failed
+    /// fsync or flush keeps both, and the next fsync or close sends them again.
+    fn give_up_unpublished(&self, ino: u64) {
+        self.client.discard_unpublished(ino);
+        self.holder.invalidate_attributes(ino);
     }
 
     /// The last close of `ino` here: its tokens are kept for a later open (`kept.rs`), or
