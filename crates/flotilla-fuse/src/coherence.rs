@@ -63,11 +63,12 @@ impl TokenHolder for MountHolder {
     fn give_back(&self, id: u64, range: ByteRange, to: Option<TokenMode>) {
         if let Some(file) = self.sizes.file(id) {
             // A failure is kept by the write-behind buffer and reported by the next close or
-            // fsync of the file (as any lost write-behind data is).
-            if let Err(errno) = self.write_behind.flush_to(id, &file) {
+            // fsync of the file (as any lost write-behind data is); no size is published over
+            // the lost bytes.
+            let sent = self.write_behind.flush_to(id, &file).and(self.write_behind.failure(id));
+            if let Err(errno) = sent {
                 tracing::warn!(?errno, file = id, "writing back before giving a token back failed");
-            }
-            if let Err(error) = file.publish_size() {
+            } else if let Err(error) = file.publish_size() {
                 tracing::warn!(%error, file = id, "publishing the size before giving a token back failed");
             }
         }
