@@ -376,7 +376,12 @@ pub fn stream(
     }
 }
 
-fn pump(reader: &mut Source, writer: &mut Sink, buffer: &mut [u8], progress: &Progress) -> anyhow::Result<()> {
+fn pump(
+    reader: &mut Source,
+    writer: &mut Sink,
+    buffer: &mut [u8],
+    progress: &Progress,
+) -> anyhow::Result<()> {
     loop {
         let filled = reader.read(buffer)?;
         if filled == 0 {

@@ -110,7 +110,17 @@ fn put_with_a_server_killed_publishes_the_whole_file_or_nothing() {
         round += 1;
         let dest = format!("/put-{round}");
         let put = Command::new(FLOTILLA)
-            .args(["put", path(&source), &dest, "--meta", &meta, "--subfiles", "2", "--stripe-unit", "1048576"])
+            .args([
+                "put",
+                path(&source),
+                &dest,
+                "--meta",
+                &meta,
+                "--subfiles",
+                "2",
+                "--stripe-unit",
+                "1048576",
+            ])
             .env("FLOTILLA_KEY", common::client_key())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -128,7 +138,10 @@ fn put_with_a_server_killed_publishes_the_whole_file_or_nothing() {
             let copy = scratch.path().join("copy");
             let (ok, _, err) = cli(&["get", &dest, path(&copy), "--meta", &meta]);
             assert!(ok, "get of {dest}: {err}");
-            assert!(std::fs::read(&copy).expect("read the copy") == data, "{dest}: put succeeded, get differs");
+            assert!(
+                std::fs::read(&copy).expect("read the copy") == data,
+                "{dest}: put succeeded, get differs"
+            );
         } else {
             failed += 1;
             println!("round {round}: put failed: {}", stderr.trim());
@@ -213,7 +226,10 @@ fn dd_into_a_mount_with_a_server_killed_leaves_no_size_the_service_lacks() {
                 println!("round {round}: dd failed; mount and service agree on {shown} bytes");
                 break;
             }
-            assert!(Instant::now() < deadline, "{file}: the mount shows {shown} bytes, the service {service}");
+            assert!(
+                Instant::now() < deadline,
+                "{file}: the mount shows {shown} bytes, the service {service}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         published_bytes_are_durable(&client, &file, &data).expect("no size over zeros");
@@ -226,7 +242,8 @@ fn dd_into_a_mount_with_a_server_killed_leaves_no_size_the_service_lacks() {
 fn get_of_an_unreadable_file_is_permission_denied_and_creates_nothing() {
     let cluster = Cluster::start(1);
     let admin = cluster.client();
-    let private = admin.create("/private", &CreateOptions { mode: 0o600, ..CreateOptions::default() }).unwrap();
+    let private =
+        admin.create("/private", &CreateOptions { mode: 0o600, ..CreateOptions::default() }).unwrap();
     private.write_at(0, b"root's secret").unwrap();
     private.close().unwrap();
     let nobody = flotilla_types::NOBODY_ID;

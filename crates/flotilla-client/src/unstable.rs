@@ -179,6 +179,17 @@ mod tests {
         assert_eq!(log.forks(None).len(), 1);
     }
 
+    #[test]
+    fn forgetting_a_file_drops_all_its_forks_and_only_them() {
+        let mut log = UnstableLog::default();
+        log.record(write(1, 0, 10, 5));
+        log.record(write(1, 1, 20, 6));
+        log.record(write(2, 0, 40, 5));
+        assert_eq!(log.forget_file(FileId(1)), 30 + 2 * WRITE_OVERHEAD_BYTES);
+        assert_eq!(log.bytes(), 40 + WRITE_OVERHEAD_BYTES);
+        assert_eq!(log.forks(None), vec![(fork(2, 0), "server-0".to_string())]);
+    }
+
     proptest! {
         /// Whatever is recorded, synced and resent, `bytes` is the sum of what is held, and
         /// a write leaves only through a sync of its own fork in its own epoch.

@@ -611,6 +611,7 @@ impl FlotillaFs {
     /// size it holds no bytes for and will not retry. While any handle stays open, a failed
     /// fsync or flush keeps both, and the next fsync or close sends them again.
     fn give_up_unpublished(&self, ino: u64) {
+        tracing::warn!(ino, "the last close of a file failed: its unsynced writes are dropped");
         self.client.discard_unpublished(ino);
         self.holder.invalidate_attributes(ino);
     }
