@@ -5,6 +5,7 @@
 //! A copy is planned first (directories in creation order, then files and symlinks), then the
 //! files are copied by `--jobs` threads taking the next file from one list.
 
+use crate::publish::Staged;
 use anyhow::Context;
 use clap::Args;
 use flotilla_client::{Client, CreateOptions, FileKind};
@@ -277,9 +278,7 @@ impl Source {
             Place::Local(path) => {
                 Source::Local(std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?)
             }
-            Place::Cluster(path) => {
-                Source::Cluster(client.open(path).with_context(|| format!("open {}", place.show()))?, 0)
-            }
+            Place::Cluster(path) => Source::Cluster(open_readable(client, path)?, 0),
         })
     }
 
@@ -295,10 +294,22 @@ impl Source {
     }
 }
 
-/// Where bytes go.
+/// Opens cluster file `path` for reading: refused with EACCES (permission denied) when the
+/// caller may not read it, before anything is read or created.
+pub fn open_readable(client: &Client, path: &str) -> anyhow::Result<flotilla_client::File> {
+    let file = client.open(path).with_context(|| format!("open {CLUSTER_PREFIX}{path}"))?;
+    if !file.may_read() {
+        let denied = std::io::Error::from_raw_os_error(libc::EACCES);
+        return Err(denied).with_context(|| format!("read {CLUSTER_PREFIX}{path}"));
+    }
+    Ok(file)
+}
+
+/// Where bytes go: a local file, or a file staged under a temporary name in the cluster
+/// (`publish.rs`: published whole at the end, or not at all).
 pub enum Sink {
     Local(std::fs::File),
-    Cluster(flotilla_client::File, u64),
+    Cluster(Staged, u64),
 }
 
 impl Sink {
@@ -308,47 +319,73 @@ impl Sink {
                 std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?,
             ),
             Place::Cluster(path) => {
-                let options = CreateOptions { subfiles: 0, exclusive: true, ..CreateOptions::default() };
-                Sink::Cluster(
-                    client.create(path, &options).with_context(|| format!("create {}", place.show()))?,
-                    0,
-                )
+                let options = CreateOptions { subfiles: 0, ..CreateOptions::default() };
+                Sink::staged(client, path, &options)?
             }
         })
+    }
+
+    /// A cluster file at `path` (which must not exist) with the layout of `options`.
+    pub fn staged(client: &Client, path: &str, options: &CreateOptions) -> anyhow::Result<Sink> {
+        Ok(Sink::Cluster(Staged::create(client, path, options)?, 0))
     }
 
     fn write(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
         match self {
             Sink::Local(file) => file.write_all(bytes)?,
-            Sink::Cluster(file, offset) => {
-                file.write_at(*offset, bytes)?;
+            Sink::Cluster(staged, offset) => {
+                staged.file().write_at(*offset, bytes)?;
                 *offset += bytes.len() as u64;
             }
         }
         Ok(())
     }
 
-    /// Makes what was written durable.
+    /// Makes what was written durable (and publishes a cluster file under its name).
     fn finish(self) -> anyhow::Result<()> {
         match self {
             Sink::Local(file) => file.sync_all()?,
-            Sink::Cluster(file, _) => file.sync()?,
+            Sink::Cluster(staged, _) => staged.publish()?,
         }
         Ok(())
     }
+
+    /// The copy failed: a cluster file is not published (its temporary is removed).
+    fn abandon(self) {
+        match self {
+            Sink::Local(_) => {}
+            Sink::Cluster(staged, _) => staged.abandon(),
+        }
+    }
 }
 
-/// Moves everything from `reader` to `writer` through `buffer`, counting on `progress`.
+/// Moves everything from `reader` to `writer` through `buffer`, counting on `progress`; a
+/// cluster destination appears only when every byte arrived and is durable.
 pub fn stream(
     mut reader: Source,
     mut writer: Sink,
     buffer: &mut [u8],
     progress: &Progress,
 ) -> anyhow::Result<()> {
+    match pump(&mut reader, &mut writer, buffer, progress) {
+        Ok(()) => writer.finish(),
+        Err(error) => {
+            writer.abandon();
+            Err(error)
+        }
+    }
+}
+
+fn pump(
+    reader: &mut Source,
+    writer: &mut Sink,
+    buffer: &mut [u8],
+    progress: &Progress,
+) -> anyhow::Result<()> {
     loop {
         let filled = reader.read(buffer)?;
         if filled == 0 {
-            return writer.finish();
+            return Ok(());
         }
         writer.write(&buffer[..filled])?;
         progress.add(filled as u64);

@@ -346,27 +346,33 @@ pub fn put(args: PutArgs) -> anyhow::Result<()> {
     );
     let client = args.meta.client()?;
     let local = std::fs::File::open(&args.local).with_context(|| format!("open {}", args.local.display()))?;
-    let options =
-        CreateOptions { subfiles: args.subfiles, layout, exclusive: true, ..CreateOptions::default() };
-    let file = client.create(&args.path, &options)?;
+    let options = CreateOptions { subfiles: args.subfiles, layout, ..CreateOptions::default() };
+    let sink = Sink::staged(&client, &args.path, &options)?;
     let total_bytes = local.metadata().map(|m| m.len()).unwrap_or(0);
     let progress = Progress::new(total_bytes);
     let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
-    stream(Source::Local(local), Sink::Cluster(file, 0), &mut chunk, &progress)
+    stream(Source::Local(local), sink, &mut chunk, &progress)
         .with_context(|| format!("copy {} to {}", args.local.display(), args.path))?;
     progress.finish(1);
     Ok(())
 }
 
+/// `flotilla get`: the source is opened and found readable before the local file is
+/// created, and a local file this copy created is removed if the copy fails.
 pub fn get(args: GetArgs) -> anyhow::Result<()> {
     let client = args.meta.client()?;
-    let file = client.open(&args.path)?;
+    let file = crate::copy::open_readable(&client, &args.path)?;
+    let existed = args.local.symlink_metadata().is_ok();
     let local =
         std::fs::File::create(&args.local).with_context(|| format!("create {}", args.local.display()))?;
     let progress = Progress::new(file.size());
     let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
-    stream(Source::Cluster(file, 0), Sink::Local(local), &mut chunk, &progress)
-        .with_context(|| format!("copy {} to {}", args.path, args.local.display()))?;
+    let copied = stream(Source::Cluster(file, 0), Sink::Local(local), &mut chunk, &progress)
+        .with_context(|| format!("copy {} to {}", args.path, args.local.display()));
+    if copied.is_err() && !existed {
+        let _ = std::fs::remove_file(&args.local);
+    }
+    copied?;
     progress.finish(1);
     Ok(())
 }

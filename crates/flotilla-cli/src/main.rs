@@ -14,6 +14,7 @@ mod keys;
 mod mount;
 mod mount_helper;
 mod ops;
+mod publish;
 mod show;
 
 use clap::{Parser, Subcommand};
@@ -55,7 +56,8 @@ enum Command {
     Stat(files::StatArgs),
     /// Removes a file, a symlink or an empty directory.
     Rm(files::PathArgs),
-    /// Stores a local file, striped round robin over its subfiles.
+    /// Stores a local file, striped round robin over its subfiles; the file appears under its
+    /// name only once every byte is durable (a failed put leaves none).
     Put(files::PutArgs),
     /// Copies a file out to a local file.
     Get(files::GetArgs),
@@ -133,12 +135,48 @@ fn main() -> std::process::ExitCode {
         };
     }
     let cli = Cli::parse();
+    if !cli.command.is_service() {
+        quiet_on_closed_stdout();
+    }
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("flotilla: {error:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+impl Command {
+    /// A long-running process (a service, a mount, a benchmark and its workers): it writes
+    /// to sockets with vectored writes, which raise SIGPIPE when a peer goes, so it keeps
+    /// SIGPIPE ignored and meets EPIPE as an error.
+    fn is_service(&self) -> bool {
+        matches!(
+            self,
+            Command::Local(_)
+                | Command::Meta(_)
+                | Command::Server(_)
+                | Command::Mount(_)
+                | Command::Bench(_)
+                | Command::BenchWorker(_)
+                | Command::BenchMetaWorker(_)
+                | Command::BenchNetWorker(_)
+                | Command::EnwrichMember(_)
+        )
+    }
+}
+
+/// Every command that answers on stdout ends quietly when its reader goes (`flotilla stat
+/// … | head`): SIGPIPE back to its default, so the process ends as `cat` would (status 141
+/// in a shell), where Rust's ignored SIGPIPE would make `println!` panic with a backtrace.
+/// Its socket writes are not vectored and pass MSG_NOSIGNAL (std's `send`), so a server
+/// going away is still an error, not a signal.
+fn quiet_on_closed_stdout() {
+    // SAFETY: restoring a signal's default disposition has no memory-safety preconditions;
+    // this runs before the client starts any thread.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -211,28 +211,29 @@ impl File {
     }
 
     /// Makes the size and mtime this client's writes gave the file known to the metadata
-    /// service, without committing the data (what a byte-range token's holder does before
-    /// giving the token back: the bytes are on the servers, and this client keeps them for
-    /// replay until they are committed).
+    /// service (what a byte-range token's holder does before giving the token back): the
+    /// bytes are committed first (`flush`), so the size never covers bytes a server restart
+    /// could still lose.
     pub fn publish_size(&self) -> Result<(), ClientError> {
-        self.publish()
+        self.flush()
     }
 
     fn publish(&self) -> Result<(), ClientError> {
-        let Some(pending) = self.client.core.take_pending(self.entry.id) else { return Ok(()) };
-        let request = MetaRequest::GrowSize {
-            id: self.entry.id,
-            size_bytes: pending.size_bytes,
-            mtime_ns: pending.mtime_ns,
-        };
-        match self.client.block_on(self.client.core.meta_call(request)) {
-            Ok(MetaReply::Attributes(_)) => Ok(()),
-            Ok(other) => Err(unexpected("grow size", &other)),
-            Err(error) => {
-                self.client.core.note_write(self.entry.id, pending.size_bytes, pending.mtime_ns);
-                Err(error)
-            }
-        }
+        self.client.publish_pending(self.entry.id)
+    }
+
+    /// Drops the handle and what this client has not made durable of the file (its unstable
+    /// writes and unpublished size): after a write or flush that failed and will not be
+    /// retried. The file keeps the size last published, which covers only durable bytes.
+    pub fn discard(self) {
+        self.client.discard_unpublished(self.entry.id);
+    }
+
+    /// Whether the metadata service let this handle read the file: a caller that may not
+    /// read it gets no capability with the read right, and the servers refuse every read.
+    pub fn may_read(&self) -> bool {
+        let rights = self.entry.capability.as_ref().map(|capability| capability.rights);
+        rights.is_some_and(|rights| rights.contains(flotilla_proto::Rights::READ))
     }
 
     /// Flushes the size and mtime and drops the handle.

@@ -4,8 +4,9 @@
 //! mount's read token before it writes (the mount drops its cached pages), and a write is
 //! atomic with respect to every other token holder's reads and writes.
 //!
-//! The library caches no data, so giving a token back only makes the size its writes gave
-//! the file known to the metadata service (what `File::publish_size` does). One
+//! The library caches no data, so giving a token back only commits the file's writes and
+//! then makes the size they gave it known to the metadata service (what `File::publish_size`
+//! does; a size is never published over bytes not yet durable). One
 //! [`TokenCache`] per client, made at the first use (a client that never reads or writes a
 //! file starts no poll thread), given back file by file when the client's last handle on
 //! the file closes. `ClientConfig::tokens` turns them off for the client, the open flag
@@ -75,8 +76,9 @@ struct LibraryHolder {
 impl TokenHolder for LibraryHolder {
     fn give_back(&self, id: u64, range: ByteRange, to: Option<TokenMode>) {
         let Some(client) = self.client.upgrade() else { return };
-        // The written bytes are on the servers (a write holds its token until they are);
-        // only the size is this client's to make known.
+        // The written bytes are on the servers (a write holds its token until they are), maybe
+        // only in their caches: they are committed before the size covering them is published
+        // (a failed commit publishes nothing; the writes stay for the next flush).
         if let Err(error) = client.flush_id(id) {
             tracing::warn!(%error, file = id, "publishing the size before giving a token back failed");
         }

@@ -7,7 +7,7 @@ use crate::core::unexpected;
 use crate::error::ClientError;
 use crate::file::File;
 use flotilla_proto::{EntryInfo, MetaReply, MetaRequest};
-use flotilla_types::Attributes;
+use flotilla_types::{Attributes, FileId};
 
 /// The user and group a new entry belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,9 +28,19 @@ impl Client {
         self.core.overlay(id, attrs);
     }
 
-    /// Publishes this client's unpublished size and mtime of file `id`, as `File::flush`
-    /// does for an open file (so that an explicit mtime set next is not raised by them later).
+    /// Makes this client's writes of file `id` durable, then publishes the size and mtime
+    /// they gave it, as `File::flush` does (so that an explicit mtime set next is not raised
+    /// by them later, and so that a token given back leaves the size known). A size is
+    /// published only once every byte below it is committed: when the commit fails, nothing
+    /// is published and the writes stay for a later flush.
     pub fn flush_id(&self, id: u64) -> Result<(), ClientError> {
+        self.block_on(crate::commit::commit_file(&self.core, FileId(id)))?;
+        self.publish_pending(id)
+    }
+
+    /// Publishes the size and mtime this client's writes gave file `id` (`GrowSize`); the
+    /// caller has committed the bytes below it. On failure they stay pending.
+    pub(crate) fn publish_pending(&self, id: u64) -> Result<(), ClientError> {
         let Some(pending) = self.core.take_pending(id) else { return Ok(()) };
         let request =
             MetaRequest::GrowSize { id, size_bytes: pending.size_bytes, mtime_ns: pending.mtime_ns };
@@ -41,6 +51,19 @@ impl Client {
                 self.core.note_write(id, pending.size_bytes, pending.mtime_ns);
                 Err(error)
             }
+        }
+    }
+
+    /// Drops what this client has not made durable of file `id`: its unstable writes and
+    /// the size they would have published. For a write or close that failed and will not
+    /// be retried (the last handle of a mount closed with an error, a copy given up): the
+    /// client then reports the metadata service's size again, which covers only durable
+    /// bytes, instead of a size it will never publish.
+    pub fn discard_unpublished(&self, id: u64) {
+        let released = self.core.unstable.lock().forget_file(FileId(id));
+        self.core.forget_pending(id);
+        if released > 0 {
+            tracing::info!(file = id, bytes = released, "unsynced writes given up");
         }
     }
 

@@ -108,6 +108,11 @@ impl UnstableLog {
         self.release(|_, w| w.fork == *fork);
     }
 
+    /// Drops every write of `file` (a failed close given up); returns the memory released.
+    pub fn forget_file(&mut self, file: FileId) -> u64 {
+        self.release(|_, w| w.fork.file == file)
+    }
+
     fn release(&mut self, drop: impl Fn(u64, &UnstableWrite) -> bool) -> u64 {
         let mut released = 0;
         self.writes.retain(|&sequence, w| {
@@ -172,6 +177,17 @@ mod tests {
         log.forget_fork(&fork(1, 1));
         assert_eq!(log.bytes(), 40 + O);
         assert_eq!(log.forks(None).len(), 1);
+    }
+
+    #[test]
+    fn forgetting_a_file_drops_all_its_forks_and_only_them() {
+        let mut log = UnstableLog::default();
+        log.record(write(1, 0, 10, 5));
+        log.record(write(1, 1, 20, 6));
+        log.record(write(2, 0, 40, 5));
+        assert_eq!(log.forget_file(FileId(1)), 30 + 2 * WRITE_OVERHEAD_BYTES);
+        assert_eq!(log.bytes(), 40 + WRITE_OVERHEAD_BYTES);
+        assert_eq!(log.forks(None), vec![(fork(2, 0), "server-0".to_string())]);
     }
 
     proptest! {

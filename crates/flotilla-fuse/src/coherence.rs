@@ -6,8 +6,9 @@
 //! Reads take a read token from their offset to the end of the file, writes a write token
 //! on the bytes they write (the service extends both as far as nothing conflicts: a lone
 //! writer holds the whole file and never asks again). A revocation (`TokenHolder`) sends
-//! the file's write-behind buffer, publishes the size this mount's writes gave it, and
-//! empties the read-ahead windows and the known size, before the bytes go back. Files with
+//! the file's write-behind buffer, commits it and publishes the size this mount's writes
+//! gave it (never a size over bytes not yet durable), and empties the read-ahead windows
+//! and the known size, before the bytes go back. Files with
 //! the no-overlap hint (`user.flotilla.no_overlap`) and ENWRICH opens take no tokens, and
 //! neither does anything with `--tokens off` (close-to-open consistency, NFS's).
 //!
@@ -62,11 +63,12 @@ impl TokenHolder for MountHolder {
     fn give_back(&self, id: u64, range: ByteRange, to: Option<TokenMode>) {
         if let Some(file) = self.sizes.file(id) {
             // A failure is kept by the write-behind buffer and reported by the next close or
-            // fsync of the file (as any lost write-behind data is).
-            if let Err(errno) = self.write_behind.flush_to(id, &file) {
+            // fsync of the file (as any lost write-behind data is); no size is published over
+            // the lost bytes.
+            let sent = self.write_behind.flush_to(id, &file).and(self.write_behind.failure(id));
+            if let Err(errno) = sent {
                 tracing::warn!(?errno, file = id, "writing back before giving a token back failed");
-            }
-            if let Err(error) = file.publish_size() {
+            } else if let Err(error) = file.publish_size() {
                 tracing::warn!(%error, file = id, "publishing the size before giving a token back failed");
             }
         }

@@ -546,6 +546,8 @@ impl FlotillaFs {
     fn append_file(&self, open: &OpenFile, ino: u64, data: &[u8]) -> Result<u32, Errno> {
         let written = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
         self.send_buffered(open)?;
+        // The append publishes the size: not over a lost write-behind batch (see `publish`).
+        self.write_behind.failure(ino)?;
         self.with_append_lock(ino, || {
             let published = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?.attrs.size_bytes;
             let offset = published.max(self.sizes.known(ino).unwrap_or(0));
@@ -576,10 +578,12 @@ impl FlotillaFs {
         if let Some(enwrich) = open.enwrich.lock().as_ref() {
             return enwrich.sync().map_err(failed);
         }
-        let sent = self.send_buffered(open);
+        self.send_buffered(open)?;
+        // A write-behind batch of the file was lost (a send failed since it was opened here):
+        // the size of the writes around it must not be published over its bytes.
+        self.write_behind.failure(open.ino)?;
         let file = open.file();
-        let published = self.retrying(|| file.flush()).map_err(failed);
-        sent.and(published).and(self.write_behind.failure(open.ino))
+        self.retrying(|| file.flush()).map_err(failed)
     }
 
     pub(crate) fn release_file(&self, handle: u64) -> Result<(), Errno> {
@@ -592,10 +596,24 @@ impl FlotillaFs {
         };
         if let Some(unchanged) = self.sizes.released_last(open.ino, open.cached) {
             self.write_behind.forget(open.ino);
+            if published.is_err() {
+                self.give_up_unpublished(open.ino);
+            }
             let pages = (unchanged && published.is_ok()).then(|| stamp_of(&open.file()));
             self.keep_tokens(open.ino, open.coherent, pages);
         }
         published
+    }
+
+    /// The last handle of `ino` here was released and its writes could not be made durable
+    /// (the close said so): the mount drops them and the size they would have published, so
+    /// that it reports the metadata service's size (durable bytes only) from now on, never a
+    /// size it holds no bytes for and will not retry. While any handle stays open, a failed
+    /// fsync or flush keeps both, and the next fsync or close sends them again.
+    fn give_up_unpublished(&self, ino: u64) {
+        tracing::warn!(ino, "the last close of a file failed: its unsynced writes are dropped");
+        self.client.discard_unpublished(ino);
+        self.holder.invalidate_attributes(ino);
     }
 
     /// The last close of `ino` here: its tokens are kept for a later open (`kept.rs`), or
@@ -619,8 +637,9 @@ impl FlotillaFs {
             return enwrich.sync().map_err(failed);
         }
         self.send_buffered(&open)?;
-        self.with_file(&open, |file| file.sync())?;
-        self.write_behind.failure(open.ino)
+        // Checked before the sync, which publishes the size (see `publish`).
+        self.write_behind.failure(open.ino)?;
+        self.with_file(&open, |file| file.sync())
     }
 
     /// `fallocate` mode 0 (what `posix_fallocate` asks): the file is at least this long.
