@@ -34,6 +34,9 @@ impl Reserved {
     /// The parts of `start..end` not in the set, in order.
     pub(crate) fn missing(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut gaps = Vec::new();
+        if start >= end {
+            return gaps;
+        }
         let mut at = start;
         let before = self.ranges.range(..=start).next_back().map(|(s, e)| (*s, *e));
         let after = self.ranges.range(start.saturating_add(1)..end).map(|(s, e)| (*s, *e));
