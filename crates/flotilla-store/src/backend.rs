@@ -58,6 +58,12 @@ pub trait ForkBackend: Send + Sync + fmt::Debug {
     /// The fork's size on the medium.
     fn size_bytes(&self) -> io::Result<u64>;
 
+    /// Bytes the medium has allocated to the fork's data, when it can tell (`None`: unknown,
+    /// so the store reserves before every write into space it has not reserved itself).
+    fn allocated_bytes(&self) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// Where the fork lies on the medium (an inode number, a start sector), used only to
     /// order disk work in the scheduler's sweep.
     fn location(&self) -> u64;

@@ -28,10 +28,6 @@ impl Extent {
 pub(crate) struct ExtentSummary {
     /// Sum of the extents' lengths: the size of the packed data buffer.
     pub total_bytes: u64,
-    /// Largest end over all non-empty extents (0 if none).
-    pub end_bytes_max: u64,
-    /// Smallest offset over all non-empty extents (`u64::MAX` if none).
-    pub start_bytes_min: u64,
 }
 
 /// Checks every extent and the buffer length; returns what the list covers.
@@ -41,7 +37,7 @@ pub(crate) fn summarize(
     fork_bytes_max: u64,
     buffer_bytes: usize,
 ) -> Result<ExtentSummary, StoreError> {
-    let mut summary = ExtentSummary { total_bytes: 0, end_bytes_max: 0, start_bytes_min: u64::MAX };
+    let mut summary = ExtentSummary { total_bytes: 0 };
     for extent in extents {
         // Not `ok_or`: the error would be built and dropped (a call) for every extent.
         let Some(end) = extent.end() else {
@@ -49,10 +45,6 @@ pub(crate) fn summarize(
         };
         if end > fork_bytes_max {
             return Err(too_large(fork, extent, fork_bytes_max));
-        }
-        if extent.length > 0 {
-            summary.end_bytes_max = summary.end_bytes_max.max(end);
-            summary.start_bytes_min = summary.start_bytes_min.min(extent.offset);
         }
         // A saturated sum can never equal a real buffer's length, so it is refused below.
         summary.total_bytes = summary.total_bytes.saturating_add(extent.length);
@@ -92,7 +84,6 @@ mod tests {
         let extents = [Extent::new(100, 10), Extent::new(0, 5), Extent::new(500, 0)];
         let summary = summarize(&extents, &fork(), 1 << 20, 15).unwrap();
         assert_eq!(summary.total_bytes, 15);
-        assert_eq!(summary.end_bytes_max, 110);
     }
 
     #[test]

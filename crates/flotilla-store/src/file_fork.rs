@@ -171,6 +171,10 @@ impl ForkBackend for FileFork {
         Ok(self.file.metadata()?.len())
     }
 
+    fn allocated_bytes(&self) -> io::Result<Option<u64>> {
+        Ok(Some(self.file.metadata()?.blocks().saturating_mul(512)))
+    }
+
     fn location(&self) -> u64 {
         self.inode
     }

@@ -8,8 +8,9 @@
 //!   truncated to. Cached bytes past it are always zero. A write request raises it after
 //!   copying its data and before marking its blocks dirty, so a write-back never cuts
 //!   written data off.
-//! - Every byte below `reserved_bytes` has space allocated on the target, so writing it back
-//!   cannot fail for lack of space.
+//! - Every byte in `reserved` has space allocated on the target, so writing it back cannot
+//!   fail for lack of space. A write reserves the blocks it touches, never the span between
+//!   its pieces, so holes stay holes (`reserved.rs`).
 //! - Requests hold `lock` shared for their whole duration; truncate and remove hold it
 //!   exclusive, so they never run while a request of this fork is in flight. Removal sets
 //!   `removed` under the exclusive lock; a request checks it after taking the lock.
@@ -22,6 +23,7 @@ use crate::disk_manager::DiskManager;
 use crate::error::{is_no_space, Mismatch, StoreError};
 use crate::fd_cache::FdCache;
 use crate::fork_ref::ForkRef;
+use crate::reserved::{touched_runs, Reserved, RESERVED_RANGES_MAX};
 use crate::target::Target;
 use flotilla_types::{FileId, SubfileIndex};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -58,9 +60,10 @@ pub(crate) struct Fork {
     location: u64,
     context: ForkContext,
     size_bytes: AtomicU64,
-    reserved_bytes: Mutex<u64>,
-    /// Dense prefix of the checksum file known to be allocated (bytes of that file).
-    checksums_reserved_bytes: Mutex<u64>,
+    /// Byte ranges of the fork known to have space allocated.
+    reserved: Mutex<Reserved>,
+    /// Byte ranges of the checksum file known to have space allocated.
+    checksums_reserved: Mutex<Reserved>,
     lock: RwLock<()>,
     removed: AtomicBool,
     backend: Mutex<Option<Arc<dyn ForkBackend>>>,
@@ -108,8 +111,8 @@ impl Fork {
             location: backend.location(),
             context: context.clone(),
             size_bytes: AtomicU64::new(size_bytes),
-            reserved_bytes: Mutex::new(size_bytes),
-            checksums_reserved_bytes: Mutex::new(0),
+            reserved: Mutex::new(reserved_at_open(backend.as_ref(), size_bytes)),
+            checksums_reserved: Mutex::new(Reserved::new(RESERVED_RANGES_MAX)),
             lock: RwLock::new(()),
             removed: AtomicBool::new(false),
             backend: Mutex::new(None),
@@ -225,91 +228,107 @@ impl Fork {
         *self.backend.lock() = backend;
     }
 
-    /// Reserves space for a write covering `start_bytes..end_bytes` before it is acknowledged.
-    ///
-    /// `reserved_bytes` is the dense prefix known to be allocated. A write reaching past it
-    /// from inside (or just after) the prefix extends the prefix; a write that starts beyond
-    /// it, leaving a hole (sparse forks: hash layouts, seeks past the end), allocates only its
-    /// own span and leaves the hole unallocated, so a write far out never reserves the space
-    /// in between. Reservations round to `granule_bytes` (a cache block) so that a stream of
-    /// small appends does not allocate on every request; when only the exact range fits, that
-    /// is reserved instead. Returns whether a reservation was made; `TargetFull` if no space.
+    /// Reserves space for a write of `ranges` (fork byte ranges) before it is acknowledged:
+    /// the `granule_bytes` blocks they touch that are not known to be allocated, each run of
+    /// touching blocks in one call, and their checksum entries. Never the span between
+    /// ranges: a write far past the end, or two pieces far apart in one request, reserves
+    /// only its own blocks. When a run's rounded blocks do not fit, the exact bytes are tried.
+    /// Returns whether a reservation was made; `TargetFull` if no space.
     pub(crate) fn reserve(
         self: &Arc<Self>,
-        start_bytes: u64,
-        end_bytes: u64,
+        ranges: impl Iterator<Item = (u64, u64)>,
         granule_bytes: u64,
     ) -> Result<bool, StoreError> {
-        let mut reserved = self.reserved_bytes.lock();
-        if end_bytes <= *reserved {
+        let mut reserved = self.reserved.lock();
+        let exact: Vec<(u64, u64)> = ranges.filter(|(start, end)| start < end).collect();
+        let runs = touched_runs(exact.iter().copied(), granule_bytes);
+        let gaps: Vec<(u64, u64)> =
+            runs.iter().flat_map(|(start, end)| reserved.missing(*start, *end)).collect();
+        if gaps.is_empty() {
             return Ok(false);
         }
         let backend = self.backend()?;
-        let span_start = start_bytes - start_bytes % granule_bytes;
-        let dense = span_start <= *reserved;
-        let start = if dense { *reserved } else { span_start };
-        let rounded_end = end_bytes.next_multiple_of(granule_bytes);
-        let result = match backend.allocate(start, rounded_end - start, false) {
-            Err(error) if is_no_space(&error) && rounded_end > end_bytes => {
-                backend.allocate(start, end_bytes - start, false).map(|()| end_bytes)
+        for (start, end) in gaps {
+            match backend.allocate(start, end - start, false) {
+                Ok(()) => reserved.insert(start, end),
+                Err(error) if is_no_space(&error) => {
+                    self.reserve_exact(backend.as_ref(), &mut reserved, &exact, (start, end))?
+                }
+                Err(error) => return Err(self.space_error("reserve space for", error)),
             }
-            other => other.map(|()| rounded_end),
-        };
-        let allocated_end = result.map_err(|error| self.space_error("reserve space for", error))?;
-        self.reserve_checksums(backend.as_ref(), span_start, allocated_end)?;
-        if dense {
-            *reserved = allocated_end;
         }
+        drop(reserved);
+        self.reserve_checksums(backend.as_ref(), &runs)?;
         Ok(true)
     }
 
-    /// Reserves the checksum entries of fork bytes `start_bytes..end_bytes`, rounded out to
-    /// `CHECKSUM_RESERVE_GRANULE_BYTES` of the checksum file (one reservation covers many
-    /// appends), tracking a dense prefix as `reserve` does for data.
-    fn reserve_checksums(
+    /// A rounded gap did not fit: reserves only the bytes of `exact` inside it.
+    fn reserve_exact(
         &self,
         backend: &dyn ForkBackend,
-        start_bytes: u64,
-        end_bytes: u64,
+        reserved: &mut Reserved,
+        exact: &[(u64, u64)],
+        (gap_start, gap_end): (u64, u64),
     ) -> Result<(), StoreError> {
-        let checksum_bytes = self.context.target.checksum_block_bytes();
-        let granule = CHECKSUM_RESERVE_GRANULE_BYTES;
-        let start = (start_bytes / checksum_bytes * CHECKSUM_ENTRY_BYTES) / granule * granule;
-        let end = (end_bytes.div_ceil(checksum_bytes) * CHECKSUM_ENTRY_BYTES).next_multiple_of(granule);
-        let mut reserved = self.checksums_reserved_bytes.lock();
-        if end <= *reserved {
-            return Ok(());
-        }
-        let dense = start <= *reserved;
-        let from = if dense { *reserved } else { start };
-        backend
-            .allocate_checksums(from, end - from)
-            .map_err(|error| self.space_error("reserve checksum space for", error))?;
-        if dense {
-            *reserved = end;
+        for (start, end) in touched_runs(exact.iter().copied(), 1) {
+            let (start, end) = (start.max(gap_start), end.min(gap_end));
+            for (from, to) in reserved.missing(start, end) {
+                backend
+                    .allocate(from, to - from, false)
+                    .map_err(|error| self.space_error("reserve space for", error))?;
+                reserved.insert(from, to);
+            }
         }
         Ok(())
     }
 
-    /// Allocates `0..size_bytes` and grows the fork to at least that size (extend, a growing
-    /// truncate). The space is allocated first, keeping the size on disk, and the sizes (on
-    /// disk, then in memory) change only once it is: a refusal (no space, a size the file
-    /// system cannot hold) leaves the fork's size as it was.
+    /// Reserves the checksum entries of the fork byte `runs`, each rounded out to
+    /// `CHECKSUM_RESERVE_GRANULE_BYTES` of the checksum file (one reservation covers many
+    /// appends); entries of holes between runs stay unallocated (an entry never written
+    /// reads as 0, "never written").
+    fn reserve_checksums(&self, backend: &dyn ForkBackend, runs: &[(u64, u64)]) -> Result<(), StoreError> {
+        let checksum_bytes = self.context.target.checksum_block_bytes();
+        let entry_runs = runs.iter().map(|(start, end)| {
+            (
+                start / checksum_bytes * CHECKSUM_ENTRY_BYTES,
+                end.div_ceil(checksum_bytes) * CHECKSUM_ENTRY_BYTES,
+            )
+        });
+        let entry_runs = touched_runs(entry_runs, CHECKSUM_RESERVE_GRANULE_BYTES);
+        let mut reserved = self.checksums_reserved.lock();
+        for (start, end) in entry_runs {
+            for (from, to) in reserved.missing(start, end) {
+                backend
+                    .allocate_checksums(from, to - from)
+                    .map_err(|error| self.space_error("reserve checksum space for", error))?;
+                reserved.insert(from, to);
+            }
+        }
+        Ok(())
+    }
+
+    /// Allocates `0..size_bytes` and grows the fork to at least that size (extend: Galley's
+    /// explicit preallocation, the one call that reserves bytes nobody wrote). The space is
+    /// allocated first, keeping the size on disk, and the sizes (on disk, then in memory)
+    /// change only once it is: a refusal (no space, a size the file system cannot hold)
+    /// leaves the fork's size as it was.
     pub(crate) fn allocate_and_grow(self: &Arc<Self>, size_bytes: u64) -> Result<(), StoreError> {
-        let mut reserved = self.reserved_bytes.lock();
+        let mut reserved = self.reserved.lock();
         let backend = self.backend()?;
         // More than the free space cannot succeed: refused before any block is allocated.
         let free_bytes = self.context.target.usage()?.free_bytes;
-        if size_bytes.saturating_sub(*reserved) > free_bytes {
+        let missing_bytes: u64 = reserved.missing(0, size_bytes).iter().map(|(from, to)| to - from).sum();
+        if missing_bytes > free_bytes {
             return Err(self.context.target.full());
         }
         backend.allocate(0, size_bytes, false).map_err(|error| self.space_error("extend", error))?;
-        self.reserve_checksums(backend.as_ref(), 0, size_bytes)?;
+        reserved.insert(0, size_bytes);
+        drop(reserved);
+        self.reserve_checksums(backend.as_ref(), &[(0, size_bytes)])?;
         let disk_size_bytes = backend.size_bytes().map_err(|error| self.space_error("stat", error))?;
         if size_bytes > disk_size_bytes {
             backend.set_size(size_bytes).map_err(|error| self.space_error("extend", error))?;
         }
-        *reserved = (*reserved).max(size_bytes);
         self.grow_size(size_bytes);
         Ok(())
     }
@@ -349,13 +368,12 @@ impl Fork {
         backend.truncate_checksums(blocks).map_err(|error| fail("truncate checksums of", error))
     }
 
-    /// After a truncate: the reservation never exceeds what is allocated now.
-    pub(crate) fn set_reserved(&self, reserved_bytes: u64) {
-        *self.reserved_bytes.lock() = reserved_bytes;
+    /// After a truncate to `size_bytes`: nothing at or past it counts as reserved.
+    pub(crate) fn cut_reserved(&self, size_bytes: u64) {
+        self.reserved.lock().cut(size_bytes);
         let checksum_bytes = self.context.target.checksum_block_bytes();
-        let entries_end = reserved_bytes.div_ceil(checksum_bytes) * CHECKSUM_ENTRY_BYTES;
-        let mut checksums = self.checksums_reserved_bytes.lock();
-        *checksums = (*checksums).min(entries_end);
+        let entries_end = size_bytes.div_ceil(checksum_bytes) * CHECKSUM_ENTRY_BYTES;
+        self.checksums_reserved.lock().cut(entries_end);
     }
 
     fn space_error(&self, action: &str, error: io::Error) -> StoreError {
@@ -417,4 +435,15 @@ impl Drop for Fork {
             self.context.unsynced_closed.lock().insert(self.path.clone());
         }
     }
+}
+
+/// What an opened fork counts as reserved: all of it when its file is as large on disk as
+/// its size (written densely or extended), else nothing (a sparse fork: its holes are
+/// reserved when written; reserving again what is allocated changes nothing).
+fn reserved_at_open(backend: &dyn ForkBackend, size_bytes: u64) -> Reserved {
+    let mut reserved = Reserved::new(RESERVED_RANGES_MAX);
+    if backend.allocated_bytes().ok().flatten().is_some_and(|allocated| allocated >= size_bytes) {
+        reserved.insert(0, size_bytes);
+    }
+    reserved
 }

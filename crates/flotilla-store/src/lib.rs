@@ -59,6 +59,7 @@ mod prefetch;
 #[cfg(test)]
 mod prefetch_tests;
 mod request;
+mod reserved;
 mod sim_disk;
 mod sim_fork;
 mod sim_model;

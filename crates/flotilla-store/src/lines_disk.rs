@@ -289,18 +289,19 @@ impl LinesDisk {
     /// Reads `buffer.len()` bytes of a fork at `offset_bytes` (holes read as zeros). Pieces
     /// in adjacent slots move in one request.
     pub fn read(&self, key: ForkKey, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()> {
-        self.read_pieces(key, &mut [(offset_bytes, buffer)], 0).map(|_| ())
+        self.read_pieces(key, &mut [(offset_bytes, buffer)], &|_| false).map(|_| ())
     }
 
     /// Reads several ranges of a fork at once (`pieces`: fork offset and buffer each), holes
     /// as zeros; ranges whose slots are adjacent in the image — even when their block numbers
     /// are not — move in one request. Returns `false` (having read nothing it promises) if a
-    /// block that starts below `recall_below_bytes` has no written slot.
+    /// block with no written slot is one `recall` says the archive holds (a hole the archive
+    /// does not hold reads as zeros).
     pub fn read_pieces(
         &self,
         key: ForkKey,
         pieces: &mut [(u64, &mut [u8])],
-        recall_below_bytes: u64,
+        recall: &dyn Fn(u64) -> bool,
     ) -> io::Result<bool> {
         self.note_io();
         let map = self.state.lock();
@@ -317,7 +318,7 @@ impl LinesDisk {
                     Some(addr) if map.written(addr) => {
                         segments.push((self.slot_offset(addr) + within, index, done, length))
                     }
-                    _ if block * block_bytes < recall_below_bytes => return Ok(false),
+                    _ if recall(block) => return Ok(false),
                     _ => buffer[done..done + length].fill(0),
                 }
                 done += length;
@@ -817,7 +818,7 @@ mod tests {
                 (4 * block as u64, &mut c[..]),
                 (6 * block as u64, &mut hole[..]),
             ];
-            assert!(disk.read_pieces(key, &mut pieces, 0).unwrap());
+            assert!(disk.read_pieces(key, &mut pieces, &|_| false).unwrap());
         }
         assert_eq!(disk.image_reads() - before, 1, "one request for three adjacent slots");
         for (index, expected) in [1u8, 3, 5, 0].into_iter().enumerate() {
@@ -826,7 +827,7 @@ mod tests {
         // A missing block below the recall limit reads nothing.
         let mut hole = vec![0u8; block];
         let mut pieces: Vec<(u64, &mut [u8])> = vec![(6 * block as u64, &mut hole[..])];
-        assert!(!disk.read_pieces(key, &mut pieces, 8 * block as u64).unwrap());
+        assert!(!disk.read_pieces(key, &mut pieces, &|missing| missing < 8).unwrap());
     }
 
     #[test]

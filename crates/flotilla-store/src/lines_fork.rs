@@ -68,10 +68,14 @@ impl LinesFork {
     /// image move in one request.
     fn read_pieces(&self, pieces: &mut [(u64, &mut [u8])]) -> io::Result<()> {
         let Some((tier, record_path)) = &self.tier else {
-            return self.disk.read_pieces(self.key, pieces, 0).map(|_| ());
+            return self.disk.read_pieces(self.key, pieces, &|_| false).map(|_| ());
         };
         let record = tier.record(self.key, record_path)?;
-        let recall_below = record.as_ref().map_or(0, |record| record.valid_bytes);
+        let block_bytes = u64::from(self.disk.geometry().block_bytes);
+        let held = |block: u64| {
+            let start = block * block_bytes;
+            record.as_ref().is_some_and(|record| record.holds(start, start + block_bytes))
+        };
         for _ in 0..RECALL_ATTEMPTS {
             for (start, end) in contiguous_ranges(pieces) {
                 match self.ensure_resident(start, end - start) {
@@ -86,7 +90,7 @@ impl LinesFork {
                     Err(error) => return Err(error),
                 }
             }
-            if self.disk.read_pieces(self.key, pieces, recall_below)? {
+            if self.disk.read_pieces(self.key, pieces, &held)? {
                 return Ok(());
             }
         }
@@ -97,10 +101,11 @@ impl LinesFork {
         )))
     }
 
-    /// Serves a read straight from the archive where the disk lacks blocks, without keeping
-    /// them: what a read gets when a recall finds the target full of dirty blocks (nothing
-    /// can be reclaimed until the migration manager archives some). The target's one disk
-    /// thread runs this read, so no write-back can fill a missing block in between.
+    /// Serves a read straight from the archive where the disk lacks blocks the archive holds,
+    /// without keeping them: what a read gets when a recall finds the target full of dirty
+    /// blocks (nothing can be reclaimed until the migration manager archives some). The
+    /// target's one disk thread runs this read, so no write-back can fill a missing block in
+    /// between. Holes the archive does not hold stay zeros.
     fn read_through(
         &self,
         tier: &TargetTier,
@@ -111,16 +116,18 @@ impl LinesFork {
         self.disk.read(self.key, offset_bytes, buffer)?;
         let block_bytes = u64::from(self.disk.geometry().block_bytes);
         let end = offset_bytes + buffer.len() as u64;
-        let mut block_start = offset_bytes / block_bytes * block_bytes;
-        while block_start < end.min(record.valid_bytes) {
-            let (from, to) =
-                (block_start.max(offset_bytes), (block_start + block_bytes).min(end).min(record.valid_bytes));
-            if self.disk.any_missing(self.key, from, to - from) {
-                let bytes = tier.fetch(record, from..to)?;
-                let at = (from - offset_bytes) as usize;
-                buffer[at..at + bytes.len()].copy_from_slice(&bytes);
+        for (fork_at, object_at, length) in record.held(offset_bytes, end) {
+            let mut from = fork_at;
+            while from < fork_at + length {
+                let to = ((from / block_bytes + 1) * block_bytes).min(fork_at + length);
+                if self.disk.any_missing(self.key, from, to - from) {
+                    let object_from = object_at + (from - fork_at);
+                    let bytes = tier.fetch(record, object_from..object_from + (to - from))?;
+                    let at = (from - offset_bytes) as usize;
+                    buffer[at..at + bytes.len()].copy_from_slice(&bytes);
+                }
+                from = to;
             }
-            block_start += block_bytes;
         }
         Ok(())
     }

@@ -77,6 +77,10 @@ impl ForkBackend for SimFork {
         self.file.size_bytes()
     }
 
+    fn allocated_bytes(&self) -> io::Result<Option<u64>> {
+        self.file.allocated_bytes()
+    }
+
     fn location(&self) -> u64 {
         self.region_start
     }

@@ -3,7 +3,8 @@
 //! All operations take `&self` and may run concurrently from many threads; each blocks
 //! until done. A read or write request is validated whole before any block is touched, and a
 //! write that grows a fork reserves the space first, so it either fails with nothing applied
-//! or is applied and its later write-back cannot run out of space.
+//! or is applied and its later write-back cannot run out of space; it reserves the blocks it
+//! touches, not the span between its extents, so holes stay holes.
 //!
 //! Bulk pieces (`bulk_bytes_min` or more of whole blocks, `dir` targets) go straight to and
 //! from the fork files instead (`bulk`), under the same durability contract.
@@ -297,13 +298,15 @@ impl Store {
     }
 
     /// Writes `data` (packed in extent order) to the extents; later extents win on overlap.
-    /// A write growing the fork reserves space first: `TargetFull`, with nothing applied, if
-    /// there is none.
+    /// A write reserves the blocks it touches first (never the holes between its extents):
+    /// `TargetFull`, with nothing applied, if there is no space.
     pub fn write(&self, fork: &ForkRef<'_>, extents: &[Extent], data: &[u8]) -> Result<(), StoreError> {
-        let summary = summarize(extents, fork, self.config.fork_bytes_max, data.len())?;
+        summarize(extents, fork, self.config.fork_bytes_max, data.len())?;
         let live = self.fork(fork)?;
         let _shared = live.lock_shared()?;
-        if live.reserve(summary.start_bytes_min, summary.end_bytes_max, 1 << self.block_shift)? {
+        // `summarize` checked that no extent's end overflows.
+        let ranges = extents.iter().map(|extent| (extent.offset, extent.offset + extent.length));
+        if live.reserve(ranges, 1 << self.block_shift)? {
             bump(&self.counters.reservations, 1);
         }
         let Some(segments) = self.bulk_segments(&live, extents) else {
@@ -414,10 +417,14 @@ impl Store {
         let live = self.fork(fork)?;
         let _exclusive = live.lock_exclusive()?;
         if size_bytes > live.size_bytes() {
-            // Cached bytes past the old size are zeros already: nothing cached to cut.
-            live.allocate_and_grow(size_bytes)?;
+            // A grown part is a hole, as with ftruncate(2): nothing is allocated for it
+            // (`extend` is the call that preallocates). Cached bytes past the old size are
+            // zeros already; the size on disk changes first, so a refusal (a size the file
+            // system cannot hold) leaves the size in memory as it was.
+            live.truncate_on_disk(size_bytes)?;
             live.mark_unsynced();
-            return live.truncate_on_disk(size_bytes);
+            live.set_size(size_bytes);
+            return Ok(());
         }
         live.set_size(size_bytes);
         if let Some(slot) = self.cache.truncate_blocks(live.serial(), size_bytes) {
@@ -427,7 +434,7 @@ impl Store {
         }
         live.truncate_on_disk(size_bytes)?;
         live.mark_unsynced();
-        live.set_reserved(size_bytes);
+        live.cut_reserved(size_bytes);
         Ok(())
     }
 

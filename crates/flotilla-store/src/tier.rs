@@ -15,7 +15,8 @@
 
 use crate::lines_disk::{now_s, LinesDisk};
 use crate::lines_format::ForkKey;
-use crate::tier_record::{self, ArchiveRecord};
+use crate::reserved::touched_runs;
+use crate::tier_record::{self, dense_runs, ArchiveRecord, RUNS_MAX};
 use flotilla_archive::Archive;
 use flotilla_types::TargetId;
 use parking_lot::{Condvar, Mutex};
@@ -278,7 +279,9 @@ impl TargetTier {
     }
 
     /// Recalls whatever part of `offset_bytes..+length_bytes` the archive holds and the disk
-    /// does not (the read path of a lines fork calls this before reading).
+    /// does not (the read path of a lines fork calls this before reading): each
+    /// `recall_extent_bytes` window with a held block missing is recalled whole. Holes the
+    /// archive does not hold are never recalled (they read as zeros, and stay holes).
     pub(crate) fn ensure_resident(
         &self,
         key: ForkKey,
@@ -287,22 +290,28 @@ impl TargetTier {
         length_bytes: u64,
     ) -> io::Result<()> {
         let Some(record) = self.record(key, record_path)? else { return Ok(()) };
-        let end = offset_bytes.saturating_add(length_bytes).min(record.valid_bytes);
-        if offset_bytes >= end {
-            return Ok(());
-        }
         let extent = self.config.policy.recall_extent_bytes;
-        let first = offset_bytes / extent * extent;
-        let last = end.div_ceil(extent).saturating_mul(extent).min(record.valid_bytes);
-        let mut start = first;
-        while start < last {
-            let stop = (start + extent).min(last);
-            if self.disk.any_missing(key, start.max(offset_bytes), stop.min(end) - start.max(offset_bytes)) {
-                self.recall_shared(key, &record, start..stop)?;
+        let end = offset_bytes.saturating_add(length_bytes);
+        for (fork_at, _, length) in record.held(offset_bytes, end) {
+            let mut start = fork_at;
+            while start < fork_at + length {
+                let window = start / extent * extent;
+                let stop = (window + extent).min(fork_at + length);
+                if self.disk.any_missing(key, start, stop - start) {
+                    self.recall_shared(key, &record, window..window.saturating_add(extent))?;
+                }
+                start = stop;
             }
-            start = stop;
         }
         Ok(())
+    }
+
+    /// Whether a block the archive holds in `range` has no written slot.
+    fn held_missing(&self, key: ForkKey, record: &ArchiveRecord, range: &std::ops::Range<u64>) -> bool {
+        record
+            .held(range.start, range.end)
+            .iter()
+            .any(|(at, _, length)| self.disk.any_missing(key, *at, *length))
     }
 
     /// One recall of `range` per fork at a time: a second reader waits for the first's, then
@@ -318,7 +327,7 @@ impl TargetTier {
             if leader {
                 let mut publish = PublishOnDrop { tier: self, key, recall: &recall, outcome: None };
                 // A leader that finished after this caller's check left nothing to recall.
-                let result = match self.disk.any_missing(key, range.start, range.end - range.start) {
+                let result = match self.held_missing(key, record, &range) {
                     true => self.recall(key, record, range.clone()),
                     false => Ok(()),
                 };
@@ -327,7 +336,7 @@ impl TargetTier {
                 return result;
             }
             recall.wait()?;
-            if !self.disk.any_missing(key, range.start, range.end - range.start) {
+            if !self.held_missing(key, record, &range) {
                 return Ok(());
             }
         }
@@ -346,39 +355,62 @@ impl TargetTier {
         }
     }
 
+    /// Fetches the held parts of `range` (its runs, never its holes) in pieces of at most
+    /// `RECALL_PIECE_BYTES` and writes the blocks the disk lacks as clean blocks.
     fn recall(&self, key: ForkKey, record: &ArchiveRecord, range: std::ops::Range<u64>) -> io::Result<()> {
-        let archive = &self.config.archive;
         tracing::info!(
             target_id = %self.target, object = %record.object_key, start = range.start, end = range.end,
             "recalling from the archive (the read waits)"
         );
         self.counters.recalls.fetch_add(1, Ordering::Relaxed);
-        let mut start = range.start;
-        while start < range.end {
-            let stop = (start + RECALL_PIECE_BYTES).min(range.end);
-            let bytes = archive.get_range(&record.object_key, start..stop).map_err(|error| {
-                self.counters.recall_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(target_id = %self.target, %error, "recall failed");
-                io::Error::other(format!("recall of {} from the archive failed: {error}", record.object_key))
-            })?;
-            if (bytes.len() as u64) < stop - start {
-                self.counters.recall_failures.fetch_add(1, Ordering::Relaxed);
+        let block_bytes = self.block_bytes();
+        for (fork_at, object_at, length) in record.held(range.start, range.end) {
+            if !fork_at.is_multiple_of(block_bytes) {
                 return Err(io::Error::other(format!(
-                    "archive object {} is shorter ({} bytes at {start}) than its record says ({})",
-                    record.object_key,
-                    bytes.len(),
-                    record.valid_bytes
+                    "archive record of {} holds a run at {fork_at}, not at a block boundary",
+                    record.object_key
                 )));
             }
-            self.disk.write_recalled(key, start / self.block_bytes(), &bytes, now_s())?;
-            self.counters.recalled_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            start = stop;
+            let mut done = 0u64;
+            while done < length {
+                let piece = (length - done).min(RECALL_PIECE_BYTES);
+                let object_from = object_at + done;
+                let bytes = self.fetch_recalled(record, object_from..object_from + piece)?;
+                self.disk.write_recalled(key, (fork_at + done) / block_bytes, &bytes, now_s())?;
+                self.counters.recalled_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                done += piece;
+            }
         }
         Ok(())
     }
 
-    /// Reads `range` of a fork's archive copy without keeping it on disk (a read-through, when
-    /// the target has no space for a recall). Counted as a recall.
+    /// Object bytes `range` for a recall, all of them or an error naming the object.
+    fn fetch_recalled(
+        &self,
+        record: &ArchiveRecord,
+        range: std::ops::Range<u64>,
+    ) -> io::Result<bytes::Bytes> {
+        let bytes = self.config.archive.get_range(&record.object_key, range.clone()).map_err(|error| {
+            self.counters.recall_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(target_id = %self.target, %error, "recall failed");
+            io::Error::other(format!("recall of {} from the archive failed: {error}", record.object_key))
+        })?;
+        if (bytes.len() as u64) < range.end - range.start {
+            self.counters.recall_failures.fetch_add(1, Ordering::Relaxed);
+            return Err(io::Error::other(format!(
+                "archive object {} is shorter ({} bytes at {}) than its record says ({})",
+                record.object_key,
+                bytes.len(),
+                range.start,
+                record.object_bytes()
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// Reads `range` of a fork's archive object (object offsets: `ArchiveRecord::held` maps
+    /// fork bytes to them) without keeping it on disk (a read-through, when the target has
+    /// no space for a recall). Counted as a recall.
     pub(crate) fn fetch(
         &self,
         record: &ArchiveRecord,
@@ -399,26 +431,32 @@ impl TargetTier {
         Ok(bytes)
     }
 
-    /// Copies a fork whole to the archive (its data read by `read`, which recalls blocks the
-    /// disk lacks from the previous copy), makes the new record durable, marks the blocks
-    /// clean if nothing changed them meanwhile, and deletes the superseded copy.
+    /// Copies a fork to the archive — the blocks it holds, not its holes: the blocks on disk
+    /// and those only in the previous copy (read by `read`, which recalls blocks the disk
+    /// lacks), as the record's runs — makes the new record durable, marks the blocks clean if
+    /// nothing changed them meanwhile, and deletes the superseded copy.
     pub(crate) fn archive_fork(
         &self,
         key: ForkKey,
         record_path: &Path,
         object_key: String,
         size_bytes: u64,
-        read: impl FnMut(u64, &mut [u8]) -> io::Result<()>,
+        mut read: impl FnMut(u64, &mut [u8]) -> io::Result<()>,
     ) -> io::Result<()> {
         let generation = self.disk.generation(key);
         let previous = self.record(key, record_path)?;
-        let crc32c = self.config.archive.put(&object_key, size_bytes, read)?;
+        let runs = self.runs_to_copy(key, previous.as_ref(), size_bytes);
+        let object_bytes: u64 = runs.iter().map(|(_, length)| length).sum();
+        let crc32c = self.config.archive.put(&object_key, object_bytes, |object_at, buffer| {
+            read_runs(&runs, object_at, buffer, &mut read)
+        })?;
         let record = ArchiveRecord {
             object_key,
             size_bytes,
             valid_bytes: size_bytes,
             archived_at_s: u64::from(now_s()),
             crc32c,
+            runs,
         };
         self.set_record(key, record_path, Some(record))?;
         let bias = match size_bytes > self.config.policy.keep_small_bytes {
@@ -430,12 +468,41 @@ impl TargetTier {
             tracing::info!(target_id = %self.target, "fork changed while it was archived; it stays dirty");
         }
         self.counters.archived_forks.fetch_add(1, Ordering::Relaxed);
-        self.counters.archived_bytes.fetch_add(size_bytes, Ordering::Relaxed);
+        self.counters.archived_bytes.fetch_add(object_bytes, Ordering::Relaxed);
         if let Some(previous) = previous {
             self.counters.superseded_copies.fetch_add(1, Ordering::Relaxed);
             self.delete_object(&previous.object_key);
         }
         Ok(())
+    }
+
+    /// The fork's byte ranges a new copy holds: every block written on disk and every block
+    /// the previous copy still gives back, merged into runs and cut at `size_bytes`. More
+    /// than `RUNS_MAX` runs: the whole fork as one run (holes copied as zeros).
+    fn runs_to_copy(
+        &self,
+        key: ForkKey,
+        previous: Option<&ArchiveRecord>,
+        size_bytes: u64,
+    ) -> Vec<(u64, u64)> {
+        let block_bytes = self.block_bytes();
+        let on_disk = self.disk.fork_blocks(key).into_iter().filter(|(_, written, _)| *written);
+        let mut ranges: Vec<(u64, u64)> =
+            on_disk.map(|(block, _, _)| (block * block_bytes, (block + 1) * block_bytes)).collect();
+        if let Some(previous) = previous {
+            let held = previous.held(0, size_bytes);
+            ranges.extend(held.into_iter().map(|(at, _, length)| (at, at + length)));
+        }
+        let runs: Vec<(u64, u64)> = touched_runs(ranges.into_iter(), block_bytes)
+            .into_iter()
+            .map(|(start, end)| (start, end.min(size_bytes)))
+            .filter(|(start, end)| start < end)
+            .map(|(start, end)| (start, end - start))
+            .collect();
+        match runs.len() > RUNS_MAX {
+            true => dense_runs(size_bytes),
+            false => runs,
+        }
     }
 
     fn delete_object(&self, object_key: &str) {
@@ -463,9 +530,9 @@ impl TargetTier {
             });
         };
         let modified = record.size_bytes != size_bytes || written.iter().any(|(_, _, clean)| !clean);
-        let needed = record.valid_bytes.div_ceil(block_bytes);
-        let on_disk = written.iter().filter(|(block, _, _)| *block < needed).count() as u64;
-        let residency = match (modified, on_disk < needed) {
+        let held = |block: u64| record.holds(block * block_bytes, (block + 1) * block_bytes);
+        let on_disk = written.iter().filter(|(block, _, _)| held(*block)).count() as u64;
+        let residency = match (modified, on_disk < held_blocks(&record, block_bytes)) {
             (true, _) => Residency::Modified,
             (false, true) => Residency::Released,
             (false, false) => Residency::Archived,
@@ -558,6 +625,38 @@ pub fn reclaim_wanted(total_blocks: u64, free_blocks: u64, policy: &TierPolicy) 
 }
 
 /// The archive object key of a fork's copy made at `at_ns`.
+/// Blocks the copy holds and may still give back (runs start at block boundaries).
+fn held_blocks(record: &ArchiveRecord, block_bytes: u64) -> u64 {
+    let held = record.held(0, record.valid_bytes);
+    held.iter().map(|(at, _, length)| (at + length).div_ceil(block_bytes) - at / block_bytes).sum()
+}
+
+/// Fills `buffer` with the object's bytes from `object_at` on: the runs' bytes one after
+/// another, each read from the fork with `read`.
+fn read_runs(
+    runs: &[(u64, u64)],
+    object_at: u64,
+    buffer: &mut [u8],
+    read: &mut impl FnMut(u64, &mut [u8]) -> io::Result<()>,
+) -> io::Result<()> {
+    let (mut run_object_start, mut done) = (0u64, 0usize);
+    for (fork_at, length) in runs {
+        let run_object_end = run_object_start + length;
+        let at = object_at + done as u64;
+        if done < buffer.len() && at < run_object_end {
+            let within = at - run_object_start;
+            let count = ((length - within) as usize).min(buffer.len() - done);
+            read(fork_at + within, &mut buffer[done..done + count])?;
+            done += count;
+        }
+        run_object_start = run_object_end;
+    }
+    match done == buffer.len() {
+        true => Ok(()),
+        false => Err(io::Error::other(format!("object bytes {object_at}.. lie past the fork's runs"))),
+    }
+}
+
 pub(crate) fn object_key(target: TargetId, file: u64, subfile: u32, fork: &str, at_ns: u128) -> String {
     format!("{:016x}/{file:016x}.{subfile}/{fork}/{at_ns}", target.0)
 }

@@ -229,3 +229,39 @@ fn concurrent_readers_of_a_released_fork_share_its_recalls() {
     let stats = store.tier_stats(target(&store)).unwrap().unwrap();
     assert_eq!((stats.recalls, stats.recalled_bytes), (4 * ROUNDS, ROUNDS * (256 << 10)), "{stats:?}");
 }
+
+#[test]
+fn a_sparse_fork_is_archived_and_recalled_without_its_holes() {
+    let (dir, archive) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = open(dir.path(), archive.path(), policy());
+    store.create_subfile(target(&store), FileId(4), SUBFILE).unwrap();
+    let data_fork = fork(&store, 4, "data");
+    // Phase 1: a block at 0 and a byte at 1 GiB; the archive copy holds two blocks.
+    let far = 1u64 << 30;
+    write(&store, &data_fork, 0, &pattern(BLOCK as usize, 6));
+    write(&store, &data_fork, far, b"T");
+    let archived = store.hsm(&data_fork, HsmAction::Archive).unwrap();
+    assert_eq!((archived.residency, archived.archived_bytes), (Residency::Archived, far + 1));
+    let object_bytes: u64 = walk(archive.path()).iter().map(|object| object.metadata().unwrap().len()).sum();
+    assert_eq!(object_bytes, BLOCK + 1, "the copy holds the blocks, not the gigabyte between");
+    // Phase 2: released, a read of a hole recalls nothing and stays a hole.
+    store.hsm(&data_fork, HsmAction::Release).unwrap();
+    let free_before = store.tier_stats(target(&store)).unwrap().unwrap().free_blocks;
+    assert_eq!(read(&store, &data_fork, far / 2, 8192).unwrap(), vec![0; 8192]);
+    let stats = store.tier_stats(target(&store)).unwrap().unwrap();
+    assert_eq!((stats.recalls, stats.recalled_bytes, stats.free_blocks), (0, 0, free_before), "{stats:?}");
+    assert_eq!(store.hsm(&data_fork, HsmAction::State).unwrap().residency, Residency::Released);
+    // Phase 3: reads of the written bytes recall exactly their blocks; restore the rest.
+    assert_eq!(read(&store, &data_fork, far, 1).unwrap(), b"T");
+    assert_eq!(read(&store, &data_fork, 0, BLOCK as usize).unwrap(), pattern(BLOCK as usize, 6));
+    let stats = store.tier_stats(target(&store)).unwrap().unwrap();
+    assert_eq!(stats.recalled_bytes, BLOCK + 1, "{stats:?}");
+    assert_eq!(stats.free_blocks, free_before - 2, "two blocks came back, no hole was filled");
+    assert_eq!(store.hsm(&data_fork, HsmAction::Restore).unwrap().residency, Residency::Archived);
+    // Phase 4: archived again, the copy still holds only those two blocks.
+    write(&store, &data_fork, far + 8 * BLOCK, b"U");
+    store.hsm(&data_fork, HsmAction::Archive).unwrap();
+    let object_bytes: u64 = walk(archive.path()).iter().map(|object| object.metadata().unwrap().len()).sum();
+    assert_eq!(object_bytes, 2 * BLOCK + 1, "the new copy: three blocks, the last cut at the size");
+    assert_eq!(read(&store, &data_fork, far + 8 * BLOCK, 1).unwrap(), b"U");
+}

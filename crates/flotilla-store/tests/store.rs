@@ -496,3 +496,45 @@ fn a_write_far_past_the_end_reserves_only_its_own_blocks() {
     assert_eq!(read_range(&store, &fork, 1 << 30, 4 * KIB), pattern(4 * KIB, 3));
     assert_eq!(read_range(&store, &fork, 0, 8 * KIB), pattern(8 * KIB, 1));
 }
+
+/// Bytes allocated to every fork and checksum file of the target at `dir`.
+fn allocated_bytes(dir: &std::path::Path) -> u64 {
+    ["subfiles", "checksums"]
+        .iter()
+        .filter_map(|top| std::fs::read_dir(dir.join(top)).ok())
+        .flatten()
+        .flat_map(|subfile| std::fs::read_dir(subfile.unwrap().path()).unwrap())
+        .map(|fork| std::os::unix::fs::MetadataExt::blocks(&fork.unwrap().metadata().unwrap()) * 512)
+        .sum()
+}
+
+#[test]
+fn one_request_with_pieces_a_terabyte_apart_reserves_only_their_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), 4 * KIB, 64);
+    let (store, target) = open_with_subfile(config.clone());
+    let fork = data_fork(target);
+    // Phase 1: one request, a byte at 0 and a byte at 1 TiB (what the mount's write-behind
+    // sends for a header and a trailer). Before issue 31 it reserved the terabyte between.
+    let far = 1u64 << 40;
+    store.write(&fork, &[Extent::new(0, 1), Extent::new(far, 1)], b"HT").unwrap();
+    store.sync(&fork).unwrap();
+    let allocated = allocated_bytes(dir.path());
+    assert!(allocated < 256 * KIB as u64, "two bytes in one request allocated {allocated} bytes");
+    assert_eq!(read_range(&store, &fork, 0, 1), b"H");
+    assert_eq!(read_range(&store, &fork, far, 1), b"T");
+    assert_eq!(read_range(&store, &fork, far / 2, 4 * KIB), vec![0; 4 * KIB]);
+    // Phase 2: growing with truncate leaves a hole too.
+    store.truncate(&fork, far * 2).unwrap();
+    store.sync(&fork).unwrap();
+    assert!(allocated_bytes(dir.path()) < 256 * KIB as u64, "a truncate up allocated its growth");
+    // Phase 3: reopened, the sparse fork still reserves a hole before writing into it.
+    drop(store);
+    let store = Store::open(config).unwrap();
+    let before = store.stats().reservations;
+    store.write(&fork, &[Extent::new(far / 2, 10)], b"0123456789").unwrap();
+    assert_eq!(store.stats().reservations, before + 1, "a write into a hole of a reopened fork reserves");
+    store.sync(&fork).unwrap();
+    assert_eq!(read_range(&store, &fork, far / 2, 10), b"0123456789");
+    assert_eq!(read_range(&store, &fork, far, 1), b"T");
+}

@@ -602,3 +602,26 @@ impl Drop for Mount {
         }
     }
 }
+
+// ---- sparse (issue 31 item 1) ----
+
+impl Local {
+    /// The cluster's `--data` directory (servers' targets under `server-N/`).
+    pub fn data_dir(&self) -> PathBuf {
+        self._dir.path().join("data")
+    }
+}
+
+/// Bytes allocated on disk (`st_blocks` × 512) to every file under `dir`, recursively.
+pub fn allocated_bytes_under(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| match entry.metadata() {
+            Ok(metadata) if metadata.is_dir() => allocated_bytes_under(&entry.path()),
+            Ok(metadata) => metadata.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
