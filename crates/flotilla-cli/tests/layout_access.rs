@@ -49,20 +49,26 @@ fn only_the_owner_changes_a_layout() {
     let admin = cluster.client();
     admin.mkdir("/secret", 0o700).unwrap();
     let inner = admin.mkdir("/secret/inner", 0o755).unwrap();
-    admin.set_attr(inner.id, SetAttr { uid: Some(NOBODY_ID), gid: Some(NOBODY_ID), ..Default::default() }).unwrap();
+    admin
+        .set_attr(inner.id, SetAttr { uid: Some(NOBODY_ID), gid: Some(NOBODY_ID), ..Default::default() })
+        .unwrap();
     let private = admin.create("/private", &CreateOptions { mode: 0o600, ..Default::default() }).unwrap();
     let mine = admin.mkdir("/mine", 0o755).unwrap();
-    admin.set_attr(mine.id, SetAttr { uid: Some(NOBODY_ID), gid: Some(NOBODY_ID), ..Default::default() }).unwrap();
+    admin
+        .set_attr(mine.id, SetAttr { uid: Some(NOBODY_ID), gid: Some(NOBODY_ID), ..Default::default() })
+        .unwrap();
     let meta = cluster.meta_addr();
     let keys = open_folder();
 
     for target in ["/", "/secret", "/private", "/secret/inner"] {
-        let (ok, stderr) = as_nobody(keys.path(), &["layout", "set", "--meta", &meta, target, "stripe:64K:2"]);
+        let (ok, stderr) =
+            as_nobody(keys.path(), &["layout", "set", "--meta", &meta, target, "stripe:64K:2"]);
         assert!(!ok, "nobody set the layout of {target}");
         let lower = stderr.to_lowercase();
         assert!(lower.contains("not permitted") || lower.contains("permission denied"), "{target}: {stderr}");
     }
-    let refused = nobody(&cluster).set_layout_id(private.id(), Some(Layout::Stripe { unit_bytes: 65536, count: 1 }));
+    let refused =
+        nobody(&cluster).set_layout_id(private.id(), Some(Layout::Stripe { unit_bytes: 65536, count: 1 }));
     assert_eq!(refused.unwrap_err().code(), Some(ErrorCode::PermissionDenied), "the id form too");
     assert_eq!(admin.stat("/").unwrap().layout, None, "the root's default is untouched");
     assert_eq!(admin.stat("/secret").unwrap().layout, None);
@@ -73,6 +79,37 @@ fn only_the_owner_changes_a_layout() {
     assert_eq!(admin.stat("/mine").unwrap().layout, Some(Layout::Stripe { unit_bytes: 65536, count: 2 }));
     let (ok, _, stderr) = cli(&["layout", "set", "--meta", &meta, "/secret", "stripe:64K:2"]);
     assert!(ok, "root may: {stderr}");
+}
+
+/// Issue 31 item 4 (the audit of every change): a credential confined to `/project` that
+/// claims root may not change `/` by its well-known id, neither its layout nor its mode,
+/// though inside its subtree it may.
+#[test]
+fn a_confined_credential_changes_no_directory_outside_by_id() {
+    let cluster = Cluster::start(2);
+    let admin = cluster.client();
+    let project = admin.mkdir("/project", 0o755).unwrap();
+    let root = admin.stat("/").unwrap();
+    let out = cluster.dir.path().join("confined.cred");
+    let ca = common::test_keys().join("cluster.key");
+    let args = ["keygen", "issue", "--ca", path(&ca), "--name", "confined", "--out", path(&out)];
+    let (ok, _, stderr) = cli(&[&args[..], &["--role", "client", "--subtree", "/project"]].concat());
+    assert!(ok, "keygen issue: {stderr}");
+    let mut config = flotilla_client::ClientConfig::new(cluster.meta_addr());
+    config.key = Some(out);
+    let confined = Client::with_config(config).expect("client");
+
+    let stripe = Some(Layout::Stripe { unit_bytes: 65536, count: 1 });
+    let refused = confined.set_layout_id(root.id, stripe).unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::PermissionDenied), "{refused}");
+    let chmod = SetAttr { mode: Some(0o777), ..Default::default() };
+    let refused = confined.set_attr(root.id, chmod.clone()).unwrap_err();
+    assert!(refused.to_string().contains("outside"), "{refused}");
+    let after = admin.stat("/").unwrap();
+    assert_eq!((after.layout, after.attrs.mode), (root.layout, root.attrs.mode), "/ is untouched");
+
+    confined.set_layout_id(project.id, stripe).expect("inside its subtree");
+    confined.set_attr(project.id, chmod).expect("inside its subtree");
 }
 
 /// Issue 31 item 4: a 1-byte stripe unit and one of 2^64-1 are refused, also for root, by
@@ -96,7 +133,10 @@ fn out_of_bounds_layouts_are_refused_naming_the_bound() {
     let root = admin.stat("/").unwrap().id;
     let refused = admin.set_layout_id(root, tiny).unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::InvalidArgument), "{refused}");
-    let options = CreateOptions { layout: Some(Layout::Hash { block_bytes: 1 << 20, sequentiality: u32::MAX, count: 0 }), ..Default::default() };
+    let options = CreateOptions {
+        layout: Some(Layout::Hash { block_bytes: 1 << 20, sequentiality: u32::MAX, count: 0 }),
+        ..Default::default()
+    };
     let refused = admin.create("/f", &options).unwrap_err();
     assert!(refused.to_string().contains("hash run"), "{refused}");
     assert!(admin.stat("/f").is_err(), "no file was made");
@@ -155,7 +195,8 @@ fn run_bounded(command: &mut Command, limit: std::time::Duration) -> (bool, bool
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("read stderr");
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
     (status.is_some(), status.is_some_and(|s| s.success()), stderr)
 }
 

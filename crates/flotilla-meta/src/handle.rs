@@ -483,7 +483,9 @@ impl State {
         self.check_satisfiable(layout)?;
         if let Some(layout) = layout {
             let bounds = &self.layout_bounds;
-            layout.check_bounds(bounds).map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+            layout
+                .check_bounds(bounds)
+                .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
         }
         Ok(())
     }

@@ -204,7 +204,8 @@ mod tests {
         for file in 0..30 {
             choose_targets(&all[..2], 1, file, &mut spread).unwrap();
         }
-        let next: Vec<u64> = (0..6).flat_map(|f| ids(choose_targets(&all, 1, f, &mut spread).unwrap())).collect();
+        let next: Vec<u64> =
+            (0..6).flat_map(|f| ids(choose_targets(&all, 1, f, &mut spread).unwrap())).collect();
         assert!(next.iter().filter(|id| **id == 3).count() <= 3, "{next:?}");
     }
 
@@ -213,7 +214,10 @@ mod tests {
         let live = [usage(1, 0, 1), usage(2, 0, 1)];
         let spread = &mut Spread::default();
         assert!(matches!(choose_targets(&live, 0, 0, spread), Err(NamespaceError::InvalidArgument { .. })));
-        assert_eq!(choose_targets(&live, 3, 0, spread), Err(NamespaceError::NotEnoughTargets { wanted: 3, live: 2 }));
+        assert_eq!(
+            choose_targets(&live, 3, 0, spread),
+            Err(NamespaceError::NotEnoughTargets { wanted: 3, live: 2 })
+        );
     }
 
     #[test]

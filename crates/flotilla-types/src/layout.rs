@@ -138,7 +138,13 @@ impl Layout {
         if let Layout::Hash { block_bytes, sequentiality, .. } = *self {
             let run = block_bytes.checked_mul(u64::from(sequentiality)).unwrap_or(u64::MAX);
             if run > bounds.unit_bytes_max {
-                return Err(fail("hash run (block times sequentiality)", run, "over", bounds.unit_bytes_max, "layout_unit_bytes_max"));
+                return Err(fail(
+                    "hash run (block times sequentiality)",
+                    run,
+                    "over",
+                    bounds.unit_bytes_max,
+                    "layout_unit_bytes_max",
+                ));
             }
         }
         if unit > bounds.unit_bytes_max {
@@ -322,7 +328,10 @@ mod tests {
         assert!(text.contains("stripe unit of 1 is under the bound of 4096"), "{text}");
         assert!(text.contains("layout_unit_bytes_min"), "{text}");
         let huge = Layout::Stripe { unit_bytes: u64::MAX, count: 0 }.check_bounds(&bounds).unwrap_err();
-        assert!(huge.to_string().contains(&format!("{} is over the bound of {}", u64::MAX, 1u64 << 30)), "{huge}");
+        assert!(
+            huge.to_string().contains(&format!("{} is over the bound of {}", u64::MAX, 1u64 << 30)),
+            "{huge}"
+        );
         let run = Layout::Hash { block_bytes: 1 << 20, sequentiality: u32::MAX, count: 0 };
         assert!(run.check_bounds(&bounds).unwrap_err().to_string().contains("hash run"));
         let wide = Layout::Stripe { unit_bytes: 4096, count: 70_000 };
