@@ -774,7 +774,8 @@ fn layout_changes_need_the_owner_and_a_searchable_path() {
     let private = CreateFile { owner: Owner { mode: 0o600, uid: 0, gid: 0 }, ..spec(1) };
     let file = ns.create_file("/private", &private, &live(1), 1).unwrap();
     ns.mkdir("/mine", Owner { mode: 0o755, uid: 65534, gid: 65534 }, 1).unwrap();
-    let tiny = Some(Layout::Stripe { unit_bytes: 1 << 16, count: 1 });
+    let stripe = Layout::Stripe { unit_bytes: 1 << 16, count: 1 };
+    let tiny = Some(stripe);
 
     for path in ["/", "/secret", "/private"] {
         let refused = ns.set_layout_as(&nobody, LayoutOf::Path(path), tiny, 2).unwrap_err();
@@ -789,7 +790,7 @@ fn layout_changes_need_the_owner_and_a_searchable_path() {
     let mine = ns.set_layout_as(&nobody, LayoutOf::Path("/mine"), tiny, 3).unwrap();
     assert_eq!(mine.default_layout, tiny);
     let by_root = ns.set_layout_as(&Caller::root(), LayoutOf::Id(file.id), tiny, 3).unwrap();
-    assert_eq!(by_root.file.unwrap().layout, tiny.unwrap());
+    assert_eq!(by_root.file.unwrap().layout, stripe);
     let cleared = ns.set_layout_as(&Caller::root(), LayoutOf::Path("/private"), None, 3).unwrap_err();
     assert_eq!(cleared.errno(), EINVAL, "{cleared}");
 

@@ -136,7 +136,7 @@ impl Layout {
             return Err(fail(what, unit, "under", bounds.unit_bytes_min, "layout_unit_bytes_min"));
         }
         if let Layout::Hash { block_bytes, sequentiality, .. } = *self {
-            let run = block_bytes.checked_mul(u64::from(sequentiality)).unwrap_or(u64::MAX);
+            let run = block_bytes.saturating_mul(u64::from(sequentiality));
             if run > bounds.unit_bytes_max {
                 return Err(fail(
                     "hash run (block times sequentiality)",
