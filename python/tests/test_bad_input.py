@@ -16,7 +16,7 @@ def fork(client, workdir):
 
 @pytest.fixture
 def linear(client, workdir):
-    f = client.create(f"{workdir}/linear", subfiles=2, layout="stripe:1k")
+    f = client.create(f"{workdir}/linear", subfiles=2, layout="stripe:4k")
     f.write_at(0, bytes(4096))
     return f
 

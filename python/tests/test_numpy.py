@@ -17,7 +17,7 @@ def target(request, client, workdir):
         f = client.create(f"{workdir}/explicit", subfiles=1, layout="explicit")
         yield f.fork(0)
     else:
-        f = client.create(f"{workdir}/linear", subfiles=2, layout="stripe:1k")
+        f = client.create(f"{workdir}/linear", subfiles=2, layout="stripe:4k")
         yield f
     f.close()
 

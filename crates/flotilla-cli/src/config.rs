@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// Settings of `flotilla local`.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LocalConfig {
     pub servers: usize,
     pub data: std::path::PathBuf,

@@ -1,6 +1,7 @@
 //! Settings of the metadata service.
 
-use flotilla_types::CallerPolicy;
+use flotilla_namespace::SUBFILE_COUNT_MAX;
+use flotilla_types::{CallerPolicy, LayoutBounds};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -8,7 +9,7 @@ use std::path::PathBuf;
 pub const DEFAULT_META_ADDR: &str = "127.0.0.1:7770";
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct MetaConfig {
     /// Directory holding `namespace.redb`.
     pub data: PathBuf,
@@ -107,6 +108,47 @@ pub struct MetaConfig {
     /// Group commit: longest the committer waits, with nothing being applied, for the
     /// writers answered by the last batch to send their next change (0: never waits).
     pub commit_batch_linger_us_max: u64,
+    /// Smallest stripe unit or hash block a layout may have (create, `layout set`, the
+    /// `user.flotilla.layout` attribute); default 4 KiB.
+    pub layout_unit_bytes_min: u64,
+    /// Largest stripe unit, and largest hash run (block times sequentiality); default 1 GiB.
+    pub layout_unit_bytes_max: u64,
+    /// Largest subfile count a layout may name, at most 65536 (the default).
+    pub layout_count_max: u32,
+}
+
+/// A `[meta]` setting out of its range.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("[meta] {name} = {value} is out of range: {reason}")]
+pub struct ConfigError {
+    pub name: &'static str,
+    pub value: u64,
+    pub reason: String,
+}
+
+impl MetaConfig {
+    /// The layout bounds of `layout_unit_bytes_min`, `layout_unit_bytes_max` and
+    /// `layout_count_max`, checked to be usable together.
+    pub fn layout_bounds(&self) -> Result<LayoutBounds, ConfigError> {
+        let bounds = LayoutBounds {
+            unit_bytes_min: self.layout_unit_bytes_min,
+            unit_bytes_max: self.layout_unit_bytes_max,
+            count_max: self.layout_count_max,
+        };
+        let error = |name, value, reason: String| Err(ConfigError { name, value, reason });
+        if bounds.unit_bytes_min == 0 {
+            return error("layout_unit_bytes_min", 0, "must be at least 1".into());
+        }
+        if bounds.unit_bytes_max < bounds.unit_bytes_min {
+            let reason = format!("must be at least layout_unit_bytes_min ({})", bounds.unit_bytes_min);
+            return error("layout_unit_bytes_max", bounds.unit_bytes_max, reason);
+        }
+        if !(1..=SUBFILE_COUNT_MAX).contains(&bounds.count_max) {
+            let reason = format!("must be in 1..={SUBFILE_COUNT_MAX}");
+            return error("layout_count_max", u64::from(bounds.count_max), reason);
+        }
+        Ok(bounds)
+    }
 }
 
 impl Default for MetaConfig {
@@ -154,6 +196,26 @@ impl Default for MetaConfig {
             token_recovery_ms: 3000,
             attr_tokens_per_session_max: 1 << 17,
             attr_tokens_max: 1 << 22,
+            layout_unit_bytes_min: flotilla_types::LAYOUT_UNIT_BYTES_MIN,
+            layout_unit_bytes_max: flotilla_types::LAYOUT_UNIT_BYTES_MAX,
+            layout_count_max: flotilla_types::LAYOUT_COUNT_MAX,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_bounds_default_and_refusals() {
+        let config = MetaConfig::default();
+        assert_eq!(config.layout_bounds(), Ok(LayoutBounds::default()));
+        let zero = MetaConfig { layout_unit_bytes_min: 0, ..MetaConfig::default() };
+        assert!(zero.layout_bounds().unwrap_err().to_string().contains("layout_unit_bytes_min = 0"));
+        let crossed = MetaConfig { layout_unit_bytes_max: 1024, ..MetaConfig::default() };
+        assert!(crossed.layout_bounds().unwrap_err().to_string().contains("layout_unit_bytes_max = 1024"));
+        let wide = MetaConfig { layout_count_max: SUBFILE_COUNT_MAX + 1, ..MetaConfig::default() };
+        assert!(wide.layout_bounds().unwrap_err().to_string().contains("layout_count_max"));
     }
 }

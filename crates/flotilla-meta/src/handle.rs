@@ -2,7 +2,7 @@
 
 use crate::membership::Membership;
 use crate::opens::{OpenError, OpenTable};
-use flotilla_namespace::{CreateFile, Entry, Namespace, NamespaceError};
+use flotilla_namespace::{CreateFile, Entry, LayoutOf, Namespace, NamespaceError};
 use flotilla_proto::{
     DeleteOrder, DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, Rights, SubfilePlace,
     TargetReport, WireError,
@@ -25,6 +25,8 @@ pub(crate) struct State {
     /// Until this instant (start + `recovery_window_ms`) a create waits for remembered
     /// targets to register again instead of placing the file on fewer of them.
     pub recovery_until: Instant,
+    /// What a layout set by a create, `SetLayout` or `SetLayoutId` must keep to.
+    pub layout_bounds: flotilla_types::LayoutBounds,
     /// Targets one server credential may report (`targets_per_server_max`).
     pub targets_per_server_max: usize,
     /// Tags the capabilities file entries carry.
@@ -256,7 +258,7 @@ impl State {
                 self.opens.lock().renew(session, &files, Instant::now()).map_err(open_error)?;
                 MetaReply::Done
             }
-            MetaRequest::UnlinkId { path, id } => done(ns.unlink_id(&path, id, now).map(|_| ()))?,
+            MetaRequest::UnlinkId { path, id } => done(ns.unlink_id_as(who, &path, id, now).map(|_| ()))?,
             MetaRequest::Rmdir { path } => done(ns.rmdir_as(who, &path, now))?,
             MetaRequest::Rename { from, to } => {
                 self.remove(|is_open| ns.rename_keeping_open_as(who, &from, &to, is_open, now).map(|_| ()))?
@@ -277,15 +279,15 @@ impl State {
                 MetaReply::Attributes(ns.grow_size(id, size_bytes, mtime_ns, now).map_err(wire)?)
             }
             MetaRequest::SetLayout { path, layout } => {
-                let id = self.namespace.lookup(&path).map_err(wire)?.id;
-                MetaReply::Entry(self.granted(self.set_layout(id, layout, now)?, asker))
+                let entry = self.set_layout(who, LayoutOf::Path(&path), layout, now)?;
+                MetaReply::Entry(self.granted(entry, asker))
             }
             MetaRequest::CountInodes => MetaReply::Inodes { count: ns.inode_count().map_err(wire)? },
             MetaRequest::TouchAtime { id, atime_ns } => {
-                MetaReply::Attributes(ns.touch_atime(id, atime_ns).map_err(wire)?)
+                MetaReply::Attributes(ns.touch_atime_as(who, id, atime_ns, now).map_err(wire)?)
             }
             MetaRequest::SetLayoutId { id, layout } => {
-                MetaReply::Entry(self.granted(self.set_layout(id, layout, now)?, asker))
+                MetaReply::Entry(self.granted(self.set_layout(who, LayoutOf::Id(id), layout, now)?, asker))
             }
             MetaRequest::SetLock { session, id, owner, kind, start, end, pid, wait_ms } => {
                 MetaReply::Lock(self.locks.set(id, (session, owner), kind, (start, end), pid, wait_ms)?)
@@ -348,21 +350,17 @@ impl State {
         Ok(reply)
     }
 
+    /// `SetLayout` and `SetLayoutId`: the layout checked against the bounds and the
+    /// cluster, then set if `who` owns the entry (checked in the namespace's transaction).
     fn set_layout(
         &self,
-        id: u64,
+        who: &Caller,
+        of: LayoutOf<'_>,
         layout: Option<flotilla_types::Layout>,
         now: i64,
     ) -> Result<Entry, WireError> {
-        self.check_satisfiable(layout.as_ref())?;
-        let entry = self.namespace.get(id).map_err(wire)?;
-        match (entry.file.is_some(), layout) {
-            (false, layout) => self.namespace.set_default_layout_id(id, layout, now).map_err(wire),
-            (true, Some(layout)) => self.namespace.set_file_layout(entry.id, layout, now).map_err(wire),
-            (true, None) => {
-                Err(WireError::new(ErrorCode::InvalidArgument, "a file's layout cannot be cleared"))
-            }
-        }
+        self.check_layout(layout.as_ref())?;
+        self.namespace.set_layout_as(who, of, layout, now).map_err(wire)
     }
 
     /// Runs a namespace change that may drop a file's last name (unlink, rename over), with
@@ -444,7 +442,7 @@ impl State {
         who: &Caller,
         spec: flotilla_proto::CreateSpec,
     ) -> Result<(CreateFile, Vec<flotilla_namespace::TargetUsage>), WireError> {
-        self.check_satisfiable(spec.layout.as_ref())?;
+        self.check_layout(spec.layout.as_ref())?;
         let create = CreateFile {
             owner: crate::policy::owner(who, spec.mode, spec.uid, spec.gid),
             subfile_count: spec.subfiles,
@@ -477,6 +475,19 @@ impl State {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Refuses a layout outside the configured bounds (`[meta] layout_*`) or one no create
+    /// could place.
+    pub(crate) fn check_layout(&self, layout: Option<&flotilla_types::Layout>) -> Result<(), WireError> {
+        self.check_satisfiable(layout)?;
+        if let Some(layout) = layout {
+            let bounds = &self.layout_bounds;
+            layout
+                .check_bounds(bounds)
+                .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Refuses a layout that asks for more subfiles than the cluster has storage targets:

@@ -44,11 +44,37 @@ pub(crate) fn directories(request: &MetaRequest) -> Vec<u64> {
     }
 }
 
+/// The entries an id-addressed change acts on itself (not in): a directory among them must
+/// be inside a confined connection's subtree. A file has no parent to check; its id, which
+/// looks random, is learned only through a lookup, and the subtree confines those.
+pub(crate) fn changed_entries(request: &MetaRequest) -> Vec<u64> {
+    match request {
+        MetaRequest::SetAttr { id, .. }
+        | MetaRequest::SetLayoutId { id, .. }
+        | MetaRequest::SetNoOverlapId { id, .. }
+        | MetaRequest::TouchAtime { id, .. }
+        | MetaRequest::GrowSize { id, .. }
+        | MetaRequest::LinkAt { id, .. } => vec![*id],
+        _ => Vec::new(),
+    }
+}
+
 impl State {
     /// On a connection confined to a subtree, refuses an id-addressed request that acts in
-    /// a directory outside it (found by walking up the directory's parents).
+    /// a directory outside it (found by walking up the directory's parents), or changes a
+    /// directory outside it (the root's well-known id, say).
     pub(crate) fn admit_at(&self, request: &MetaRequest, policy: &CallerPolicy) -> Result<(), WireError> {
         let Some(subtree) = &policy.subtree else { return Ok(()) };
+        for id in changed_entries(request) {
+            let kind = self.namespace.get(id).map(|entry| entry.attrs.kind);
+            let is_directory = kind.is_ok_and(|kind| kind == flotilla_types::FileKind::Directory);
+            if is_directory && !self.namespace.directory_within(id, subtree).map_err(wire)? {
+                return Err(WireError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("directory {id:016x} is outside the connection's subtree {subtree}"),
+                ));
+            }
+        }
         for dir in directories(request) {
             if !self.namespace.directory_within(dir, subtree).map_err(wire)? {
                 return Err(WireError::new(
@@ -171,5 +197,19 @@ mod tests {
         let create_open = MetaRequest::CreateAtOpen { parent: 9, name, spec: spec(), session: 3 };
         assert_eq!(directories(&create), vec![7]);
         assert_eq!(directories(&create_open), vec![9]);
+    }
+
+    /// Every id-addressed change names the entry it changes, so a confined connection
+    /// cannot change a directory outside its subtree by id (the root's, say).
+    #[test]
+    fn id_addressed_changes_name_their_entry() {
+        use super::changed_entries;
+        let layout = MetaRequest::SetLayoutId { id: 1, layout: None };
+        let attr = MetaRequest::SetAttr { id: 1, change: Default::default() };
+        let atime = MetaRequest::TouchAtime { id: 1, atime_ns: 0 };
+        let hint = MetaRequest::SetNoOverlapId { id: 1, no_overlap: true };
+        for request in [layout, attr, atime, hint] {
+            assert_eq!(changed_entries(&request), vec![1], "{request:?}");
+        }
     }
 }

@@ -82,8 +82,9 @@ fn paths(request: &MetaRequest) -> Vec<&str> {
         | MetaRequest::Unlink { path }
         | MetaRequest::Rmdir { path }
         | MetaRequest::Symlink { path, .. }
+        | MetaRequest::UnlinkId { path, .. }
         | MetaRequest::SetLayout { path, .. } => vec![path],
-        MetaRequest::Rename { from, to } => vec![from, to],
+        MetaRequest::Rename { from, to } | MetaRequest::RenameNoReplace { from, to } => vec![from, to],
         MetaRequest::Link { existing, new } => vec![existing, new],
         _ => Vec::new(),
     }
@@ -108,6 +109,11 @@ mod tests {
         assert!(admit(&MetaRequest::Lookup { path: "/home/a/x".into() }, &policy).is_ok());
         let rename = MetaRequest::Rename { from: "/home/a/x".into(), to: "/home/b/x".into() };
         assert!(admit(&rename, &policy).is_err());
+        // Every path-addressed change is confined, the less common forms too.
+        let no_replace = MetaRequest::RenameNoReplace { from: "/home/a/x".into(), to: "/home/b/x".into() };
+        assert!(admit(&no_replace, &policy).is_err());
+        let unlink_id = MetaRequest::UnlinkId { path: "/home/b/x".into(), id: 5 };
+        assert!(admit(&unlink_id, &policy).is_err());
     }
 
     #[test]

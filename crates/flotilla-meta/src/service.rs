@@ -330,6 +330,7 @@ fn new_state(
         opens: parking_lot::Mutex::new(opens),
         recovery_until: now + Duration::from_millis(config.recovery_window_ms),
         targets_per_server_max: config.targets_per_server_max,
+        layout_bounds: config.layout_bounds()?,
         issuer,
         jobs: crate::jobs::Jobs::new(crate::jobs::JobBounds {
             jobs_max: config.jobs_max,

@@ -84,6 +84,32 @@ pub fn require_remove(
     Ok(())
 }
 
+/// Checks that `caller` owns the entry with `attrs` (or is root): what chmod needs, and what
+/// a layout change and a hint change need. `what` names the change for the error.
+pub fn require_owner(attrs: &Attributes, caller: &Caller, what: &str) -> Result<(), NamespaceError> {
+    if caller.is_root() || caller.uid == attrs.uid {
+        return Ok(());
+    }
+    Err(denied(&format!("{what}: only the owner (uid {}) or root may", attrs.uid)))
+}
+
+/// Checks a read's access-time update (`TouchAtime`): the owner (or root) may set any time;
+/// anyone else needs read permission and may only set it to now, as a read does.
+pub fn check_touch_atime(
+    attrs: &Attributes,
+    caller: &Caller,
+    atime_ns: TimeNs,
+    now_ns: TimeNs,
+) -> Result<(), NamespaceError> {
+    if caller.is_root() || caller.uid == attrs.uid {
+        return Ok(());
+    }
+    if atime_ns.abs_diff(now_ns) > TIMES_NOW_SLACK_NS as u64 {
+        return Err(denied("atime: only the owner or root may set an access time other than now"));
+    }
+    require(attrs, caller, READ, "atime update of a read")
+}
+
 /// Checks a setattr against the POSIX rules and returns the change to apply (which may also
 /// clear setuid/setgid). `now_ns` tells "set the times to now" from arbitrary times.
 pub fn checked_set_attr(
@@ -227,6 +253,24 @@ mod tests {
         assert!(checked_set_attr(&file, &owner, &to_foreign_group, 0).is_err());
         let by_root = checked_set_attr(&file, &Caller::root(), &give_away, 0).unwrap();
         assert_eq!(by_root.mode, None);
+    }
+
+    #[test]
+    fn layout_changes_and_atimes_need_the_owner() {
+        let dir = attrs(FileKind::Directory, 0o777, 0, 0);
+        let nobody = user(65534, 65534, &[]);
+        let refused = require_owner(&dir, &nobody, "set the layout of /").unwrap_err();
+        assert_eq!(refused.errno(), crate::EPERM);
+        assert!(refused.to_string().contains("only the owner"), "{refused}");
+        assert!(require_owner(&dir, &Caller::root(), "x").is_ok());
+        assert!(require_owner(&attrs(FileKind::File, 0o600, 65534, 1), &nobody, "x").is_ok());
+        let now = 1_000_000_000_000;
+        let shared = attrs(FileKind::File, 0o644, 0, 0);
+        assert!(check_touch_atime(&shared, &nobody, now, now).is_ok(), "a reader sets now");
+        assert!(check_touch_atime(&shared, &nobody, 5, now).is_err(), "not an arbitrary time");
+        let private = attrs(FileKind::File, 0o600, 0, 0);
+        assert!(check_touch_atime(&private, &nobody, now, now).is_err(), "not without read permission");
+        assert!(check_touch_atime(&private, &Caller::root(), 5, now).is_ok());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::entry::Entry;
 use crate::error::NamespaceError;
 use crate::guard::may_add;
 use crate::namespace::{new_attrs, Namespace};
-use crate::placement::{check_targets, choose_targets, TargetUsage};
+use crate::placement::{check_targets, choose_targets, Spread, TargetUsage};
 use crate::record::{Body, Inode};
 use crate::request::{CreateFile, Owner};
 use crate::schema::PLACEMENT_CURSOR_KEY;
@@ -110,7 +110,7 @@ impl Namespace {
             let default_layout = parent_default_layout(tables, place.parent)?;
             let layout = spec.layout.or(default_layout).unwrap_or(DEFAULT_LAYOUT);
             let count = subfile_count(spec, &layout, live);
-            let targets = place_subfiles(tables, spec, count, live)?;
+            let targets = place_subfiles(tables, &self.spread, spec, count, live)?;
             let inode = Inode {
                 attrs: new_attrs(FileKind::File, &spec.owner, now_ns),
                 body: Body::File { layout, targets },
@@ -328,7 +328,6 @@ fn existing_file(
     }
 }
 
-/// The targets of a new file: the ones the program named, or round robin from the cursor.
 /// The layout of a file when neither the creator nor the parent directory names one:
 /// 1 MiB stripes over every subfile.
 pub const DEFAULT_LAYOUT: Layout = Layout::Stripe { unit_bytes: 1 << 20, count: 0 };
@@ -345,8 +344,10 @@ fn subfile_count(spec: &CreateFile, layout: &Layout, live: &[TargetUsage]) -> us
     layout.subfile_count().map_or(live.len().max(1), |count| count as usize)
 }
 
+/// The targets of a new file: the ones the program named, or the spread's choice.
 fn place_subfiles(
     tables: &mut WriteTables<'_>,
+    spread: &parking_lot::Mutex<Spread>,
     spec: &CreateFile,
     count: usize,
     live: &[TargetUsage],
@@ -362,7 +363,7 @@ fn place_subfiles(
         return Ok(named.clone());
     }
     let cursor = tables.counter(PLACEMENT_CURSOR_KEY)?.unwrap_or(0);
-    let chosen = choose_targets(live, count, cursor)?;
+    let chosen = choose_targets(live, count, cursor, &mut spread.lock())?;
     tables.set_counter(PLACEMENT_CURSOR_KEY, cursor.wrapping_add(1))?;
     Ok(chosen)
 }

@@ -39,6 +39,7 @@ mod remove;
 mod request;
 mod schema;
 mod set_attr;
+pub use set_attr::LayoutOf;
 mod shared_txn;
 mod tables;
 mod target_owner;
@@ -54,7 +55,7 @@ pub use error::{
     ENOTDIR, ENOTEMPTY, EPERM, EROFS,
 };
 pub use namespace::{Namespace, READDIR_PAGE_ENTRIES_MAX};
-pub use placement::{check_targets, choose_targets, TargetUsage, FREE_PERCENT_MIN};
+pub use placement::{check_targets, choose_targets, Spread, TargetUsage, FREE_PERCENT_MIN};
 pub use record::SUBFILE_COUNT_MAX;
 pub use request::{CreateFile, Owner, SetAttr, MODE_MAX};
 pub use schema::ROOT_ID;

@@ -59,6 +59,8 @@ pub struct Namespace {
     open_txn: Mutex<SharedTxn>,
     /// The id permutation's key (read at open; it never changes).
     ids: Arc<InodeIds>,
+    /// Placement's memory of recent choices (`placement::Spread`).
+    pub(crate) spread: Mutex<crate::placement::Spread>,
 }
 
 impl Drop for Namespace {
@@ -99,6 +101,7 @@ impl Namespace {
             group: Group::new(GroupCommit::default()),
             open_txn: Mutex::new(SharedTxn::default()),
             ids: Arc::new(ids),
+            spread: Mutex::new(Default::default()),
         })
     }
 

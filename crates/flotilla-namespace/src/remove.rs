@@ -101,7 +101,19 @@ impl Namespace {
         expected_id: u64,
         now_ns: TimeNs,
     ) -> Result<Option<FileRecord>, NamespaceError> {
-        self.unlink_checked(&Caller::root(), Place::Path(path), Some(expected_id), &|_| false, now_ns)
+        self.unlink_id_as(&Caller::root(), path, expected_id, now_ns)
+    }
+
+    /// `unlink_id` for `who`, under the rules of an unlink (write and search on the parent,
+    /// the sticky rule).
+    pub fn unlink_id_as(
+        &self,
+        who: &Caller,
+        path: &str,
+        expected_id: u64,
+        now_ns: TimeNs,
+    ) -> Result<Option<FileRecord>, NamespaceError> {
+        self.unlink_checked(who, Place::Path(path), Some(expected_id), &|_| false, now_ns)
     }
 
     fn unlink_checked(

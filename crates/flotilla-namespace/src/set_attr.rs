@@ -7,7 +7,8 @@ use crate::namespace::{not_found_id, Namespace};
 use crate::record::{Body, Inode};
 use crate::request::SetAttr;
 use crate::tables::Source;
-use flotilla_types::{Attributes, Caller, FileKind, TimeNs};
+use crate::walk::resolve;
+use flotilla_types::{Attributes, Caller, FileKind, Layout, TimeNs};
 
 impl Namespace {
     /// Applies `change` to inode `id` and sets its `ctime` to `now_ns` (and its `mtime`
@@ -38,11 +39,72 @@ impl Namespace {
     }
 }
 
+/// The entry a layout change applies to.
+#[derive(Clone, Copy, Debug)]
+pub enum LayoutOf<'a> {
+    /// A path, resolved as the caller (search permission along it; a final symlink is
+    /// followed, as chmod follows it).
+    Path(&'a str),
+    /// An entry by id (as an open file descriptor names it).
+    Id(u64),
+}
+
+impl LayoutOf<'_> {
+    fn describe(&self) -> String {
+        match self {
+            LayoutOf::Path(path) => (*path).to_string(),
+            LayoutOf::Id(id) => format!("inode {id:016x}"),
+        }
+    }
+}
+
 impl Namespace {
+    /// Sets a directory's default layout (`None` clears it) or an empty file's layout, for
+    /// `who`: only the entry's owner or root may, as for chmod; checked in the transaction
+    /// that changes it.
+    pub fn set_layout_as(
+        &self,
+        who: &Caller,
+        of: LayoutOf<'_>,
+        layout: Option<Layout>,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        if let Some(layout) = &layout {
+            crate::edit::check_layout(layout)?;
+        }
+        let what = &format!("set the layout of {}", of.describe());
+        self.write(|tables| {
+            let (id, mut inode) = match of {
+                LayoutOf::Path(path) => {
+                    let found = resolve(tables, path, true, who)?;
+                    (found.id, found.inode)
+                }
+                LayoutOf::Id(id) => (id, tables.inode(id)?.ok_or_else(|| not_found_id(id))?),
+            };
+            crate::access::require_owner(&inode.attrs, who, what)?;
+            replace_layout(&mut inode, layout, what)?;
+            inode.attrs.ctime_ns = now_ns;
+            tables.put(id, &inode)?;
+            Ok(inode.into_entry(id))
+        })
+    }
+
     /// Sets the atime of inode `id` as a read does: nothing else changes (not the ctime).
     pub fn touch_atime(&self, id: u64, atime_ns: TimeNs) -> Result<Attributes, NamespaceError> {
+        self.touch_atime_as(&Caller::root(), id, atime_ns, atime_ns)
+    }
+
+    /// `touch_atime` for `who` ([`crate::access::check_touch_atime`]: a reader may set now).
+    pub fn touch_atime_as(
+        &self,
+        who: &Caller,
+        id: u64,
+        atime_ns: TimeNs,
+        now_ns: TimeNs,
+    ) -> Result<Attributes, NamespaceError> {
         self.write(|tables| {
             let mut inode = tables.inode(id)?.ok_or_else(|| not_found_id(id))?;
+            crate::access::check_touch_atime(&inode.attrs, who, atime_ns, now_ns)?;
             inode.attrs.atime_ns = atime_ns;
             tables.put(id, &inode)?;
             Ok(inode.attrs)
@@ -96,6 +158,30 @@ impl Namespace {
             Ok(inode.into_entry(id))
         })
     }
+}
+
+/// Puts `layout` in place: a directory's default (or none), an empty file's layout (a file
+/// holding data keeps the layout its bytes were placed by).
+fn replace_layout(inode: &mut Inode, layout: Option<Layout>, what: &str) -> Result<(), NamespaceError> {
+    let size = inode.attrs.size_bytes;
+    match (&mut inode.body, layout) {
+        (Body::Directory { default_layout }, layout) => *default_layout = layout,
+        (Body::File { .. }, None) => {
+            return Err(NamespaceError::invalid(format!("{what}: a file's layout cannot be cleared")))
+        }
+        (Body::File { layout: current, .. }, Some(layout)) => {
+            if size > 0 && *current != layout {
+                return Err(NamespaceError::invalid(format!(
+                    "{what}: cannot change the layout of a file that holds data"
+                )));
+            }
+            *current = layout;
+        }
+        _ => {
+            return Err(NamespaceError::invalid(format!("{what}: only files and directories have a layout")))
+        }
+    }
+    Ok(())
 }
 
 fn apply(inode: &mut Inode, id: u64, change: &SetAttr, now_ns: TimeNs) -> Result<(), NamespaceError> {

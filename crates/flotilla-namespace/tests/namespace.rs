@@ -118,7 +118,8 @@ fn create_file_places_round_robin_and_respects_exclusive() {
     assert_eq!(ns.create_file("/d", &again, &live(3), 4).unwrap_err().errno(), EISDIR);
 
     let second = ns.create_file("/g", &spec(2), &live(3), 5).unwrap();
-    assert_eq!(second.file.unwrap().targets, vec![TargetId(20), TargetId(30)]);
+    // The target the first file left out comes first, then the next from the cursor.
+    assert_eq!(second.file.unwrap().targets, vec![TargetId(30), TargetId(20)]);
 }
 
 #[test]
@@ -757,4 +758,45 @@ fn id_addressed_operations() {
     // A name that is not a single component is refused.
     let slash = ns.lookup_at(&root, 1, b"a/b");
     assert_eq!(slash.unwrap_err().errno(), flotilla_namespace::EINVAL);
+}
+
+/// Issue 31: a layout change (path or id form) needs search permission along the path and
+/// the entry's owner (or root), as chmod does; so do an undo-create unlink and an atime
+/// other than now.
+#[test]
+fn layout_changes_need_the_owner_and_a_searchable_path() {
+    use flotilla_types::Caller;
+    let (_dir, _path, ns) = fresh();
+    let nobody = Caller { uid: 65534, gid: 65534, groups: Vec::new() };
+    let root_owned = Owner { mode: 0o700, uid: 0, gid: 0 };
+    ns.mkdir("/secret", root_owned, 1).unwrap();
+    ns.mkdir("/secret/inner", Owner { uid: 65534, gid: 65534, ..root_owned }, 1).unwrap();
+    let private = CreateFile { owner: Owner { mode: 0o600, uid: 0, gid: 0 }, ..spec(1) };
+    let file = ns.create_file("/private", &private, &live(1), 1).unwrap();
+    ns.mkdir("/mine", Owner { mode: 0o755, uid: 65534, gid: 65534 }, 1).unwrap();
+    let stripe = Layout::Stripe { unit_bytes: 1 << 16, count: 1 };
+    let tiny = Some(stripe);
+
+    for path in ["/", "/secret", "/private"] {
+        let refused = ns.set_layout_as(&nobody, LayoutOf::Path(path), tiny, 2).unwrap_err();
+        assert_eq!(refused.errno(), EPERM, "{path}: {refused}");
+    }
+    let unsearchable = ns.set_layout_as(&nobody, LayoutOf::Path("/secret/inner"), tiny, 2).unwrap_err();
+    assert_eq!(unsearchable.errno(), EACCES, "{unsearchable}");
+    let by_id = ns.set_layout_as(&nobody, LayoutOf::Id(file.id), tiny, 2).unwrap_err();
+    assert_eq!(by_id.errno(), EPERM, "{by_id}");
+    assert_eq!(ns.lookup("/").unwrap().default_layout, None, "nothing changed");
+
+    let mine = ns.set_layout_as(&nobody, LayoutOf::Path("/mine"), tiny, 3).unwrap();
+    assert_eq!(mine.default_layout, tiny);
+    let by_root = ns.set_layout_as(&Caller::root(), LayoutOf::Id(file.id), tiny, 3).unwrap();
+    assert_eq!(by_root.file.unwrap().layout, stripe);
+    let cleared = ns.set_layout_as(&Caller::root(), LayoutOf::Path("/private"), None, 3).unwrap_err();
+    assert_eq!(cleared.errno(), EINVAL, "{cleared}");
+
+    let unlink = ns.unlink_id_as(&nobody, "/private", file.id, 4).unwrap_err();
+    assert_eq!(unlink.errno(), EACCES, "{unlink}");
+    let back = ns.touch_atime_as(&nobody, file.id, 5, 1_000_000_000_000).unwrap_err();
+    assert_eq!(back.errno(), EPERM, "{back}");
+    assert!(ns.lookup("/private").is_ok());
 }

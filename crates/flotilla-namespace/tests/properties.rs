@@ -33,7 +33,7 @@ proptest! {
 
     #[test]
     fn placement_is_distinct_live_and_complete((live, count, cursor) in live_and_count()) {
-        let chosen = choose_targets(&live, count, cursor).unwrap();
+        let chosen = choose_targets(&live, count, cursor, &mut Spread::default()).unwrap();
         prop_assert_eq!(chosen.len(), count);
         let distinct: BTreeSet<TargetId> = chosen.iter().copied().collect();
         prop_assert_eq!(distinct.len(), count);
@@ -43,10 +43,23 @@ proptest! {
         prop_assert_eq!(check_targets(&live, &chosen), Ok(()));
     }
 
+    /// The same with placement's memory kept across a run of creates (as the service keeps
+    /// it), the live set changing between them.
+    #[test]
+    fn placement_with_memory_stays_distinct_live_and_complete(
+            runs in prop::collection::vec(live_and_count(), 1..8)) {
+        let mut spread = Spread::default();
+        for (live, count, cursor) in runs {
+            let chosen = choose_targets(&live, count, cursor, &mut spread).unwrap();
+            prop_assert_eq!(check_targets(&live, &chosen), Ok(()));
+            prop_assert_eq!(chosen.len(), count);
+        }
+    }
+
     #[test]
     fn placement_prefers_targets_with_room((live, count, cursor) in live_and_count()) {
         let roomy = live.iter().filter(|usage| usage.has_room()).count();
-        let chosen = choose_targets(&live, count, cursor).unwrap();
+        let chosen = choose_targets(&live, count, cursor, &mut Spread::default()).unwrap();
         let has_room = |target: &TargetId| {
             live.iter().any(|usage| usage.target == *target && usage.has_room())
         };
@@ -62,15 +75,15 @@ proptest! {
             .collect();
         let mut sorted: Vec<TargetId> = all_roomy.iter().map(|usage| usage.target).collect();
         sorted.sort();
-        let first = choose_targets(&all_roomy, 1, cursor).unwrap();
+        let first = choose_targets(&all_roomy, 1, cursor, &mut Spread::default()).unwrap();
         prop_assert_eq!(first[0], sorted[(cursor % sorted.len() as u64) as usize]);
     }
 
     #[test]
     fn placement_refuses_counts_out_of_range(live in live_targets(), extra in 1usize..5) {
-        prop_assert_eq!(choose_targets(&live, 0, 0).unwrap_err().errno(), EINVAL);
+        prop_assert_eq!(choose_targets(&live, 0, 0, &mut Spread::default()).unwrap_err().errno(), EINVAL);
         prop_assert_eq!(
-            choose_targets(&live, live.len() + extra, 0),
+            choose_targets(&live, live.len() + extra, 0, &mut Spread::default()),
             Err(NamespaceError::NotEnoughTargets { wanted: live.len() + extra, live: live.len() })
         );
     }

@@ -20,7 +20,7 @@ pub struct ConfigError {
 
 /// Everything an I/O server needs to run. Every queue and buffer has a limit here.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Address of the metadata service.
     pub meta: String,
@@ -137,7 +137,7 @@ impl ServerConfig {
 
 /// An archive and its migration policy (RAMA §4.2.3; docs/architecture.md "Tertiary tier").
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ArchiveSettings {
     /// A directory (absolute path or `file:///DIR`) or `s3://BUCKET/PREFIX` (endpoint and
     /// credentials from the `AWS_*` environment variables).

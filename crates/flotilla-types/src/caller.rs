@@ -55,7 +55,7 @@ impl Caller {
 /// What a connection may do, whoever it claims to be. The default is unrestricted: the
 /// claimed identity is believed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct CallerPolicy {
     /// Refuse every namespace change and every write capability.
     pub read_only: bool,

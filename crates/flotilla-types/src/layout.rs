@@ -36,6 +36,48 @@ pub enum LayoutError {
     Overflow { offset: u64, length: u64 },
     #[error("cannot parse layout {text:?}: {reason}")]
     Parse { text: String, reason: String },
+    #[error("layout {layout}: {what} of {value} is {side} the bound of {bound} ({key})")]
+    OutOfBounds {
+        layout: String,
+        what: &'static str,
+        value: u64,
+        /// "under" or "over".
+        side: &'static str,
+        bound: u64,
+        /// The setting that holds the bound.
+        key: &'static str,
+    },
+}
+
+/// The bounds a layout must keep to before the metadata service records it (`[meta]`
+/// `layout_unit_bytes_min`, `layout_unit_bytes_max`, `layout_count_max`): a stripe unit or
+/// hash block too small turns every write into a storm of tiny pieces, one too large (or a
+/// hash run that overflows) breaks the offset arithmetic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayoutBounds {
+    /// Smallest stripe unit or hash block.
+    pub unit_bytes_min: u64,
+    /// Largest stripe unit, and largest hash run (block times sequentiality).
+    pub unit_bytes_max: u64,
+    /// Largest subfile count a layout may name (0, "every subfile", is always allowed).
+    pub count_max: u32,
+}
+
+/// Default of `LayoutBounds::unit_bytes_min`: 4 KiB.
+pub const LAYOUT_UNIT_BYTES_MIN: u64 = 4 << 10;
+/// Default of `LayoutBounds::unit_bytes_max`: 1 GiB.
+pub const LAYOUT_UNIT_BYTES_MAX: u64 = 1 << 30;
+/// Default of `LayoutBounds::count_max` (the namespace's most subfiles per file).
+pub const LAYOUT_COUNT_MAX: u32 = 65_536;
+
+impl Default for LayoutBounds {
+    fn default() -> Self {
+        LayoutBounds {
+            unit_bytes_min: LAYOUT_UNIT_BYTES_MIN,
+            unit_bytes_max: LAYOUT_UNIT_BYTES_MAX,
+            count_max: LAYOUT_COUNT_MAX,
+        }
+    }
 }
 
 /// One contiguous piece of a linear range on one subfile.
@@ -71,6 +113,48 @@ impl Layout {
             Layout::Hash { sequentiality: 0, .. } => Err(LayoutError::Zero { what: "hash sequentiality" }),
             _ => Ok(()),
         }
+    }
+
+    /// Checks the parameters and that they keep to `bounds`; the error names the value, the
+    /// bound and the setting holding it.
+    pub fn check_bounds(&self, bounds: &LayoutBounds) -> Result<(), LayoutError> {
+        self.validate()?;
+        let fail = |what, value, side, bound, key| LayoutError::OutOfBounds {
+            layout: self.to_string(),
+            what,
+            value,
+            side,
+            bound,
+            key,
+        };
+        let (what, unit, count) = match *self {
+            Layout::Explicit => return Ok(()),
+            Layout::Stripe { unit_bytes, count } => ("stripe unit", unit_bytes, count),
+            Layout::Hash { block_bytes, count, .. } => ("hash block", block_bytes, count),
+        };
+        if unit < bounds.unit_bytes_min {
+            return Err(fail(what, unit, "under", bounds.unit_bytes_min, "layout_unit_bytes_min"));
+        }
+        if let Layout::Hash { block_bytes, sequentiality, .. } = *self {
+            let run = block_bytes.saturating_mul(u64::from(sequentiality));
+            if run > bounds.unit_bytes_max {
+                return Err(fail(
+                    "hash run (block times sequentiality)",
+                    run,
+                    "over",
+                    bounds.unit_bytes_max,
+                    "layout_unit_bytes_max",
+                ));
+            }
+        }
+        if unit > bounds.unit_bytes_max {
+            return Err(fail(what, unit, "over", bounds.unit_bytes_max, "layout_unit_bytes_max"));
+        }
+        if count > bounds.count_max {
+            let (count, max) = (u64::from(count), u64::from(bounds.count_max));
+            return Err(fail("subfile count", count, "over", max, "layout_count_max"));
+        }
+        Ok(())
     }
 
     /// The subfile count a new file gets from this layout, if it names one.
@@ -234,5 +318,47 @@ mod tests {
         assert_eq!(Layout::parse("stripe:65536:4").unwrap().to_string(), "stripe:64K:4");
         assert!(Layout::parse("stripe:0").is_err());
         assert!(Layout::parse("zigzag:4").is_err());
+    }
+
+    #[test]
+    fn bounds_name_the_value_the_bound_and_the_setting() {
+        let bounds = LayoutBounds::default();
+        let tiny = Layout::parse("stripe:1:2").unwrap().check_bounds(&bounds).unwrap_err();
+        let text = tiny.to_string();
+        assert!(text.contains("stripe unit of 1 is under the bound of 4096"), "{text}");
+        assert!(text.contains("layout_unit_bytes_min"), "{text}");
+        let huge = Layout::Stripe { unit_bytes: u64::MAX, count: 0 }.check_bounds(&bounds).unwrap_err();
+        assert!(
+            huge.to_string().contains(&format!("{} is over the bound of {}", u64::MAX, 1u64 << 30)),
+            "{huge}"
+        );
+        let run = Layout::Hash { block_bytes: 1 << 20, sequentiality: u32::MAX, count: 0 };
+        assert!(run.check_bounds(&bounds).unwrap_err().to_string().contains("hash run"));
+        let wide = Layout::Stripe { unit_bytes: 4096, count: 70_000 };
+        assert!(wide.check_bounds(&bounds).unwrap_err().to_string().contains("subfile count of 70000"));
+        for fine in ["stripe:4K:2", "stripe:1G", "hash:4K:8:16", "hash:32k:4", "explicit", "stripe:1M:0"] {
+            assert_eq!(Layout::parse(fine).unwrap().check_bounds(&bounds), Ok(()), "{fine}");
+        }
+        let relaxed = LayoutBounds { unit_bytes_min: 1, ..bounds };
+        assert_eq!(Layout::parse("stripe:1:2").unwrap().check_bounds(&relaxed), Ok(()));
+    }
+
+    proptest::proptest! {
+        /// A layout within the bounds never overflows when it locates any byte.
+        #[test]
+        fn bounded_layouts_locate_every_offset(shift in 0u32..64, low in 0u64..4096, seq_shift in 0u32..32,
+                count in 0u32..100, subfiles in 1u32..100, offset in 0u64..u64::MAX, hash in proptest::bool::ANY) {
+            let unit = (1u64 << shift).saturating_add(low);
+            let seq = 1u32 << seq_shift;
+            let layout = if hash {
+                Layout::Hash { block_bytes: unit, sequentiality: seq, count }
+            } else {
+                Layout::Stripe { unit_bytes: unit, count }
+            };
+            if layout.check_bounds(&LayoutBounds::default()).is_ok() {
+                let (subfile, _, run) = layout.locate(FileId(7), subfiles, offset).unwrap();
+                proptest::prop_assert!(subfile < subfiles && run >= 1);
+            }
+        }
     }
 }

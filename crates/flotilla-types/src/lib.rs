@@ -13,6 +13,9 @@ mod name;
 pub use attr::{Attributes, FileKind, Layout, SetAttr, TimeNs};
 pub use caller::{Caller, CallerError, CallerPolicy, CALLER_GROUPS_MAX, NOBODY_ID};
 pub use ids::{FileId, SubfileIndex, TargetId};
-pub use layout::{parse_size, placement_hash, LayoutError, LinearExtent};
+pub use layout::{
+    parse_size, placement_hash, LayoutBounds, LayoutError, LinearExtent, LAYOUT_COUNT_MAX,
+    LAYOUT_UNIT_BYTES_MAX, LAYOUT_UNIT_BYTES_MIN,
+};
 pub use limits::{Limits, LimitsError};
 pub use name::{check_fork_name, check_name, split_path, NameError, NAME_BYTES_MAX, PATH_BYTES_MAX};

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// The limits a server enforces and a client respects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest frame (header, body and data) either side will accept.
     pub frame_bytes_max: u32,
