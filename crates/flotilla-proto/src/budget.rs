@@ -93,7 +93,8 @@ impl FrameBudget {
         }
         let started = Instant::now();
         let closed = |_| FrameError::BudgetClosed;
-        let first = tokio::time::timeout(self.overdraft_wait, self.kib.clone().acquire_many_owned(extra)).await;
+        let first =
+            tokio::time::timeout(self.overdraft_wait, self.kib.clone().acquire_many_owned(extra)).await;
         if let Ok(more) = first {
             held.permit.merge(more.map_err(closed)?);
             return Ok(started.elapsed());
@@ -245,7 +246,11 @@ impl<W> Counted<W> {
 }
 
 impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(written)) = &polled {
             self.moved.fetch_add(*written as u64, Ordering::Relaxed);

@@ -21,13 +21,13 @@
 //! memory reservation) and hands both to a [`PayloadOpener`], which decrypts the payload
 //! in place before it is split into body and data.
 
+use crate::budget::Window;
+pub use crate::budget::{FrameBudget, ProgressRule, Reservation};
 use crate::buffers::{BufferPool, POOLED_BYTES_MIN};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-pub use crate::budget::{FrameBudget, ProgressRule, Reservation};
-use crate::budget::Window;
 
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"FLOT";
@@ -457,7 +457,11 @@ impl FrameClock {
     }
 
     /// The rest of the header, within the deadline and the first window.
-    async fn read_header<R: AsyncRead + Unpin>(&mut self, reader: &mut R, rest: &mut [u8]) -> Result<(), FrameError> {
+    async fn read_header<R: AsyncRead + Unpin>(
+        &mut self,
+        reader: &mut R,
+        rest: &mut [u8],
+    ) -> Result<(), FrameError> {
         let until = self.deadline.min(self.window.end());
         match tokio::time::timeout_at(until, read_exact_or_closed(reader, rest)).await {
             Ok(read) => read,
@@ -466,7 +470,10 @@ impl FrameClock {
     }
 
     /// One read, within the deadline and the current window.
-    async fn read<F: std::future::Future<Output = std::io::Result<usize>>>(&mut self, read: F) -> Result<usize, FrameError> {
+    async fn read<F: std::future::Future<Output = std::io::Result<usize>>>(
+        &mut self,
+        read: F,
+    ) -> Result<usize, FrameError> {
         let until = self.deadline.min(self.window.end());
         let got = tokio::time::timeout_at(until, read).await.map_err(|_| self.expired())??;
         self.window.record(got as u64);
@@ -862,7 +869,11 @@ mod tests {
         assert_eq!(free, (64 << 10) as usize, "a claim with no bytes reserved memory");
         assert!(matches!(outcome, Err(FrameError::Stalled { ms: 100, bytes_min: 1024 })), "{outcome:?}");
         assert!(started.elapsed() <= Duration::from_millis(110), "stalled for {:?}", started.elapsed());
-        assert!(buffer.capacity() <= GROWTH_BYTES_MAX, "buffer grew to {} before bytes arrived", buffer.capacity());
+        assert!(
+            buffer.capacity() <= GROWTH_BYTES_MAX,
+            "buffer grew to {} before bytes arrived",
+            buffer.capacity()
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -880,7 +891,8 @@ mod tests {
             assert!(held_kib >= 960, "holds {held_kib} KiB, less than it read");
         };
         let mut buffer = BytesMut::new();
-        let (outcome, ()) = tokio::join!(read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &|| false), send);
+        let (outcome, ()) =
+            tokio::join!(read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &|| false), send);
         assert!(matches!(outcome, Err(FrameError::Stalled { .. })), "{outcome:?}");
         assert_eq!(budget.kib.available_permits(), (64 << 10) as usize, "reservation released");
     }

@@ -17,8 +17,8 @@ mod io;
 mod meta;
 mod wire_error;
 
-pub use capability::{Capability, Rights, WithRef};
 pub use budget::{with_progress, Counted, ProgressRule, Reservation};
+pub use capability::{Capability, Rights, WithRef};
 pub use frame::{
     decode_frame, read_frame, read_frame_bounded, write_frame, Frame, FrameBudget, FrameError, FrameHeader,
     ReadBounds, FLAG_TAGGED, GROWTH_BYTES_MAX, HEADER_BYTES, MAGIC, VERSION,
