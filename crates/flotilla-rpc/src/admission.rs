@@ -25,7 +25,7 @@ pub struct HandshakeLimits {
 
 impl Default for HandshakeLimits {
     fn default() -> Self {
-        HandshakeLimits { handshakes_max: 256, per_peer_per_second: 200, burst_per_peer: 400 }
+        HandshakeLimits { handshakes_max: 256, per_peer_per_second: 1000, burst_per_peer: 2000 }
     }
 }
 
