@@ -610,7 +610,8 @@ mod tests {
 
         impl Rig {
             async fn send(&self, request: IoRequest, data: Bytes, closed: &watch::Receiver<bool>) -> IoReply {
-                let held = self.frames.clone().acquire_owned().await.unwrap();
+                let mut held = flotilla_proto::FrameBudget::over(self.frames.clone(), 64).empty().unwrap();
+                held.merge(self.frames.clone().acquire_owned().await.unwrap());
                 self.sessions.handle(request, data, held, closed.clone()).await
             }
 
