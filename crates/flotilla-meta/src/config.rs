@@ -44,12 +44,28 @@ pub struct MetaConfig {
     pub integrity: flotilla_auth::Integrity,
     /// A connection must finish its handshake within this long of being accepted.
     pub handshake_timeout_ms: u64,
+    /// Connections in their handshake at once (not yet authenticated: a pool of their own,
+    /// apart from `connections_max`; when full, the address with the most is evicted from).
+    pub handshakes_max: usize,
+    /// Handshakes one IP address may start per second, on average (a token bucket) ...
+    pub handshakes_per_peer_per_second_max: u32,
+    /// ... and at once after a quiet spell (the bucket's depth).
+    pub handshake_burst_per_peer_max: u32,
+    /// A frame being read or a reply being written must move at least `progress_bytes_min`
+    /// bytes (or the rest) in every window of this long, else the connection ends and what
+    /// it held is released (also bounds the wait for a frame's integrity tag).
+    pub progress_interval_ms: u64,
+    /// See `progress_interval_ms`.
+    pub progress_bytes_min: u64,
+    /// A frame that has waited this long for more of `frame_bytes_in_memory_max` may grow
+    /// past it in the one overdraft lane.
+    pub overdraft_wait_ms: u64,
     /// A frame's integrity tag must arrive within this long after its frame.
     pub tag_read_timeout_ms: u64,
     /// Targets one server credential may register.
     pub targets_per_server_max: usize,
-    /// Memory all connections' incoming frames may hold at once: a frame reserves the length
-    /// its header claims before its bytes are read, and keeps it until its reply is written.
+    /// Memory all connections' incoming frames may hold at once: a frame reserves its bytes
+    /// as they arrive, and keeps them until its reply is written.
     pub frame_bytes_in_memory_max: u64,
     /// A connection silent this long with nothing in flight is closed.
     pub idle_timeout_ms: u64,
@@ -168,7 +184,13 @@ impl Default for MetaConfig {
             recovery_window_ms: 10_000,
             key: None,
             integrity: flotilla_auth::Integrity::Mac,
-            handshake_timeout_ms: 10_000,
+            handshake_timeout_ms: 3_000,
+            handshakes_max: 256,
+            handshakes_per_peer_per_second_max: 1000,
+            handshake_burst_per_peer_max: 2000,
+            progress_interval_ms: 500,
+            progress_bytes_min: 64 << 10,
+            overdraft_wait_ms: 200,
             tag_read_timeout_ms: 30_000,
             targets_per_server_max: 64,
             frame_bytes_in_memory_max: 64 << 20,

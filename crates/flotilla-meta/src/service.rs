@@ -15,8 +15,8 @@ use anyhow::Context;
 use bytes::BytesMut;
 use flotilla_namespace::{GroupCommit, Namespace};
 use flotilla_proto::{
-    decode_body, encode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, MetaReply,
-    MetaRequest, ReadBounds, WireError,
+    decode_body, encode_body, read_frame_bounded_opened, with_progress, Counted, ErrorCode, FrameBudget,
+    FrameError, MetaReply, MetaRequest, ProgressRule, ReadBounds, Reservation, WireError,
 };
 use flotilla_types::CallerPolicy;
 use std::future::Future;
@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 
 /// Name of the namespace database inside the data directory.
 pub const NAMESPACE_FILE: &str = "namespace.redb";
@@ -113,6 +113,8 @@ struct ConnectionLimits {
     read_bounds: ReadBounds,
     budget: FrameBudget,
     reply_stall: Duration,
+    /// How slowly a peer may take its replies.
+    progress: ProgressRule,
     /// The service's default caller policy; each connection's is this narrowed by the limits
     /// of its peer's credential.
     policy: Arc<CallerPolicy>,
@@ -126,11 +128,24 @@ impl ConnectionLimits {
                 frame_bytes_max: config.frame_bytes_max,
                 idle_timeout: Duration::from_millis(config.idle_timeout_ms.max(1)),
                 frame_timeout: Duration::from_millis(config.frame_read_timeout_ms.max(1)),
+                progress: progress_rule(config),
             },
-            budget: FrameBudget::new(config.frame_bytes_in_memory_max),
+            budget: FrameBudget {
+                overdraft_wait: Duration::from_millis(config.overdraft_wait_ms),
+                ..FrameBudget::new(config.frame_bytes_in_memory_max)
+            },
             reply_stall: Duration::from_millis(config.reply_stall_ms_max.max(1)),
+            progress: progress_rule(config),
             policy: Arc::new(config.default_policy.clone()),
         }
+    }
+}
+
+/// How slowly a peer may send a frame or take a reply.
+fn progress_rule(config: &MetaConfig) -> ProgressRule {
+    ProgressRule {
+        interval: Duration::from_millis(config.progress_interval_ms.max(1)),
+        bytes_min: config.progress_bytes_min,
     }
 }
 
@@ -144,13 +159,24 @@ async fn accept_loop(
         connections_max: config.connections_max,
         connections_per_peer_max: config.connections_per_peer_max,
         keepalive_idle: Duration::from_millis(config.keepalive_idle_ms.max(1000)),
+        handshakes: flotilla_rpc::HandshakeLimits {
+            handshakes_max: config.handshakes_max.max(1),
+            per_peer_per_second: config.handshakes_per_peer_per_second_max,
+            burst_per_peer: config.handshake_burst_per_peer_max.max(1),
+        },
     };
-    flotilla_rpc::accept_loop_limited(listener, accept, |mut stream| {
-        let (acceptor, state, limits) = (acceptor.clone(), state.clone(), limits.clone());
-        let metrics = metrics.clone();
+    let handshake = |mut stream: TcpStream| {
+        let acceptor = acceptor.clone();
         async move {
             let peer_addr = stream.peer_addr().ok();
-            let Some(secured) = acceptor.accept(&mut stream, peer_addr).await else { return };
+            let secured = acceptor.accept(&mut stream, peer_addr).await?;
+            Some((stream, secured))
+        }
+    };
+    let (state, metrics) = (state.clone(), metrics.clone());
+    flotilla_rpc::accept_loop_limited(listener, accept, handshake, move |(stream, secured)| {
+        let (state, limits, metrics) = (state.clone(), limits.clone(), metrics.clone());
+        async move {
             metrics.connection(1);
             serve_connection(stream, (state, metrics.clone()), secured, limits).await;
             metrics.connection(-1);
@@ -164,12 +190,14 @@ fn auth_bounds(config: &MetaConfig) -> AuthBounds {
     AuthBounds {
         integrity: config.integrity,
         handshake_timeout: Duration::from_millis(config.handshake_timeout_ms.max(1)),
-        tag_timeout: Duration::from_millis(config.tag_read_timeout_ms.max(1)),
+        tag_timeout: Duration::from_millis(
+            config.tag_read_timeout_ms.min(config.progress_interval_ms).max(1),
+        ),
     }
 }
 
 /// A reply with the frame memory its request held, released once the reply is written.
-type Outgoing = (u64, MetaReply, Option<OwnedSemaphorePermit>);
+type Outgoing = (u64, MetaReply, Option<Reservation>);
 
 async fn serve_connection(
     stream: TcpStream,
@@ -181,7 +209,8 @@ async fn serve_connection(
     let Secured { peer, sealer, opener } = secured;
     let (read_half, write_half) = stream.into_split();
     let (replies, queue) = mpsc::channel::<Outgoing>(limits.requests_max);
-    let mut writer = tokio::spawn(write_replies((write_half, sealer), queue, limits.reply_stall));
+    let pace = (limits.reply_stall, limits.progress);
+    let mut writer = tokio::spawn(write_replies((write_half, sealer), queue, pace));
     let peer = Arc::new(peer);
     // A writer that gives up (peer not reading) ends the reader too, releasing its memory.
     tokio::select! {
@@ -260,11 +289,15 @@ async fn read_requests(
     }
 }
 
+/// Writes replies until the queue closes, a write fails, or the peer stops taking them
+/// (`reply_stall_ms_max` for a batch, `progress_bytes_min` per `progress_interval_ms`).
 async fn write_replies(
     (write_half, mut sealer): (OwnedWriteHalf, Sealer),
     mut queue: mpsc::Receiver<Outgoing>,
-    reply_stall: Duration,
+    (reply_stall, progress): (Duration, ProgressRule),
 ) {
+    let write_half = Counted::new(write_half);
+    let moved = write_half.moved();
     let mut writer = BufWriter::new(write_half);
     while let Some(first) = queue.recv().await {
         let mut next = Some(first);
@@ -272,7 +305,9 @@ async fn write_replies(
             let written = match encode_body(&reply) {
                 Ok(body) => {
                     let write = sealer.write_frame(&mut writer, request_id, &body, &[]);
-                    tokio::time::timeout(reply_stall, write).await
+                    with_progress(progress, &moved, tokio::time::timeout(reply_stall, write))
+                        .await
+                        .unwrap_or_else(|stalled| Ok(Err(stalled)))
                 }
                 Err(error) => Ok(Err(error)),
             };
@@ -285,16 +320,22 @@ async fn write_replies(
             }
             next = queue.try_recv().ok();
         }
-        match tokio::time::timeout(reply_stall, writer.flush()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
+        let flushed =
+            with_progress(progress, &moved, tokio::time::timeout(reply_stall, writer.flush())).await;
+        match flushed {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => {
                 // The client went away (closed, reset) with replies still to send: normal
                 // when a process exits in the middle of a long poll.
                 tracing::debug!(%error, "metadata connection closed by the client before its replies");
                 return;
             }
-            Err(_) => {
+            Ok(Err(_)) => {
                 tracing::warn!(?reply_stall, "dropping metadata connection: replies not flushed in time");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "dropping metadata connection: the peer does not take its replies");
                 return;
             }
         }

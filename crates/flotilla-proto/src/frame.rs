@@ -21,12 +21,13 @@
 //! memory reservation) and hands both to a [`PayloadOpener`], which decrypts the payload
 //! in place before it is split into body and data.
 
+use crate::budget::Window;
+pub use crate::budget::{FrameBudget, ProgressRule, Reservation};
 use crate::buffers::{BufferPool, POOLED_BYTES_MIN};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"FLOT";
@@ -80,6 +81,8 @@ pub enum FrameError {
     IdleTimeout { ms: u64 },
     #[error("frame not complete within {ms} ms of its first byte (frame_read_timeout_ms)")]
     FrameTimeout { ms: u64 },
+    #[error("peer stalled: fewer than {bytes_min} bytes moved in {ms} ms (progress_bytes_min, progress_interval_ms)")]
+    Stalled { ms: u64, bytes_min: u64 },
     #[error("{0}")]
     Integrity(String),
     #[error("frame memory budget is closed")]
@@ -377,55 +380,35 @@ pub struct ReadBounds {
     pub frame_bytes_max: u32,
     /// How long a connection may stay silent between frames.
     pub idle_timeout: Duration,
-    /// How long a frame may take from its first byte to its last.
+    /// How long a frame may take from its first byte to its last (time spent waiting for
+    /// the memory budget not counted).
     pub frame_timeout: Duration,
+    /// How slowly a frame's bytes may arrive.
+    pub progress: ProgressRule,
 }
 
-/// A memory budget in KiB units shared by every connection of a service, and optionally
-/// a pool the payloads of large unencrypted frames are read into (`buffers.rs`: reused
-/// memory instead of a fresh mapping per frame; the buffer goes back when the frame's last
-/// `Bytes` drops).
-#[derive(Clone, Debug)]
-pub struct FrameBudget {
-    pub kib: Arc<Semaphore>,
-    pub kib_max: u32,
-    pub pool: Option<Arc<crate::buffers::BufferPool>>,
-}
-
-impl FrameBudget {
-    /// A budget of `bytes_max` bytes (at least 1 KiB), without a pool.
-    pub fn new(bytes_max: u64) -> FrameBudget {
-        let kib_max = u32::try_from((bytes_max / 1024).max(1)).unwrap_or(u32::MAX >> 4);
-        FrameBudget { kib: Arc::new(Semaphore::new(kib_max as usize)), kib_max, pool: None }
-    }
-
-    /// KiB units `bytes` hold (at least one, at most the whole budget).
-    pub fn units(&self, bytes: u64) -> u32 {
-        u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX).min(self.kib_max)
-    }
-
-    /// Waits for `units` of the budget.
-    pub async fn take(&self, units: u32) -> Result<OwnedSemaphorePermit, FrameError> {
-        self.kib.clone().acquire_many_owned(units).await.map_err(|_| FrameError::BudgetClosed)
-    }
-}
+/// Bytes a connection reads of a frame before any of the budget is reserved for them: its
+/// own small share, so that reserving follows bytes that arrived, not bytes claimed.
+pub const UNRESERVED_BYTES_MAX: usize = 64 << 10;
+/// How far the reservation runs ahead of the bytes that arrived (one grow per this many).
+const RESERVE_AHEAD_BYTES: usize = 256 << 10;
 
 /// Reads one frame from an untrusted peer. Waits for its first byte as long as `busy()`
 /// says requests are in flight, else at most `idle_timeout`. From that byte on, the frame
-/// must arrive within `frame_timeout`. The payload length the header claims is reserved from
-/// `budget` BEFORE any buffer grows; the wait for it may last up to another `frame_timeout`
-/// (others' frames hold the budget), but a frame that gets its memory after its own
-/// deadline is completed only from bytes that have already arrived: a peer that stalls
-/// holds the budget for at most `frame_timeout`, while a peer whose whole frame is waiting
-/// in the socket is served once the budget frees. The permit is returned with the frame;
-/// hold it until the reply is sent.
+/// must arrive within `frame_timeout` and at `bounds.progress` (at least `bytes_min` bytes
+/// in every `interval`). Its memory is reserved from `budget` as its bytes arrive (at most
+/// [`UNRESERVED_BYTES_MAX`] read ahead of the reservation, which runs at most 256 KiB ahead
+/// of the bytes), never for what the header merely claims: a peer that stalls holds what it
+/// sent, for at most one progress interval. Time spent waiting for the budget counts against
+/// neither timeout; a frame that waited `budget.overdraft_wait` may grow in the overdraft
+/// lane. The reservation is returned with the frame; hold it until the reply is sent.
 pub async fn read_frame_bounded<R: AsyncRead + Unpin>(
     reader: &mut R,
     buffer: &mut BytesMut,
     bounds: ReadBounds,
     budget: &FrameBudget,
     busy: &(dyn Fn() -> bool + Sync),
-) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
+) -> Result<(Frame, Reservation), FrameError> {
     read_frame_bounded_opened(reader, buffer, bounds, budget, busy, None).await
 }
 
@@ -438,46 +421,112 @@ pub async fn read_frame_bounded_opened<R: AsyncRead + Unpin>(
     budget: &FrameBudget,
     busy: &(dyn Fn() -> bool + Sync),
     opener: Option<&mut dyn PayloadOpener>,
-) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
+) -> Result<(Frame, Reservation), FrameError> {
     let mut header_bytes = [0u8; HEADER_BYTES];
     wait_first_byte(reader, &mut header_bytes[..1], bounds.idle_timeout, busy).await?;
-    let deadline = tokio::time::Instant::now() + bounds.frame_timeout;
-    let timed_out = |_| FrameError::FrameTimeout { ms: bounds.frame_timeout.as_millis() as u64 };
-    tokio::time::timeout_at(deadline, read_exact_or_closed(reader, &mut header_bytes[1..]))
-        .await
-        .map_err(timed_out)??;
+    let mut clock = FrameClock::start(&bounds);
+    clock.read_header(reader, &mut header_bytes[1..]).await?;
     let header = FrameHeader::decode(&header_bytes, bounds.frame_bytes_max)?;
     let payload_bytes = header.body_bytes as usize + header.data_bytes as usize + header.trailer_bytes();
-    let take = budget.take(budget.units(payload_bytes as u64));
-    let permit =
-        tokio::time::timeout_at(deadline + bounds.frame_timeout, take).await.map_err(timed_out)??;
+    let mut held = budget.empty()?;
     let pool =
         budget.pool.as_ref().filter(|_| header.trailer_bytes() == 0 && payload_bytes >= POOLED_BYTES_MIN);
     if let Some(pool) = pool {
         let mut pooled = pool.take(payload_bytes);
-        fill_within(reader, &mut pooled, payload_bytes, deadline, timed_out).await?;
-        return Ok((split_pooled(pool, pooled, &header)?, permit));
+        fill_reserving(reader, &mut pooled, payload_bytes, (budget, &mut held), &mut clock).await?;
+        budget.grow(&mut held, budget.units(payload_bytes as u64)).await?;
+        return Ok((split_pooled(pool, pooled, &header)?, held));
     }
     buffer.clear();
-    fill_within(reader, buffer, payload_bytes, deadline, timed_out).await?;
-    Ok((split_payload(buffer, &header, opener)?, permit))
+    fill_reserving(reader, buffer, payload_bytes, (budget, &mut held), &mut clock).await?;
+    budget.grow(&mut held, budget.units(payload_bytes as u64)).await?;
+    Ok((split_payload(buffer, &header, opener)?, held))
 }
 
-/// `fill_payload` by `deadline`; past it, only what is already here (a brief wait lets the
-/// reactor report it).
-async fn fill_within<R: AsyncRead + Unpin, B: bytes::BufMut + BufferLen>(
+/// A frame's deadline (pushed back by the time it waited for memory) and progress window.
+struct FrameClock {
+    deadline: tokio::time::Instant,
+    frame_timeout: Duration,
+    window: Window,
+}
+
+impl FrameClock {
+    fn start(bounds: &ReadBounds) -> FrameClock {
+        let deadline = tokio::time::Instant::now() + bounds.frame_timeout;
+        FrameClock { deadline, frame_timeout: bounds.frame_timeout, window: Window::start(bounds.progress) }
+    }
+
+    /// The rest of the header, within the deadline and the first window.
+    async fn read_header<R: AsyncRead + Unpin>(
+        &mut self,
+        reader: &mut R,
+        rest: &mut [u8],
+    ) -> Result<(), FrameError> {
+        let until = self.deadline.min(self.window.end());
+        match tokio::time::timeout_at(until, read_exact_or_closed(reader, rest)).await {
+            Ok(read) => read,
+            Err(_) => Err(self.expired()),
+        }
+    }
+
+    /// One read, within the deadline and the current window.
+    async fn read<F: std::future::Future<Output = std::io::Result<usize>>>(
+        &mut self,
+        read: F,
+    ) -> Result<usize, FrameError> {
+        let until = self.deadline.min(self.window.end());
+        let got = tokio::time::timeout_at(until, read).await.map_err(|_| self.expired())??;
+        self.window.record(got as u64);
+        Ok(got)
+    }
+
+    fn expired(&self) -> FrameError {
+        if tokio::time::Instant::now() >= self.deadline {
+            FrameError::FrameTimeout { ms: self.frame_timeout.as_millis() as u64 }
+        } else {
+            self.window.stalled()
+        }
+    }
+
+    /// The frame waited `waited` for memory: neither its deadline nor its window runs meanwhile.
+    fn paused(&mut self, waited: Duration) {
+        if !waited.is_zero() {
+            self.deadline += waited;
+            self.window = Window::start(self.window_rule());
+        }
+    }
+
+    fn window_rule(&self) -> ProgressRule {
+        self.window.rule()
+    }
+}
+
+/// Reads until `buffer` holds `payload_bytes`, reserving from the budget as bytes arrive.
+async fn fill_reserving<R: AsyncRead + Unpin, B: bytes::BufMut + BufferLen>(
     reader: &mut R,
     buffer: &mut B,
     payload_bytes: usize,
-    deadline: tokio::time::Instant,
-    timed_out: impl Fn(tokio::time::error::Elapsed) -> FrameError,
+    (budget, held): (&FrameBudget, &mut Reservation),
+    clock: &mut FrameClock,
 ) -> Result<(), FrameError> {
-    match tokio::time::timeout_at(deadline, fill_payload(reader, buffer, payload_bytes)).await {
-        Ok(arrived) => arrived,
-        Err(_) => tokio::time::timeout(LATE_GRACE, fill_payload(reader, buffer, payload_bytes))
-            .await
-            .map_err(timed_out)?,
+    let mut reserved_bytes = 0usize;
+    while buffer.filled() < payload_bytes {
+        let (filled, remaining) = (buffer.filled(), payload_bytes - buffer.filled());
+        let limit = reserved_bytes.saturating_sub(filled).max(UNRESERVED_BYTES_MAX).min(remaining);
+        buffer.make_room(limit.min(GROWTH_BYTES_MAX));
+        let got = clock.read((&mut *reader).take(limit as u64).read_buf(buffer)).await?;
+        if got == 0 {
+            let error = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "frame payload cut short");
+            return Err(FrameError::Io(error));
+        }
+        let filled = buffer.filled();
+        if filled < payload_bytes && filled + UNRESERVED_BYTES_MAX > reserved_bytes {
+            reserved_bytes = (filled + RESERVE_AHEAD_BYTES).min(payload_bytes);
+            let waited = budget.grow(held, budget.units(reserved_bytes as u64)).await?;
+            clock.paused(waited);
+        }
     }
+    Ok(())
 }
 
 /// What `fill_payload` needs of a buffer besides `BufMut`: its length and room to grow.
@@ -514,9 +563,6 @@ fn split_pooled(pool: &Arc<BufferPool>, payload: Vec<u8>, header: &FrameHeader) 
     header.check_payload(&body, &data)?;
     Ok(Frame { request_id: header.request_id, flags: header.flags, body, data })
 }
-
-/// How long a frame that got its memory after its deadline may still take to be read.
-const LATE_GRACE: Duration = Duration::from_millis(1);
 
 async fn wait_first_byte<R: AsyncRead + Unpin>(
     reader: &mut R,
@@ -767,7 +813,7 @@ mod tests {
             reader: &mut &[u8],
             buffer: &mut BytesMut,
             budget: &FrameBudget,
-        ) -> Result<(Frame, OwnedSemaphorePermit), FrameError> {
+        ) -> Result<(Frame, Reservation), FrameError> {
             read_frame_bounded_opened(reader, buffer, bounds(), budget, &|| false, None).await
         }
         macro_rules! next {
@@ -798,11 +844,12 @@ mod tests {
             frame_bytes_max: 64 << 20,
             idle_timeout: Duration::from_millis(200),
             frame_timeout: Duration::from_millis(200),
+            progress: ProgressRule { interval: Duration::from_millis(100), bytes_min: 1024 },
         }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_stalled_claim_holds_its_reservation_not_its_length_and_times_out() {
+    async fn a_stalled_claim_holds_none_of_the_budget_and_ends_within_one_window() {
         let header = FrameHeader {
             body_bytes: 32 << 20,
             data_bytes: 0,
@@ -812,13 +859,41 @@ mod tests {
         client.write_all(&header.encode()).await.unwrap();
         let budget = FrameBudget::new(64 << 20);
         let mut buffer = BytesMut::new();
-        let outcome = read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &|| false).await;
-        assert!(matches!(outcome, Err(FrameError::FrameTimeout { ms: 200 })), "{outcome:?}");
+        let started = tokio::time::Instant::now();
+        let reading = read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &|| false);
+        let watch = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            budget.kib.available_permits()
+        };
+        let (outcome, free) = tokio::join!(reading, watch);
+        assert_eq!(free, (64 << 10) as usize, "a claim with no bytes reserved memory");
+        assert!(matches!(outcome, Err(FrameError::Stalled { ms: 100, bytes_min: 1024 })), "{outcome:?}");
+        assert!(started.elapsed() <= Duration::from_millis(110), "stalled for {:?}", started.elapsed());
         assert!(
             buffer.capacity() <= GROWTH_BYTES_MAX,
             "buffer grew to {} before bytes arrived",
             buffer.capacity()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickling_frame_holds_about_what_it_sent() {
+        let header = FrameHeader { body_bytes: 8 << 20, ..FrameHeader::for_payload(1, b"", b"").unwrap() };
+        let (mut client, mut server) = tokio::io::duplex(1 << 20);
+        let budget = FrameBudget::new(64 << 20);
+        let send = async {
+            client.write_all(&header.encode()).await.unwrap();
+            client.write_all(&vec![1u8; 1 << 20]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            let held_kib = (64 << 10) - budget.kib.available_permits();
+            // 1 MiB sent: it holds that and at most one step ahead, not the 8 MiB claimed.
+            assert!(held_kib <= 1024 + 256 + 64, "holds {held_kib} KiB after sending 1 MiB");
+            assert!(held_kib >= 960, "holds {held_kib} KiB, less than it read");
+        };
+        let mut buffer = BytesMut::new();
+        let (outcome, ()) =
+            tokio::join!(read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &|| false), send);
+        assert!(matches!(outcome, Err(FrameError::Stalled { .. })), "{outcome:?}");
         assert_eq!(budget.kib.available_permits(), (64 << 10) as usize, "reservation released");
     }
 
@@ -863,20 +938,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn waiting_for_memory_counts_against_the_frame_timeout() {
+    async fn a_whole_frame_waiting_for_memory_held_elsewhere_is_served_through_the_overdraft_lane() {
         let budget = FrameBudget::new(1 << 20);
         let _held = budget.take(budget.kib_max).await.unwrap();
         let mut wire = Vec::new();
         write_frame(&mut wire, 9, b"body", &[7u8; 5000]).await.unwrap();
-        let outcome =
-            read_frame_bounded(&mut &wire[..], &mut BytesMut::new(), bounds(), &budget, &|| false).await;
-        assert!(matches!(outcome, Err(FrameError::FrameTimeout { ms: 200 })), "{outcome:?}");
+        let started = tokio::time::Instant::now();
+        let (frame, reservation) =
+            read_frame_bounded(&mut &wire[..], &mut BytesMut::new(), bounds(), &budget, &|| false)
+                .await
+                .expect("served beside a full budget");
+        assert_eq!(frame.data.len(), 5000);
+        assert!(reservation.overdrawn() && reservation.units() == 5, "{reservation:?}");
+        assert!(started.elapsed() >= budget.overdraft_wait, "waited {:?}", started.elapsed());
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_whole_frame_waiting_past_its_deadline_is_served_when_memory_frees() {
+    async fn a_whole_frame_is_served_when_memory_frees() {
         let budget = FrameBudget::new(1 << 20);
         let held = budget.take(budget.kib_max).await.unwrap();
+        let _lane = budget.overdraft.clone().acquire_owned().await.unwrap();
         let mut wire = Vec::new();
         write_frame(&mut wire, 9, b"body", &[7u8; 5000]).await.unwrap();
         let release = async {
@@ -886,31 +967,6 @@ mod tests {
         let (mut buffer, mut reader) = (BytesMut::new(), &wire[..]);
         let (outcome, ()) =
             tokio::join!(read_frame_bounded(&mut reader, &mut buffer, bounds(), &budget, &|| false), release);
-        assert_eq!(outcome.expect("served after its deadline").0.data.len(), 5000);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stalled_claim_that_gets_memory_late_gives_it_back_at_once() {
-        let budget = FrameBudget::new(1 << 20);
-        let held = budget.take(budget.kib_max).await.unwrap();
-        let header = FrameHeader { body_bytes: 4096, ..FrameHeader::for_payload(1, b"", b"").unwrap() };
-        let (mut client, mut server) = tokio::io::duplex(1 << 16);
-        client.write_all(&header.encode()).await.unwrap();
-        let release = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            drop(held);
-        };
-        let started = tokio::time::Instant::now();
-        let mut buffer = BytesMut::new();
-        let (outcome, ()) =
-            tokio::join!(read_frame_bounded(&mut server, &mut buffer, bounds(), &budget, &|| false), release);
-        assert!(matches!(outcome, Err(FrameError::FrameTimeout { ms: 200 })), "{outcome:?}");
-        // Virtual time (the clock is paused): the late claim failed as soon as it got the memory.
-        assert!(
-            started.elapsed() < Duration::from_millis(350),
-            "held the late memory for {:?}",
-            started.elapsed()
-        );
-        assert_eq!(budget.kib.available_permits(), 1024, "reservation released");
+        assert_eq!(outcome.expect("served once memory freed").0.data.len(), 5000);
     }
 }

@@ -9,6 +9,7 @@
 //! any buffer is sized from a length field; both checksums are verified before the body is
 //! decoded; decoding never panics on any input (a fuzz target in `fuzz/` checks this).
 
+pub mod budget;
 pub mod buffers;
 pub mod capability;
 pub mod frame;
@@ -16,6 +17,7 @@ mod io;
 mod meta;
 mod wire_error;
 
+pub use budget::{with_progress, Counted, ProgressRule, Reservation};
 pub use capability::{Capability, Rights, WithRef};
 pub use frame::{
     decode_frame, read_frame, read_frame_bounded, write_frame, Frame, FrameBudget, FrameError, FrameHeader,
@@ -23,7 +25,7 @@ pub use frame::{
 };
 pub use frame::{
     read_frame_body, read_frame_bounded_opened, read_frame_header, read_frame_opened, read_frame_payload,
-    PayloadCrc, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED,
+    PayloadCrc, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED, UNRESERVED_BYTES_MAX,
 };
 pub use io::{
     check_job_id, FlushEntry, FlushJob, ForkInfo, ForkRef, HsmAction, HsmForkState, IoReply, IoRequest,

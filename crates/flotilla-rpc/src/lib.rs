@@ -9,8 +9,10 @@
 //! memory (see `scatter`), checked as it arrives; the call succeeds only once the whole
 //! frame's tag or checksum matched.
 
+mod admission;
 mod scatter;
 
+pub use admission::{Admission, HandshakeGate, HandshakeLimits};
 pub use scatter::{check_disjoint, ScatterTarget, Segment, SegmentError};
 
 use bytes::{Bytes, BytesMut};
@@ -451,28 +453,32 @@ fn fail_all(pending: &Pending, broken: &AtomicBool, addr: &str, message: &str) {
 /// Limits on the connections a service accepts.
 #[derive(Clone, Copy, Debug)]
 pub struct AcceptLimits {
-    /// Connections served at once.
+    /// Authenticated connections served at once.
     pub connections_max: usize,
-    /// Connections served at once from one peer IP address.
+    /// Authenticated connections served at once from one peer IP address.
     pub connections_per_peer_max: usize,
     /// TCP keepalive: idle time before the first probe.
     pub keepalive_idle: std::time::Duration,
+    /// Connections still in their handshake: their own pool and per-address rate.
+    pub handshakes: HandshakeLimits,
 }
 
 /// Accepts connections until the future is dropped, serving each with `serve` on its own
 /// task; at most `connections_max` are served at once (more are accepted and closed at once,
 /// with a warning). Transient accept errors (out of descriptors) pause briefly, not stop.
+/// No handshake: every connection counts as authenticated.
 pub async fn accept_loop<F, Fut>(listener: &tokio::net::TcpListener, connections_max: usize, serve: F)
 where
-    F: FnMut(TcpStream) -> Fut,
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let limits = AcceptLimits {
         connections_max,
         connections_per_peer_max: connections_max,
         keepalive_idle: std::time::Duration::from_secs(60),
+        handshakes: HandshakeLimits::default(),
     };
-    accept_loop_limited(listener, limits, serve).await
+    accept_loop_limited(listener, limits, |stream| async move { Some(stream) }, serve).await
 }
 
 type PeerCounts = Arc<Mutex<HashMap<std::net::IpAddr, usize>>>;
@@ -515,17 +521,67 @@ pub fn set_keepalive(stream: &TcpStream, idle: std::time::Duration) -> std::io::
     socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
 }
 
-/// [`accept_loop`] with a per-peer-address limit and TCP keepalive on every connection.
-pub async fn accept_loop_limited<F, Fut>(
+type Gate = Arc<Mutex<HandshakeGate<tokio::task::AbortHandle>>>;
+
+/// A handshake's place in the pool, given back when its task ends however it ends (done,
+/// failed, timed out, or aborted by an eviction).
+struct GateEntry {
+    gate: Gate,
+    ip: std::net::IpAddr,
+    id: u64,
+}
+
+impl Drop for GateEntry {
+    fn drop(&mut self) {
+        self.gate.lock().finished(self.ip, self.id);
+    }
+}
+
+/// Connections closed unserved, reported at most once a second (a flood must not flood the
+/// log too).
+struct Refusals {
+    since: std::time::Instant,
+    counts: HashMap<&'static str, u64>,
+}
+
+impl Refusals {
+    fn new() -> Refusals {
+        Refusals { since: std::time::Instant::now(), counts: HashMap::new() }
+    }
+
+    fn note(&mut self, why: &'static str, peer: std::net::SocketAddr) {
+        *self.counts.entry(why).or_insert(0) += 1;
+        if self.since.elapsed() >= std::time::Duration::from_secs(1) {
+            tracing::warn!(last = %peer, refused = ?self.counts, "refusing connections");
+            *self = Refusals::new();
+        }
+    }
+}
+
+/// Accepts connections until the future is dropped. Each runs `handshake` first, in the
+/// handshake pool (`limits.handshakes`: a per-address token bucket, a bounded pool, the
+/// busiest address evicted for a quieter one — see `admission`); a connection it returns
+/// `Some` for is then served by `serve` if one of `connections_max` and of its address's
+/// `connections_per_peer_max` places is free, else closed. Connections refused before their
+/// handshake are reset at once and counted in a warning at most once a second. TCP keepalive
+/// is on for every connection.
+pub async fn accept_loop_limited<H, HFut, T, S, SFut>(
     listener: &tokio::net::TcpListener,
     limits: AcceptLimits,
-    mut serve: F,
+    mut handshake: H,
+    serve: S,
 ) where
-    F: FnMut(TcpStream) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    H: FnMut(TcpStream) -> HFut,
+    HFut: std::future::Future<Output = Option<T>> + Send + 'static,
+    T: Send + 'static,
+    S: Fn(T) -> SFut + Send + Sync + 'static,
+    SFut: std::future::Future<Output = ()> + Send + 'static,
 {
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.connections_max.max(1)));
     let peers: PeerCounts = Arc::new(Mutex::new(HashMap::new()));
+    let gate: Gate = Arc::new(Mutex::new(HandshakeGate::new(limits.handshakes)));
+    let serve = Arc::new(serve);
+    let mut refusals = Refusals::new();
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -535,23 +591,47 @@ pub async fn accept_loop_limited<F, Fut>(
                 continue;
             }
         };
-        let Some(peer_slot) = PeerSlot::take(&peers, peer.ip(), limits.connections_per_peer_max) else {
-            tracing::warn!(%peer, limits.connections_per_peer_max, "refusing connection: connections_per_peer_max reached");
-            continue;
+        let ip = peer.ip();
+        let admission = gate.lock().admit(ip, std::time::Instant::now());
+        let (id, evicted) = match admission {
+            Admission::Start { id, evicted } => (id, evicted),
+            refused => {
+                let why = match refused {
+                    Admission::OverRate => "handshakes_per_peer_per_second_max",
+                    _ => "handshakes_max",
+                };
+                refusals.note(why, peer);
+                let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
+                continue;
+            }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, limits.connections_max, "refusing connection: connections_max reached");
-            continue;
-        };
+        if let Some(victim) = evicted {
+            victim.abort();
+        }
         if let Err(error) = set_keepalive(&stream, limits.keepalive_idle) {
             tracing::warn!(%peer, %error, "cannot set TCP keepalive");
         }
-        let served = serve(stream);
-        tokio::spawn(async move {
-            served.await;
+        let entry = GateEntry { gate: gate.clone(), ip, id };
+        let handshaking = handshake(stream);
+        let (slots, peers, serve, per_peer_max) =
+            (slots.clone(), peers.clone(), serve.clone(), limits.connections_per_peer_max);
+        let task = tokio::spawn(async move {
+            let authenticated = handshaking.await;
+            drop(entry);
+            let Some(connection) = authenticated else { return };
+            let Some(peer_slot) = PeerSlot::take(&peers, ip, per_peer_max) else {
+                tracing::warn!(%peer, per_peer_max, "closing an authenticated connection: connections_per_peer_max reached");
+                return;
+            };
+            let Ok(slot) = slots.try_acquire_owned() else {
+                tracing::warn!(%peer, "closing an authenticated connection: connections_max reached");
+                return;
+            };
+            serve(connection).await;
             drop(slot);
             drop(peer_slot);
         });
+        gate.lock().attach(ip, id, task.abort_handle());
     }
 }
 
@@ -594,10 +674,12 @@ mod tests {
             connections_max: 16,
             connections_per_peer_max: 2,
             keepalive_idle: std::time::Duration::from_secs(60),
+            handshakes: HandshakeLimits::default(),
         };
         let (release, released) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(async move {
-            accept_loop_limited(&listener, limits, move |mut stream| {
+            let handshake = |stream| async move { Some(stream) };
+            accept_loop_limited(&listener, limits, handshake, move |mut stream: TcpStream| {
                 let mut released = released.clone();
                 async move {
                     let _ = released.wait_for(|done| *done).await;

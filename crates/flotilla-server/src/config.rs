@@ -95,6 +95,26 @@ pub struct ServerConfig {
     pub integrity: flotilla_auth::Integrity,
     /// A connection must finish its handshake within this long of being accepted.
     pub handshake_timeout_ms: u64,
+    /// Connections in their handshake at once (not yet authenticated: a pool of their own,
+    /// apart from `connections_max`; when full, the address with the most is evicted from).
+    pub handshakes_max: usize,
+    /// Handshakes one IP address may start per second, on average (a token bucket) ...
+    pub handshakes_per_peer_per_second_max: u32,
+    /// ... and at once after a quiet spell (the bucket's depth).
+    pub handshake_burst_per_peer_max: u32,
+    /// A frame being read or a reply being written must move at least `progress_bytes_min`
+    /// bytes (or the rest) in every window of this long, else the connection ends and what
+    /// it held is released.
+    pub progress_interval_ms: u64,
+    /// See `progress_interval_ms`.
+    pub progress_bytes_min: u64,
+    /// A frame that has waited this long for more of `data_bytes_in_memory_max` may grow
+    /// past it in the one overdraft lane (frames growing as their bytes arrive never wait
+    /// on each other for ever; memory stays within two budgets).
+    pub overdraft_wait_ms: u64,
+    /// Request and reply data one connection may hold of `data_bytes_in_memory_max` at
+    /// once (a larger request alone); past it, that connection's requests wait, not others'.
+    pub connection_data_bytes_max: u64,
     /// ENWRICH flushes (job, generation, file) in progress at once.
     pub flush_sessions_max: usize,
     /// Members one ENWRICH job may have.
@@ -241,7 +261,14 @@ impl Default for ServerConfig {
             connections_per_peer_max: 256,
             key: None,
             integrity: flotilla_auth::Integrity::Mac,
-            handshake_timeout_ms: 10_000,
+            handshake_timeout_ms: 3_000,
+            handshakes_max: 256,
+            handshakes_per_peer_per_second_max: 1000,
+            handshake_burst_per_peer_max: 2000,
+            progress_interval_ms: 500,
+            progress_bytes_min: 64 << 10,
+            overdraft_wait_ms: 200,
+            connection_data_bytes_max: 16 << 20,
             flush_sessions_max: 64,
             flush_members_max: 4096,
             flush_entries_max: 1 << 20,

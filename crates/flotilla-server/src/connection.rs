@@ -8,11 +8,11 @@ use crate::execute::{shape_error, Executor, Reply};
 use crate::metrics::ServerMetrics;
 use crate::scheduler::{ConnectionId, Scheduler};
 use bytes::{Bytes, BytesMut};
-use flotilla_auth::{Acceptor, Opener};
+use flotilla_auth::{Acceptor, Opener, Secured};
 use flotilla_metrics::JobCounters;
 use flotilla_proto::{
     decode_body, read_frame_bounded_opened, ErrorCode, FrameBudget, FrameError, IoReply, IoRequest,
-    ReadBounds, WireError,
+    ProgressRule, ReadBounds, Reservation, WireError,
 };
 use flotilla_types::Limits;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,8 +31,9 @@ pub(crate) struct Job {
     pub replies: mpsc::Sender<Reply>,
     pub _slot: OwnedSemaphorePermit,
     pub credit: Credit,
-    /// The request's share of the server-wide data budget, held until its reply is written.
-    pub memory: OwnedSemaphorePermit,
+    /// The request's share of the server-wide data budget (and of its connection's share
+    /// of it), held until its reply is written.
+    pub memory: Reservation,
     /// When the request's frame was read (for the latency metrics).
     pub started: Instant,
     /// The counters of the job the connection named, if it named one.
@@ -73,6 +74,11 @@ pub(crate) struct Shared {
     /// server hold more than this, whatever each one's credit.
     pub memory: Arc<Semaphore>,
     pub memory_units_max: u32,
+    /// `memory` as frames and requests take it, with its overdraft lane.
+    pub budget: FrameBudget,
+    /// KiB units of the budget one connection's requests may hold at once
+    /// (`connection_data_bytes_max`).
+    pub connection_units_max: u32,
     /// Buffers large request payloads are read into, reused once their data is done with
     /// (`flotilla_proto::buffers`); at most `FRAME_POOL_KEPT_BYTES_MAX` of them idle.
     pub frame_pool: Arc<flotilla_proto::buffers::BufferPool>,
@@ -80,6 +86,8 @@ pub(crate) struct Shared {
     pub read_bounds: ReadBounds,
     /// A reply not written within this long drops the connection (`reply_stall_ms_max`).
     pub reply_stall: Duration,
+    /// How slowly a peer may take its replies (`progress_interval_ms`, `progress_bytes_min`).
+    pub progress: ProgressRule,
     /// Runs the handshake every connection starts with, and counts failures.
     pub acceptor: Acceptor,
     /// This server's credential towards the metadata service.
@@ -94,11 +102,17 @@ pub(crate) struct Shared {
 /// `data_bytes_in_memory_max`, inside the 64 MiB its memory bound allows over the cache).
 pub(crate) const FRAME_POOL_KEPT_BYTES_MAX: usize = 16 << 20;
 
-/// Serves one connection until the client goes away or sends a stream-breaking frame.
-pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<Shared>) {
+/// Runs the handshake a new connection starts with (in the accept loop's handshake pool).
+pub(crate) async fn handshake(mut stream: TcpStream, shared: Arc<Shared>) -> Option<(TcpStream, Secured)> {
     let _ = stream.set_nodelay(true);
     let peer_addr = stream.peer_addr().ok();
-    let Some(secured) = shared.acceptor.accept(&mut stream, peer_addr).await else { return };
+    let secured = shared.acceptor.accept(&mut stream, peer_addr).await?;
+    Some((stream, secured))
+}
+
+/// Serves one authenticated connection until the client goes away or sends a
+/// stream-breaking frame.
+pub(crate) async fn serve(stream: TcpStream, secured: Secured, id: ConnectionId, shared: Arc<Shared>) {
     tracing::debug!(connection = id, peer = %secured.peer.name, "client authenticated");
     let (read_half, write_half) = stream.into_split();
     let (replies, reply_queue) = mpsc::channel(shared.reply_queue_max);
@@ -107,7 +121,7 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
         (write_half, secured.sealer),
         reply_queue,
         shared.executor.clone(),
-        shared.reply_stall,
+        (shared.reply_stall, shared.progress),
     ));
     let reader = Reader {
         shared: shared.clone(),
@@ -115,6 +129,7 @@ pub(crate) async fn serve(mut stream: TcpStream, id: ConnectionId, shared: Arc<S
         principal: Principal::from(&secured.peer),
         replies,
         slots: Arc::new(Semaphore::new(shared.connection_queue_max)),
+        own: Arc::new(Semaphore::new(shared.connection_units_max as usize)),
         in_flight_bytes: Arc::new(AtomicU64::new(0)),
         closed,
         job: None,
@@ -145,6 +160,9 @@ struct Reader {
     principal: Principal,
     replies: mpsc::Sender<Reply>,
     slots: Arc<Semaphore>,
+    /// The connection's share of the data budget (`connection_data_bytes_max`): past it,
+    /// this reader waits, not the server.
+    own: Arc<Semaphore>,
     in_flight_bytes: Arc<AtomicU64>,
     /// Turns true when this connection ends.
     closed: tokio::sync::watch::Receiver<bool>,
@@ -155,11 +173,7 @@ struct Reader {
 impl Reader {
     async fn run(mut self, mut read_half: OwnedReadHalf, mut opener: Opener) {
         let mut buffer = BytesMut::new();
-        let budget = FrameBudget {
-            kib: self.shared.memory.clone(),
-            kib_max: self.shared.memory_units_max,
-            pool: Some(self.shared.frame_pool.clone()),
-        };
+        let budget = FrameBudget { pool: Some(self.shared.frame_pool.clone()), ..self.shared.budget.clone() };
         let (slots, queue_max) = (self.slots.clone(), self.shared.connection_queue_max);
         let busy = move || slots.available_permits() < queue_max;
         loop {
@@ -208,13 +222,7 @@ impl Reader {
     /// Checks one request and queues it; returns false when the connection should end.
     /// `held` is the frame's share of the memory budget; it grows to the request's data
     /// length and travels with the request until its reply is written.
-    async fn accept(
-        &mut self,
-        request_id: u64,
-        body: &[u8],
-        data: Bytes,
-        held: OwnedSemaphorePermit,
-    ) -> bool {
+    async fn accept(&mut self, request_id: u64, body: &[u8], data: Bytes, held: Reservation) -> bool {
         let request = match decode_body::<IoRequest>(body, "I/O request") {
             Ok(request) => request,
             Err(error) => return self.refuse(request_id, ErrorCode::BadRequest, error.to_string()).await,
@@ -241,20 +249,7 @@ impl Reader {
         };
         let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
         let units = memory_units(credit.bytes, self.shared.memory_units_max);
-        let mut memory = held;
-        let extra = units.saturating_sub(memory.num_permits() as u32);
-        if extra > 0 {
-            if let Some(metrics) = self
-                .shared
-                .metrics
-                .as_ref()
-                .filter(|_| self.shared.memory.available_permits() < extra as usize)
-            {
-                metrics.memory_wait();
-            }
-            let Ok(more) = self.shared.memory.clone().acquire_many_owned(extra).await else { return false };
-            memory.merge(more);
-        }
+        let Some(memory) = self.reserve(held, units).await else { return false };
         let (replies, job) = (self.replies.clone(), self.job.clone());
         let started = Instant::now();
         let job = Job {
@@ -277,15 +272,31 @@ impl Reader {
         true
     }
 
+    /// Grows a request's reservation to `units`: first from the connection's own share (this
+    /// reader waits while the connection's earlier requests hold it: their replies not yet
+    /// taken), then from the server's budget. `None` when the server is stopping.
+    async fn reserve(&self, mut memory: Reservation, units: u32) -> Option<Reservation> {
+        let own_units = units.min(self.shared.connection_units_max);
+        let own = self.own.clone().acquire_many_owned(own_units).await.ok()?;
+        memory.hold(own);
+        let extra = units.saturating_sub(memory.units());
+        if extra > 0 {
+            if let Some(metrics) = self
+                .shared
+                .metrics
+                .as_ref()
+                .filter(|_| self.shared.memory.available_permits() < extra as usize)
+            {
+                metrics.memory_wait();
+            }
+            self.shared.budget.grow(&mut memory, units).await.ok()?;
+        }
+        Some(memory)
+    }
+
     /// Hands a flush message to the flush sessions on its own task (its answer may wait for
     /// other members), holding one of the connection's queue slots until it is answered.
-    async fn flush(
-        &self,
-        request_id: u64,
-        request: IoRequest,
-        data: Bytes,
-        held: OwnedSemaphorePermit,
-    ) -> bool {
+    async fn flush(&self, request_id: u64, request: IoRequest, data: Bytes, held: Reservation) -> bool {
         let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
         let (sessions, replies, closed) =
             (self.shared.flush.clone(), self.replies.clone(), self.closed.clone());

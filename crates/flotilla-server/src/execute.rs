@@ -15,7 +15,7 @@ pub(crate) struct Reply {
     pub message: IoReply,
     pub data: Vec<u8>,
     /// The request's share of the server's data budget, released once the reply is written.
-    pub memory: Option<tokio::sync::OwnedSemaphorePermit>,
+    pub memory: Option<flotilla_proto::Reservation>,
 }
 
 /// What `Executor::read_or_prefetch` came to.

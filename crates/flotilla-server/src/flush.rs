@@ -48,7 +48,7 @@ type SessionKey = (String, u64, FileId);
 
 enum Event {
     Directory { member: u32, entries: Vec<FlushEntry>, closed: watch::Receiver<bool>, durable: bool },
-    Data { member: u32, ranges: Vec<PullRange>, data: Bytes, _held: OwnedSemaphorePermit },
+    Data { member: u32, ranges: Vec<PullRange>, data: Bytes, _held: flotilla_proto::Reservation },
     Gone { member: u32 },
 }
 
@@ -130,7 +130,7 @@ impl Sessions {
         self: &Arc<Self>,
         request: IoRequest,
         data: Bytes,
-        held: OwnedSemaphorePermit,
+        held: flotilla_proto::Reservation,
         closed: watch::Receiver<bool>,
     ) -> IoReply {
         let outcome = match request {
@@ -179,7 +179,7 @@ impl Sessions {
         job: FlushJob,
         ranges: Vec<PullRange>,
         data: Bytes,
-        held: OwnedSemaphorePermit,
+        held: flotilla_proto::Reservation,
     ) -> Result<IoReply, WireError> {
         let session = self.session(&job, false)?;
         let event = Event::Data { member: job.member, ranges, data, _held: held };
@@ -610,7 +610,8 @@ mod tests {
 
         impl Rig {
             async fn send(&self, request: IoRequest, data: Bytes, closed: &watch::Receiver<bool>) -> IoReply {
-                let held = self.frames.clone().acquire_owned().await.unwrap();
+                let mut held = flotilla_proto::FrameBudget::over(self.frames.clone(), 64).empty().unwrap();
+                held.merge(self.frames.clone().acquire_owned().await.unwrap());
                 self.sessions.handle(request, data, held, closed.clone()).await
             }
 

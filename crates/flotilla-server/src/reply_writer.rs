@@ -11,12 +11,14 @@
 //! Invariants: frames are sealed (sequence numbers, tags) in queue order and written in that
 //! order; a reply (its data buffer and its share of the server's data budget) is released
 //! only after its bytes were handed to the socket; a batch not written within
-//! `reply_stall_ms_max` ends the connection.
+//! `reply_stall_ms_max`, or moving fewer than `progress_bytes_min` bytes in a window of
+//! `progress_interval_ms` (the peer does not read), ends the connection, so a peer that
+//! stops reading holds its replies' memory for one window, not for the whole stall limit.
 
 use crate::execute::{BufferPool, Executor, Reply};
 use flotilla_auth::wire::FrameParts;
 use flotilla_auth::{Integrity, Sealer};
-use flotilla_proto::{encode_body, FrameError};
+use flotilla_proto::{encode_body, with_progress, Counted, FrameError, ProgressRule};
 use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,17 +31,43 @@ const BATCH_REPLIES_MAX: usize = 64;
 /// A batch takes no further reply once it holds this many data bytes.
 const BATCH_DATA_BYTES_MAX: usize = 4 << 20;
 
+/// How long a batch may take, and how slowly it may move.
+type Pace = (Duration, ProgressRule);
+
 /// Writes the replies of one connection until its queue closes or a write fails or stalls.
 pub(crate) async fn write_replies(
     (write_half, sealer): (OwnedWriteHalf, Sealer),
     queue: mpsc::Receiver<Reply>,
     executor: Arc<Executor>,
-    reply_stall: Duration,
+    pace: Pace,
 ) {
+    let write_half = Counted::new(write_half);
     match sealer.integrity() {
-        Integrity::Encrypt => write_buffered((write_half, sealer), queue, executor, reply_stall).await,
-        Integrity::None | Integrity::Mac => {
-            write_vectored((write_half, sealer), queue, executor, reply_stall).await
+        Integrity::Encrypt => write_buffered((write_half, sealer), queue, executor, pace).await,
+        Integrity::None | Integrity::Mac => write_vectored((write_half, sealer), queue, executor, pace).await,
+    }
+}
+
+/// Runs one batch's writing within the stall limit and the progress rule.
+async fn paced<F: std::future::Future<Output = Result<(), E>>, E>(
+    (reply_stall, progress): Pace,
+    moved: &std::sync::atomic::AtomicU64,
+    write: F,
+) -> bool {
+    let limited = tokio::time::timeout(reply_stall, write);
+    match with_progress(progress, moved, limited).await {
+        Ok(Ok(Ok(()))) => true,
+        Ok(Ok(Err(_))) => false,
+        Ok(Err(_)) => {
+            tracing::warn!(
+                ?reply_stall,
+                "dropping connection: replies not written within reply_stall_ms_max"
+            );
+            false
+        }
+        Err(error) => {
+            tracing::warn!(%error, "dropping connection: the peer does not take its replies");
+            false
         }
     }
 }
@@ -69,11 +97,12 @@ impl Sealed {
 }
 
 async fn write_vectored(
-    (mut write_half, mut sealer): (OwnedWriteHalf, Sealer),
+    (mut write_half, mut sealer): (Counted<OwnedWriteHalf>, Sealer),
     mut queue: mpsc::Receiver<Reply>,
     executor: Arc<Executor>,
-    reply_stall: Duration,
+    pace: Pace,
 ) {
+    let moved = write_half.moved();
     while let Some(first) = queue.recv().await {
         let batch = match seal_batch(&mut sealer, first, &mut queue) {
             Ok(batch) => batch,
@@ -82,10 +111,9 @@ async fn write_vectored(
                 return;
             }
         };
-        let written = tokio::time::timeout(reply_stall, write_batch(&mut write_half, &batch)).await;
+        let written = paced(pace, &moved, write_batch(&mut write_half, &batch)).await;
         release(batch, &executor.pool);
-        if !matches!(written, Ok(Ok(()))) {
-            tracing::warn!(?reply_stall, "dropping connection: reply not written in time or failed");
+        if !written {
             return;
         }
     }
@@ -109,7 +137,7 @@ fn seal_batch(
 }
 
 /// Writes every frame of the batch, as few `writev`s as the socket takes.
-async fn write_batch(writer: &mut OwnedWriteHalf, batch: &[Sealed]) -> std::io::Result<()> {
+async fn write_batch(writer: &mut Counted<OwnedWriteHalf>, batch: &[Sealed]) -> std::io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = batch.iter().flat_map(Sealed::slices).collect();
     let mut remaining = &mut slices[..];
     while !remaining.is_empty() {
@@ -133,27 +161,23 @@ fn release(batch: Vec<Sealed>, pool: &BufferPool) {
 /// The writer of an encrypted connection: each frame is sealed into the sealer's buffer and
 /// written through a buffered writer, flushed once the queue is empty.
 async fn write_buffered(
-    (write_half, mut sealer): (OwnedWriteHalf, Sealer),
+    (write_half, mut sealer): (Counted<OwnedWriteHalf>, Sealer),
     mut queue: mpsc::Receiver<Reply>,
     executor: Arc<Executor>,
-    reply_stall: Duration,
+    pace: Pace,
 ) {
+    let moved = write_half.moved();
     let mut writer = BufWriter::with_capacity(256 << 10, write_half);
     while let Some(first) = queue.recv().await {
         let mut next = Some(first);
         while let Some(reply) = next.take() {
-            let written = tokio::time::timeout(
-                reply_stall,
-                write_reply((&mut writer, &mut sealer), reply, &executor.pool),
-            )
-            .await;
-            if !matches!(written, Ok(Ok(()))) {
-                tracing::warn!(?reply_stall, "dropping connection: reply not written in time or failed");
+            let write = write_reply((&mut writer, &mut sealer), reply, &executor.pool);
+            if !paced(pace, &moved, write).await {
                 return;
             }
             next = queue.try_recv().ok();
         }
-        if !matches!(tokio::time::timeout(reply_stall, writer.flush()).await, Ok(Ok(()))) {
+        if !paced(pace, &moved, writer.flush()).await {
             return;
         }
     }
@@ -161,7 +185,7 @@ async fn write_buffered(
 }
 
 async fn write_reply(
-    (writer, sealer): (&mut BufWriter<OwnedWriteHalf>, &mut Sealer),
+    (writer, sealer): (&mut BufWriter<Counted<OwnedWriteHalf>>, &mut Sealer),
     reply: Reply,
     pool: &BufferPool,
 ) -> Result<(), FrameError> {

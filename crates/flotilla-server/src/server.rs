@@ -71,8 +71,12 @@ impl Server {
             boot_epoch: rand::random::<u64>().max(1),
             connection_queue_max: config.connection_queue_max.max(1),
             reply_queue_max: config.reply_queue_max.max(1),
+            budget: frame_budget(&config, memory.clone(), memory_units_max),
             memory,
             memory_units_max,
+            connection_units_max: u32::try_from((config.connection_data_bytes_max / 1024).max(1))
+                .unwrap_or(u32::MAX >> 4)
+                .min(memory_units_max),
             frame_pool: flotilla_proto::buffers::BufferPool::new(
                 (config.data_bytes_in_memory_max as usize).min(crate::connection::FRAME_POOL_KEPT_BYTES_MAX),
             ),
@@ -80,8 +84,10 @@ impl Server {
                 frame_bytes_max: config.limits.frame_bytes_max,
                 idle_timeout: Duration::from_millis(config.idle_timeout_ms.max(1)),
                 frame_timeout: Duration::from_millis(config.frame_read_timeout_ms.max(1)),
+                progress: progress_rule(&config),
             },
             reply_stall: Duration::from_millis(config.reply_stall_ms_max.max(1)),
+            progress: progress_rule(&config),
             acceptor: Acceptor::new(
                 credential.clone(),
                 vec![Role::Client, Role::Server],
@@ -152,6 +158,25 @@ impl Server {
     }
 }
 
+/// How slowly a peer may send a frame or take a reply.
+fn progress_rule(config: &ServerConfig) -> flotilla_proto::ProgressRule {
+    flotilla_proto::ProgressRule {
+        interval: Duration::from_millis(config.progress_interval_ms.max(1)),
+        bytes_min: config.progress_bytes_min,
+    }
+}
+
+/// The data budget as frames see it, with its overdraft lane.
+fn frame_budget(
+    config: &ServerConfig,
+    memory: Arc<Semaphore>,
+    units_max: u32,
+) -> flotilla_proto::FrameBudget {
+    let mut budget = flotilla_proto::FrameBudget::over(memory, units_max);
+    budget.overdraft_wait = Duration::from_millis(config.overdraft_wait_ms);
+    budget
+}
+
 /// The handshake and tag bounds of the server's connections.
 fn flush_config(config: &ServerConfig) -> crate::flush::FlushConfig {
     crate::flush::FlushConfig {
@@ -168,7 +193,11 @@ fn auth_bounds(config: &ServerConfig) -> AuthBounds {
     AuthBounds {
         integrity: config.integrity,
         handshake_timeout: Duration::from_millis(config.handshake_timeout_ms.max(1)),
-        tag_timeout: Duration::from_millis(config.frame_read_timeout_ms.max(1)),
+        // The 32-byte tag follows its frame at once: a peer holding it back holds the
+        // frame's memory, so it gets one progress window.
+        tag_timeout: Duration::from_millis(
+            config.frame_read_timeout_ms.min(config.progress_interval_ms).max(1),
+        ),
     }
 }
 
@@ -198,10 +227,17 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, config: &Serv
         connections_max: config.connections_max,
         connections_per_peer_max: config.connections_per_peer_max,
         keepalive_idle: Duration::from_millis(config.keepalive_idle_ms.max(1000)),
+        handshakes: flotilla_rpc::HandshakeLimits {
+            handshakes_max: config.handshakes_max.max(1),
+            per_peer_per_second: config.handshakes_per_peer_per_second_max,
+            burst_per_peer: config.handshake_burst_per_peer_max.max(1),
+        },
     };
-    flotilla_rpc::accept_loop_limited(listener, limits, |stream| {
+    let handshake = |stream| connection::handshake(stream, shared.clone());
+    let serving = shared.clone();
+    flotilla_rpc::accept_loop_limited(listener, limits, handshake, move |(stream, secured)| {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
-        connection::serve(stream, id, shared.clone())
+        connection::serve(stream, secured, id, serving.clone())
     })
     .await
 }
