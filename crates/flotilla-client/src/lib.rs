@@ -30,6 +30,7 @@ mod locks;
 mod metrics;
 mod nonblocking;
 mod opens;
+mod outage;
 mod posix;
 mod posix_at;
 mod raw;
@@ -55,6 +56,7 @@ pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, SetAttr, SubfileIndex, TargetId,
 };
 pub use fork::Fork;
+pub use outage::{OutageSettings, Service, OUTAGE_WAIT_ENV, OUTAGE_WAIT_MS_DEFAULT};
 pub use group::{Group, GroupError, GroupStats, GroupTarget, RequestFailure};
 pub use group_plan::{Admission, Direction, GroupConfig, GroupMode, Mixed, Planner};
 pub use handle::Handle;
