@@ -34,7 +34,8 @@ pub(crate) async fn resend_stale(
         .select(|w| w.addr == addr && w.epoch != epoch && fork.is_none_or(|f| w.fork == *f));
     if !stale.is_empty() {
         let bytes: usize = stale.iter().map(|(_, w)| w.data.len()).sum();
-        tracing::warn!(
+        // Ordinary recovery: what the restart lost goes again, nothing is lost.
+        tracing::info!(
             server = addr,
             epoch,
             writes = stale.len(),

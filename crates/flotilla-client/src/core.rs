@@ -95,6 +95,8 @@ pub(crate) struct Core {
     pub buffers: Arc<flotilla_proto::buffers::BufferPool>,
     /// How long calls wait out an unreachable service (`outage.rs`).
     pub outage: OutageSettings,
+    /// When a broken metadata connection was last replaced (the service may have restarted).
+    meta_reconnected: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Core {
@@ -134,7 +136,14 @@ impl Core {
                 (unstable_bytes_max / 2).min(usize::MAX as u64) as usize,
             ),
             outage,
+            meta_reconnected: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Whether a broken metadata connection was replaced within the last `within`: what the
+    /// service forgot (tokens) is then the ordinary outcome of its restart.
+    pub fn meta_reconnected_within(&self, within: std::time::Duration) -> bool {
+        self.meta_reconnected.lock().is_some_and(|at| at.elapsed() <= within)
     }
 
     /// Makes every later metadata request on behalf of `caller` (`None`: as the connection).
@@ -209,6 +218,9 @@ impl Core {
         }
         let connection =
             Arc::new(Connection::connect(&self.meta_addr, self.connection_config.clone()).await?);
+        if slot.is_some() {
+            *self.meta_reconnected.lock() = Some(Instant::now());
+        }
         *slot = Some(connection.clone());
         Ok(connection)
     }
