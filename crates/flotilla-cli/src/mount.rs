@@ -144,7 +144,8 @@ fn prepare_mount_point(mountpoint: &Path) -> anyhow::Result<()> {
                 .with_context(|| format!("detach the dead mount on {}", mountpoint.display()))?;
         }
     }
-    std::fs::create_dir_all(mountpoint).with_context(|| format!("create mount point {}", mountpoint.display()))
+    std::fs::create_dir_all(mountpoint)
+        .with_context(|| format!("create mount point {}", mountpoint.display()))
 }
 
 /// Serves until a signal (then unmounts) or until someone else unmounts.

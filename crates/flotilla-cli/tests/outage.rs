@@ -37,7 +37,8 @@ fn library_writer(client: Client, prefix: &'static str, stop: Arc<AtomicBool>) -
     let mut number = 0u64;
     while !stop.load(Ordering::Relaxed) {
         number += 1;
-        let (name, seed, length) = (format!("/{prefix}-{number}"), number * 31 + 7, 65_536 * (1 + number as usize % 3));
+        let (name, seed, length) =
+            (format!("/{prefix}-{number}"), number * 31 + 7, 65_536 * (1 + number as usize % 3));
         let data = random_bytes(seed, length);
         let outcome = client.create(&name, &options).and_then(|file| {
             file.write_at(0, &data)?;
@@ -119,7 +120,11 @@ fn writes_outlast_a_killed_io_server() {
         all.errors.extend(written.errors);
     }
     let first: Vec<_> = all.errors.iter().take(5).collect();
-    assert!(all.errors.is_empty(), "{} writes failed during a short outage, first: {first:?}", all.errors.len());
+    assert!(
+        all.errors.is_empty(),
+        "{} writes failed during a short outage, first: {first:?}",
+        all.errors.len()
+    );
     assert!(all.files.len() >= 6, "too few files written to tell: {}", all.files.len());
     assert_all_read_back(&cluster.client(), &all);
 }
@@ -166,7 +171,11 @@ fn namespace_changes_outlast_a_killed_metadata_service() {
     looping.join().expect("loop thread");
     let made = std::mem::take(&mut *made.lock().expect("made"));
     let first: Vec<_> = made.errors.iter().take(5).collect();
-    assert!(made.errors.is_empty(), "{} calls failed during a short outage, first: {first:?}", made.errors.len());
+    assert!(
+        made.errors.is_empty(),
+        "{} calls failed during a short outage, first: {first:?}",
+        made.errors.len()
+    );
     let client = cluster.client();
     let dirs: Vec<_> = client.readdir("/").expect("readdir /").into_iter().map(|e| e.name).collect();
     assert_eq!(dirs.len(), made.files.len(), "directories made ≠ directories reported made: {dirs:?}");
@@ -191,7 +200,11 @@ fn a_long_outage_fails_after_the_configured_wait() {
     file.close().expect("close");
     let started = Instant::now();
     assert!(client.stat("/missing").is_err());
-    assert!(started.elapsed() < Duration::from_millis(1_000), "a missing name waited {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(1_000),
+        "a missing name waited {:?}",
+        started.elapsed()
+    );
 
     let server = cluster.servers[0].take().expect("server");
     let addr = server.addr.clone();
@@ -201,7 +214,10 @@ fn a_long_outage_fails_after_the_configured_wait() {
     let error = file.read_at(0, &mut [0u8; 4]).expect_err("a read from a server that stays down");
     let waited = started.elapsed();
     let text = error.to_string();
-    assert!(waited >= Duration::from_millis(1_500) && waited < Duration::from_secs(15), "waited {waited:?}: {text}");
+    assert!(
+        waited >= Duration::from_millis(1_500) && waited < Duration::from_secs(15),
+        "waited {waited:?}: {text}"
+    );
     assert!(text.contains("outage_wait_ms") && text.contains(&addr), "{text}");
     assert_eq!(error.errno(), libc::EIO);
 
@@ -210,7 +226,10 @@ fn a_long_outage_fails_after_the_configured_wait() {
     let error = client.stat_id(file.id()).expect_err("a stat with the metadata service down");
     let waited = started.elapsed();
     let text = error.to_string();
-    assert!(waited >= Duration::from_millis(1_500) && waited < Duration::from_secs(15), "waited {waited:?}: {text}");
+    assert!(
+        waited >= Duration::from_millis(1_500) && waited < Duration::from_secs(15),
+        "waited {waited:?}: {text}"
+    );
     assert!(text.contains("metadata service") && text.contains("outage_wait_ms"), "{text}");
 }
 
@@ -244,7 +263,8 @@ fn a_killed_mount_with_a_process_inside_is_mounted_again() {
             assert!(output.status.success(), "umount of a busy dead mount: {said}");
             assert!(said.contains("lazily"), "umount should say it detached lazily: {said}");
         }
-        let args = ["mount", "--meta", &cluster.meta_addr(), "--attr-timeout-ms", "0", common::path(&mount.dir)];
+        let args =
+            ["mount", "--meta", &cluster.meta_addr(), "--attr-timeout-ms", "0", common::path(&mount.dir)];
         let process = common::Process::start(&args, "mount");
         let _ = inside.kill();
         let _ = inside.wait();

@@ -280,7 +280,10 @@ impl Core {
         if !claim.matches(&entry, started_ns, caller_uid) {
             return Err(ClientError::Meta(error));
         }
-        tracing::info!(id = entry.id, "a retried create had been applied before the connection broke; taking its entry");
+        tracing::info!(
+            id = entry.id,
+            "a retried create had been applied before the connection broke; taking its entry"
+        );
         match resend {
             Some(resend) => self.meta_call_once(resend).await,
             None => Ok(MetaReply::Entry(entry)),

@@ -56,10 +56,10 @@ pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, SetAttr, SubfileIndex, TargetId,
 };
 pub use fork::Fork;
-pub use outage::{OutageSettings, Service, OUTAGE_WAIT_ENV, OUTAGE_WAIT_MS_DEFAULT};
 pub use group::{Group, GroupError, GroupStats, GroupTarget, RequestFailure};
 pub use group_plan::{Admission, Direction, GroupConfig, GroupMode, Mixed, Planner};
 pub use handle::Handle;
+pub use outage::{OutageSettings, Service, OUTAGE_WAIT_ENV, OUTAGE_WAIT_MS_DEFAULT};
 pub use posix::Owner;
 pub use posix_at::At;
 pub use raw::RawBuffer;

@@ -104,7 +104,12 @@ pub(crate) struct OutageWait {
 
 impl OutageWait {
     pub fn new(settings: OutageSettings) -> OutageWait {
-        OutageWait { settings, started: None, backoff_ms: settings.backoff_ms_min.max(1), maybe_applied: false }
+        OutageWait {
+            settings,
+            started: None,
+            backoff_ms: settings.backoff_ms_min.max(1),
+            maybe_applied: false,
+        }
     }
 
     /// After an attempt failed with `failure` at `now`: the pause before the next attempt,
@@ -252,14 +257,19 @@ fn claim_plan(request: &MetaRequest) -> Option<AfterRetry> {
         | MetaRequest::CreateOpenCached { path, spec, .. } => {
             plan(by_path(path), Claim::of(FileKind::File, spec.uid), Some(non_exclusive(request)?))
         }
-        MetaRequest::CreateAt { parent, name, spec } | MetaRequest::CreateAtOpen { parent, name, spec, .. } => {
+        MetaRequest::CreateAt { parent, name, spec }
+        | MetaRequest::CreateAtOpen { parent, name, spec, .. } => {
             plan(at(parent, name), Claim::of(FileKind::File, spec.uid), Some(non_exclusive(request)?))
         }
-        MetaRequest::Mkdir { path, uid, .. } => plan(by_path(path), Claim::of(FileKind::Directory, *uid), None),
+        MetaRequest::Mkdir { path, uid, .. } => {
+            plan(by_path(path), Claim::of(FileKind::Directory, *uid), None)
+        }
         MetaRequest::MkdirAt { parent, name, uid, .. } => {
             plan(at(parent, name), Claim::of(FileKind::Directory, *uid), None)
         }
-        MetaRequest::MknodAt { parent, name, kind, uid, .. } => plan(at(parent, name), Claim::of(*kind, *uid), None),
+        MetaRequest::MknodAt { parent, name, kind, uid, .. } => {
+            plan(at(parent, name), Claim::of(*kind, *uid), None)
+        }
         MetaRequest::Symlink { path, target, uid, .. } => {
             let claim = Claim { symlink: Some(target.clone()), ..Claim::of(FileKind::Symlink, *uid) };
             plan(by_path(path), claim, None)
@@ -289,7 +299,9 @@ fn non_exclusive(request: &MetaRequest) -> Option<MetaRequest> {
         MetaRequest::CreateOpenCached { path, spec, session } => {
             MetaRequest::CreateOpenCached { path, spec: open(&spec)?, session }
         }
-        MetaRequest::CreateAt { parent, name, spec } => MetaRequest::CreateAt { parent, name, spec: open(&spec)? },
+        MetaRequest::CreateAt { parent, name, spec } => {
+            MetaRequest::CreateAt { parent, name, spec: open(&spec)? }
+        }
         MetaRequest::CreateAtOpen { parent, name, spec, session } => {
             MetaRequest::CreateAtOpen { parent, name, spec: open(&spec)?, session }
         }
@@ -353,11 +365,15 @@ mod tests {
     #[test]
     fn a_retried_exclusive_create_claims_its_file_by_a_non_exclusive_create() {
         let request = MetaRequest::CreateOpen { path: "/f".into(), spec: spec(true), session: 3 };
-        let AfterRetry::Claim { lookup, claim, resend } = after_retry(&request, ErrorCode::AlreadyExists) else {
+        let AfterRetry::Claim { lookup, claim, resend } = after_retry(&request, ErrorCode::AlreadyExists)
+        else {
             panic!("an exclusive create that finds its name taken must try to claim it");
         };
         assert_eq!(lookup, MetaRequest::Lookup { path: "/f".into() });
-        assert_eq!(resend, Some(MetaRequest::CreateOpen { path: "/f".into(), spec: spec(false), session: 3 }));
+        assert_eq!(
+            resend,
+            Some(MetaRequest::CreateOpen { path: "/f".into(), spec: spec(false), session: 3 })
+        );
         let mut entry = EntryInfo {
             id: 9,
             attrs: flotilla_types::Attributes {
@@ -394,7 +410,10 @@ mod tests {
         assert_eq!(after_retry(&unlink, ErrorCode::PermissionDenied), AfterRetry::Stands);
         let mkdir = MetaRequest::Mkdir { path: "/d".into(), mode: 0o755, uid: 1, gid: 1 };
         assert_eq!(after_retry(&mkdir, ErrorCode::NotFound), AfterRetry::Stands, "a missing parent");
-        assert!(matches!(after_retry(&mkdir, ErrorCode::AlreadyExists), AfterRetry::Claim { resend: None, .. }));
+        assert!(matches!(
+            after_retry(&mkdir, ErrorCode::AlreadyExists),
+            AfterRetry::Claim { resend: None, .. }
+        ));
         let open_existing = MetaRequest::CreateOpen { path: "/f".into(), spec: spec(false), session: 1 };
         assert_eq!(after_retry(&open_existing, ErrorCode::AlreadyExists), AfterRetry::Stands);
         let lookup = MetaRequest::Lookup { path: "/f".into() };

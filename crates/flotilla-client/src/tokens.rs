@@ -524,7 +524,10 @@ impl Inner {
     fn lose_all(&self, after_restart: bool) {
         let ids: Vec<u64> = self.shared.lock().files.keys().copied().collect();
         if after_restart {
-            tracing::info!(files = ids.len(), "the metadata service restarted without this client's tokens; dropping them");
+            tracing::info!(
+                files = ids.len(),
+                "the metadata service restarted without this client's tokens; dropping them"
+            );
         } else {
             tracing::warn!(
                 files = ids.len(),

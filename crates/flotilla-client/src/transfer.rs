@@ -235,13 +235,11 @@ async fn read_copying_once(
         }
         Plan::Chunks(chunks) => {
             let mut replies = stream::iter(chunks)
-                .map(|pieces| {
-                    async move {
-                        let bytes = pieces.iter().map(|p| p.length).sum();
-                        let shape = Shape::List { pieces };
-                        let data = fetch(core, server, fork, shape.clone(), bytes).await?;
-                        Ok::<_, ClientError>((shape, data))
-                    }
+                .map(|pieces| async move {
+                    let bytes = pieces.iter().map(|p| p.length).sum();
+                    let shape = Shape::List { pieces };
+                    let data = fetch(core, server, fork, shape.clone(), bytes).await?;
+                    Ok::<_, ClientError>((shape, data))
                 })
                 .buffer_unordered(CHUNKS_IN_FLIGHT_MAX);
             while let Some((shape, data)) = replies.try_next().await? {

@@ -165,7 +165,11 @@ fn fusermount_unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
                 if said.contains("busy") {
                     return Err(io::Error::from_raw_os_error(libc::EBUSY));
                 }
-                return Err(io::Error::other(format!("{helper} -u exited with {}: {}", output.status, said.trim())));
+                return Err(io::Error::other(format!(
+                    "{helper} -u exited with {}: {}",
+                    output.status,
+                    said.trim()
+                )));
             }
             Err(error) => last = error,
         }
