@@ -285,7 +285,7 @@ impl Core {
             "a retried create had been applied before the connection broke; taking its entry"
         );
         match resend {
-            Some(resend) => self.meta_call_once(resend).await,
+            Some(resend) => self.meta_call_once(*resend).await,
             None => Ok(MetaReply::Entry(entry)),
         }
     }

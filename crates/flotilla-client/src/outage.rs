@@ -192,7 +192,7 @@ pub(crate) enum AfterRetry {
     /// The earlier attempt may have made the entry: look it up with `lookup`; if it is what
     /// `claim` expects, it is ours: answer with `resend` (a non-exclusive create, which
     /// opens it as the original would have) or, without one, with the entry.
-    Claim { lookup: MetaRequest, claim: Claim, resend: Option<MetaRequest> },
+    Claim { lookup: MetaRequest, claim: Claim, resend: Option<Box<MetaRequest>> },
 }
 
 /// What an entry made by this caller's earlier attempt looks like.
@@ -255,12 +255,14 @@ fn claim_plan(request: &MetaRequest) -> Option<AfterRetry> {
         MetaRequest::Create { path, spec }
         | MetaRequest::CreateOpen { path, spec, .. }
         | MetaRequest::CreateOpenCached { path, spec, .. } => {
-            plan(by_path(path), Claim::of(FileKind::File, spec.uid), Some(non_exclusive(request)?))
+            plan(by_path(path), Claim::of(FileKind::File, spec.uid), Some(Box::new(non_exclusive(request)?)))
         }
         MetaRequest::CreateAt { parent, name, spec }
-        | MetaRequest::CreateAtOpen { parent, name, spec, .. } => {
-            plan(at(parent, name), Claim::of(FileKind::File, spec.uid), Some(non_exclusive(request)?))
-        }
+        | MetaRequest::CreateAtOpen { parent, name, spec, .. } => plan(
+            at(parent, name),
+            Claim::of(FileKind::File, spec.uid),
+            Some(Box::new(non_exclusive(request)?)),
+        ),
         MetaRequest::Mkdir { path, uid, .. } => {
             plan(by_path(path), Claim::of(FileKind::Directory, *uid), None)
         }
@@ -372,7 +374,7 @@ mod tests {
         assert_eq!(lookup, MetaRequest::Lookup { path: "/f".into() });
         assert_eq!(
             resend,
-            Some(MetaRequest::CreateOpen { path: "/f".into(), spec: spec(false), session: 3 })
+            Some(Box::new(MetaRequest::CreateOpen { path: "/f".into(), spec: spec(false), session: 3 }))
         );
         let mut entry = EntryInfo {
             id: 9,
