@@ -46,6 +46,9 @@ pub struct ClientFileConfig {
     /// The library's coherent attribute cache for `stat` (`ClientConfig::attr_cache`;
     /// default on).
     pub attr_cache: Option<bool>,
+    /// How long a call keeps trying an unreachable I/O server or metadata service before it
+    /// fails (`ClientConfig::outage`; default 60 000, or `FLOTILLA_OUTAGE_WAIT_MS`).
+    pub outage_wait_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

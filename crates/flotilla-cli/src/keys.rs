@@ -87,6 +87,17 @@ pub fn unstable_bytes_max() -> Option<u64> {
     CLIENT_UNSTABLE_BYTES_MAX.get().copied().flatten()
 }
 
+/// `[client] outage_wait_ms`, or `flotilla mount --outage-wait-ms` (which wins).
+static CLIENT_OUTAGE_WAIT_MS: std::sync::Mutex<Option<u64>> = std::sync::Mutex::new(None);
+
+/// Makes every client this process makes from now on wait `wait_ms` for an unreachable
+/// service (`None` leaves what is set).
+pub fn set_outage_wait_ms(wait_ms: Option<u64>) {
+    if let (Some(wait_ms), Ok(mut held)) = (wait_ms, CLIENT_OUTAGE_WAIT_MS.lock()) {
+        *held = Some(wait_ms);
+    }
+}
+
 /// Where the next client this process makes serves its metrics (`flotilla mount --metrics-listen`).
 static CLIENT_METRICS_LISTEN: OnceLock<String> = OnceLock::new();
 
@@ -180,6 +191,9 @@ pub fn client_with(meta: &str, key: Option<&Path>) -> anyhow::Result<Client> {
     }
     if let Some(on) = attr_cache() {
         config.attr_cache = on;
+    }
+    if let Some(wait_ms) = CLIENT_OUTAGE_WAIT_MS.lock().ok().and_then(|held| *held) {
+        config.outage.wait_ms = wait_ms;
     }
     if let Some(key) = key {
         config.key = Some(key.to_path_buf());

@@ -187,6 +187,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     keys::set_unstable_bytes_max(file.client.unstable_bytes_max);
     keys::set_tokens(file.client.tokens);
     keys::set_attr_cache(file.client.attr_cache);
+    keys::set_outage_wait_ms(file.client.outage_wait_ms);
     keys::set_server_metrics(file.server.metrics);
     keys::set_server_bulk_bytes_min(file.server.bulk_bytes_min);
     keys::set_server_disk_threads(file.server.disk_threads_per_target);

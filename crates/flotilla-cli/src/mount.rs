@@ -65,6 +65,10 @@ pub struct MountArgs {
     /// open; past it the least recently closed give theirs back (0: none kept). Default 4096.
     #[arg(long)]
     kept_files: Option<usize>,
+    /// How long a file operation keeps trying an unreachable I/O server or metadata service
+    /// before it fails with EIO, in milliseconds (default 60000, `[client] outage_wait_ms`).
+    #[arg(long)]
+    outage_wait_ms: Option<u64>,
 }
 
 #[derive(Args)]
@@ -95,6 +99,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     if let Some(listen) = &args.metrics_listen {
         crate::keys::set_metrics_listen(listen);
     }
+    crate::keys::set_outage_wait_ms(args.outage_wait_ms);
     let mounted = mount_at((&args.meta, None), &args.mountpoint, &config)?;
     serve_until_signal(mounted)
 }
@@ -116,14 +121,31 @@ pub fn mount_at(
     if let Some(addr) = client.metrics_addr() {
         crate::cluster::announce(format!("metrics={addr}"));
     }
-    std::fs::create_dir_all(mountpoint)
-        .with_context(|| format!("create mount point {}", mountpoint.display()))?;
+    prepare_mount_point(mountpoint)?;
     let mounted = flotilla_fuse::mount(client, mountpoint, config)
         .with_context(|| format!("mount on {}", mountpoint.display()))?;
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "mount={}", mountpoint.display());
     let _ = stdout.flush();
     Ok(mounted)
+}
+
+/// Makes `mountpoint` ready to mount on: created if missing, and a mount a killed mount
+/// process left there (stat answers ENOTCONN) detached first, so the new mount takes its
+/// place even while processes still have files or their working directory in the old one.
+fn prepare_mount_point(mountpoint: &Path) -> anyhow::Result<()> {
+    if let Err(error) = std::fs::metadata(mountpoint) {
+        if error.raw_os_error() == Some(libc::ENOTCONN) {
+            eprintln!(
+                "{}: a mount whose process died is still there; detaching it (lazily: it goes when its last user leaves)",
+                mountpoint.display()
+            );
+            flotilla_fuse::unmount(mountpoint, true)
+                .with_context(|| format!("detach the dead mount on {}", mountpoint.display()))?;
+        }
+    }
+    std::fs::create_dir_all(mountpoint)
+        .with_context(|| format!("create mount point {}", mountpoint.display()))
 }
 
 /// Serves until a signal (then unmounts) or until someone else unmounts.
@@ -152,7 +174,19 @@ async fn unmounted(mounted: &Mounted) {
     }
 }
 
+/// Unmounts; a busy mount (a process has a file or its working directory in it, also after
+/// the mount process died) is detached lazily instead, with a message saying so.
 pub fn umount(args: UmountArgs) -> anyhow::Result<()> {
-    flotilla_fuse::unmount(&args.mountpoint, args.lazy)
-        .with_context(|| format!("unmount {}", args.mountpoint.display()))
+    let path = &args.mountpoint;
+    match flotilla_fuse::unmount(path, args.lazy) {
+        Err(error) if !args.lazy && error.raw_os_error() == Some(libc::EBUSY) => {
+            eprintln!(
+                "{}: busy (a process has a file or its working directory in it); detaching it lazily: \
+                 it goes when its last user leaves",
+                path.display()
+            );
+            flotilla_fuse::unmount(path, true).with_context(|| format!("detach {}", path.display()))
+        }
+        other => other.with_context(|| format!("unmount {}", path.display())),
+    }
 }

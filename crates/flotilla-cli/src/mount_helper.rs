@@ -39,7 +39,7 @@ pub fn mount_arguments(source: &str, dir: &Path, options: &str, sloppy: bool) ->
                 continue;
             }
             "threads" | "attr_timeout_ms" | "write_behind_bytes" | "metrics_listen" | "enwrich_cache_bytes"
-            | "readahead_bytes" => {
+            | "readahead_bytes" | "outage_wait_ms" => {
                 name.replace('_', "-")
             }
             _ if IGNORED.contains(&name) || name.starts_with("x-") || name.starts_with("comment=") => {
@@ -48,7 +48,8 @@ pub fn mount_arguments(source: &str, dir: &Path, options: &str, sloppy: bool) ->
             _ if sloppy => continue,
             _ => anyhow::bail!(
                 "unknown mount option {option:?} (flotilla takes ro, enwrich, key=FILE, config=FILE, threads=N, \
-                 attr_timeout_ms=N, write_behind_bytes=N, enwrich_cache_bytes=N, readahead_bytes=N, metrics_listen=ADDR)"
+                 attr_timeout_ms=N, write_behind_bytes=N, enwrich_cache_bytes=N, readahead_bytes=N, outage_wait_ms=N, \
+                 metrics_listen=ADDR)"
             ),
         };
         local.extend([format!("--{flag}"), required(name, value)?]);

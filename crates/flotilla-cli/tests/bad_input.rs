@@ -210,7 +210,11 @@ fn missing_target_directory_is_named() {
 #[test]
 fn a_server_that_disappears_mid_request_fails_only_its_requests() {
     let mut cluster = Cluster::start(2);
-    let client = cluster.client();
+    // The server stays away: waiting half a second for it (not the default minute) is enough.
+    let mut config = flotilla_client::ClientConfig::new(cluster.meta_addr());
+    config.key = Some(common::client_key());
+    config.outage.wait_ms = 500;
+    let client = flotilla_client::Client::with_config(config).unwrap();
     let file = client.create("/split", &CreateOptions { subfiles: 2, ..CreateOptions::default() }).unwrap();
     let doomed = file.entry().subfiles[0].server.clone();
     let data = random_bytes(3, 8 << 20);

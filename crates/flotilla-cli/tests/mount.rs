@@ -26,23 +26,33 @@ const NOBODY: u32 = 65534;
 struct Mount {
     process: Option<Process>,
     dir: PathBuf,
+    /// Extra `flotilla mount` arguments.
+    extra: Vec<String>,
     _holder: tempfile::TempDir,
 }
 
 impl Mount {
     fn start(meta: &str) -> Mount {
+        Mount::start_with(meta, &[])
+    }
+
+    /// A mount with extra `flotilla mount` arguments, kept for `remount`.
+    fn start_with(meta: &str, extra: &[&str]) -> Mount {
         let holder = tempfile::tempdir().expect("temporary folder");
         // Other users must be able to reach the mount point (permission tests run as nobody).
         fs::set_permissions(holder.path(), fs::Permissions::from_mode(0o755)).unwrap();
         let dir = holder.path().join("mnt");
-        let mut mount = Mount { process: None, dir, _holder: holder };
+        let extra = extra.iter().map(|arg| arg.to_string()).collect();
+        let mut mount = Mount { process: None, dir, extra, _holder: holder };
         mount.remount(meta);
         mount
     }
 
     fn remount(&mut self, meta: &str) {
         assert!(self.process.is_none());
-        let args = ["mount", "--meta", meta, common::path(&self.dir)];
+        let mut args = vec!["mount", "--meta", meta];
+        args.extend(self.extra.iter().map(String::as_str));
+        args.push(common::path(&self.dir));
         self.process = Some(Process::start(&args, "mount").expect("start flotilla mount"));
         assert!(common::is_mounted(&self.dir), "{} is not in /proc/mounts", self.dir.display());
     }
@@ -629,7 +639,8 @@ fn files_persist_across_a_cluster_restart() {
 #[test]
 fn a_server_down_gives_eio_on_its_files_only_and_recovers() {
     let mut cluster = Cluster::start(2);
-    let mount = Mount::start(&cluster.meta_addr());
+    // Files wait for a server that is away only this long (the default is a minute).
+    let mount = Mount::start_with(&cluster.meta_addr(), &["--outage-wait-ms", "500"]);
     // Phase 1: one-subfile files, so that each lives on one server; find one per server.
     fs::create_dir(mount.path("one")).unwrap();
     set_xattr(&mount.path("one"), "user.flotilla.layout", "stripe:1M:1").unwrap();

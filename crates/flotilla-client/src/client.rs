@@ -66,6 +66,10 @@ pub struct ClientConfig {
     pub attr_cache: bool,
     /// Bounds of that cache (`entries_max` paths, `lease_ms`).
     pub attr_settings: crate::attr_leases::AttrSettings,
+    /// How long a call keeps trying an I/O server or the metadata service it cannot reach
+    /// (`wait_ms`, default 60 s; `FLOTILLA_OUTAGE_WAIT_MS` sets it) and the backoff between
+    /// attempts (`outage.rs`).
+    pub outage: crate::outage::OutageSettings,
 }
 
 impl ClientConfig {
@@ -85,6 +89,7 @@ impl ClientConfig {
             token_settings: crate::tokens::TokenSettings::default(),
             attr_cache: true,
             attr_settings: crate::attr_leases::AttrSettings::default(),
+            outage: crate::outage::OutageSettings::from_env(),
         }
     }
 }
@@ -218,6 +223,7 @@ impl Client {
             config.unstable_bytes_max,
             crate::library_tokens::LibraryTokens::new(config.tokens, config.token_settings),
             crate::attr_leases::AttrLeases::new(config.attr_cache, config.attr_settings),
+            config.outage,
         ));
         if let Some(job) = config.job {
             let _ = core.job.set(job);

@@ -10,15 +10,13 @@
 
 use crate::core::{unexpected, Core, ServerConnection};
 use crate::error::ClientError;
+use crate::outage::Service;
 use crate::unstable::UnstableWrite;
 use bytes::Bytes;
 use flotilla_proto::{ErrorCode, ForkRef, IoReply, IoRequest};
 use flotilla_types::FileId;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// Attempts to commit one fork while its server keeps breaking the connection.
-const COMMIT_ATTEMPTS_MAX: u32 = 4;
 
 /// Sends again, oldest first, every unstable write to `addr` (of `fork`, or of every fork)
 /// acknowledged in another boot epoch than `server`'s. A write whose fork no longer exists
@@ -36,7 +34,8 @@ pub(crate) async fn resend_stale(
         .select(|w| w.addr == addr && w.epoch != epoch && fork.is_none_or(|f| w.fork == *f));
     if !stale.is_empty() {
         let bytes: usize = stale.iter().map(|(_, w)| w.data.len()).sum();
-        tracing::warn!(
+        // Ordinary recovery: what the restart lost goes again, nothing is lost.
+        tracing::info!(
             server = addr,
             epoch,
             writes = stale.len(),
@@ -70,20 +69,11 @@ async fn resend_one(
 }
 
 /// Makes every write of `fork` durable: resends what a restart lost, then syncs. The fork is
-/// synced even when this client holds no unstable write of it (an explicit `sync`).
+/// synced even when this client holds no unstable write of it (an explicit `sync`). While
+/// the server cannot be reached (it may be restarting) the commit goes again from the start
+/// on a new connection, for up to the outage wait (`outage.rs`).
 pub(crate) async fn commit_fork(core: &Core, fork: &ForkRef, addr: &str) -> Result<(), ClientError> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match commit_fork_once(core, fork, addr).await {
-            Ok(()) => return Ok(()),
-            // The connection broke (the server may have restarted): reconnect and go again.
-            Err(ClientError::Rpc(error)) if attempt < COMMIT_ATTEMPTS_MAX => {
-                tracing::debug!(server = addr, %error, attempt, "commit interrupted; retrying");
-            }
-            Err(error) => return Err(error),
-        }
-    }
+    core.outlast(Service::Server, move |_| commit_fork_once(core, fork, addr)).await
 }
 
 async fn commit_fork_once(core: &Core, fork: &ForkRef, addr: &str) -> Result<(), ClientError> {

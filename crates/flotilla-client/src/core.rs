@@ -5,13 +5,19 @@
 //! across network I/O; a slot's own lock is held while its connection is (re)opened, so calls
 //! to one server wait for that server's connect (bounded by the connect timeout) and calls to
 //! every other server go on.
+//!
+//! A service that cannot be reached is tried again for a while (`outage.rs`): every
+//! metadata call here, and the I/O paths through `Core::outlast`.
 
 use crate::capabilities::CapabilityCache;
 use crate::error::ClientError;
 use crate::library_tokens::LibraryTokens;
+use crate::outage::{AfterRetry, OutageSettings, Service};
 use crate::unstable::UnstableLog;
 use bytes::Bytes;
-use flotilla_proto::{Capability, EntryInfo, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, WithRef};
+use flotilla_proto::{
+    Capability, EntryInfo, ErrorCode, IoReply, IoRequest, MetaReply, MetaRequest, WireError, WithRef,
+};
 use flotilla_rpc::{Connection, ConnectionConfig, ReplyData, RpcError, ScatterTarget};
 use flotilla_types::Limits;
 use std::collections::HashMap;
@@ -87,6 +93,10 @@ pub(crate) struct Core {
     pub open_path_refused: std::sync::atomic::AtomicBool,
     /// Reused buffers for the data of write requests (`buffers.rs`).
     pub buffers: Arc<flotilla_proto::buffers::BufferPool>,
+    /// How long calls wait out an unreachable service (`outage.rs`).
+    pub outage: OutageSettings,
+    /// When a broken metadata connection was last replaced (the service may have restarted).
+    meta_reconnected: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Core {
@@ -97,6 +107,7 @@ impl Core {
         unstable_bytes_max: u64,
         tokens: LibraryTokens,
         attrs: crate::attr_leases::AttrLeases,
+        outage: OutageSettings,
     ) -> Core {
         Core {
             pending: parking_lot::Mutex::new(HashMap::new()),
@@ -124,7 +135,15 @@ impl Core {
             buffers: flotilla_proto::buffers::BufferPool::new(
                 (unstable_bytes_max / 2).min(usize::MAX as u64) as usize,
             ),
+            outage,
+            meta_reconnected: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Whether a broken metadata connection was replaced within the last `within`: what the
+    /// service forgot (tokens) is then the ordinary outcome of its restart.
+    pub fn meta_reconnected_within(&self, within: std::time::Duration) -> bool {
+        self.meta_reconnected.lock().is_some_and(|at| at.elapsed() <= within)
     }
 
     /// Makes every later metadata request on behalf of `caller` (`None`: as the connection).
@@ -199,12 +218,80 @@ impl Core {
         }
         let connection =
             Arc::new(Connection::connect(&self.meta_addr, self.connection_config.clone()).await?);
+        if slot.is_some() {
+            *self.meta_reconnected.lock() = Some(Instant::now());
+        }
         *slot = Some(connection.clone());
         Ok(connection)
     }
 
-    /// One call to the metadata service; an error reply becomes `ClientError::Meta`.
+    /// Runs `attempt` until it succeeds, fails with an error that is not an outage, or
+    /// `service` stayed unreachable for the outage wait (`outage::outlast`).
+    pub async fn outlast<T, F, Fut>(&self, service: Service, attempt: F) -> Result<T, ClientError>
+    where
+        F: FnMut(bool) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        crate::outage::outlast(self.outage, service, attempt).await
+    }
+
+    /// One call to the metadata service; an error reply becomes `ClientError::Meta`. While
+    /// the service cannot be reached the call is tried again (`outage.rs`); a change retried
+    /// after it may have been applied is judged by `outage::after_retry`.
     pub async fn meta_call(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+        let started_ns = wall_clock_ns();
+        let maybe_applied = std::sync::atomic::AtomicBool::new(false);
+        let (request, flag) = (&request, &maybe_applied);
+        let outcome = self
+            .outlast(Service::Meta, move |applied| {
+                flag.store(applied, std::sync::atomic::Ordering::Relaxed);
+                self.meta_call_once(request.clone())
+            })
+            .await;
+        match outcome {
+            Err(ClientError::Meta(error)) if maybe_applied.load(std::sync::atomic::Ordering::Relaxed) => {
+                self.after_retry(request, error, started_ns).await
+            }
+            other => other,
+        }
+    }
+
+    /// The answer to `request`, retried after an attempt that may have been applied and now
+    /// refused with `error`: the earlier attempt's result when it can be told, else `error`.
+    async fn after_retry(
+        &self,
+        request: &MetaRequest,
+        error: WireError,
+        started_ns: i64,
+    ) -> Result<MetaReply, ClientError> {
+        let (lookup, claim, resend) = match crate::outage::after_retry(request, error.code) {
+            AfterRetry::Stands => return Err(ClientError::Meta(error)),
+            AfterRetry::Done => {
+                tracing::info!(%error, "a retried change had been applied before the connection broke");
+                return Ok(MetaReply::Done);
+            }
+            AfterRetry::Claim { lookup, claim, resend } => (lookup, claim, resend),
+        };
+        let entry = match self.meta_call_once(lookup).await {
+            Ok(MetaReply::Entry(entry)) => entry,
+            _ => return Err(ClientError::Meta(error)),
+        };
+        let caller_uid = self.caller.read().as_ref().map(|caller| caller.uid);
+        if !claim.matches(&entry, started_ns, caller_uid) {
+            return Err(ClientError::Meta(error));
+        }
+        tracing::info!(
+            id = entry.id,
+            "a retried create had been applied before the connection broke; taking its entry"
+        );
+        match resend {
+            Some(resend) => self.meta_call_once(*resend).await,
+            None => Ok(MetaReply::Entry(entry)),
+        }
+    }
+
+    /// One attempt of a metadata call, failing at once if the service cannot be reached.
+    pub async fn meta_call_once(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
         let request = match self.caller.read().clone() {
             Some(caller) => MetaRequest::As { caller, request: Box::new(request) },
             None => request,
@@ -232,7 +319,8 @@ impl Core {
         if let Some(fresh) = self.capabilities.lock().fresh(file.0, wanted, Instant::now()) {
             return Some(fresh);
         }
-        let renewed = self.meta_call(MetaRequest::GetById { id: file.0 }).await;
+        // One attempt: while the service is down, the capability held is sent as it is.
+        let renewed = self.meta_call_once(MetaRequest::GetById { id: file.0 }).await;
         if let Err(error) = renewed {
             tracing::debug!(file = file.0, %error, "capability renewal failed; using the one held");
         }
@@ -356,10 +444,15 @@ impl Core {
     }
 
     /// A metadata-only call to the server at `addr`.
+    /// Tried again while the server cannot be reached (every such request is idempotent).
     pub async fn io_simple(&self, addr: &str, request: IoRequest) -> Result<IoReply, ClientError> {
-        let server = self.server(addr).await?;
-        let (reply, _) = self.io_call(&server, &request, Bytes::new(), 0).await?;
-        Ok(reply)
+        let request = &request;
+        self.outlast(Service::Server, move |_| async move {
+            let server = self.server(addr).await?;
+            let (reply, _) = self.io_call(&server, request, Bytes::new(), 0).await?;
+            Ok(reply)
+        })
+        .await
     }
 }
 
@@ -385,6 +478,12 @@ impl Payload {
         self.target = Some(target);
         Ok((reply, out))
     }
+}
+
+/// Nanoseconds since the Unix epoch by this host's clock (0 if it is before 1970).
+fn wall_clock_ns() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)
 }
 
 pub(crate) fn unexpected(request: &'static str, reply: &impl std::fmt::Debug) -> ClientError {

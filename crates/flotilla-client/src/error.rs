@@ -42,6 +42,10 @@ pub enum ClientError {
     /// A byte-range token could not be had in time (the message names the file and range).
     #[error("byte-range token: {0}")]
     Token(String),
+    /// A service stayed unreachable for the whole outage wait (`OutageSettings::wait_ms`);
+    /// `last` is the last attempt's error, which names its address.
+    #[error("{service} stayed unreachable for {waited_ms} ms (outage_wait_ms = {wait_ms}): {last}")]
+    Unreachable { service: crate::outage::Service, waited_ms: u64, wait_ms: u64, last: Box<ClientError> },
 }
 
 impl ClientError {

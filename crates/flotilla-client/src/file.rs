@@ -9,6 +9,7 @@ use crate::fork::Fork;
 use crate::handle::Handle;
 use crate::library_tokens::{cover, cover_async, read_range, write_range};
 use crate::opens::OpenGuard;
+use crate::outage::Service;
 use crate::tokens::{ByteRange, TokenCache, TokenUse, WHOLE_FILE};
 use crate::transfer::{check_call, read_into, read_shape, write_shape, WriteSource};
 use crate::DEFAULT_FORK;
@@ -441,9 +442,14 @@ pub(crate) async fn read_linear(
             let place = fork_ref(entry, subfile as u32, DEFAULT_FORK);
             async move {
                 let (fork, addr) = place?;
-                let server = core.server(&addr).await?;
-                // Each subfile's pieces are its own: its targets share no byte with another's.
-                read_into(core, &server, &fork, &Shape::List { pieces }, buffer_bytes, memory).await
+                let (fork, addr, shape) = (&fork, addr.as_str(), &Shape::List { pieces });
+                // A read changes nothing: sent again while the server is away. Each subfile's
+                // pieces are its own: its targets share no byte with another's.
+                core.outlast(Service::Server, move |_| async move {
+                    let server = core.server(addr).await?;
+                    read_into(core, &server, fork, shape, buffer_bytes, memory).await
+                })
+                .await
             }
         });
     futures::future::try_join_all(reads).await?;

@@ -518,18 +518,31 @@ impl Inner {
         (shared.files.values().any(|file| !file.held.is_empty()), shared.given_back)
     }
 
-    /// Every token is gone (the service restarted or the session's lease ran out).
-    fn lose_all(&self) {
+    /// Every token is gone (the service restarted or the session's lease ran out). After a
+    /// restart (the metadata connection was replaced lately) that is ordinary recovery and
+    /// logged as such; otherwise the lease ran out while connected, which is worth a warning.
+    fn lose_all(&self, after_restart: bool) {
         let ids: Vec<u64> = self.shared.lock().files.keys().copied().collect();
-        tracing::warn!(
-            files = ids.len(),
-            "the metadata service holds none of this client's tokens; dropping them"
-        );
+        if after_restart {
+            tracing::info!(
+                files = ids.len(),
+                "the metadata service restarted without this client's tokens; dropping them"
+            );
+        } else {
+            tracing::warn!(
+                files = ids.len(),
+                "the metadata service holds none of this client's tokens (lease expired?); dropping them"
+            );
+        }
         for id in ids {
             let _ = self.give_back(id, WHOLE_FILE, None, 0, true);
         }
     }
 }
+
+/// How long after the metadata connection was replaced a loss of every token is taken as the
+/// service's restart (its `token_recovery_ms` and a client's re-acquiring fit well within).
+const LOSS_AFTER_RECONNECT: Duration = Duration::from_secs(30);
 
 /// The poll thread: collects revocations and answers them, until the cache is dropped or
 /// stopped.
@@ -543,12 +556,13 @@ fn poll(inner: Weak<Inner>) {
         let (holding, given_back) = inner.holding();
         let request = MetaRequest::TokenWait { session, holding, wait_ms: inner.settings.wait_ms };
         let polled = client.meta(request);
+        let after_restart = client.core.meta_reconnected_within(LOSS_AFTER_RECONNECT);
         // Kept only for the poll: its last user may drop it while revocations are answered.
         drop(client);
         match polled {
             Ok(MetaReply::TokenEvents { revokes, lost }) => {
                 if lost && inner.holding().1 == given_back {
-                    inner.lose_all();
+                    inner.lose_all(after_restart);
                 }
                 answer(&inner, revokes);
             }

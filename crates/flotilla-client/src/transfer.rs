@@ -13,6 +13,7 @@
 use crate::call_memory::CallMemory;
 use crate::core::{unexpected, Core, ServerConnection};
 use crate::error::ClientError;
+use crate::outage::Service;
 use crate::unstable::UnstableWrite;
 use bytes::Bytes;
 use flotilla_proto::buffers::BufferPool;
@@ -114,8 +115,13 @@ pub(crate) async fn read_shape(
     let Some(memory) = CallMemory::for_shape(buffer, shape) else {
         return read_shape_copying(core, addr, fork, shape, buffer).await;
     };
-    let server = core.server(addr).await?;
-    read_into(core, &server, fork, shape, buffer_bytes, &memory).await?;
+    let memory = &memory;
+    // A read changes nothing: the whole of it is sent again while the server is away.
+    core.outlast(Service::Server, move |_| async move {
+        let server = core.server(addr).await?;
+        read_into(core, &server, fork, shape, buffer_bytes, memory).await
+    })
+    .await?;
     Ok(summary.total_bytes)
 }
 
@@ -201,22 +207,39 @@ async fn read_shape_copying(
     buffer: &mut [u8],
 ) -> Result<u64, ClientError> {
     let summary = check_call(shape, buffer.len())?;
-    let server = core.server(addr).await?;
-    match plan(shape, &summary, &server.limits)? {
+    // Attempts run one after another; the lock only lends the buffer to each in turn.
+    let buffer = tokio::sync::Mutex::new(buffer);
+    let (summary_ref, buffer) = (&summary, &buffer);
+    core.outlast(Service::Server, move |_| async move {
+        let server = core.server(addr).await?;
+        let mut buffer = buffer.lock().await;
+        read_copying_once(core, &server, fork, shape, summary_ref, &mut buffer).await
+    })
+    .await?;
+    Ok(summary.total_bytes)
+}
+
+/// One attempt of [`read_shape_copying`] on `server`.
+async fn read_copying_once(
+    core: &Core,
+    server: &ServerConnection,
+    fork: &ForkRef,
+    shape: &Shape,
+    summary: &Summary,
+    buffer: &mut [u8],
+) -> Result<(), ClientError> {
+    match plan(shape, summary, &server.limits)? {
         Plan::Whole => {
-            let data = fetch(core, &server, fork, shape.clone(), summary.total_bytes).await?;
+            let data = fetch(core, server, fork, shape.clone(), summary.total_bytes).await?;
             scatter(shape, &data, buffer)?;
         }
         Plan::Chunks(chunks) => {
             let mut replies = stream::iter(chunks)
-                .map(|pieces| {
-                    let server = &server;
-                    async move {
-                        let bytes = pieces.iter().map(|p| p.length).sum();
-                        let shape = Shape::List { pieces };
-                        let data = fetch(core, server, fork, shape.clone(), bytes).await?;
-                        Ok::<_, ClientError>((shape, data))
-                    }
+                .map(|pieces| async move {
+                    let bytes = pieces.iter().map(|p| p.length).sum();
+                    let shape = Shape::List { pieces };
+                    let data = fetch(core, server, fork, shape.clone(), bytes).await?;
+                    Ok::<_, ClientError>((shape, data))
                 })
                 .buffer_unordered(CHUNKS_IN_FLIGHT_MAX);
             while let Some((shape, data)) = replies.try_next().await? {
@@ -224,7 +247,7 @@ async fn read_shape_copying(
             }
         }
     }
-    Ok(summary.total_bytes)
+    Ok(())
 }
 
 async fn fetch(
@@ -356,29 +379,45 @@ pub(crate) async fn write_shape(
     source: WriteSource<'_>,
 ) -> Result<u64, ClientError> {
     let summary = check_call(shape, source.memory().len())?;
-    let server = core.server(addr).await?;
+    let server = core.outlast(Service::Server, move |_| core.server(addr)).await?;
     let requests = write_requests(shape, &summary, &server.limits)?;
     crate::commit::make_room(core, summary.total_bytes).await?;
-    let server = &server;
     stream::iter(requests)
         .map(|(shape, bytes)| async move {
             let data = request_data(&core.buffers, &shape, bytes, source)?;
-            let request = IoRequest::Write { fork: fork.clone(), shape: shape.clone() };
-            match core.io_call(server, &request, data.clone(), bytes).await? {
-                (IoReply::Done { bytes: written }, _) if written == bytes => {
-                    let (fork, addr) = (fork.clone(), addr.to_string());
-                    let write = UnstableWrite { fork, addr, shape, data, epoch: server.epoch };
-                    let held_bytes = core.unstable.lock().record(write);
-                    crate::commit::start_background_drain(core, held_bytes);
-                    Ok(())
-                }
-                (other, _) => Err(unexpected("write", &other)),
-            }
+            let (shape, data) = (&shape, &data);
+            // A write is idempotent by offset: sent again, on a new connection, until the
+            // server is back (which first gets the writes its restart lost, `resend_stale`).
+            core.outlast(Service::Server, move |_| write_once(core, addr, fork, shape, data)).await
         })
         .buffer_unordered(CHUNKS_IN_FLIGHT_MAX)
         .try_collect::<Vec<()>>()
         .await?;
     Ok(summary.total_bytes)
+}
+
+/// Sends one write request to the server at `addr` and records it as unstable in the boot
+/// epoch of the connection that acknowledged it.
+async fn write_once(
+    core: &Arc<Core>,
+    addr: &str,
+    fork: &ForkRef,
+    shape: &Shape,
+    data: &Bytes,
+) -> Result<(), ClientError> {
+    let server = core.server(addr).await?;
+    let bytes = data.len() as u64;
+    let request = IoRequest::Write { fork: fork.clone(), shape: shape.clone() };
+    match core.io_call(&server, &request, data.clone(), bytes).await? {
+        (IoReply::Done { bytes: written }, _) if written == bytes => {
+            let (fork, addr, shape, data) = (fork.clone(), addr.to_string(), shape.clone(), data.clone());
+            let write = UnstableWrite { fork, addr, shape, data, epoch: server.epoch };
+            let held_bytes = core.unstable.lock().record(write);
+            crate::commit::start_background_drain(core, held_bytes);
+            Ok(())
+        }
+        (other, _) => Err(unexpected("write", &other)),
+    }
 }
 
 #[cfg(test)]

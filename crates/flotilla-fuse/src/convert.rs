@@ -20,8 +20,12 @@ pub fn errno(error: &ClientError) -> Errno {
 }
 
 /// Whether the failure may be cured by asking the metadata service where the data lives now
-/// (a server restarted on another address, a connection that broke).
+/// (a server restarted on another address, a connection that broke). The metadata service
+/// itself unreachable for the whole outage wait is not: asking it again would wait again.
 pub fn is_transport(error: &ClientError) -> bool {
+    if let ClientError::Unreachable { service, .. } = error {
+        return *service == flotilla_client::Service::Server;
+    }
     let unreachable = matches!(error.errno(), libc::EIO | libc::EHOSTDOWN);
     matches!(error, ClientError::Rpc(_)) || (unreachable && !matches!(error, ClientError::Meta(_)))
 }

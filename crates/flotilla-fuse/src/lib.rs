@@ -151,14 +151,26 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
     }
 }
 
+/// `fusermount3 -u` (or `fusermount -u`); a refusal because the mount is busy is EBUSY, so
+/// callers can fall back to a lazy unmount as with umount(2).
 fn fusermount_unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "neither fusermount3 nor fusermount is installed");
     for helper in ["fusermount3", "fusermount"] {
         let mut command = std::process::Command::new(helper);
         command.arg(if lazy { "-uz" } else { "-u" }).arg(mountpoint);
-        match command.status() {
-            Ok(status) if status.success() => return Ok(()),
-            Ok(status) => return Err(io::Error::other(format!("{helper} -u exited with {status}"))),
+        match command.output() {
+            Ok(output) if output.status.success() => return Ok(()),
+            Ok(output) => {
+                let said = String::from_utf8_lossy(&output.stderr);
+                if said.contains("busy") {
+                    return Err(io::Error::from_raw_os_error(libc::EBUSY));
+                }
+                return Err(io::Error::other(format!(
+                    "{helper} -u exited with {}: {}",
+                    output.status,
+                    said.trim()
+                )));
+            }
             Err(error) => last = error,
         }
     }

@@ -78,6 +78,13 @@ impl OpenFile {
     }
 }
 
+/// Whether trying `error`'s call again through `fresh` may help: the server was waited for
+/// already (`Unreachable`), so only if the file's places changed (a server came back on
+/// another address); any other transport failure, always.
+fn moved(old: &File, fresh: &File, error: &ClientError) -> bool {
+    !matches!(error, ClientError::Unreachable { .. }) || old.entry().subfiles != fresh.entry().subfiles
+}
+
 /// The size and mtime a handle's open found (`kept.rs`).
 fn stamp_of(file: &File) -> crate::kept::Stamp {
     let attrs = &file.entry().attrs;
@@ -354,8 +361,11 @@ impl FlotillaFs {
                 Err(error) if is_transport(&error) => error,
                 other => return other.map(|_| ()).map_err(failed),
             };
-            tracing::info!(%error, ino, "write-behind: retrying with a fresh placement");
             let fresh = client.open_id(ino).map_err(failed)?;
+            if !moved(&file, &fresh, &error) {
+                return Err(failed(error));
+            }
+            tracing::info!(%error, ino, "write-behind: retrying with a fresh placement");
             fresh.write_shape_bytes(&shape, data).map(|_| ()).map_err(failed)
         })
     }
@@ -380,8 +390,11 @@ impl FlotillaFs {
             Err(error) if is_transport(&error) => error,
             other => return other.map_err(failed),
         };
-        tracing::info!(%error, ino = open.ino, "retrying with a fresh placement");
         let fresh = self.client.open_id(open.ino).map_err(failed)?;
+        if !moved(&open.file(), &fresh, &error) {
+            return Err(failed(error));
+        }
+        tracing::info!(%error, ino = open.ino, "retrying with a fresh placement");
         *open.file.write() = fresh.clone();
         call(&fresh).map_err(failed)
     }

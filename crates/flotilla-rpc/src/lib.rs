@@ -36,8 +36,14 @@ use tokio::sync::{mpsc, oneshot};
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum RpcError {
+    /// The peer could not be reached (refused, reset, timed out, or the stream broke during
+    /// the handshake): worth trying again while it restarts.
     #[error("cannot connect to {addr}: {message}")]
     Connect { addr: String, message: String },
+    /// The handshake completed its exchange and failed (a credential refused, a foreign
+    /// cluster's certificate): trying again would fail the same way.
+    #[error("cannot connect to {addr}: {message}")]
+    Handshake { addr: String, message: String },
     #[error("connection to {addr} lost: {message}")]
     ConnectionLost { addr: String, message: String },
     #[error("bad reply from {addr}: {message}")]
@@ -162,7 +168,7 @@ impl Connection {
         set_keepalive(&stream, keepalive_idle).map_err(|e| failed(format!("set TCP keepalive: {e}")))?;
         let (sealer, opener) = match &config.auth {
             Some(auth) => {
-                let secured = auth.connect(&mut stream).await.map_err(|e| failed(e.to_string()))?;
+                let secured = auth.connect(&mut stream).await.map_err(|e| handshake_failed(addr, e))?;
                 (Some(secured.sealer), Some(secured.opener))
             }
             None => (None, None),
@@ -447,6 +453,18 @@ fn fail_all(pending: &Pending, broken: &AtomicBool, addr: &str, message: &str) {
     for (_, waiter) in waiters {
         let lost = RpcError::ConnectionLost { addr: addr.to_string(), message: message.to_string() };
         let _ = waiter.reply.send(Err(lost));
+    }
+}
+
+/// A failed handshake as an error: `Connect` when the stream broke or went silent (the peer
+/// may be restarting), `Handshake` when the peer answered and the exchange failed.
+fn handshake_failed(addr: &str, error: flotilla_auth::AuthError) -> RpcError {
+    let (addr, message) = (addr.to_string(), error.to_string());
+    match error {
+        flotilla_auth::AuthError::Stream(_) | flotilla_auth::AuthError::Timeout { .. } => {
+            RpcError::Connect { addr, message }
+        }
+        _ => RpcError::Handshake { addr, message },
     }
 }
 
