@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{AnyError, ErrorSubject, ErrorVerb, LogState, RaftLogReader, Vote};
+use openraft::{AnyError, ErrorSubject, ErrorVerb, LogState, OptionalSend, RaftLogReader, Vote};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -45,7 +45,7 @@ fn redb_error(e: impl Into<redb::Error>) -> LogStoreError {
 }
 
 fn to_storage(subject: ErrorSubject<NodeId>, verb: ErrorVerb, e: LogStoreError) -> StorageError {
-    StorageError::new(subject, verb, AnyError::new(&e))
+    StorageError::from(openraft::StorageIOError::new(subject, verb, AnyError::new(&e)))
 }
 
 /// The log store; cloning shares the database (a clone is the log reader).
@@ -167,7 +167,7 @@ impl RedbLogStore {
 }
 
 impl RaftLogReader<TypeConfig> for RedbLogStore {
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
@@ -209,8 +209,8 @@ impl RaftLogStorage<TypeConfig> for RedbLogStore {
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
     where
-        I: IntoIterator<Item = Entry> + Send,
-        I::IntoIter: Send,
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
     {
         let result = self.append_entries(entries.into_iter().collect());
         match result {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder};
+use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
 use parking_lot::Mutex;
 
 use crate::limits::GroupLimits;
@@ -20,7 +20,7 @@ use crate::types::{Entry, LogId, NodeId, Reply, StorageError, StoredMembership, 
 type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
 
 fn to_storage(verb: ErrorVerb, e: StateMachineError) -> StorageError {
-    StorageError::new(ErrorSubject::StateMachine, verb, AnyError::new(&e))
+    StorageError::from(openraft::StorageIOError::new(ErrorSubject::StateMachine, verb, AnyError::new(&e)))
 }
 
 /// Owns the state machine for openraft; clones share it (a clone is the snapshot builder).
@@ -109,15 +109,15 @@ impl<S: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
 
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError>
     where
-        I: IntoIterator<Item = Entry> + Send,
-        I::IntoIter: Send,
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
     {
         let mut replies = Vec::new();
         for entry in entries {
             let log_id = entry.log_id;
             let reply = self
                 .apply_entry(entry)
-                .map_err(|e| StorageError::apply(log_id, AnyError::new(&e)))?;
+                .map_err(|e| StorageError::from(openraft::StorageIOError::apply(log_id, AnyError::new(&e))))?;
             replies.push(reply);
         }
         Ok(replies)
