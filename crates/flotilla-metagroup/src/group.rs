@@ -75,6 +75,13 @@ pub fn raft_config(timing: &GroupTiming, limits: &GroupLimits) -> Result<Arc<Con
     config.validate().map(Arc::new).map_err(|e| GroupError::Config(e.to_string()))
 }
 
+/// A batch the group acknowledged: its log index and the state machine's reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub index: u64,
+    pub reply: Reply,
+}
+
 /// A started node: its Raft handle and its state machine.
 pub struct GroupNode<S: StateMachine> {
     pub id: NodeId,
@@ -104,14 +111,13 @@ impl<S: StateMachine> GroupNode<S> {
 
     /// Proposes a batch; returns its reply once a majority holds it durably and it is applied
     /// here.
-    pub async fn propose(&self, batch: Batch) -> Result<Reply, GroupError> {
+    pub async fn propose(&self, batch: Batch) -> Result<Committed, GroupError> {
         batch.check(&self.limits)?;
         match self.raft.client_write(batch).await {
-            Ok(response) => Ok(response.data),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(GroupError::NotLeader {
-                leader: f.leader_id,
-                address: f.leader_node.map(|n| n.addr),
-            }),
+            Ok(response) => Ok(Committed { index: response.log_id.index, reply: response.data }),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(GroupError::NotLeader { leader: f.leader_id, address: f.leader_node.map(|n| n.addr) })
+            }
             Err(e) => Err(GroupError::Raft(e.to_string())),
         }
     }

@@ -60,7 +60,11 @@ fn storage(e: impl std::fmt::Display) -> StateMachineError {
 
 impl KvStateMachine {
     /// Opens (or creates) the state at `path`.
-    pub fn open(path: &Path, reply_limits: ReplyLimits, record_bytes_max: usize) -> Result<Self, StateMachineError> {
+    pub fn open(
+        path: &Path,
+        reply_limits: ReplyLimits,
+        record_bytes_max: usize,
+    ) -> Result<Self, StateMachineError> {
         let database = Database::create(path).map_err(storage)?;
         let txn = database.begin_write().map_err(storage)?;
         txn.open_table(LISTS).map_err(storage)?;
@@ -77,9 +81,17 @@ impl KvStateMachine {
         self.decode("kv_lists", &String::from_utf8_lossy(key), value.value())
     }
 
-    fn decode<T: serde::de::DeserializeOwned>(&self, table: &'static str, key: &str, bytes: &[u8]) -> Result<T, StateMachineError> {
-        record::decode(bytes, self.record_bytes_max)
-            .map_err(|e| StateMachineError::Corrupt { table, key: key.to_string(), reason: e.to_string() })
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        table: &'static str,
+        key: &str,
+        bytes: &[u8],
+    ) -> Result<T, StateMachineError> {
+        record::decode(bytes, self.record_bytes_max).map_err(|e| StateMachineError::Corrupt {
+            table,
+            key: key.to_string(),
+            reason: e.to_string(),
+        })
     }
 
     fn encode<T: Serialize>(&self, value: &T) -> Result<Vec<u8>, StateMachineError> {
@@ -142,7 +154,9 @@ impl KvStateMachine {
                     Ok(v) => v,
                     Err(e) => return Ok(KvOutcome::Refused(e)),
                 };
-                if let Err(e) = replies.record(change.session_id, change.sequence, value.to_le_bytes().to_vec()) {
+                if let Err(e) =
+                    replies.record(change.session_id, change.sequence, value.to_le_bytes().to_vec())
+                {
                     return Ok(KvOutcome::Refused(e));
                 }
                 Ok(KvOutcome::Applied(value))
@@ -164,8 +178,9 @@ impl StateMachine for KvStateMachine {
         let outcomes = {
             let mut meta = txn.open_table(META).map_err(storage)?;
             let mut lists = txn.open_table(LISTS).map_err(storage)?;
-            let mut replies: ReplyTable =
-                self.read_meta(&meta, KEY_REPLIES)?.unwrap_or_else(|| ReplyTable::new(self.reply_limits.clone()));
+            let mut replies: ReplyTable = self
+                .read_meta(&meta, KEY_REPLIES)?
+                .unwrap_or_else(|| ReplyTable::new(self.reply_limits.clone()));
             replies.tick(batch.proposed_at_ms);
             let mut outcomes = Vec::with_capacity(batch.changes.len());
             for change in &batch.changes {
@@ -181,7 +196,10 @@ impl StateMachine for KvStateMachine {
 
     fn record_mark(&mut self, mark: &AppliedMark) -> Result<(), StateMachineError> {
         let txn = self.database.begin_write().map_err(storage)?;
-        txn.open_table(META).map_err(storage)?.insert(KEY_MARK, self.encode(mark)?.as_slice()).map_err(storage)?;
+        txn.open_table(META)
+            .map_err(storage)?
+            .insert(KEY_MARK, self.encode(mark)?.as_slice())
+            .map_err(storage)?;
         txn.commit().map_err(storage)
     }
 
@@ -195,7 +213,8 @@ impl StateMachine for KvStateMachine {
         let txn = self.database.begin_read().map_err(storage)?;
         let meta = txn.open_table(META).map_err(storage)?;
         let mark: AppliedMark = self.read_meta(&meta, KEY_MARK)?.unwrap_or_default();
-        let replies = self.read_meta(&meta, KEY_REPLIES)?.unwrap_or_else(|| ReplyTable::new(self.reply_limits.clone()));
+        let replies =
+            self.read_meta(&meta, KEY_REPLIES)?.unwrap_or_else(|| ReplyTable::new(self.reply_limits.clone()));
         let table = txn.open_table(LISTS).map_err(storage)?;
         let mut lists = Vec::new();
         for item in table.iter().map_err(storage)? {
@@ -209,7 +228,11 @@ impl StateMachine for KvStateMachine {
         Ok(mark)
     }
 
-    fn install_snapshot(&mut self, mark: &AppliedMark, input: &mut dyn Read) -> Result<(), StateMachineError> {
+    fn install_snapshot(
+        &mut self,
+        mark: &AppliedMark,
+        input: &mut dyn Read,
+    ) -> Result<(), StateMachineError> {
         let mut bytes = Vec::new();
         input.read_to_end(&mut bytes)?;
         let image: KvImage = record::decode(&bytes, usize::MAX)

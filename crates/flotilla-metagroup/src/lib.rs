@@ -22,7 +22,7 @@ pub mod sm_store;
 pub mod state_machine;
 pub mod types;
 
-pub use group::{raft_config, GroupError, GroupNode, GroupTiming};
+pub use group::{raft_config, Committed, GroupError, GroupNode, GroupTiming};
 pub use limits::GroupLimits;
 pub use log_store::{LogStoreError, RedbLogStore};
 pub use network::{serve, GroupNetwork, RaftRpc, RaftRpcReply, Transport, TransportError};

@@ -89,7 +89,8 @@ impl LocalNetwork {
         let mut links = self.links.lock();
         let faults = links.faults.clone();
         let lost = faults.loss_per_mille > 0 && links.rng.random_range(0..1000) < faults.loss_per_mille;
-        let delay_ms = if faults.delay_ms_max == 0 { 0 } else { links.rng.random_range(0..=faults.delay_ms_max) };
+        let delay_ms =
+            if faults.delay_ms_max == 0 { 0 } else { links.rng.random_range(0..=faults.delay_ms_max) };
         (lost, Duration::from_millis(delay_ms))
     }
 
@@ -103,7 +104,13 @@ impl LocalNetwork {
 }
 
 impl Transport for LocalNetwork {
-    async fn call(&self, from: NodeId, target: NodeId, address: &str, rpc: RaftRpc) -> Result<RaftRpcReply, TransportError> {
+    async fn call(
+        &self,
+        from: NodeId,
+        target: NodeId,
+        address: &str,
+        rpc: RaftRpc,
+    ) -> Result<RaftRpcReply, TransportError> {
         let unreachable = |reason: &str| TransportError::Unreachable {
             target,
             address: address.to_string(),

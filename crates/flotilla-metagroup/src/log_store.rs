@@ -151,10 +151,7 @@ impl RedbLogStore {
 
     fn remove_range(&self, range: impl RangeBounds<u64> + 'static) -> Result<(), LogStoreError> {
         let txn = self.database.begin_write().map_err(redb_error)?;
-        txn.open_table(LOG_TABLE)
-            .map_err(redb_error)?
-            .retain_in(range, |_, _| false)
-            .map_err(redb_error)?;
+        txn.open_table(LOG_TABLE).map_err(redb_error)?.retain_in(range, |_, _| false).map_err(redb_error)?;
         txn.commit().map_err(redb_error)
     }
 
@@ -201,9 +198,8 @@ impl RaftLogStorage<TypeConfig> for RedbLogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        let committed: Option<Option<LogId>> = self
-            .read_meta(KEY_COMMITTED)
-            .map_err(|e| to_storage(ErrorSubject::Store, ErrorVerb::Read, e))?;
+        let committed: Option<Option<LogId>> =
+            self.read_meta(KEY_COMMITTED).map_err(|e| to_storage(ErrorSubject::Store, ErrorVerb::Read, e))?;
         Ok(committed.flatten())
     }
 

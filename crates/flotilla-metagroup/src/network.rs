@@ -13,8 +13,8 @@ use std::sync::Arc;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-    VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
@@ -103,7 +103,10 @@ impl<T: Transport> Connection<T> {
         self.transport.call(self.from, self.target, &self.address, rpc).await
     }
 
-    fn unreachable<E: std::error::Error>(&self, e: TransportError) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+    fn unreachable<E: std::error::Error>(
+        &self,
+        e: TransportError,
+    ) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
         match e {
             TransportError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
             TransportError::WrongReply { .. } => RPCError::Network(NetworkError::new(&e)),

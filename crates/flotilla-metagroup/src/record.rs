@@ -34,8 +34,7 @@ pub enum RecordError {
 
 /// Encodes `value` as a record no larger than `bytes_max`.
 pub fn encode<T: Serialize>(value: &T, bytes_max: usize) -> Result<Vec<u8>, RecordError> {
-    let payload =
-        postcard::to_stdvec(value).map_err(|e| RecordError::Encode { reason: e.to_string() })?;
+    let payload = postcard::to_stdvec(value).map_err(|e| RecordError::Encode { reason: e.to_string() })?;
     let bytes = RECORD_HEADER_BYTES + payload.len();
     if bytes > bytes_max {
         return Err(RecordError::TooLarge { bytes, bytes_max });

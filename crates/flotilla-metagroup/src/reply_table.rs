@@ -66,7 +66,9 @@ pub enum Lookup {
 pub enum ReplyError {
     #[error("session {session_id} is unknown or expired; open a new session")]
     UnknownSession { session_id: u64 },
-    #[error("reply to request {sequence} of session {session_id} was forgotten (at or below {dropped_through})")]
+    #[error(
+        "reply to request {sequence} of session {session_id} was forgotten (at or below {dropped_through})"
+    )]
     Forgotten { session_id: u64, sequence: u64, dropped_through: u64 },
     #[error("request sequence 0 is not valid in session {session_id}")]
     ZeroSequence { session_id: u64 },
@@ -159,7 +161,10 @@ impl ReplyTable {
     /// Records the reply of a request [`ReplyTable::check`] said to apply.
     pub fn record(&mut self, session_id: u64, sequence: u64, reply: Vec<u8>) -> Result<(), ReplyError> {
         if reply.len() > self.limits.reply_bytes_max {
-            return Err(ReplyError::ReplyTooLarge { bytes: reply.len(), bytes_max: self.limits.reply_bytes_max });
+            return Err(ReplyError::ReplyTooLarge {
+                bytes: reply.len(),
+                bytes_max: self.limits.reply_bytes_max,
+            });
         }
         let per_session_max = self.limits.replies_per_session_max;
         let session = self.sessions.get_mut(&session_id).ok_or(ReplyError::UnknownSession { session_id })?;
@@ -203,7 +208,11 @@ mod tests {
     use std::collections::{HashMap, HashSet};
 
     fn limits(per_session: usize) -> ReplyLimits {
-        ReplyLimits { replies_per_session_max: per_session, session_idle_ms_max: 1_000, ..ReplyLimits::default() }
+        ReplyLimits {
+            replies_per_session_max: per_session,
+            session_idle_ms_max: 1_000,
+            ..ReplyLimits::default()
+        }
     }
 
     #[test]

@@ -73,7 +73,9 @@ impl<S: StateMachine> StateMachineStore<S> {
         let mut state = self.state.lock();
         match &entry.payload {
             EntryPayload::Normal(batch) => state.apply(&mark, batch),
-            EntryPayload::Blank | EntryPayload::Membership(_) => state.record_mark(&mark).map(|()| Reply::default()),
+            EntryPayload::Blank | EntryPayload::Membership(_) => {
+                state.record_mark(&mark).map(|()| Reply::default())
+            }
         }
     }
 
@@ -115,9 +117,9 @@ impl<S: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         let mut replies = Vec::new();
         for entry in entries {
             let log_id = entry.log_id;
-            let reply = self
-                .apply_entry(entry)
-                .map_err(|e| StorageError::from(openraft::StorageIOError::apply(log_id, AnyError::new(&e))))?;
+            let reply = self.apply_entry(entry).map_err(|e| {
+                StorageError::from(openraft::StorageIOError::apply(log_id, AnyError::new(&e)))
+            })?;
             replies.push(reply);
         }
         Ok(replies)
@@ -131,7 +133,11 @@ impl<S: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
-    async fn install_snapshot(&mut self, meta: &Meta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &Meta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
         let bytes = snapshot.into_inner();
         if bytes.len() > self.limits.snapshot_bytes_max {
             let e = StateMachineError::SnapshotTooLarge { bytes_max: self.limits.snapshot_bytes_max };

@@ -56,7 +56,8 @@ pub trait StateMachine: Send + Sync + 'static {
     /// Writes a consistent snapshot of the whole state to `out`; returns the mark it covers.
     fn write_snapshot(&self, out: &mut dyn Write) -> Result<AppliedMark, StateMachineError>;
     /// Replaces the whole state with the snapshot read from `input`, and the mark with `mark`.
-    fn install_snapshot(&mut self, mark: &AppliedMark, input: &mut dyn Read) -> Result<(), StateMachineError>;
+    fn install_snapshot(&mut self, mark: &AppliedMark, input: &mut dyn Read)
+        -> Result<(), StateMachineError>;
 }
 
 /// A writer into memory that refuses to grow past `bytes_max` (a snapshot never allocates
