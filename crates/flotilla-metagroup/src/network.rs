@@ -113,6 +113,8 @@ impl<T: Transport> Connection<T> {
         }
     }
 
+    // The error type is openraft's, fixed by `RaftNetwork`.
+    #[allow(clippy::result_large_err)]
     fn remote<R, E: std::error::Error>(&self, r: Result<R, RaftError<NodeId, E>>) -> RpcResult<R, E> {
         r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }

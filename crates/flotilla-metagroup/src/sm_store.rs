@@ -18,6 +18,8 @@ use crate::state_machine::{AppliedMark, BoundedWriter, StateMachine, StateMachin
 use crate::types::{Entry, LogId, NodeId, Reply, StorageError, StoredMembership, TypeConfig};
 
 type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
+/// The last snapshot built or installed: its meta and bytes.
+type KeptSnapshot = (Meta, Vec<u8>);
 
 fn to_storage(verb: ErrorVerb, e: StateMachineError) -> StorageError {
     StorageError::from(openraft::StorageIOError::new(ErrorSubject::StateMachine, verb, AnyError::new(&e)))
@@ -27,7 +29,7 @@ fn to_storage(verb: ErrorVerb, e: StateMachineError) -> StorageError {
 pub struct StateMachineStore<S: StateMachine> {
     state: Arc<Mutex<S>>,
     membership: Arc<Mutex<StoredMembership>>,
-    current: Arc<Mutex<Option<(Meta, Vec<u8>)>>>,
+    current: Arc<Mutex<Option<KeptSnapshot>>>,
     snapshots_built: Arc<AtomicU64>,
     limits: GroupLimits,
 }

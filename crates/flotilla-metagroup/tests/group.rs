@@ -384,10 +384,8 @@ async fn membership_grows_to_five_and_shrinks_to_three_online() {
 /// until it is acknowledged, while the schedule crashes nodes, cuts links and loses messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomized_faults_keep_every_acknowledged_batch_applied_once_in_order() {
-    let seed = std::env::var("FLOTILLA_METAGROUP_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| now_ms());
+    let seed =
+        std::env::var("FLOTILLA_METAGROUP_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(now_ms);
     eprintln!("FLOTILLA_METAGROUP_SEED={seed} (set it to repeat this fault schedule)");
     let run_for = Duration::from_secs(
         std::env::var("FLOTILLA_METAGROUP_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12),
