@@ -261,3 +261,53 @@ pub fn encode_op(op: &KvOp) -> Vec<u8> {
 pub fn decode_outcomes(reply: &Reply) -> Result<Vec<KvOutcome>, postcard::Error> {
     postcard::from_bytes(&reply.bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, LogId};
+
+    fn mark(index: u64) -> AppliedMark {
+        AppliedMark {
+            log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
+            ..AppliedMark::default()
+        }
+    }
+
+    fn push(session_id: u64, sequence: u64, item: u64) -> Change {
+        let body = encode_op(&KvOp::Push { key: b"k".to_vec(), item });
+        Change { session_id, sequence, acknowledged_through: 0, body }
+    }
+
+    #[test]
+    fn the_mark_reopens_with_the_effects_and_a_retry_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let mut state = KvStateMachine::open(&path, ReplyLimits::default(), 1 << 20).unwrap();
+        let open = Change {
+            session_id: 0,
+            sequence: 0,
+            acknowledged_through: 0,
+            body: encode_op(&KvOp::OpenSession),
+        };
+        state.apply(&mark(1), &Batch::new(0, vec![open])).unwrap();
+        state.apply(&mark(2), &Batch::new(0, vec![push(1, 1, 7), push(1, 2, 8)])).unwrap();
+        drop(state);
+        // Phase: reopened, the mark and the effects agree; the same requests replay.
+        let mut state = KvStateMachine::open(&path, ReplyLimits::default(), 1 << 20).unwrap();
+        assert_eq!(state.last_applied().unwrap().map(|m| m.index()), Some(2));
+        let reply = state.apply(&mark(3), &Batch::new(0, vec![push(1, 2, 8)])).unwrap();
+        assert_eq!(decode_outcomes(&reply).unwrap(), vec![KvOutcome::Replayed(2)]);
+        assert_eq!(state.list(b"k").unwrap(), vec![7, 8]);
+        // Phase: a snapshot installed into a fresh state brings the mark, lists and replies.
+        let mut image = Vec::new();
+        let covered = state.write_snapshot(&mut image).unwrap();
+        let mut fresh =
+            KvStateMachine::open(&dir.path().join("fresh.redb"), ReplyLimits::default(), 1 << 20).unwrap();
+        fresh.install_snapshot(&covered, &mut image.as_slice()).unwrap();
+        assert_eq!(fresh.last_applied().unwrap(), Some(covered));
+        assert_eq!(fresh.list(b"k").unwrap(), vec![7, 8]);
+        let reply = fresh.apply(&mark(4), &Batch::new(0, vec![push(1, 1, 7)])).unwrap();
+        assert_eq!(decode_outcomes(&reply).unwrap(), vec![KvOutcome::Replayed(1)]);
+    }
+}

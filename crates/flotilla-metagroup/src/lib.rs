@@ -6,7 +6,7 @@
 //! Layers, each depending only on those above it:
 //! - [`limits`], [`record`], [`types`]: bounds, the checked on-disk record, the type config;
 //! - [`reply_table`]: exactly-once (no I/O);
-//! - [`log_store`], [`state_machine`], [`sm_store`], [`kv`]: storage;
+//! - [`log_store`], [`state_machine`], [`snapshot_buffer`], [`sm_store`], [`kv`]: storage;
 //! - [`network`], [`local_network`]: RPCs;
 //! - [`group`]: a node started from its files.
 
@@ -19,6 +19,7 @@ pub mod network;
 pub mod record;
 pub mod reply_table;
 pub mod sm_store;
+pub mod snapshot_buffer;
 pub mod state_machine;
 pub mod types;
 

@@ -5,7 +5,6 @@
 //! consistent view, bounded by `snapshot_bytes_max`, and sent in chunks of
 //! `snapshot_chunk_bytes` by openraft; a snapshot received over the bound is refused.
 
-use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -14,6 +13,7 @@ use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, Ra
 use parking_lot::Mutex;
 
 use crate::limits::GroupLimits;
+use crate::snapshot_buffer::SnapshotBuffer;
 use crate::state_machine::{AppliedMark, BoundedWriter, StateMachine, StateMachineError};
 use crate::types::{Entry, LogId, NodeId, Reply, StorageError, StoredMembership, TypeConfig};
 
@@ -92,7 +92,10 @@ impl<S: StateMachine> StateMachineStore<S> {
         };
         let meta = Meta { last_log_id: mark.log_id, last_membership: mark.membership, snapshot_id };
         *self.current.lock() = Some((meta.clone(), bytes.clone()));
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(SnapshotBuffer::from_bytes(bytes, self.limits.snapshot_bytes_max)),
+        })
     }
 }
 
@@ -131,16 +134,16 @@ impl<S: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotBuffer>, StorageError> {
+        Ok(Box::new(SnapshotBuffer::new(self.limits.snapshot_bytes_max)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &Meta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotBuffer>,
     ) -> Result<(), StorageError> {
-        let bytes = snapshot.into_inner();
+        let bytes = snapshot.into_bytes();
         if bytes.len() > self.limits.snapshot_bytes_max {
             let e = StateMachineError::SnapshotTooLarge { bytes_max: self.limits.snapshot_bytes_max };
             return Err(to_storage(ErrorVerb::Write, e));
@@ -157,7 +160,8 @@ impl<S: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         if let Some((meta, bytes)) = self.current.lock().clone() {
-            return Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }));
+            let snapshot = Box::new(SnapshotBuffer::from_bytes(bytes, self.limits.snapshot_bytes_max));
+            return Ok(Some(Snapshot { meta, snapshot }));
         }
         // No snapshot kept since start: build one from the state (it covers all that was purged).
         self.build().map(Some).map_err(|e| to_storage(ErrorVerb::Read, e))

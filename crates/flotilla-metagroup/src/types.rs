@@ -4,8 +4,6 @@
 //! Invariant: a batch that reaches the log passed [`Batch::check`] against the group's limits;
 //! a batch read back from disk is checked again before it is applied.
 
-use std::io::Cursor;
-
 use serde::{Deserialize, Serialize};
 
 use crate::limits::GroupLimits;
@@ -108,7 +106,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::snapshot_buffer::SnapshotBuffer,
 );
 
 /// A log entry of the group.
