@@ -1,0 +1,33 @@
+//! The metadata service's replication engine: a Raft group built on `openraft`, with the log
+//! and Raft's own records (vote, committed, purged) in redb, a state machine trait the metadata
+//! service implements, an exactly-once reply table as pure logic, and a network trait with an
+//! in-process implementation for tests.
+//!
+//! Layers, each depending only on those above it:
+//! - [`limits`], [`record`], [`types`]: bounds, the checked on-disk record, the type config;
+//! - [`reply_table`]: exactly-once (no I/O);
+//! - [`log_store`], [`state_machine`], [`snapshot_buffer`], [`sm_store`], [`kv`]: storage;
+//! - [`network`], [`local_network`]: RPCs;
+//! - [`group`]: a node started from its files.
+
+pub mod group;
+pub mod kv;
+pub mod limits;
+pub mod local_network;
+pub mod log_store;
+pub mod network;
+pub mod record;
+pub mod reply_table;
+pub mod sm_store;
+pub mod snapshot_buffer;
+pub mod state_machine;
+pub mod types;
+
+pub use group::{raft_config, Committed, GroupError, GroupNode, GroupTiming};
+pub use limits::GroupLimits;
+pub use log_store::{LogStoreError, RedbLogStore};
+pub use network::{serve, GroupNetwork, RaftRpc, RaftRpcReply, Transport, TransportError};
+pub use reply_table::{Lookup, ReplyError, ReplyLimits, ReplyTable};
+pub use sm_store::StateMachineStore;
+pub use state_machine::{AppliedMark, BoundedWriter, StateMachine, StateMachineError};
+pub use types::{Batch, BatchError, Change, NodeId, Raft, Reply, TypeConfig, BATCH_VERSION};
