@@ -159,12 +159,15 @@ fn removed_files_are_deleted_from_the_targets() {
     let client = cluster.client();
     let file = client.create("/doomed", &CreateOptions { subfiles: 2, ..CreateOptions::default() }).unwrap();
     let id = format!("{}", file.entry().file_id());
+    // This file's subfile directories only (a target's `subfiles/` also holds its content
+    // marker, `flotilla-content-<target id>`).
+    let prefix = format!("{:016x}.", file.entry().file_id().0);
     let subfile_dirs = |cluster: &Cluster| -> usize {
         (0..2)
-            .map(|i| {
-                std::fs::read_dir(cluster.target_dir(i).join("subfiles")).map(|d| d.count()).unwrap_or(0)
-            })
-            .sum()
+            .filter_map(|i| std::fs::read_dir(cluster.target_dir(i).join("subfiles")).ok())
+            .flat_map(|dir| dir.filter_map(Result::ok))
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
+            .count()
     };
     // Subfiles are made lazily, by the first request for them, not at the create.
     assert_eq!(subfile_dirs(&cluster), 0, "subfiles of {id} made before any request");

@@ -422,6 +422,10 @@ impl FlotillaFs {
             self.sizes.grew(ino, known);
         }
         let length = known.saturating_sub(offset).min(u64::from(size));
+        // The atime is updated before the bytes are handed back, so a `stat` made once the
+        // read returned sees it (a round trip only on reads the atime rule updates).
+        let first_read = !open.read_once.swap(true, std::sync::atomic::Ordering::AcqRel);
+        self.note_read(ino, &open.file.read().entry().attrs, first_read);
         match &open.readahead {
             Some(readahead) if length > 0 && !passing => {
                 deliver(&self.read_ahead(&open, readahead, (offset, length), known)?);
@@ -436,8 +440,6 @@ impl FlotillaFs {
                 Ok::<(), Errno>(())
             })?,
         }
-        let first_read = !open.read_once.swap(true, std::sync::atomic::Ordering::AcqRel);
-        self.note_read(ino, &open.file.read().entry().attrs, first_read);
         Ok(())
     }
 
