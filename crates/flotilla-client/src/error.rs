@@ -45,7 +45,7 @@ pub enum ClientError {
     /// A service stayed unreachable for the whole outage wait (`OutageSettings::wait_ms`);
     /// `last` is the last attempt's error, which names its address.
     #[error("{service} stayed unreachable for {waited_ms} ms (outage_wait_ms = {wait_ms}): {last}")]
-    Unreachable { service: crate::outage::Service, waited_ms: u64, wait_ms: u64, last: Box<ClientError> },
+    Unreachable { service: Service, waited_ms: u64, wait_ms: u64, last: Box<ClientError> },
 }
 
 impl ClientError {
@@ -68,5 +68,22 @@ impl ClientError {
             ClientError::Layout(_) => 22,
             _ => 5,
         }
+    }
+}
+
+/// Which service a call could not reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Service {
+    Meta,
+    Server,
+}
+
+impl std::fmt::Display for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Service::Meta => "the metadata service",
+            Service::Server => "an I/O server",
+        })
     }
 }

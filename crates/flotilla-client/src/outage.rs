@@ -17,6 +17,8 @@
 //! The logic here has no sockets: `OutageWait` is the clock arithmetic, `classify` the
 //! error judgement, `after_retry` the plan for a retried metadata change.
 
+pub use crate::error::Service;
+
 use crate::error::ClientError;
 use flotilla_proto::{CreateSpec, EntryInfo, ErrorCode, MetaRequest};
 use flotilla_rpc::RpcError;
@@ -52,23 +54,6 @@ impl OutageSettings {
     pub fn from_env() -> OutageSettings {
         let wait = std::env::var(OUTAGE_WAIT_ENV).ok().and_then(|value| value.trim().parse().ok());
         OutageSettings { wait_ms: wait.unwrap_or(OUTAGE_WAIT_MS_DEFAULT), ..OutageSettings::default() }
-    }
-}
-
-/// Which service a call could not reach.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Service {
-    Meta,
-    Server,
-}
-
-impl std::fmt::Display for Service {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Service::Meta => "the metadata service",
-            Service::Server => "an I/O server",
-        })
     }
 }
 
