@@ -503,11 +503,63 @@ pub struct Acceptor {
     pub allowed: Vec<Role>,
     pub bounds: AuthBounds,
     failures: AtomicU64,
+    failure_log: LogGate,
+}
+
+/// At most one warning about failed handshakes per this long (a flood of bad peers must
+/// not fill the log); the others are counted and logged at debug.
+pub const FAILURE_LOG_INTERVAL_MS: u64 = 1000;
+
+/// Lets one log line through per interval and counts those held back (lock-free).
+struct LogGate {
+    started: std::time::Instant,
+    interval_ms: u64,
+    /// Milliseconds since `started` at the last line let through, plus one (0: none yet).
+    last_ms_plus_one: AtomicU64,
+    held_back: AtomicU64,
+}
+
+impl LogGate {
+    fn new(interval_ms: u64) -> LogGate {
+        LogGate {
+            started: std::time::Instant::now(),
+            interval_ms,
+            last_ms_plus_one: AtomicU64::new(0),
+            held_back: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(lines held back since the last one)` when a line may go out now.
+    fn pass(&self) -> Option<u64> {
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.pass_at(now_ms)
+    }
+
+    fn pass_at(&self, now_ms: u64) -> Option<u64> {
+        let last = self.last_ms_plus_one.load(Ordering::Relaxed);
+        let due = last == 0 || now_ms.saturating_sub(last - 1) >= self.interval_ms;
+        let swapped = due
+            && self
+                .last_ms_plus_one
+                .compare_exchange(last, now_ms + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if swapped {
+            return Some(self.held_back.swap(0, Ordering::Relaxed));
+        }
+        self.held_back.fetch_add(1, Ordering::Relaxed);
+        None
+    }
 }
 
 impl Acceptor {
     pub fn new(credential: Arc<Credential>, allowed: Vec<Role>, bounds: AuthBounds) -> Acceptor {
-        Acceptor { credential, allowed, bounds, failures: AtomicU64::new(0) }
+        Acceptor {
+            credential,
+            allowed,
+            bounds,
+            failures: AtomicU64::new(0),
+            failure_log: LogGate::new(FAILURE_LOG_INTERVAL_MS),
+        }
     }
 
     /// Runs the responder's handshake within the handshake timeout. A failure is logged
@@ -526,7 +578,19 @@ impl Acceptor {
             }
             Err(error) => {
                 let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-                tracing::warn!(?peer_addr, %error, failures, "refusing connection: authentication failed");
+                match self.failure_log.pass() {
+                    Some(held_back) => tracing::warn!(
+                        ?peer_addr,
+                        %error,
+                        failures,
+                        held_back,
+                        "refusing connection: authentication failed (one line a second at most; \
+                         held_back: failures since the last line)"
+                    ),
+                    None => {
+                        tracing::debug!(?peer_addr, %error, failures, "refusing connection: authentication failed")
+                    }
+                }
                 None
             }
         }
@@ -535,5 +599,22 @@ impl Acceptor {
     /// Handshakes that failed since start.
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogGate;
+
+    #[test]
+    fn one_failure_line_a_second_goes_out_and_the_others_are_counted() {
+        let gate = LogGate::new(1000);
+        assert_eq!(gate.pass_at(0), Some(0), "the first line goes out");
+        for now_ms in [1, 10, 999] {
+            assert_eq!(gate.pass_at(now_ms), None, "a line {now_ms} ms after the last was let through");
+        }
+        assert_eq!(gate.pass_at(1000), Some(3), "a line a second later carries the three held back");
+        assert_eq!(gate.pass_at(1500), None);
+        assert_eq!(gate.pass_at(5000), Some(1));
     }
 }
