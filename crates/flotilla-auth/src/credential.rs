@@ -30,6 +30,10 @@ pub enum Role {
     Server,
     /// A library, CLI, C, Python or mount client.
     Client,
+    /// A node of the metadata group, on the group's peer links (Raft RPCs) only: it accepts
+    /// only other meta nodes and connects only to them. A node serves clients and I/O
+    /// servers with a server credential of its own.
+    Meta,
 }
 
 impl std::fmt::Display for Role {
@@ -37,6 +41,7 @@ impl std::fmt::Display for Role {
         f.write_str(match self {
             Role::Server => "server",
             Role::Client => "client",
+            Role::Meta => "meta",
         })
     }
 }
@@ -158,7 +163,7 @@ impl ClusterCa {
                 return Err(AuthError::BadRequest(format!("subtree {subtree:?} is not an absolute path")));
             }
         }
-        if request.role == Role::Server && request.limits != Limits::default() {
+        if request.role != Role::Client && request.limits != Limits::default() {
             return Err(AuthError::BadRequest("limits apply to client credentials only".into()));
         }
         let keypair = crate::handshake::generate_static_keypair()?;

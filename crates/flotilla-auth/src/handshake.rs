@@ -94,7 +94,8 @@ fn noise(e: snow::Error) -> AuthError {
 }
 
 /// Runs the initiator side (the connecting side) asking for `integrity = mac`, and
-/// requires the peer to hold a server-role certificate.
+/// requires the peer to hold a server-role certificate (a meta one if this side is a meta
+/// node: [`responder_roles`]).
 pub async fn initiate<S>(
     stream: &mut S,
     credential: &Credential,
@@ -106,7 +107,18 @@ where
     initiate_with(stream, credential, Integrity::Mac, timeout).await
 }
 
-/// Runs the initiator side asking for `integrity`.
+/// The roles an initiator holding a `role` credential accepts from the responder: a meta
+/// node (metadata group peer link) talks only to meta nodes; clients and servers talk only
+/// to servers.
+pub fn responder_roles(role: Role) -> &'static [Role] {
+    match role {
+        Role::Meta => &[Role::Meta],
+        Role::Server | Role::Client => &[Role::Server],
+    }
+}
+
+/// Runs the initiator side asking for `integrity`; the responder's role must be one of
+/// [`responder_roles`] of this side's credential.
 pub async fn initiate_with<S>(
     stream: &mut S,
     credential: &Credential,
@@ -116,7 +128,23 @@ pub async fn initiate_with<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    tokio::time::timeout(timeout, initiate_inner(stream, credential, integrity))
+    let allowed = responder_roles(credential.certificate().role);
+    initiate_expecting(stream, credential, integrity, timeout, allowed).await
+}
+
+/// Runs the initiator side asking for `integrity`, accepting a responder whose role is one
+/// of `allowed`.
+pub async fn initiate_expecting<S>(
+    stream: &mut S,
+    credential: &Credential,
+    integrity: Integrity,
+    timeout: Duration,
+    allowed: &[Role],
+) -> Result<Established, AuthError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::time::timeout(timeout, initiate_inner(stream, credential, integrity, allowed))
         .await
         .map_err(|_| AuthError::Timeout { timeout_ms: timeout.as_millis() as u64 })?
 }
@@ -125,6 +153,7 @@ async fn initiate_inner<S>(
     stream: &mut S,
     credential: &Credential,
     integrity: Integrity,
+    allowed: &[Role],
 ) -> Result<Established, AuthError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -140,7 +169,7 @@ where
         .split_first()
         .ok_or_else(|| AuthError::Handshake("second handshake message carries no integrity level".into()))?;
     let peer_integrity = Integrity::from_wire(*peer_integrity)?;
-    let cert = check_peer(&state, certificate, credential, &[Role::Server])?;
+    let cert = check_peer(&state, certificate, credential, allowed)?;
     send(stream, &mut state, &credential.signed_certificate().to_bytes()).await?;
     finish(state, cert, integrity.max(peer_integrity))
 }

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 pub use capability::{now_unix_ms, CapabilityError, CapabilityKey, Grant};
 pub use credential::{Certificate, ClusterCa, Credential, IssueRequest, Limits, Role, SignedCertificate};
 pub use crypt::{CryptKeys, FrameDecrypt, FrameEncrypt};
-pub use handshake::{initiate, initiate_with, respond, respond_with, Established, Peer};
+pub use handshake::{
+    initiate, initiate_expecting, initiate_with, respond, respond_with, responder_roles, Established, Peer,
+};
 pub use tag::{FrameOpen, FrameSeal, TagHasher, TagKeys, TAG_BYTES};
 pub use wire::{Acceptor, AuthBounds, ClientAuth, Integrity, Opener, Sealer, Secured};
 

@@ -485,7 +485,8 @@ impl std::fmt::Debug for ClientAuth {
 }
 
 impl ClientAuth {
-    /// Runs the initiator's handshake; the peer must hold a server credential.
+    /// Runs the initiator's handshake; the peer must hold a server credential (a meta one
+    /// when this side holds a meta credential: `responder_roles`).
     pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
         stream: &mut S,

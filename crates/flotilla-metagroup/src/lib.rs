@@ -1,13 +1,13 @@
 //! The metadata service's replication engine: a Raft group built on `openraft`, with the log
 //! and Raft's own records (vote, committed, purged) in redb, a state machine trait the metadata
 //! service implements, an exactly-once reply table as pure logic, and a network trait with an
-//! in-process implementation for tests.
+//! in-process implementation for tests and a TCP one over authenticated Flotilla frames.
 //!
 //! Layers, each depending only on those above it:
 //! - [`limits`], [`record`], [`types`]: bounds, the checked on-disk record, the type config;
 //! - [`reply_table`]: exactly-once (no I/O);
 //! - [`log_store`], [`state_machine`], [`snapshot_buffer`], [`sm_store`], [`kv`]: storage;
-//! - [`network`], [`local_network`]: RPCs;
+//! - [`network`], [`local_network`], [`tcp`]: RPCs;
 //! - [`group`]: a node started from its files.
 
 pub mod group;
@@ -21,6 +21,7 @@ pub mod reply_table;
 pub mod sm_store;
 pub mod snapshot_buffer;
 pub mod state_machine;
+pub mod tcp;
 pub mod types;
 
 pub use group::{raft_config, Committed, GroupError, GroupNode, GroupTiming};
@@ -30,4 +31,6 @@ pub use network::{serve, GroupNetwork, RaftRpc, RaftRpcReply, Transport, Transpo
 pub use reply_table::{Lookup, ReplyError, ReplyLimits, ReplyTable};
 pub use sm_store::StateMachineStore;
 pub use state_machine::{AppliedMark, BoundedWriter, StateMachine, StateMachineError};
+pub use tcp::listener::GroupListener;
+pub use tcp::{TcpConfig, TcpError, TcpTransport};
 pub use types::{Batch, BatchError, Change, NodeId, Raft, Reply, TypeConfig, BATCH_VERSION};

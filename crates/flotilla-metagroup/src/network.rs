@@ -10,7 +10,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -45,6 +47,14 @@ pub enum TransportError {
     Unreachable { target: NodeId, address: String, reason: String },
     #[error("node {target} answered an RPC with a reply of another kind")]
     WrongReply { target: NodeId },
+    /// The RPC does not fit in one frame; an append of several entries may be split into
+    /// appends of `entries_hint` entries.
+    #[error("RPC to node {target} does not fit in a frame: {reason}")]
+    TooLarge { target: NodeId, entries_hint: Option<u64>, reason: String },
+    /// The node answered, but refused the RPC (a bad frame, an RPC it cannot decode, or an
+    /// RPC addressed to another node id), or its reply did not decode.
+    #[error("node {target} at {address} refused an RPC: {reason}")]
+    Refused { target: NodeId, address: String, reason: String },
 }
 
 /// Moves Raft RPCs between nodes.
@@ -108,8 +118,16 @@ impl<T: Transport> Connection<T> {
         e: TransportError,
     ) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
         match e {
-            TransportError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
-            TransportError::WrongReply { .. } => RPCError::Network(NetworkError::new(&e)),
+            TransportError::Unreachable { .. } | TransportError::Refused { .. } => {
+                RPCError::Unreachable(Unreachable::new(&e))
+            }
+            // Only an append is split by openraft (its hint for a vote or snapshot panics).
+            TransportError::TooLarge { entries_hint: Some(hint), .. } => {
+                RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint.max(1)).with_source_error(&e))
+            }
+            TransportError::TooLarge { .. } | TransportError::WrongReply { .. } => {
+                RPCError::Network(NetworkError::new(&e))
+            }
         }
     }
 

@@ -13,6 +13,7 @@ pub mod budget;
 pub mod buffers;
 pub mod capability;
 pub mod frame;
+mod group;
 mod io;
 mod meta;
 mod wire_error;
@@ -27,6 +28,7 @@ pub use frame::{
     read_frame_body, read_frame_bounded_opened, read_frame_header, read_frame_opened, read_frame_payload,
     PayloadCrc, PayloadOpener, AEAD_TAG_BYTES, FLAG_ENCRYPTED, UNRESERVED_BYTES_MAX,
 };
+pub use group::{GroupReply, GroupRequest};
 pub use io::{
     check_job_id, FlushEntry, FlushJob, ForkInfo, ForkRef, HsmAction, HsmForkState, IoReply, IoRequest,
     JobStats, PullRange, Residency, ServerStats, TargetTierStatus, JOB_ID_BYTES_MAX,
