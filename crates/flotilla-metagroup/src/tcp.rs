@@ -6,17 +6,19 @@
 //! frames and takes them out (no sockets). Both sides hold a credential of role `meta` and
 //! accept only peers with one (flotilla-auth's handshake, unchanged).
 //!
-//! Invariants: at most one connection per peer is open or being opened at a time; a connect
-//! runs in a task of its own, so openraft's short RPC deadlines (a heartbeat interval) never
-//! cut a handshake short; every call ends within `call_timeout_ms`; every bound is a field of
-//! [`TcpConfig`].
+//! Invariants: at most one connection per peer is in use or being opened at a time; a
+//! connect runs in a task of its own, so openraft's short RPC deadlines (a heartbeat
+//! interval) never cut a handshake short; every call ends within `call_timeout_ms`; a
+//! connection with calls in flight and no reply for `call_timeout_ms` is replaced; every
+//! bound is a field of [`TcpConfig`].
 
 pub mod codec;
 pub mod listener;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flotilla_auth::{AuthBounds, ClientAuth, Credential, Integrity, Role};
@@ -147,8 +149,45 @@ fn check_meta(credential: &Credential) -> Result<(), TcpError> {
     Ok(())
 }
 
+/// A connection and how it is doing: one whose oldest call not followed by any reply was
+/// made more than `call_timeout_ms` ago (a peer that stopped answering without closing: a
+/// stopped process, a lost route) is replaced, not reused. Calls openraft gives up on
+/// count too: they are dropped, not answered.
+struct Live {
+    connection: Connection,
+    opened: Instant,
+    /// Milliseconds from `opened` to that oldest unanswered call, plus one (0: none).
+    unanswered_since_ms: AtomicU64,
+}
+
+impl Live {
+    fn new(connection: Connection) -> Live {
+        Live { connection, opened: Instant::now(), unanswered_since_ms: AtomicU64::new(0) }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// Whether the connection can carry the next call.
+    fn usable(&self, call_timeout_ms: u64) -> bool {
+        let since = self.unanswered_since_ms.load(Ordering::Relaxed);
+        let stalled = since != 0 && (self.elapsed_ms() + 1).saturating_sub(since) > call_timeout_ms;
+        !self.connection.is_broken() && !stalled
+    }
+
+    /// One call; any reply shows the peer is answering.
+    async fn call(&self, body: Vec<u8>, data: Vec<u8>) -> Result<flotilla_proto::Frame, RpcError> {
+        let now = self.elapsed_ms() + 1;
+        let _ = self.unanswered_since_ms.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        let frame = self.connection.call_raw(body, Bytes::from(data)).await?;
+        self.unanswered_since_ms.store(0, Ordering::Relaxed);
+        Ok(frame)
+    }
+}
+
 /// The outcome of one connection attempt, shared by the calls waiting for it.
-type Attempt = watch::Receiver<Option<Result<Arc<Connection>, RpcError>>>;
+type Attempt = watch::Receiver<Option<Result<Arc<Live>, RpcError>>>;
 
 /// The link to one peer: its address and its current (or last) connection attempt.
 struct Link {
@@ -164,7 +203,7 @@ impl Link {
         if let Some(current) = slot.as_ref() {
             let usable = match &*current.borrow() {
                 None => true,
-                Some(Ok(connection)) => !connection.is_broken(),
+                Some(Ok(live)) => live.usable(config.call_timeout_ms),
                 Some(Err(_)) => false,
             };
             if usable {
@@ -174,7 +213,7 @@ impl Link {
         let (done, attempt) = watch::channel(None);
         let (address, config) = (self.address.clone(), config.clone());
         tokio::spawn(async move {
-            let outcome = Connection::connect(&address, config).await.map(Arc::new);
+            let outcome = Connection::connect(&address, config).await.map(|c| Arc::new(Live::new(c)));
             if let Err(error) = &outcome {
                 tracing::debug!(%address, %error, "metadata group peer not connected");
             }
@@ -214,15 +253,15 @@ impl TcpTransport {
     /// Connects (or reuses the connection) and makes one call, without the overall deadline.
     async fn exchange(&self, link: &Link, body: Vec<u8>, data: Vec<u8>) -> Result<RaftRpcReply, Failure> {
         let mut attempt = link.attempt(&self.connection);
-        let connection = {
+        let live = {
             let outcome = attempt.wait_for(Option::is_some).await.map_err(|_| Failure::Rpc(closed()))?;
             match outcome.as_ref() {
-                Some(Ok(connection)) => connection.clone(),
+                Some(Ok(live)) => live.clone(),
                 Some(Err(error)) => return Err(Failure::Rpc(error.clone())),
                 None => return Err(Failure::Rpc(closed())),
             }
         };
-        let frame = connection.call_raw(body, Bytes::from(data)).await.map_err(Failure::Rpc)?;
+        let frame = live.call(body, data).await.map_err(Failure::Rpc)?;
         codec::decode_reply(&frame.body, &frame.data).map_err(Failure::Codec)
     }
 }

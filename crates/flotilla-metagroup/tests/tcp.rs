@@ -9,14 +9,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_auth::{ClientAuth, ClusterCa, Credential, IssueRequest, Limits, Role};
+use flotilla_auth::{Acceptor, AuthBounds, ClientAuth, ClusterCa, Credential, IssueRequest, Limits, Role};
 use flotilla_metagroup::kv::{decode_outcomes, encode_op, KvOp, KvOutcome, KvStateMachine};
 use flotilla_metagroup::{
-    raft_config, Batch, Change, GroupError, GroupLimits, GroupListener, GroupNode, GroupTiming, NodeId,
-    ReplyLimits, TcpConfig, TcpError, TcpTransport,
+    raft_config, Batch, Change, GroupError, GroupLimits, GroupListener, GroupNode, GroupTiming, NodeId, RaftRpc,
+    ReplyLimits, TcpConfig, TcpError, TcpTransport, Transport,
 };
 use flotilla_proto::{decode_body, ErrorCode, GroupReply};
-use openraft::{BasicNode, Config};
+use openraft::raft::VoteRequest;
+use openraft::{BasicNode, Config, Vote};
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -449,4 +450,50 @@ async fn appends_too_large_for_one_frame_are_split() {
     assert_eq!(caught_up, expected);
     assert_eq!(cluster.list(behind), vec![0, 1]);
     cluster.stop_all().await;
+}
+
+/// A peer that completes the handshake and then never answers (a stopped process): calls
+/// fail within `call_timeout_ms`, and once a call went unanswered for that long the link
+/// connects again instead of reusing the dead connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_answering_is_connected_to_again() {
+    let ca = ClusterCa::generate();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let acceptor = Arc::new(Acceptor::new(issue(&ca, Role::Meta, "meta-2"), vec![Role::Meta], AuthBounds::default()));
+    let silent = tokio::spawn({
+        let accepted = accepted.clone();
+        async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                accepted.fetch_add(1, Ordering::Relaxed);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if acceptor.accept(&mut stream, None).await.is_some() {
+                        let _ = stream.read_to_end(&mut Vec::new()).await;
+                    }
+                });
+            }
+        }
+    });
+    let config = TcpConfig { call_timeout_ms: 300, ..tcp() };
+    let transport = TcpTransport::new(issue(&ca, Role::Meta, "meta-1"), config).unwrap();
+    let vote = || RaftRpc::Vote(VoteRequest::new(Vote::new(1, 1), None));
+    // Phase: calls cut short (as openraft's heartbeat deadline does) share one connection.
+    for _ in 0..3 {
+        let _ = tokio::time::timeout(Duration::from_millis(50), transport.call(1, 2, &addr, vote())).await;
+    }
+    assert_eq!(accepted.load(Ordering::Relaxed), 1, "the connection was not reused");
+    // Phase: a whole call fails naming the timeout ...
+    let error = transport.call(1, 2, &addr, vote()).await.unwrap_err();
+    assert!(error.to_string().contains("call_timeout_ms"), "{error}");
+    // ... and by then the first unanswered call is older than the timeout: a new connection.
+    let _ = tokio::time::timeout(Duration::from_millis(50), transport.call(1, 2, &addr, vote())).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while accepted.load(Ordering::Relaxed) < 2 {
+        assert!(Instant::now() < deadline, "the dead connection is still used");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    silent.abort();
 }
