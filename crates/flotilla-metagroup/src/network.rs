@@ -122,9 +122,9 @@ impl<T: Transport> Connection<T> {
                 RPCError::Unreachable(Unreachable::new(&e))
             }
             // Only an append is split by openraft (its hint for a vote or snapshot panics).
-            TransportError::TooLarge { entries_hint: Some(hint), .. } => {
-                RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint.max(1)).with_source_error(&e))
-            }
+            TransportError::TooLarge { entries_hint: Some(hint), .. } => RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(hint.max(1)).with_source_error(&e),
+            ),
             TransportError::TooLarge { .. } | TransportError::WrongReply { .. } => {
                 RPCError::Network(NetworkError::new(&e))
             }

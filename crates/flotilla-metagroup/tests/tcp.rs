@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use flotilla_auth::{Acceptor, AuthBounds, ClientAuth, ClusterCa, Credential, IssueRequest, Limits, Role};
 use flotilla_metagroup::kv::{decode_outcomes, encode_op, KvOp, KvOutcome, KvStateMachine};
 use flotilla_metagroup::{
-    raft_config, Batch, Change, GroupError, GroupLimits, GroupListener, GroupNode, GroupTiming, NodeId, RaftRpc,
-    ReplyLimits, TcpConfig, TcpError, TcpTransport, Transport,
+    raft_config, Batch, Change, GroupError, GroupLimits, GroupListener, GroupNode, GroupTiming, NodeId,
+    RaftRpc, ReplyLimits, TcpConfig, TcpError, TcpTransport, Transport,
 };
 use flotilla_proto::{decode_body, ErrorCode, GroupReply};
 use openraft::raft::VoteRequest;
@@ -41,7 +41,8 @@ fn tcp() -> TcpConfig {
 }
 
 fn issue(ca: &ClusterCa, role: Role, name: &str) -> Arc<Credential> {
-    let request = IssueRequest { role, name: name.into(), limits: Limits::default(), expires_unix_secs: None };
+    let request =
+        IssueRequest { role, name: name.into(), limits: Limits::default(), expires_unix_secs: None };
     Arc::new(ca.issue(request).unwrap())
 }
 
@@ -331,13 +332,13 @@ async fn peers_without_a_meta_certificate_or_sending_garbage_are_refused_and_the
     let _ = flotilla_auth::initiate_expecting(&mut stream, &server, integrity, timeout, &[Role::Meta]).await;
     closed_within(&mut stream, Duration::from_secs(5)).await;
     // A client credential, and a meta credential of another cluster, likewise.
-    for credential in [
-        issue(&cluster.ca, Role::Client, "alice"),
-        issue(&ClusterCa::generate(), Role::Meta, "meta-9"),
-    ] {
+    for credential in
+        [issue(&cluster.ca, Role::Client, "alice"), issue(&ClusterCa::generate(), Role::Meta, "meta-9")]
+    {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         let _ =
-            flotilla_auth::initiate_expecting(&mut stream, &credential, integrity, timeout, &[Role::Meta]).await;
+            flotilla_auth::initiate_expecting(&mut stream, &credential, integrity, timeout, &[Role::Meta])
+                .await;
         closed_within(&mut stream, Duration::from_secs(5)).await;
     }
     let failures = cluster.listeners[&target].handshake_failures() - failures_before;
@@ -461,7 +462,8 @@ async fn a_peer_that_stops_answering_is_connected_to_again() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let accepted = Arc::new(AtomicU64::new(0));
-    let acceptor = Arc::new(Acceptor::new(issue(&ca, Role::Meta, "meta-2"), vec![Role::Meta], AuthBounds::default()));
+    let acceptor =
+        Arc::new(Acceptor::new(issue(&ca, Role::Meta, "meta-2"), vec![Role::Meta], AuthBounds::default()));
     let silent = tokio::spawn({
         let accepted = accepted.clone();
         async move {

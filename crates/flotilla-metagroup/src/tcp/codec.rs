@@ -7,7 +7,9 @@
 //! append too large for one frame comes back as a hint to split it; decoding never panics
 //! and reads only the frame's bytes.
 
-use flotilla_proto::{decode_body, encode_body, ErrorCode, GroupReply, GroupRequest, WireError, HEADER_BYTES};
+use flotilla_proto::{
+    decode_body, encode_body, ErrorCode, GroupReply, GroupRequest, WireError, HEADER_BYTES,
+};
 
 use crate::network::{RaftRpc, RaftRpcReply};
 use crate::types::NodeId;
@@ -78,11 +80,14 @@ pub fn decode_request(node: NodeId, body: &[u8], data: &[u8]) -> Result<(NodeId,
     let request = decode_body::<GroupRequest>(body, "group request").map_err(|e| bad(e.to_string()))?;
     let GroupRequest::Raft { from, target } = request;
     if target != node {
-        let message = format!("Raft RPC from node {from} for node {target} reached node {node} (check the peer addresses)");
+        let message = format!(
+            "Raft RPC from node {from} for node {target} reached node {node} (check the peer addresses)"
+        );
         return Err(WireError::new(ErrorCode::InvalidArgument, message));
     }
-    let rpc = postcard::from_bytes::<RaftRpc>(data)
-        .map_err(|e| bad(format!("cannot decode the Raft RPC from node {from} ({} bytes): {e}", data.len())))?;
+    let rpc = postcard::from_bytes::<RaftRpc>(data).map_err(|e| {
+        bad(format!("cannot decode the Raft RPC from node {from} ({} bytes): {e}", data.len()))
+    })?;
     Ok((from, rpc))
 }
 
@@ -105,8 +110,9 @@ pub fn encode_error(error: &WireError) -> Vec<u8> {
 pub fn decode_reply(body: &[u8], data: &[u8]) -> Result<RaftRpcReply, CodecError> {
     let undecodable = |message: String| CodecError::Refused(WireError::new(ErrorCode::Protocol, message));
     match decode_body::<GroupReply>(body, "group reply").map_err(|e| undecodable(e.to_string()))? {
-        GroupReply::Raft => postcard::from_bytes::<RaftRpcReply>(data)
-            .map_err(|e| undecodable(format!("cannot decode the Raft RPC reply ({} bytes): {e}", data.len()))),
+        GroupReply::Raft => postcard::from_bytes::<RaftRpcReply>(data).map_err(|e| {
+            undecodable(format!("cannot decode the Raft RPC reply ({} bytes): {e}", data.len()))
+        }),
         GroupReply::Error(error) => Err(CodecError::Refused(error)),
     }
 }
@@ -120,7 +126,8 @@ mod tests {
 
     fn append(entries: usize, body_bytes: usize) -> RaftRpc {
         let leader = CommittedLeaderId::new(3, 1);
-        let change = Change { session_id: 1, sequence: 1, acknowledged_through: 0, body: vec![7; body_bytes] };
+        let change =
+            Change { session_id: 1, sequence: 1, acknowledged_through: 0, body: vec![7; body_bytes] };
         let entries = (1..=entries as u64)
             .map(|index| Entry::<TypeConfig> {
                 log_id: LogId::new(leader, index),
@@ -201,7 +208,10 @@ mod tests {
     fn replies_and_refusals_round_trip() {
         let response = AppendEntriesResponse::<NodeId>::Success;
         let (body, data) = encode_reply(&RaftRpcReply::Append(Ok(response))).unwrap();
-        assert!(matches!(decode_reply(&body, &data), Ok(RaftRpcReply::Append(Ok(AppendEntriesResponse::Success)))));
+        assert!(matches!(
+            decode_reply(&body, &data),
+            Ok(RaftRpcReply::Append(Ok(AppendEntriesResponse::Success)))
+        ));
         let fatal = openraft::error::RaftError::Fatal(openraft::error::Fatal::Stopped);
         let (body, data) = encode_reply(&RaftRpcReply::Vote(Err(fatal))).unwrap();
         assert!(matches!(decode_reply(&body, &data), Ok(RaftRpcReply::Vote(Err(_)))));

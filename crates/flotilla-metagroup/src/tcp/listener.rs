@@ -176,7 +176,8 @@ async fn serve_connection(stream: TcpStream, secured: Secured, shared: Arc<Share
     tracing::debug!(peer = %peer.name, "metadata group peer connected");
     let (read_half, write_half) = stream.into_split();
     let (replies, queue) = mpsc::channel::<Outgoing>(shared.requests_max);
-    let mut writer = tokio::spawn(write_replies((write_half, sealer), queue, (shared.reply_stall, shared.progress)));
+    let mut writer =
+        tokio::spawn(write_replies((write_half, sealer), queue, (shared.reply_stall, shared.progress)));
     // A writer that gives up (peer not reading) ends the reader too, and the other way round.
     tokio::select! {
         _ = read_requests((read_half, opener), &shared, replies) => { let _ = writer.await; }
@@ -218,7 +219,9 @@ async fn read_requests(
             Err(error) => {
                 shared.frames_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, "refusing a metadata group request");
-                let _ = replies.send((frame.request_id, codec::encode_error(&error), Vec::new(), Some(memory))).await;
+                let _ = replies
+                    .send((frame.request_id, codec::encode_error(&error), Vec::new(), Some(memory)))
+                    .await;
                 continue;
             }
         };
@@ -268,12 +271,16 @@ async fn write_replies(
             let write = sealer.write_frame(&mut writer, request_id, &body, &data);
             let written = with_progress(progress, &moved, tokio::time::timeout(reply_stall, write)).await;
             if !matches!(written, Ok(Ok(Ok(())))) {
-                tracing::warn!(?reply_stall, "dropping a metadata group connection: reply not written in time");
+                tracing::warn!(
+                    ?reply_stall,
+                    "dropping a metadata group connection: reply not written in time"
+                );
                 return;
             }
             next = queue.try_recv().ok();
         }
-        let flushed = with_progress(progress, &moved, tokio::time::timeout(reply_stall, writer.flush())).await;
+        let flushed =
+            with_progress(progress, &moved, tokio::time::timeout(reply_stall, writer.flush())).await;
         if !matches!(flushed, Ok(Ok(Ok(())))) {
             tracing::debug!("metadata group connection closed before its replies were flushed");
             return;
