@@ -73,7 +73,7 @@ impl Default for TcpConfig {
     fn default() -> Self {
         let limits = GroupLimits::default();
         TcpConfig {
-            frame_bytes_max: (limits.record_bytes_max + FRAME_OVERHEAD_BYTES + (64 << 10)) as u32,
+            frame_bytes_max: (limits.record_bytes_max + (64 << 10)) as u32,
             connect_timeout_ms: 2_000,
             call_timeout_ms: 5_000,
             keepalive_idle_ms: 10_000,
