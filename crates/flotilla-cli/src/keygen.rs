@@ -26,7 +26,7 @@ struct IssueArgs {
     /// The cluster CA file made by `flotilla keygen --out DIR` (DIR/cluster.key).
     #[arg(long)]
     ca: PathBuf,
-    /// server or client.
+    /// server, client, or meta (a metadata group node's peer links).
     #[arg(long, value_parser = parse_role)]
     role: Role,
     /// Name of the credential (shown by `flotilla status` and in logs).
@@ -55,7 +55,8 @@ fn parse_role(text: &str) -> Result<Role, String> {
     match text {
         "server" => Ok(Role::Server),
         "client" => Ok(Role::Client),
-        other => Err(format!("role {other:?} is neither server nor client")),
+        "meta" => Ok(Role::Meta),
+        other => Err(format!("role {other:?} is not server, client or meta")),
     }
 }
 
