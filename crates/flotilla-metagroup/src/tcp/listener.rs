@@ -95,10 +95,10 @@ impl GroupListener {
     }
 
     /// Stops accepting and closes every connection; returns once the accept task ended.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         self.task.abort();
-        let _ = (&mut { self }.task).await;
+        let _ = (&mut self.task).await;
     }
 }
 
