@@ -3,18 +3,13 @@
 
 use crate::core::{unexpected, Core};
 use crate::error::ClientError;
-use crate::file::File;
 use crate::handle::Handle;
-use crate::opens::{open_file, renew_leases};
-use crate::DEFAULT_FORK;
+use crate::lease::renew_leases;
 use flotilla_auth::Role;
-use flotilla_proto::{
-    CreateSpec, DirEntryInfo, EntryInfo, ErrorCode, ForkRef, MetaReply, MetaRequest, TargetStatus,
-};
+use flotilla_proto::{DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, TargetStatus};
 use flotilla_rpc::ConnectionConfig;
-use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex, TargetId};
+use flotilla_types::{Attributes, Layout, SetAttr, TargetId};
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
@@ -490,178 +485,14 @@ impl Client {
             other => Err(unexpected(what, &other)),
         }
     }
-
-    /// Creates a file with `options.subfiles` subfiles, each with a `data` fork.
-    pub fn create(&self, path: &str, options: &CreateOptions) -> Result<File, ClientError> {
-        let owner = (current_uid(), current_gid());
-        let file =
-            self.block_on(create_open(self.clone(), path.to_string(), create_spec(options.clone(), owner)))?;
-        Ok(file.with_no_overlap(options.no_overlap))
-    }
-
-    /// Non-blocking `create`.
-    pub fn create_nb(&self, path: &str, options: &CreateOptions) -> Handle<File> {
-        let client = self.clone();
-        let path = path.to_string();
-        let owner = (current_uid(), current_gid());
-        let no_overlap = options.no_overlap;
-        let created = create_open(client, path, create_spec(options.clone(), owner));
-        self.spawn(async move { Ok(created.await?.with_no_overlap(no_overlap)) })
-    }
-
-    /// Opens an existing file.
-    pub fn open(&self, path: &str) -> Result<File, ClientError> {
-        self.open_with(path, &OpenOptions::default())
-    }
-
-    /// Opens an existing file with `options`.
-    pub fn open_with(&self, path: &str, options: &OpenOptions) -> Result<File, ClientError> {
-        if let Some(file) = self.open_path(path)? {
-            // Flush-on-read: this process's ENWRICH writes to the file reach the servers first.
-            self.flush_enwrich(file.id())?;
-            return Ok(file.with_no_overlap(options.no_overlap));
-        }
-        let entry = self.stat(path)?;
-        if entry.attrs.kind != flotilla_types::FileKind::File {
-            return Err(ClientError::NotAFile { path: path.to_string() });
-        }
-        // Flush-on-read: this process's ENWRICH writes to the file reach the servers first.
-        self.flush_enwrich(entry.id)?;
-        let file = self.block_on(open_file(self.clone(), path.to_string(), entry.id))?;
-        Ok(file.with_no_overlap(options.no_overlap))
-    }
 }
 
-impl Client {
-    /// Opens `path` in one round trip (`OpenPath`), unless its attributes are cached (then
-    /// the lookup costs nothing and `Opened` alone is sent) or the service does not know the
-    /// request (it is then not sent again); `None` in those cases.
-    fn open_path(&self, path: &str) -> Result<Option<File>, ClientError> {
-        let core = &self.core;
-        if core.open_path_refused.load(Ordering::Relaxed) || core.attrs.cached(path).is_some() {
-            return Ok(None);
-        }
-        let request = MetaRequest::OpenPath { path: path.to_string(), session: core.session() };
-        let entry = match self.meta(request) {
-            Ok(reply) => crate::core::entry_reply(reply, "open")?,
-            Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
-                tracing::info!(%error, "the metadata service does not know OpenPath; opening in two requests");
-                core.open_path_refused.store(true, Ordering::Relaxed);
-                return Ok(None);
-            }
-            Err(error) => return Err(error),
-        };
-        if entry.attrs.kind != flotilla_types::FileKind::File {
-            return Err(ClientError::NotAFile { path: path.to_string() });
-        }
-        crate::opens::opened_file(self.clone(), path.to_string(), entry).map(Some)
-    }
-}
-
-/// Creates the file's entry, owned by `owner` (uid, gid); its subfiles are made by their
-/// servers on first use.
-pub(crate) async fn create_file(
-    core: Arc<Core>,
-    path: String,
-    options: CreateOptions,
-    owner: (u32, u32),
-) -> Result<EntryInfo, ClientError> {
-    // Subfiles are created lazily: each server makes its subfile on the first request for it.
-    let create = |path, spec| MetaRequest::Create { path, spec };
-    let (entry, _created, _) = create_entry(&core, &path, create_spec(options, owner), create).await?;
-    Ok(entry)
-}
-
-/// Creates the file and opens it: one round trip (`CreateOpen`) for a new file.
-async fn create_open(client: Client, path: String, spec: CreateSpec) -> Result<File, ClientError> {
-    let session = client.core.session();
-    if client.core.attrs.enabled() {
-        // The new file's attributes come with grants: a stat of it asks nothing.
-        client.core.attrs.begin(&client);
-        let create = |path, spec| MetaRequest::CreateOpenCached { path, spec, session };
-        match create_entry(&client.core, &path, spec.clone(), create).await {
-            Ok((entry, _created, grants)) => {
-                client.core.attrs.answer(&path, &entry, &grants);
-                return crate::opens::opened_file(client, path, entry);
-            }
-            Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
-                client.core.attrs.abandon();
-                tracing::info!(%error, "the metadata service does not cache attributes");
-                client.core.attrs.disable();
-            }
-            Err(error) => {
-                client.core.attrs.abandon();
-                return Err(error);
-            }
-        }
-    }
-    let create = |path, spec| MetaRequest::CreateOpen { path, spec, session };
-    let (entry, _created, _) = create_entry(&client.core, &path, spec, create).await?;
-    crate::opens::opened_file(client, path, entry)
-}
-
-/// What a program asked for, as the request carries it.
-fn create_spec(options: CreateOptions, owner: (u32, u32)) -> CreateSpec {
-    CreateSpec {
-        mode: options.mode,
-        uid: owner.0,
-        gid: owner.1,
-        subfiles: options.subfiles,
-        targets: options.targets,
-        layout: options.layout,
-        exclusive: options.exclusive,
-    }
-}
-
-/// Creates the entry, or (without `spec.exclusive`) returns the existing file, with the
-/// request `create` makes. The flag says whether this call created it: an exclusive create
-/// is tried first, so an existing file is never mistaken for a new one.
-async fn create_entry(
-    core: &Core,
-    path: &str,
-    spec: CreateSpec,
-    create: impl Fn(String, CreateSpec) -> MetaRequest,
-) -> Result<(EntryInfo, bool, Vec<flotilla_proto::InodeToken>), ClientError> {
-    let exclusive = CreateSpec { exclusive: true, ..spec.clone() };
-    let first = core.meta_call(create(path.to_string(), exclusive)).await;
-    let (reply, created) = match first {
-        Err(ClientError::Meta(error)) if error.code == ErrorCode::AlreadyExists && !spec.exclusive => {
-            (core.meta_call(create(path.to_string(), spec)).await?, false)
-        }
-        other => (other?, true),
-    };
-    match reply {
-        MetaReply::Entry(entry) => Ok((entry, created, Vec::new())),
-        MetaReply::CachedEntry { entry, grants } => Ok((entry, created, grants)),
-        other => Err(unexpected("create", &other)),
-    }
-}
-
-/// The fork reference of `fork` in subfile `subfile` of `entry`.
-pub(crate) fn fork_ref(
-    entry: &EntryInfo,
-    subfile: u32,
-    fork: &str,
-) -> Result<(ForkRef, String), ClientError> {
-    let place = entry
-        .subfiles
-        .get(subfile as usize)
-        .ok_or(ClientError::NoSuchSubfile { subfile, count: entry.subfiles.len() })?;
-    let fork = ForkRef {
-        target: place.target,
-        file: entry.file_id(),
-        subfile: SubfileIndex(subfile),
-        fork: if fork.is_empty() { DEFAULT_FORK.to_string() } else { fork.to_string() },
-    };
-    Ok((fork, place.server.clone()))
-}
-
-fn current_uid() -> u32 {
+pub(crate) fn current_uid() -> u32 {
     // SAFETY: getuid has no preconditions and cannot fail.
     unsafe { libc::getuid() }
 }
 
-fn current_gid() -> u32 {
+pub(crate) fn current_gid() -> u32 {
     // SAFETY: getgid has no preconditions and cannot fail.
     unsafe { libc::getgid() }
 }

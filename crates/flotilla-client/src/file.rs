@@ -2,13 +2,13 @@
 //! the file's layout (stripe or hash), where every request shape also works.
 
 use crate::call_memory::CallMemory;
-use crate::client::{fork_ref, Client};
+use crate::client::Client;
 use crate::core::{unexpected, Core};
 use crate::error::ClientError;
-use crate::fork::Fork;
+use crate::fork::{fork_ref, Fork};
 use crate::handle::Handle;
+use crate::lease::OpenGuard;
 use crate::library_tokens::{cover, cover_async, read_range, write_range};
-use crate::opens::OpenGuard;
 use crate::outage::Service;
 use crate::tokens::{ByteRange, TokenCache, TokenUse, WHOLE_FILE};
 use crate::transfer::{check_call, read_into, read_shape, write_shape, WriteSource};

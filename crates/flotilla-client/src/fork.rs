@@ -5,8 +5,10 @@ use crate::core::{unexpected, Core};
 use crate::error::ClientError;
 use crate::handle::Handle;
 use crate::transfer::{read_shape, write_shape, WriteSource};
-use flotilla_proto::{ForkRef, IoReply, IoRequest};
+use crate::DEFAULT_FORK;
+use flotilla_proto::{EntryInfo, ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
+use flotilla_types::SubfileIndex;
 use std::sync::Arc;
 
 /// One fork of one subfile: the unit every read and write addresses.
@@ -136,6 +138,25 @@ async fn simple_call(
         }
         other => Err(unexpected(what, &other)),
     }
+}
+
+/// The fork reference of `fork` in subfile `subfile` of `entry`.
+pub(crate) fn fork_ref(
+    entry: &EntryInfo,
+    subfile: u32,
+    fork: &str,
+) -> Result<(ForkRef, String), ClientError> {
+    let place = entry
+        .subfiles
+        .get(subfile as usize)
+        .ok_or(ClientError::NoSuchSubfile { subfile, count: entry.subfiles.len() })?;
+    let fork = ForkRef {
+        target: place.target,
+        file: entry.file_id(),
+        subfile: SubfileIndex(subfile),
+        fork: if fork.is_empty() { DEFAULT_FORK.to_string() } else { fork.to_string() },
+    };
+    Ok((fork, place.server.clone()))
 }
 
 impl std::fmt::Debug for Fork {

@@ -25,6 +25,7 @@ mod fork;
 mod group;
 mod group_plan;
 mod handle;
+mod lease;
 mod library_tokens;
 mod locks;
 mod metrics;

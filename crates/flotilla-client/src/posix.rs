@@ -2,10 +2,11 @@
 //! behalf of another user (the caller of a system call, not this process) and opening a
 //! file by inode number, which is how the kernel names it.
 
-use crate::client::{create_file, Client, CreateOptions};
+use crate::client::{Client, CreateOptions};
 use crate::core::unexpected;
 use crate::error::ClientError;
 use crate::file::File;
+use crate::opens::create_file;
 use flotilla_proto::{EntryInfo, MetaReply, MetaRequest};
 use flotilla_types::{Attributes, FileId};
 
