@@ -1,12 +1,14 @@
 //! The client: a handle on one Flotilla cluster, with its own small async runtime so that
 //! callers (the CLI, the FUSE mount, Python and C bindings) can use a blocking API.
 
-use crate::core::{unexpected, Core};
-use crate::error::ClientError;
+use crate::core::Core;
+use crate::error::{unexpected, ClientError};
 use crate::handle::Handle;
 use crate::lease::renew_leases;
+use crate::tokens::{ByteRange, TokenCache, TokenHolder, TokenSettings};
+use crate::transport::WeakMetaLine;
 use flotilla_auth::Role;
-use flotilla_proto::{DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, TargetStatus};
+use flotilla_proto::{DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, TargetStatus, TokenMode};
 use flotilla_rpc::ConnectionConfig;
 use flotilla_types::{Attributes, Layout, SetAttr, TargetId};
 use std::future::Future;
@@ -55,7 +57,7 @@ pub struct ClientConfig {
     /// are atomic with respect to theirs. Off: close-to-open consistency only (NFS's).
     pub tokens: bool,
     /// How long token requests may wait (`acquire_timeout_ms`: then the call fails).
-    pub token_settings: crate::tokens::TokenSettings,
+    pub token_settings: TokenSettings,
     /// `stat` answers from a cache kept coherent by inode tokens (on by default): after a
     /// change by any client is acknowledged, no stat here returns what it replaced.
     pub attr_cache: bool,
@@ -64,7 +66,7 @@ pub struct ClientConfig {
     /// How long a call keeps trying an I/O server or the metadata service it cannot reach
     /// (`wait_ms`, default 60 s; `FLOTILLA_OUTAGE_WAIT_MS` sets it) and the backoff between
     /// attempts (`outage.rs`).
-    pub outage: crate::outage::OutageSettings,
+    pub outage: crate::transport::outage::OutageSettings,
 }
 
 impl ClientConfig {
@@ -81,10 +83,10 @@ impl ClientConfig {
             job: job_from_env(),
             metrics_listen: std::env::var(crate::METRICS_LISTEN_ENV).ok().filter(|a| !a.is_empty()),
             tokens: true,
-            token_settings: crate::tokens::TokenSettings::default(),
+            token_settings: TokenSettings::default(),
             attr_cache: true,
             attr_settings: crate::attr_leases::AttrSettings::default(),
-            outage: crate::outage::OutageSettings::from_env(),
+            outage: crate::transport::outage::OutageSettings::from_env(),
         }
     }
 }
@@ -95,7 +97,7 @@ fn serve_metrics(
     runtime: &Runtime,
     listen: &str,
 ) -> Result<flotilla_metrics::MetricsHandle, ClientError> {
-    let metrics = core.metrics.get_or_init(Arc::default).clone();
+    let metrics = core.transport.metrics.get_or_init(Arc::default).clone();
     let registry = Arc::new(crate::metrics::registry(&metrics));
     let config = flotilla_metrics::EndpointConfig::on(listen);
     let bound = runtime.block_on(flotilla_metrics::bind(&config, registry));
@@ -176,6 +178,37 @@ impl WeakClient {
     }
 }
 
+/// What a revocation reaches in a library client: the sizes its writes gave files
+/// (`library_tokens.rs`).
+struct LibraryHolder {
+    client: WeakClient,
+}
+
+impl TokenHolder for LibraryHolder {
+    fn give_back(&self, id: u64, range: ByteRange, to: Option<TokenMode>) {
+        let Some(client) = self.client.upgrade() else { return };
+        // The written bytes are on the servers (a write holds its token until they are), maybe
+        // only in their caches: they are committed before the size covering them is published
+        // (a failed commit publishes nothing; the writes stay for the next flush).
+        if let Err(error) = client.block_on(client.core.flush_file(id)) {
+            tracing::warn!(%error, file = id, "publishing the size before giving a token back failed");
+        }
+        tracing::debug!(file = id, ?range, ?to, "library token given back");
+    }
+}
+
+impl TokenCache {
+    /// A token cache for `client`; `holder` writes back and drops cached bytes on demand.
+    /// The cache does not keep the client: it works while the caller keeps it.
+    pub fn new(
+        client: Client,
+        holder: std::sync::Weak<dyn TokenHolder>,
+        settings: TokenSettings,
+    ) -> TokenCache {
+        TokenCache::over(client.meta_line(), holder, settings)
+    }
+}
+
 /// A connection to one cluster. Cheap to clone; clones share connections.
 #[derive(Clone)]
 pub struct Client {
@@ -221,7 +254,7 @@ impl Client {
             config.outage,
         ));
         if let Some(job) = config.job {
-            let _ = core.job.set(job);
+            let _ = core.transport.job.set(job);
         }
         let endpoint = match &config.metrics_listen {
             Some(listen) => Some(Arc::new(serve_metrics(&core, &runtime, listen)?)),
@@ -240,11 +273,24 @@ impl Client {
 
     /// The metadata service's address.
     pub fn meta_addr(&self) -> &str {
-        self.core.meta_addr()
+        self.core.transport.meta_addr()
     }
 
     pub(crate) fn downgrade(&self) -> WeakClient {
         WeakClient { core: Arc::downgrade(&self.core), runtime: Arc::downgrade(&self.runtime) }
+    }
+
+    /// This client's line to the metadata service for poll threads (keeps nothing alive).
+    pub(crate) fn meta_line(&self) -> WeakMetaLine {
+        WeakMetaLine::new(&self.core.transport, &self.runtime)
+    }
+
+    /// The token cache of this client's file handles, made on first use; `None` with tokens
+    /// off. A revocation reaches [`LibraryHolder`].
+    pub(crate) fn token_cache(&self) -> Option<TokenCache> {
+        let weak = self.downgrade();
+        let holder = move || Arc::new(LibraryHolder { client: weak }) as Arc<dyn TokenHolder>;
+        self.core.tokens.cache(self.meta_line(), holder)
     }
 
     /// Turns the byte-range tokens of this client's later opens on or off
@@ -287,7 +333,7 @@ impl Client {
     }
 
     pub(crate) fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
-        self.block_on(self.core.meta_call(request))
+        self.block_on(self.core.transport.meta_call(request))
     }
 
     /// Where this client serves its metrics, if it does.
@@ -298,7 +344,7 @@ impl Client {
     /// The counters and busiest jobs of the I/O server at `addr` (`flotilla jobs`, `top`).
     pub fn server_stats(&self, addr: &str) -> Result<flotilla_proto::ServerStats, ClientError> {
         let request = flotilla_proto::IoRequest::Stats;
-        match self.block_on(self.core.io_simple(addr, request))? {
+        match self.block_on(self.core.transport.io_simple(addr, request))? {
             flotilla_proto::IoReply::Stats(stats) => Ok(stats),
             other => Err(unexpected("stats", &other)),
         }
@@ -306,7 +352,7 @@ impl Client {
 
     /// The tier counters of every target of the I/O server at `addr` with an archive.
     pub fn hsm_status(&self, addr: &str) -> Result<Vec<flotilla_proto::TargetTierStatus>, ClientError> {
-        match self.block_on(self.core.io_simple(addr, flotilla_proto::IoRequest::HsmStatus))? {
+        match self.block_on(self.core.transport.io_simple(addr, flotilla_proto::IoRequest::HsmStatus))? {
             flotilla_proto::IoReply::HsmStatus(status) => Ok(status),
             other => Err(unexpected("hsm status", &other)),
         }
@@ -335,8 +381,8 @@ impl Client {
     /// `stat` by `LookupCached`, caching the answer under its grants; `None` when the
     /// service does not know the request (the cache is then turned off).
     fn stat_cached(&self, path: &str) -> Option<Result<EntryInfo, ClientError>> {
-        let session = self.core.session();
-        self.core.attrs.begin(self);
+        let session = self.core.transport.session();
+        self.core.attrs.begin(self.meta_line());
         match self.meta(MetaRequest::LookupCached { path: path.to_string(), session }) {
             Ok(MetaReply::CachedEntry { mut entry, grants }) => {
                 self.core.attrs.answer(path, &entry, &grants);
@@ -472,7 +518,7 @@ impl Client {
         servers.dedup();
         self.block_on(async {
             for server in &servers {
-                self.core.server(server).await?;
+                self.core.transport.server(server).await?;
             }
             Ok::<(), ClientError>(())
         })?;

@@ -32,10 +32,10 @@ impl Drop for OpenGuard {
     fn drop(&mut self) {
         let last = self.core.note_closed(self.id);
         let (core, id) = (self.core.clone(), self.id);
-        let session = core.session();
+        let session = core.transport.session();
         // Fire and forget: a lost `Closed` only delays the release to the lease's end.
         let closed = async move {
-            if let Err(error) = core.meta_call(MetaRequest::Closed { session, id }).await {
+            if let Err(error) = core.transport.meta_call(MetaRequest::Closed { session, id }).await {
                 tracing::debug!(file = id, %error, "close not announced; the lease will expire it");
             }
         };
@@ -63,8 +63,8 @@ pub(crate) async fn renew_leases(core: Weak<Core>, period: Duration) {
             continue;
         }
         files.truncate(RENEW_FILES_MAX);
-        let request = MetaRequest::KeepOpen { session: core.session(), files };
-        if let Err(error) = core.meta_call(request).await {
+        let request = MetaRequest::KeepOpen { session: core.transport.session(), files };
+        if let Err(error) = core.transport.meta_call(request).await {
             tracing::warn!(%error, "cannot renew the lease on open files");
         }
     }

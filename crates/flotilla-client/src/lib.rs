@@ -14,7 +14,6 @@ mod array;
 mod attr_cache;
 mod attr_leases;
 mod call_memory;
-mod capabilities;
 mod client;
 mod commit;
 mod core;
@@ -31,12 +30,12 @@ mod locks;
 mod metrics;
 mod nonblocking;
 mod opens;
-mod outage;
 mod posix;
 mod posix_at;
 mod raw;
 mod tokens;
 mod transfer;
+mod transport;
 mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
@@ -60,11 +59,11 @@ pub use fork::Fork;
 pub use group::{Group, GroupError, GroupStats, GroupTarget, RequestFailure};
 pub use group_plan::{Admission, Direction, GroupConfig, GroupMode, Mixed, Planner};
 pub use handle::Handle;
-pub use outage::{OutageSettings, Service, OUTAGE_WAIT_ENV, OUTAGE_WAIT_MS_DEFAULT};
 pub use posix::Owner;
 pub use posix_at::At;
 pub use raw::RawBuffer;
 pub use tokens::{ByteRange, TokenCache, TokenHolder, TokenSettings, TokenUse, WHOLE_FILE};
+pub use transport::outage::{OutageSettings, Service, OUTAGE_WAIT_ENV, OUTAGE_WAIT_MS_DEFAULT};
 
 /// The environment variable naming the metadata service's address.
 pub const META_ENV: &str = "FLOTILLA_META";

@@ -3,11 +3,11 @@
 //! [`OpenGuard`] that withdraws it when its last clone goes (`lease.rs`).
 
 use crate::client::{current_gid, current_uid, Client, CreateOptions, OpenOptions};
-use crate::core::{entry_reply, unexpected, Core};
-use crate::error::ClientError;
+use crate::error::{entry_reply, unexpected, ClientError};
 use crate::file::File;
 use crate::handle::Handle;
 use crate::lease::OpenGuard;
+use crate::transport::Transport;
 use flotilla_proto::{CreateSpec, EntryInfo, ErrorCode, MetaReply, MetaRequest};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -61,7 +61,7 @@ impl Client {
         if core.open_path_refused.load(Ordering::Relaxed) || core.attrs.cached(path).is_some() {
             return Ok(None);
         }
-        let request = MetaRequest::OpenPath { path: path.to_string(), session: core.session() };
+        let request = MetaRequest::OpenPath { path: path.to_string(), session: core.transport.session() };
         let entry = match self.meta(request) {
             Ok(reply) => entry_reply(reply, "open")?,
             Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
@@ -81,25 +81,25 @@ impl Client {
 /// Creates the file's entry, owned by `owner` (uid, gid); its subfiles are made by their
 /// servers on first use.
 pub(crate) async fn create_file(
-    core: Arc<Core>,
+    transport: Arc<Transport>,
     path: String,
     options: CreateOptions,
     owner: (u32, u32),
 ) -> Result<EntryInfo, ClientError> {
     // Subfiles are created lazily: each server makes its subfile on the first request for it.
     let create = |path, spec| MetaRequest::Create { path, spec };
-    let (entry, _created, _) = create_entry(&core, &path, create_spec(options, owner), create).await?;
+    let (entry, _created, _) = create_entry(&transport, &path, create_spec(options, owner), create).await?;
     Ok(entry)
 }
 
 /// Creates the file and opens it: one round trip (`CreateOpen`) for a new file.
 async fn create_open(client: Client, path: String, spec: CreateSpec) -> Result<File, ClientError> {
-    let session = client.core.session();
+    let session = client.core.transport.session();
     if client.core.attrs.enabled() {
         // The new file's attributes come with grants: a stat of it asks nothing.
-        client.core.attrs.begin(&client);
+        client.core.attrs.begin(client.meta_line());
         let create = |path, spec| MetaRequest::CreateOpenCached { path, spec, session };
-        match create_entry(&client.core, &path, spec.clone(), create).await {
+        match create_entry(&client.core.transport, &path, spec.clone(), create).await {
             Ok((entry, _created, grants)) => {
                 client.core.attrs.answer(&path, &entry, &grants);
                 return opened_file(client, path, entry);
@@ -116,7 +116,7 @@ async fn create_open(client: Client, path: String, spec: CreateSpec) -> Result<F
         }
     }
     let create = |path, spec| MetaRequest::CreateOpen { path, spec, session };
-    let (entry, _created, _) = create_entry(&client.core, &path, spec, create).await?;
+    let (entry, _created, _) = create_entry(&client.core.transport, &path, spec, create).await?;
     opened_file(client, path, entry)
 }
 
@@ -137,16 +137,16 @@ fn create_spec(options: CreateOptions, owner: (u32, u32)) -> CreateSpec {
 /// request `create` makes. The flag says whether this call created it: an exclusive create
 /// is tried first, so an existing file is never mistaken for a new one.
 async fn create_entry(
-    core: &Core,
+    transport: &Transport,
     path: &str,
     spec: CreateSpec,
     create: impl Fn(String, CreateSpec) -> MetaRequest,
 ) -> Result<(EntryInfo, bool, Vec<flotilla_proto::InodeToken>), ClientError> {
     let exclusive = CreateSpec { exclusive: true, ..spec.clone() };
-    let first = core.meta_call(create(path.to_string(), exclusive)).await;
+    let first = transport.meta_call(create(path.to_string(), exclusive)).await;
     let (reply, created) = match first {
         Err(ClientError::Meta(error)) if error.code == ErrorCode::AlreadyExists && !spec.exclusive => {
-            (core.meta_call(create(path.to_string(), spec)).await?, false)
+            (transport.meta_call(create(path.to_string(), spec)).await?, false)
         }
         other => (other?, true),
     };
@@ -161,7 +161,11 @@ async fn create_entry(
 pub(crate) async fn open_file(client: Client, path: String, id: u64) -> Result<File, ClientError> {
     let core = client.core.clone();
     let guard = OpenGuard::register(core.clone(), client.runtime.handle().clone(), id);
-    let entry = match core.meta_call(MetaRequest::Opened { session: core.session(), id }).await? {
+    let entry = match core
+        .transport
+        .meta_call(MetaRequest::Opened { session: core.transport.session(), id })
+        .await?
+    {
         MetaReply::Entry(entry) => entry,
         other => return Err(unexpected("open", &other)),
     };

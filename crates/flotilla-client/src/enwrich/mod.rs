@@ -20,8 +20,7 @@ pub use cache::{Full, LogCache, LogEntry, DIRECTORY_ENTRY_BYTES};
 pub use clock::{now_ms, HybridClock, LOGICAL_BITS};
 
 use crate::client::Client;
-use crate::core::unexpected;
-use crate::error::ClientError;
+use crate::error::{unexpected, ClientError};
 use crate::file::File;
 use flotilla_proto::{ErrorCode, FlushJob, JobEvent, MetaReply, MetaRequest};
 use parking_lot::{Condvar, Mutex};
@@ -412,7 +411,8 @@ fn take_part(shared: &Shared, epoch: u64, event: &JobEvent) {
         durable: event.durable_asked.is_some_and(|asked| asked >= epoch),
     };
     let client = &shared.file.client;
-    let outcome = client.block_on(flush::flush(&client.core, shared.file.entry(), &job, &state.cache));
+    let outcome =
+        client.block_on(flush::flush(&client.core.transport, shared.file.entry(), &job, &state.cache));
     let outcome = outcome.and_then(|servers| settle(shared, &mut state, &servers, job.durable));
     match outcome {
         Ok(()) => {
