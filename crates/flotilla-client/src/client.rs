@@ -162,8 +162,8 @@ pub struct OpenOptions {
     pub no_overlap: bool,
 }
 
-/// A client that does not keep its connections and runtime alive (what the token cache
-/// holds, so that a client and its cache never keep each other).
+/// A client that does not keep its connections and runtime alive (what the library's token
+/// holder holds, so that a client and its token cache never keep each other).
 #[derive(Clone)]
 pub(crate) struct WeakClient {
     core: std::sync::Weak<Core>,
