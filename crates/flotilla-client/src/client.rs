@@ -77,11 +77,11 @@ impl ClientConfig {
             runtime_threads: 2,
             connection: ConnectionConfig::default(),
             open_renew_ms: 1_000,
-            key: std::env::var_os(crate::KEY_ENV).map(std::path::PathBuf::from),
+            key: std::env::var_os(crate::env::KEY_ENV).map(std::path::PathBuf::from),
             integrity: flotilla_auth::Integrity::Mac,
             unstable_bytes_max: UNSTABLE_BYTES_MAX_DEFAULT,
             job: job_from_env(),
-            metrics_listen: std::env::var(crate::METRICS_LISTEN_ENV).ok().filter(|a| !a.is_empty()),
+            metrics_listen: std::env::var(crate::env::METRICS_LISTEN_ENV).ok().filter(|a| !a.is_empty()),
             tokens: true,
             token_settings: TokenSettings::default(),
             attr_cache: true,
@@ -108,7 +108,8 @@ fn serve_metrics(
 /// names (comma-separated; default `SLURM_JOB_ID,FLOTILLA_JOB`), cut to
 /// `flotilla_proto::JOB_ID_BYTES_MAX` bytes at a character boundary.
 pub fn job_from_env() -> Option<String> {
-    let names = std::env::var(crate::JOB_ENV_ENV).unwrap_or_else(|_| crate::JOB_ENV_DEFAULT.to_string());
+    let names =
+        std::env::var(crate::env::JOB_ENV_ENV).unwrap_or_else(|_| crate::env::JOB_ENV_DEFAULT.to_string());
     let value =
         names.split(',').filter_map(|name| std::env::var(name.trim()).ok()).find(|v| !v.is_empty())?;
     let mut end = value.len().min(flotilla_proto::JOB_ID_BYTES_MAX);
@@ -226,7 +227,7 @@ impl Client {
 
     /// Connects to the metadata service named by `FLOTILLA_META`.
     pub fn from_env() -> Result<Client, ClientError> {
-        let addr = std::env::var(crate::META_ENV).map_err(|_| ClientError::NoMetaAddress)?;
+        let addr = std::env::var(crate::env::META_ENV).map_err(|_| ClientError::NoMetaAddress)?;
         Client::connect(&addr)
     }
 

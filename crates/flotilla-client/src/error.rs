@@ -26,7 +26,7 @@ pub enum ClientError {
     Layout(#[from] flotilla_types::LayoutError),
     #[error("unexpected reply to {request}: {reply}")]
     UnexpectedReply { request: &'static str, reply: String },
-    #[error("no metadata address: pass one or set {}", crate::META_ENV)]
+    #[error("no metadata address: pass one or set {}", crate::env::META_ENV)]
     NoMetaAddress,
     #[error("{0}")]
     Credential(String),

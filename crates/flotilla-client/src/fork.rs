@@ -6,11 +6,13 @@ use crate::error::{unexpected, ClientError};
 use crate::handle::Handle;
 use crate::transfer::{read_shape, write_shape, WriteSource};
 use crate::transport::Transport;
-use crate::DEFAULT_FORK;
 use flotilla_proto::{EntryInfo, ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
 use flotilla_types::SubfileIndex;
 use std::sync::Arc;
+
+/// The fork every subfile is created with.
+pub const DEFAULT_FORK: &str = "data";
 
 /// One fork of one subfile: the unit every read and write addresses.
 #[derive(Clone)]

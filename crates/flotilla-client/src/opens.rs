@@ -1,8 +1,10 @@
-//! Opening files: the client calls that hand out a [`File`]. Every handle is announced to the
+//! Opening files: the client calls that hand out a [`File`] (or an [`EnwrichFile`], which joins
+//! its job group with one). Every handle is announced to the
 //! metadata service (`Opened`, or in the same round trip as the lookup or create) and holds an
 //! [`OpenGuard`] that withdraws it when its last clone goes (`lease.rs`).
 
 use crate::client::{current_gid, current_uid, Client, CreateOptions, OpenOptions};
+use crate::enwrich::{EnwrichFile, EnwrichOptions};
 use crate::error::{entry_reply, unexpected, ClientError};
 use crate::file::File;
 use crate::handle::Handle;
@@ -51,6 +53,17 @@ impl Client {
         self.flush_enwrich(entry.id)?;
         let file = self.block_on(open_file(self.clone(), path.to_string(), entry.id))?;
         Ok(file.with_no_overlap(options.no_overlap))
+    }
+
+    /// Opens `path` for writing in ENWRICH mode as a member of job `options.job_name`.
+    pub fn open_enwrich(&self, path: &str, options: &EnwrichOptions) -> Result<EnwrichFile, ClientError> {
+        let file = self.open(path)?;
+        EnwrichFile::join(file, options.clone())
+    }
+
+    /// Opens, in ENWRICH mode, a file already open as `file` (the mount opens by id).
+    pub fn enwrich_file(&self, file: File, options: &EnwrichOptions) -> Result<EnwrichFile, ClientError> {
+        EnwrichFile::join(file, options.clone())
     }
 
     /// Opens `path` in one round trip (`OpenPath`), unless its attributes are cached (then

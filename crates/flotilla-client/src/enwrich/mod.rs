@@ -136,17 +136,6 @@ fn registry() -> &'static Registry {
 }
 
 impl Client {
-    /// Opens `path` for writing in ENWRICH mode as a member of job `options.job_name`.
-    pub fn open_enwrich(&self, path: &str, options: &EnwrichOptions) -> Result<EnwrichFile, ClientError> {
-        let file = self.open(path)?;
-        EnwrichFile::join(file, options.clone())
-    }
-
-    /// Opens, in ENWRICH mode, a file already open as `file` (the mount opens by id).
-    pub fn enwrich_file(&self, file: File, options: &EnwrichOptions) -> Result<EnwrichFile, ClientError> {
-        EnwrichFile::join(file, options.clone())
-    }
-
     /// Flushes this process's ENWRICH handles on file `id` durably (flush-on-read): `open`
     /// does it; a caller that opens by id (the mount) calls it before opening other than in
     /// ENWRICH mode.
@@ -161,7 +150,8 @@ impl Client {
 }
 
 impl EnwrichFile {
-    fn join(file: File, options: EnwrichOptions) -> Result<EnwrichFile, ClientError> {
+    /// Joins the job group of `options` with `file`, open for writing (`Client::open_enwrich`).
+    pub(crate) fn join(file: File, options: EnwrichOptions) -> Result<EnwrichFile, ClientError> {
         let group = format!("{}/{}", options.job_name, file.id());
         let request = MetaRequest::JobJoin { name: group.clone(), size: options.job_size };
         let (member, epoch, event) = match file.client.meta(request)? {
