@@ -13,7 +13,7 @@
 //! change that gave up waiting for it is acknowledged.
 
 use crate::attr_cache::AttrCache;
-use crate::client::{Client, WeakClient};
+use crate::transport::{MetaLine, WeakMetaLine};
 use flotilla_proto::{EntryInfo, InodeToken, MetaReply, MetaRequest, INODE_TOKENS_PER_REQUEST_MAX};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -95,13 +95,14 @@ impl AttrLeases {
         state.cache.get(path)
     }
 
-    /// A request that may bring grants is about to be sent; starts the poll thread.
-    pub fn begin(&self, client: &Client) {
+    /// A request that may bring grants is about to be sent; starts the poll thread, which
+    /// asks over `line`.
+    pub fn begin(&self, line: WeakMetaLine) {
         let mut state = self.state.lock();
         state.cache.begin();
         if !state.polling {
             state.polling = true;
-            let (weak, state_ref, stop) = (client.downgrade(), self.state.clone(), self.stop.clone());
+            let (weak, state_ref, stop) = (line, self.state.clone(), self.stop.clone());
             let lease = Duration::from_millis(self.settings.lease_ms.max(2));
             let spawned = std::thread::Builder::new()
                 .name("flotilla-attrs".into())
@@ -147,11 +148,11 @@ impl Drop for AttrLeases {
 }
 
 /// Gives `tokens` back, in requests of at most `INODE_TOKENS_PER_REQUEST_MAX`.
-fn release(client: &Client, tokens: Vec<InodeToken>) {
-    let session = client.core.session();
+fn release(line: &MetaLine, tokens: Vec<InodeToken>) {
+    let session = line.session();
     for chunk in tokens.chunks(INODE_TOKENS_PER_REQUEST_MAX) {
         let request = MetaRequest::InodeTokenRelease { session, tokens: chunk.to_vec() };
-        match client.meta(request) {
+        match line.call(request) {
             Ok(MetaReply::Done) => {}
             Ok(other) => tracing::warn!(reply = ?other, "unexpected reply to an inode token release"),
             Err(error) => tracing::debug!(%error, "giving inode tokens back failed"),
@@ -161,24 +162,24 @@ fn release(client: &Client, tokens: Vec<InodeToken>) {
 
 /// The poll thread: collects revocations, drops what depends on them, gives them back and
 /// keeps the cache fresh, until the client is gone.
-fn poll(client: WeakClient, state: Arc<parking_lot::Mutex<State>>, stop: Arc<AtomicBool>, lease: Duration) {
+fn poll(weak: WeakMetaLine, state: Arc<parking_lot::Mutex<State>>, stop: Arc<AtomicBool>, lease: Duration) {
     loop {
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let Some(client) = client.upgrade() else { return };
+        let Some(line) = weak.upgrade() else { return };
         let (holding, first, pending) = {
             let mut state = state.lock();
             (state.cache.holding(), state.fresh_until.is_none(), std::mem::take(&mut state.pending))
         };
         if !pending.is_empty() {
-            release(&client, pending);
+            release(&line, pending);
         }
-        let session = client.core.session();
+        let session = line.session();
         // The first poll returns at once, so the cache is usable from the first answer on.
         let wait_ms = if first { 0 } else { (lease.as_millis() as u64 / 2).max(1) };
         let sent = Instant::now();
-        let polled = client.meta(MetaRequest::InodeTokenWait { session, holding, wait_ms });
+        let polled = line.call(MetaRequest::InodeTokenWait { session, holding, wait_ms });
         match polled {
             Ok(MetaReply::InodeEvents { revokes, lost }) => {
                 let mut back = Vec::new();
@@ -194,17 +195,17 @@ fn poll(client: WeakClient, state: Arc<parking_lot::Mutex<State>>, stop: Arc<Ato
                     state.fresh_until = Some(sent + lease);
                 }
                 if !back.is_empty() {
-                    release(&client, back);
+                    release(&line, back);
                 }
             }
             Ok(other) => {
                 tracing::warn!(reply = ?other, "unexpected reply to an inode token poll");
-                drop(client);
+                drop(line);
                 std::thread::sleep(Duration::from_millis(100));
             }
             Err(error) => {
                 tracing::debug!(%error, "inode token poll failed; polling again");
-                drop(client);
+                drop(line);
                 std::thread::sleep(Duration::from_millis(100));
             }
         }

@@ -1,20 +1,17 @@
 //! The client: a handle on one Flotilla cluster, with its own small async runtime so that
 //! callers (the CLI, the FUSE mount, Python and C bindings) can use a blocking API.
 
-use crate::core::{unexpected, Core};
-use crate::error::ClientError;
-use crate::file::File;
+use crate::core::Core;
+use crate::error::{unexpected, ClientError};
 use crate::handle::Handle;
-use crate::opens::{open_file, renew_leases};
-use crate::DEFAULT_FORK;
+use crate::lease::renew_leases;
+use crate::tokens::{ByteRange, TokenCache, TokenHolder, TokenSettings};
+use crate::transport::WeakMetaLine;
 use flotilla_auth::Role;
-use flotilla_proto::{
-    CreateSpec, DirEntryInfo, EntryInfo, ErrorCode, ForkRef, MetaReply, MetaRequest, TargetStatus,
-};
+use flotilla_proto::{DirEntryInfo, EntryInfo, ErrorCode, MetaReply, MetaRequest, TargetStatus, TokenMode};
 use flotilla_rpc::ConnectionConfig;
-use flotilla_types::{Attributes, Layout, SetAttr, SubfileIndex, TargetId};
+use flotilla_types::{Attributes, Layout, SetAttr, TargetId};
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
@@ -60,7 +57,7 @@ pub struct ClientConfig {
     /// are atomic with respect to theirs. Off: close-to-open consistency only (NFS's).
     pub tokens: bool,
     /// How long token requests may wait (`acquire_timeout_ms`: then the call fails).
-    pub token_settings: crate::tokens::TokenSettings,
+    pub token_settings: TokenSettings,
     /// `stat` answers from a cache kept coherent by inode tokens (on by default): after a
     /// change by any client is acknowledged, no stat here returns what it replaced.
     pub attr_cache: bool,
@@ -69,7 +66,7 @@ pub struct ClientConfig {
     /// How long a call keeps trying an I/O server or the metadata service it cannot reach
     /// (`wait_ms`, default 60 s; `FLOTILLA_OUTAGE_WAIT_MS` sets it) and the backoff between
     /// attempts (`outage.rs`).
-    pub outage: crate::outage::OutageSettings,
+    pub outage: crate::transport::outage::OutageSettings,
 }
 
 impl ClientConfig {
@@ -80,16 +77,16 @@ impl ClientConfig {
             runtime_threads: 2,
             connection: ConnectionConfig::default(),
             open_renew_ms: 1_000,
-            key: std::env::var_os(crate::KEY_ENV).map(std::path::PathBuf::from),
+            key: std::env::var_os(crate::env::KEY_ENV).map(std::path::PathBuf::from),
             integrity: flotilla_auth::Integrity::Mac,
             unstable_bytes_max: UNSTABLE_BYTES_MAX_DEFAULT,
             job: job_from_env(),
-            metrics_listen: std::env::var(crate::METRICS_LISTEN_ENV).ok().filter(|a| !a.is_empty()),
+            metrics_listen: std::env::var(crate::env::METRICS_LISTEN_ENV).ok().filter(|a| !a.is_empty()),
             tokens: true,
-            token_settings: crate::tokens::TokenSettings::default(),
+            token_settings: TokenSettings::default(),
             attr_cache: true,
             attr_settings: crate::attr_leases::AttrSettings::default(),
-            outage: crate::outage::OutageSettings::from_env(),
+            outage: crate::transport::outage::OutageSettings::from_env(),
         }
     }
 }
@@ -100,7 +97,7 @@ fn serve_metrics(
     runtime: &Runtime,
     listen: &str,
 ) -> Result<flotilla_metrics::MetricsHandle, ClientError> {
-    let metrics = core.metrics.get_or_init(Arc::default).clone();
+    let metrics = core.transport.metrics.get_or_init(Arc::default).clone();
     let registry = Arc::new(crate::metrics::registry(&metrics));
     let config = flotilla_metrics::EndpointConfig::on(listen);
     let bound = runtime.block_on(flotilla_metrics::bind(&config, registry));
@@ -111,7 +108,8 @@ fn serve_metrics(
 /// names (comma-separated; default `SLURM_JOB_ID,FLOTILLA_JOB`), cut to
 /// `flotilla_proto::JOB_ID_BYTES_MAX` bytes at a character boundary.
 pub fn job_from_env() -> Option<String> {
-    let names = std::env::var(crate::JOB_ENV_ENV).unwrap_or_else(|_| crate::JOB_ENV_DEFAULT.to_string());
+    let names =
+        std::env::var(crate::env::JOB_ENV_ENV).unwrap_or_else(|_| crate::env::JOB_ENV_DEFAULT.to_string());
     let value =
         names.split(',').filter_map(|name| std::env::var(name.trim()).ok()).find(|v| !v.is_empty())?;
     let mut end = value.len().min(flotilla_proto::JOB_ID_BYTES_MAX);
@@ -165,8 +163,8 @@ pub struct OpenOptions {
     pub no_overlap: bool,
 }
 
-/// A client that does not keep its connections and runtime alive (what the token cache
-/// holds, so that a client and its cache never keep each other).
+/// A client that does not keep its connections and runtime alive (what the library's token
+/// holder holds, so that a client and its token cache never keep each other).
 #[derive(Clone)]
 pub(crate) struct WeakClient {
     core: std::sync::Weak<Core>,
@@ -178,6 +176,37 @@ impl WeakClient {
     pub fn upgrade(&self) -> Option<Client> {
         let (core, runtime) = (self.core.upgrade()?, self.runtime.upgrade()?);
         Some(Client { core, runtime, endpoint: None })
+    }
+}
+
+/// What a revocation reaches in a library client: the sizes its writes gave files
+/// (`library_tokens.rs`).
+struct LibraryHolder {
+    client: WeakClient,
+}
+
+impl TokenHolder for LibraryHolder {
+    fn give_back(&self, id: u64, range: ByteRange, to: Option<TokenMode>) {
+        let Some(client) = self.client.upgrade() else { return };
+        // The written bytes are on the servers (a write holds its token until they are), maybe
+        // only in their caches: they are committed before the size covering them is published
+        // (a failed commit publishes nothing; the writes stay for the next flush).
+        if let Err(error) = client.block_on(client.core.flush_file(id)) {
+            tracing::warn!(%error, file = id, "publishing the size before giving a token back failed");
+        }
+        tracing::debug!(file = id, ?range, ?to, "library token given back");
+    }
+}
+
+impl TokenCache {
+    /// A token cache for `client`; `holder` writes back and drops cached bytes on demand.
+    /// The cache does not keep the client: it works while the caller keeps it.
+    pub fn new(
+        client: Client,
+        holder: std::sync::Weak<dyn TokenHolder>,
+        settings: TokenSettings,
+    ) -> TokenCache {
+        TokenCache::over(client.meta_line(), holder, settings)
     }
 }
 
@@ -198,7 +227,7 @@ impl Client {
 
     /// Connects to the metadata service named by `FLOTILLA_META`.
     pub fn from_env() -> Result<Client, ClientError> {
-        let addr = std::env::var(crate::META_ENV).map_err(|_| ClientError::NoMetaAddress)?;
+        let addr = std::env::var(crate::env::META_ENV).map_err(|_| ClientError::NoMetaAddress)?;
         Client::connect(&addr)
     }
 
@@ -226,7 +255,7 @@ impl Client {
             config.outage,
         ));
         if let Some(job) = config.job {
-            let _ = core.job.set(job);
+            let _ = core.transport.job.set(job);
         }
         let endpoint = match &config.metrics_listen {
             Some(listen) => Some(Arc::new(serve_metrics(&core, &runtime, listen)?)),
@@ -245,11 +274,24 @@ impl Client {
 
     /// The metadata service's address.
     pub fn meta_addr(&self) -> &str {
-        self.core.meta_addr()
+        self.core.transport.meta_addr()
     }
 
     pub(crate) fn downgrade(&self) -> WeakClient {
         WeakClient { core: Arc::downgrade(&self.core), runtime: Arc::downgrade(&self.runtime) }
+    }
+
+    /// This client's line to the metadata service for poll threads (keeps nothing alive).
+    pub(crate) fn meta_line(&self) -> WeakMetaLine {
+        WeakMetaLine::new(&self.core.transport, &self.runtime)
+    }
+
+    /// The token cache of this client's file handles, made on first use; `None` with tokens
+    /// off. A revocation reaches [`LibraryHolder`].
+    pub(crate) fn token_cache(&self) -> Option<TokenCache> {
+        let weak = self.downgrade();
+        let holder = move || Arc::new(LibraryHolder { client: weak }) as Arc<dyn TokenHolder>;
+        self.core.tokens.cache(self.meta_line(), holder)
     }
 
     /// Turns the byte-range tokens of this client's later opens on or off
@@ -292,7 +334,7 @@ impl Client {
     }
 
     pub(crate) fn meta(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
-        self.block_on(self.core.meta_call(request))
+        self.block_on(self.core.transport.meta_call(request))
     }
 
     /// Where this client serves its metrics, if it does.
@@ -303,7 +345,7 @@ impl Client {
     /// The counters and busiest jobs of the I/O server at `addr` (`flotilla jobs`, `top`).
     pub fn server_stats(&self, addr: &str) -> Result<flotilla_proto::ServerStats, ClientError> {
         let request = flotilla_proto::IoRequest::Stats;
-        match self.block_on(self.core.io_simple(addr, request))? {
+        match self.block_on(self.core.transport.io_simple(addr, request))? {
             flotilla_proto::IoReply::Stats(stats) => Ok(stats),
             other => Err(unexpected("stats", &other)),
         }
@@ -311,7 +353,7 @@ impl Client {
 
     /// The tier counters of every target of the I/O server at `addr` with an archive.
     pub fn hsm_status(&self, addr: &str) -> Result<Vec<flotilla_proto::TargetTierStatus>, ClientError> {
-        match self.block_on(self.core.io_simple(addr, flotilla_proto::IoRequest::HsmStatus))? {
+        match self.block_on(self.core.transport.io_simple(addr, flotilla_proto::IoRequest::HsmStatus))? {
             flotilla_proto::IoReply::HsmStatus(status) => Ok(status),
             other => Err(unexpected("hsm status", &other)),
         }
@@ -340,8 +382,8 @@ impl Client {
     /// `stat` by `LookupCached`, caching the answer under its grants; `None` when the
     /// service does not know the request (the cache is then turned off).
     fn stat_cached(&self, path: &str) -> Option<Result<EntryInfo, ClientError>> {
-        let session = self.core.session();
-        self.core.attrs.begin(self);
+        let session = self.core.transport.session();
+        self.core.attrs.begin(self.meta_line());
         match self.meta(MetaRequest::LookupCached { path: path.to_string(), session }) {
             Ok(MetaReply::CachedEntry { mut entry, grants }) => {
                 self.core.attrs.answer(path, &entry, &grants);
@@ -477,7 +519,7 @@ impl Client {
         servers.dedup();
         self.block_on(async {
             for server in &servers {
-                self.core.server(server).await?;
+                self.core.transport.server(server).await?;
             }
             Ok::<(), ClientError>(())
         })?;
@@ -490,178 +532,14 @@ impl Client {
             other => Err(unexpected(what, &other)),
         }
     }
-
-    /// Creates a file with `options.subfiles` subfiles, each with a `data` fork.
-    pub fn create(&self, path: &str, options: &CreateOptions) -> Result<File, ClientError> {
-        let owner = (current_uid(), current_gid());
-        let file =
-            self.block_on(create_open(self.clone(), path.to_string(), create_spec(options.clone(), owner)))?;
-        Ok(file.with_no_overlap(options.no_overlap))
-    }
-
-    /// Non-blocking `create`.
-    pub fn create_nb(&self, path: &str, options: &CreateOptions) -> Handle<File> {
-        let client = self.clone();
-        let path = path.to_string();
-        let owner = (current_uid(), current_gid());
-        let no_overlap = options.no_overlap;
-        let created = create_open(client, path, create_spec(options.clone(), owner));
-        self.spawn(async move { Ok(created.await?.with_no_overlap(no_overlap)) })
-    }
-
-    /// Opens an existing file.
-    pub fn open(&self, path: &str) -> Result<File, ClientError> {
-        self.open_with(path, &OpenOptions::default())
-    }
-
-    /// Opens an existing file with `options`.
-    pub fn open_with(&self, path: &str, options: &OpenOptions) -> Result<File, ClientError> {
-        if let Some(file) = self.open_path(path)? {
-            // Flush-on-read: this process's ENWRICH writes to the file reach the servers first.
-            self.flush_enwrich(file.id())?;
-            return Ok(file.with_no_overlap(options.no_overlap));
-        }
-        let entry = self.stat(path)?;
-        if entry.attrs.kind != flotilla_types::FileKind::File {
-            return Err(ClientError::NotAFile { path: path.to_string() });
-        }
-        // Flush-on-read: this process's ENWRICH writes to the file reach the servers first.
-        self.flush_enwrich(entry.id)?;
-        let file = self.block_on(open_file(self.clone(), path.to_string(), entry.id))?;
-        Ok(file.with_no_overlap(options.no_overlap))
-    }
 }
 
-impl Client {
-    /// Opens `path` in one round trip (`OpenPath`), unless its attributes are cached (then
-    /// the lookup costs nothing and `Opened` alone is sent) or the service does not know the
-    /// request (it is then not sent again); `None` in those cases.
-    fn open_path(&self, path: &str) -> Result<Option<File>, ClientError> {
-        let core = &self.core;
-        if core.open_path_refused.load(Ordering::Relaxed) || core.attrs.cached(path).is_some() {
-            return Ok(None);
-        }
-        let request = MetaRequest::OpenPath { path: path.to_string(), session: core.session() };
-        let entry = match self.meta(request) {
-            Ok(reply) => crate::core::entry_reply(reply, "open")?,
-            Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
-                tracing::info!(%error, "the metadata service does not know OpenPath; opening in two requests");
-                core.open_path_refused.store(true, Ordering::Relaxed);
-                return Ok(None);
-            }
-            Err(error) => return Err(error),
-        };
-        if entry.attrs.kind != flotilla_types::FileKind::File {
-            return Err(ClientError::NotAFile { path: path.to_string() });
-        }
-        crate::opens::opened_file(self.clone(), path.to_string(), entry).map(Some)
-    }
-}
-
-/// Creates the file's entry, owned by `owner` (uid, gid); its subfiles are made by their
-/// servers on first use.
-pub(crate) async fn create_file(
-    core: Arc<Core>,
-    path: String,
-    options: CreateOptions,
-    owner: (u32, u32),
-) -> Result<EntryInfo, ClientError> {
-    // Subfiles are created lazily: each server makes its subfile on the first request for it.
-    let create = |path, spec| MetaRequest::Create { path, spec };
-    let (entry, _created, _) = create_entry(&core, &path, create_spec(options, owner), create).await?;
-    Ok(entry)
-}
-
-/// Creates the file and opens it: one round trip (`CreateOpen`) for a new file.
-async fn create_open(client: Client, path: String, spec: CreateSpec) -> Result<File, ClientError> {
-    let session = client.core.session();
-    if client.core.attrs.enabled() {
-        // The new file's attributes come with grants: a stat of it asks nothing.
-        client.core.attrs.begin(&client);
-        let create = |path, spec| MetaRequest::CreateOpenCached { path, spec, session };
-        match create_entry(&client.core, &path, spec.clone(), create).await {
-            Ok((entry, _created, grants)) => {
-                client.core.attrs.answer(&path, &entry, &grants);
-                return crate::opens::opened_file(client, path, entry);
-            }
-            Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
-                client.core.attrs.abandon();
-                tracing::info!(%error, "the metadata service does not cache attributes");
-                client.core.attrs.disable();
-            }
-            Err(error) => {
-                client.core.attrs.abandon();
-                return Err(error);
-            }
-        }
-    }
-    let create = |path, spec| MetaRequest::CreateOpen { path, spec, session };
-    let (entry, _created, _) = create_entry(&client.core, &path, spec, create).await?;
-    crate::opens::opened_file(client, path, entry)
-}
-
-/// What a program asked for, as the request carries it.
-fn create_spec(options: CreateOptions, owner: (u32, u32)) -> CreateSpec {
-    CreateSpec {
-        mode: options.mode,
-        uid: owner.0,
-        gid: owner.1,
-        subfiles: options.subfiles,
-        targets: options.targets,
-        layout: options.layout,
-        exclusive: options.exclusive,
-    }
-}
-
-/// Creates the entry, or (without `spec.exclusive`) returns the existing file, with the
-/// request `create` makes. The flag says whether this call created it: an exclusive create
-/// is tried first, so an existing file is never mistaken for a new one.
-async fn create_entry(
-    core: &Core,
-    path: &str,
-    spec: CreateSpec,
-    create: impl Fn(String, CreateSpec) -> MetaRequest,
-) -> Result<(EntryInfo, bool, Vec<flotilla_proto::InodeToken>), ClientError> {
-    let exclusive = CreateSpec { exclusive: true, ..spec.clone() };
-    let first = core.meta_call(create(path.to_string(), exclusive)).await;
-    let (reply, created) = match first {
-        Err(ClientError::Meta(error)) if error.code == ErrorCode::AlreadyExists && !spec.exclusive => {
-            (core.meta_call(create(path.to_string(), spec)).await?, false)
-        }
-        other => (other?, true),
-    };
-    match reply {
-        MetaReply::Entry(entry) => Ok((entry, created, Vec::new())),
-        MetaReply::CachedEntry { entry, grants } => Ok((entry, created, grants)),
-        other => Err(unexpected("create", &other)),
-    }
-}
-
-/// The fork reference of `fork` in subfile `subfile` of `entry`.
-pub(crate) fn fork_ref(
-    entry: &EntryInfo,
-    subfile: u32,
-    fork: &str,
-) -> Result<(ForkRef, String), ClientError> {
-    let place = entry
-        .subfiles
-        .get(subfile as usize)
-        .ok_or(ClientError::NoSuchSubfile { subfile, count: entry.subfiles.len() })?;
-    let fork = ForkRef {
-        target: place.target,
-        file: entry.file_id(),
-        subfile: SubfileIndex(subfile),
-        fork: if fork.is_empty() { DEFAULT_FORK.to_string() } else { fork.to_string() },
-    };
-    Ok((fork, place.server.clone()))
-}
-
-fn current_uid() -> u32 {
+pub(crate) fn current_uid() -> u32 {
     // SAFETY: getuid has no preconditions and cannot fail.
     unsafe { libc::getuid() }
 }
 
-fn current_gid() -> u32 {
+pub(crate) fn current_gid() -> u32 {
     // SAFETY: getgid has no preconditions and cannot fail.
     unsafe { libc::getgid() }
 }

@@ -1,6 +1,6 @@
 //! The client's error type: what failed, where, and the errno that matches it.
 
-use flotilla_proto::{ErrorCode, WireError};
+use flotilla_proto::{EntryInfo, ErrorCode, MetaReply, WireError};
 use flotilla_request::ShapeError;
 use flotilla_rpc::RpcError;
 
@@ -26,7 +26,7 @@ pub enum ClientError {
     Layout(#[from] flotilla_types::LayoutError),
     #[error("unexpected reply to {request}: {reply}")]
     UnexpectedReply { request: &'static str, reply: String },
-    #[error("no metadata address: pass one or set {}", crate::META_ENV)]
+    #[error("no metadata address: pass one or set {}", crate::env::META_ENV)]
     NoMetaAddress,
     #[error("{0}")]
     Credential(String),
@@ -68,6 +68,27 @@ impl ClientError {
             ClientError::Layout(_) => 22,
             _ => 5,
         }
+    }
+}
+
+/// A reply of the wrong kind to `request` (the reply's first 200 characters name it).
+pub(crate) fn unexpected(request: &'static str, reply: &impl std::fmt::Debug) -> ClientError {
+    ClientError::UnexpectedReply { request, reply: format!("{reply:?}").chars().take(200).collect() }
+}
+
+/// The entry of an `Entry` reply to request `what`.
+pub(crate) fn entry_reply(reply: MetaReply, what: &'static str) -> Result<EntryInfo, ClientError> {
+    match reply {
+        MetaReply::Entry(entry) => Ok(entry),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+/// A `Done` reply to request `what`.
+pub(crate) fn done_reply(reply: MetaReply, what: &'static str) -> Result<(), ClientError> {
+    match reply {
+        MetaReply::Done => Ok(()),
+        other => Err(unexpected(what, &other)),
     }
 }
 

@@ -2,17 +2,17 @@
 //! the file's layout (stripe or hash), where every request shape also works.
 
 use crate::call_memory::CallMemory;
-use crate::client::{fork_ref, Client};
-use crate::core::{unexpected, Core};
-use crate::error::ClientError;
-use crate::fork::Fork;
+use crate::client::Client;
+use crate::core::Core;
+use crate::error::{unexpected, ClientError};
+use crate::fork::{fork_ref, Fork, DEFAULT_FORK};
 use crate::handle::Handle;
+use crate::lease::OpenGuard;
 use crate::library_tokens::{cover, cover_async, read_range, write_range};
-use crate::opens::OpenGuard;
-use crate::outage::Service;
 use crate::tokens::{ByteRange, TokenCache, TokenUse, WHOLE_FILE};
 use crate::transfer::{check_call, read_into, read_shape, write_shape, WriteSource};
-use crate::DEFAULT_FORK;
+use crate::transport::outage::Service;
+use crate::transport::Transport;
 use bytes::Bytes;
 use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest, TokenMode};
 use flotilla_request::{Piece, Shape};
@@ -40,7 +40,7 @@ pub struct File {
 
 impl File {
     pub(crate) fn opened(client: Client, path: String, entry: EntryInfo, open: Arc<OpenGuard>) -> File {
-        let tokens = if entry.no_overlap { None } else { client.core.tokens.cache(&client) };
+        let tokens = if entry.no_overlap { None } else { client.token_cache() };
         File { client, path, entry: Arc::new(entry), _open: open, tokens }
     }
 
@@ -93,7 +93,7 @@ impl File {
     pub fn remove_fork(&self, subfile: u32, name: &str) -> Result<(), ClientError> {
         let fork = self.fork(subfile, name)?;
         fork.simple(IoRequest::RemoveFork { fork: fork.fork.clone() }, "remove fork")?;
-        self.client.core.unstable.lock().forget_fork(&fork.fork);
+        self.client.core.unstable.log.lock().forget_fork(&fork.fork);
         Ok(())
     }
 
@@ -105,7 +105,7 @@ impl File {
             file: fork.fork.file,
             subfile: SubfileIndex(subfile),
         };
-        match self.client.block_on(self.client.core.io_simple(&fork.server, request))? {
+        match self.client.block_on(self.client.core.transport.io_simple(&fork.server, request))? {
             IoReply::Forks(forks) => Ok(forks),
             other => Err(unexpected("list forks", &other)),
         }
@@ -199,16 +199,17 @@ impl File {
     /// handle with nothing to commit sends nothing.
     pub fn flush(&self) -> Result<(), ClientError> {
         let core = &self.client.core;
-        let forks = core.unstable.lock().forks(Some(self.entry.file_id()));
+        let forks = core.unstable.log.lock().forks(Some(self.entry.file_id()));
         if forks.is_empty() && core.pending_size(self.entry.id).is_none() {
             return Ok(());
         }
-        self.client.block_on(crate::commit::commit_forks(core, forks))?;
+        self.client.block_on(core.unstable.commit_forks(&core.transport, forks))?;
         self.publish()
     }
 
     fn commit(&self) -> Result<(), ClientError> {
-        self.client.block_on(crate::commit::commit_file(&self.client.core, self.entry.file_id()))
+        let core = &self.client.core;
+        self.client.block_on(core.unstable.commit_file(&core.transport, self.entry.file_id()))
     }
 
     /// Makes the size and mtime this client's writes gave the file known to the metadata
@@ -220,7 +221,7 @@ impl File {
     }
 
     fn publish(&self) -> Result<(), ClientError> {
-        self.client.publish_pending(self.entry.id)
+        self.client.block_on(self.client.core.publish_pending(self.entry.id))
     }
 
     /// Drops the handle and what this client has not made durable of the file (its unstable
@@ -269,7 +270,7 @@ impl File {
         }
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
         let shape = Shape::contiguous(offset, length);
-        self.client.block_on(read_linear(&core, &entry, &shape, buffer))?;
+        self.client.block_on(read_linear(&core.transport, &entry, &shape, buffer))?;
         Ok(length as usize)
     }
 
@@ -284,7 +285,7 @@ impl File {
         let range = self.touched(shape, buffer.len(), read_range)?;
         let _token = self.token(TokenMode::Read, range)?;
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
-        self.client.block_on(read_linear(&core, &entry, shape, buffer))
+        self.client.block_on(read_linear(&core.transport, &entry, shape, buffer))
     }
 
     /// Writes any shape of the linear file: one packed request per server, all in flight,
@@ -315,7 +316,7 @@ impl File {
         let token = self.token_later(TokenMode::Read, self.touched(&shape, buffer.len(), read_range));
         self.client.spawn(async move {
             let _token = token.await?;
-            read_linear(&core, &entry, &shape, &mut buffer).await?;
+            read_linear(&core.transport, &entry, &shape, &mut buffer).await?;
             Ok(buffer)
         })
     }
@@ -372,7 +373,7 @@ impl File {
     fn current_size(&self) -> Result<u64, ClientError> {
         let known = self.size();
         let request = MetaRequest::GetById { id: self.entry.id };
-        match self.client.block_on(self.client.core.meta_call(request))? {
+        match self.client.block_on(self.client.core.transport.meta_call(request))? {
             MetaReply::Entry(entry) => Ok(known.max(entry.attrs.size_bytes)),
             other => Err(unexpected("get by id", &other)),
         }
@@ -425,7 +426,7 @@ pub(crate) async fn write_linear(
 }
 
 pub(crate) async fn read_linear(
-    core: &Arc<Core>,
+    transport: &Transport,
     entry: &EntryInfo,
     shape: &Shape,
     buffer: &mut [u8],
@@ -434,7 +435,7 @@ pub(crate) async fn read_linear(
     let lists = split_by_subfile(entry, shape)?;
     let buffer_bytes = buffer.len();
     let Some(memory) = CallMemory::new(buffer, lists.iter().flatten().copied()) else {
-        return read_linear_copying(core, entry, lists, buffer).await.map(|()| summary.total_bytes);
+        return read_linear_copying(transport, entry, lists, buffer).await.map(|()| summary.total_bytes);
     };
     let memory = &memory;
     let reads =
@@ -445,11 +446,12 @@ pub(crate) async fn read_linear(
                 let (fork, addr, shape) = (&fork, addr.as_str(), &Shape::List { pieces });
                 // A read changes nothing: sent again while the server is away. Each subfile's
                 // pieces are its own: its targets share no byte with another's.
-                core.outlast(Service::Server, move |_| async move {
-                    let server = core.server(addr).await?;
-                    read_into(core, &server, fork, shape, buffer_bytes, memory).await
-                })
-                .await
+                transport
+                    .outlast(Service::Server, move |_| async move {
+                        let server = transport.server(addr).await?;
+                        read_into(transport, &server, fork, shape, buffer_bytes, memory).await
+                    })
+                    .await
             }
         });
     futures::future::try_join_all(reads).await?;
@@ -459,7 +461,7 @@ pub(crate) async fn read_linear(
 /// [`read_linear`] for a shape whose pieces overlap in memory: each subfile's bytes are read
 /// packed, then copied to their places.
 async fn read_linear_copying(
-    core: &Arc<Core>,
+    transport: &Transport,
     entry: &EntryInfo,
     lists: Vec<Vec<Piece>>,
     buffer: &mut [u8],
@@ -471,7 +473,7 @@ async fn read_linear_copying(
                 let (fork, server) = place?;
                 let (packed_shape, bytes) = packed(&pieces);
                 let mut packed_buffer = vec![0u8; bytes as usize];
-                read_shape(core, &server, &fork, &packed_shape, &mut packed_buffer).await?;
+                read_shape(transport, &server, &fork, &packed_shape, &mut packed_buffer).await?;
                 Ok::<_, ClientError>((pieces, packed_buffer))
             }
         });

@@ -1,13 +1,18 @@
 //! One fork of one subfile: the unit every structured read and write addresses.
 
 use crate::client::Client;
-use crate::core::{unexpected, Core};
-use crate::error::ClientError;
+use crate::core::Core;
+use crate::error::{unexpected, ClientError};
 use crate::handle::Handle;
 use crate::transfer::{read_shape, write_shape, WriteSource};
-use flotilla_proto::{ForkRef, IoReply, IoRequest};
+use crate::transport::Transport;
+use flotilla_proto::{EntryInfo, ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
+use flotilla_types::SubfileIndex;
 use std::sync::Arc;
+
+/// The fork every subfile is created with.
+pub const DEFAULT_FORK: &str = "data";
 
 /// One fork of one subfile: the unit every read and write addresses.
 #[derive(Clone)]
@@ -29,7 +34,7 @@ impl Fork {
 
     /// Reads the shape's pieces into `buffer` (each piece at its memory offset).
     pub fn read(&self, shape: &Shape, buffer: &mut [u8]) -> Result<u64, ClientError> {
-        self.client.block_on(read_shape(&self.client.core, &self.server, &self.fork, shape, buffer))
+        self.client.block_on(read_shape(&self.client.core.transport, &self.server, &self.fork, shape, buffer))
     }
 
     /// Writes the shape's pieces from `buffer` (each piece from its memory offset).
@@ -47,7 +52,7 @@ impl Fork {
     pub fn read_nb(&self, shape: Shape, mut buffer: Vec<u8>) -> Handle<Vec<u8>> {
         let (core, server, fork) = self.parts();
         self.client.spawn(async move {
-            read_shape(&core, &server, &fork, &shape, &mut buffer).await?;
+            read_shape(&core.transport, &server, &fork, &shape, &mut buffer).await?;
             Ok(buffer)
         })
     }
@@ -65,11 +70,16 @@ impl Fork {
     }
 
     pub(crate) fn simple(&self, request: IoRequest, what: &'static str) -> Result<IoReply, ClientError> {
-        self.client.block_on(simple_call(self.client.core.clone(), self.server.clone(), request, what))
+        self.client.block_on(simple_call(
+            self.client.core.transport.clone(),
+            self.server.clone(),
+            request,
+            what,
+        ))
     }
 
     fn simple_nb(&self, request: IoRequest, what: &'static str) -> Handle<IoReply> {
-        self.client.spawn(simple_call(self.client.core.clone(), self.server.clone(), request, what))
+        self.client.spawn(simple_call(self.client.core.transport.clone(), self.server.clone(), request, what))
     }
 
     /// The fork's size in bytes.
@@ -104,13 +114,14 @@ impl Fork {
     /// Makes the fork durable: this client's writes a server restart lost are sent again,
     /// then the server writes the fork's dirty blocks to disk and syncs it.
     pub fn sync(&self) -> Result<(), ClientError> {
-        self.client.block_on(crate::commit::commit_fork(&self.client.core, &self.fork, &self.server))
+        let core = &self.client.core;
+        self.client.block_on(core.unstable.commit_fork(&core.transport, &self.fork, &self.server))
     }
 
     /// Non-blocking `sync`.
     pub fn sync_nb(&self) -> Handle<()> {
         let (core, server, fork) = self.parts();
-        self.client.spawn(async move { crate::commit::commit_fork(&core, &fork, &server).await })
+        self.client.spawn(async move { core.unstable.commit_fork(&core.transport, &fork, &server).await })
     }
 
     /// Non-blocking `extend`.
@@ -125,17 +136,36 @@ impl Fork {
 }
 
 async fn simple_call(
-    core: Arc<Core>,
+    transport: Arc<Transport>,
     server: String,
     request: IoRequest,
     what: &'static str,
 ) -> Result<IoReply, ClientError> {
-    match core.io_simple(&server, request).await? {
+    match transport.io_simple(&server, request).await? {
         reply @ (IoReply::Done { .. } | IoReply::Size { .. } | IoReply::Forks(_) | IoReply::Hsm(_)) => {
             Ok(reply)
         }
         other => Err(unexpected(what, &other)),
     }
+}
+
+/// The fork reference of `fork` in subfile `subfile` of `entry`.
+pub(crate) fn fork_ref(
+    entry: &EntryInfo,
+    subfile: u32,
+    fork: &str,
+) -> Result<(ForkRef, String), ClientError> {
+    let place = entry
+        .subfiles
+        .get(subfile as usize)
+        .ok_or(ClientError::NoSuchSubfile { subfile, count: entry.subfiles.len() })?;
+    let fork = ForkRef {
+        target: place.target,
+        file: entry.file_id(),
+        subfile: SubfileIndex(subfile),
+        fork: if fork.is_empty() { DEFAULT_FORK.to_string() } else { fork.to_string() },
+    };
+    Ok((fork, place.server.clone()))
 }
 
 impl std::fmt::Debug for Fork {

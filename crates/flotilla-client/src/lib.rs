@@ -14,10 +14,10 @@ mod array;
 mod attr_cache;
 mod attr_leases;
 mod call_memory;
-mod capabilities;
 mod client;
 mod commit;
 mod core;
+mod env;
 pub mod enwrich;
 mod error;
 mod file;
@@ -25,23 +25,25 @@ mod fork;
 mod group;
 mod group_plan;
 mod handle;
+mod lease;
 mod library_tokens;
 mod locks;
 mod metrics;
 mod nonblocking;
 mod opens;
-mod outage;
 mod posix;
 mod posix_at;
 mod raw;
 mod tokens;
 mod transfer;
+mod transport;
 mod unstable;
 
 pub use array::{array_request, c_order_strides, ArrayDim, ArrayRequest};
 pub use attr_leases::AttrSettings;
 pub use bytes::Bytes;
 pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptions, OpenOptions};
+pub use env::{JOB_ENV_DEFAULT, JOB_ENV_ENV, KEY_ENV, META_ENV, METRICS_LISTEN_ENV};
 pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;
 pub use file::{subfile_lengths, File, ForkHsm};
@@ -55,25 +57,12 @@ pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
 pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, SetAttr, SubfileIndex, TargetId,
 };
-pub use fork::Fork;
+pub use fork::{Fork, DEFAULT_FORK};
 pub use group::{Group, GroupError, GroupStats, GroupTarget, RequestFailure};
 pub use group_plan::{Admission, Direction, GroupConfig, GroupMode, Mixed, Planner};
 pub use handle::Handle;
-pub use outage::{OutageSettings, Service, OUTAGE_WAIT_ENV, OUTAGE_WAIT_MS_DEFAULT};
 pub use posix::Owner;
 pub use posix_at::At;
 pub use raw::RawBuffer;
 pub use tokens::{ByteRange, TokenCache, TokenHolder, TokenSettings, TokenUse, WHOLE_FILE};
-
-/// The environment variable naming the metadata service's address.
-pub const META_ENV: &str = "FLOTILLA_META";
-/// The environment variable naming the client's credential file.
-pub const KEY_ENV: &str = "FLOTILLA_KEY";
-/// Where a library client serves its metrics, if set (`ClientConfig::metrics_listen`).
-pub const METRICS_LISTEN_ENV: &str = "FLOTILLA_METRICS_LISTEN";
-/// Names the environment variables a client takes its job id from (comma-separated).
-pub const JOB_ENV_ENV: &str = "FLOTILLA_JOB_ENV";
-/// The variables tried when `FLOTILLA_JOB_ENV` is not set, in order.
-pub const JOB_ENV_DEFAULT: &str = "SLURM_JOB_ID,FLOTILLA_JOB";
-/// The fork every subfile is created with.
-pub const DEFAULT_FORK: &str = "data";
+pub use transport::outage::{OutageSettings, Service, OUTAGE_WAIT_ENV, OUTAGE_WAIT_MS_DEFAULT};

@@ -13,9 +13,9 @@
 //! `no_overlap` (`OpenOptions`, `CreateOptions`) and the file's `user.flotilla.no_overlap`
 //! hint for one file.
 
-use crate::client::{Client, WeakClient};
 use crate::error::ClientError;
 use crate::tokens::{ByteRange, TokenCache, TokenHolder, TokenSettings, TokenUse};
+use crate::transport::WeakMetaLine;
 use flotilla_proto::TokenMode;
 use flotilla_request::Summary;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +25,8 @@ use std::sync::{Arc, OnceLock};
 pub(crate) struct LibraryTokens {
     enabled: AtomicBool,
     settings: TokenSettings,
-    cache: OnceLock<(TokenCache, Arc<LibraryHolder>)>,
+    /// The cache and its holder (the cache holds it weakly).
+    cache: OnceLock<(TokenCache, Arc<dyn TokenHolder>)>,
 }
 
 impl LibraryTokens {
@@ -41,15 +42,20 @@ impl LibraryTokens {
         self.enabled.load(Ordering::SeqCst)
     }
 
-    /// The client's token cache, made on first use; `None` with tokens off.
-    pub fn cache(&self, client: &Client) -> Option<TokenCache> {
+    /// The client's token cache, made on first use over `line` with the holder `holder`
+    /// makes (what a revocation reaches: it publishes the sizes the client's writes gave
+    /// the file); `None` with tokens off.
+    pub fn cache(
+        &self,
+        line: WeakMetaLine,
+        holder: impl FnOnce() -> Arc<dyn TokenHolder>,
+    ) -> Option<TokenCache> {
         if !self.enabled() {
             return None;
         }
         let (cache, _) = self.cache.get_or_init(|| {
-            let holder = Arc::new(LibraryHolder { client: client.downgrade() });
-            let weak = Arc::downgrade(&holder) as std::sync::Weak<dyn TokenHolder>;
-            (TokenCache::new(client.clone(), weak, self.settings), holder)
+            let holder = holder();
+            (TokenCache::over(line, Arc::downgrade(&holder), self.settings), holder)
         });
         Some(cache.clone())
     }
@@ -65,24 +71,6 @@ impl Drop for LibraryTokens {
         if let Some((cache, _)) = self.cache.get() {
             cache.stop();
         }
-    }
-}
-
-/// What a revocation reaches in a library client: the sizes its writes gave files.
-struct LibraryHolder {
-    client: WeakClient,
-}
-
-impl TokenHolder for LibraryHolder {
-    fn give_back(&self, id: u64, range: ByteRange, to: Option<TokenMode>) {
-        let Some(client) = self.client.upgrade() else { return };
-        // The written bytes are on the servers (a write holds its token until they are), maybe
-        // only in their caches: they are committed before the size covering them is published
-        // (a failed commit publishes nothing; the writes stay for the next flush).
-        if let Err(error) = client.flush_id(id) {
-            tracing::warn!(%error, file = id, "publishing the size before giving a token back failed");
-        }
-        tracing::debug!(file = id, ?range, ?to, "library token given back");
     }
 }
 

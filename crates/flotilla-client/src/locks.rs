@@ -3,8 +3,7 @@
 //! through this client: the service drops the locks of a session whose lease ran out.
 
 use crate::client::Client;
-use crate::core::unexpected;
-use crate::error::ClientError;
+use crate::error::{unexpected, ClientError};
 use flotilla_proto::{LockInfo, LockKind, MetaReply, MetaRequest};
 
 impl Client {
@@ -20,7 +19,7 @@ impl Client {
         pid: u32,
         wait_ms: u64,
     ) -> Result<Option<LockInfo>, ClientError> {
-        let session = self.core.session();
+        let session = self.core.transport.session();
         let request = MetaRequest::SetLock { session, id, owner, kind, start, end, pid, wait_ms };
         lock_reply(self.meta(request)?, "set a lock")
     }
@@ -33,13 +32,13 @@ impl Client {
         kind: LockKind,
         (start, end): (u64, u64),
     ) -> Result<Option<LockInfo>, ClientError> {
-        let session = self.core.session();
+        let session = self.core.transport.session();
         lock_reply(self.meta(MetaRequest::GetLock { session, id, owner, kind, start, end })?, "test a lock")
     }
 
     /// Drops every lock `owner` holds on file `id`.
     pub fn release_locks(&self, id: u64, owner: u64) -> Result<(), ClientError> {
-        let session = self.core.session();
+        let session = self.core.transport.session();
         match self.meta(MetaRequest::ReleaseLocks { session, id, owner })? {
             MetaReply::Done => Ok(()),
             other => Err(unexpected("release locks", &other)),

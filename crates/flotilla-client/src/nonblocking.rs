@@ -2,8 +2,7 @@
 //! [`Handle`] at once, with `test` and `wait`, like the data calls.
 
 use crate::client::Client;
-use crate::core::{done_reply, entry_reply, unexpected};
-use crate::error::ClientError;
+use crate::error::{done_reply, entry_reply, unexpected, ClientError};
 use crate::file::File;
 use crate::handle::Handle;
 use flotilla_proto::{DirEntryInfo, EntryInfo, MetaReply, MetaRequest, TargetStatus};
@@ -16,8 +15,8 @@ impl Client {
         what: &'static str,
         convert: fn(MetaReply, &'static str) -> Result<T, ClientError>,
     ) -> Handle<T> {
-        let core = self.core.clone();
-        self.spawn(async move { convert(core.meta_call(request).await?, what) })
+        let transport = self.core.transport.clone();
+        self.spawn(async move { convert(transport.meta_call(request).await?, what) })
     }
 
     /// Non-blocking `stat`.
@@ -73,10 +72,12 @@ impl Client {
     pub fn open_nb(&self, path: &str) -> Handle<File> {
         let client = self.clone();
         let path = path.to_string();
-        let core = self.core.clone();
+        let transport = self.core.transport.clone();
         self.spawn(async move {
-            let info =
-                entry_reply(core.meta_call(MetaRequest::Lookup { path: path.clone() }).await?, "lookup")?;
+            let info = entry_reply(
+                transport.meta_call(MetaRequest::Lookup { path: path.clone() }).await?,
+                "lookup",
+            )?;
             if info.attrs.kind != flotilla_types::FileKind::File {
                 return Err(ClientError::NotAFile { path });
             }

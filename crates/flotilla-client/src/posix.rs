@@ -2,12 +2,12 @@
 //! behalf of another user (the caller of a system call, not this process) and opening a
 //! file by inode number, which is how the kernel names it.
 
-use crate::client::{create_file, Client, CreateOptions};
-use crate::core::unexpected;
-use crate::error::ClientError;
+use crate::client::{Client, CreateOptions};
+use crate::error::{unexpected, ClientError};
 use crate::file::File;
+use crate::opens::create_file;
 use flotilla_proto::{EntryInfo, MetaReply, MetaRequest};
-use flotilla_types::{Attributes, FileId};
+use flotilla_types::Attributes;
 
 /// The user and group a new entry belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,24 +34,7 @@ impl Client {
     /// published only once every byte below it is committed: when the commit fails, nothing
     /// is published and the writes stay for a later flush.
     pub fn flush_id(&self, id: u64) -> Result<(), ClientError> {
-        self.block_on(crate::commit::commit_file(&self.core, FileId(id)))?;
-        self.publish_pending(id)
-    }
-
-    /// Publishes the size and mtime this client's writes gave file `id` (`GrowSize`); the
-    /// caller has committed the bytes below it. On failure they stay pending.
-    pub(crate) fn publish_pending(&self, id: u64) -> Result<(), ClientError> {
-        let Some(pending) = self.core.take_pending(id) else { return Ok(()) };
-        let request =
-            MetaRequest::GrowSize { id, size_bytes: pending.size_bytes, mtime_ns: pending.mtime_ns };
-        match self.meta(request) {
-            Ok(MetaReply::Attributes(_)) => Ok(()),
-            Ok(other) => Err(unexpected("grow size", &other)),
-            Err(error) => {
-                self.core.note_write(id, pending.size_bytes, pending.mtime_ns);
-                Err(error)
-            }
-        }
+        self.block_on(self.core.flush_file(id))
     }
 
     /// Drops what this client has not made durable of file `id`: its unstable writes and
@@ -60,11 +43,7 @@ impl Client {
     /// client then reports the metadata service's size again, which covers only durable
     /// bytes, instead of a size it will never publish.
     pub fn discard_unpublished(&self, id: u64) {
-        let released = self.core.unstable.lock().forget_file(FileId(id));
-        self.core.forget_pending(id);
-        if released > 0 {
-            tracing::info!(file = id, bytes = released, "unsynced writes given up");
-        }
+        self.core.discard_unpublished(id);
     }
 
     /// Raises file `id`'s size to at least `size_bytes` (never lowers it) and sets its mtime
@@ -79,8 +58,12 @@ impl Client {
 
     /// `create`, with the new file owned by `owner`.
     pub fn create_as(&self, path: &str, options: &CreateOptions, owner: Owner) -> Result<File, ClientError> {
-        let future =
-            create_file(self.core.clone(), path.to_string(), options.clone(), (owner.uid, owner.gid));
+        let future = create_file(
+            self.core.transport.clone(),
+            path.to_string(),
+            options.clone(),
+            (owner.uid, owner.gid),
+        );
         let client = self.clone();
         let file = self.block_on(async move {
             crate::opens::open_file(client, path.to_string(), future.await?.id).await

@@ -3,10 +3,10 @@
 //! or replaced is never mistaken for the entry this client knew.
 
 use crate::client::{Client, CreateOptions};
-use crate::core::{done_reply, entry_reply, unexpected, Core};
-use crate::error::ClientError;
+use crate::error::{done_reply, entry_reply, unexpected, ClientError};
 use crate::file::File;
 use crate::posix::Owner;
+use crate::transport::Transport;
 use flotilla_proto::{
     CreateSpec, EntryInfo, ErrorCode, ListedEntry, MetaReply, MetaRequest, RenameMode, READDIR_ENTRIES_MAX,
 };
@@ -52,8 +52,8 @@ impl Client {
         let path = at.describe();
         let file = self.block_on(async move {
             if !core.create_at_open_refused.load(Ordering::Relaxed) {
-                let request = MetaRequest::CreateAtOpen { parent, name: name.clone(), spec: spec.clone(), session: core.session() };
-                match core.meta_call(request).await {
+                let request = MetaRequest::CreateAtOpen { parent, name: name.clone(), spec: spec.clone(), session: core.transport.session() };
+                match core.transport.meta_call(request).await {
                     Ok(reply) => return crate::opens::opened_file(client, path, entry_reply(reply, "create")?),
                     Err(ClientError::Meta(error)) if error.code == ErrorCode::BadRequest => {
                         tracing::info!(%error, "the metadata service does not know CreateAtOpen; creating in two requests");
@@ -62,7 +62,7 @@ impl Client {
                     Err(error) => return Err(error),
                 }
             }
-            let entry = create_entry_at(&core, parent, name, spec).await?;
+            let entry = create_entry_at(&core.transport, parent, name, spec).await?;
             crate::opens::open_file(client, path, entry.id).await
         })?;
         Ok(file.with_no_overlap(options.no_overlap))
@@ -235,11 +235,11 @@ impl Client {
 
 /// Creates the entry (exclusively); its subfiles are made by their servers on first use.
 async fn create_entry_at(
-    core: &Core,
+    transport: &Transport,
     parent: u64,
     name: Vec<u8>,
     spec: CreateSpec,
 ) -> Result<EntryInfo, ClientError> {
     let request = MetaRequest::CreateAt { parent, name, spec };
-    entry_reply(core.meta_call(request).await?, "create")
+    entry_reply(transport.meta_call(request).await?, "create")
 }

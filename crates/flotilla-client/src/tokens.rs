@@ -18,9 +18,8 @@
 //! tokens on both sides. (Revocations also carry the sequence number of the holder's last
 //! grant on the file, which the client logs when it never saw that grant.)
 
-use crate::client::{Client, WeakClient};
-use crate::core::unexpected;
-use crate::error::ClientError;
+use crate::error::{unexpected, ClientError};
+use crate::transport::{MetaLine, WeakMetaLine};
 use flotilla_proto::{MetaReply, MetaRequest, TokenGrant, TokenMode, TokenRevoke};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -206,7 +205,7 @@ struct Shared {
 
 struct Inner {
     /// Weak: a library client's cache is kept by the client itself.
-    client: WeakClient,
+    line: WeakMetaLine,
     holder: Weak<dyn TokenHolder>,
     shared: parking_lot::Mutex<Shared>,
     changed: parking_lot::Condvar,
@@ -241,12 +240,17 @@ impl Drop for TokenUse {
 }
 
 impl TokenCache {
-    /// A token cache for `client`; `holder` writes back and drops cached bytes on demand.
-    /// The cache does not keep the client: it works while the caller keeps it.
-    pub fn new(client: Client, holder: Weak<dyn TokenHolder>, settings: TokenSettings) -> TokenCache {
+    /// A token cache asking the metadata service over `line` (`Client::token_cache` and
+    /// `TokenCache::new` make one for a client); `holder` writes back and drops cached bytes
+    /// on demand. The cache does not keep the client: it works while the caller keeps it.
+    pub(crate) fn over(
+        line: WeakMetaLine,
+        holder: Weak<dyn TokenHolder>,
+        settings: TokenSettings,
+    ) -> TokenCache {
         let shared = Shared { files: HashMap::new(), given_back: 0, next_wait: 0, polling: false };
         let inner = Inner {
-            client: client.downgrade(),
+            line,
             holder,
             shared: parking_lot::Mutex::new(shared),
             changed: parking_lot::Condvar::new(),
@@ -370,12 +374,12 @@ impl TokenCache {
         mode: TokenMode,
         required: ByteRange,
     ) -> Result<Option<TokenGrant>, ClientError> {
-        let client = self.inner.client()?;
-        let session = client.core.session();
+        let line = self.inner.line()?;
+        let session = line.session();
         let desired = WHOLE_FILE;
         let wait_ms = self.inner.settings.wait_ms;
         let request = MetaRequest::TokenAcquire { session, id, mode, required, desired, wait_ms };
-        match client.meta(request)? {
+        match line.call(request)? {
             MetaReply::TokenGranted(grant) => Ok(Some(grant)),
             MetaReply::TokenBusy { holder } => {
                 tracing::debug!(file = id, holder, "token still held elsewhere; asking again");
@@ -408,9 +412,9 @@ impl TokenCache {
 }
 
 impl Inner {
-    /// The client, unless it is gone.
-    fn client(&self) -> Result<Client, ClientError> {
-        self.client.upgrade().ok_or(ClientError::Abandoned)
+    /// The line to the metadata service, unless the client is gone.
+    fn line(&self) -> Result<MetaLine, ClientError> {
+        self.line.upgrade().ok_or(ClientError::Abandoned)
     }
 
     /// Answers a revocation (or a release, or a loss): waits for the grants it follows
@@ -504,9 +508,9 @@ impl Inner {
     }
 
     fn release(&self, id: u64, range: ByteRange, to: Option<TokenMode>) -> Result<(), ClientError> {
-        let client = self.client()?;
-        let session = client.core.session();
-        match client.meta(MetaRequest::TokenRelease { session, id, range, to })? {
+        let line = self.line()?;
+        let session = line.session();
+        match line.call(MetaRequest::TokenRelease { session, id, range, to })? {
             MetaReply::Done => Ok(()),
             other => Err(unexpected("release a token", &other)),
         }
@@ -549,16 +553,16 @@ const LOSS_AFTER_RECONNECT: Duration = Duration::from_secs(30);
 fn poll(inner: Weak<Inner>) {
     loop {
         let Some(inner) = inner.upgrade() else { return };
-        let Some(client) = inner.client.upgrade().filter(|_| !inner.stop.load(Ordering::SeqCst)) else {
+        let Some(line) = inner.line.upgrade().filter(|_| !inner.stop.load(Ordering::SeqCst)) else {
             return;
         };
-        let session = client.core.session();
+        let session = line.session();
         let (holding, given_back) = inner.holding();
         let request = MetaRequest::TokenWait { session, holding, wait_ms: inner.settings.wait_ms };
-        let polled = client.meta(request);
-        let after_restart = client.core.meta_reconnected_within(LOSS_AFTER_RECONNECT);
+        let polled = line.call(request);
+        let after_restart = line.reconnected_within(LOSS_AFTER_RECONNECT);
         // Kept only for the poll: its last user may drop it while revocations are answered.
-        drop(client);
+        drop(line);
         match polled {
             Ok(MetaReply::TokenEvents { revokes, lost }) => {
                 if lost && inner.holding().1 == given_back {

@@ -11,9 +11,10 @@
 //! durable), else gathered into a pooled buffer.
 
 use crate::call_memory::CallMemory;
-use crate::core::{unexpected, Core, ServerConnection};
-use crate::error::ClientError;
-use crate::outage::Service;
+use crate::core::Core;
+use crate::error::{unexpected, ClientError};
+use crate::transport::outage::Service;
+use crate::transport::{ServerConnection, Transport};
 use crate::unstable::UnstableWrite;
 use bytes::Bytes;
 use flotilla_proto::buffers::BufferPool;
@@ -104,7 +105,7 @@ fn cut_piece(piece: Piece, bytes_max: u64) -> impl Iterator<Item = Piece> {
 
 /// Reads `shape` of `fork` on the server at `addr` into `buffer`; returns bytes read.
 pub(crate) async fn read_shape(
-    core: &Core,
+    transport: &Transport,
     addr: &str,
     fork: &ForkRef,
     shape: &Shape,
@@ -113,22 +114,23 @@ pub(crate) async fn read_shape(
     let summary = check_call(shape, buffer.len())?;
     let buffer_bytes = buffer.len();
     let Some(memory) = CallMemory::for_shape(buffer, shape) else {
-        return read_shape_copying(core, addr, fork, shape, buffer).await;
+        return read_shape_copying(transport, addr, fork, shape, buffer).await;
     };
     let memory = &memory;
     // A read changes nothing: the whole of it is sent again while the server is away.
-    core.outlast(Service::Server, move |_| async move {
-        let server = core.server(addr).await?;
-        read_into(core, &server, fork, shape, buffer_bytes, memory).await
-    })
-    .await?;
+    transport
+        .outlast(Service::Server, move |_| async move {
+            let server = transport.server(addr).await?;
+            read_into(transport, &server, fork, shape, buffer_bytes, memory).await
+        })
+        .await?;
     Ok(summary.total_bytes)
 }
 
 /// Reads `shape` (whose pieces are pieces of `memory`'s call, covered by no other target)
 /// from `server` into `memory`, each reply's data placed straight where it belongs.
 pub(crate) async fn read_into(
-    core: &Core,
+    transport: &Transport,
     server: &ServerConnection,
     fork: &ForkRef,
     shape: &Shape,
@@ -148,7 +150,7 @@ pub(crate) async fn read_into(
             // cut into chunks), so no two targets share a byte.
             let target = unsafe { memory.target(pieces.into_iter()) };
             let target = target.ok_or_else(|| unexpected("read", &"pieces outside the call's memory"))?;
-            fetch_into(core, server, fork, shape, target).await
+            fetch_into(transport, server, fork, shape, target).await
         })
         .buffer_unordered(CHUNKS_IN_FLIGHT_MAX)
         .try_collect::<Vec<()>>()
@@ -179,7 +181,7 @@ fn pieces_of(shape: &Shape) -> Result<Vec<Piece>, ClientError> {
 
 /// One read request whose reply data goes straight into `target`.
 async fn fetch_into(
-    core: &Core,
+    transport: &Transport,
     server: &ServerConnection,
     fork: &ForkRef,
     shape: Shape,
@@ -187,7 +189,7 @@ async fn fetch_into(
 ) -> Result<(), ClientError> {
     let bytes = target.data_bytes();
     let request = IoRequest::Read { fork: fork.clone(), shape };
-    match core.io_call_into(server, &request, target).await? {
+    match transport.io_call_into(server, &request, target).await? {
         (IoReply::Data, ReplyData::Placed { .. }) => Ok(()),
         (IoReply::Data, ReplyData::Other(data)) => Err(ClientError::UnexpectedReply {
             request: "read",
@@ -200,7 +202,7 @@ async fn fetch_into(
 /// [`read_shape`] for a shape whose pieces overlap in memory: each reply arrives in a frame
 /// buffer and is copied to its pieces' places, later replies over earlier ones.
 async fn read_shape_copying(
-    core: &Core,
+    transport: &Transport,
     addr: &str,
     fork: &ForkRef,
     shape: &Shape,
@@ -210,18 +212,19 @@ async fn read_shape_copying(
     // Attempts run one after another; the lock only lends the buffer to each in turn.
     let buffer = tokio::sync::Mutex::new(buffer);
     let (summary_ref, buffer) = (&summary, &buffer);
-    core.outlast(Service::Server, move |_| async move {
-        let server = core.server(addr).await?;
-        let mut buffer = buffer.lock().await;
-        read_copying_once(core, &server, fork, shape, summary_ref, &mut buffer).await
-    })
-    .await?;
+    transport
+        .outlast(Service::Server, move |_| async move {
+            let server = transport.server(addr).await?;
+            let mut buffer = buffer.lock().await;
+            read_copying_once(transport, &server, fork, shape, summary_ref, &mut buffer).await
+        })
+        .await?;
     Ok(summary.total_bytes)
 }
 
 /// One attempt of [`read_shape_copying`] on `server`.
 async fn read_copying_once(
-    core: &Core,
+    transport: &Transport,
     server: &ServerConnection,
     fork: &ForkRef,
     shape: &Shape,
@@ -230,7 +233,7 @@ async fn read_copying_once(
 ) -> Result<(), ClientError> {
     match plan(shape, summary, &server.limits)? {
         Plan::Whole => {
-            let data = fetch(core, server, fork, shape.clone(), summary.total_bytes).await?;
+            let data = fetch(transport, server, fork, shape.clone(), summary.total_bytes).await?;
             scatter(shape, &data, buffer)?;
         }
         Plan::Chunks(chunks) => {
@@ -238,7 +241,7 @@ async fn read_copying_once(
                 .map(|pieces| async move {
                     let bytes = pieces.iter().map(|p| p.length).sum();
                     let shape = Shape::List { pieces };
-                    let data = fetch(core, server, fork, shape.clone(), bytes).await?;
+                    let data = fetch(transport, server, fork, shape.clone(), bytes).await?;
                     Ok::<_, ClientError>((shape, data))
                 })
                 .buffer_unordered(CHUNKS_IN_FLIGHT_MAX);
@@ -251,14 +254,14 @@ async fn read_copying_once(
 }
 
 async fn fetch(
-    core: &Core,
+    transport: &Transport,
     server: &ServerConnection,
     fork: &ForkRef,
     shape: Shape,
     bytes: u64,
 ) -> Result<Bytes, ClientError> {
     let request = IoRequest::Read { fork: fork.clone(), shape };
-    match core.io_call(server, &request, Bytes::new(), bytes).await? {
+    match transport.io_call(server, &request, Bytes::new(), bytes).await? {
         (IoReply::Data, data) if data.len() as u64 == bytes => Ok(data),
         (IoReply::Data, data) => Err(ClientError::UnexpectedReply {
             request: "read",
@@ -379,16 +382,17 @@ pub(crate) async fn write_shape(
     source: WriteSource<'_>,
 ) -> Result<u64, ClientError> {
     let summary = check_call(shape, source.memory().len())?;
-    let server = core.outlast(Service::Server, move |_| core.server(addr)).await?;
+    let transport = &core.transport;
+    let server = transport.outlast(Service::Server, move |_| transport.server(addr)).await?;
     let requests = write_requests(shape, &summary, &server.limits)?;
-    crate::commit::make_room(core, summary.total_bytes).await?;
+    core.unstable.make_room(transport, summary.total_bytes).await?;
     stream::iter(requests)
         .map(|(shape, bytes)| async move {
             let data = request_data(&core.buffers, &shape, bytes, source)?;
             let (shape, data) = (&shape, &data);
             // A write is idempotent by offset: sent again, on a new connection, until the
             // server is back (which first gets the writes its restart lost, `resend_stale`).
-            core.outlast(Service::Server, move |_| write_once(core, addr, fork, shape, data)).await
+            transport.outlast(Service::Server, move |_| write_once(core, addr, fork, shape, data)).await
         })
         .buffer_unordered(CHUNKS_IN_FLIGHT_MAX)
         .try_collect::<Vec<()>>()
@@ -405,15 +409,15 @@ async fn write_once(
     shape: &Shape,
     data: &Bytes,
 ) -> Result<(), ClientError> {
-    let server = core.server(addr).await?;
+    let server = core.transport.server(addr).await?;
     let bytes = data.len() as u64;
     let request = IoRequest::Write { fork: fork.clone(), shape: shape.clone() };
-    match core.io_call(&server, &request, data.clone(), bytes).await? {
+    match core.transport.io_call(&server, &request, data.clone(), bytes).await? {
         (IoReply::Done { bytes: written }, _) if written == bytes => {
             let (fork, addr, shape, data) = (fork.clone(), addr.to_string(), shape.clone(), data.clone());
             let write = UnstableWrite { fork, addr, shape, data, epoch: server.epoch };
-            let held_bytes = core.unstable.lock().record(write);
-            crate::commit::start_background_drain(core, held_bytes);
+            let held_bytes = core.unstable.log.lock().record(write);
+            core.unstable.start_background_drain(&core.transport, held_bytes);
             Ok(())
         }
         (other, _) => Err(unexpected("write", &other)),

@@ -3,13 +3,12 @@
 //! part written and synced (docs/architecture.md "ENWRICH", docs/protocol.md).
 
 use super::cache::{LogCache, LogEntry};
-use crate::core::{unexpected, Core};
-use crate::error::ClientError;
+use crate::error::{unexpected, ClientError};
+use crate::transport::Transport;
 use bytes::{Bytes, BytesMut};
 use flotilla_proto::{EntryInfo, FlushEntry, FlushJob, IoReply, IoRequest, PullRange};
 use flotilla_types::{Layout, SubfileIndex};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Each server's directory part (every server holding a subfile of the file gets one, empty
 /// or not: a server waits for every member), entries of `file` only.
@@ -68,38 +67,39 @@ pub(crate) type ServerDone = (String, u64, u64);
 /// once; what each server reported. Fails naming the first server (or member, as the server
 /// reports) that failed.
 pub(crate) async fn flush(
-    core: &Arc<Core>,
+    transport: &Transport,
     entry: &EntryInfo,
     job: &FlushJob,
     cache: &LogCache,
 ) -> Result<Vec<ServerDone>, ClientError> {
     let parts = directories(entry, cache.entries())?;
-    let calls = parts.into_iter().map(|(server, entries)| flush_server(core, server, job, entries, cache));
+    let calls =
+        parts.into_iter().map(|(server, entries)| flush_server(transport, server, job, entries, cache));
     futures::future::try_join_all(calls).await
 }
 
 async fn flush_server(
-    core: &Arc<Core>,
+    transport: &Transport,
     addr: String,
     job: &FlushJob,
     entries: Vec<FlushEntry>,
     cache: &LogCache,
 ) -> Result<ServerDone, ClientError> {
-    let server = core.server(&addr).await?;
+    let server = transport.server(&addr).await?;
     let directory = IoRequest::FlushDirectory { job: job.clone(), entries };
-    match core.io_call(&server, &directory, Bytes::new(), 0).await?.0 {
+    match transport.io_call(&server, &directory, Bytes::new(), 0).await?.0 {
         IoReply::Done { .. } => {}
         other => return Err(unexpected("flush directory", &other)),
     }
     let mut reply =
-        core.io_call(&server, &IoRequest::FlushPull { job: job.clone() }, Bytes::new(), 0).await?.0;
+        transport.io_call(&server, &IoRequest::FlushPull { job: job.clone() }, Bytes::new(), 0).await?.0;
     loop {
         match reply {
             IoReply::Pull { ranges } => {
                 let data = gather(cache, &ranges, &addr)?;
                 let bytes = data.len() as u64;
                 let answer = IoRequest::FlushData { job: job.clone(), ranges };
-                reply = core.io_call(&server, &answer, data, bytes).await?.0;
+                reply = transport.io_call(&server, &answer, data, bytes).await?.0;
             }
             IoReply::Flushed { bytes } => return Ok((addr, server.epoch, bytes)),
             other => return Err(unexpected("flush pull", &other)),

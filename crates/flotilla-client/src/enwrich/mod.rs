@@ -20,8 +20,7 @@ pub use cache::{Full, LogCache, LogEntry, DIRECTORY_ENTRY_BYTES};
 pub use clock::{now_ms, HybridClock, LOGICAL_BITS};
 
 use crate::client::Client;
-use crate::core::unexpected;
-use crate::error::ClientError;
+use crate::error::{unexpected, ClientError};
 use crate::file::File;
 use flotilla_proto::{ErrorCode, FlushJob, JobEvent, MetaReply, MetaRequest};
 use parking_lot::{Condvar, Mutex};
@@ -137,17 +136,6 @@ fn registry() -> &'static Registry {
 }
 
 impl Client {
-    /// Opens `path` for writing in ENWRICH mode as a member of job `options.job_name`.
-    pub fn open_enwrich(&self, path: &str, options: &EnwrichOptions) -> Result<EnwrichFile, ClientError> {
-        let file = self.open(path)?;
-        EnwrichFile::join(file, options.clone())
-    }
-
-    /// Opens, in ENWRICH mode, a file already open as `file` (the mount opens by id).
-    pub fn enwrich_file(&self, file: File, options: &EnwrichOptions) -> Result<EnwrichFile, ClientError> {
-        EnwrichFile::join(file, options.clone())
-    }
-
     /// Flushes this process's ENWRICH handles on file `id` durably (flush-on-read): `open`
     /// does it; a caller that opens by id (the mount) calls it before opening other than in
     /// ENWRICH mode.
@@ -162,7 +150,8 @@ impl Client {
 }
 
 impl EnwrichFile {
-    fn join(file: File, options: EnwrichOptions) -> Result<EnwrichFile, ClientError> {
+    /// Joins the job group of `options` with `file`, open for writing (`Client::open_enwrich`).
+    pub(crate) fn join(file: File, options: EnwrichOptions) -> Result<EnwrichFile, ClientError> {
         let group = format!("{}/{}", options.job_name, file.id());
         let request = MetaRequest::JobJoin { name: group.clone(), size: options.job_size };
         let (member, epoch, event) = match file.client.meta(request)? {
@@ -412,7 +401,8 @@ fn take_part(shared: &Shared, epoch: u64, event: &JobEvent) {
         durable: event.durable_asked.is_some_and(|asked| asked >= epoch),
     };
     let client = &shared.file.client;
-    let outcome = client.block_on(flush::flush(&client.core, shared.file.entry(), &job, &state.cache));
+    let outcome =
+        client.block_on(flush::flush(&client.core.transport, shared.file.entry(), &job, &state.cache));
     let outcome = outcome.and_then(|servers| settle(shared, &mut state, &servers, job.durable));
     match outcome {
         Ok(()) => {
