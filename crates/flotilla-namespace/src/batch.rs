@@ -126,13 +126,6 @@ mod tests {
         .unwrap()
     }
 
-    fn set_mark(value: u64) -> impl FnOnce(&redb::WriteTransaction, &Vec<bool>) -> Result<(), NamespaceError> {
-        move |txn, _| {
-            txn.open_table(MARKS)?.insert("mark", value)?;
-            Ok(())
-        }
-    }
-
     /// Changes and the caller's record commit together; a refusal inside leaves the others.
     #[test]
     fn a_batch_commits_its_changes_and_the_callers_record_together() {
@@ -146,7 +139,7 @@ mod tests {
                         ns.mkdir("/b", OWNER, 3).is_ok(),
                     ]
                 },
-                set_mark(7),
+                set_mark_any(7),
             )
             .unwrap();
         assert!(done.committed);
@@ -161,7 +154,7 @@ mod tests {
     fn a_refused_first_change_keeps_the_batch_and_a_failed_finish_keeps_nothing() {
         let ns = Namespace::open_in_memory().unwrap();
         let done = ns
-            .apply_batch(|| vec![ns.rmdir("/none", 1).is_ok(), ns.mkdir("/c", OWNER, 1).is_ok()], set_mark(1))
+            .apply_batch(|| vec![ns.rmdir("/none", 1).is_ok(), ns.mkdir("/c", OWNER, 1).is_ok()], set_mark_any(1))
             .unwrap();
         assert!(done.committed && !ns.batch_undone());
         assert_eq!(done.value, vec![false, true]);
@@ -174,5 +167,43 @@ mod tests {
         assert_eq!(mark(&ns), Some(1));
         // Phase: the namespace still works outside batches.
         ns.mkdir("/e", OWNER, 1).unwrap();
+    }
+
+    /// A change that fails after writing undoes the whole batch: nothing of it stays, the
+    /// later changes fail at once, and the batch is reported uncommitted.
+    #[test]
+    fn a_change_failing_after_writing_undoes_the_batch() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let done = ns
+            .apply_batch(
+                || {
+                    let made = ns.mkdir("/kept", OWNER, 1).is_ok();
+                    let failed = ns.write(|tables| {
+                        tables.counters.insert("written", 1)?;
+                        Err::<(), _>(NamespaceError::NotEmpty { path: "/x".into() })
+                    });
+                    let undone = ns.batch_undone();
+                    let later = ns.mkdir("/later", OWNER, 2).is_ok();
+                    (made, failed.is_err(), undone, later)
+                },
+                set_mark_any(3),
+            )
+            .unwrap();
+        assert!(!done.committed);
+        assert_eq!(done.value, (true, true, true, false));
+        assert!(ns.lookup("/kept").is_err() && ns.lookup("/later").is_err());
+        assert_eq!(mark(&ns), None);
+        assert!(!ns.batch_undone(), "outside a batch nothing is undone");
+        // Phase: the batch applied again without the failing change commits.
+        let again = ns.apply_batch(|| ns.mkdir("/kept", OWNER, 1).is_ok(), set_mark_any(3)).unwrap();
+        assert!(again.committed && again.value);
+        assert_eq!(mark(&ns), Some(3));
+    }
+
+    fn set_mark_any<R>(value: u64) -> impl FnOnce(&redb::WriteTransaction, &R) -> Result<(), NamespaceError> {
+        move |txn, _| {
+            txn.open_table(MARKS)?.insert("mark", value)?;
+            Ok(())
+        }
     }
 }
