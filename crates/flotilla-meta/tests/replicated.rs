@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_meta::replicated::{
-    Applied, BatchReply, MachineLimits, NamespaceChange, NamespaceMachine, NewOwner, Op, OpenHint, Outcome, Place,
-    RenameMode,
+    Applied, BatchReply, MachineLimits, NamespaceChange, NamespaceMachine, NewOwner, Op, OpenHint, Outcome,
+    Place, RenameMode,
 };
 use flotilla_metagroup::local_network::LocalNetwork;
 use flotilla_metagroup::{
-    raft_config, AppliedMark, Batch, Change, GroupError, GroupLimits, GroupNode, GroupTiming, NodeId, ReplyTable,
-    StateMachine,
+    raft_config, AppliedMark, Batch, Change, GroupError, GroupLimits, GroupNode, GroupTiming, NodeId,
+    ReplyTable, StateMachine,
 };
 use flotilla_namespace::NamespaceImage;
 use flotilla_types::{Caller, Layout, SetAttr, TargetId};
@@ -225,7 +225,12 @@ fn ids(targets: &[u64]) -> Vec<TargetId> {
 }
 
 fn target_op(target: u64) -> Op {
-    Op::RecordTarget { target: TargetId(target), server: "10.0.0.1:7000".into(), used_bytes: 0, free_bytes: 1 << 40 }
+    Op::RecordTarget {
+        target: TargetId(target),
+        server: "10.0.0.1:7000".into(),
+        used_bytes: 0,
+        free_bytes: 1 << 40,
+    }
 }
 
 fn ok(outcome: &Outcome) -> bool {
@@ -281,8 +286,11 @@ fn random_op(rng: &mut StdRng) -> (Caller, Op) {
         9 => Op::Rename {
             from: Place::Path(path(rng)),
             to: Place::Path(path(rng)),
-            mode: [RenameMode::Replace { open: OpenHint::Unknown }, RenameMode::NoReplace, RenameMode::Exchange]
-                [rng.random_range(0..3)],
+            mode: [
+                RenameMode::Replace { open: OpenHint::Unknown },
+                RenameMode::NoReplace,
+                RenameMode::Exchange,
+            ][rng.random_range(0..3)],
         },
         10 => Op::SetAttr {
             id: flotilla_namespace::ROOT_ID,
@@ -428,14 +436,16 @@ async fn three_nodes_apply_random_changes_alike_and_a_restarted_node_applies_not
         cluster.propose(batch.clone()).await;
     }
     cluster.converge(&[follower]).await;
-    let applied_before = cluster.nodes[&follower].state.with_state(|m| m.last_applied().unwrap().unwrap().index());
+    let applied_before =
+        cluster.nodes[&follower].state.with_state(|m| m.last_applied().unwrap().unwrap().index());
     cluster.kill(follower).await;
     // Phase: the second half without it; then it restarts from its files and catches up.
     for batch in &batches[60..] {
         cluster.propose(batch.clone()).await;
     }
     cluster.start(follower).await;
-    let restarted_at = cluster.nodes[&follower].state.with_state(|m| m.last_applied().unwrap().unwrap().index());
+    let restarted_at =
+        cluster.nodes[&follower].state.with_state(|m| m.last_applied().unwrap().unwrap().index());
     assert_eq!(restarted_at, applied_before, "the restarted node stands where it stood");
     cluster.converge(&[1, 2, 3]).await;
     cluster.assert_alike(&[1, 2, 3]);

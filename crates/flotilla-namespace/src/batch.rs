@@ -112,7 +112,7 @@ impl Namespace {
 mod tests {
     use super::*;
     use crate::Owner;
-    use redb::{ReadableTable, TableDefinition};
+    use redb::TableDefinition;
 
     const MARKS: TableDefinition<&str, u64> = TableDefinition::new("test_marks");
     const OWNER: Owner = Owner { mode: 0o755, uid: 0, gid: 0 };
@@ -154,7 +154,10 @@ mod tests {
     fn a_refused_first_change_keeps_the_batch_and_a_failed_finish_keeps_nothing() {
         let ns = Namespace::open_in_memory().unwrap();
         let done = ns
-            .apply_batch(|| vec![ns.rmdir("/none", 1).is_ok(), ns.mkdir("/c", OWNER, 1).is_ok()], set_mark_any(1))
+            .apply_batch(
+                || vec![ns.rmdir("/none", 1).is_ok(), ns.mkdir("/c", OWNER, 1).is_ok()],
+                set_mark_any(1),
+            )
             .unwrap();
         assert!(done.committed && !ns.batch_undone());
         assert_eq!(done.value, vec![false, true]);

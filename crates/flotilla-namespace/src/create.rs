@@ -387,14 +387,23 @@ enum Placer<'a> {
 
 /// The targets of a new file placed by a ranking: the ones the program named (each in the
 /// ranking), or the first of the ranking.
-fn place_ranked(spec: &CreateFile, layout: &Layout, ranked: &[TargetId]) -> Result<Vec<TargetId>, NamespaceError> {
+fn place_ranked(
+    spec: &CreateFile,
+    layout: &Layout,
+    ranked: &[TargetId],
+) -> Result<Vec<TargetId>, NamespaceError> {
     let count = subfile_count(spec, layout, ranked.len());
     if let Some(named) = &spec.targets {
         if named.len() != count {
-            return Err(NamespaceError::invalid(format!("{} targets named for {count} subfiles", named.len())));
+            return Err(NamespaceError::invalid(format!(
+                "{} targets named for {count} subfiles",
+                named.len()
+            )));
         }
-        let live: Vec<TargetUsage> =
-            ranked.iter().map(|target| TargetUsage { target: *target, used_bytes: 0, free_bytes: 1 }).collect();
+        let live: Vec<TargetUsage> = ranked
+            .iter()
+            .map(|target| TargetUsage { target: *target, used_bytes: 0, free_bytes: 1 })
+            .collect();
         check_targets(&live, named)?;
         return Ok(named.clone());
     }

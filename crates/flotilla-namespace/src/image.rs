@@ -42,7 +42,10 @@ pub struct NamespaceImage {
 }
 
 /// Rows of a `u64 → bytes` table.
-fn bytes_rows(txn: &ReadTransaction, def: TableDefinition<u64, &[u8]>) -> Result<Vec<(u64, Vec<u8>)>, NamespaceError> {
+fn bytes_rows(
+    txn: &ReadTransaction,
+    def: TableDefinition<u64, &[u8]>,
+) -> Result<Vec<(u64, Vec<u8>)>, NamespaceError> {
     let mut rows = Vec::new();
     for item in txn.open_table(def)?.iter()? {
         let (key, value) = item?;
@@ -145,7 +148,10 @@ impl NamespaceImage {
     fn check(&self) -> Result<(), NamespaceError> {
         let version = self.counters.iter().find(|(k, _)| k == SCHEMA_VERSION_KEY).map(|(_, v)| *v);
         if version != Some(SCHEMA_VERSION) {
-            return Err(NamespaceError::UnsupportedFormat { found: version.unwrap_or(0), supported: SCHEMA_VERSION });
+            return Err(NamespaceError::UnsupportedFormat {
+                found: version.unwrap_or(0),
+                supported: SCHEMA_VERSION,
+            });
         }
         match self.keys.iter().find(|(k, _)| k == ID_KEY_NAME) {
             Some((_, record)) => InodeIds::decode_key(record).map(|_| ()),
@@ -155,21 +161,33 @@ impl NamespaceImage {
 
     /// Writes every row into `txn`, whose tables must be empty.
     fn write(&self, txn: &WriteTransaction) -> Result<(), NamespaceError> {
-        fn put_bytes(txn: &WriteTransaction, def: TableDefinition<u64, &[u8]>, rows: &[(u64, Vec<u8>)]) -> Result<(), NamespaceError> {
+        fn put_bytes(
+            txn: &WriteTransaction,
+            def: TableDefinition<u64, &[u8]>,
+            rows: &[(u64, Vec<u8>)],
+        ) -> Result<(), NamespaceError> {
             let mut table = txn.open_table(def)?;
             for (key, value) in rows {
                 table.insert(*key, value.as_slice())?;
             }
             Ok(())
         }
-        fn put_ids(txn: &WriteTransaction, def: TableDefinition<u64, u64>, rows: &[(u64, u64)]) -> Result<(), NamespaceError> {
+        fn put_ids(
+            txn: &WriteTransaction,
+            def: TableDefinition<u64, u64>,
+            rows: &[(u64, u64)],
+        ) -> Result<(), NamespaceError> {
             let mut table = txn.open_table(def)?;
             for (key, value) in rows {
                 table.insert(*key, *value)?;
             }
             Ok(())
         }
-        fn put_set(txn: &WriteTransaction, def: TableDefinition<u64, ()>, rows: &[u64]) -> Result<(), NamespaceError> {
+        fn put_set(
+            txn: &WriteTransaction,
+            def: TableDefinition<u64, ()>,
+            rows: &[u64],
+        ) -> Result<(), NamespaceError> {
             let mut table = txn.open_table(def)?;
             for key in rows {
                 table.insert(*key, ())?;
@@ -228,7 +246,8 @@ impl Namespace {
         let installing = installing_path(&path);
         write_image_file(&installing, image, extra)?;
         drop(self);
-        std::fs::rename(&installing, &path).map_err(|e| io_error("rename the new namespace into place", &path, e))?;
+        std::fs::rename(&installing, &path)
+            .map_err(|e| io_error("rename the new namespace into place", &path, e))?;
         sync_parent(&path)?;
         Namespace::open(&path)
     }
@@ -262,7 +281,8 @@ fn write_image_file(
 
 fn sync_parent(path: &Path) -> Result<(), NamespaceError> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let dir = std::fs::File::open(parent).map_err(|e| io_error("open the namespace's directory", parent, e))?;
+    let dir =
+        std::fs::File::open(parent).map_err(|e| io_error("open the namespace's directory", parent, e))?;
     dir.sync_all().map_err(|e| io_error("sync the namespace's directory", parent, e))
 }
 
@@ -278,7 +298,7 @@ mod tests {
     const OWNER: Owner = Owner { mode: 0o755, uid: 0, gid: 0 };
 
     fn image(ns: &Namespace) -> NamespaceImage {
-        ns.read_transaction(|txn| Namespace::image_in(txn)).unwrap()
+        ns.read_transaction(Namespace::image_in).unwrap()
     }
 
     /// A namespace replaced by another's image holds the same rows and works: its ids
@@ -308,7 +328,10 @@ mod tests {
         assert_eq!(fresh, NamespaceImage::fresh([3; ID_KEY_BYTES], 42));
         let mut ids = Vec::new();
         for name in ["a.redb", "b.redb"] {
-            let ns = Namespace::open(&dir.path().join(name)).unwrap().replace_with_image(&fresh, |_| Ok(())).unwrap();
+            let ns = Namespace::open(&dir.path().join(name))
+                .unwrap()
+                .replace_with_image(&fresh, |_| Ok(()))
+                .unwrap();
             ids.push(ns.mkdir("/x", OWNER, 9).unwrap().id);
             assert_eq!(ns.lookup("/").unwrap().attrs.atime_ns, 42);
         }
@@ -321,6 +344,9 @@ mod tests {
         let mut bad = NamespaceImage::fresh([1; ID_KEY_BYTES], 0);
         bad.counters.retain(|(k, _)| k != SCHEMA_VERSION_KEY);
         let ns = Namespace::open(&dir.path().join("a.redb")).unwrap();
-        assert!(matches!(ns.replace_with_image(&bad, |_| Ok(())), Err(NamespaceError::UnsupportedFormat { .. })));
+        assert!(matches!(
+            ns.replace_with_image(&bad, |_| Ok(())),
+            Err(NamespaceError::UnsupportedFormat { .. })
+        ));
     }
 }

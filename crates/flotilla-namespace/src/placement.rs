@@ -114,7 +114,11 @@ fn renormalize(spread: &mut Spread) {
 /// ranking are `choose_targets(live, k, cursor, spread)`. A replicated namespace's proposer
 /// decides placement with it (its spread is memory the replicas do not share), and the
 /// create takes the first `k` when it is applied ([`take_ranked`]).
-pub fn rank_targets(live: &[TargetUsage], cursor: u64, spread: &Spread) -> Result<Vec<TargetId>, NamespaceError> {
+pub fn rank_targets(
+    live: &[TargetUsage],
+    cursor: u64,
+    spread: &Spread,
+) -> Result<Vec<TargetId>, NamespaceError> {
     let count = live.len().min(crate::record::SUBFILE_COUNT_MAX as usize);
     choose_targets(live, count, cursor, &mut spread.clone())
 }

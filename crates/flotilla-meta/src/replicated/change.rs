@@ -13,14 +13,15 @@
 //! [`CHANGE_BYTES_MAX`] bytes; a decoded change passed [`NamespaceChange::check`] (every
 //! name, path and list within its bound), so nothing unbounded reaches the namespace.
 
-use flotilla_namespace::{
-    Entry, FileRecord, Owner, Place as NsPlace, ID_KEY_BYTES, OWNER_NAME_BYTES_MAX, PENDING_DELETES_BATCH_MAX,
-    SERVER_ADDR_BYTES_MAX, SUBFILE_COUNT_MAX, TARGETS_BOUND_PER_CALL_MAX,
-};
 use flotilla_metagroup::ReplyError;
+use flotilla_namespace::{
+    Entry, FileRecord, Owner, Place as NsPlace, ID_KEY_BYTES, OWNER_NAME_BYTES_MAX,
+    PENDING_DELETES_BATCH_MAX, SERVER_ADDR_BYTES_MAX, SUBFILE_COUNT_MAX, TARGETS_BOUND_PER_CALL_MAX,
+};
 use flotilla_proto::WireError;
 use flotilla_types::{
-    Attributes, Caller, FileId, FileKind, Layout, SetAttr, SubfileIndex, TargetId, NAME_BYTES_MAX, PATH_BYTES_MAX,
+    Attributes, Caller, FileId, FileKind, Layout, SetAttr, SubfileIndex, TargetId, NAME_BYTES_MAX,
+    PATH_BYTES_MAX,
 };
 use serde::{Deserialize, Serialize};
 
@@ -105,7 +106,9 @@ impl OpenHint {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RenameMode {
     /// May replace what `to` names (kept as an orphan if open).
-    Replace { open: OpenHint },
+    Replace {
+        open: OpenHint,
+    },
     NoReplace,
     Exchange,
 }
@@ -123,12 +126,19 @@ pub enum LayoutOn {
 pub enum Op {
     /// The group's first state: an empty namespace with this id key, its root's times
     /// `now_ns`. Applied once, alone in its batch; refused once the namespace has one.
-    Genesis { id_key: [u8; ID_KEY_BYTES] },
+    Genesis {
+        id_key: [u8; ID_KEY_BYTES],
+    },
     /// Opens an exactly-once session; the result is its id.
     OpenSession,
     /// Ends a session; its replies go.
-    CloseSession { session_id: u64 },
-    Mkdir { at: Place, owner: NewOwner },
+    CloseSession {
+        session_id: u64,
+    },
+    Mkdir {
+        at: Place,
+        owner: NewOwner,
+    },
     /// A create (`Create`, `CreateOpen`, `CreateAt`, `CreateAtOpen`): `ranked` is every live
     /// target in the proposer's order of preference; the file takes the first ones.
     Create {
@@ -140,30 +150,84 @@ pub enum Op {
         exclusive: bool,
         ranked: Vec<TargetId>,
     },
-    Mknod { at: Place, kind: FileKind, rdev: u64, owner: NewOwner },
-    Symlink { at: Place, target: String, owner: NewOwner },
+    Mknod {
+        at: Place,
+        kind: FileKind,
+        rdev: u64,
+        owner: NewOwner,
+    },
+    Symlink {
+        at: Place,
+        target: String,
+        owner: NewOwner,
+    },
     /// `Link` by paths.
-    Link { existing: String, new: String },
+    Link {
+        existing: String,
+        new: String,
+    },
     /// `LinkAt`: entry `id` gets a name at `at`.
-    LinkAt { id: u64, at: Place },
+    LinkAt {
+        id: u64,
+        at: Place,
+    },
     /// `Unlink`, `UnlinkAt` (with `expected_id`) and `UnlinkId` (with `expected_id` and
     /// `OpenHint::NoneOpen`).
-    Unlink { at: Place, expected_id: Option<u64>, open: OpenHint },
-    Rmdir { at: Place },
-    Rename { from: Place, to: Place, mode: RenameMode },
-    SetAttr { id: u64, change: SetAttr },
-    GrowSize { id: u64, size_bytes: u64, mtime_ns: i64 },
-    SetLayout { on: LayoutOn, layout: Option<Layout> },
-    TouchAtime { id: u64, atime_ns: i64 },
-    SetNoOverlap { id: u64, no_overlap: bool },
+    Unlink {
+        at: Place,
+        expected_id: Option<u64>,
+        open: OpenHint,
+    },
+    Rmdir {
+        at: Place,
+    },
+    Rename {
+        from: Place,
+        to: Place,
+        mode: RenameMode,
+    },
+    SetAttr {
+        id: u64,
+        change: SetAttr,
+    },
+    GrowSize {
+        id: u64,
+        size_bytes: u64,
+        mtime_ns: i64,
+    },
+    SetLayout {
+        on: LayoutOn,
+        layout: Option<Layout>,
+    },
+    TouchAtime {
+        id: u64,
+        atime_ns: i64,
+    },
+    SetNoOverlap {
+        id: u64,
+        no_overlap: bool,
+    },
     /// A target new or moved (registration or heartbeat).
-    RecordTarget { target: TargetId, server: String, used_bytes: u64, free_bytes: u64 },
+    RecordTarget {
+        target: TargetId,
+        server: String,
+        used_bytes: u64,
+        free_bytes: u64,
+    },
     /// Targets bound to a server credential at their first report.
-    BindTargets { credential: String, targets: Vec<TargetId> },
+    BindTargets {
+        credential: String,
+        targets: Vec<TargetId>,
+    },
     /// Subfile deletions a server reports done.
-    AckDeletes { target: TargetId, done: Vec<(FileId, SubfileIndex)> },
+    AckDeletes {
+        target: TargetId,
+        done: Vec<(FileId, SubfileIndex)>,
+    },
     /// An orphan nobody has open any more: its inode goes, its subfiles are queued.
-    ReleaseOrphan { id: u64 },
+    ReleaseOrphan {
+        id: u64,
+    },
 }
 
 /// A change as the proposer sends it.
@@ -242,7 +306,9 @@ impl NamespaceChange {
         let subfiles = SUBFILE_COUNT_MAX as usize;
         match &self.op {
             Op::Genesis { .. } | Op::OpenSession | Op::CloseSession { .. } => Ok(()),
-            Op::Mkdir { at, .. } | Op::Mknod { at, .. } | Op::Rmdir { at } | Op::LinkAt { at, .. } => at.check(),
+            Op::Mkdir { at, .. } | Op::Mknod { at, .. } | Op::Rmdir { at } | Op::LinkAt { at, .. } => {
+                at.check()
+            }
             Op::Unlink { at, .. } => at.check(),
             Op::Create { at, targets, ranked, .. } => {
                 at.check()?;
@@ -268,12 +334,16 @@ impl NamespaceChange {
             | Op::TouchAtime { .. }
             | Op::SetNoOverlap { .. }
             | Op::ReleaseOrphan { .. } => Ok(()),
-            Op::RecordTarget { server, .. } => check_len("server address", server.len(), SERVER_ADDR_BYTES_MAX),
+            Op::RecordTarget { server, .. } => {
+                check_len("server address", server.len(), SERVER_ADDR_BYTES_MAX)
+            }
             Op::BindTargets { credential, targets } => {
                 check_len("credential", credential.len(), OWNER_NAME_BYTES_MAX)?;
                 check_len("bound targets", targets.len(), TARGETS_BOUND_PER_CALL_MAX)
             }
-            Op::AckDeletes { done, .. } => check_len("acknowledged deletions", done.len(), PENDING_DELETES_BATCH_MAX),
+            Op::AckDeletes { done, .. } => {
+                check_len("acknowledged deletions", done.len(), PENDING_DELETES_BATCH_MAX)
+            }
         }
     }
 }
@@ -323,7 +393,9 @@ pub enum Applied {
     Attributes(Attributes),
     Done,
     /// A name was removed (unlink, rename over); `orphaned` is the file kept because open.
-    Removed { orphaned: Option<u64> },
+    Removed {
+        orphaned: Option<u64>,
+    },
     /// An orphan was released (`false`: it was not an orphan).
     Released(bool),
     /// A session was opened.
@@ -429,8 +501,11 @@ mod tests {
                     ranked,
                 }
             ),
-            (place(), any::<Option<u64>>(), hint())
-                .prop_map(|(at, expected_id, open)| Op::Unlink { at, expected_id, open }),
+            (place(), any::<Option<u64>>(), hint()).prop_map(|(at, expected_id, open)| Op::Unlink {
+                at,
+                expected_id,
+                open
+            }),
             (place(), place(), hint()).prop_map(|(from, to, open)| Op::Rename {
                 from,
                 to,
@@ -440,10 +515,8 @@ mod tests {
                 id,
                 change: SetAttr { mode: Some(mode & 0o7777), ..SetAttr::default() }
             }),
-            (any::<u64>(), targets).prop_map(|(t, targets)| Op::BindTargets {
-                credential: format!("server-{t}"),
-                targets
-            }),
+            (any::<u64>(), targets)
+                .prop_map(|(t, targets)| Op::BindTargets { credential: format!("server-{t}"), targets }),
             any::<u64>().prop_map(|id| Op::ReleaseOrphan { id }),
         ]
     }
@@ -469,7 +542,10 @@ mod tests {
     fn changes_over_their_bounds_are_refused() {
         let caller = Caller::root();
         let long = Op::Mkdir { at: Place::Path("/".repeat(PATH_BYTES_MAX + 1)), owner: owner_of(0o755) };
-        assert!(matches!(NamespaceChange::new(caller.clone(), 0, long).encode(), Err(ChangeError::Bounds { .. })));
+        assert!(matches!(
+            NamespaceChange::new(caller.clone(), 0, long).encode(),
+            Err(ChangeError::Bounds { .. })
+        ));
         let many = Op::AckDeletes {
             target: TargetId(1),
             done: vec![(FileId(1), SubfileIndex(0)); PENDING_DELETES_BATCH_MAX + 1],

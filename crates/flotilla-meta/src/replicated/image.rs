@@ -43,7 +43,11 @@ fn bad(reason: impl Into<String>) -> StateMachineError {
 }
 
 /// Writes `image` as a snapshot of at most `bytes_max` bytes.
-pub fn write_image(out: &mut dyn Write, image: &MachineImage, bytes_max: usize) -> Result<(), StateMachineError> {
+pub fn write_image(
+    out: &mut dyn Write,
+    image: &MachineImage,
+    bytes_max: usize,
+) -> Result<(), StateMachineError> {
     let payload = postcard::to_stdvec(image).map_err(|e| StateMachineError::Storage(e.to_string()))?;
     if HEADER_BYTES + payload.len() > bytes_max {
         return Err(StateMachineError::SnapshotTooLarge { bytes_max });
@@ -118,6 +122,9 @@ mod tests {
             read_image(&mut bytes.as_slice(), bytes.len() - 1),
             Err(StateMachineError::SnapshotTooLarge { .. })
         ));
-        assert!(matches!(write_image(&mut Vec::new(), &image(), 10), Err(StateMachineError::SnapshotTooLarge { .. })));
+        assert!(matches!(
+            write_image(&mut Vec::new(), &image(), 10),
+            Err(StateMachineError::SnapshotTooLarge { .. })
+        ));
     }
 }

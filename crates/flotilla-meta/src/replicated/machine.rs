@@ -60,7 +60,11 @@ pub struct MachineLimits {
 
 impl Default for MachineLimits {
     fn default() -> Self {
-        MachineLimits { replies: ReplyLimits::default(), record_bytes_max: 8 << 20, snapshot_bytes_max: 1 << 30 }
+        MachineLimits {
+            replies: ReplyLimits::default(),
+            record_bytes_max: 8 << 20,
+            snapshot_bytes_max: 1 << 30,
+        }
     }
 }
 
@@ -89,16 +93,22 @@ fn fatal(error: &NamespaceError) -> bool {
     matches!(error, NamespaceError::NoSpace { .. }) || error.errno() == flotilla_namespace::EIO
 }
 
+/// Session records to write: an id and its record, or `None` to remove it.
+type SessionRecords = Vec<(u64, Option<Vec<u8>>)>;
+
 /// What one run of a batch came to.
 enum Tried {
     Committed(Vec<Outcome>),
     /// Change `at` failed after writing: apply the batch again with it answered `result`.
-    Undone { at: usize, result: ChangeResult },
+    Undone {
+        at: usize,
+        result: ChangeResult,
+    },
 }
 
 /// The body's value: the outcomes and the records to write, or where it was undone.
 enum Body {
-    Done { outcomes: Vec<Outcome>, sessions: Vec<(u64, Option<Vec<u8>>)>, meta: Vec<u8> },
+    Done { outcomes: Vec<Outcome>, sessions: SessionRecords, meta: Vec<u8> },
     Undone { at: usize, result: ChangeResult },
 }
 
@@ -169,7 +179,7 @@ impl NamespaceMachine {
     /// Every table of the namespace, row by row (equal on replicas that applied the same
     /// entries).
     pub fn namespace_image(&self) -> Result<NamespaceImage, StateMachineError> {
-        self.ns()?.read_transaction(|txn| Namespace::image_in(txn)).map_err(storage)
+        self.ns()?.read_transaction(Namespace::image_in).map_err(storage)
     }
 
     /// The namespace had its genesis.
@@ -183,9 +193,9 @@ impl NamespaceMachine {
     }
 
     fn ns(&self) -> Result<&Namespace, StateMachineError> {
-        self.namespace
-            .as_ref()
-            .ok_or_else(|| storage(format!("namespace {} is closed after a failed install", self.path.display())))
+        self.namespace.as_ref().ok_or_else(|| {
+            storage(format!("namespace {} is closed after a failed install", self.path.display()))
+        })
     }
 
     fn encode<T: Serialize>(&self, value: &T) -> Result<Vec<u8>, StateMachineError> {
@@ -241,7 +251,7 @@ impl NamespaceMachine {
         replies: &ReplyTable,
         dirty: &BTreeSet<u64>,
         record_bytes_max: usize,
-    ) -> Result<(Vec<(u64, Option<Vec<u8>>)>, Vec<u8>), StateMachineError> {
+    ) -> Result<(SessionRecords, Vec<u8>), StateMachineError> {
         let mut records = Vec::with_capacity(dirty.len());
         for id in dirty {
             let bytes = match replies.session(*id) {
@@ -296,7 +306,11 @@ impl NamespaceMachine {
 
     /// Applies a batch holding one `Genesis`: the namespace is replaced by a fresh one with
     /// the change's id key and clock (the reply table and its sessions are kept).
-    fn apply_genesis(&mut self, mark: &AppliedMark, change: &NamespaceChange) -> Result<Outcome, StateMachineError> {
+    fn apply_genesis(
+        &mut self,
+        mark: &AppliedMark,
+        change: &NamespaceChange,
+    ) -> Result<Outcome, StateMachineError> {
         let Op::Genesis { id_key } = change.op else { return Err(storage("not a genesis")) };
         if self.born {
             self.record_mark(mark)?;
@@ -306,7 +320,10 @@ impl NamespaceMachine {
         let image = NamespaceImage::fresh(id_key, change.now_ns);
         let state = MachineImage {
             born: true,
-            replies: ReplyMeta { next_session_id: self.replies.next_session_id(), clock_ms: self.replies.clock_ms() },
+            replies: ReplyMeta {
+                next_session_id: self.replies.next_session_id(),
+                clock_ms: self.replies.clock_ms(),
+            },
             sessions: self.replies.sessions().map(|(id, s)| (*id, s.clone())).collect(),
             namespace: NamespaceImage::default(),
         };
@@ -315,7 +332,12 @@ impl NamespaceMachine {
     }
 
     /// Replaces the whole database with `image`, the machine's records of `state`, and `mark`.
-    fn replace(&mut self, image: &NamespaceImage, mark: &AppliedMark, state: &MachineImage) -> Result<(), StateMachineError> {
+    fn replace(
+        &mut self,
+        image: &NamespaceImage,
+        mark: &AppliedMark,
+        state: &MachineImage,
+    ) -> Result<(), StateMachineError> {
         let mark_bytes = self.encode(mark)?;
         let genesis = self.encode(&state.born)?;
         let meta = self.encode(&state.replies)?;
@@ -323,7 +345,8 @@ impl NamespaceMachine {
         for (id, session) in &state.sessions {
             sessions.push((*id, Some(self.encode(session)?)));
         }
-        let namespace = self.namespace.take().ok_or_else(|| storage("namespace closed after a failed install"))?;
+        let namespace =
+            self.namespace.take().ok_or_else(|| storage("namespace closed after a failed install"))?;
         let replaced = namespace.replace_with_image(image, |txn| {
             txn.open_table(STATE)?.insert(KEY_GENESIS, genesis.as_slice())?;
             write_records(txn, &sessions, &meta, &mark_bytes)
@@ -404,8 +427,9 @@ fn apply_change(
     match replies.check(change.session_id, change.sequence, change.acknowledged_through) {
         Err(e) => Ok(Step::Done(Outcome::Refused(e))),
         Ok(Lookup::Replay(bytes)) => {
-            let result: ChangeResult = postcard::from_bytes(&bytes)
-                .map_err(|e| corrupt("group_sessions", change.session_id, format!("reply {}: {e}", change.sequence)))?;
+            let result: ChangeResult = postcard::from_bytes(&bytes).map_err(|e| {
+                corrupt("group_sessions", change.session_id, format!("reply {}: {e}", change.sequence))
+            })?;
             Ok(Step::Done(Outcome::Replayed(result)))
         }
         Ok(Lookup::Apply) => {
@@ -421,7 +445,11 @@ fn apply_change(
 
 /// Records a change's reply; one over the bound is recorded as that error, so a retry is
 /// answered (never applied again).
-fn record_reply(replies: &mut ReplyTable, change: &Change, result: &ChangeResult) -> Result<(), StateMachineError> {
+fn record_reply(
+    replies: &mut ReplyTable,
+    change: &Change,
+    result: &ChangeResult,
+) -> Result<(), StateMachineError> {
     let bytes = postcard::to_stdvec(result).map_err(storage)?;
     match replies.record(change.session_id, change.sequence, bytes) {
         Err(ReplyError::ReplyTooLarge { bytes, bytes_max }) => {
@@ -463,7 +491,8 @@ fn run(
         _ => {}
     }
     if !context.born {
-        let error = WireError::new(ErrorCode::Unavailable, "the metadata group's namespace has no genesis yet");
+        let error =
+            WireError::new(ErrorCode::Unavailable, "the metadata group's namespace has no genesis yet");
         return Ok(Ran::Result(Err(error), Vec::new()));
     }
     let (outcome, touched) = flotilla_namespace::recording(|| execute(context.ns, change));
@@ -488,7 +517,9 @@ fn run(
 /// A removal that may keep the file it unnamed as an orphan (`hint` says which are open).
 fn removal(
     hint: OpenHint,
-    change: impl FnOnce(flotilla_namespace::IsOpen<'_>) -> Result<Option<flotilla_namespace::FileRecord>, NamespaceError>,
+    change: impl FnOnce(
+        flotilla_namespace::IsOpen<'_>,
+    ) -> Result<Option<flotilla_namespace::FileRecord>, NamespaceError>,
 ) -> Result<Applied, NamespaceError> {
     let orphaned = std::cell::Cell::new(None);
     let is_open = |id: u64| {
@@ -533,7 +564,9 @@ fn execute(ns: &Namespace, change: &NamespaceChange) -> Result<Applied, Namespac
         Op::Rename { from, to, mode } => {
             let (from, to) = (from.as_namespace(), to.as_namespace());
             match mode {
-                RenameMode::Replace { open } => removal(*open, |is_open| ns.rename_in(who, from, to, is_open, now)),
+                RenameMode::Replace { open } => {
+                    removal(*open, |is_open| ns.rename_in(who, from, to, is_open, now))
+                }
                 RenameMode::NoReplace => ns.rename_no_replace_in(who, from, to, now).map(|_| Applied::Done),
                 RenameMode::Exchange => ns.exchange_in(who, from, to, now).map(|_| Applied::Done),
             }
@@ -549,12 +582,16 @@ fn execute(ns: &Namespace, change: &NamespaceChange) -> Result<Applied, Namespac
             };
             ns.set_layout_as(who, of, *layout, now).map(entry)
         }
-        Op::TouchAtime { id, atime_ns } => ns.touch_atime_as(who, *id, *atime_ns, now).map(Applied::Attributes),
+        Op::TouchAtime { id, atime_ns } => {
+            ns.touch_atime_as(who, *id, *atime_ns, now).map(Applied::Attributes)
+        }
         Op::SetNoOverlap { id, no_overlap } => ns.set_no_overlap_as(who, *id, *no_overlap, now).map(entry),
         Op::RecordTarget { target, server, used_bytes, free_bytes } => {
             ns.record_target(*target, server, *used_bytes, *free_bytes).map(|()| Applied::Done)
         }
-        Op::BindTargets { credential, targets } => ns.bind_targets(credential, targets).map(|()| Applied::Done),
+        Op::BindTargets { credential, targets } => {
+            ns.bind_targets(credential, targets).map(|()| Applied::Done)
+        }
         Op::AckDeletes { target, done } => ns.ack_deletes(*target, done).map(|()| Applied::Done),
         Op::ReleaseOrphan { id } => ns.release_orphan(*id).map(Applied::Released),
         Op::Genesis { .. } | Op::OpenSession | Op::CloseSession { .. } => {
@@ -620,7 +657,11 @@ impl StateMachine for NamespaceMachine {
         Ok(mark)
     }
 
-    fn install_snapshot(&mut self, mark: &AppliedMark, input: &mut dyn Read) -> Result<(), StateMachineError> {
+    fn install_snapshot(
+        &mut self,
+        mark: &AppliedMark,
+        input: &mut dyn Read,
+    ) -> Result<(), StateMachineError> {
         let mut image = read_image(input, self.limits.snapshot_bytes_max)?;
         let namespace = std::mem::take(&mut image.namespace);
         self.replace(&namespace, mark, &image)
@@ -654,11 +695,19 @@ impl NamespaceMachine {
 /// The machine's records in `txn`, raw.
 fn read_raw(txn: &redb::ReadTransaction) -> Result<RawState, NamespaceError> {
     let state = txn.open_table(STATE)?;
-    let get = |key: &str| -> Result<Option<Vec<u8>>, NamespaceError> { Ok(state.get(key)?.map(|v| v.value().to_vec())) };
+    let get = |key: &str| -> Result<Option<Vec<u8>>, NamespaceError> {
+        Ok(state.get(key)?.map(|v| v.value().to_vec()))
+    };
     let mut sessions = Vec::new();
     for item in txn.open_table(SESSIONS)?.iter()? {
         let (key, value) = item?;
         sessions.push((key.value(), value.value().to_vec()));
     }
-    Ok(RawState { mark: get(KEY_MARK)?, replies: get(KEY_REPLIES)?, genesis: get(KEY_GENESIS)?, sessions, namespace: None })
+    Ok(RawState {
+        mark: get(KEY_MARK)?,
+        replies: get(KEY_REPLIES)?,
+        genesis: get(KEY_GENESIS)?,
+        sessions,
+        namespace: None,
+    })
 }

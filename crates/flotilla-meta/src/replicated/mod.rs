@@ -7,7 +7,7 @@ pub mod image;
 mod machine;
 
 pub use change::{
-    Applied, BatchReply, ChangeError, ChangeResult, LayoutOn, NamespaceChange, NewOwner, Op, OpenHint, Outcome,
-    Place, RenameMode, ReplyEntry, TouchedInode, CHANGE_BYTES_MAX, CHANGE_VERSION,
+    Applied, BatchReply, ChangeError, ChangeResult, LayoutOn, NamespaceChange, NewOwner, Op, OpenHint,
+    Outcome, Place, RenameMode, ReplyEntry, TouchedInode, CHANGE_BYTES_MAX, CHANGE_VERSION,
 };
 pub use machine::{MachineLimits, NamespaceMachine};
