@@ -375,6 +375,24 @@ fn the_same_batches_on_two_fresh_machines_give_identical_namespaces() {
     assert_eq!(held(&open("c.redb")), before, "the installed state is on disk");
 }
 
+/// A session closed by a change numbered in it is gone (its later requests are refused as
+/// of an unknown session) and the machine goes on.
+#[test]
+fn a_session_closed_by_its_own_change_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut machine = NamespaceMachine::open(&dir.path().join("a.redb"), MachineLimits::default()).unwrap();
+    machine.apply(&mark(1), &Batch::new(1, vec![plain(Op::Genesis { id_key: [5; 16] }, 1)])).unwrap();
+    machine.apply(&mark(2), &Batch::new(2, vec![plain(Op::OpenSession, 2)])).unwrap();
+    let close = numbered(1, 1, Caller::root(), 3, Op::CloseSession { session_id: 1 });
+    let mkdir = numbered(1, 2, Caller::root(), 3, Op::Mkdir { at: Place::Path("/a".into()), owner: OWNER });
+    let reply = machine.apply(&mark(3), &Batch::new(3, vec![close, mkdir])).unwrap();
+    let outcomes = BatchReply::decode(&reply.bytes).unwrap().outcomes;
+    assert!(ok(&outcomes[0]), "{outcomes:?}");
+    assert!(matches!(outcomes[1], Outcome::Refused(flotilla_metagroup::ReplyError::UnknownSession { .. })));
+    assert_eq!(machine.replies().sessions_len(), 0);
+    assert!(machine.namespace().unwrap().lookup("/a").is_err());
+}
+
 /// A change retried under the same (session, sequence) takes effect once and is answered
 /// with its first reply, also through a new leader; a genesis is refused the second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -125,7 +125,8 @@ pub enum LayoutOn {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
     /// The group's first state: an empty namespace with this id key, its root's times
-    /// `now_ns`. Applied once, alone in its batch; refused once the namespace has one.
+    /// `now_ns`. Applied once, alone in its batch, outside sessions; refused once the
+    /// namespace has one.
     Genesis {
         id_key: [u8; ID_KEY_BYTES],
     },

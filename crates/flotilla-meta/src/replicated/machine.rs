@@ -458,6 +458,8 @@ fn record_reply(
             let bytes = postcard::to_stdvec(&stand_in).map_err(storage)?;
             replies.record(change.session_id, change.sequence, bytes).map_err(storage)
         }
+        // The change closed its own session: there is nothing left to record in.
+        Err(ReplyError::UnknownSession { .. }) => Ok(()),
         other => other.map_err(storage),
     }
 }
