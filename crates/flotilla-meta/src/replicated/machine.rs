@@ -128,6 +128,7 @@ impl NamespaceMachine {
     /// Opens (or creates) the machine's namespace at `path`. A new one waits for its
     /// genesis.
     pub fn open(path: &Path, limits: MachineLimits) -> Result<Self, StateMachineError> {
+        remove_unfinished_install(path)?;
         let namespace = Namespace::open(path).map_err(storage)?;
         namespace
             .apply_batch(
@@ -363,6 +364,18 @@ impl NamespaceMachine {
             }
         }
         self.load()
+    }
+}
+
+/// Removes the new database file of an install that a crash interrupted before its rename
+/// (the namespace file still holds the state before it, whole).
+fn remove_unfinished_install(path: &Path) -> Result<(), StateMachineError> {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".installing");
+    match std::fs::remove_file(path.with_file_name(name)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(storage(format!("remove an unfinished install beside {}: {e}", path.display()))),
     }
 }
 
