@@ -18,6 +18,7 @@ mod membership;
 mod metrics;
 mod opens;
 mod policy;
+pub mod replicated;
 mod service;
 mod tokens;
 

@@ -93,6 +93,31 @@ impl ReplyTable {
         ReplyTable { limits, sessions: BTreeMap::new(), next_session_id: 1, clock_ms: 0 }
     }
 
+    /// A table rebuilt from its parts (a state machine that keeps one record per session).
+    pub fn from_parts(
+        limits: ReplyLimits,
+        sessions: BTreeMap<u64, Session>,
+        next_session_id: u64,
+        clock_ms: u64,
+    ) -> Self {
+        ReplyTable { limits, sessions, next_session_id: next_session_id.max(1), clock_ms }
+    }
+
+    /// The id the next session gets.
+    pub fn next_session_id(&self) -> u64 {
+        self.next_session_id
+    }
+
+    /// The latest proposer clock seen.
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
+    }
+
+    /// Every session, by id.
+    pub fn sessions(&self) -> impl Iterator<Item = (&u64, &Session)> {
+        self.sessions.iter()
+    }
+
     /// Advances the table's clock (never backwards) and removes idle sessions; returns their ids.
     pub fn tick(&mut self, now_ms: u64) -> Vec<u64> {
         self.clock_ms = self.clock_ms.max(now_ms);

@@ -93,6 +93,33 @@ impl Namespace {
         live: &[TargetUsage],
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
+        self.create_placed(who, at, spec, Placer::Spread(live), now_ns)
+    }
+
+    /// `create_file_in` with the placement decided by the caller: `ranked` is every live
+    /// target in order of preference (`placement::rank_targets`), and the file takes the
+    /// first as many as it has subfiles (the targets it names must be among them). The
+    /// result depends only on the namespace and the arguments (no placement memory, no
+    /// cursor), as a replicated state machine needs.
+    pub fn create_file_ranked_in(
+        &self,
+        who: &Caller,
+        at: Place<'_>,
+        spec: &CreateFile,
+        ranked: &[TargetId],
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        self.create_placed(who, at, spec, Placer::Ranked(ranked), now_ns)
+    }
+
+    fn create_placed(
+        &self,
+        who: &Caller,
+        at: Place<'_>,
+        spec: &CreateFile,
+        placer: Placer<'_>,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
         let path = &at.describe();
         check_owner(&spec.owner)?;
         if spec.subfile_count != 0 {
@@ -109,8 +136,13 @@ impl Namespace {
             may_add(tables, &place, who, path)?;
             let default_layout = parent_default_layout(tables, place.parent)?;
             let layout = spec.layout.or(default_layout).unwrap_or(DEFAULT_LAYOUT);
-            let count = subfile_count(spec, &layout, live);
-            let targets = place_subfiles(tables, &self.spread, spec, count, live)?;
+            let targets = match placer {
+                Placer::Spread(live) => {
+                    let count = subfile_count(spec, &layout, live.len());
+                    place_subfiles(tables, &self.spread, spec, count, live)?
+                }
+                Placer::Ranked(ranked) => place_ranked(spec, &layout, ranked)?,
+            };
             let inode = Inode {
                 attrs: new_attrs(FileKind::File, &spec.owner, now_ns),
                 body: Body::File { layout, targets },
@@ -334,14 +366,48 @@ pub const DEFAULT_LAYOUT: Layout = Layout::Stripe { unit_bytes: 1 << 20, count: 
 
 /// Subfiles of a new file: as asked; else as many as named targets; else the layout's count;
 /// else one per live target.
-fn subfile_count(spec: &CreateFile, layout: &Layout, live: &[TargetUsage]) -> usize {
+fn subfile_count(spec: &CreateFile, layout: &Layout, live_count: usize) -> usize {
     if spec.subfile_count > 0 {
         return spec.subfile_count as usize;
     }
     if let Some(named) = &spec.targets {
         return named.len();
     }
-    layout.subfile_count().map_or(live.len().max(1), |count| count as usize)
+    layout.subfile_count().map_or(live_count.max(1), |count| count as usize)
+}
+
+/// Where a create's subfiles go.
+#[derive(Clone, Copy)]
+enum Placer<'a> {
+    /// The live targets; the namespace's spread and cursor choose.
+    Spread(&'a [TargetUsage]),
+    /// The live targets in the caller's order of preference; the first ones are taken.
+    Ranked(&'a [TargetId]),
+}
+
+/// The targets of a new file placed by a ranking: the ones the program named (each in the
+/// ranking), or the first of the ranking.
+fn place_ranked(
+    spec: &CreateFile,
+    layout: &Layout,
+    ranked: &[TargetId],
+) -> Result<Vec<TargetId>, NamespaceError> {
+    let count = subfile_count(spec, layout, ranked.len());
+    if let Some(named) = &spec.targets {
+        if named.len() != count {
+            return Err(NamespaceError::invalid(format!(
+                "{} targets named for {count} subfiles",
+                named.len()
+            )));
+        }
+        let live: Vec<TargetUsage> = ranked
+            .iter()
+            .map(|target| TargetUsage { target: *target, used_bytes: 0, free_bytes: 1 })
+            .collect();
+        check_targets(&live, named)?;
+        return Ok(named.clone());
+    }
+    crate::placement::take_ranked(ranked, count)
 }
 
 /// The targets of a new file: the ones the program named, or the spread's choice.

@@ -23,7 +23,7 @@ use blowfish::cipher::{BlockDecrypt, BlockEncrypt, KeyInit};
 use blowfish::Blowfish;
 
 /// Bytes of the id key (Blowfish takes 4 to 56; 16 is 128 bits).
-pub(crate) const ID_KEY_BYTES: usize = 16;
+pub const ID_KEY_BYTES: usize = 16;
 /// Format version of the key record (the value of `keys["inode_ids"]`).
 const KEY_FORMAT_VERSION: u8 = 1;
 /// Sequence number of the root directory.

@@ -21,6 +21,8 @@
 //! The on-disk format is documented byte by byte in `FORMAT.md` (the `schema` module).
 
 pub mod access;
+mod batch;
+pub use batch::Batched;
 mod codec;
 mod create;
 pub use create::DEFAULT_LAYOUT;
@@ -32,6 +34,9 @@ pub use group::{CommitStats, GroupCommit};
 mod guard;
 mod hints;
 mod ids;
+pub use ids::ID_KEY_BYTES;
+mod image;
+pub use image::NamespaceImage;
 mod namespace;
 mod placement;
 mod record;
@@ -55,7 +60,9 @@ pub use error::{
     ENOTDIR, ENOTEMPTY, EPERM, EROFS,
 };
 pub use namespace::{Namespace, READDIR_PAGE_ENTRIES_MAX};
-pub use placement::{check_targets, choose_targets, Spread, TargetUsage, FREE_PERCENT_MIN};
+pub use placement::{
+    check_targets, choose_targets, rank_targets, take_ranked, Spread, TargetUsage, FREE_PERCENT_MIN,
+};
 pub use record::SUBFILE_COUNT_MAX;
 pub use request::{CreateFile, Owner, SetAttr, MODE_MAX};
 pub use schema::ROOT_ID;
@@ -64,6 +71,12 @@ pub use target_record::{TargetRecord, SERVER_ADDR_BYTES_MAX};
 pub use targets::PENDING_DELETES_BATCH_MAX;
 pub use touched::{recording, walking, Touched};
 pub use walk::{Place, DIRECTORY_DEPTH_MAX, SYMLINK_FOLLOWS_MAX};
+
+/// A new inode id key from the operating system's random source (for the proposer of a
+/// replicated namespace's genesis, [`NamespaceImage::fresh`]).
+pub fn draw_id_key() -> Result<[u8; ID_KEY_BYTES], NamespaceError> {
+    ids::InodeIds::draw_key()
+}
 
 /// Decodes an inode record (the value of the `inodes_by_seq` and `inodes` tables); for
 /// fuzzing and tools.

@@ -46,19 +46,19 @@ pub const READDIR_PAGE_ENTRIES_MAX: usize = 65_536;
 /// is freed the service recovers by itself, without a restart.
 #[derive(Debug)]
 pub struct Namespace {
-    db: RwLock<Database>,
+    pub(crate) db: RwLock<Database>,
     /// Where the database lives, for reopening; `None` for other backends.
-    path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
     /// A write failed in a way that may have left the database unusable.
     broken: AtomicBool,
     /// This open created the database.
     created: bool,
     /// Changes waiting for their durable commit.
-    group: Group,
+    pub(crate) group: Group,
     /// The write transaction changes are applied in until the next commit.
-    open_txn: Mutex<SharedTxn>,
+    pub(crate) open_txn: Mutex<SharedTxn>,
     /// The id permutation's key (read at open; it never changes).
-    ids: Arc<InodeIds>,
+    pub(crate) ids: Arc<InodeIds>,
     /// Placement's memory of recent choices (`placement::Spread`).
     pub(crate) spread: Mutex<crate::placement::Spread>,
 }
@@ -129,6 +129,9 @@ impl Namespace {
         &self,
         mut change: impl FnMut(&mut WriteTables<'_>) -> Result<R, NamespaceError>,
     ) -> Result<R, NamespaceError> {
+        if crate::batch::batched() {
+            return self.write_batched(&mut change);
+        }
         let deferred = DEFERRED.with(|list| list.borrow().is_some());
         // A deferred change must be visible when this call returns, and a change applied
         // again must not be undone a second time: both commit their transaction at once.
@@ -225,7 +228,7 @@ impl Namespace {
         self.group.finish(&batch, &outcome);
     }
 
-    fn note_failure<R>(&self, outcome: &Result<R, NamespaceError>) {
+    pub(crate) fn note_failure<R>(&self, outcome: &Result<R, NamespaceError>) {
         if self.path.is_some() && outcome.as_ref().is_err_and(NamespaceError::breaks_database) {
             self.broken.store(true, Ordering::Release);
         }
@@ -233,7 +236,7 @@ impl Namespace {
 
     /// With the database lock held: a database that broke (and may be a placeholder after a
     /// failed reopen) is never used.
-    fn refuse_if_broken(&self) -> Result<(), NamespaceError> {
+    pub(crate) fn refuse_if_broken(&self) -> Result<(), NamespaceError> {
         if self.broken.load(Ordering::Acquire) {
             return Err(NamespaceError::Storage(
                 "namespace database is being reopened after a failed write".into(),
@@ -244,7 +247,7 @@ impl Namespace {
 
     /// Reopens the database after a write failed, so a freed disk lets writes work again.
     /// The reopened database is the last committed state (redb's recovery).
-    fn reopen_if_broken(&self) -> Result<(), NamespaceError> {
+    pub(crate) fn reopen_if_broken(&self) -> Result<(), NamespaceError> {
         if !self.broken.load(Ordering::Acquire) {
             return Ok(());
         }

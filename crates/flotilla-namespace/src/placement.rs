@@ -109,6 +109,30 @@ fn renormalize(spread: &mut Spread) {
     spread.floor = 0.0;
 }
 
+/// Every live target (at most `SUBFILE_COUNT_MAX`) in the order `choose_targets` would take
+/// them for a file of that many subfiles, without changing `spread`: the first `k` of the
+/// ranking are `choose_targets(live, k, cursor, spread)`. A replicated namespace's proposer
+/// decides placement with it (its spread is memory the replicas do not share), and the
+/// create takes the first `k` when it is applied ([`take_ranked`]).
+pub fn rank_targets(
+    live: &[TargetUsage],
+    cursor: u64,
+    spread: &Spread,
+) -> Result<Vec<TargetId>, NamespaceError> {
+    let count = live.len().min(crate::record::SUBFILE_COUNT_MAX as usize);
+    choose_targets(live, count, cursor, &mut spread.clone())
+}
+
+/// The first `count` targets of a ranking ([`rank_targets`]): enough of them, none twice.
+pub fn take_ranked(ranked: &[TargetId], count: usize) -> Result<Vec<TargetId>, NamespaceError> {
+    check_count(count, ranked.len())?;
+    let chosen = &ranked[..count];
+    if let Some((_, target)) = chosen.iter().enumerate().find(|(i, t)| chosen[..*i].contains(t)) {
+        return Err(NamespaceError::DuplicateTarget { target: *target });
+    }
+    Ok(chosen.to_vec())
+}
+
 /// Checks targets the program named: at least one, all live, none twice.
 pub fn check_targets(live: &[TargetUsage], named: &[TargetId]) -> Result<(), NamespaceError> {
     check_count(named.len(), live.len())?;
@@ -168,6 +192,22 @@ mod tests {
 
     fn ids(chosen: Vec<TargetId>) -> Vec<u64> {
         chosen.into_iter().map(|t| t.0).collect()
+    }
+
+    /// The first k of a ranking are what `choose_targets` picks for k subfiles.
+    #[test]
+    fn a_ranking_starts_with_every_smaller_choice() {
+        let live = [usage(30, 0, 100), usage(10, 0, 50), usage(20, 100, 0), usage(40, 10, 90)];
+        let mut spread = Spread::default();
+        choose_targets(&live, 1, 0, &mut spread).unwrap();
+        for cursor in 0..4 {
+            let ranked = rank_targets(&live, cursor, &spread).unwrap();
+            for k in 1..=live.len() {
+                let chosen = choose_targets(&live, k, cursor, &mut spread.clone()).unwrap();
+                assert_eq!(take_ranked(&ranked, k).unwrap(), chosen, "cursor {cursor}, {k} subfiles");
+            }
+            assert!(take_ranked(&ranked, live.len() + 1).is_err());
+        }
     }
 
     #[test]

@@ -95,6 +95,9 @@ struct Open {
     attempt: Arc<Attempt>,
     /// Changes applied in it.
     changes: usize,
+    /// Opened by `begin_batch`: one caller's batch of changes (`Namespace::apply_batch`),
+    /// so a refusal that wrote nothing never undoes it, even as its first change.
+    batched: bool,
 }
 
 impl std::fmt::Debug for SharedTxn {
@@ -116,14 +119,7 @@ impl SharedTxn {
         commit_now: bool,
     ) -> Result<(R, Arc<Attempt>), NamespaceError> {
         if self.open.is_none() {
-            let started = Instant::now();
-            let txn = db.begin_write()?;
-            counters.add_lock(started);
-            // A failure to open the tables drops (aborts) the empty transaction.
-            let tables = TxnTables::try_new(Owner { txn, ids: Arc::clone(ids) }, |owner| {
-                WriteTables::open(&owner.txn, &owner.ids)
-            })?;
-            self.open = Some(Open { tables, attempt: Arc::default(), changes: 0 });
+            self.begin(db, ids, counters, false)?;
         }
         let open = self.open.as_mut().expect("a transaction was just opened");
         let attempt = Arc::clone(&open.attempt);
@@ -135,7 +131,9 @@ impl SharedTxn {
         match outcome {
             // A refusal that wrote nothing (the usual kind: checks come before writes)
             // leaves the other changes in place.
-            Err(error) if !wrote && open.changes > 0 && !error.breaks_database() => Err(error),
+            Err(error) if !wrote && (open.changes > 0 || open.batched) && !error.breaks_database() => {
+                Err(error)
+            }
             Err(error) => {
                 self.undo();
                 Err(error)
@@ -150,6 +148,46 @@ impl SharedTxn {
                 Ok((value, attempt))
             }
         }
+    }
+
+    /// Begins a transaction (none may be open) and opens its tables.
+    fn begin(
+        &mut self,
+        db: &Database,
+        ids: &Arc<InodeIds>,
+        counters: &Counters,
+        batched: bool,
+    ) -> Result<(), NamespaceError> {
+        let started = Instant::now();
+        let txn = db.begin_write()?;
+        counters.add_lock(started);
+        // A failure to open the tables drops (aborts) the empty transaction.
+        let tables = TxnTables::try_new(Owner { txn, ids: Arc::clone(ids) }, |owner| {
+            WriteTables::open(&owner.txn, &owner.ids)
+        })?;
+        self.open = Some(Open { tables, attempt: Arc::default(), changes: 0, batched });
+        Ok(())
+    }
+
+    /// Begins the transaction of one caller's batch (`Namespace::apply_batch`); refuses if a
+    /// transaction is open already (the namespace has another writer).
+    pub(crate) fn begin_batch(
+        &mut self,
+        db: &Database,
+        ids: &Arc<InodeIds>,
+        counters: &Counters,
+    ) -> Result<(), NamespaceError> {
+        if self.open.is_some() {
+            return Err(NamespaceError::Storage(
+                "a batch needs the namespace to itself, but another change is in progress".into(),
+            ));
+        }
+        self.begin(db, ids, counters, true)
+    }
+
+    /// A transaction is open (after a batch began: no change of it was undone).
+    pub(crate) fn is_open(&self) -> bool {
+        self.open.is_some()
     }
 
     /// Aborts the open transaction, if any: every change applied in it is undone.
@@ -175,6 +213,11 @@ impl SharedTxn {
             None => Ok((db.begin_write()?, Arc::default())),
         }
     }
+}
+
+/// Commits a batch's transaction with `fsync` (`Namespace::apply_batch`).
+pub(crate) fn commit_batch_durably(txn: WriteTransaction) -> Result<(), NamespaceError> {
+    commit(txn, &Attempt::default(), Durability::Immediate)
 }
 
 /// The group commit: commits the shared transaction with `fsync`, which makes it and

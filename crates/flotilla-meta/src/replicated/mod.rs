@@ -1,0 +1,15 @@
+//! The namespace on the metadata group (issue 33): the changes that go through the log
+//! ([`change`]), the state machine that applies them ([`NamespaceMachine`]) and its
+//! snapshot format ([`image`]), and which change a request becomes ([`propose`]). The
+//! service's handlers do not propose through it yet.
+
+pub mod change;
+pub mod image;
+mod machine;
+pub mod propose;
+
+pub use change::{
+    Applied, BatchReply, ChangeError, ChangeResult, LayoutOn, NamespaceChange, NewOwner, Op, OpenHint,
+    Outcome, Place, RenameMode, ReplyEntry, TouchedInode, CHANGE_BYTES_MAX, CHANGE_VERSION,
+};
+pub use machine::{MachineLimits, NamespaceMachine};
