@@ -21,6 +21,8 @@
 //! The on-disk format is documented byte by byte in `FORMAT.md` (the `schema` module).
 
 pub mod access;
+mod chain_record;
+pub use chain_record::{ChainChange, ChainTarget, StoredChains};
 mod codec;
 mod create;
 pub use create::DEFAULT_LAYOUT;
