@@ -38,7 +38,12 @@ pub fn report(meta: &str, with_chains: bool) -> anyhow::Result<Option<ChainRepor
 
 /// Creates `path` with `spec` and `layout.replicas` copies of every subfile; the service
 /// refuses (too few failure groups; no replicated data path in this build yet).
-pub fn create_replicated(meta: &str, path: &str, spec: CreateSpec, layout: ReplicatedLayout) -> anyhow::Result<()> {
+pub fn create_replicated(
+    meta: &str,
+    path: &str,
+    spec: CreateSpec,
+    layout: ReplicatedLayout,
+) -> anyhow::Result<()> {
     let request = MetaRequest::CreateReplicated { path: path.to_string(), spec, replicas: layout.replicas };
     match call(meta, &request)? {
         MetaReply::Entry(_) => anyhow::bail!(
@@ -77,7 +82,11 @@ pub fn target_fields(report: &ChainReport) -> BTreeMap<TargetId, String> {
 pub fn summary_lines(report: &ChainReport) -> Vec<String> {
     let mut lines = vec![format!(
         "chains={} degraded={} unavailable={} replicas={} failure_groups={}",
-        report.chains_total, report.chains_degraded, report.chains_unavailable, report.replicas, report.failure_groups
+        report.chains_total,
+        report.chains_degraded,
+        report.chains_unavailable,
+        report.replicas,
+        report.failure_groups
     )];
     lines.extend(report.chains.iter().map(chain_line));
     lines

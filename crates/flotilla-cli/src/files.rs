@@ -370,7 +370,9 @@ fn put_layout(args: &PutArgs) -> anyhow::Result<(Option<Layout>, u32)> {
     };
     let replicas = match (args.replicas, replicas) {
         (Some(flag), 1) => flag,
-        (Some(flag), text) if flag != text => anyhow::bail!("--replicas {flag} and {text} in --layout disagree"),
+        (Some(flag), text) if flag != text => {
+            anyhow::bail!("--replicas {flag} and {text} in --layout disagree")
+        }
         (_, text) => text,
     };
     Ok((plain_layout(args, layout)?, replicas))

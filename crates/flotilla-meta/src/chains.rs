@@ -181,7 +181,9 @@ impl Chains {
                 if engine.table().group_of(target).is_none() {
                     match engine.add_target(target, record_group, self.settings.chains_per_target, now_ms) {
                         Ok(added) => commands.extend(added),
-                        Err(error) => tracing::warn!(%target, %error, "cannot add the target to the chain table"),
+                        Err(error) => {
+                            tracing::warn!(%target, %error, "cannot add the target to the chain table")
+                        }
                     }
                 }
                 if !report.lost {
@@ -217,8 +219,11 @@ impl Chains {
                 engine.remember_incarnation(target, incarnation);
             }
         }
-        tracing::info!(chains = engine.table().chains().count(), replicas = self.settings.replicas,
-            "chain table built");
+        tracing::info!(
+            chains = engine.table().chains().count(),
+            replicas = self.settings.replicas,
+            "chain table built"
+        );
         inner.engine = Some(engine);
         Some(self.settings.replicas as u32)
     }
@@ -452,7 +457,12 @@ mod tests {
     use super::*;
 
     fn settings() -> ChainSettings {
-        let membership = MembershipConfig { lease_ms: 100, clock_margin_ms: 10, fence_after_ms: 200, dead_after_ms: 60_000 };
+        let membership = MembershipConfig {
+            lease_ms: 100,
+            clock_margin_ms: 10,
+            fence_after_ms: 200,
+            dead_after_ms: 60_000,
+        };
         ChainSettings { membership, replicas: 2, chains_per_target: 2 }
     }
 

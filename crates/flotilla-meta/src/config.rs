@@ -203,7 +203,11 @@ impl MetaConfig {
         let cpt_max = flotilla_replica::CHAINS_PER_TARGET_MAX;
         if !(1..=cpt_max).contains(&self.chains_per_target) {
             let reason = format!("must be in 1..={cpt_max}");
-            return Err(ConfigError { name: "chains_per_target", value: self.chains_per_target as u64, reason });
+            return Err(ConfigError {
+                name: "chains_per_target",
+                value: self.chains_per_target as u64,
+                reason,
+            });
         }
         let replicas_max = flotilla_replica::REPLICAS_MAX;
         if !(1..=replicas_max).contains(&self.chain_replicas) {

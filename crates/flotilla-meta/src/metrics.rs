@@ -127,8 +127,16 @@ fn write_chains(encoder: &mut DescriptorEncoder, chains: &crate::chains::ChainGa
         ("meta_chains", "Chains in the chain table.", &chains.chains),
         ("meta_chains_degraded", "Chains with fewer serving members than chain_replicas.", &chains.degraded),
         ("meta_chains_unavailable", "Chains whose serving members are all down.", &chains.unavailable),
-        ("meta_chain_targets_down", "Targets fenced out of their chains (silent past fence_after_ms).", &chains.targets_down),
-        ("meta_chain_targets_dead", "Targets declared dead (silent past dead_after_ms).", &chains.targets_dead),
+        (
+            "meta_chain_targets_down",
+            "Targets fenced out of their chains (silent past fence_after_ms).",
+            &chains.targets_down,
+        ),
+        (
+            "meta_chain_targets_dead",
+            "Targets declared dead (silent past dead_after_ms).",
+            &chains.targets_dead,
+        ),
     ];
     for (name, help, value) in gauges {
         let value = i64::try_from(value.load(Ordering::Relaxed)).unwrap_or(i64::MAX);

@@ -364,7 +364,8 @@ fn new_state(
         opens.add_orphan(id);
     }
     let (membership_config, replicas, chains_per_target) = config.membership()?;
-    let settings = crate::chains::ChainSettings { membership: membership_config, replicas, chains_per_target };
+    let settings =
+        crate::chains::ChainSettings { membership: membership_config, replicas, chains_per_target };
     let chains = crate::chains::Chains::load(&namespace, settings)
         .map_err(|e| anyhow::anyhow!("load the chain table: {e}"))?;
     let namespace_created = namespace.created();

@@ -228,7 +228,10 @@ mod tests {
     fn chain_record_has_documented_bytes() {
         let members = vec![
             Member { target: TargetId(7), state: MemberState::Serving },
-            Member { target: TargetId(9), state: MemberState::Offline { missed_since: ChainVersion(4), full: false } },
+            Member {
+                target: TargetId(9),
+                state: MemberState::Offline { missed_since: ChainVersion(4), full: false },
+            },
         ];
         let chain = Chain::from_parts(ChainId(2), ChainVersion(5), members).unwrap();
         let record = encode_chain(&chain);
@@ -240,7 +243,8 @@ mod tests {
         assert_eq!(record[36], STATE_OFFLINE);
         assert_eq!(&record[37..45], &4u64.to_le_bytes());
         assert_eq!(record.len(), 10 + 2 * 18 + 4);
-        let target = ChainTarget { group: FailureGroup::new("rack-a").unwrap(), incarnation: Some(Incarnation(3)) };
+        let target =
+            ChainTarget { group: FailureGroup::new("rack-a").unwrap(), incarnation: Some(Incarnation(3)) };
         let bytes = encode_chain_target(&target);
         assert_eq!(&bytes[1..9], &3u64.to_le_bytes());
         assert_eq!(&bytes[9..11], &6u16.to_le_bytes());
@@ -257,7 +261,8 @@ mod tests {
         {
             let ns = Namespace::open(&path).unwrap();
             assert_eq!(ns.chain_table().unwrap(), StoredChains::default());
-            let change = ChainChange { replicas: Some(2), chains: &[&chain], targets: &[(TargetId(1), &target)] };
+            let change =
+                ChainChange { replicas: Some(2), chains: &[&chain], targets: &[(TargetId(1), &target)] };
             ns.record_chains(change).unwrap();
         }
         let ns = Namespace::open(&path).unwrap();

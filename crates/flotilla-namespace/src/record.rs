@@ -247,7 +247,9 @@ fn decode_directory(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
         1 => match decode_layout(reader)? {
             (layout, 1) => Some(layout),
             (_, replicas) => {
-                return Err(reader.error(format!("has a default layout of {replicas} replicas (not kept yet)")))
+                return Err(
+                    reader.error(format!("has a default layout of {replicas} replicas (not kept yet)"))
+                )
             }
         },
         other => return Err(reader.error(format!("has bad default-layout flag {other}"))),

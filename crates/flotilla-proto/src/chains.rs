@@ -101,3 +101,20 @@ pub struct ChainReport {
     /// Every chain, when asked for (`ChainStatus { chains: true }`).
     pub chains: Vec<ChainInfo>,
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{encode_body, MetaReply, MetaRequest};
+
+    /// The variant indexes `docs/protocol.md` gives.
+    #[test]
+    fn variant_indexes_are_the_documented_ones() {
+        let member = super::MemberInfo { failure_group: "a".into(), incarnation: 1 };
+        let register = MetaRequest::RegisterMember { server: String::new(), targets: Vec::new(), member };
+        assert_eq!(encode_body(&register).unwrap()[0], 54);
+        assert_eq!(encode_body(&MetaRequest::ChainStatus { chains: true }).unwrap()[0], 56);
+        let chains = MetaReply::Chains(super::ChainReport::default());
+        assert_eq!(encode_body(&chains).unwrap()[0], 20);
+        assert_eq!(crate::ErrorCode::Unsupported.errno(), 95);
+    }
+}

@@ -89,7 +89,8 @@ async fn session(
 ) -> Result<(), String> {
     let connection = Connection::connect(meta, config).await.map_err(|e| e.to_string())?;
     let (server, member) = (advertise.to_string(), held.member.clone());
-    let register = MetaRequest::RegisterMember { server: server.clone(), targets: reports(executor).await, member };
+    let register =
+        MetaRequest::RegisterMember { server: server.clone(), targets: reports(executor).await, member };
     // A service that predates replication refuses the request as undecodable: register the
     // old way, and heartbeat the old way for the rest of this connection.
     let (reply, members) = match call_raw(&connection, &register).await? {
@@ -104,12 +105,22 @@ async fn session(
         MetaReply::Registered { .. } => period,
         other => return Err(format!("unexpected reply to register: {other:?}")),
     };
-    tracing::info!(meta, advertise, failure_group = held.member.failure_group, "registered with the metadata service");
+    tracing::info!(
+        meta,
+        advertise,
+        failure_group = held.member.failure_group,
+        "registered with the metadata service"
+    );
     loop {
         tokio::time::sleep(period).await;
         let (targets, deleted) = (reports(executor).await, acknowledged.clone());
         let heartbeat = match members {
-            true => MetaRequest::HeartbeatMember { server: server.clone(), targets, deleted, member: held.member.clone() },
+            true => MetaRequest::HeartbeatMember {
+                server: server.clone(),
+                targets,
+                deleted,
+                member: held.member.clone(),
+            },
             false => MetaRequest::Heartbeat { server: server.clone(), targets, deleted },
         };
         let sent = Instant::now();

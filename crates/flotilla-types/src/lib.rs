@@ -19,5 +19,5 @@ pub use layout::{
     LAYOUT_UNIT_BYTES_MAX, LAYOUT_UNIT_BYTES_MIN,
 };
 pub use limits::{Limits, LimitsError};
-pub use replicated::{ReplicatedLayout, REPLICAS_MAX};
 pub use name::{check_fork_name, check_name, split_path, NameError, NAME_BYTES_MAX, PATH_BYTES_MAX};
+pub use replicated::{ReplicatedLayout, REPLICAS_MAX};

@@ -67,7 +67,8 @@ impl ReplicatedLayout {
             if replicas.is_some() {
                 return Err(fail(format!("{REPLICAS_OPTION} given twice")));
             }
-            let count = value.trim().parse::<u32>().map_err(|_| fail(format!("bad replica count {value:?}")))?;
+            let count =
+                value.trim().parse::<u32>().map_err(|_| fail(format!("bad replica count {value:?}")))?;
             replicas = Some(count);
         }
         ReplicatedLayout::new(layout, replicas.unwrap_or(1))
@@ -97,7 +98,10 @@ mod tests {
     #[test]
     fn parses_and_prints_the_replica_suffix() {
         let two = ReplicatedLayout::parse("stripe:1m:4,replicas=2").unwrap();
-        assert_eq!(two, ReplicatedLayout { layout: Layout::Stripe { unit_bytes: 1 << 20, count: 4 }, replicas: 2 });
+        assert_eq!(
+            two,
+            ReplicatedLayout { layout: Layout::Stripe { unit_bytes: 1 << 20, count: 4 }, replicas: 2 }
+        );
         assert_eq!(two.to_string(), "stripe:1M:4,replicas=2");
         let hash = ReplicatedLayout::parse("hash:64K:2:3, replicas=3").unwrap();
         assert_eq!(hash.to_string(), "hash:64K:2:3,replicas=3");
