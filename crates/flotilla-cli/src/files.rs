@@ -171,7 +171,15 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let meta = args.report.meta.meta.clone();
     let (client, output) = args.report.parts()?;
     let targets = client.status()?;
-    let chains = crate::chains::report(&meta, args.chains)?;
+    // The chain report takes a connection of its own: the client's goes first.
+    drop(client);
+    let chains = match crate::chains::report(&meta, args.chains) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("flotilla: no chain report: {error:#}");
+            None
+        }
+    };
     if output.json {
         let mut json = crate::show::targets_json(&targets);
         if let Some(report) = &chains {

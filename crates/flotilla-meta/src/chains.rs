@@ -508,6 +508,18 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_failure_group_is_refused_and_records_nothing() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        for bad in [String::new(), "g".repeat(256)] {
+            let refused = chains.report(&ns, &[report(1)], &member(&bad, 1)).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::BadRequest);
+            assert!(refused.message.contains("failure group"), "{refused:?}");
+        }
+        assert!(ns.chain_table().unwrap().targets.is_empty());
+    }
+
+    #[test]
     fn replicated_creates_name_the_group_shortfall_then_the_missing_data_path() {
         let ns = Namespace::open_in_memory().unwrap();
         let chains = Chains::load(&ns, settings()).unwrap();

@@ -362,8 +362,10 @@ impl State {
             }
             MetaRequest::ChainStatus { chains } => MetaReply::Chains(self.chains.report_status(chains)),
             MetaRequest::CreateReplicated { path, spec, replicas } => {
-                self.check_replicas(&spec, replicas)?;
+                let layout = spec.layout;
+                // After a restart this waits (bounded) for remembered targets, as any create.
                 let (create, live) = self.prepare_create(who, spec)?;
+                self.check_replicas(layout, replicas, &live)?;
                 MetaReply::Entry(
                     self.granted(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?, asker),
                 )
@@ -530,12 +532,16 @@ impl State {
 
     /// Refuses a create of more than one replica: too few failure groups, or (for now) no
     /// data path for replicated writes; see `chains.rs`.
-    fn check_replicas(&self, spec: &flotilla_proto::CreateSpec, replicas: u32) -> Result<(), WireError> {
-        let layout = spec.layout.unwrap_or(flotilla_namespace::DEFAULT_LAYOUT);
+    fn check_replicas(
+        &self,
+        layout: Option<flotilla_types::Layout>,
+        replicas: u32,
+        live: &[flotilla_namespace::TargetUsage],
+    ) -> Result<(), WireError> {
+        let layout = layout.unwrap_or(flotilla_namespace::DEFAULT_LAYOUT);
         let layout = flotilla_types::ReplicatedLayout::new(layout, replicas)
             .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
-        self.check_layout(spec.layout.as_ref())?;
-        let live: Vec<TargetId> = self.membership.live().iter().map(|t| t.target).collect();
+        let live: Vec<TargetId> = live.iter().map(|t| t.target).collect();
         self.chains.check_create(&layout, &live).map_err(|refusal| refusal.wire())
     }
 
