@@ -5,8 +5,9 @@
 
 mod common;
 
-use common::{cli, kill_and_restart_meta, path, target_spec, Cluster, Process};
+use common::{cli, client_key, http_get, kill_and_restart_meta, path, target_spec, Cluster, Process};
 use std::collections::BTreeMap;
+use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 /// Short membership timings (the cluster's heartbeats come every 200 ms); the safety rule
@@ -17,8 +18,8 @@ const MEMBERSHIP: &str =
 /// tick, a heartbeat and a slow machine's scheduling).
 const SETTLE: Duration = Duration::from_secs(15);
 
-/// Starts an I/O server of `cluster` on target folder `index`, in `group` (or the default).
-fn start_server(cluster: &Cluster, index: usize, group: Option<&str>) -> Process {
+/// The arguments of an I/O server of `cluster` on target folder `index`, in `group`.
+fn server_args(cluster: &Cluster, index: usize, group: Option<&str>) -> Vec<String> {
     let dir = cluster.target_dir(index);
     std::fs::create_dir_all(&dir).expect("target folder");
     let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
@@ -27,18 +28,50 @@ fn start_server(cluster: &Cluster, index: usize, group: Option<&str>) -> Process
     if let Some(group) = group {
         args.extend_from_slice(&["--failure-group", group]);
     }
-    Process::start(&args, "server").expect("start server")
+    args.into_iter().map(String::from).collect()
 }
 
-/// A cluster of one metadata service and one server per group, in those groups.
-fn cluster_in_groups(groups: &[&str]) -> Cluster {
+/// Starts an I/O server of `cluster` on target folder `index`, in `group` (or the default).
+fn start_server(cluster: &Cluster, index: usize, group: Option<&str>) -> Process {
+    let args = server_args(cluster, index, group);
+    Process::start(&args.iter().map(String::as_str).collect::<Vec<_>>(), "server").expect("start server")
+}
+
+/// `start_server` with a metrics endpoint; returns the process and the endpoint's address.
+fn start_server_with_metrics(cluster: &Cluster, index: usize, group: &str) -> (Process, String) {
+    let mut args = server_args(cluster, index, Some(group));
+    args.extend(["--metrics-listen".to_string(), "127.0.0.1:0".to_string()]);
+    let mut child = std::process::Command::new(common::FLOTILLA)
+        .args(&args)
+        .env("FLOTILLA_KEY", client_key())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn server");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = |key: &str| {
+        let mut text = String::new();
+        stdout.read_line(&mut text).expect("read a line");
+        text.trim()
+            .strip_prefix(&format!("{key}="))
+            .unwrap_or_else(|| panic!("{key}= line: {text:?}"))
+            .to_string()
+    };
+    let (addr, metrics) = (line("server"), line("metrics"));
+    (Process { child, addr, credential: None }, metrics)
+}
+
+/// A cluster of one metadata service and one server per group, in those groups; the first
+/// server's metrics endpoint.
+fn cluster_in_groups(groups: &[&str]) -> (Cluster, String) {
     let mut cluster = Cluster::start_with(0, MEMBERSHIP);
-    for (index, group) in groups.iter().enumerate() {
+    let (first, metrics) = start_server_with_metrics(&cluster, 0, groups[0]);
+    cluster.servers.push(Some(first));
+    for (index, group) in groups.iter().enumerate().skip(1) {
         let server = start_server(&cluster, index, Some(group));
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(groups.len());
-    cluster
+    (cluster, metrics)
 }
 
 /// `flotilla status --chains`.
@@ -95,7 +128,7 @@ fn member_states(status: &str, target: &str) -> Vec<String> {
 
 #[test]
 fn groups_show_a_killed_server_is_fenced_and_returns_and_the_table_survives_a_meta_kill() {
-    let mut cluster = cluster_in_groups(&["rack-a", "rack-b"]);
+    let (mut cluster, metrics) = cluster_in_groups(&["rack-a", "rack-b"]);
     let built = wait_status(&cluster, "the chain table", |s| !chains(s).is_empty());
     for group in ["rack-a", "rack-b"] {
         let line = target_line(&built, group).unwrap_or_else(|| panic!("no target in {group}:\n{built}"));
@@ -104,6 +137,17 @@ fn groups_show_a_killed_server_is_fenced_and_returns_and_the_table_survives_a_me
     }
     assert!(built.contains("chains=2 degraded=0 unavailable=0 replicas=2 failure_groups=2"), "{built}");
     let before = chains(&built);
+    // Heartbeat replies hand the server its chains and a lease, which it keeps.
+    let deadline = Instant::now() + SETTLE;
+    let held = loop {
+        let text = http_get(&metrics, "/metrics").unwrap_or_default();
+        if text.contains("flotilla_server_chains 2") && text.contains("flotilla_server_chain_lease_valid 1") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the server never held its chains:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(held.contains("flotilla_server_chains 2"));
     let b_target = field(target_line(&built, "rack-b").unwrap(), "target").unwrap().to_string();
 
     // SIGKILL the server of rack-b: fenced (offline in every chain, versions up) in about
@@ -146,7 +190,7 @@ fn groups_show_a_killed_server_is_fenced_and_returns_and_the_table_survives_a_me
 
 #[test]
 fn replicated_creates_are_refused_naming_the_groups_then_the_missing_data_path() {
-    let mut cluster = cluster_in_groups(&["rack-a", "rack-b"]);
+    let (mut cluster, _) = cluster_in_groups(&["rack-a", "rack-b"]);
     let meta = cluster.meta_addr();
     let local = cluster.dir.path().join("local.bin");
     std::fs::write(&local, b"replicated?").unwrap();
@@ -171,6 +215,10 @@ fn replicated_creates_are_refused_naming_the_groups_then_the_missing_data_path()
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
     let shown = wait_status(&cluster, "the third group", |s| s.contains("failure_groups=3"));
     assert!(host.is_empty() || target_line(&shown, &host).is_some(), "host group {host:?}:\n{shown}");
+    // The table was extended with chains that use the new target (chains_per_target = 2).
+    assert!(shown.contains("chains=4 degraded=0"), "{shown}");
+    let third = shown.lines().filter(|l| l.starts_with("target=")).find(|l| !l.contains("group=rack-"));
+    assert_eq!(third.and_then(|l| field(l, "chains")), Some("2"), "{shown}");
     let (ok, _, stderr) = put("stripe:64k:2,replicas=3");
     assert!(!ok && stderr.contains("not supported by this build"), "{stderr}");
 

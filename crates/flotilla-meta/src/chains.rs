@@ -508,6 +508,20 @@ mod tests {
     }
 
     #[test]
+    fn a_target_added_later_gets_chains_of_its_own_durably() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        chains.report(&ns, &[report(1)], &member("a", 1)).unwrap();
+        chains.report(&ns, &[report(2)], &member("b", 1)).unwrap();
+        let built = chains.report_status(false).chains_total;
+        chains.report(&ns, &[report(3)], &member("c", 1)).unwrap();
+        let extended = chains.report_status(true);
+        assert_eq!(extended.chains_total, built + 2, "chains_per_target new chains: {extended:?}");
+        assert_eq!(extended.targets[2].chains, 2);
+        assert_eq!(ns.chain_table().unwrap().chains.len(), extended.chains.len());
+    }
+
+    #[test]
     fn a_bad_failure_group_is_refused_and_records_nothing() {
         let ns = Namespace::open_in_memory().unwrap();
         let chains = Chains::load(&ns, settings()).unwrap();
