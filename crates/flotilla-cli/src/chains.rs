@@ -135,7 +135,7 @@ pub fn json(report: &ChainReport) -> serde_json::Value {
 }
 
 fn quote(text: &str) -> String {
-    if text.contains(' ') {
+    if text.chars().any(|c| c.is_whitespace() || c == '"') {
         format!("{text:?}")
     } else {
         text.to_string()

@@ -84,6 +84,8 @@ struct Inner {
     engine: Option<Membership>,
     /// Every target ever declared, with its group and last incarnation (as persisted).
     targets: BTreeMap<TargetId, ChainTarget>,
+    /// Targets declared in another group than recorded (warned about once).
+    regrouped: BTreeSet<TargetId>,
 }
 
 /// The chain table and its engine.
@@ -97,15 +99,18 @@ pub(crate) struct Chains {
 
 impl Chains {
     /// Loads the table kept in `namespace` (none in a new database).
-    pub fn load(namespace: &Namespace, settings: ChainSettings) -> Result<Chains, String> {
-        settings.membership.validate().map_err(|e| format!("[meta] {e}"))?;
+    pub fn load(namespace: &Namespace, settings: ChainSettings) -> Result<Chains, WireError> {
+        let invalid = |e: flotilla_replica::ConfigError| {
+            WireError::new(ErrorCode::InvalidArgument, format!("[meta] {e}"))
+        };
+        settings.membership.validate().map_err(invalid)?;
         let chains = Chains {
-            inner: Mutex::new(Inner { engine: None, targets: BTreeMap::new() }),
+            inner: Mutex::new(Inner { engine: None, targets: BTreeMap::new(), regrouped: BTreeSet::new() }),
             settings,
             epoch: Instant::now(),
             gauges: Arc::default(),
         };
-        let inner = chains.load_inner(namespace).map_err(|e| e.message)?;
+        let inner = chains.load_inner(namespace)?;
         *chains.inner.lock() = inner;
         chains.update_gauges(&chains.inner.lock());
         Ok(chains)
@@ -141,7 +146,7 @@ impl Chains {
             }
             _ => None,
         };
-        Ok(Inner { engine, targets })
+        Ok(Inner { engine, targets, regrouped: BTreeSet::new() })
     }
 
     /// A registration or heartbeat of `reports` from a server declaring `member`: records
@@ -153,49 +158,70 @@ impl Chains {
         reports: &[TargetReport],
         member: &MemberInfo,
     ) -> Result<(), WireError> {
-        let group = FailureGroup::new(&member.failure_group)
-            .map_err(|e| WireError::new(ErrorCode::BadRequest, format!("failure group: {e}")))?;
+        let group = failure_group(&member.failure_group)?;
         let incarnation = Incarnation(member.incarnation);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
-        let mut changed_targets = BTreeSet::new();
-        let mut commands = Vec::new();
-        let mut built = None;
+        let (mut changed_targets, mut commands) = (BTreeSet::new(), Vec::new());
         let now_ms = self.now_ms();
         for report in reports {
-            let target = report.target;
-            let record = inner.targets.entry(target).or_insert_with(|| {
-                changed_targets.insert(target);
-                ChainTarget { group: group.clone(), incarnation: None }
-            });
-            if record.group != group {
-                tracing::warn!(%target, recorded = %record.group, declared = %group,
-                    "a target keeps the failure group it was first declared in");
+            if self.note_target(inner, report.target, (&group, incarnation)) {
+                changed_targets.insert(report.target);
             }
-            if record.incarnation.is_none_or(|known| known < incarnation) {
-                record.incarnation = Some(incarnation);
-                changed_targets.insert(target);
-            }
-            let record_group = record.group.clone();
-            if let Some(engine) = inner.engine.as_mut() {
-                if engine.table().group_of(target).is_none() {
-                    match engine.add_target(target, record_group, self.settings.chains_per_target, now_ms) {
-                        Ok(added) => commands.extend(added),
-                        Err(error) => {
-                            tracing::warn!(%target, %error, "cannot add the target to the chain table")
-                        }
-                    }
-                }
-                if !report.lost {
-                    commands.extend(engine.handle(Event::Heartbeat { target, incarnation, at_ms: now_ms }));
-                }
-            }
+            commands.extend(self.drive(inner, report, incarnation, now_ms));
         }
-        if inner.engine.is_none() {
-            built = self.try_build(inner, now_ms);
-        }
+        let built = if inner.engine.is_none() { self.try_build(inner, now_ms) } else { None };
         let outcome = self.commit(namespace, inner, &commands, &changed_targets, built);
         self.settle(namespace, inner, outcome)
+    }
+
+    /// Records `target`'s group (the first one declared stays) and a higher incarnation;
+    /// true if its record changed.
+    fn note_target(
+        &self,
+        inner: &mut Inner,
+        target: TargetId,
+        (group, incarnation): (&FailureGroup, Incarnation),
+    ) -> bool {
+        let mut changed = false;
+        let record = inner.targets.entry(target).or_insert_with(|| {
+            changed = true;
+            ChainTarget { group: group.clone(), incarnation: None }
+        });
+        if record.group != *group && inner.regrouped.insert(target) {
+            tracing::warn!(%target, recorded = %record.group, declared = %group,
+                "a target keeps the failure group it was first declared in");
+        }
+        if record.incarnation.is_none_or(|known| known < incarnation) {
+            record.incarnation = Some(incarnation);
+            changed = true;
+        }
+        changed
+    }
+
+    /// The engine's part of one target's report: the target joins the table if it is new,
+    /// and its heartbeat counts unless the target lost its contents.
+    fn drive(
+        &self,
+        inner: &mut Inner,
+        report: &TargetReport,
+        incarnation: Incarnation,
+        now_ms: u64,
+    ) -> Vec<Command> {
+        let target = report.target;
+        let group = inner.targets.get(&target).map(|r| r.group.clone());
+        let (Some(engine), Some(group)) = (inner.engine.as_mut(), group) else { return Vec::new() };
+        let mut commands = Vec::new();
+        if engine.table().group_of(target).is_none() {
+            match engine.add_target(target, group, self.settings.chains_per_target, now_ms) {
+                Ok(added) => commands.extend(added),
+                Err(error) => tracing::warn!(%target, %error, "cannot add the target to the chain table"),
+            }
+        }
+        if !report.lost {
+            commands.extend(engine.handle(Event::Heartbeat { target, incarnation, at_ms: now_ms }));
+        }
+        commands
     }
 
     /// Builds the table once the known targets span `replicas` failure groups.
@@ -448,6 +474,17 @@ fn log_command(command: &Command) {
     }
 }
 
+/// A declared failure group: 1 to 255 bytes, no control characters (it is shown in status
+/// lines and logs).
+fn failure_group(name: &str) -> Result<FailureGroup, WireError> {
+    let refuse =
+        |why: String| WireError::new(ErrorCode::BadRequest, format!("failure group {name:?}: {why}"));
+    if name.chars().any(char::is_control) {
+        return Err(refuse("has a control character".into()));
+    }
+    FailureGroup::new(name).map_err(|e| refuse(e.to_string()))
+}
+
 fn corrupt(message: &str) -> WireError {
     WireError::new(ErrorCode::Io, message.to_string())
 }
@@ -525,7 +562,7 @@ mod tests {
     fn a_bad_failure_group_is_refused_and_records_nothing() {
         let ns = Namespace::open_in_memory().unwrap();
         let chains = Chains::load(&ns, settings()).unwrap();
-        for bad in [String::new(), "g".repeat(256)] {
+        for bad in [String::new(), "g".repeat(256), "a\nb".into()] {
             let refused = chains.report(&ns, &[report(1)], &member(&bad, 1)).unwrap_err();
             assert_eq!(refused.code, ErrorCode::BadRequest);
             assert!(refused.message.contains("failure group"), "{refused:?}");
