@@ -545,6 +545,29 @@ mod tests {
     }
 
     #[test]
+    fn a_server_restart_during_a_meta_restart_is_still_seen_from_the_persisted_incarnation() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        chains.report(&ns, &[report(1)], &member("a", 5)).unwrap();
+        chains.report(&ns, &[report(2)], &member("b", 6)).unwrap();
+        let before = chains.report_status(true).chains;
+        drop(chains);
+        let reloaded = Chains::load(&ns, settings()).unwrap();
+        reloaded.report(&ns, &[report(1)], &member("a", 5)).unwrap();
+        assert_eq!(reloaded.report_status(true).chains, before, "same incarnation: nothing changes");
+        reloaded.report(&ns, &[report(2)], &member("b", 7)).unwrap();
+        let after = reloaded.report_status(true).chains;
+        for (old, new) in before.iter().zip(&after) {
+            assert_eq!(new.version, old.version + 1, "{after:?}");
+            let b = new.members.iter().find(|m| m.target == TargetId(2)).unwrap();
+            assert!(
+                matches!(b.state, ChainMemberState::Offline { .. }),
+                "restarted: left its chains {after:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_target_added_later_gets_chains_of_its_own_durably() {
         let ns = Namespace::open_in_memory().unwrap();
         let chains = Chains::load(&ns, settings()).unwrap();
