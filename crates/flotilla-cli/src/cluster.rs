@@ -75,6 +75,10 @@ pub struct ServerArgs {
     /// Address clients should use, if not the listen address.
     #[arg(long)]
     advertise: Option<String>,
+    /// What fails together with this server (a host, rack or power feed): replicas of a
+    /// subfile go to distinct failure groups. Default: the host name.
+    #[arg(long)]
+    failure_group: Option<String>,
     /// Buffer cache in bytes.
     #[arg(long)]
     cache_bytes: Option<u64>,
@@ -140,6 +144,7 @@ pub fn server(args: ServerArgs, file: &FileConfig) -> anyhow::Result<()> {
     anyhow::ensure!(!config.targets.is_empty(), "an I/O server needs at least one --target DIR");
     config.listen = args.listen.unwrap_or(config.listen);
     config.advertise = args.advertise.or(config.advertise);
+    config.failure_group = args.failure_group.or(config.failure_group);
     config.cache_capacity_bytes = args.cache_bytes.unwrap_or(config.cache_capacity_bytes);
     config.block_bytes = args.block_bytes.unwrap_or(config.block_bytes);
     config.workers = args.workers.unwrap_or(config.workers);

@@ -88,13 +88,17 @@ pub struct PutArgs {
     /// per live target).
     #[arg(long, default_value_t = 0)]
     subfiles: u32,
-    /// Layout: `stripe:UNIT[:COUNT]` or `hash:BLOCK[:SEQUENTIALITY[:COUNT]]` (sizes take K/M/G);
-    /// default: the directory's default layout, else stripe:1M.
+    /// Layout: `stripe:UNIT[:COUNT]` or `hash:BLOCK[:SEQUENTIALITY[:COUNT]]` (sizes take K/M/G),
+    /// optionally with `,replicas=N`; default: the directory's default layout, else stripe:1M.
     #[arg(long)]
     layout: Option<String>,
     /// Shorthand for `--layout stripe:UNIT`.
     #[arg(long)]
     stripe_unit: Option<u64>,
+    /// Copies of every subfile, on targets of distinct failure groups (also `,replicas=N`
+    /// after the layout); default 1.
+    #[arg(long)]
+    replicas: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -153,10 +157,48 @@ pub enum ForkCommand {
     },
 }
 
-pub fn status(args: ReportArgs) -> anyhow::Result<()> {
-    report_targets(args, |targets, output| {
-        crate::show::status_lines(targets, output).iter().map(|line| format!("{line}\n")).collect()
-    })
+/// `status`: the report, and replication's chain table.
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    report: ReportArgs,
+    /// Also list every chain: its version and members with their states.
+    #[arg(long)]
+    chains: bool,
+}
+
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let meta = args.report.meta.meta.clone();
+    let (client, output) = args.report.parts()?;
+    let targets = client.status()?;
+    // The chain report takes a connection of its own: the client's goes first.
+    drop(client);
+    let chains = match crate::chains::report(&meta, args.chains) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("flotilla: no chain report: {error:#}");
+            None
+        }
+    };
+    if output.json {
+        let mut json = crate::show::targets_json(&targets);
+        if let Some(report) = &chains {
+            json["chain_table"] = crate::chains::json(report);
+        }
+        println!("{json}");
+        return Ok(());
+    }
+    let fields = chains.as_ref().map(crate::chains::target_fields).unwrap_or_default();
+    for (target, line) in targets.iter().zip(crate::show::status_lines(&targets, output)) {
+        match fields.get(&target.target) {
+            Some(extra) => println!("{line} {extra}"),
+            None => println!("{line}"),
+        }
+    }
+    for line in chains.as_ref().map(crate::chains::summary_lines).unwrap_or_default() {
+        println!("{line}");
+    }
+    Ok(())
 }
 
 pub fn df(args: ReportArgs) -> anyhow::Result<()> {
@@ -325,10 +367,29 @@ pub fn rm(args: PathArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn put_layout(args: &PutArgs) -> anyhow::Result<Option<Layout>> {
-    match (&args.layout, args.stripe_unit) {
+/// The layout `put` asks for, and its replica count (1 unless asked).
+fn put_layout(args: &PutArgs) -> anyhow::Result<(Option<Layout>, u32)> {
+    let (layout, replicas) = match &args.layout {
+        Some(text) => {
+            let replicated = flotilla_types::ReplicatedLayout::parse(text)?;
+            (Some(replicated.layout), replicated.replicas)
+        }
+        None => (None, 1),
+    };
+    let replicas = match (args.replicas, replicas) {
+        (Some(flag), 1) => flag,
+        (Some(flag), text) if flag != text => {
+            anyhow::bail!("--replicas {flag} and {text} in --layout disagree")
+        }
+        (_, text) => text,
+    };
+    Ok((plain_layout(args, layout)?, replicas))
+}
+
+fn plain_layout(args: &PutArgs, parsed: Option<Layout>) -> anyhow::Result<Option<Layout>> {
+    match (parsed, args.stripe_unit) {
         (Some(_), Some(_)) => anyhow::bail!("give --layout or --stripe-unit, not both"),
-        (Some(text), None) => Ok(Some(Layout::parse(text)?)),
+        (Some(layout), None) => Ok(Some(layout)),
         (None, Some(unit_bytes)) => {
             let layout = Layout::Stripe { unit_bytes, count: 0 };
             layout.validate()?;
@@ -339,11 +400,25 @@ fn put_layout(args: &PutArgs) -> anyhow::Result<Option<Layout>> {
 }
 
 pub fn put(args: PutArgs) -> anyhow::Result<()> {
-    let layout = put_layout(&args)?;
+    let (layout, replicas) = put_layout(&args)?;
     anyhow::ensure!(
         layout != Some(Layout::Explicit),
         "put stores a linear file: the explicit layout has no linear view"
     );
+    if replicas != 1 {
+        let replicated = flotilla_types::ReplicatedLayout::new(layout.unwrap_or(default_layout()), replicas)?;
+        let caller = flotilla_client::process_caller();
+        let spec = flotilla_proto::CreateSpec {
+            mode: 0o644,
+            uid: caller.uid,
+            gid: caller.gid,
+            subfiles: args.subfiles,
+            targets: None,
+            layout,
+            exclusive: false,
+        };
+        return crate::chains::create_replicated(&args.meta.meta, &args.path, spec, replicated);
+    }
     let client = args.meta.client()?;
     let local = std::fs::File::open(&args.local).with_context(|| format!("open {}", args.local.display()))?;
     let options = CreateOptions { subfiles: args.subfiles, layout, ..CreateOptions::default() };
@@ -430,4 +505,9 @@ pub fn layout(command: LayoutCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The layout a file gets when neither it nor its directory names one (for messages).
+fn default_layout() -> Layout {
+    Layout::Stripe { unit_bytes: 1 << 20, count: 0 }
 }

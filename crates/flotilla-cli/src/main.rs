@@ -2,6 +2,7 @@
 //! file commands and the benchmarks.
 
 mod bench;
+mod chains;
 mod cluster;
 mod config;
 mod copy;
@@ -43,7 +44,7 @@ enum Command {
     /// Runs an I/O server.
     Server(cluster::ServerArgs),
     /// One line per storage target: server, state, space used and free, credential.
-    Status(files::ReportArgs),
+    Status(files::StatusArgs),
     /// Space per storage target and in total.
     Df(files::ReportArgs),
     /// Bytes, files and directories under a path.

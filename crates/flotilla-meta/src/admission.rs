@@ -9,7 +9,10 @@ use flotilla_proto::{ErrorCode, MetaRequest, WireError};
 /// Refuses `request` when `peer` may not make it; binds reported targets to the peer.
 pub(crate) fn admit(state: &State, peer: &Peer, request: &MetaRequest) -> Result<(), WireError> {
     match request {
-        MetaRequest::Register { targets, .. } | MetaRequest::Heartbeat { targets, .. } => {
+        MetaRequest::Register { targets, .. }
+        | MetaRequest::Heartbeat { targets, .. }
+        | MetaRequest::RegisterMember { targets, .. }
+        | MetaRequest::HeartbeatMember { targets, .. } => {
             if peer.role != Role::Server {
                 return Err(denied(format!(
                     "credential {:?} has role {}; only a server credential may register or heartbeat targets",
@@ -40,6 +43,7 @@ pub(crate) fn is_mutating(request: &MetaRequest) -> bool {
         request,
         MetaRequest::Mkdir { .. }
             | MetaRequest::Create { .. }
+            | MetaRequest::CreateReplicated { .. }
             | MetaRequest::CreateOpen { .. }
             | MetaRequest::CreateOpenCached { .. }
             | MetaRequest::Unlink { .. }

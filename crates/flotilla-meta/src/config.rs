@@ -131,6 +131,21 @@ pub struct MetaConfig {
     pub layout_unit_bytes_max: u64,
     /// Largest subfile count a layout may name, at most 65536 (the default).
     pub layout_count_max: u32,
+    /// Replication (issue 32): how long a heartbeat reply lets a server serve chain I/O,
+    /// from when it sent the heartbeat.
+    pub lease_ms: u64,
+    /// Allowance for clock rate drift between the service and a server.
+    pub clock_margin_ms: u64,
+    /// A target silent this long is taken out of its chains (offline); must exceed
+    /// `lease_ms + clock_margin_ms`.
+    pub fence_after_ms: u64,
+    /// A target silent this long is declared dead and replaced in its chains.
+    pub dead_after_ms: u64,
+    /// Chains each target is built into (1..=64).
+    pub chains_per_target: usize,
+    /// Members of every chain of the chain table (1..=7): the table is built once the
+    /// targets span this many failure groups.
+    pub chain_replicas: usize,
 }
 
 /// A `[meta]` setting out of its range.
@@ -164,6 +179,42 @@ impl MetaConfig {
             return error("layout_count_max", u64::from(bounds.count_max), reason);
         }
         Ok(bounds)
+    }
+}
+
+impl MetaConfig {
+    /// The membership timing and chain table shape of `[meta]`, checked
+    /// (`MembershipConfig::validate`: a cut-off server's lease runs out before it is fenced).
+    pub fn membership(&self) -> Result<(flotilla_replica::MembershipConfig, usize, usize), ConfigError> {
+        let membership = flotilla_replica::MembershipConfig {
+            lease_ms: self.lease_ms,
+            clock_margin_ms: self.clock_margin_ms,
+            fence_after_ms: self.fence_after_ms,
+            dead_after_ms: self.dead_after_ms,
+        };
+        if let Err(error) = membership.validate() {
+            let (name, value) = match error {
+                flotilla_replica::ConfigError::DeadBeforeFence { dead, .. } => ("dead_after_ms", dead),
+                flotilla_replica::ConfigError::Zero { .. } => ("lease_ms", 0),
+                _ => ("fence_after_ms", self.fence_after_ms),
+            };
+            return Err(ConfigError { name, value, reason: error.to_string() });
+        }
+        let cpt_max = flotilla_replica::CHAINS_PER_TARGET_MAX;
+        if !(1..=cpt_max).contains(&self.chains_per_target) {
+            let reason = format!("must be in 1..={cpt_max}");
+            return Err(ConfigError {
+                name: "chains_per_target",
+                value: self.chains_per_target as u64,
+                reason,
+            });
+        }
+        let replicas_max = flotilla_replica::REPLICAS_MAX;
+        if !(1..=replicas_max).contains(&self.chain_replicas) {
+            let reason = format!("must be in 1..={replicas_max}");
+            return Err(ConfigError { name: "chain_replicas", value: self.chain_replicas as u64, reason });
+        }
+        Ok((membership, self.chain_replicas, self.chains_per_target))
     }
 }
 
@@ -221,6 +272,12 @@ impl Default for MetaConfig {
             layout_unit_bytes_min: flotilla_types::LAYOUT_UNIT_BYTES_MIN,
             layout_unit_bytes_max: flotilla_types::LAYOUT_UNIT_BYTES_MAX,
             layout_count_max: flotilla_types::LAYOUT_COUNT_MAX,
+            lease_ms: flotilla_replica::MembershipConfig::default().lease_ms,
+            clock_margin_ms: flotilla_replica::MembershipConfig::default().clock_margin_ms,
+            fence_after_ms: flotilla_replica::MembershipConfig::default().fence_after_ms,
+            dead_after_ms: flotilla_replica::MembershipConfig::default().dead_after_ms,
+            chains_per_target: 8,
+            chain_replicas: 2,
         }
     }
 }
@@ -239,5 +296,19 @@ mod tests {
         assert!(crossed.layout_bounds().unwrap_err().to_string().contains("layout_unit_bytes_max = 1024"));
         let wide = MetaConfig { layout_count_max: SUBFILE_COUNT_MAX + 1, ..MetaConfig::default() };
         assert!(wide.layout_bounds().unwrap_err().to_string().contains("layout_count_max"));
+    }
+
+    #[test]
+    fn membership_settings_are_checked_for_safety() {
+        assert!(MetaConfig::default().membership().is_ok());
+        let early = MetaConfig { fence_after_ms: 3_500, ..MetaConfig::default() };
+        let text = early.membership().unwrap_err().to_string();
+        assert!(text.contains("fence_after_ms = 3500") && text.contains("lease_ms (3000)"), "{text}");
+        let dead = MetaConfig { dead_after_ms: 10, ..MetaConfig::default() };
+        assert!(dead.membership().unwrap_err().to_string().contains("dead_after_ms = 10"));
+        let wide = MetaConfig { chains_per_target: 65, ..MetaConfig::default() };
+        assert!(wide.membership().unwrap_err().to_string().contains("chains_per_target = 65"));
+        let many = MetaConfig { chain_replicas: 8, ..MetaConfig::default() };
+        assert!(many.membership().unwrap_err().to_string().contains("chain_replicas = 8"));
     }
 }

@@ -39,6 +39,8 @@ pub(crate) struct State {
     pub tokens: crate::tokens::Tokens,
     /// Inode tokens (attribute and name leases) of client sessions.
     pub inode_tokens: crate::inode_tokens::InodeTokens,
+    /// Replication's chain table and membership engine (issue 32).
+    pub chains: crate::chains::Chains,
 }
 
 /// The capability key and the lifetime of the capabilities the service issues.
@@ -346,6 +348,28 @@ impl State {
                 self.acknowledge(&deleted)?;
                 MetaReply::HeartbeatAck { delete: self.delete_orders(&targets)? }
             }
+            MetaRequest::RegisterMember { server, targets, member } => {
+                self.report(&server, &targets)?;
+                self.chains.report(ns, &targets, &member)?;
+                MetaReply::Registered { heartbeat_ms: self.heartbeat_ms }
+            }
+            MetaRequest::HeartbeatMember { server, targets, deleted, member } => {
+                self.report(&server, &targets)?;
+                self.chains.report(ns, &targets, &member)?;
+                self.acknowledge(&deleted)?;
+                let delete = self.delete_orders(&targets)?;
+                MetaReply::HeartbeatChains { delete, view: self.chains.view_for(&targets) }
+            }
+            MetaRequest::ChainStatus { chains } => MetaReply::Chains(self.chains.report_status(chains)),
+            MetaRequest::CreateReplicated { path, spec, replicas } => {
+                let layout = spec.layout;
+                // After a restart this waits (bounded) for remembered targets, as any create.
+                let (create, live) = self.prepare_create(who, spec)?;
+                self.check_replicas(layout, replicas, &live)?;
+                MetaReply::Entry(
+                    self.granted(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?, asker),
+                )
+            }
         };
         Ok(reply)
     }
@@ -504,6 +528,21 @@ impl State {
             return Err(WireError::new(ErrorCode::InvalidArgument, message));
         }
         Ok(())
+    }
+
+    /// Refuses a create of more than one replica: too few failure groups, or (for now) no
+    /// data path for replicated writes; see `chains.rs`.
+    fn check_replicas(
+        &self,
+        layout: Option<flotilla_types::Layout>,
+        replicas: u32,
+        live: &[flotilla_namespace::TargetUsage],
+    ) -> Result<(), WireError> {
+        let layout = layout.unwrap_or(flotilla_namespace::DEFAULT_LAYOUT);
+        let layout = flotilla_types::ReplicatedLayout::new(layout, replicas)
+            .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        let live: Vec<TargetId> = live.iter().map(|t| t.target).collect();
+        self.chains.check_create(&layout, &live).map_err(|refusal| refusal.wire())
     }
 
     /// Updates membership, and persists targets that are new or moved (a durable write, so

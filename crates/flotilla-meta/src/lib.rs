@@ -8,6 +8,7 @@
 //! restarts of either side.
 
 mod admission;
+mod chains;
 pub mod config;
 mod handle;
 mod handle_at;

@@ -91,6 +91,7 @@ fn variant_name(request: &MetaRequest) -> String {
 pub(crate) struct MetaCollector {
     pub metrics: Weak<MetaMetrics>,
     pub acceptor: Weak<flotilla_auth::Acceptor>,
+    pub chains: Weak<crate::chains::ChainGauges>,
 }
 
 impl Collector for MetaCollector {
@@ -112,15 +113,48 @@ impl Collector for MetaCollector {
         write::gauge(&mut encoder, "meta_connections", "Connections open.", None, open)?;
         let opened = metrics.connections_total.load(Ordering::Relaxed);
         write::counter(&mut encoder, "meta_connections_opened", "Connections authenticated.", None, opened)?;
-        write::counter(&mut encoder, "meta_auth_failures", "Handshakes refused.", None, acceptor.failures())
+        write::counter(&mut encoder, "meta_auth_failures", "Handshakes refused.", None, acceptor.failures())?;
+        match self.chains.upgrade() {
+            Some(chains) => write_chains(&mut encoder, &chains),
+            None => Ok(()),
+        }
     }
+}
+
+/// The chain table's gauges (replication, issue 32).
+fn write_chains(encoder: &mut DescriptorEncoder, chains: &crate::chains::ChainGauges) -> std::fmt::Result {
+    let gauges = [
+        ("meta_chains", "Chains in the chain table.", &chains.chains),
+        ("meta_chains_degraded", "Chains with fewer serving members than chain_replicas.", &chains.degraded),
+        ("meta_chains_unavailable", "Chains whose serving members are all down.", &chains.unavailable),
+        (
+            "meta_chain_targets_down",
+            "Targets fenced out of their chains (silent past fence_after_ms).",
+            &chains.targets_down,
+        ),
+        (
+            "meta_chain_targets_dead",
+            "Targets declared dead (silent past dead_after_ms).",
+            &chains.targets_dead,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let value = i64::try_from(value.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        write::gauge(encoder, name, help, None, value)?;
+    }
+    Ok(())
 }
 
 pub(crate) fn collector(
     metrics: &Arc<MetaMetrics>,
     acceptor: &Arc<flotilla_auth::Acceptor>,
+    chains: &Arc<crate::chains::ChainGauges>,
 ) -> MetaCollector {
-    MetaCollector { metrics: Arc::downgrade(metrics), acceptor: Arc::downgrade(acceptor) }
+    MetaCollector {
+        metrics: Arc::downgrade(metrics),
+        acceptor: Arc::downgrade(acceptor),
+        chains: Arc::downgrade(chains),
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,13 @@ pub(crate) fn admit(request: &MetaRequest, policy: &CallerPolicy) -> Result<(), 
         ));
     }
     if policy.subtree.is_some() {
-        if matches!(request, MetaRequest::Register { .. } | MetaRequest::Heartbeat { .. }) {
+        if matches!(
+            request,
+            MetaRequest::Register { .. }
+                | MetaRequest::Heartbeat { .. }
+                | MetaRequest::RegisterMember { .. }
+                | MetaRequest::HeartbeatMember { .. }
+        ) {
             return Err(WireError::new(
                 ErrorCode::PermissionDenied,
                 "a confined connection may not register",
@@ -52,6 +58,7 @@ fn name(request: &MetaRequest) -> &'static str {
     match request {
         MetaRequest::Mkdir { .. } => "mkdir",
         MetaRequest::Create { .. }
+        | MetaRequest::CreateReplicated { .. }
         | MetaRequest::CreateOpen { .. }
         | MetaRequest::CreateOpenCached { .. }
         | MetaRequest::CreateAt { .. }
@@ -64,7 +71,10 @@ fn name(request: &MetaRequest) -> &'static str {
         MetaRequest::Link { .. } => "link",
         MetaRequest::GrowSize { .. } => "grow size",
         MetaRequest::SetLayout { .. } => "set layout",
-        MetaRequest::Register { .. } | MetaRequest::Heartbeat { .. } => "server registration",
+        MetaRequest::Register { .. }
+        | MetaRequest::Heartbeat { .. }
+        | MetaRequest::RegisterMember { .. }
+        | MetaRequest::HeartbeatMember { .. } => "server registration",
         _ => "this request",
     }
 }
@@ -75,6 +85,7 @@ fn paths(request: &MetaRequest) -> Vec<&str> {
         | MetaRequest::OpenPath { path, .. }
         | MetaRequest::Mkdir { path, .. }
         | MetaRequest::Create { path, .. }
+        | MetaRequest::CreateReplicated { path, .. }
         | MetaRequest::CreateOpen { path, .. }
         | MetaRequest::CreateOpenCached { path, .. }
         | MetaRequest::LookupCached { path, .. }

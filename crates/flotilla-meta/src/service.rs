@@ -92,7 +92,7 @@ impl MetaService {
 
     /// Writes this service's metrics at scrape time (register it with a metrics registry).
     pub fn metrics_collector(&self) -> Box<dyn prometheus_client::collector::Collector> {
-        Box::new(crate::metrics::collector(&self.metrics, &self.acceptor))
+        Box::new(crate::metrics::collector(&self.metrics, &self.acceptor, &self.state.chains.gauges))
     }
 
     /// Serves until `shutdown`; every acknowledged change is already committed.
@@ -101,6 +101,7 @@ impl MetaService {
             _ = shutdown => {}
             _ = accept_loop(&self.listener, (&self.state, &self.acceptor, &self.metrics), &self.config) => {}
             _ = sweep_opens(self.state.clone(), sweep_period(&self.config)) => {}
+            _ = tick_chains(self.state.clone(), tick_period(&self.config)) => {}
         }
         tracing::info!(addr = %self.local_addr, "metadata service stopped cleanly");
         Ok(())
@@ -362,9 +363,15 @@ fn new_state(
     for id in namespace.orphans(ORPHANS_LOADED_MAX).context("list orphans")? {
         opens.add_orphan(id);
     }
+    let (membership_config, replicas, chains_per_target) = config.membership()?;
+    let settings =
+        crate::chains::ChainSettings { membership: membership_config, replicas, chains_per_target };
+    let chains = crate::chains::Chains::load(&namespace, settings)
+        .map_err(|e| anyhow::anyhow!("load the chain table: {e}"))?;
     let namespace_created = namespace.created();
     let no_overlap = namespace.no_overlap_files().context("load no-overlap hints")?;
     Ok(State {
+        chains,
         namespace,
         membership,
         heartbeat_ms: config.heartbeat_ms,
@@ -417,6 +424,25 @@ async fn sweep_opens(state: Arc<State>, period: Duration) {
         let state = state.clone();
         let _ = tokio::task::spawn_blocking(move || state.sweep_opens()).await;
     }
+}
+
+/// Drives the chain membership engine's clock every `period` (fencing, dead targets).
+async fn tick_chains(state: Arc<State>, period: Duration) {
+    loop {
+        tokio::time::sleep(period).await;
+        let state = state.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Err(error) = state.chains.tick(&state.namespace) {
+                tracing::warn!(%error, "chain tick failed; will retry");
+            }
+        })
+        .await;
+    }
+}
+
+/// A quarter of `fence_after_ms`, so a silent member is fenced at most a quarter late.
+fn tick_period(config: &MetaConfig) -> Duration {
+    Duration::from_millis((config.fence_after_ms / 4).clamp(10, 1000))
 }
 
 fn sweep_period(config: &MetaConfig) -> Duration {

@@ -145,7 +145,7 @@ impl Namespace {
             };
             let inode = Inode {
                 attrs: new_attrs(FileKind::File, &spec.owner, now_ns),
-                body: Body::File { layout, targets },
+                body: Body::File { layout, targets, replicas: 1 },
             };
             let id = insert_new(tables, &place, &inode, now_ns)?;
             Ok(inode.into_entry(id))

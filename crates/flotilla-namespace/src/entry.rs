@@ -11,6 +11,8 @@ pub struct FileRecord {
     pub layout: Layout,
     /// Placement: index = subfile index. Never two equal targets.
     pub targets: Vec<TargetId>,
+    /// Copies of every subfile (1: one copy, as every file before replicas existed).
+    pub replicas: u32,
 }
 
 impl FileRecord {

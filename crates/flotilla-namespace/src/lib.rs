@@ -23,6 +23,8 @@
 pub mod access;
 mod batch;
 pub use batch::Batched;
+mod chain_record;
+pub use chain_record::{ChainChange, ChainTarget, StoredChains};
 mod codec;
 mod create;
 pub use create::DEFAULT_LAYOUT;

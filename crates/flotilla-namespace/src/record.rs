@@ -8,7 +8,7 @@
 use crate::codec::{Reader, Writer};
 use crate::entry::{Entry, FileRecord};
 use crate::error::NamespaceError;
-use flotilla_types::{Attributes, FileId, FileKind, Layout, TargetId, PATH_BYTES_MAX};
+use flotilla_types::{Attributes, FileId, FileKind, Layout, TargetId, PATH_BYTES_MAX, REPLICAS_MAX};
 
 /// Format version of inode records written by this build.
 pub(crate) const INODE_FORMAT_VERSION: u8 = 1;
@@ -25,6 +25,9 @@ const KIND_BLOCK_DEVICE: u8 = 7;
 const LAYOUT_EXPLICIT: u8 = 0;
 const LAYOUT_STRIPE: u8 = 1;
 const LAYOUT_HASH: u8 = 2;
+/// Set in a file layout's tag when a replica count byte follows the layout (replicas > 1);
+/// a layout of one copy is written exactly as before replicas existed.
+const LAYOUT_REPLICATED: u8 = 0x80;
 
 /// What an inode holds beyond its attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +38,8 @@ pub(crate) enum Body {
     File {
         layout: Layout,
         targets: Vec<TargetId>,
+        /// Copies of every subfile, 1..=`REPLICAS_MAX` (1: the record has no replica byte).
+        replicas: u8,
     },
     Symlink {
         target: String,
@@ -58,9 +63,12 @@ impl Inode {
     /// The file record of a file inode with id `id`.
     pub(crate) fn file_record(&self, id: u64) -> Option<FileRecord> {
         match &self.body {
-            Body::File { layout, targets } => {
-                Some(FileRecord { id: FileId(id), layout: *layout, targets: targets.clone() })
-            }
+            Body::File { layout, targets, replicas } => Some(FileRecord {
+                id: FileId(id),
+                layout: *layout,
+                targets: targets.clone(),
+                replicas: u32::from(*replicas),
+            }),
             _ => None,
         }
     }
@@ -83,7 +91,7 @@ impl Inode {
         encode_attrs(&mut writer, &self.attrs);
         match &self.body {
             Body::Directory { default_layout } => encode_directory(&mut writer, default_layout),
-            Body::File { layout, targets } => encode_file(&mut writer, layout, targets),
+            Body::File { layout, targets, replicas } => encode_file(&mut writer, layout, targets, *replicas),
             Body::Symlink { target } => encode_symlink(&mut writer, target),
             Body::Special => writer.u64(self.attrs.rdev),
         }
@@ -171,8 +179,9 @@ fn decode_attrs(reader: &mut Reader<'_>, kind: FileKind) -> Result<Attributes, N
     })
 }
 
-fn encode_layout(writer: &mut Writer, layout: &Layout) {
+fn encode_layout(writer: &mut Writer, layout: &Layout, replicas: u8) {
     assert!(layout.validate().is_ok(), "layout {layout} is invalid");
+    assert!((1..=REPLICAS_MAX).contains(&u32::from(replicas)), "replica count {replicas}");
     let (tag, size, second, count) = match *layout {
         Layout::Explicit => (LAYOUT_EXPLICIT, 0, 0, 0),
         Layout::Stripe { unit_bytes, count } => (LAYOUT_STRIPE, unit_bytes, 0, count),
@@ -180,14 +189,33 @@ fn encode_layout(writer: &mut Writer, layout: &Layout) {
             (LAYOUT_HASH, block_bytes, sequentiality, count)
         }
     };
-    writer.u8(tag);
+    let replicated = replicas > 1;
+    writer.u8(if replicated { tag | LAYOUT_REPLICATED } else { tag });
     writer.u64(size);
     writer.u32(second);
     writer.u32(count);
+    if replicated {
+        writer.u8(replicas);
+    }
 }
 
-fn decode_layout(reader: &mut Reader<'_>) -> Result<Layout, NamespaceError> {
-    let tag = reader.u8()?;
+/// A layout and its replica count (1 when the tag has no replica flag).
+fn decode_layout(reader: &mut Reader<'_>) -> Result<(Layout, u8), NamespaceError> {
+    let (layout, replicated) = decode_plain_layout(reader)?;
+    if !replicated {
+        return Ok((layout, 1));
+    }
+    let replicas = reader.u8()?;
+    if !(2..=REPLICAS_MAX).contains(&u32::from(replicas)) {
+        return Err(reader.error(format!("has replica count {replicas}, outside 2..={REPLICAS_MAX}")));
+    }
+    Ok((layout, replicas))
+}
+
+/// The 17 layout bytes, and whether the tag's replica flag was set.
+fn decode_plain_layout(reader: &mut Reader<'_>) -> Result<(Layout, bool), NamespaceError> {
+    let flagged = reader.u8()?;
+    let (tag, replicated) = (flagged & !LAYOUT_REPLICATED, flagged & LAYOUT_REPLICATED != 0);
     let size = reader.u64()?;
     let second = reader.u32()?;
     let count = reader.u32()?;
@@ -200,7 +228,7 @@ fn decode_layout(reader: &mut Reader<'_>) -> Result<Layout, NamespaceError> {
         _ => return Err(reader.error(format!("has bad layout {tag}/{size}/{second}/{count}"))),
     };
     layout.validate().map_err(|e| reader.error(format!("has bad layout: {e}")))?;
-    Ok(layout)
+    Ok((layout, replicated))
 }
 
 fn encode_directory(writer: &mut Writer, default_layout: &Option<Layout>) {
@@ -208,7 +236,7 @@ fn encode_directory(writer: &mut Writer, default_layout: &Option<Layout>) {
         None => writer.u8(0),
         Some(layout) => {
             writer.u8(1);
-            encode_layout(writer, layout);
+            encode_layout(writer, layout, 1);
         }
     }
 }
@@ -216,17 +244,24 @@ fn encode_directory(writer: &mut Writer, default_layout: &Option<Layout>) {
 fn decode_directory(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
     let default_layout = match reader.u8()? {
         0 => None,
-        1 => Some(decode_layout(reader)?),
+        1 => match decode_layout(reader)? {
+            (layout, 1) => Some(layout),
+            (_, replicas) => {
+                return Err(
+                    reader.error(format!("has a default layout of {replicas} replicas (not kept yet)"))
+                )
+            }
+        },
         other => return Err(reader.error(format!("has bad default-layout flag {other}"))),
     };
     Ok(Body::Directory { default_layout })
 }
 
-fn encode_file(writer: &mut Writer, layout: &Layout, targets: &[TargetId]) {
+fn encode_file(writer: &mut Writer, layout: &Layout, targets: &[TargetId], replicas: u8) {
     let count = u32::try_from(targets.len()).unwrap_or(u32::MAX);
     assert!((1..=SUBFILE_COUNT_MAX).contains(&count), "bad subfile count {count}");
     assert!(all_distinct(targets), "two subfiles on one target");
-    encode_layout(writer, layout);
+    encode_layout(writer, layout, replicas);
     writer.u32(count);
     for target in targets {
         writer.u64(target.0);
@@ -234,7 +269,7 @@ fn encode_file(writer: &mut Writer, layout: &Layout, targets: &[TargetId]) {
 }
 
 fn decode_file(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
-    let layout = decode_layout(reader)?;
+    let (layout, replicas) = decode_layout(reader)?;
     let count = reader.u32()?;
     if !(1..=SUBFILE_COUNT_MAX).contains(&count) {
         return Err(reader.error(format!("has subfile count {count}")));
@@ -252,7 +287,7 @@ fn decode_file(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
     if !all_distinct(&targets) {
         return Err(reader.error("places two subfiles on one target".into()));
     }
-    Ok(Body::File { layout, targets })
+    Ok(Body::File { layout, targets, replicas })
 }
 
 fn encode_symlink(writer: &mut Writer, target: &str) {
@@ -305,7 +340,19 @@ mod tests {
             },
             Inode {
                 attrs: attrs(FileKind::File),
-                body: Body::File { layout: Layout::Explicit, targets: vec![TargetId(3), TargetId(u64::MAX)] },
+                body: Body::File {
+                    layout: Layout::Explicit,
+                    targets: vec![TargetId(3), TargetId(u64::MAX)],
+                    replicas: 1,
+                },
+            },
+            Inode {
+                attrs: attrs(FileKind::File),
+                body: Body::File {
+                    layout: Layout::Hash { block_bytes: 4096, sequentiality: 2, count: 0 },
+                    targets: vec![TargetId(5)],
+                    replicas: 3,
+                },
             },
             Inode { attrs: attrs(FileKind::Symlink), body: Body::Symlink { target: "../x/ÿ".into() } },
             Inode { attrs: attrs(FileKind::Fifo), body: Body::Special },
@@ -330,6 +377,48 @@ mod tests {
         assert_eq!(&record[67..71], &2u32.to_le_bytes());
         assert_eq!(&record[71..79], &3u64.to_le_bytes());
         assert_eq!(record.len(), 50 + 17 + 4 + 16 + 4);
+    }
+
+    #[test]
+    fn replicated_file_record_flags_its_tag_and_adds_one_byte() {
+        let record = samples()[2].encode();
+        assert_eq!(record[50], LAYOUT_HASH | LAYOUT_REPLICATED);
+        assert_eq!(record[67], 3, "replica count after the 17 layout bytes");
+        assert_eq!(&record[68..72], &1u32.to_le_bytes(), "subfile count");
+        assert_eq!(record.len(), 50 + 18 + 4 + 8 + 4);
+        let entry = Inode::decode(&record).unwrap().into_entry(9);
+        assert_eq!(entry.file.unwrap().replicas, 3);
+        // An old record (no flag) reads as one replica.
+        let old = Inode::decode(&samples()[1].encode()).unwrap().into_entry(9);
+        assert_eq!(old.file.unwrap().replicas, 1);
+    }
+
+    #[test]
+    fn a_replica_count_out_of_range_is_corrupt() {
+        let mut record = samples()[2].encode();
+        for bad in [0u8, 1, 8, 255] {
+            record[67] = bad;
+            let body = record.len() - 4;
+            let crc = crc32c::crc32c(&record[..body]);
+            record[body..].copy_from_slice(&crc.to_le_bytes());
+            assert!(matches!(Inode::decode(&record), Err(NamespaceError::Corrupt { .. })), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        /// A file record of any layout and replica count decodes to what was encoded.
+        #[test]
+        fn file_records_round_trip(unit in 1u64..u64::MAX, seq in 1u32..u32::MAX, count in proptest::num::u32::ANY,
+                replicas in 1u8..=7, kind in 0u8..3, targets in proptest::collection::btree_set(proptest::num::u64::ANY, 1..16)) {
+            let layout = match kind {
+                0 => Layout::Explicit,
+                1 => Layout::Stripe { unit_bytes: unit, count },
+                _ => Layout::Hash { block_bytes: unit, sequentiality: seq, count },
+            };
+            let targets = targets.into_iter().map(TargetId).collect();
+            let inode = Inode { attrs: attrs(FileKind::File), body: Body::File { layout, targets, replicas } };
+            proptest::prop_assert_eq!(Inode::decode(&inode.encode()).unwrap(), inode);
+        }
     }
 
     #[test]

@@ -57,3 +57,9 @@ pub const ROOT_ID: u64 = 1;
 /// Files whose writers promised not to overlap (`user.flotilla.no_overlap`): clients take
 /// no byte-range tokens for them. Created on first use (older databases have no such table).
 pub(crate) const NO_OVERLAP: TableDefinition<u64, ()> = TableDefinition::new("no_overlap");
+
+/// Chain id → chain record (see `chain_record.rs`): replication's chain table (issue 32).
+/// Created on first use (older databases have no such table).
+pub(crate) const CHAINS: TableDefinition<u32, &[u8]> = TableDefinition::new("chains");
+/// Target id → chain target record: each target's failure group and last incarnation.
+pub(crate) const CHAIN_TARGETS: TableDefinition<u64, &[u8]> = TableDefinition::new("chain_targets");

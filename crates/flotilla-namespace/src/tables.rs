@@ -10,8 +10,8 @@ use crate::error::NamespaceError;
 use crate::ids::InodeIds;
 use crate::record::Inode;
 use crate::schema::{
-    COUNTERS, DIRENTS, DIR_PARENTS, DIR_PARENTS_BY_SEQ, INODES, INODES_BY_SEQ, INODE_SEQ_KEY, NO_OVERLAP,
-    ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS,
+    CHAINS, CHAIN_TARGETS, COUNTERS, DIRENTS, DIR_PARENTS, DIR_PARENTS_BY_SEQ, INODES, INODES_BY_SEQ,
+    INODE_SEQ_KEY, NO_OVERLAP, ORPHANS, PENDING_DELETES, ROOT_ID, TARGETS, TARGET_OWNERS,
 };
 use crate::touched::{note, Touched};
 use redb::{
@@ -243,6 +243,8 @@ pub(crate) struct WriteTables<'txn> {
     pub(crate) orphans: Tracked<'txn, u64, ()>,
     pub(crate) owners: Tracked<'txn, u64, &'static [u8]>,
     pub(crate) no_overlap: Tracked<'txn, u64, ()>,
+    pub(crate) chains: Tracked<'txn, u32, &'static [u8]>,
+    pub(crate) chain_targets: Tracked<'txn, u64, &'static [u8]>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -261,6 +263,8 @@ impl<'txn> WriteTables<'txn> {
             orphans: Tracked::open(txn, ORPHANS, &wrote)?,
             owners: Tracked::open(txn, TARGET_OWNERS, &wrote)?,
             no_overlap: Tracked::open(txn, NO_OVERLAP, &wrote)?,
+            chains: Tracked::open(txn, CHAINS, &wrote)?,
+            chain_targets: Tracked::open(txn, CHAIN_TARGETS, &wrote)?,
             wrote,
         })
     }

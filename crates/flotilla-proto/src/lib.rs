@@ -12,6 +12,7 @@
 pub mod budget;
 pub mod buffers;
 pub mod capability;
+pub mod chains;
 pub mod frame;
 mod group;
 mod io;
@@ -20,6 +21,10 @@ mod wire_error;
 
 pub use budget::{with_progress, Counted, ProgressRule, Reservation};
 pub use capability::{Capability, Rights, WithRef};
+pub use chains::{
+    ChainInfo, ChainMember, ChainMemberState, ChainReport, ChainView, MemberHealth, MemberInfo, TargetChains,
+    FAILURE_GROUP_BYTES_MAX,
+};
 pub use frame::{
     decode_frame, read_frame, read_frame_bounded, write_frame, Frame, FrameBudget, FrameError, FrameHeader,
     ReadBounds, FLAG_TAGGED, GROWTH_BYTES_MAX, HEADER_BYTES, MAGIC, VERSION,

@@ -451,6 +451,32 @@ pub enum MetaRequest {
         path: String,
         session: u64,
     },
+    /// `Register` with the server's failure group and incarnation (replication, issue 32).
+    RegisterMember {
+        server: String,
+        targets: Vec<TargetReport>,
+        member: crate::chains::MemberInfo,
+    },
+    /// `Heartbeat` with the server's failure group and incarnation; replies
+    /// `HeartbeatChains` (the delete orders and the server's chains).
+    HeartbeatMember {
+        server: String,
+        targets: Vec<TargetReport>,
+        deleted: Vec<DeleteOrder>,
+        member: crate::chains::MemberInfo,
+    },
+    /// The chain table as `flotilla status` shows it (every chain too with `chains`);
+    /// replies `Chains`.
+    ChainStatus {
+        chains: bool,
+    },
+    /// `Create` of a file whose every subfile has `replicas` copies on targets of distinct
+    /// failure groups (`replicas` 1 is `Create`).
+    CreateReplicated {
+        path: String,
+        spec: CreateSpec,
+        replicas: u32,
+    },
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`
@@ -625,4 +651,11 @@ pub enum MetaReply {
         revokes: Vec<InodeToken>,
         lost: bool,
     },
+    /// Answers `HeartbeatMember`: delete orders, and the server's chains and lease.
+    HeartbeatChains {
+        delete: Vec<DeleteOrder>,
+        view: crate::chains::ChainView,
+    },
+    /// Answers `ChainStatus`.
+    Chains(crate::chains::ChainReport),
 }

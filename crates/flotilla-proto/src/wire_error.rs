@@ -30,6 +30,8 @@ pub enum ErrorCode {
     CrossDevice,
     /// A capability's lifetime ran out: ask the metadata service for a new one and retry.
     CapabilityExpired,
+    /// This build does not do what was asked (yet); the message names what.
+    Unsupported,
 }
 
 impl ErrorCode {
@@ -49,6 +51,7 @@ impl ErrorCode {
             ErrorCode::NameTooLong => 36,
             ErrorCode::NotEmpty => 39,
             ErrorCode::Unavailable => 112,
+            ErrorCode::Unsupported => 95,
         }
     }
 }

@@ -449,6 +449,16 @@ fn meta_request() -> impl Strategy<Value = MetaRequest> {
             .prop_map(|(server, targets)| MetaRequest::Register { server, targets }),
         (text(), prop::collection::vec(target_report(), 0..4), prop::collection::vec(delete_order(), 0..4))
             .prop_map(|(server, targets, deleted)| MetaRequest::Heartbeat { server, targets, deleted }),
+        (text(), prop::collection::vec(target_report(), 0..4), member_info())
+            .prop_map(|(server, targets, member)| MetaRequest::RegisterMember { server, targets, member }),
+        (text(), prop::collection::vec(delete_order(), 0..4), member_info()).prop_map(
+            |(server, deleted, member)| {
+                MetaRequest::HeartbeatMember { server, targets: Vec::new(), deleted, member }
+            }
+        ),
+        any::<bool>().prop_map(|chains| MetaRequest::ChainStatus { chains }),
+        (text(), create_spec(), any::<u32>())
+            .prop_map(|(path, spec, replicas)| MetaRequest::CreateReplicated { path, spec, replicas }),
         id.prop_map(|id| MetaRequest::GetById { id }),
         any::<(u64, u64, i64)>().prop_map(|(id, size_bytes, mtime_ns)| MetaRequest::GrowSize {
             id,
@@ -517,7 +527,78 @@ fn meta_reply() -> impl Strategy<Value = MetaReply> {
         any::<u64>().prop_map(|heartbeat_ms| MetaReply::Registered { heartbeat_ms }),
         prop::collection::vec(delete_order(), 0..4).prop_map(|delete| MetaReply::HeartbeatAck { delete }),
         wire_error().prop_map(MetaReply::Error),
+        (prop::collection::vec(delete_order(), 0..4), chain_view())
+            .prop_map(|(delete, view)| MetaReply::HeartbeatChains { delete, view }),
+        chain_report().prop_map(MetaReply::Chains),
     ]
+}
+
+fn member_info() -> impl Strategy<Value = flotilla_proto::MemberInfo> {
+    (text(), any::<u64>())
+        .prop_map(|(failure_group, incarnation)| flotilla_proto::MemberInfo { failure_group, incarnation })
+}
+
+fn chain_info() -> impl Strategy<Value = flotilla_proto::ChainInfo> {
+    use flotilla_proto::{ChainMember, ChainMemberState};
+    let state = prop_oneof![
+        Just(ChainMemberState::Serving),
+        any::<(u64, bool)>()
+            .prop_map(|(missed_since, full)| ChainMemberState::Syncing { missed_since, full }),
+        any::<(u64, bool)>()
+            .prop_map(|(missed_since, full)| ChainMemberState::Offline { missed_since, full }),
+        Just(ChainMemberState::Dead),
+    ];
+    let member = (target_id(), state).prop_map(|(target, state)| ChainMember { target, state });
+    (any::<u32>(), any::<u64>(), prop::collection::vec(member, 0..4))
+        .prop_map(|(chain, version, members)| flotilla_proto::ChainInfo { chain, version, members })
+}
+
+fn chain_view() -> impl Strategy<Value = flotilla_proto::ChainView> {
+    (any::<u64>(), prop::collection::vec(chain_info(), 0..3))
+        .prop_map(|(lease_ms, chains)| flotilla_proto::ChainView { lease_ms, chains })
+}
+
+fn chain_report() -> impl Strategy<Value = flotilla_proto::ChainReport> {
+    use flotilla_proto::{MemberHealth, TargetChains};
+    let health = prop_oneof![
+        Just(MemberHealth::Up),
+        Just(MemberHealth::Down),
+        Just(MemberHealth::Dead),
+        Just(MemberHealth::Draining),
+        Just(MemberHealth::Unplaced),
+    ];
+    let target = (target_id(), text(), health, any::<(u64, u32, u32)>()).prop_map(
+        |(target, failure_group, health, (incarnation, chains, degraded))| TargetChains {
+            target,
+            failure_group,
+            health,
+            incarnation,
+            chains,
+            degraded,
+        },
+    );
+    (
+        any::<(u32, u32, u32, u32, u32)>(),
+        prop::collection::vec(target, 0..3),
+        prop::collection::vec(chain_info(), 0..3),
+    )
+        .prop_map(
+            |(
+                (replicas, failure_groups, chains_total, chains_degraded, chains_unavailable),
+                targets,
+                chains,
+            )| {
+                flotilla_proto::ChainReport {
+                    replicas,
+                    failure_groups,
+                    chains_total,
+                    chains_degraded,
+                    chains_unavailable,
+                    targets,
+                    chains,
+                }
+            },
+        )
 }
 
 // ---- The passes ---------------------------------------------------------------------------

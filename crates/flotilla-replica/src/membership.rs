@@ -71,6 +71,14 @@ impl Membership {
         Ok(Membership { config, table, health, now_ms })
     }
 
+    /// Remembers `target`'s last incarnation as persisted, so that after a restart of the
+    /// metadata service a server that restarted meanwhile is still seen as restarted.
+    pub fn remember_incarnation(&mut self, target: TargetId, incarnation: Incarnation) {
+        if let Some(health) = self.health.get_mut(&target) {
+            health.incarnation = Some(health.incarnation.map_or(incarnation, |known| known.max(incarnation)));
+        }
+    }
+
     pub fn table(&self) -> &ChainTable {
         &self.table
     }

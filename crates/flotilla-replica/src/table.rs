@@ -48,6 +48,21 @@ impl ChainTable {
         Ok(table)
     }
 
+    /// A table as persisted (`chains` in id order, every target's group), checked against
+    /// the invariants of this module; `None` if they do not hold.
+    pub fn from_parts(
+        replicas: usize,
+        chains: Vec<Chain>,
+        groups: BTreeMap<TargetId, FailureGroup>,
+    ) -> Option<ChainTable> {
+        if replicas == 0 || replicas > crate::placement::REPLICAS_MAX || chains.len() > CHAINS_MAX {
+            return None;
+        }
+        let chains = chains.into_iter().map(|c| (c.id(), c)).collect();
+        let table = ChainTable { replicas, chains, groups };
+        table.check().then_some(table)
+    }
+
     pub fn replicas(&self) -> usize {
         self.replicas
     }

@@ -28,6 +28,9 @@ pub struct ServerConfig {
     pub listen: String,
     /// Address clients should use; defaults to the bound listen address.
     pub advertise: Option<String>,
+    /// What fails together with this server (replication, issue 32): no chain holds two
+    /// targets of one failure group. Default: the host name. 1 to 255 bytes.
+    pub failure_group: Option<String>,
     /// Target specs: `DIR` or `dir:DIR`, or `sim:MODEL:DIR` for a simulated 1990s disk
     /// (`hp97560`, `st31200n`) keeping its data in `DIR` (see `flotilla_store::TargetSpec`).
     pub targets: Vec<PathBuf>,
@@ -235,6 +238,7 @@ impl Default for ServerConfig {
             meta: "127.0.0.1:7770".to_string(),
             listen: "127.0.0.1:0".to_string(),
             advertise: None,
+            failure_group: None,
             targets: Vec::new(),
             limits: Limits::default(),
             workers: 4,

@@ -96,6 +96,8 @@ pub(crate) struct Shared {
     pub capabilities: flotilla_auth::CapabilityKey,
     /// Counters for the metrics and `IoRequest::Stats`; `None` when `metrics` is off.
     pub metrics: Option<ServerMetrics>,
+    /// The chains of this server's targets as the last heartbeat reply told them.
+    pub chains: Arc<crate::membership::HeldChains>,
 }
 
 /// Most bytes of idle request buffers the server keeps for reuse (beyond the data budget

@@ -18,6 +18,7 @@ mod execute;
 mod flush;
 mod flush_plan;
 mod membership;
+pub use membership::{ChainsSnapshot, HeldChains};
 pub mod metrics;
 mod reply_writer;
 pub mod scheduler;

@@ -1,24 +1,75 @@
 //! Registration with the metadata service, heartbeats, and the delete orders that come
-//! back with them.
+//! back with them; and (replication, issue 32) the server's failure group and incarnation
+//! sent with them and the chains and lease the replies hand back, kept in [`HeldChains`].
 
 use crate::execute::Executor;
 use bytes::Bytes;
-use flotilla_proto::{DeleteOrder, MetaReply, MetaRequest, TargetReport};
+use flotilla_proto::{
+    ChainInfo, ChainView, DeleteOrder, ErrorCode, MemberInfo, MetaReply, MetaRequest, TargetReport,
+};
 use flotilla_rpc::{Connection, ConnectionConfig};
+use parking_lot::Mutex;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// What the server declares about itself, and the latest chain view the metadata service
+/// gave it. Nothing reads the chains yet but status and metrics: the chain data path will
+/// fence every request with `flotilla_replica::admit` against them.
+#[derive(Debug)]
+pub struct HeldChains {
+    member: MemberInfo,
+    held: Mutex<Option<(ChainView, Instant)>>,
+}
+
+/// A copy of [`HeldChains`] at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainsSnapshot {
+    pub failure_group: String,
+    pub incarnation: u64,
+    /// The chains of this server's targets, as of the last heartbeat reply.
+    pub chains: Vec<ChainInfo>,
+    /// Whether the lease of the last heartbeat still runs (by this server's clock).
+    pub lease_valid: bool,
+}
+
+impl HeldChains {
+    pub(crate) fn new(member: MemberInfo) -> HeldChains {
+        HeldChains { member, held: Mutex::new(None) }
+    }
+
+    /// Keeps `view`, whose lease runs `view.lease_ms` from `sent` (when the heartbeat left).
+    fn store(&self, view: ChainView, sent: Instant) {
+        let until = sent + Duration::from_millis(view.lease_ms);
+        *self.held.lock() = Some((view, until));
+    }
+
+    pub fn snapshot(&self) -> ChainsSnapshot {
+        let held = self.held.lock();
+        let (chains, lease_valid) = match held.as_ref() {
+            Some((view, until)) => (view.chains.clone(), Instant::now() < *until),
+            None => (Vec::new(), false),
+        };
+        ChainsSnapshot {
+            failure_group: self.member.failure_group.clone(),
+            incarnation: self.member.incarnation,
+            chains,
+            lease_valid,
+        }
+    }
+}
 
 /// Keeps the server registered and heard from until the task is dropped.
 pub(crate) async fn heartbeat_loop(
     (meta, auth): (String, flotilla_auth::ClientAuth),
-    advertise: String,
+    (advertise, held): (String, Arc<HeldChains>),
     executor: Arc<Executor>,
     period: Duration,
 ) {
     let mut acknowledged: Vec<DeleteOrder> = Vec::new();
     loop {
         let config = ConnectionConfig::with_auth(auth.clone());
-        match session((&meta, config), &advertise, &executor, period, &mut acknowledged).await {
+        let me = (advertise.as_str(), held.as_ref());
+        match session((&meta, config), me, &executor, period, &mut acknowledged).await {
             Ok(()) => return,
             Err(error) => {
                 tracing::warn!(meta, %error, "metadata service unreachable; retrying");
@@ -31,28 +82,54 @@ pub(crate) async fn heartbeat_loop(
 /// One connection's worth of registration and heartbeats; returns on a failure.
 async fn session(
     (meta, config): (&str, ConnectionConfig),
-    advertise: &str,
+    (advertise, held): (&str, &HeldChains),
     executor: &Arc<Executor>,
     period: Duration,
     acknowledged: &mut Vec<DeleteOrder>,
 ) -> Result<(), String> {
     let connection = Connection::connect(meta, config).await.map_err(|e| e.to_string())?;
-    let register = MetaRequest::Register { server: advertise.to_string(), targets: reports(executor).await };
-    let period = match call(&connection, &register).await? {
+    let (server, member) = (advertise.to_string(), held.member.clone());
+    let register =
+        MetaRequest::RegisterMember { server: server.clone(), targets: reports(executor).await, member };
+    // A service that predates replication refuses the request as undecodable: register the
+    // old way, and heartbeat the old way for the rest of this connection.
+    let (reply, members) = match call_raw(&connection, &register).await? {
+        MetaReply::Error(error) if error.code == ErrorCode::BadRequest => {
+            let old = MetaRequest::Register { server: server.clone(), targets: reports(executor).await };
+            (call(&connection, &old).await?, false)
+        }
+        reply => (check(reply)?, true),
+    };
+    let period = match reply {
         MetaReply::Registered { heartbeat_ms } if heartbeat_ms > 0 => Duration::from_millis(heartbeat_ms),
         MetaReply::Registered { .. } => period,
         other => return Err(format!("unexpected reply to register: {other:?}")),
     };
-    tracing::info!(meta, advertise, "registered with the metadata service");
+    tracing::info!(
+        meta,
+        advertise,
+        failure_group = held.member.failure_group,
+        "registered with the metadata service"
+    );
     loop {
         tokio::time::sleep(period).await;
-        let heartbeat = MetaRequest::Heartbeat {
-            server: advertise.to_string(),
-            targets: reports(executor).await,
-            deleted: acknowledged.clone(),
+        let (targets, deleted) = (reports(executor).await, acknowledged.clone());
+        let heartbeat = match members {
+            true => MetaRequest::HeartbeatMember {
+                server: server.clone(),
+                targets,
+                deleted,
+                member: held.member.clone(),
+            },
+            false => MetaRequest::Heartbeat { server: server.clone(), targets, deleted },
         };
+        let sent = Instant::now();
         let orders = match call(&connection, &heartbeat).await? {
             MetaReply::HeartbeatAck { delete } => delete,
+            MetaReply::HeartbeatChains { delete, view } => {
+                held.store(view, sent);
+                delete
+            }
             other => return Err(format!("unexpected reply to heartbeat: {other:?}")),
         };
         acknowledged.clear();
@@ -60,9 +137,17 @@ async fn session(
     }
 }
 
-async fn call(connection: &Connection, request: &MetaRequest) -> Result<MetaReply, String> {
+async fn call_raw(connection: &Connection, request: &MetaRequest) -> Result<MetaReply, String> {
     let (reply, _) =
         connection.call::<MetaRequest, MetaReply>(request, Bytes::new()).await.map_err(|e| e.to_string())?;
+    Ok(reply)
+}
+
+async fn call(connection: &Connection, request: &MetaRequest) -> Result<MetaReply, String> {
+    check(call_raw(connection, request).await?)
+}
+
+fn check(reply: MetaReply) -> Result<MetaReply, String> {
     match reply {
         MetaReply::Error(error) => Err(error.to_string()),
         other => Ok(other),

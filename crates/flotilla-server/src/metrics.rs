@@ -211,7 +211,24 @@ impl Collector for ServerCollector {
         encode_store(&mut encoder, &shared.executor.store.stats())?;
         encode_tier(&mut encoder, &shared.executor.store)?;
         let failures = shared.acceptor.failures();
-        write::counter(&mut encoder, "server_auth_failures", "Handshakes refused.", None, failures)
+        write::counter(&mut encoder, "server_auth_failures", "Handshakes refused.", None, failures)?;
+        let chains = shared.chains.snapshot();
+        let held = i64::try_from(chains.chains.len()).unwrap_or(i64::MAX);
+        write::gauge(
+            &mut encoder,
+            "server_chains",
+            "Chains of this server's targets, as the last heartbeat reply gave them.",
+            None,
+            held,
+        )?;
+        let lease = i64::from(chains.lease_valid);
+        write::gauge(
+            &mut encoder,
+            "server_chain_lease_valid",
+            "1 while the lease of the last heartbeat runs.",
+            None,
+            lease,
+        )
     }
 }
 

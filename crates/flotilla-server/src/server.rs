@@ -95,6 +95,7 @@ impl Server {
             ),
             meta_auth: ClientAuth { credential, bounds: auth_bounds(&config) },
             capabilities,
+            chains: Arc::new(crate::membership::HeldChains::new(member_info(&config)?)),
             metrics: config.metrics.then(|| {
                 ServerMetrics::new(executor_targets, config.jobs_max.max(1), config.jobs_listed_max)
             }),
@@ -120,6 +121,12 @@ impl Server {
         Box::new(crate::metrics::collector(&self.shared))
     }
 
+    /// The chains of this server's targets and the lease, as the last heartbeat reply gave
+    /// them (replication, issue 32; the data path's fencing will use them).
+    pub fn chains(&self) -> crate::membership::ChainsSnapshot {
+        self.shared.chains.snapshot()
+    }
+
     /// The address registered with the metadata service.
     pub fn advertise(&self) -> &str {
         &self.advertise
@@ -131,7 +138,8 @@ impl Server {
         let period = Duration::from_millis(self.config.heartbeat_ms.max(10));
         let executor = self.shared.executor.clone();
         let meta = (self.config.meta.clone(), self.shared.meta_auth.clone());
-        let heartbeat = tokio::spawn(heartbeat_loop(meta, self.advertise.clone(), executor, period));
+        let held = self.shared.chains.clone();
+        let heartbeat = tokio::spawn(heartbeat_loop(meta, (self.advertise.clone(), held), executor, period));
         let flusher = tokio::spawn(flush_loop(self.shared.executor.clone(), self.config.dirty_age_max_ms));
         let migration = self.config.archive.as_ref().map(|archive| {
             tokio::spawn(migration_loop(self.shared.executor.clone(), archive.scan_interval_ms))
@@ -363,4 +371,32 @@ async fn flush_loop(executor: Arc<Executor>, dirty_age_max_ms: u64) {
             tracing::error!(%error, "background write-back failed");
         }
     }
+}
+
+/// This server's failure group (`failure_group`, else the host name) and incarnation (its
+/// start time in ms since the Unix epoch: a restart gives a higher one).
+fn member_info(config: &ServerConfig) -> anyhow::Result<flotilla_proto::MemberInfo> {
+    let failure_group = config.failure_group.clone().unwrap_or_else(host_name);
+    let bytes = failure_group.len();
+    anyhow::ensure!(
+        (1..=flotilla_proto::FAILURE_GROUP_BYTES_MAX).contains(&bytes),
+        "failure group {failure_group:?} has {bytes} bytes; it must have 1 to {}",
+        flotilla_proto::FAILURE_GROUP_BYTES_MAX
+    );
+    let incarnation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(1)
+        .max(1);
+    Ok(flotilla_proto::MemberInfo { failure_group, incarnation })
+}
+
+/// The host name (Linux), else `localhost`.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|name| !name.is_empty()))
+        .unwrap_or_else(|| "localhost".to_string())
 }

@@ -34,6 +34,8 @@ pub enum LayoutError {
     Zero { what: &'static str },
     #[error("byte range at {offset} of {length} bytes overflows a 64-bit offset")]
     Overflow { offset: u64, length: u64 },
+    #[error("replica count {replicas} is outside 1..={max}")]
+    Replicas { replicas: u32, max: u32 },
     #[error("cannot parse layout {text:?}: {reason}")]
     Parse { text: String, reason: String },
     #[error("layout {layout}: {what} of {value} is {side} the bound of {bound} ({key})")]
@@ -228,6 +230,9 @@ impl Layout {
     /// take an optional K, M or G suffix (powers of 1024).
     pub fn parse(text: &str) -> Result<Layout, LayoutError> {
         let fail = |reason: &str| LayoutError::Parse { text: text.to_string(), reason: reason.to_string() };
+        if text.contains(',') {
+            return Err(fail("a replica count (`,replicas=N`) is not part of a plain layout; give it where replicated layouts are taken"));
+        }
         let parts: Vec<&str> = text.trim().split(':').collect();
         let number = |index: usize, default: u64| -> Result<u64, LayoutError> {
             parts.get(index).map_or(Ok(default), |part| parse_size(part).ok_or_else(|| fail("bad number")))

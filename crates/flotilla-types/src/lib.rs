@@ -9,6 +9,7 @@ mod ids;
 mod layout;
 mod limits;
 mod name;
+mod replicated;
 
 pub use attr::{Attributes, FileKind, Layout, SetAttr, TimeNs};
 pub use caller::{Caller, CallerError, CallerPolicy, CALLER_GROUPS_MAX, NOBODY_ID};
@@ -19,3 +20,4 @@ pub use layout::{
 };
 pub use limits::{Limits, LimitsError};
 pub use name::{check_fork_name, check_name, split_path, NameError, NAME_BYTES_MAX, PATH_BYTES_MAX};
+pub use replicated::{ReplicatedLayout, REPLICAS_MAX};

@@ -1,0 +1,143 @@
+//! Replication's control plane from the command line (issue 32): the chain report of
+//! `flotilla status` and replicated creates, over a raw metadata connection (the client
+//! library learns replicated files with the data path).
+
+use anyhow::Context;
+use flotilla_proto::{
+    ChainInfo, ChainMemberState, ChainReport, CreateSpec, MemberHealth, MetaReply, MetaRequest, TargetChains,
+};
+use flotilla_rpc::{Connection, ConnectionConfig};
+use flotilla_types::{ReplicatedLayout, TargetId};
+use std::collections::BTreeMap;
+
+/// Sends one request to the metadata service at `meta` with the client credential.
+fn call(meta: &str, request: &MetaRequest) -> anyhow::Result<MetaReply> {
+    let key = crate::keys::client_key();
+    let credential = flotilla_auth::load_credential(key.as_deref(), "flotilla", flotilla_auth::Role::Client)?;
+    let bounds = flotilla_auth::AuthBounds { integrity: crate::keys::integrity(), ..Default::default() };
+    let auth = flotilla_auth::ClientAuth { credential, bounds };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let connection = Connection::connect(meta, ConnectionConfig::with_auth(auth))
+            .await
+            .context("connect to the metadata service")?;
+        let (reply, _) = connection.call::<MetaRequest, MetaReply>(request, bytes::Bytes::new()).await?;
+        Ok(reply)
+    })
+}
+
+/// The chain report, or `None` from a service that predates chains.
+pub fn report(meta: &str, with_chains: bool) -> anyhow::Result<Option<ChainReport>> {
+    match call(meta, &MetaRequest::ChainStatus { chains: with_chains })? {
+        MetaReply::Chains(report) => Ok(Some(report)),
+        MetaReply::Error(error) if error.code == flotilla_proto::ErrorCode::BadRequest => Ok(None),
+        MetaReply::Error(error) => Err(error.into()),
+        other => anyhow::bail!("unexpected reply to a chain status: {other:?}"),
+    }
+}
+
+/// Creates `path` with `spec` and `layout.replicas` copies of every subfile; the service
+/// refuses (too few failure groups; no replicated data path in this build yet).
+pub fn create_replicated(
+    meta: &str,
+    path: &str,
+    spec: CreateSpec,
+    layout: ReplicatedLayout,
+) -> anyhow::Result<()> {
+    let request = MetaRequest::CreateReplicated { path: path.to_string(), spec, replicas: layout.replicas };
+    match call(meta, &request)? {
+        MetaReply::Entry(_) => anyhow::bail!(
+            "{path} was created with {layout}, but this client cannot write replicated files yet"
+        ),
+        MetaReply::Error(error) => Err(anyhow::Error::from(error).context(format!("create {path}"))),
+        other => anyhow::bail!("unexpected reply to a create: {other:?}"),
+    }
+}
+
+fn health_name(health: MemberHealth) -> &'static str {
+    match health {
+        MemberHealth::Up => "up",
+        MemberHealth::Down => "down",
+        MemberHealth::Dead => "dead",
+        MemberHealth::Draining => "draining",
+        MemberHealth::Unplaced => "unplaced",
+    }
+}
+
+/// The chain fields of each target's status line, by target.
+pub fn target_fields(report: &ChainReport) -> BTreeMap<TargetId, String> {
+    let field = |t: &TargetChains| {
+        format!(
+            "group={} health={} chains={} degraded={}",
+            quote(&t.failure_group),
+            health_name(t.health),
+            t.chains,
+            t.degraded
+        )
+    };
+    report.targets.iter().map(|t| (t.target, field(t))).collect()
+}
+
+/// The summary line and, when listed, one line per chain.
+pub fn summary_lines(report: &ChainReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "chains={} degraded={} unavailable={} replicas={} failure_groups={}",
+        report.chains_total,
+        report.chains_degraded,
+        report.chains_unavailable,
+        report.replicas,
+        report.failure_groups
+    )];
+    lines.extend(report.chains.iter().map(chain_line));
+    lines
+}
+
+fn chain_line(chain: &ChainInfo) -> String {
+    let members: Vec<String> = chain
+        .members
+        .iter()
+        .map(|m| {
+            let state = match m.state {
+                ChainMemberState::Serving => "serving".to_string(),
+                ChainMemberState::Syncing { missed_since, .. } => format!("syncing@{missed_since}"),
+                ChainMemberState::Offline { missed_since, .. } => format!("offline@{missed_since}"),
+                ChainMemberState::Dead => "dead".to_string(),
+            };
+            format!("{}:{state}", m.target)
+        })
+        .collect();
+    format!("chain={} version={} members={}", chain.chain, chain.version, members.join(","))
+}
+
+/// The report as JSON (under `"chain_table"` of `status --json`).
+pub fn json(report: &ChainReport) -> serde_json::Value {
+    let targets: Vec<serde_json::Value> = report
+        .targets
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "target": t.target.to_string(), "failure_group": t.failure_group,
+                "health": health_name(t.health), "incarnation": t.incarnation,
+                "chains": t.chains, "degraded": t.degraded,
+            })
+        })
+        .collect();
+    let chains: Vec<serde_json::Value> = report
+        .chains
+        .iter()
+        .map(|c| serde_json::json!({ "chain": c.chain, "version": c.version, "line": chain_line(c) }))
+        .collect();
+    serde_json::json!({
+        "replicas": report.replicas, "failure_groups": report.failure_groups,
+        "chains": report.chains_total, "degraded": report.chains_degraded,
+        "unavailable": report.chains_unavailable, "targets": targets, "list": chains,
+    })
+}
+
+fn quote(text: &str) -> String {
+    if text.chars().any(|c| c.is_whitespace() || c == '"') {
+        format!("{text:?}")
+    } else {
+        text.to_string()
+    }
+}

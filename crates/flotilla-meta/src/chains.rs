@@ -1,0 +1,612 @@
+//! Replication's control plane (issue 32): the chain table, kept durably in the namespace
+//! and changed only by the `flotilla_replica::Membership` engine, which heartbeats and a
+//! periodic tick drive.
+//!
+//! - Targets declare their failure group and their server's incarnation with every
+//!   `RegisterMember`/`HeartbeatMember`; a new target's group is recorded durably.
+//! - The table is built (`ChainTable::build`, `chain_replicas` members per chain) once the
+//!   known targets span `chain_replicas` failure groups, and extended by `add_target` for
+//!   every target after that.
+//! - **Every chain change is written to the namespace before anyone hears of it**: the
+//!   engine runs under one lock, its changed chains are committed durably under that lock,
+//!   and heartbeat replies and status read the table under the same lock. A failed write
+//!   reloads the engine from what is durable, so memory never runs ahead of the disk.
+//! - Heartbeat replies carry the chains of the server's targets (ids, versions, members)
+//!   and the lease, for the servers' fencing (`admit`); servers only keep them for now.
+//! - Creating a replicated file is refused: first when fewer failure groups than replicas
+//!   are live (naming both), then because the data path is not built
+//!   ([`replicated_writes_supported`], the one switch to turn when it is).
+
+use flotilla_namespace::{ChainChange, ChainTarget, Namespace};
+use flotilla_proto::{
+    ChainInfo, ChainMember, ChainMemberState, ChainReport, ChainView, ErrorCode, MemberHealth, MemberInfo,
+    TargetChains, TargetReport, WireError,
+};
+use flotilla_replica::{
+    Chain, ChainId, ChainTable, Command, Event, FailureGroup, Incarnation, MemberState, Membership,
+    MembershipConfig, PlacementError,
+};
+use flotilla_types::{ReplicatedLayout, TargetId};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Whether this build writes replicated files: false until the chain data path (server
+/// forwarding, client head and read selection) exists. The one switch for it.
+pub(crate) const fn replicated_writes_supported() -> bool {
+    false
+}
+
+/// Why a replicated create is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ReplicaRefusal {
+    #[error("layout {layout}: {source}")]
+    Groups { layout: String, source: PlacementError },
+    #[error(
+        "layout {layout}: replicated writes are not supported by this build yet (the chain data path is \
+         not built); create the file with replicas=1"
+    )]
+    WritesUnsupported { layout: String },
+}
+
+impl ReplicaRefusal {
+    pub(crate) fn wire(&self) -> WireError {
+        let code = match self {
+            ReplicaRefusal::Groups { .. } => ErrorCode::InvalidArgument,
+            ReplicaRefusal::WritesUnsupported { .. } => ErrorCode::Unsupported,
+        };
+        WireError::new(code, self.to_string())
+    }
+}
+
+/// The chain settings of `[meta]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChainSettings {
+    pub membership: MembershipConfig,
+    /// Members per chain of the table.
+    pub replicas: usize,
+    pub chains_per_target: usize,
+}
+
+/// Gauges of the chain table, for the metrics endpoint.
+#[derive(Debug, Default)]
+pub(crate) struct ChainGauges {
+    pub chains: AtomicU64,
+    pub degraded: AtomicU64,
+    pub unavailable: AtomicU64,
+    pub targets_down: AtomicU64,
+    pub targets_dead: AtomicU64,
+}
+
+struct Inner {
+    engine: Option<Membership>,
+    /// Every target ever declared, with its group and last incarnation (as persisted).
+    targets: BTreeMap<TargetId, ChainTarget>,
+    /// Targets declared in another group than recorded (warned about once).
+    regrouped: BTreeSet<TargetId>,
+}
+
+/// The chain table and its engine.
+pub(crate) struct Chains {
+    inner: Mutex<Inner>,
+    settings: ChainSettings,
+    /// The engine's clock: milliseconds since this service started (monotonic).
+    epoch: Instant,
+    pub gauges: Arc<ChainGauges>,
+}
+
+impl Chains {
+    /// Loads the table kept in `namespace` (none in a new database).
+    pub fn load(namespace: &Namespace, settings: ChainSettings) -> Result<Chains, WireError> {
+        let invalid = |e: flotilla_replica::ConfigError| {
+            WireError::new(ErrorCode::InvalidArgument, format!("[meta] {e}"))
+        };
+        settings.membership.validate().map_err(invalid)?;
+        let chains = Chains {
+            inner: Mutex::new(Inner { engine: None, targets: BTreeMap::new(), regrouped: BTreeSet::new() }),
+            settings,
+            epoch: Instant::now(),
+            gauges: Arc::default(),
+        };
+        let inner = chains.load_inner(namespace)?;
+        *chains.inner.lock() = inner;
+        chains.update_gauges(&chains.inner.lock());
+        Ok(chains)
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn load_inner(&self, namespace: &Namespace) -> Result<Inner, WireError> {
+        let stored = namespace.chain_table().map_err(crate::handle::wire)?;
+        let targets = stored.targets;
+        let engine = match stored.replicas {
+            Some(replicas) if !stored.chains.is_empty() => {
+                if replicas as usize != self.settings.replicas {
+                    tracing::warn!(
+                        stored = replicas,
+                        configured = self.settings.replicas,
+                        "the chain table keeps the replica count it was built with; chain_replicas ignored"
+                    );
+                }
+                let groups = targets.iter().map(|(&t, r)| (t, r.group.clone())).collect();
+                let table = ChainTable::from_parts(replicas as usize, stored.chains, groups)
+                    .ok_or_else(|| corrupt("the stored chain table breaks its invariants"))?;
+                let mut engine = Membership::new(self.settings.membership, table, self.now_ms())
+                    .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+                for (&target, record) in &targets {
+                    if let Some(incarnation) = record.incarnation {
+                        engine.remember_incarnation(target, incarnation);
+                    }
+                }
+                Some(engine)
+            }
+            _ => None,
+        };
+        Ok(Inner { engine, targets, regrouped: BTreeSet::new() })
+    }
+
+    /// A registration or heartbeat of `reports` from a server declaring `member`: records
+    /// new targets and incarnations, drives the engine, builds or extends the table, and
+    /// commits every change before returning.
+    pub fn report(
+        &self,
+        namespace: &Namespace,
+        reports: &[TargetReport],
+        member: &MemberInfo,
+    ) -> Result<(), WireError> {
+        let group = failure_group(&member.failure_group)?;
+        let incarnation = Incarnation(member.incarnation);
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let (mut changed_targets, mut commands) = (BTreeSet::new(), Vec::new());
+        let now_ms = self.now_ms();
+        for report in reports {
+            if self.note_target(inner, report.target, (&group, incarnation)) {
+                changed_targets.insert(report.target);
+            }
+            commands.extend(self.drive(inner, report, incarnation, now_ms));
+        }
+        let built = if inner.engine.is_none() { self.try_build(inner, now_ms) } else { None };
+        let outcome = self.commit(namespace, inner, &commands, &changed_targets, built);
+        self.settle(namespace, inner, outcome)
+    }
+
+    /// Records `target`'s group (the first one declared stays) and a higher incarnation;
+    /// true if its record changed.
+    fn note_target(
+        &self,
+        inner: &mut Inner,
+        target: TargetId,
+        (group, incarnation): (&FailureGroup, Incarnation),
+    ) -> bool {
+        let mut changed = false;
+        let record = inner.targets.entry(target).or_insert_with(|| {
+            changed = true;
+            ChainTarget { group: group.clone(), incarnation: None }
+        });
+        if record.group != *group && inner.regrouped.insert(target) {
+            tracing::warn!(%target, recorded = %record.group, declared = %group,
+                "a target keeps the failure group it was first declared in");
+        }
+        if record.incarnation.is_none_or(|known| known < incarnation) {
+            record.incarnation = Some(incarnation);
+            changed = true;
+        }
+        changed
+    }
+
+    /// The engine's part of one target's report: the target joins the table if it is new,
+    /// and its heartbeat counts unless the target lost its contents.
+    fn drive(
+        &self,
+        inner: &mut Inner,
+        report: &TargetReport,
+        incarnation: Incarnation,
+        now_ms: u64,
+    ) -> Vec<Command> {
+        let target = report.target;
+        let group = inner.targets.get(&target).map(|r| r.group.clone());
+        let (Some(engine), Some(group)) = (inner.engine.as_mut(), group) else { return Vec::new() };
+        let mut commands = Vec::new();
+        if engine.table().group_of(target).is_none() {
+            match engine.add_target(target, group, self.settings.chains_per_target, now_ms) {
+                Ok(added) => commands.extend(added),
+                Err(error) => tracing::warn!(%target, %error, "cannot add the target to the chain table"),
+            }
+        }
+        if !report.lost {
+            commands.extend(engine.handle(Event::Heartbeat { target, incarnation, at_ms: now_ms }));
+        }
+        commands
+    }
+
+    /// Builds the table once the known targets span `replicas` failure groups.
+    fn try_build(&self, inner: &mut Inner, now_ms: u64) -> Option<u32> {
+        let groups: BTreeMap<TargetId, FailureGroup> =
+            inner.targets.iter().map(|(&t, r)| (t, r.group.clone())).collect();
+        let distinct = groups.values().collect::<BTreeSet<_>>().len();
+        if distinct < self.settings.replicas {
+            return None;
+        }
+        let table = match ChainTable::build(groups, self.settings.replicas, self.settings.chains_per_target) {
+            Ok(table) => table,
+            Err(error) => {
+                tracing::warn!(%error, "cannot build the chain table");
+                return None;
+            }
+        };
+        let mut engine = Membership::new(self.settings.membership, table, now_ms).ok()?;
+        for (&target, record) in &inner.targets {
+            if let Some(incarnation) = record.incarnation {
+                engine.remember_incarnation(target, incarnation);
+            }
+        }
+        tracing::info!(
+            chains = engine.table().chains().count(),
+            replicas = self.settings.replicas,
+            "chain table built"
+        );
+        inner.engine = Some(engine);
+        Some(self.settings.replicas as u32)
+    }
+
+    /// Time passed: fences silent members, declares dead ones, and commits the changes.
+    pub fn tick(&self, namespace: &Namespace) -> Result<(), WireError> {
+        let mut inner = self.inner.lock();
+        let now_ms = self.now_ms();
+        let Some(engine) = inner.engine.as_mut() else { return Ok(()) };
+        let commands = engine.handle(Event::Tick { at_ms: now_ms });
+        let outcome = self.commit(namespace, &inner, &commands, &BTreeSet::new(), None);
+        self.settle(namespace, &mut inner, outcome)
+    }
+
+    /// Writes the chains `commands` changed (whole table when `built`) and the changed
+    /// target records, in one durable transaction.
+    fn commit(
+        &self,
+        namespace: &Namespace,
+        inner: &Inner,
+        commands: &[Command],
+        changed_targets: &BTreeSet<TargetId>,
+        built: Option<u32>,
+    ) -> Result<(), WireError> {
+        let changed: BTreeSet<ChainId> = commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::ChainChanged { chain, .. } => Some(*chain),
+                _ => None,
+            })
+            .collect();
+        if changed.is_empty() && changed_targets.is_empty() && built.is_none() {
+            return Ok(());
+        }
+        let chains: Vec<&Chain> = match inner.engine.as_ref() {
+            Some(engine) if built.is_some() => engine.table().chains().collect(),
+            Some(engine) => changed.iter().filter_map(|id| engine.table().chain(*id)).collect(),
+            None => Vec::new(),
+        };
+        let targets: Vec<(TargetId, &ChainTarget)> =
+            changed_targets.iter().filter_map(|t| inner.targets.get(t).map(|r| (*t, r))).collect();
+        namespace
+            .record_chains(ChainChange { replicas: built, chains: &chains, targets: &targets })
+            .map_err(crate::handle::wire)?;
+        for command in commands {
+            log_command(command);
+        }
+        Ok(())
+    }
+
+    /// After a commit: on failure, the engine is reloaded from what is durable.
+    fn settle(
+        &self,
+        namespace: &Namespace,
+        inner: &mut Inner,
+        outcome: Result<(), WireError>,
+    ) -> Result<(), WireError> {
+        if let Err(error) = outcome {
+            tracing::error!(%error, "cannot record a chain change; reloading the chain table");
+            match self.load_inner(namespace) {
+                Ok(reloaded) => *inner = reloaded,
+                Err(reload) => tracing::error!(%reload, "cannot reload the chain table"),
+            }
+            self.update_gauges(inner);
+            return Err(error);
+        }
+        self.update_gauges(inner);
+        Ok(())
+    }
+
+    /// The chains of `targets` and the lease a heartbeat earns.
+    pub fn view_for(&self, targets: &[TargetReport]) -> ChainView {
+        let inner = self.inner.lock();
+        let lease_ms = self.settings.membership.lease_ms;
+        let Some(engine) = inner.engine.as_ref() else { return ChainView { lease_ms, chains: Vec::new() } };
+        let mine: BTreeSet<TargetId> = targets.iter().map(|r| r.target).collect();
+        let chains = engine
+            .table()
+            .chains()
+            .filter(|c| c.members().iter().any(|m| mine.contains(&m.target)))
+            .map(chain_info)
+            .collect();
+        ChainView { lease_ms, chains }
+    }
+
+    /// The report of `ChainStatus`.
+    pub fn report_status(&self, with_chains: bool) -> ChainReport {
+        let inner = self.inner.lock();
+        let failure_groups = inner.targets.values().map(|r| &r.group).collect::<BTreeSet<_>>().len();
+        let Some(engine) = inner.engine.as_ref() else {
+            let targets = inner.targets.iter().map(|(&t, r)| unplaced(t, r)).collect();
+            return ChainReport { failure_groups: failure_groups as u32, targets, ..ChainReport::default() };
+        };
+        let table = engine.table();
+        let replicas = table.replicas();
+        let degraded = |c: &Chain| c.serving_count() < replicas;
+        let targets = inner
+            .targets
+            .iter()
+            .map(|(&target, record)| {
+                if table.group_of(target).is_none() {
+                    return unplaced(target, record);
+                }
+                let mine: Vec<&Chain> = table.chains().filter(|c| c.state_of(target).is_some()).collect();
+                TargetChains {
+                    target,
+                    failure_group: record.group.to_string(),
+                    health: health_of(engine, target),
+                    incarnation: record.incarnation.map_or(0, |i| i.0),
+                    chains: mine.len() as u32,
+                    degraded: mine.iter().filter(|c| degraded(c)).count() as u32,
+                }
+            })
+            .collect();
+        let counts = counts(engine);
+        ChainReport {
+            replicas: replicas as u32,
+            failure_groups: failure_groups as u32,
+            chains_total: counts.0,
+            chains_degraded: counts.1,
+            chains_unavailable: counts.2,
+            targets,
+            chains: if with_chains { table.chains().map(chain_info).collect() } else { Vec::new() },
+        }
+    }
+
+    /// Refuses a create of `layout` (with more than one replica) over the targets `live`.
+    pub fn check_create(&self, layout: &ReplicatedLayout, live: &[TargetId]) -> Result<(), ReplicaRefusal> {
+        if !layout.is_replicated() {
+            return Ok(());
+        }
+        let inner = self.inner.lock();
+        let have =
+            live.iter().filter_map(|t| inner.targets.get(t)).map(|r| &r.group).collect::<BTreeSet<_>>().len();
+        let wanted = layout.replicas as usize;
+        if have < wanted {
+            let source = PlacementError::NotEnoughFailureGroups { wanted, have };
+            return Err(ReplicaRefusal::Groups { layout: layout.to_string(), source });
+        }
+        if !replicated_writes_supported() {
+            return Err(ReplicaRefusal::WritesUnsupported { layout: layout.to_string() });
+        }
+        Ok(())
+    }
+
+    fn update_gauges(&self, inner: &Inner) {
+        let g = &self.gauges;
+        let Some(engine) = inner.engine.as_ref() else { return };
+        let (total, degraded, unavailable) = counts(engine);
+        g.chains.store(u64::from(total), Ordering::Relaxed);
+        g.degraded.store(u64::from(degraded), Ordering::Relaxed);
+        g.unavailable.store(u64::from(unavailable), Ordering::Relaxed);
+        let health: Vec<MemberHealth> = inner.targets.keys().map(|&t| health_of(engine, t)).collect();
+        let count = |h: MemberHealth| health.iter().filter(|&&x| x == h).count() as u64;
+        g.targets_down.store(count(MemberHealth::Down), Ordering::Relaxed);
+        g.targets_dead.store(count(MemberHealth::Dead), Ordering::Relaxed);
+    }
+}
+
+/// (chains, degraded, unavailable) of the engine's table.
+fn counts(engine: &Membership) -> (u32, u32, u32) {
+    let table = engine.table();
+    let replicas = table.replicas();
+    let reachable = |t: TargetId| engine.health(t).is_some_and(|h| !h.down && !h.dead);
+    let (mut total, mut degraded, mut unavailable) = (0, 0, 0);
+    for chain in table.chains() {
+        total += 1;
+        degraded += u32::from(chain.serving_count() < replicas);
+        unavailable += u32::from(!chain.serving().any(reachable));
+    }
+    (total, degraded, unavailable)
+}
+
+fn health_of(engine: &Membership, target: TargetId) -> MemberHealth {
+    match engine.health(target) {
+        None => MemberHealth::Unplaced,
+        Some(h) if h.dead => MemberHealth::Dead,
+        Some(h) if h.draining => MemberHealth::Draining,
+        Some(h) if h.down => MemberHealth::Down,
+        Some(_) => MemberHealth::Up,
+    }
+}
+
+fn unplaced(target: TargetId, record: &ChainTarget) -> TargetChains {
+    TargetChains {
+        target,
+        failure_group: record.group.to_string(),
+        health: MemberHealth::Unplaced,
+        incarnation: record.incarnation.map_or(0, |i| i.0),
+        chains: 0,
+        degraded: 0,
+    }
+}
+
+fn chain_info(chain: &Chain) -> ChainInfo {
+    let members = chain
+        .members()
+        .iter()
+        .map(|m| ChainMember {
+            target: m.target,
+            state: match m.state {
+                MemberState::Serving => ChainMemberState::Serving,
+                MemberState::Syncing { missed_since, full } => {
+                    ChainMemberState::Syncing { missed_since: missed_since.0, full }
+                }
+                MemberState::Offline { missed_since, full } => {
+                    ChainMemberState::Offline { missed_since: missed_since.0, full }
+                }
+                MemberState::Dead => ChainMemberState::Dead,
+            },
+        })
+        .collect();
+    ChainInfo { chain: chain.id().0, version: chain.version().0, members }
+}
+
+fn log_command(command: &Command) {
+    match command {
+        Command::ChainChanged { chain, version, members } => {
+            tracing::info!(%chain, %version, ?members, "chain changed");
+        }
+        other => tracing::info!(?other, "chain command (no data path yet: nothing runs it)"),
+    }
+}
+
+/// A declared failure group: 1 to 255 bytes, no control characters (it is shown in status
+/// lines and logs).
+fn failure_group(name: &str) -> Result<FailureGroup, WireError> {
+    let refuse =
+        |why: String| WireError::new(ErrorCode::BadRequest, format!("failure group {name:?}: {why}"));
+    if name.chars().any(char::is_control) {
+        return Err(refuse("has a control character".into()));
+    }
+    FailureGroup::new(name).map_err(|e| refuse(e.to_string()))
+}
+
+fn corrupt(message: &str) -> WireError {
+    WireError::new(ErrorCode::Io, message.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> ChainSettings {
+        let membership = MembershipConfig {
+            lease_ms: 100,
+            clock_margin_ms: 10,
+            fence_after_ms: 200,
+            dead_after_ms: 60_000,
+        };
+        ChainSettings { membership, replicas: 2, chains_per_target: 2 }
+    }
+
+    fn report(target: u64) -> TargetReport {
+        TargetReport { target: TargetId(target), used_bytes: 0, free_bytes: 1, lost: false }
+    }
+
+    fn member(group: &str, incarnation: u64) -> MemberInfo {
+        MemberInfo { failure_group: group.into(), incarnation }
+    }
+
+    #[test]
+    fn the_table_is_built_with_enough_groups_and_survives_a_reload() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        chains.report(&ns, &[report(1)], &member("a", 5)).unwrap();
+        assert_eq!(chains.report_status(false).replicas, 0, "one group: no table yet");
+        chains.report(&ns, &[report(2)], &member("b", 6)).unwrap();
+        let status = chains.report_status(true);
+        assert_eq!(status.replicas, 2);
+        assert!(status.chains_total >= 2 && status.chains_degraded == 0, "{status:?}");
+        assert!(!chains.view_for(&[report(1)]).chains.is_empty());
+        let again = Chains::load(&ns, settings()).unwrap();
+        assert_eq!(again.report_status(true).chains, status.chains);
+        assert_eq!(again.report_status(true).targets[0].incarnation, 5);
+    }
+
+    #[test]
+    fn a_silent_member_goes_offline_with_a_version_bump_that_is_durable() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        chains.report(&ns, &[report(1)], &member("a", 5)).unwrap();
+        chains.report(&ns, &[report(2)], &member("b", 6)).unwrap();
+        let before = chains.report_status(true).chains;
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        chains.report(&ns, &[report(1)], &member("a", 5)).unwrap();
+        chains.tick(&ns).unwrap();
+        let after = chains.report_status(true);
+        assert_eq!(after.targets[1].health, MemberHealth::Down);
+        assert!(after.chains.iter().zip(&before).all(|(a, b)| a.version > b.version), "{after:?}");
+        let reloaded = Chains::load(&ns, settings()).unwrap().report_status(true);
+        assert_eq!(reloaded.chains, after.chains);
+    }
+
+    #[test]
+    fn a_server_restart_during_a_meta_restart_is_still_seen_from_the_persisted_incarnation() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        chains.report(&ns, &[report(1)], &member("a", 5)).unwrap();
+        chains.report(&ns, &[report(2)], &member("b", 6)).unwrap();
+        let before = chains.report_status(true).chains;
+        drop(chains);
+        let reloaded = Chains::load(&ns, settings()).unwrap();
+        reloaded.report(&ns, &[report(1)], &member("a", 5)).unwrap();
+        assert_eq!(reloaded.report_status(true).chains, before, "same incarnation: nothing changes");
+        reloaded.report(&ns, &[report(2)], &member("b", 7)).unwrap();
+        let after = reloaded.report_status(true).chains;
+        for (old, new) in before.iter().zip(&after) {
+            assert_eq!(new.version, old.version + 1, "{after:?}");
+            let b = new.members.iter().find(|m| m.target == TargetId(2)).unwrap();
+            assert!(
+                matches!(b.state, ChainMemberState::Offline { .. }),
+                "restarted: left its chains {after:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_target_added_later_gets_chains_of_its_own_durably() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        chains.report(&ns, &[report(1)], &member("a", 1)).unwrap();
+        chains.report(&ns, &[report(2)], &member("b", 1)).unwrap();
+        let built = chains.report_status(false).chains_total;
+        chains.report(&ns, &[report(3)], &member("c", 1)).unwrap();
+        let extended = chains.report_status(true);
+        assert_eq!(extended.chains_total, built + 2, "chains_per_target new chains: {extended:?}");
+        assert_eq!(extended.targets[2].chains, 2);
+        assert_eq!(ns.chain_table().unwrap().chains.len(), extended.chains.len());
+    }
+
+    #[test]
+    fn a_bad_failure_group_is_refused_and_records_nothing() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        for bad in [String::new(), "g".repeat(256), "a\nb".into()] {
+            let refused = chains.report(&ns, &[report(1)], &member(&bad, 1)).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::BadRequest);
+            assert!(refused.message.contains("failure group"), "{refused:?}");
+        }
+        assert!(ns.chain_table().unwrap().targets.is_empty());
+    }
+
+    #[test]
+    fn replicated_creates_name_the_group_shortfall_then_the_missing_data_path() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        chains.report(&ns, &[report(1)], &member("a", 1)).unwrap();
+        chains.report(&ns, &[report(2)], &member("b", 1)).unwrap();
+        let live = [TargetId(1), TargetId(2)];
+        let three = ReplicatedLayout::parse("stripe:1M,replicas=3").unwrap();
+        let refused = chains.check_create(&three, &live).unwrap_err().to_string();
+        assert!(refused.contains("3 replicas need 3 distinct failure groups, but only 2"), "{refused}");
+        let two = ReplicatedLayout::parse("stripe:1M,replicas=2").unwrap();
+        let refused = chains.check_create(&two, &live).unwrap_err();
+        assert_eq!(refused.wire().code, ErrorCode::Unsupported);
+        assert!(refused.to_string().contains("stripe:1M:0,replicas=2"), "{refused}");
+        assert!(chains.check_create(&ReplicatedLayout::parse("stripe:1M").unwrap(), &live).is_ok());
+    }
+}
