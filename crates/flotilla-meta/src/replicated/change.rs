@@ -355,8 +355,8 @@ impl NamespaceChange {
 pub struct ReplyEntry {
     pub id: u64,
     pub attrs: Attributes,
-    /// A file's layout and targets.
-    pub file: Option<(Layout, Vec<TargetId>)>,
+    /// A file's layout, targets and replica count.
+    pub file: Option<(Layout, Vec<TargetId>, u32)>,
     pub symlink_target: Option<String>,
     pub default_layout: Option<Layout>,
 }
@@ -366,7 +366,7 @@ impl From<Entry> for ReplyEntry {
         ReplyEntry {
             id: e.id,
             attrs: e.attrs,
-            file: e.file.map(|f| (f.layout, f.targets)),
+            file: e.file.map(|f| (f.layout, f.targets, f.replicas)),
             symlink_target: e.symlink_target,
             default_layout: e.default_layout,
         }
@@ -380,7 +380,12 @@ impl ReplyEntry {
         Entry {
             id,
             attrs: self.attrs,
-            file: self.file.map(|(layout, targets)| FileRecord { id: FileId(id), layout, targets }),
+            file: self.file.map(|(layout, targets, replicas)| FileRecord {
+                id: FileId(id),
+                layout,
+                targets,
+                replicas,
+            }),
             symlink_target: self.symlink_target,
             default_layout: self.default_layout,
         }
