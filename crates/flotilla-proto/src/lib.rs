@@ -42,6 +42,7 @@ pub use meta::{
     TokenMode, TokenRevoke, INODE_TOKENS_PER_REQUEST_MAX, NAME_BYTES_MAX, READDIR_ENTRIES_MAX,
     TOKEN_EVENTS_MAX,
 };
+pub use meta::{HeldLock, RECLAIM_LOCKS_MAX};
 pub use wire_error::{ErrorCode, WireError};
 
 /// Encodes a message body with postcard.

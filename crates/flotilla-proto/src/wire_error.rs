@@ -30,6 +30,12 @@ pub enum ErrorCode {
     CrossDevice,
     /// A capability's lifetime ran out: ask the metadata service for a new one and retry.
     CapabilityExpired,
+    /// The metadata service is in its lock grace period after a restart (holders reclaim
+    /// their locks; nothing new is granted): ask again shortly.
+    Recovering,
+    /// A reclaimed lock is not held for the session: the grace period was over, or it
+    /// conflicts with another owner's lock, or its file is not open by the session.
+    LockLost,
 }
 
 impl ErrorCode {
@@ -49,6 +55,8 @@ impl ErrorCode {
             ErrorCode::NameTooLong => 36,
             ErrorCode::NotEmpty => 39,
             ErrorCode::Unavailable => 112,
+            ErrorCode::Recovering => 11,
+            ErrorCode::LockLost => 37,
         }
     }
 }
