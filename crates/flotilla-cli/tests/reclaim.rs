@@ -127,5 +127,8 @@ fn a_lock_of_a_mount_killed_during_the_outage_is_not_reclaimed() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let waited = restarted.elapsed();
-    assert!(waited >= Duration::from_millis(RECLAIM_MS), "granted {waited:?} after the restart, inside the grace period");
+    assert!(
+        waited >= Duration::from_millis(RECLAIM_MS),
+        "granted {waited:?} after the restart, inside the grace period"
+    );
 }

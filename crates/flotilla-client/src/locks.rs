@@ -169,7 +169,9 @@ impl Client {
         pid: u32,
         wait_ms: u64,
     ) -> Result<Option<LockInfo>, ClientError> {
-        self.recovering_retried(|| self.block_on(set_recorded(&self.core, id, owner, kind, range, pid, wait_ms)))
+        self.recovering_retried(|| {
+            self.block_on(set_recorded(&self.core, id, owner, kind, range, pid, wait_ms))
+        })
     }
 
     /// The first lock of another owner that would conflict with `kind` on `start..=end`.
@@ -205,7 +207,9 @@ impl Client {
         let limit = Duration::from_millis(self.core.transport.outage.wait_ms);
         loop {
             match call() {
-                Err(ClientError::Meta(error)) if error.code == ErrorCode::Recovering && started.elapsed() < limit => {
+                Err(ClientError::Meta(error))
+                    if error.code == ErrorCode::Recovering && started.elapsed() < limit =>
+                {
                     tracing::debug!(%error, "lock request during the grace period; asking again");
                     std::thread::sleep(Duration::from_millis(RECOVERING_PAUSE_MS));
                 }

@@ -424,14 +424,21 @@ impl State {
         if locks.len() > flotilla_proto::RECLAIM_LOCKS_MAX {
             return Err(WireError::new(
                 ErrorCode::OverLimit,
-                format!("{} locks in one reclaim, the limit is {}", locks.len(), flotilla_proto::RECLAIM_LOCKS_MAX),
+                format!(
+                    "{} locks in one reclaim, the limit is {}",
+                    locks.len(),
+                    flotilla_proto::RECLAIM_LOCKS_MAX
+                ),
             ));
         }
         let opens = self.opens.lock();
         if let Some(lock) = locks.iter().find(|lock| !opens.holds(session, lock.id)) {
             return Err(WireError::new(
                 ErrorCode::LockLost,
-                format!("cannot reclaim a lock on file {}: session {session:#x} does not have it open", lock.id),
+                format!(
+                    "cannot reclaim a lock on file {}: session {session:#x} does not have it open",
+                    lock.id
+                ),
             ));
         }
         // Held while the locks go in, so the sweeper cannot end the session in between.

@@ -195,7 +195,8 @@ impl LockTable {
                 continue;
             }
             if let Some(holder) = self.conflict(lock.id, owner, write, lock.start, lock.end) {
-                let why = format!("conflicts with a {:?} lock on {}..={}", holder.kind, holder.start, holder.end);
+                let why =
+                    format!("conflicts with a {:?} lock on {}..={}", holder.kind, holder.start, holder.end);
                 return Err(lost(session, lock, &why));
             }
             let clash = locks[..i].iter().find(|other| {
@@ -276,7 +277,9 @@ fn recovering_error(until: Instant) -> WireError {
     let left_ms = until.saturating_duration_since(Instant::now()).as_millis();
     WireError::new(
         ErrorCode::Recovering,
-        format!("the lock grace period after a restart of the metadata service ends in {left_ms} ms; ask again"),
+        format!(
+            "the lock grace period after a restart of the metadata service ends in {left_ms} ms; ask again"
+        ),
     )
 }
 
@@ -556,13 +559,17 @@ mod tests {
 
     #[test]
     fn the_service_answers_recovering_until_the_grace_period_ends() {
-        let locks = Locks::new(LockBounds { locks_max: 10, wait_ms_max: 5_000, waiters_max: 4, reclaim_ms: 300 });
+        let locks =
+            Locks::new(LockBounds { locks_max: 10, wait_ms_max: 5_000, waiters_max: 4, reclaim_ms: 300 });
         let started = Instant::now();
         let error = locks.set(1, B, LockKind::Write, (0, 0), 2, 0).unwrap_err();
         assert_eq!(error.code, ErrorCode::Recovering, "{}", error.message);
         assert_eq!(locks.get(1, B, LockKind::Write, (0, 0)).unwrap_err().code, ErrorCode::Recovering);
         locks.reclaim(A.0, &[held_lock(A.1, LockKind::Write, (0, 0))]).unwrap();
-        assert!(locks.set(1, B, LockKind::Write, (0, 0), 2, 0).unwrap().is_some(), "the reclaimed lock holds");
+        assert!(
+            locks.set(1, B, LockKind::Write, (0, 0), 2, 0).unwrap().is_some(),
+            "the reclaimed lock holds"
+        );
         // A waiting request for a free range is granted once the period is over.
         assert_eq!(locks.set(1, B, LockKind::Write, (1, 1), 2, 5_000).unwrap(), None);
         assert!(started.elapsed() >= Duration::from_millis(300));
