@@ -24,6 +24,9 @@ const RECLAIM_MS: u64 = 3000;
 const TRY_LOCKF: &str = "import fcntl,sys\nf=open(sys.argv[1],'r+')\ntry:\n    fcntl.lockf(f, fcntl.LOCK_EX|fcntl.LOCK_NB, 10, 0)\n    print('got')\nexcept OSError:\n    print('busy')";
 /// `fcntl(F_GETLK)` for a write lock of bytes 0..10: "held" or "unlocked".
 const TEST_LOCK: &str = "import fcntl,struct,sys\nf=open(sys.argv[1],'r+')\nr=fcntl.fcntl(f, fcntl.F_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 10, 0))\nt,w,s,l,p=struct.unpack('hhqqi4x', r)\nprint('unlocked' if t == fcntl.F_UNLCK else 'held')";
+/// `fcntl(F_SETLKW)`: waits for the lock, then prints "got".
+const WAIT_LOCKF: &str =
+    "import fcntl,sys\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX, 10, 0)\nprint('got')";
 /// Takes a write lock of bytes 0..10, says so, and waits to be killed.
 const HOLD_LOCKF: &str = "import fcntl,sys,time\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX, 10, 0)\nprint('held', flush=True)\ntime.sleep(600)";
 
@@ -64,7 +67,8 @@ fn cluster() -> Cluster {
 
 /// A write lock taken through mount A is reclaimed after the metadata service is killed and
 /// started again: mount B's conflicting F_SETLK fails (EAGAIN) during the grace period and
-/// after it, F_GETLK on B reports it; once A unlocks, B gets it.
+/// after it, F_GETLK on B reports it, and a waiter on B (F_SETLKW, blocked since before the
+/// kill) keeps waiting; once A unlocks, the waiter gets it.
 #[test]
 fn a_held_lock_survives_a_restart_of_the_metadata_service() {
     let mut cluster = cluster();
@@ -73,6 +77,7 @@ fn a_held_lock_survives_a_restart_of_the_metadata_service() {
     let holder = std::fs::OpenOptions::new().read(true).write(true).open(a.path("locked")).unwrap();
     check(set_lock(holder.as_raw_fd(), libc::F_WRLCK), "F_SETLK through mount A");
     assert_eq!(output_of(python(TRY_LOCKF, &b.path("locked"))), "busy", "B locked what A holds");
+    let mut waiter = python(WAIT_LOCKF, &b.path("locked"));
 
     let restarted = Instant::now();
     common::kill_and_restart_meta(&mut cluster);
@@ -86,9 +91,11 @@ fn a_held_lock_survives_a_restart_of_the_metadata_service() {
     }
     assert!(tries >= 2, "only {tries} attempts in the window");
     assert_eq!(output_of(python(TEST_LOCK, &b.path("locked"))), "held", "F_GETLK on B sees A's lock");
+    assert!(waiter.try_wait().expect("poll the waiter").is_none(), "the waiter on B got A's lock");
 
     check(set_lock(holder.as_raw_fd(), libc::F_UNLCK), "F_UNLCK through mount A");
-    assert_eq!(output_of(python(TRY_LOCKF, &b.path("locked"))), "got", "B gets the lock A let go");
+    assert_eq!(output_of(waiter), "got", "the waiter on B gets the lock A let go");
+    assert_eq!(output_of(python(TRY_LOCKF, &b.path("locked"))), "got", "and lets go of it when it exits");
 }
 
 /// A lock whose holder (the mount itself) is killed while the metadata service is down is
