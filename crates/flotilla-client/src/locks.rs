@@ -296,6 +296,7 @@ async fn reclaim(core: Arc<Core>) {
         tracing::warn!(%error, "cannot re-announce the open files of held locks; not reclaiming them now");
         return;
     }
+    let mut failed = 0;
     for batch in locks.chunks(RECLAIM_LOCKS_MAX) {
         match reclaim_batch(&core, session, batch).await {
             Ok(()) => {}
@@ -303,10 +304,12 @@ async fn reclaim(core: Arc<Core>) {
                 for lock in batch {
                     if let Err(error) = reclaim_batch(&core, session, std::slice::from_ref(lock)).await {
                         forget_lost(&core, lock, &error);
+                        failed += 1;
                     }
                 }
             }
             Err(error) => {
+                failed += batch.len();
                 if let [lock] = batch {
                     forget_lost(&core, lock, &error);
                 } else {
@@ -315,7 +318,11 @@ async fn reclaim(core: Arc<Core>) {
             }
         }
     }
-    tracing::info!(locks = locks.len(), "reclaimed the locks held here after a new metadata connection");
+    tracing::info!(
+        locks = locks.len() - failed,
+        failed,
+        "reclaimed the locks held here after a new metadata connection"
+    );
 }
 
 async fn reclaim_batch(core: &Core, session: u64, batch: &[HeldLock]) -> Result<(), ClientError> {
