@@ -43,6 +43,9 @@ pub(crate) struct Core {
     pub open_path_refused: AtomicBool,
     /// Reused buffers for the data of write requests (`buffers.rs`).
     pub buffers: Arc<flotilla_proto::buffers::BufferPool>,
+    /// The byte-range locks this client was granted, reclaimed after a restart of the
+    /// metadata service (`locks.rs`).
+    pub locks: crate::locks::LockRecord,
 }
 
 impl Core {
@@ -71,6 +74,7 @@ impl Core {
             buffers: flotilla_proto::buffers::BufferPool::new(
                 (unstable_bytes_max / 2).min(usize::MAX as u64) as usize,
             ),
+            locks: crate::locks::LockRecord::default(),
         }
     }
 

@@ -12,6 +12,10 @@
 //! The mount remembers which (inode, owner) pairs ever took a lock, so a `close` asks the
 //! service to drop locks only for those (POSIX: closing any descriptor of a file drops the
 //! process's locks on it) and costs nothing for programs that never lock.
+//!
+//! After a restart of the metadata service the client library reclaims the locks granted
+//! here and asks again for new ones while the service's grace period lasts
+//! (`flotilla-client` `locks.rs`), so a lock held through this mount keeps excluding others.
 
 use crate::fs::FlotillaFs;
 use crate::names::failed;

@@ -100,6 +100,11 @@ pub struct MetaConfig {
     /// Lock requests waiting at once (each holds one of the service's blocking threads while
     /// it waits); beyond, a request is answered at once with the conflicting lock.
     pub lock_waiters_max: usize,
+    /// After a restart (not on a new database), for this long only the locks clients held
+    /// before are granted, as they reclaim them (`ReclaimLocks`); new lock requests are
+    /// answered `Recovering` and asked again. Clients reclaim within about a second of
+    /// reconnecting (their outage backoff is at most 1 s), so this must stay well above that.
+    pub lock_reclaim_ms: u64,
     /// Byte-range tokens (client cache coherence) held in the whole cluster.
     pub tokens_max: usize,
     /// Longest a token request waits for holders to give their tokens back, and longest a
@@ -262,6 +267,7 @@ impl Default for MetaConfig {
             locks_max: 1 << 20,
             lock_wait_ms_max: 1000,
             lock_waiters_max: 64,
+            lock_reclaim_ms: 5_000,
             tokens_max: 1 << 20,
             token_wait_ms_max: 1000,
             token_waiters_max: 256,

@@ -301,6 +301,10 @@ impl State {
                 self.locks.release_owner(id, (session, owner));
                 MetaReply::Done
             }
+            MetaRequest::ReclaimLocks { session, locks } => {
+                self.reclaim_locks(session, &locks)?;
+                MetaReply::Done
+            }
             MetaRequest::TokenAcquire { session, id, mode, required, desired, wait_ms } => {
                 match self.tokens.acquire((id, session), mode, (required, desired), wait_ms)? {
                     Ok(grant) => MetaReply::TokenGranted(grant),
@@ -437,6 +441,32 @@ impl State {
             opens.released(id);
         }
         Ok(())
+    }
+
+    /// `ReclaimLocks`: a lock needs its file open by the session (re-announced first).
+    fn reclaim_locks(&self, session: u64, locks: &[flotilla_proto::HeldLock]) -> Result<(), WireError> {
+        if locks.len() > flotilla_proto::RECLAIM_LOCKS_MAX {
+            return Err(WireError::new(
+                ErrorCode::OverLimit,
+                format!(
+                    "{} locks in one reclaim, the limit is {}",
+                    locks.len(),
+                    flotilla_proto::RECLAIM_LOCKS_MAX
+                ),
+            ));
+        }
+        let opens = self.opens.lock();
+        if let Some(lock) = locks.iter().find(|lock| !opens.holds(session, lock.id)) {
+            return Err(WireError::new(
+                ErrorCode::LockLost,
+                format!(
+                    "cannot reclaim a lock on file {}: session {session:#x} does not have it open",
+                    lock.id
+                ),
+            ));
+        }
+        // Held while the locks go in, so the sweeper cannot end the session in between.
+        self.locks.reclaim(session, locks)
     }
 
     /// Ends expired client sessions and deletes the orphans nobody has open any more.

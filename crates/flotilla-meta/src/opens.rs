@@ -142,6 +142,11 @@ impl OpenTable {
         self.session(session, now).map(|_| ())
     }
 
+    /// Whether client `session` has `file` open.
+    pub fn holds(&self, session: u64, file: u64) -> bool {
+        self.sessions.get(&session).is_some_and(|s| s.files.contains_key(&file))
+    }
+
     /// Whether client `session` holds open files or tokens (and so a live lease).
     pub fn has_session(&self, session: u64) -> bool {
         self.sessions.contains_key(&session)

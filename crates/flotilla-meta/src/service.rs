@@ -391,6 +391,8 @@ fn new_state(
             locks_max: config.locks_max,
             wait_ms_max: config.lock_wait_ms_max,
             waiters_max: config.lock_waiters_max,
+            // A new database has no clients whose locks were lost.
+            reclaim_ms: if namespace_created { 0 } else { config.lock_reclaim_ms },
         }),
         tokens: crate::tokens::Tokens::new(token_bounds(config, namespace_created), no_overlap),
         inode_tokens: crate::inode_tokens::InodeTokens::new(

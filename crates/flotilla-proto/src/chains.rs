@@ -116,5 +116,10 @@ mod tests {
         let chains = MetaReply::Chains(super::ChainReport::default());
         assert_eq!(encode_body(&chains).unwrap()[0], 20);
         assert_eq!(crate::ErrorCode::Unsupported.errno(), 95);
+        let reclaim = MetaRequest::ReclaimLocks { session: 1, locks: Vec::new() };
+        assert_eq!(encode_body(&reclaim).unwrap()[0], 58);
+        let codes = [crate::ErrorCode::Unsupported, crate::ErrorCode::Recovering, crate::ErrorCode::LockLost];
+        let indexes: Vec<u8> = codes.iter().map(|c| encode_body(c).unwrap()[0]).collect();
+        assert_eq!(indexes, [16, 17, 18]);
     }
 }

@@ -42,6 +42,7 @@ pub use meta::{
     CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, SubfilePlace,
     TargetReport, TargetState, TargetStatus,
 };
+pub use meta::{HeldLock, RECLAIM_LOCKS_MAX};
 pub use meta::{
     InodeToken, InodeTokenKind, ListedEntry, ListedEntryPlus, LockInfo, LockKind, RenameMode, TokenGrant,
     TokenMode, TokenRevoke, INODE_TOKENS_PER_REQUEST_MAX, NAME_BYTES_MAX, READDIR_ENTRIES_MAX,

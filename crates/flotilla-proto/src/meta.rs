@@ -477,6 +477,16 @@ pub enum MetaRequest {
         spec: CreateSpec,
         replicas: u32,
     },
+    /// Re-presents locks `session` held before the metadata service restarted (or another
+    /// node took over), after its opens were re-announced (`KeepOpen`). During the service's
+    /// lock grace period they are installed again; after it, they must still be held. All
+    /// or nothing: `Done`, or `LockLost` naming the first lock refused (not held, conflicting
+    /// with another owner's, or on a file the session has not open), `OverLimit` past
+    /// `RECLAIM_LOCKS_MAX` or `locks_max`.
+    ReclaimLocks {
+        session: u64,
+        locks: Vec<HeldLock>,
+    },
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`
@@ -549,6 +559,20 @@ pub struct LockInfo {
     pub end: u64,
     pub pid: u32,
 }
+
+/// One lock a client holds, as `ReclaimLocks` re-presents it (`kind` is `Read` or `Write`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLock {
+    pub id: u64,
+    pub owner: u64,
+    pub kind: LockKind,
+    pub start: u64,
+    pub end: u64,
+    pub pid: u32,
+}
+
+/// Most locks one `ReclaimLocks` carries (a client holding more sends several).
+pub const RECLAIM_LOCKS_MAX: usize = 1024;
 
 /// What a `RenameAt` does when the destination exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -32,6 +32,12 @@ pub enum ErrorCode {
     CapabilityExpired,
     /// This build does not do what was asked (yet); the message names what.
     Unsupported,
+    /// The metadata service is in its lock grace period after a restart (holders reclaim
+    /// their locks; nothing new is granted): ask again shortly.
+    Recovering,
+    /// A reclaimed lock is not held for the session: the grace period was over, or it
+    /// conflicts with another owner's lock, or its file is not open by the session.
+    LockLost,
 }
 
 impl ErrorCode {
@@ -52,6 +58,8 @@ impl ErrorCode {
             ErrorCode::NotEmpty => 39,
             ErrorCode::Unavailable => 112,
             ErrorCode::Unsupported => 95,
+            ErrorCode::Recovering => 11,
+            ErrorCode::LockLost => 37,
         }
     }
 }

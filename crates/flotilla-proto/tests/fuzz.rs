@@ -12,8 +12,8 @@
 
 use flotilla_proto::{
     decode_body, decode_frame, encode_body, Capability, CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo,
-    ErrorCode, ForkInfo, ForkRef, FrameHeader, IoReply, IoRequest, MetaReply, MetaRequest, Rights,
-    SubfilePlace, TargetReport, TargetState, TargetStatus, WireError, HEADER_BYTES,
+    ErrorCode, ForkInfo, ForkRef, FrameHeader, HeldLock, IoReply, IoRequest, LockKind, MetaReply,
+    MetaRequest, Rights, SubfilePlace, TargetReport, TargetState, TargetStatus, WireError, HEADER_BYTES,
 };
 use flotilla_request::{BatchNode, BatchSub, Piece, Shape, ShapeLimits, StrideLevel};
 use flotilla_types::{Attributes, Caller, FileId, FileKind, Layout, Limits, SetAttr, SubfileIndex, TargetId};
@@ -302,6 +302,8 @@ fn wire_error() -> impl Strategy<Value = WireError> {
         ErrorCode::NameTooLong,
         ErrorCode::CrossDevice,
         ErrorCode::CapabilityExpired,
+        ErrorCode::Recovering,
+        ErrorCode::LockLost,
     ];
     (prop::sample::select(codes.to_vec()), text()).prop_map(|(code, message)| WireError::new(code, message))
 }
@@ -471,6 +473,22 @@ fn meta_request() -> impl Strategy<Value = MetaRequest> {
         (text(), text()).prop_map(|(from, to)| MetaRequest::RenameNoReplace { from, to }),
         any::<(u64, u64)>().prop_map(|(session, id)| MetaRequest::Opened { session, id }),
         (text(), any::<u64>()).prop_map(|(path, session)| MetaRequest::OpenPath { path, session }),
+        (any::<u64>(), prop::collection::vec(any::<(u64, u64, u64, u64, u32)>(), 0..4)).prop_map(
+            |(session, locks)| MetaRequest::ReclaimLocks {
+                session,
+                locks: locks
+                    .into_iter()
+                    .map(|(id, owner, start, end, pid)| HeldLock {
+                        id,
+                        owner,
+                        kind: LockKind::Write,
+                        start,
+                        end,
+                        pid
+                    })
+                    .collect()
+            }
+        ),
         any::<(u64, u64)>().prop_map(|(session, id)| MetaRequest::Closed { session, id }),
         (any::<u64>(), prop::collection::vec(id, 0..8))
             .prop_map(|(session, files)| MetaRequest::KeepOpen { session, files }),

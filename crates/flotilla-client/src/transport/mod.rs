@@ -41,6 +41,13 @@ pub(crate) trait OnConnect: Send + Sync {
     ) -> BoxFuture<'a, Result<(), ClientError>>;
 }
 
+/// What the layers above do when a broken metadata connection was replaced (the service may
+/// have restarted, or another node may lead): the lock layer reclaims its locks. Called with
+/// the connection slot held, so it must not wait; it starts its work elsewhere.
+pub(crate) trait OnMetaReconnect: Send + Sync {
+    fn meta_reconnected(&self);
+}
+
 pub(crate) struct Transport {
     /// This client's session at the metadata service (random).
     session: u64,
@@ -63,6 +70,8 @@ pub(crate) struct Transport {
     pub outage: OutageSettings,
     /// When a broken metadata connection was last replaced (the service may have restarted).
     meta_reconnected: parking_lot::Mutex<Option<Instant>>,
+    /// Told of every replaced metadata connection (set once, from above).
+    on_meta_reconnect: std::sync::OnceLock<Arc<dyn OnMetaReconnect>>,
 }
 
 impl Transport {
@@ -87,7 +96,13 @@ impl Transport {
             metrics: std::sync::OnceLock::new(),
             outage,
             meta_reconnected: parking_lot::Mutex::new(None),
+            on_meta_reconnect: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets what is told of every replaced metadata connection (the first call wins).
+    pub fn set_on_meta_reconnect(&self, hook: Arc<dyn OnMetaReconnect>) {
+        let _ = self.on_meta_reconnect.set(hook);
     }
 
     /// Whether a broken metadata connection was replaced within the last `within`: what the
@@ -116,10 +131,14 @@ impl Transport {
         }
         let connection =
             Arc::new(Connection::connect(&self.meta_addr, self.connection_config.clone()).await?);
-        if slot.is_some() {
-            *self.meta_reconnected.lock() = Some(Instant::now());
-        }
+        let replaced = slot.is_some();
         *slot = Some(connection.clone());
+        if replaced {
+            *self.meta_reconnected.lock() = Some(Instant::now());
+            if let Some(hook) = self.on_meta_reconnect.get() {
+                hook.meta_reconnected();
+            }
+        }
         Ok(connection)
     }
 
