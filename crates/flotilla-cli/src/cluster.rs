@@ -59,6 +59,17 @@ pub struct MetaArgs {
     /// Serve Prometheus metrics on this address (`HOST:PORT`, path /metrics); off by default.
     #[arg(long)]
     metrics_listen: Option<String>,
+    /// Run as node N of a metadata group (issue 33); needs --peers and --group-key.
+    #[arg(long)]
+    node_id: Option<u64>,
+    /// The group's members, `ID=META_ADDR[/GROUP_ADDR],…` (group address default: the
+    /// metadata port plus one). This node listens for clients on its META_ADDR unless
+    /// --listen says otherwise, and for its peers on its GROUP_ADDR.
+    #[arg(long)]
+    peers: Option<String>,
+    /// The meta-role credential for the group's peer links (`flotilla keygen issue --role meta`).
+    #[arg(long)]
+    group_key: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -117,7 +128,11 @@ pub fn announce(line: String) {
 pub fn meta(args: MetaArgs, file: &FileConfig) -> anyhow::Result<()> {
     let mut config = file.meta.clone();
     config.data = args.data.unwrap_or(config.data);
-    config.listen = args.listen.unwrap_or(config.listen);
+    config.node_id = args.node_id.unwrap_or(config.node_id);
+    config.peers = args.peers.unwrap_or(config.peers);
+    config.group_key = args.group_key.or(config.group_key);
+    let own = own_meta_addr(&config)?;
+    config.listen = args.listen.or(own).unwrap_or(config.listen);
     runtime()?.block_on(async {
         let service = MetaService::bind(config).await?;
         announce(format!("meta={}", service.local_addr()));
@@ -129,6 +144,19 @@ pub fn meta(args: MetaArgs, file: &FileConfig) -> anyhow::Result<()> {
         };
         service.serve(shutdown_signal()).await
     })
+}
+
+/// A group node's client address from `peers` (the default of its `listen`).
+fn own_meta_addr(config: &flotilla_meta::MetaConfig) -> anyhow::Result<Option<String>> {
+    if config.node_id == 0 {
+        anyhow::ensure!(config.peers.is_empty(), "--peers needs --node-id (this node's id among them)");
+        return Ok(None);
+    }
+    let peers = flotilla_meta::grouped::parse_peers(&config.peers)
+        .map_err(|e| anyhow::anyhow!("--peers {:?}: {e}", config.peers))?;
+    let own = peers.into_iter().find(|p| p.id == config.node_id);
+    let own = own.with_context(|| format!("--node-id {} is not among --peers", config.node_id))?;
+    Ok(Some(own.meta_addr))
 }
 
 pub fn server(args: ServerArgs, file: &FileConfig) -> anyhow::Result<()> {

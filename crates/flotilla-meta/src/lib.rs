@@ -9,6 +9,7 @@
 
 mod admission;
 pub mod config;
+pub mod grouped;
 mod handle;
 mod handle_at;
 mod inode_tokens;
