@@ -286,5 +286,17 @@ fn a_metadata_group_fails_over_without_losing_or_repeating_a_change() {
     let caught_up: BTreeSet<String> =
         namespace.readdir("/").unwrap().into_iter().map(|e| e.name_lossy()).collect();
     assert_eq!(caught_up, expected, "the restarted node's namespace differs from the leader's");
+
+    // Alone, the leader acknowledges nothing and says so within quorum_wait_ms (3 s).
+    let (leader, _) = group.through_leader(&MetaRequest::Readdir { path: "/".into() });
+    let other = group.nodes.iter().find(|n| n.process.is_some() && n.meta != leader).unwrap().meta.clone();
+    group.node_at(&other).process.take().unwrap().kill();
+    for request in [mkdir("/alone"), MetaRequest::Readdir { path: "/".into() }] {
+        let asked = Instant::now();
+        let reply = group.ask(&leader, &request);
+        println!("a leader without a majority answered {reply:?} after {:?}", asked.elapsed());
+        assert!(matches!(reply, Some(MetaReply::NotServed(NotServed::NoQuorum))), "{reply:?}");
+        assert!(asked.elapsed() < Duration::from_secs(5), "answered after {:?}", asked.elapsed());
+    }
     server.kill();
 }
