@@ -300,3 +300,20 @@ fn a_metadata_group_fails_over_without_losing_or_repeating_a_change() {
     }
     server.kill();
 }
+
+/// `flotilla local --meta-replicas 3` serves through its group's leader: a put and a listing.
+#[test]
+fn local_runs_three_metadata_nodes() {
+    let local = common::Local::start_with(&[], &["--servers", "1", "--meta-replicas", "3"], false);
+    let source = local.data_dir().join("hello");
+    std::fs::write(&source, b"hello").unwrap();
+    let (ok, _, stderr) = local.cli(&["mkdir", "/x"], &[]);
+    assert!(ok, "mkdir: {stderr}");
+    let (ok, _, stderr) = local.cli(&["put", path(&source), "/x/hello"], &[]);
+    assert!(ok, "put: {stderr}");
+    let (ok, stdout, stderr) = local.cli(&["ls", "/x"], &[]);
+    assert!(ok && stdout.contains("hello"), "ls: {stdout} {stderr}");
+    for id in 1..=3 {
+        assert!(local.data_dir().join(format!("meta-{id}/log.redb")).exists(), "node {id}'s log");
+    }
+}

@@ -303,12 +303,16 @@ async fn propose_batch(node: &GroupNode<NamespaceMachine>, proposals: Vec<Propos
             Err(error) => Err(error.to_string()),
         },
         Err(GroupError::NotLeader { .. }) => {
-            let _ = replies.into_iter().map(|r| r.send(Err(NotServed::NotLeader { leader: None }))).count();
+            for reply in replies {
+                let _ = reply.send(Err(NotServed::NotLeader { leader: None }));
+            }
             return;
         }
         Err(error) => {
             tracing::warn!(%error, "a proposal failed");
-            let _ = replies.into_iter().map(|r| r.send(Err(NotServed::NoQuorum))).count();
+            for reply in replies {
+                let _ = reply.send(Err(NotServed::NoQuorum));
+            }
             return;
         }
     };
@@ -333,6 +337,11 @@ impl Group {
         let metrics = self.node.raft.metrics();
         let metrics = metrics.borrow();
         metrics.state.is_leader() && metrics.current_leader == Some(self.me)
+    }
+
+    /// The namespace had its genesis (or was adopted).
+    pub(crate) fn born(&self) -> bool {
+        self.node.state.with_state(|machine| machine.born())
     }
 
     /// `Ok` on the leader; else the `NotLeader` answer with the leader's metadata address.

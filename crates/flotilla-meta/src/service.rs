@@ -87,6 +87,12 @@ impl MetaService {
         self.local_addr
     }
 
+    /// On a metadata group node: it leads and its namespace had its genesis (ready for
+    /// changes). `false` on the direct path.
+    pub fn group_ready(&self) -> bool {
+        self.state.group.as_ref().is_some_and(|group| group.is_leader() && group.born())
+    }
+
     /// Handshakes refused since start.
     pub fn handshake_failures(&self) -> u64 {
         self.acceptor.failures()
