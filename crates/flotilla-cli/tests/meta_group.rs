@@ -101,14 +101,7 @@ impl Group {
 
     /// One request to one node on a fresh connection (`None`: no answer).
     fn ask(&self, addr: &str, request: &MetaRequest) -> Option<MetaReply> {
-        self.runtime.block_on(async {
-            let config = common::connection_config_with(&client_key());
-            let call = async {
-                let connection = Connection::connect(addr, config).await.ok()?;
-                connection.call::<_, MetaReply>(request, bytes::Bytes::new()).await.ok().map(|(r, _)| r)
-            };
-            tokio::time::timeout(Duration::from_secs(5), call).await.ok().flatten()
-        })
+        ask_on(&self.runtime, addr, request)
     }
 
     /// The test's follow-the-leader loop: asks each running node until one answers other
@@ -150,6 +143,17 @@ impl Group {
             (_, other) => panic!("readdir {dir}: {other:?}"),
         }
     }
+}
+
+fn ask_on(runtime: &tokio::runtime::Runtime, addr: &str, request: &MetaRequest) -> Option<MetaReply> {
+    runtime.block_on(async {
+        let config = common::connection_config_with(&client_key());
+        let call = async {
+            let connection = Connection::connect(addr, config).await.ok()?;
+            connection.call::<_, MetaReply>(request, bytes::Bytes::new()).await.ok().map(|(r, _)| r)
+        };
+        tokio::time::timeout(Duration::from_secs(5), call).await.ok().flatten()
+    })
 }
 
 impl Drop for Group {
@@ -236,6 +240,20 @@ fn a_metadata_group_fails_over_without_losing_or_repeating_a_change() {
         let (_, reply) = group.through_leader(&create(&format!("/{name}/f")));
         assert!(applied(&reply), "create {name}/f: {reply:?}");
         i += 1;
+    }
+    // Reads arriving together (they share read-barrier rounds) all see the namespace.
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let leader = leader.clone();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                ask_on(&runtime, &leader, &MetaRequest::Readdir { path: "/".into() })
+            })
+        })
+        .collect();
+    for reader in readers {
+        let reply = reader.join().unwrap();
+        assert!(matches!(&reply, Some(MetaReply::Entries(e)) if e.len() > i), "{reply:?}");
     }
     put(&leader, "/put-before");
     acknowledged.insert("put-before".into());

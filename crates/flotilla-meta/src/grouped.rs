@@ -97,7 +97,28 @@ pub(crate) struct Group {
     runtime: tokio::runtime::Handle,
     /// Rotates the placement ranking's start (the proposer keeps no spread memory yet).
     pub(crate) cursor: AtomicU64,
+    barriers: Barriers,
     _listener: GroupListener,
+}
+
+/// The read barrier's rounds: a read waits for the first round started after it arrived,
+/// and one round serves every read waiting for it.
+#[derive(Default)]
+struct Barriers {
+    rounds: parking_lot::Mutex<Rounds>,
+    done: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct Rounds {
+    started: u64,
+    finished: u64,
+    /// A thread is running rounds.
+    running: bool,
+    /// A read arrived during the running round: run one more.
+    wanted: bool,
+    /// The result of round `finished`.
+    last: Option<Result<(), NotServed>>,
 }
 
 /// What [`start`] hands the service: the group, and the namespace the handlers read.
@@ -164,6 +185,7 @@ pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<St
         quorum_wait: Duration::from_millis(config.quorum_wait_ms.max(1)),
         runtime: tokio::runtime::Handle::current(),
         cursor: AtomicU64::new(0),
+        barriers: Barriers::default(),
         _listener: listener,
     });
     if me == 1 {
@@ -384,9 +406,41 @@ impl Group {
         })
     }
 
-    /// Waits until a read on this node is linearizable (read index), at most
-    /// `quorum_wait_ms`. Each read runs its own round for now.
+    /// Waits until a read on this node is linearizable (read index): for the first round
+    /// of the barrier that started after the call; reads arriving together share one round.
+    /// A round waits at most `quorum_wait_ms`.
     pub(crate) fn read_barrier_blocking(&self) -> Result<(), NotServed> {
+        let mut rounds = self.barriers.rounds.lock();
+        if rounds.running {
+            rounds.wanted = true;
+            let mine = rounds.started + 1;
+            while rounds.finished < mine {
+                self.barriers.done.wait(&mut rounds);
+            }
+            return rounds.last.clone().unwrap_or(Err(NotServed::NoQuorum));
+        }
+        rounds.running = true;
+        rounds.started += 1;
+        drop(rounds);
+        let mut mine = None;
+        loop {
+            let result = self.barrier_round();
+            let mut rounds = self.barriers.rounds.lock();
+            rounds.finished = rounds.started;
+            rounds.last = Some(result.clone());
+            self.barriers.done.notify_all();
+            mine.get_or_insert(result);
+            if !rounds.wanted {
+                rounds.running = false;
+                return mine.unwrap_or(Err(NotServed::NoQuorum));
+            }
+            rounds.wanted = false;
+            rounds.started += 1;
+        }
+    }
+
+    /// One read-index round, bounded by `quorum_wait_ms`.
+    fn barrier_round(&self) -> Result<(), NotServed> {
         self.runtime.block_on(async {
             match tokio::time::timeout(self.quorum_wait, self.node.read_barrier()).await {
                 Ok(Ok(())) => Ok(()),
