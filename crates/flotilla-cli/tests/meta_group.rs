@@ -335,3 +335,54 @@ fn local_runs_three_metadata_nodes() {
         assert!(local.data_dir().join(format!("meta-{id}/log.redb")).exists(), "node {id}'s log");
     }
 }
+
+/// A namespace made by the direct path is taken over, nothing lost, by a group of one; a
+/// group of three refuses it (its genesis would start from an empty namespace).
+#[test]
+fn a_group_of_one_adopts_a_namespace_made_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("meta");
+    let key = server_key();
+    let (meta, group) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let direct =
+        Process::start(&["--key", path(&key), "meta", "--data", path(&data), "--listen", &meta], "meta")
+            .expect("direct metadata service");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    assert!(applied(&ask_on(&runtime, &meta, &mkdir("/old")).unwrap()));
+    direct.stop();
+
+    let credential = dir.path().join("meta-1.cred");
+    let ca = test_keys().join("cluster.key");
+    let issued = ["keygen", "issue", "--ca", path(&ca), "--role", "meta", "--name", "meta-1", "--out"];
+    let (ok, _, stderr) = cli(&[&issued[..], &[path(&credential)]].concat());
+    assert!(ok, "keygen issue --role meta: {stderr}");
+    let group_of = |peers: &str| {
+        let args = ["--key", path(&key), "meta", "--data", path(&data), "--node-id", "1", "--peers", peers];
+        [&args[..], &["--group-key", path(&credential)]]
+            .concat()
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+    };
+    let three = format!("1={meta}/{group},2=127.0.0.1:{}/127.0.0.1:{}", free_port(), free_port());
+    let three = format!("{three},3=127.0.0.1:{}/127.0.0.1:{}", free_port(), free_port());
+    let args = group_of(&three);
+    let refused = Process::start(&args.iter().map(String::as_str).collect::<Vec<_>>(), "meta");
+    assert!(refused.is_err(), "a group of three took over a namespace made before it");
+
+    let args = group_of(&format!("1={meta}/{group}"));
+    let one =
+        Process::start(&args.iter().map(String::as_str).collect::<Vec<_>>(), "meta").expect("group of one");
+    let deadline = Instant::now() + WAIT;
+    let found = loop {
+        match ask_on(&runtime, &meta, &MetaRequest::Lookup { path: "/old".into() }) {
+            Some(MetaReply::NotServed(_)) | None if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            other => break other,
+        }
+    };
+    assert!(matches!(found, Some(MetaReply::Entry(_))), "/old after the takeover: {found:?}");
+    assert!(applied(&ask_on(&runtime, &meta, &mkdir("/new")).unwrap()));
+    one.kill();
+}

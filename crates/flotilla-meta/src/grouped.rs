@@ -205,21 +205,32 @@ fn group_credential(config: &MetaConfig) -> anyhow::Result<Arc<Credential>> {
 }
 
 /// Opens the namespace as the group's state machine; a namespace made before the group is
-/// adopted by a group of one (a larger group starts from its genesis).
+/// adopted by a group of one. A larger group starts from its genesis, which would replace
+/// such a namespace: refused (its other members could not catch up from the log).
 async fn open_machine(path: &Path, members: usize) -> anyhow::Result<NamespaceMachine> {
     let path = path.to_path_buf();
     let existed = path.exists();
-    tokio::task::spawn_blocking(move || {
+    let opened = tokio::task::spawn_blocking(move || -> anyhow::Result<NamespaceMachine> {
         let machine = NamespaceMachine::open(&path, MachineLimits::default())?;
-        if existed && !machine.born() && members == 1 {
+        if !existed || machine.born() {
+            return Ok(machine);
+        }
+        if members == 1 {
             drop(machine);
             tracing::info!(path = %path.display(), "adopting a namespace made before the group");
-            return NamespaceMachine::adopt(&path, MachineLimits::default());
+            return Ok(NamespaceMachine::adopt(&path, MachineLimits::default())?);
         }
+        let inodes = machine.namespace()?.inode_count().map_err(|e| anyhow::anyhow!("count inodes: {e}"))?;
+        anyhow::ensure!(
+            inodes <= 1,
+            "{} holds a namespace made before the group ({inodes} inodes); a group of {members} would \
+             start from an empty one. Take it over with a group of one (--peers naming this node \
+             alone); growing that group online is not built yet",
+            path.display()
+        );
         Ok(machine)
-    })
-    .await?
-    .with_context(|| "open the namespace as the group's state machine")
+    });
+    opened.await?.context("open the namespace as the group's state machine")
 }
 
 /// Node 1 of a brand-new group names its members (nothing if the group has a log already).
