@@ -239,6 +239,14 @@ fn a_metadata_group_fails_over_without_losing_or_repeating_a_change() {
         acknowledged.insert(name.clone());
         let (_, reply) = group.through_leader(&create(&format!("/{name}/f")));
         assert!(applied(&reply), "create {name}/f: {reply:?}");
+        let (from, to) = (format!("/{name}/f"), format!("/{name}/g"));
+        let change = match i % 3 {
+            1 => MetaRequest::Rename { from, to },
+            2 => MetaRequest::Unlink { path: from },
+            _ => MetaRequest::Lookup { path: from },
+        };
+        let (_, reply) = group.through_leader(&change);
+        assert!(matches!(reply, MetaReply::Done | MetaReply::Entry(_)), "{change:?}: {reply:?}");
         i += 1;
     }
     // Reads arriving together (they share read-barrier rounds) all see the namespace.
@@ -257,7 +265,7 @@ fn a_metadata_group_fails_over_without_losing_or_repeating_a_change() {
     }
     put(&leader, "/put-before");
     acknowledged.insert("put-before".into());
-    println!("{i} mkdir+create pairs acknowledged before the kill");
+    println!("{i} mkdir+create+rename/unlink/lookup rounds acknowledged before the kill");
 
     // SIGKILL the leader; the next change succeeds on a new one.
     let killed = group.node_at(&leader).process.take().unwrap();
@@ -288,7 +296,14 @@ fn a_metadata_group_fails_over_without_losing_or_repeating_a_change() {
     assert!(listing.iter().all(asked), "{listing:?}");
     for name in listing.iter().filter(|n| n.starts_with('d')) {
         let (_, files) = group.listing(&format!("/{name}"));
-        assert!(files.len() <= 1, "/{name} holds {files:?}");
+        let i: usize = name[1..].parse().unwrap();
+        let expected = match i % 3 {
+            1 => vec!["g"],
+            2 => vec![],
+            _ => vec!["f"],
+        };
+        // Every round finished before the kill: each change is there once.
+        assert!(files.iter().eq(expected.iter()), "/{name} holds {files:?}, not {expected:?}");
     }
 
     // The killed node restarts, catches up, and holds the same namespace.
