@@ -33,6 +33,10 @@ pub struct LocalArgs {
     /// Also mount the cluster (POSIX, through FUSE) on this directory; unmounted on shutdown.
     #[arg(long)]
     mount: Option<PathBuf>,
+    /// Metadata nodes: 1 (default) is one service on the direct path; 3 or 5 start a
+    /// metadata group on loopback (data in DATA/meta-N; see `flotilla meta --node-id`).
+    #[arg(long, default_value_t = 1)]
+    meta_replicas: u64,
     /// Protection of every connection's frames: mac (default), encrypt, or none (for
     /// measuring). Sets [meta] and [server] integrity; clients are raised to it in the
     /// handshake.
@@ -59,6 +63,17 @@ pub struct MetaArgs {
     /// Serve Prometheus metrics on this address (`HOST:PORT`, path /metrics); off by default.
     #[arg(long)]
     metrics_listen: Option<String>,
+    /// Run as node N of a metadata group (issue 33); needs --peers and --group-key.
+    #[arg(long)]
+    node_id: Option<u64>,
+    /// The group's members, `ID=META_ADDR[/GROUP_ADDR],…` (group address default: the
+    /// metadata port plus one). This node listens for clients on its META_ADDR unless
+    /// --listen says otherwise, and for its peers on its GROUP_ADDR.
+    #[arg(long)]
+    peers: Option<String>,
+    /// The meta-role credential for the group's peer links (`flotilla keygen issue --role meta`).
+    #[arg(long)]
+    group_key: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -121,7 +136,11 @@ pub fn announce(line: String) {
 pub fn meta(args: MetaArgs, file: &FileConfig) -> anyhow::Result<()> {
     let mut config = file.meta.clone();
     config.data = args.data.unwrap_or(config.data);
-    config.listen = args.listen.unwrap_or(config.listen);
+    config.node_id = args.node_id.unwrap_or(config.node_id);
+    config.peers = args.peers.unwrap_or(config.peers);
+    config.group_key = args.group_key.or(config.group_key);
+    let own = own_meta_addr(&config)?;
+    config.listen = args.listen.or(own).unwrap_or(config.listen);
     runtime()?.block_on(async {
         let service = MetaService::bind(config).await?;
         announce(format!("meta={}", service.local_addr()));
@@ -133,6 +152,19 @@ pub fn meta(args: MetaArgs, file: &FileConfig) -> anyhow::Result<()> {
         };
         service.serve(shutdown_signal()).await
     })
+}
+
+/// A group node's client address from `peers` (the default of its `listen`).
+fn own_meta_addr(config: &flotilla_meta::MetaConfig) -> anyhow::Result<Option<String>> {
+    if config.node_id == 0 {
+        anyhow::ensure!(config.peers.is_empty(), "--peers needs --node-id (this node's id among them)");
+        return Ok(None);
+    }
+    let peers = flotilla_meta::grouped::parse_peers(&config.peers)
+        .map_err(|e| anyhow::anyhow!("--peers {:?}: {e}", config.peers))?;
+    let own = peers.into_iter().find(|p| p.id == config.node_id);
+    let own = own.with_context(|| format!("--node-id {} is not among --peers", config.node_id))?;
+    Ok(Some(own.meta_addr))
 }
 
 pub fn server(args: ServerArgs, file: &FileConfig) -> anyhow::Result<()> {
@@ -195,14 +227,63 @@ pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
         ..file.meta.clone()
     };
     let target_kind = local.target_kind.clone();
+    anyhow::ensure!(
+        matches!(args.meta_replicas, 1 | 3 | 5),
+        "--meta-replicas must be 1, 3 or 5 (a group needs a majority), not {}",
+        args.meta_replicas
+    );
+    let meta_configs = match args.meta_replicas {
+        1 => vec![meta_config],
+        replicas => group_configs(&meta_config, &local.data, replicas)?,
+    };
     runtime()?.block_on(run_local(
         local.servers,
         (local.data, keys.client),
         target_kind,
-        meta_config,
+        meta_configs,
         server_config,
         (args.mount, args.metrics_listen),
     ))
+}
+
+/// The settings of `replicas` metadata group nodes on loopback, data in `DATA/meta-N`,
+/// credentials in `DATA/keys/meta-N.cred`; the ports (client and group port of each) are
+/// picked at the first start and kept in `DATA/meta-peers` (the group's log names them).
+fn group_configs(
+    template: &MetaConfig,
+    data: &std::path::Path,
+    replicas: u64,
+) -> anyhow::Result<Vec<MetaConfig>> {
+    let kept = data.join("meta-peers");
+    let peers: Vec<String> = match std::fs::read_to_string(&kept) {
+        Ok(text) => text.trim().split(',').map(String::from).collect(),
+        Err(_) => {
+            let peers = pick_peers(replicas)?;
+            std::fs::create_dir_all(data).with_context(|| format!("create {}", data.display()))?;
+            std::fs::write(&kept, peers.join(",")).with_context(|| format!("write {}", kept.display()))?;
+            peers
+        }
+    };
+    anyhow::ensure!(
+        peers.len() as u64 == replicas,
+        "{} names a group of {} nodes, not --meta-replicas {replicas}",
+        kept.display(),
+        peers.len()
+    );
+    let mut configs = Vec::new();
+    for id in 1..=replicas {
+        let peer = &peers[id as usize - 1];
+        let listen = peer.split_once('=').and_then(|(_, a)| a.split_once('/')).map(|(m, _)| m.to_string());
+        configs.push(MetaConfig {
+            data: data.join(format!("meta-{id}")),
+            listen: listen.context("a peer's address")?,
+            node_id: id,
+            peers: peers.join(","),
+            group_key: Some(crate::keygen::ensure_meta(&data.join("keys"), id)?),
+            ..template.clone()
+        });
+    }
+    Ok(configs)
 }
 
 /// Runs an embedded cluster until a signal; prints `meta=HOST:PORT` once it serves, and
@@ -211,7 +292,7 @@ async fn run_local(
     servers: usize,
     (data, client_key): (PathBuf, PathBuf),
     target_kind: String,
-    meta_config: MetaConfig,
+    meta_configs: Vec<MetaConfig>,
     server_template: ServerConfig,
     (mount, metrics_listen): (Option<PathBuf>, Option<String>),
 ) -> anyhow::Result<()> {
@@ -220,7 +301,7 @@ async fn run_local(
         servers,
         (&data, &client_key),
         &target_kind,
-        meta_config,
+        meta_configs,
         server_template,
         stopped,
     )
@@ -263,19 +344,28 @@ pub struct LocalCluster {
 
 impl LocalCluster {
     /// Starts everything, every target of kind `target_kind` (`dir` or `sim:MODEL`), and
-    /// waits until every server's target is up.
+    /// waits until every server's target is up. Several metadata configurations are the
+    /// nodes of a metadata group; servers and clients are given the leader's address.
     pub async fn start_with_kind(
         servers: usize,
         (data, client_key): (&std::path::Path, &std::path::Path),
         target_kind: &str,
-        meta_config: MetaConfig,
+        meta_configs: Vec<MetaConfig>,
         server_template: ServerConfig,
         stopped: watch::Receiver<bool>,
     ) -> anyhow::Result<LocalCluster> {
-        let meta = MetaService::bind(meta_config).await?;
-        let meta_addr = meta.local_addr().to_string();
-        let mut collectors = vec![(Some("meta".to_string()), meta.metrics_collector())];
-        let mut tasks = vec![tokio::spawn(meta.serve(wait_stop(stopped.clone())))];
+        let mut metas = Vec::new();
+        for config in meta_configs {
+            metas.push(MetaService::bind(config).await?);
+        }
+        let meta_addr = leader_addr(&metas).await?;
+        let mut collectors = Vec::new();
+        let mut tasks = Vec::new();
+        for (i, meta) in metas.into_iter().enumerate() {
+            let name = if i == 0 { "meta".to_string() } else { format!("meta-{}", i + 1) };
+            collectors.push((Some(name), meta.metrics_collector()));
+            tasks.push(tokio::spawn(meta.serve(wait_stop(stopped.clone()))));
+        }
         for index in 0..servers {
             let dir = data.join(format!("server-{index}")).join("target-0");
             std::fs::create_dir_all(&dir)
@@ -300,6 +390,37 @@ impl LocalCluster {
             task.await.context("join a service task")??;
         }
         Ok(())
+    }
+}
+
+/// `ID=127.0.0.1:PORT/127.0.0.1:PORT` for each node, on ports free now.
+fn pick_peers(replicas: u64) -> anyhow::Result<Vec<String>> {
+    let mut ports = Vec::new();
+    for _ in 0..replicas * 2 {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").context("pick a loopback port")?;
+        ports.push(probe.local_addr()?.port());
+    }
+    Ok((0..replicas as usize)
+        .map(|i| format!("{}=127.0.0.1:{}/127.0.0.1:{}", i + 1, ports[2 * i], ports[2 * i + 1]))
+        .collect())
+}
+
+/// The one metadata service's address, or the group leader's once one is elected and its
+/// namespace has had its genesis (bounded wait).
+async fn leader_addr(metas: &[MetaService]) -> anyhow::Result<String> {
+    if let [only] = metas {
+        return Ok(only.local_addr().to_string());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(leader) = metas.iter().find(|m| m.group_ready()) {
+            return Ok(leader.local_addr().to_string());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the metadata group elected no leader in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -129,6 +129,24 @@ pub fn create_cluster(dir: &Path) -> anyhow::Result<KeyPaths> {
     Ok(keys)
 }
 
+/// `dir/meta-ID.cred`: a metadata group node's credential (role meta), issued by the CA in
+/// `dir` on first use and reused after.
+pub fn ensure_meta(dir: &Path, id: u64) -> anyhow::Result<PathBuf> {
+    let path = dir.join(format!("meta-{id}.cred"));
+    if path.exists() {
+        return Ok(path);
+    }
+    let ca = ClusterCa::load(&KeyPaths::in_dir(dir).ca).context("the cluster CA")?;
+    let request = IssueRequest {
+        role: Role::Meta,
+        name: format!("meta-{id}"),
+        limits: Limits::default(),
+        expires_unix_secs: None,
+    };
+    ca.issue(request)?.save(&path)?;
+    Ok(path)
+}
+
 fn issue(args: IssueArgs) -> anyhow::Result<()> {
     if args.out.exists() {
         bail!("{} already exists; not overwriting a credential", args.out.display());

@@ -20,7 +20,11 @@ pub(crate) fn admit(state: &State, peer: &Peer, request: &MetaRequest) -> Result
                 )));
             }
             let persist = |new: &[flotilla_types::TargetId]| {
-                state.namespace.bind_targets(&peer.name, new).map_err(crate::handle::wire)
+                let op = crate::replicated::Op::BindTargets {
+                    credential: peer.name.clone(),
+                    targets: new.to_vec(),
+                };
+                state.write(op)
             };
             state.membership.bind(&peer.name, targets, state.targets_per_server_max, persist)
         }

@@ -151,6 +151,27 @@ pub struct MetaConfig {
     /// Members of every chain of the chain table (1..=7): the table is built once the
     /// targets span this many failure groups.
     pub chain_replicas: usize,
+    /// This service's id in its metadata group (issue 33); 0 (the default): no group, the
+    /// direct path.
+    pub node_id: u64,
+    /// The group's members: `ID=META_ADDR[/GROUP_ADDR],…` (a group address left out is the
+    /// metadata address's port plus one); needed with `node_id`.
+    pub peers: String,
+    /// The meta-role credential a group node authenticates its peer links with.
+    pub group_key: Option<PathBuf>,
+    /// Raft heartbeat interval of the group.
+    pub group_heartbeat_ms: u64,
+    /// A follower hearing no leader for a time in this range starts an election.
+    pub group_election_timeout_ms_min: u64,
+    pub group_election_timeout_ms_max: u64,
+    /// Most changes in one proposal (one log entry).
+    pub group_batch_changes_max: usize,
+    /// Most bytes of changes in one proposal.
+    pub group_batch_bytes_max: usize,
+    /// Proposals (batches) in flight at once; more changes wait and are batched.
+    pub group_proposals_in_flight_max: usize,
+    /// A change or read the group cannot confirm within this long is answered `NoQuorum`.
+    pub quorum_wait_ms: u64,
 }
 
 /// A `[meta]` setting out of its range.
@@ -284,6 +305,16 @@ impl Default for MetaConfig {
             dead_after_ms: flotilla_replica::MembershipConfig::default().dead_after_ms,
             chains_per_target: 8,
             chain_replicas: 2,
+            node_id: 0,
+            peers: String::new(),
+            group_key: None,
+            group_heartbeat_ms: 100,
+            group_election_timeout_ms_min: 500,
+            group_election_timeout_ms_max: 1_000,
+            group_batch_changes_max: 1024,
+            group_batch_bytes_max: 4 << 20,
+            group_proposals_in_flight_max: 4,
+            quorum_wait_ms: 3_000,
         }
     }
 }

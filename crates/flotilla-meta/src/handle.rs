@@ -16,7 +16,10 @@ const DELETE_ORDERS_PER_TARGET_MAX: usize = 1024;
 
 /// What request handlers share.
 pub(crate) struct State {
-    pub namespace: Namespace,
+    /// The namespace (on a group node, the state machine's, published for reads).
+    pub namespace: crate::replicated::SharedNamespace,
+    /// The metadata group this service is a node of (`None`: the direct path).
+    pub group: Option<std::sync::Arc<crate::grouped::Group>>,
     pub membership: Membership,
     pub heartbeat_ms: u64,
     /// Open files per client session, and orphans. Held across the namespace transactions
@@ -62,8 +65,14 @@ impl State {
     /// A change is acknowledged only once every other cached copy of what it touched is
     /// gone: its inode tokens are revoked (and given back, or the bounded wait is over)
     /// after it is durable and before the reply.
-    pub fn handle(&self, request: MetaRequest, (policy, holder): (&CallerPolicy, &str)) -> MetaReply {
-        let (outcome, touched) = flotilla_namespace::recording(|| self.admit(request, policy, holder));
+    pub fn handle(
+        &self,
+        request: MetaRequest,
+        (policy, holder): (&CallerPolicy, &str),
+        session: &crate::grouped::ClientSession,
+    ) -> MetaReply {
+        let (outcome, touched) =
+            flotilla_namespace::recording(|| self.admit(request, (policy, holder), session));
         self.revoke_touched(&touched);
         match outcome {
             Ok(reply) => reply,
@@ -71,7 +80,39 @@ impl State {
         }
     }
 
-    fn revoke_touched(&self, touched: &[flotilla_namespace::Touched]) {
+    /// The namespace to read (a snapshot being installed on a group node has it for a moment).
+    pub(crate) fn ns(&self) -> Result<std::sync::Arc<Namespace>, WireError> {
+        self.namespace.read().clone().ok_or_else(|| {
+            WireError::new(ErrorCode::Unavailable, "the namespace is being replaced by a snapshot")
+        })
+    }
+
+    /// A namespace write outside a client's change (orphan release, target records): made
+    /// here on the direct path, proposed to the group on a group node.
+    pub(crate) fn write(&self, op: crate::replicated::Op) -> Result<(), WireError> {
+        use crate::replicated::Op;
+        if let Some(group) = &self.group {
+            return group.write_blocking(op).map(|_| ());
+        }
+        let ns = self.ns()?;
+        let written = match op {
+            Op::ReleaseOrphan { id } => ns.release_orphan(id).map(|_| ()),
+            Op::RecordTarget { target, server, used_bytes, free_bytes } => {
+                ns.record_target(target, &server, used_bytes, free_bytes)
+            }
+            Op::AckDeletes { target, done } => ns.ack_deletes(target, &done),
+            Op::BindTargets { credential, targets } => ns.bind_targets(&credential, &targets),
+            other => {
+                return Err(WireError::new(
+                    ErrorCode::BadRequest,
+                    format!("{other:?} is not a service write"),
+                ))
+            }
+        };
+        written.map_err(wire)
+    }
+
+    pub(crate) fn revoke_touched(&self, touched: &[flotilla_namespace::Touched]) {
         use flotilla_namespace::Touched;
         use flotilla_proto::InodeTokenKind;
         if touched.is_empty() {
@@ -91,14 +132,15 @@ impl State {
     /// answer is read: a first walk finds the directories and the entry, the grants are
     /// registered, and a second walk reads the answer; when the two differ (a change came
     /// between) the grants are given back and the answer goes without.
-    fn lookup_cached(
+    pub(crate) fn lookup_cached(
         &self,
         path: &str,
         session: u64,
         asker: &Asker,
         created: Option<u64>,
     ) -> Result<MetaReply, WireError> {
-        let ns = &self.namespace;
+        let shared = self.ns()?;
+        let ns = &*shared;
         let (found, walked) = flotilla_namespace::walking(|| ns.lookup_as(asker.who, path));
         let entry_id = match (found, created) {
             (Ok(found), None) => found.id,
@@ -152,8 +194,8 @@ impl State {
     fn admit(
         &self,
         request: MetaRequest,
-        policy: &CallerPolicy,
-        holder: &str,
+        (policy, holder): (&CallerPolicy, &str),
+        session: &crate::grouped::ClientSession,
     ) -> Result<MetaReply, WireError> {
         let (claimed, request) = match request {
             MetaRequest::As { caller, request } => (caller, *request),
@@ -166,11 +208,16 @@ impl State {
         crate::policy::admit(&request, policy)?;
         self.admit_at(&request, policy)?;
         let who = policy.effective(&claimed);
-        self.dispatch(request, &Asker { who: &who, holder, read_only: policy.read_only })
+        let asker = Asker { who: &who, holder, read_only: policy.read_only };
+        match &self.group {
+            Some(group) => self.on_group(group, request, &asker, session),
+            None => self.dispatch(request, &asker),
+        }
     }
 
-    fn dispatch(&self, request: MetaRequest, asker: &Asker) -> Result<MetaReply, WireError> {
-        let (ns, who) = (&self.namespace, asker.who);
+    pub(crate) fn dispatch(&self, request: MetaRequest, asker: &Asker) -> Result<MetaReply, WireError> {
+        let shared = self.ns()?;
+        let (ns, who) = (&*shared, asker.who);
         let now = now_ns();
         let reply = match request {
             MetaRequest::As { .. } => {
@@ -388,7 +435,7 @@ impl State {
         now: i64,
     ) -> Result<Entry, WireError> {
         self.check_layout(layout.as_ref())?;
-        self.namespace.set_layout_as(who, of, layout, now).map_err(wire)
+        self.ns()?.set_layout_as(who, of, layout, now).map_err(wire)
     }
 
     /// Runs a namespace change that may drop a file's last name (unlink, rename over), with
@@ -399,7 +446,7 @@ impl State {
     ) -> Result<MetaReply, WireError> {
         // The open-file table is held across the change (an open cannot slip between the
         // check and the unlink) but not across the group commit's fsync.
-        let applied = self.namespace.with_deferred_ack(|| {
+        let applied = self.ns()?.with_deferred_ack(|| {
             let mut opens = self.opens.lock();
             let orphaned = Cell::new(None);
             let now = Instant::now();
@@ -422,7 +469,7 @@ impl State {
     /// Records an open of file `id` by `session`; fails if the file is gone.
     pub(crate) fn opened(&self, session: u64, id: u64) -> Result<Entry, WireError> {
         let mut opens = self.opens.lock();
-        let entry = self.namespace.get(id).map_err(wire)?;
+        let entry = self.ns()?.get(id).map_err(wire)?;
         if entry.file.is_some() {
             opens.open(session, id, Instant::now()).map_err(open_error)?;
         }
@@ -437,7 +484,7 @@ impl State {
         let keep = self.tokens.holds_any(session) || self.inode_tokens.holds_any(session);
         opens.close(session, id, keep);
         if opens.is_releasable(id, Instant::now()) {
-            self.namespace.release_orphan(id).map_err(wire)?;
+            self.write(crate::replicated::Op::ReleaseOrphan { id })?;
             opens.released(id);
         }
         Ok(())
@@ -478,8 +525,11 @@ impl State {
         self.locks.retain_sessions(|session| opens.has_session(session));
         self.tokens.retain_sessions(|session| opens.has_session(session));
         self.inode_tokens.retain_sessions(|session| opens.has_session(session));
+        if self.group.as_ref().is_some_and(|group| !group.is_leader()) {
+            return;
+        }
         for id in opens.releasable(now) {
-            match self.namespace.release_orphan(id) {
+            match self.write(crate::replicated::Op::ReleaseOrphan { id }) {
                 Ok(_) => opens.released(id),
                 Err(error) => tracing::warn!(file = id, %error, "cannot release an orphan; will retry"),
             }
@@ -514,7 +564,7 @@ impl State {
             if Instant::now() >= self.recovery_until {
                 return live;
             }
-            let remembered = self.namespace.targets().map(|t| t.len()).unwrap_or(0);
+            let remembered = self.ns().ok().and_then(|ns| ns.targets().ok()).map_or(0, |t| t.len());
             let wanted = match (create.subfile_count, &create.targets) {
                 (_, Some(named)) => named.len(),
                 (0, None) => create.layout.and_then(|l| l.subfile_count()).map_or(remembered, |c| c as usize),
@@ -548,7 +598,7 @@ impl State {
     /// each subfile needs a target of its own, so no create could ever place such a file.
     pub(crate) fn check_satisfiable(&self, layout: Option<&flotilla_types::Layout>) -> Result<(), WireError> {
         let Some(count) = layout.and_then(flotilla_types::Layout::subfile_count) else { return Ok(()) };
-        let remembered = self.namespace.targets().map_err(wire)?.len();
+        let remembered = self.ns()?.targets().map_err(wire)?.len();
         let known = remembered.max(self.membership.live().len());
         if count as usize > known {
             let message = format!(
@@ -579,9 +629,12 @@ impl State {
     /// not on every heartbeat).
     fn report(&self, server: &str, targets: &[TargetReport]) -> Result<(), WireError> {
         for report in self.membership.report(server, targets) {
-            self.namespace
-                .record_target(report.target, server, report.used_bytes, report.free_bytes)
-                .map_err(wire)?;
+            self.write(crate::replicated::Op::RecordTarget {
+                target: report.target,
+                server: server.to_string(),
+                used_bytes: report.used_bytes,
+                free_bytes: report.free_bytes,
+            })?;
             tracing::info!(%server, target = %report.target, "target registered");
         }
         Ok(())
@@ -594,16 +647,16 @@ impl State {
             by_target.entry(order.target).or_default().push((order.file, order.subfile));
         }
         for (target, done) in by_target {
-            self.namespace.ack_deletes(target, &done).map_err(wire)?;
+            self.write(crate::replicated::Op::AckDeletes { target, done })?;
         }
         Ok(())
     }
 
     fn delete_orders(&self, targets: &[TargetReport]) -> Result<Vec<DeleteOrder>, WireError> {
         let mut orders = Vec::new();
+        let ns = self.ns()?;
         for report in targets {
-            let pending =
-                self.namespace.pending_deletes(report.target, DELETE_ORDERS_PER_TARGET_MAX).map_err(wire)?;
+            let pending = ns.pending_deletes(report.target, DELETE_ORDERS_PER_TARGET_MAX).map_err(wire)?;
             orders.extend(pending.into_iter().map(|(file, subfile)| DeleteOrder {
                 target: report.target,
                 file,
@@ -634,8 +687,8 @@ impl State {
     }
 
     /// Refuses a size change from a caller that may not write file `id`.
-    fn require_writer(&self, id: u64, asker: &Asker) -> Result<(), WireError> {
-        let entry = self.namespace.get(id).map_err(wire)?;
+    pub(crate) fn require_writer(&self, id: u64, asker: &Asker) -> Result<(), WireError> {
+        let entry = self.ns()?.get(id).map_err(wire)?;
         if rights_for(&entry.attrs, asker).contains(Rights::WRITE) {
             return Ok(());
         }
@@ -646,7 +699,7 @@ impl State {
     }
 
     pub(crate) fn info(&self, entry: Entry) -> EntryInfo {
-        let remembered = || self.namespace.targets().unwrap_or_default();
+        let remembered = || self.ns().ok().and_then(|ns| ns.targets().ok()).unwrap_or_default();
         let (layout, subfiles) = match &entry.file {
             Some(file) => {
                 let mut records = None;

@@ -66,9 +66,9 @@ impl State {
     pub(crate) fn admit_at(&self, request: &MetaRequest, policy: &CallerPolicy) -> Result<(), WireError> {
         let Some(subtree) = &policy.subtree else { return Ok(()) };
         for id in changed_entries(request) {
-            let kind = self.namespace.get(id).map(|entry| entry.attrs.kind);
+            let kind = self.ns()?.get(id).map(|entry| entry.attrs.kind);
             let is_directory = kind.is_ok_and(|kind| kind == flotilla_types::FileKind::Directory);
-            if is_directory && !self.namespace.directory_within(id, subtree).map_err(wire)? {
+            if is_directory && !self.ns()?.directory_within(id, subtree).map_err(wire)? {
                 return Err(WireError::new(
                     ErrorCode::PermissionDenied,
                     format!("directory {id:016x} is outside the connection's subtree {subtree}"),
@@ -76,7 +76,7 @@ impl State {
             }
         }
         for dir in directories(request) {
-            if !self.namespace.directory_within(dir, subtree).map_err(wire)? {
+            if !self.ns()?.directory_within(dir, subtree).map_err(wire)? {
                 return Err(WireError::new(
                     ErrorCode::PermissionDenied,
                     format!("directory {dir:016x} is outside the connection's subtree {subtree}"),
@@ -93,7 +93,8 @@ impl State {
         asker: &Asker,
         now: i64,
     ) -> Result<MetaReply, WireError> {
-        let (ns, who) = (&self.namespace, asker.who);
+        let shared = self.ns()?;
+        let (ns, who) = (&*shared, asker.who);
         let reply = match request {
             MetaRequest::LookupAt { parent, name: bytes } => {
                 MetaReply::Entry(self.granted(ns.lookup_at(who, parent, name(&bytes)?).map_err(wire)?, asker))

@@ -10,6 +10,7 @@
 mod admission;
 mod chains;
 pub mod config;
+pub mod grouped;
 mod handle;
 mod handle_at;
 mod inode_tokens;

@@ -3,6 +3,7 @@
 
 use crate::admission::admit;
 use crate::config::MetaConfig;
+use crate::grouped::ClientSession;
 use crate::handle::{Issuer, State};
 use crate::membership::Membership;
 use crate::metrics::MetaMetrics;
@@ -54,18 +55,19 @@ impl MetaService {
         std::fs::create_dir_all(&config.data)
             .with_context(|| format!("create data directory {:?}", config.data))?;
         let path = config.data.join(NAMESPACE_FILE);
-        let namespace =
-            tokio::task::spawn_blocking(move || Namespace::open(&path)).await?.context("open namespace")?;
-        namespace.set_group_commit(GroupCommit {
-            batch_ops_max: config.commit_batch_ops_max,
-            batch_delay_us_max: config.commit_batch_delay_us_max,
-            batch_linger_us_max: config.commit_batch_linger_us_max,
-        });
+        let (namespace, group) = match config.node_id {
+            0 => (direct_namespace(&config, path).await?, None),
+            _ => {
+                let started = crate::grouped::start(&config, &path).await?;
+                (started.namespace, Some(started.group))
+            }
+        };
+        let Some(opened) = namespace.read().clone() else { anyhow::bail!("the namespace did not open") };
         let listener = TcpListener::bind(&config.listen)
             .await
             .with_context(|| format!("listen on {}", config.listen))?;
         let local_addr = listener.local_addr().context("read the bound address")?;
-        let owners = namespace.target_owners().context("load target bindings")?;
+        let owners = opened.target_owners().context("load target bindings")?;
         let membership = Membership::new(Duration::from_millis(config.down_after_ms), owners);
         let secret = credential.capability_key().context(
             "the metadata service's credential carries no capability key (issue it with the server role)",
@@ -74,7 +76,7 @@ impl MetaService {
             key: flotilla_auth::CapabilityKey::new(secret),
             lifetime_ms: config.capability_lifetime_ms.max(1),
         };
-        let state = Arc::new(new_state(&config, namespace, membership, issuer)?);
+        let state = Arc::new(new_state(&config, (namespace, group), membership, issuer)?);
         let acceptor =
             Arc::new(Acceptor::new(credential, vec![Role::Client, Role::Server], auth_bounds(&config)));
         let metrics = Arc::new(MetaMetrics::default());
@@ -83,6 +85,12 @@ impl MetaService {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// On a metadata group node: it leads and its namespace had its genesis (ready for
+    /// changes). `false` on the direct path.
+    pub fn group_ready(&self) -> bool {
+        self.state.group.as_ref().is_some_and(|group| group.is_leader() && group.born())
     }
 
     /// Handshakes refused since start.
@@ -102,6 +110,9 @@ impl MetaService {
             _ = accept_loop(&self.listener, (&self.state, &self.acceptor, &self.metrics), &self.config) => {}
             _ = sweep_opens(self.state.clone(), sweep_period(&self.config)) => {}
             _ = tick_chains(self.state.clone(), tick_period(&self.config)) => {}
+        }
+        if let Some(group) = &self.state.group {
+            group.stop();
         }
         tracing::info!(addr = %self.local_addr, "metadata service stopped cleanly");
         Ok(())
@@ -230,6 +241,8 @@ async fn read_requests(
     let (counted, requests_max) = (in_progress.clone(), limits.requests_max);
     let busy = move || counted.available_permits() < requests_max;
     let policy = Arc::new(crate::policy::for_peer(&limits.policy, &peer.limits));
+    let session = Arc::new(ClientSession::default());
+    let _closing = CloseOnDrop { state: state.clone(), session: session.clone() };
     let mut buffer = BytesMut::new();
     loop {
         let (bounds, budget) = (limits.read_bounds, &limits.budget);
@@ -269,14 +282,16 @@ async fn read_requests(
         };
         let Ok(permit) = in_progress.clone().acquire_owned().await else { return };
         let (state, replies, policy) = (state.clone(), replies.clone(), policy.clone());
-        let (peer, metrics) = (peer.clone(), metrics.clone());
+        let (peer, metrics, session) = (peer.clone(), metrics.clone(), session.clone());
         let (started, variant) = (std::time::Instant::now(), frame.body.first().copied().unwrap_or(0));
         tokio::spawn(async move {
             let reply = tokio::task::spawn_blocking(move || {
                 metrics.name_kind(variant, &request);
-                let reply = match admit(&state, &peer, &request) {
-                    Ok(()) => state.handle(request, (&policy, &peer.name)),
-                    Err(refused) => MetaReply::Error(refused),
+                let leading = state.group.as_ref().map_or(Ok(()), |group| group.leading());
+                let reply = match leading.map(|()| admit(&state, &peer, &request)) {
+                    Err(not_served) => MetaReply::NotServed(not_served),
+                    Ok(Ok(())) => state.handle(request, (&policy, &peer.name), &session),
+                    Ok(Err(refused)) => MetaReply::Error(refused),
                 };
                 metrics.handled(variant, &reply, started.elapsed());
                 reply
@@ -288,6 +303,35 @@ async fn read_requests(
             drop(permit);
         });
     }
+}
+
+/// Closes a connection's group session when the connection ends.
+struct CloseOnDrop {
+    state: Arc<State>,
+    session: Arc<ClientSession>,
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        if let (Some(group), Some(id)) = (&self.state.group, self.session.opened()) {
+            crate::grouped::close_session(group.clone(), id);
+        }
+    }
+}
+
+/// Opens the namespace of the direct path (no group) with its group commit.
+async fn direct_namespace(
+    config: &MetaConfig,
+    path: std::path::PathBuf,
+) -> anyhow::Result<crate::replicated::SharedNamespace> {
+    let namespace =
+        tokio::task::spawn_blocking(move || Namespace::open(&path)).await?.context("open namespace")?;
+    namespace.set_group_commit(GroupCommit {
+        batch_ops_max: config.commit_batch_ops_max,
+        batch_delay_us_max: config.commit_batch_delay_us_max,
+        batch_linger_us_max: config.commit_batch_linger_us_max,
+    });
+    Ok(Arc::new(parking_lot::RwLock::new(Some(Arc::new(namespace)))))
 }
 
 /// Writes replies until the queue closes, a write fails, or the peer stops taking them
@@ -348,10 +392,11 @@ async fn write_replies(
 /// the open table (released one lease after start unless a client re-announces them).
 fn new_state(
     config: &MetaConfig,
-    namespace: Namespace,
+    (shared, group): (crate::replicated::SharedNamespace, Option<Arc<crate::grouped::Group>>),
     membership: Membership,
     issuer: Issuer,
 ) -> anyhow::Result<State> {
+    let Some(namespace) = shared.read().clone() else { anyhow::bail!("the namespace did not open") };
     let now = std::time::Instant::now();
     let lease = Duration::from_millis(config.open_lease_ms);
     let mut opens = OpenTable::new(lease, now, config.open_files_per_session_max, config.open_sessions_max);
@@ -372,7 +417,8 @@ fn new_state(
     let no_overlap = namespace.no_overlap_files().context("load no-overlap hints")?;
     Ok(State {
         chains,
-        namespace,
+        namespace: shared,
+        group,
         membership,
         heartbeat_ms: config.heartbeat_ms,
         opens: parking_lot::Mutex::new(opens),

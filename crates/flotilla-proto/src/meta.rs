@@ -682,4 +682,7 @@ pub enum MetaReply {
     },
     /// Answers `ChainStatus`.
     Chains(crate::chains::ChainReport),
+    /// A metadata group node handled nothing: it is not the leader, or has no quorum
+    /// (issue 33, `not_served.rs`).
+    NotServed(crate::not_served::NotServed),
 }

@@ -68,11 +68,20 @@ impl Default for MachineLimits {
     }
 }
 
+/// The machine's namespace as the service reads it (the service's handlers on the group):
+/// `None` while a snapshot replaces it. Cloning the `Arc` out is a short read lock.
+pub type SharedNamespace = std::sync::Arc<parking_lot::RwLock<Option<std::sync::Arc<Namespace>>>>;
+
+/// How long an install waits for the service's readers to let go of the old namespace.
+const READERS_WAIT_MS_MAX: u64 = 10_000;
+
 /// The namespace as a replicated state machine.
 pub struct NamespaceMachine {
     path: PathBuf,
     /// `None` only after an install failed and the file could not be opened again.
-    namespace: Option<Namespace>,
+    namespace: Option<std::sync::Arc<Namespace>>,
+    /// The same namespace, published for the service's reads.
+    shared: SharedNamespace,
     /// The reply table as committed (rebuilt from its records when a batch is undone).
     replies: ReplyTable,
     /// The namespace had its genesis (or was adopted).
@@ -142,13 +151,47 @@ impl NamespaceMachine {
             .map_err(storage)?;
         let mut machine = NamespaceMachine {
             path: path.to_path_buf(),
-            namespace: Some(namespace),
+            namespace: None,
+            shared: SharedNamespace::default(),
             replies: ReplyTable::new(limits.replies.clone()),
             born: false,
             limits,
         };
+        machine.set_namespace(Some(namespace));
         machine.load()?;
         Ok(machine)
+    }
+
+    /// The namespace as published for the service's reads (kept current across installs).
+    pub fn shared_namespace(&self) -> SharedNamespace {
+        self.shared.clone()
+    }
+
+    fn set_namespace(&mut self, namespace: Option<Namespace>) {
+        self.namespace = namespace.map(std::sync::Arc::new);
+        *self.shared.write() = self.namespace.clone();
+    }
+
+    /// Takes the namespace back from the service's readers (they hold it for one request).
+    fn take_namespace(&mut self) -> Result<Namespace, StateMachineError> {
+        *self.shared.write() = None;
+        let mut namespace =
+            self.namespace.take().ok_or_else(|| storage("namespace closed after a failed install"))?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(READERS_WAIT_MS_MAX);
+        loop {
+            match std::sync::Arc::try_unwrap(namespace) {
+                Ok(namespace) => return Ok(namespace),
+                Err(shared) if std::time::Instant::now() < deadline => {
+                    namespace = shared;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(shared) => {
+                    self.namespace = Some(shared);
+                    *self.shared.write() = self.namespace.clone();
+                    return Err(storage("the namespace's readers did not let go of it for an install"));
+                }
+            }
+        }
     }
 
     /// Opens a namespace made before the group and takes it over as it is (its genesis is
@@ -194,7 +237,7 @@ impl NamespaceMachine {
     }
 
     fn ns(&self) -> Result<&Namespace, StateMachineError> {
-        self.namespace.as_ref().ok_or_else(|| {
+        self.namespace.as_deref().ok_or_else(|| {
             storage(format!("namespace {} is closed after a failed install", self.path.display()))
         })
     }
@@ -276,7 +319,7 @@ impl NamespaceMachine {
         let mark_bytes = self.encode(mark)?;
         let record_bytes_max = self.limits.record_bytes_max;
         let NamespaceMachine { namespace, replies, born, .. } = self;
-        let ns = namespace.as_ref().ok_or_else(|| storage("namespace closed after a failed install"))?;
+        let ns = namespace.as_deref().ok_or_else(|| storage("namespace closed after a failed install"))?;
         let born = *born;
         let body = || -> Result<Body, StateMachineError> {
             let mut dirty: BTreeSet<u64> = replies.tick(batch.proposed_at_ms).into_iter().collect();
@@ -346,17 +389,16 @@ impl NamespaceMachine {
         for (id, session) in &state.sessions {
             sessions.push((*id, Some(self.encode(session)?)));
         }
-        let namespace =
-            self.namespace.take().ok_or_else(|| storage("namespace closed after a failed install"))?;
+        let namespace = self.take_namespace()?;
         let replaced = namespace.replace_with_image(image, |txn| {
             txn.open_table(STATE)?.insert(KEY_GENESIS, genesis.as_slice())?;
             write_records(txn, &sessions, &meta, &mark_bytes)
         });
         match replaced {
-            Ok(namespace) => self.namespace = Some(namespace),
+            Ok(namespace) => self.set_namespace(Some(namespace)),
             Err(error) => {
                 // The file holds the old state or the new one, whole: open whichever it is.
-                self.namespace = Namespace::open(&self.path).ok();
+                self.set_namespace(Namespace::open(&self.path).ok());
                 if self.namespace.is_some() {
                     self.load()?;
                 }
@@ -618,7 +660,7 @@ fn execute(ns: &Namespace, change: &NamespaceChange) -> Result<Applied, Namespac
 impl StateMachine for NamespaceMachine {
     fn apply(&mut self, mark: &AppliedMark, batch: &Batch) -> Result<Reply, StateMachineError> {
         if self.namespace.is_none() {
-            self.namespace = Some(Namespace::open(&self.path).map_err(storage)?);
+            self.set_namespace(Some(Namespace::open(&self.path).map_err(storage)?));
             self.load()?;
         }
         let genesis = match batch.changes.as_slice() {

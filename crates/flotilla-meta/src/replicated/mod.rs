@@ -1,7 +1,7 @@
 //! The namespace on the metadata group (issue 33): the changes that go through the log
 //! ([`change`]), the state machine that applies them ([`NamespaceMachine`]) and its
-//! snapshot format ([`image`]), and which change a request becomes ([`propose`]). The
-//! service's handlers do not propose through it yet.
+//! snapshot format ([`image`]), and which change a request becomes ([`propose`]). A
+//! metadata service started with `node_id` runs its handlers on it (`crate::grouped`).
 
 pub mod change;
 pub mod image;
@@ -12,4 +12,4 @@ pub use change::{
     Applied, BatchReply, ChangeError, ChangeResult, LayoutOn, NamespaceChange, NewOwner, Op, OpenHint,
     Outcome, Place, RenameMode, ReplyEntry, TouchedInode, CHANGE_BYTES_MAX, CHANGE_VERSION,
 };
-pub use machine::{MachineLimits, NamespaceMachine};
+pub use machine::{MachineLimits, NamespaceMachine, SharedNamespace};

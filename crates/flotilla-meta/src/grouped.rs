@@ -1,0 +1,731 @@
+//! The metadata service as a node of a metadata group (issue 33), opted into with `node_id`
+//! and `peers`: its namespace is a [`NamespaceMachine`] on a Raft group
+//! (`flotilla-metagroup`), so every namespace change is a proposal acknowledged once a
+//! majority holds it durably.
+//!
+//! - A node that is not the leader answers every request `NotServed::NotLeader` with the
+//!   leader's client-facing metadata address (from `peers`).
+//! - On the leader, a namespace-changing request becomes its change
+//!   (`replicated::propose::change_for`), goes through the proposal queue (concurrent
+//!   changes batched into one log entry, bounded by the batch limits), and its
+//!   `ChangeResult` is answered as the direct path answers it (`State::on_group`).
+//! - A read waits for a read barrier (read index) first. Neither waits past
+//!   `quorum_wait_ms`: a leader cut off from the majority answers `NotServed::NoQuorum`.
+//! - Each client connection gets a group session at its first change and numbers its
+//!   changes, so a change is applied at most once per (session, sequence).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use flotilla_auth::{Credential, Role};
+use flotilla_metagroup::types::SESSION_NONE;
+use flotilla_metagroup::{
+    raft_config, Batch, Change, GroupError, GroupLimits, GroupListener, GroupNode, GroupTiming, NodeId,
+    ReplyError, TcpConfig, TcpTransport,
+};
+use flotilla_proto::{ErrorCode, NotServed, WireError};
+use flotilla_types::Caller;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::config::MetaConfig;
+use crate::replicated::{
+    Applied, BatchReply, MachineLimits, NamespaceChange, NamespaceMachine, Op, Outcome, SharedNamespace,
+};
+
+/// Name of the group's log inside the data directory (beside `namespace.redb`).
+pub const LOG_FILE: &str = "log.redb";
+
+/// One member of the group as configured: its clients' address and its peers' address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub id: NodeId,
+    /// Where clients, servers and mounts reach it (its `listen`); the `NotLeader` hint.
+    pub meta_addr: String,
+    /// Where the other members reach its Raft (its group listener).
+    pub group_addr: String,
+}
+
+/// Parses `peers`: `ID=META_ADDR[/GROUP_ADDR],…`; a group address left out is the metadata
+/// address with its port plus one.
+pub fn parse_peers(text: &str) -> Result<Vec<Peer>, String> {
+    let mut peers: Vec<Peer> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addrs) = item.split_once('=').ok_or_else(|| format!("peer {item:?} is not ID=ADDR"))?;
+        let id: NodeId = id.trim().parse().map_err(|_| format!("peer {item:?}: {id:?} is not a node id"))?;
+        if id == 0 {
+            return Err(format!("peer {item:?}: node ids start at 1"));
+        }
+        let (meta_addr, group_addr) = match addrs.split_once('/') {
+            Some((meta, group)) => (meta.to_string(), group.to_string()),
+            None => (addrs.to_string(), port_plus_one(addrs)?),
+        };
+        if peers.iter().any(|p| p.id == id) {
+            return Err(format!("node {id} is named twice in peers"));
+        }
+        peers.push(Peer { id, meta_addr, group_addr });
+    }
+    if peers.is_empty() {
+        return Err("peers names no node".into());
+    }
+    Ok(peers)
+}
+
+fn port_plus_one(addr: &str) -> Result<String, String> {
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("{addr:?} has no :PORT"))?;
+    let port: u16 = port.parse().map_err(|_| format!("{addr:?}: bad port"))?;
+    let group = port.checked_add(1).ok_or_else(|| format!("{addr:?}: no port after it for the group"))?;
+    Ok(format!("{host}:{group}"))
+}
+
+/// A change waiting in the proposal queue, and where its outcome goes.
+struct Proposal {
+    change: Change,
+    reply: oneshot::Sender<Result<Outcome, NotServed>>,
+}
+
+/// A started group node as the handlers use it.
+pub(crate) struct Group {
+    node: Arc<GroupNode<NamespaceMachine>>,
+    me: NodeId,
+    meta_addrs: BTreeMap<NodeId, String>,
+    queue: mpsc::Sender<Proposal>,
+    quorum_wait: Duration,
+    runtime: tokio::runtime::Handle,
+    /// Rotates the placement ranking's start (the proposer keeps no spread memory yet).
+    pub(crate) cursor: AtomicU64,
+    barriers: Barriers,
+    _listener: GroupListener,
+}
+
+/// The read barrier's rounds: a read waits for the first round started after it arrived,
+/// and one round serves every read waiting for it.
+#[derive(Default)]
+struct Barriers {
+    rounds: parking_lot::Mutex<Rounds>,
+    done: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct Rounds {
+    started: u64,
+    finished: u64,
+    /// A thread is running rounds.
+    running: bool,
+    /// A read arrived during the running round: run one more.
+    wanted: bool,
+    /// The result of round `finished`.
+    last: Option<Result<(), NotServed>>,
+}
+
+/// What [`start`] hands the service: the group, and the namespace the handlers read.
+pub(crate) struct Started {
+    pub group: Arc<Group>,
+    pub namespace: SharedNamespace,
+}
+
+/// The group's settings from the service's.
+fn timing(config: &MetaConfig) -> GroupTiming {
+    GroupTiming {
+        heartbeat_ms: config.group_heartbeat_ms,
+        election_timeout_ms_min: config.group_election_timeout_ms_min,
+        election_timeout_ms_max: config.group_election_timeout_ms_max,
+        ..GroupTiming::default()
+    }
+}
+
+fn limits(config: &MetaConfig) -> GroupLimits {
+    GroupLimits {
+        batch_changes_max: config.group_batch_changes_max.max(1),
+        batch_bytes_max: config.group_batch_bytes_max.max(1),
+        ..GroupLimits::default()
+    }
+}
+
+/// Opens the machine (adopting a namespace made before the group), starts the node and its
+/// listener; node 1 of a brand-new group initializes the membership and proposes `Genesis`.
+pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<Started> {
+    let peers = parse_peers(&config.peers).map_err(|e| anyhow::anyhow!("[meta] peers: {e}"))?;
+    let me = config.node_id;
+    let mine = peers
+        .iter()
+        .find(|p| p.id == me)
+        .with_context(|| format!("[meta] node_id {me} is not among peers {:?}", config.peers))?;
+    let credential = group_credential(config)?;
+    let machine = open_machine(path, peers.len()).await?;
+    let namespace = machine.shared_namespace();
+    let (timing, limits) = (timing(config), limits(config));
+    let tcp = TcpConfig::default();
+    tcp.check(&limits).context("group transport settings")?;
+    let transport = Arc::new(TcpTransport::new(credential.clone(), tcp.clone()).context("group transport")?);
+    let dir = config.data.clone();
+    let raft = raft_config(&timing, &limits).context("group timing")?;
+    let node = GroupNode::start(me, &dir, machine, transport, raft, limits.clone())
+        .await
+        .context("start the group node")?;
+    let listener = tokio::net::TcpListener::bind(&mine.group_addr)
+        .await
+        .with_context(|| format!("group listener on {}", mine.group_addr))?;
+    let listener =
+        GroupListener::start(listener, me, node.raft.clone(), credential, &tcp).context("serve the group")?;
+    let node = Arc::new(node);
+    if me == 1 {
+        initialize(&node, &peers).await?;
+    }
+    let (queue, waiting) = mpsc::channel(limits.batch_changes_max * 4);
+    tokio::spawn(proposal_loop(node.clone(), waiting, limits, config.group_proposals_in_flight_max.max(1)));
+    let group = Arc::new(Group {
+        node,
+        me,
+        meta_addrs: peers.iter().map(|p| (p.id, p.meta_addr.clone())).collect(),
+        queue,
+        quorum_wait: Duration::from_millis(config.quorum_wait_ms.max(1)),
+        runtime: tokio::runtime::Handle::current(),
+        cursor: AtomicU64::new(0),
+        barriers: Barriers::default(),
+        _listener: listener,
+    });
+    if me == 1 {
+        tokio::spawn(genesis(group.clone()));
+    }
+    tracing::info!(node = me, group = %mine.group_addr, "metadata group node started");
+    Ok(Started { group, namespace })
+}
+
+fn group_credential(config: &MetaConfig) -> anyhow::Result<Arc<Credential>> {
+    let key = config.group_key.as_deref().context(
+        "a metadata group node needs a meta credential: set [meta] group_key or --group-key \
+         (flotilla keygen issue --role meta)",
+    )?;
+    let credential = flotilla_auth::load_credential(Some(key), "the metadata group", Role::Meta)?;
+    Ok(credential)
+}
+
+/// Opens the namespace as the group's state machine; a namespace made before the group is
+/// adopted by a group of one. A larger group starts from its genesis, which would replace
+/// such a namespace: refused (its other members could not catch up from the log).
+async fn open_machine(path: &Path, members: usize) -> anyhow::Result<NamespaceMachine> {
+    let path = path.to_path_buf();
+    let existed = path.exists();
+    let opened = tokio::task::spawn_blocking(move || -> anyhow::Result<NamespaceMachine> {
+        let machine = NamespaceMachine::open(&path, MachineLimits::default())?;
+        if !existed || machine.born() {
+            return Ok(machine);
+        }
+        if members == 1 {
+            drop(machine);
+            tracing::info!(path = %path.display(), "adopting a namespace made before the group");
+            return Ok(NamespaceMachine::adopt(&path, MachineLimits::default())?);
+        }
+        let inodes = machine.namespace()?.inode_count().map_err(|e| anyhow::anyhow!("count inodes: {e}"))?;
+        anyhow::ensure!(
+            inodes <= 1,
+            "{} holds a namespace made before the group ({inodes} inodes); a group of {members} would \
+             start from an empty one. Take it over with a group of one (--peers naming this node \
+             alone); growing that group online is not built yet",
+            path.display()
+        );
+        Ok(machine)
+    });
+    opened.await?.context("open the namespace as the group's state machine")
+}
+
+/// Node 1 of a brand-new group names its members (nothing if the group has a log already).
+async fn initialize(node: &GroupNode<NamespaceMachine>, peers: &[Peer]) -> anyhow::Result<()> {
+    if node.raft.is_initialized().await.map_err(|e| anyhow::anyhow!("read the group's state: {e}"))? {
+        return Ok(());
+    }
+    let members: BTreeMap<NodeId, openraft::BasicNode> =
+        peers.iter().map(|p| (p.id, openraft::BasicNode { addr: p.group_addr.clone() })).collect();
+    node.raft.initialize(members).await.map_err(|e| anyhow::anyhow!("initialize the group: {e}"))?;
+    tracing::info!(members = peers.len(), "initialized a new metadata group");
+    Ok(())
+}
+
+/// Proposes the namespace's `Genesis` until it is applied (node 1, while it leads).
+async fn genesis(group: Arc<Group>) {
+    loop {
+        let born = group.node.state.with_state(|m| m.born());
+        if born {
+            return;
+        }
+        if group.is_leader() {
+            let change = NamespaceChange::new(Caller::root(), now_ns(), Op::Genesis { id_key: id_key() });
+            match change.encode() {
+                Ok(body) => {
+                    let change =
+                        Change { session_id: SESSION_NONE, sequence: 0, acknowledged_through: 0, body };
+                    let batch = Batch::new(now_ms(), vec![change]);
+                    if let Err(error) = group.node.propose(batch).await {
+                        tracing::debug!(%error, "genesis not proposed yet");
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(%error, "cannot encode the genesis");
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn id_key() -> [u8; flotilla_namespace::ID_KEY_BYTES] {
+    use rand::TryRngCore;
+    let mut key = [0u8; flotilla_namespace::ID_KEY_BYTES];
+    if rand::rngs::OsRng.try_fill_bytes(&mut key).is_err() {
+        // No OS randomness: the clock still gives each group its own key.
+        key[..8].copy_from_slice(&now_ns().to_le_bytes());
+        key[8..].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+    }
+    key
+}
+
+/// Takes changes from the queue, batches those waiting together (bounded by the batch
+/// limits), and proposes the batches, at most `in_flight_max` at once.
+async fn proposal_loop(
+    node: Arc<GroupNode<NamespaceMachine>>,
+    mut waiting: mpsc::Receiver<Proposal>,
+    limits: GroupLimits,
+    in_flight_max: usize,
+) {
+    let in_flight = Arc::new(Semaphore::new(in_flight_max));
+    let mut held: Option<Proposal> = None;
+    loop {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
+        let first = match held.take() {
+            Some(first) => first,
+            None => match waiting.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
+        let mut bytes = change_bytes(&first.change);
+        let mut batch = vec![first];
+        while batch.len() < limits.batch_changes_max {
+            let Ok(next) = waiting.try_recv() else { break };
+            if bytes + change_bytes(&next.change) > limits.batch_bytes_max {
+                held = Some(next);
+                break;
+            }
+            bytes += change_bytes(&next.change);
+            batch.push(next);
+        }
+        let node = node.clone();
+        tokio::spawn(async move {
+            propose_batch(&node, batch).await;
+            drop(permit);
+        });
+    }
+}
+
+fn change_bytes(change: &Change) -> usize {
+    flotilla_metagroup::types::CHANGE_HEADER_BYTES + change.body.len()
+}
+
+async fn propose_batch(node: &GroupNode<NamespaceMachine>, proposals: Vec<Proposal>) {
+    let (changes, replies): (Vec<Change>, Vec<_>) =
+        proposals.into_iter().map(|p| (p.change, p.reply)).unzip();
+    let outcomes = match node.propose(Batch::new(now_ms(), changes)).await {
+        Ok(committed) => match BatchReply::decode(&committed.reply.bytes) {
+            Ok(reply) if reply.outcomes.len() == replies.len() => Ok(reply.outcomes),
+            Ok(reply) => Err(format!("{} outcomes for {} changes", reply.outcomes.len(), replies.len())),
+            Err(error) => Err(error.to_string()),
+        },
+        Err(GroupError::NotLeader { .. }) => {
+            for reply in replies {
+                let _ = reply.send(Err(NotServed::NotLeader { leader: None }));
+            }
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(%error, "a proposal failed");
+            for reply in replies {
+                let _ = reply.send(Err(NotServed::NoQuorum));
+            }
+            return;
+        }
+    };
+    match outcomes {
+        Ok(outcomes) => {
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                let _ = reply.send(Ok(outcome));
+            }
+        }
+        Err(error) => {
+            tracing::error!(%error, "a batch's reply does not decode");
+            for reply in replies {
+                let _ = reply.send(Ok(Outcome::Invalid(error.clone())));
+            }
+        }
+    }
+}
+
+impl Group {
+    /// This node leads (as far as it knows).
+    pub(crate) fn is_leader(&self) -> bool {
+        let metrics = self.node.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.state.is_leader() && metrics.current_leader == Some(self.me)
+    }
+
+    /// The namespace had its genesis (or was adopted).
+    pub(crate) fn born(&self) -> bool {
+        self.node.state.with_state(|machine| machine.born())
+    }
+
+    /// `Ok` on the leader; else the `NotLeader` answer with the leader's metadata address.
+    pub(crate) fn leading(&self) -> Result<(), NotServed> {
+        if self.is_leader() {
+            return Ok(());
+        }
+        let leader = self.node.raft.metrics().borrow().current_leader;
+        Err(NotServed::NotLeader { leader: leader.and_then(|id| self.meta_addrs.get(&id).cloned()) })
+    }
+
+    /// The leader's answer if `error` says this node is not it.
+    fn not_leader(&self, error: &GroupError) -> NotServed {
+        match error {
+            GroupError::NotLeader { leader, .. } => {
+                NotServed::NotLeader { leader: leader.and_then(|id| self.meta_addrs.get(&id).cloned()) }
+            }
+            _ => NotServed::NoQuorum,
+        }
+    }
+
+    /// Proposes one change and waits (at most `quorum_wait_ms`) for its outcome; called from
+    /// the handlers' blocking threads.
+    pub(crate) fn propose_blocking(&self, change: Change) -> Result<Outcome, NotServed> {
+        let (reply, outcome) = oneshot::channel();
+        self.runtime.block_on(async {
+            let queued = self.queue.send(Proposal { change, reply });
+            match tokio::time::timeout(self.quorum_wait, async {
+                queued.await.map_err(|_| NotServed::NoQuorum)?;
+                outcome.await.map_err(|_| NotServed::NoQuorum)?
+            })
+            .await
+            {
+                Ok(Err(NotServed::NotLeader { .. })) => {
+                    Err(self.leading().err().unwrap_or(NotServed::NoQuorum))
+                }
+                Ok(result) => result,
+                Err(_) => Err(NotServed::NoQuorum),
+            }
+        })
+    }
+
+    /// Waits until a read on this node is linearizable (read index): for the first round
+    /// of the barrier that started after the call; reads arriving together share one round.
+    /// A round waits at most `quorum_wait_ms`.
+    pub(crate) fn read_barrier_blocking(&self) -> Result<(), NotServed> {
+        let mut rounds = self.barriers.rounds.lock();
+        if rounds.running {
+            rounds.wanted = true;
+            let mine = rounds.started + 1;
+            while rounds.finished < mine {
+                self.barriers.done.wait(&mut rounds);
+            }
+            return rounds.last.clone().unwrap_or(Err(NotServed::NoQuorum));
+        }
+        rounds.running = true;
+        rounds.started += 1;
+        drop(rounds);
+        let mut mine = None;
+        loop {
+            let result = self.barrier_round();
+            let mut rounds = self.barriers.rounds.lock();
+            rounds.finished = rounds.started;
+            rounds.last = Some(result.clone());
+            self.barriers.done.notify_all();
+            mine.get_or_insert(result);
+            if !rounds.wanted {
+                rounds.running = false;
+                return mine.unwrap_or(Err(NotServed::NoQuorum));
+            }
+            rounds.wanted = false;
+            rounds.started += 1;
+        }
+    }
+
+    /// One read-index round, bounded by `quorum_wait_ms`.
+    fn barrier_round(&self) -> Result<(), NotServed> {
+        self.runtime.block_on(async {
+            match tokio::time::timeout(self.quorum_wait, self.node.read_barrier()).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(self.not_leader(&error)),
+                Err(_) => Err(NotServed::NoQuorum),
+            }
+        })
+    }
+
+    /// Proposes `op` outside any session (orphan release, target records); its result.
+    pub(crate) fn write_blocking(&self, op: Op) -> Result<Applied, WireError> {
+        let body = NamespaceChange::new(Caller::root(), now_ns(), op).encode().map_err(invalid)?;
+        let change = Change { session_id: SESSION_NONE, sequence: 0, acknowledged_through: 0, body };
+        match self.propose_blocking(change).map_err(not_served)? {
+            Outcome::Applied { result, .. } | Outcome::Replayed(result) => result,
+            Outcome::Refused(error) => Err(refused(&error)),
+            Outcome::Invalid(reason) => Err(WireError::new(ErrorCode::Io, reason)),
+        }
+    }
+
+    /// Stops the node (its files stay).
+    pub(crate) fn stop(&self) {
+        let raft = self.node.raft.clone();
+        self.runtime.spawn(async move {
+            let _ = raft.shutdown().await;
+        });
+    }
+}
+
+/// A client connection's group session: opened at its first change, numbering its changes.
+#[derive(Default)]
+pub(crate) struct ClientSession {
+    id: parking_lot::Mutex<Option<u64>>,
+    sequence: AtomicU64,
+}
+
+impl ClientSession {
+    /// The session's id, opening it first if needed.
+    fn id(&self, group: &Group) -> Result<u64, NotServed> {
+        let mut id = self.id.lock();
+        if let Some(id) = *id {
+            return Ok(id);
+        }
+        let body = NamespaceChange::new(Caller::root(), now_ns(), Op::OpenSession)
+            .encode()
+            .map_err(|_| NotServed::NoQuorum)?;
+        let change = Change { session_id: SESSION_NONE, sequence: 0, acknowledged_through: 0, body };
+        match group.propose_blocking(change)? {
+            Outcome::Applied { result: Ok(Applied::Session(opened)), .. } => {
+                *id = Some(opened);
+                self.sequence.store(0, Ordering::Relaxed);
+                Ok(opened)
+            }
+            other => {
+                tracing::warn!(?other, "a client session was not opened");
+                Err(NotServed::NoQuorum)
+            }
+        }
+    }
+
+    /// Forgets the session (it expired in the group): the next change opens another.
+    fn reset(&self) {
+        *self.id.lock() = None;
+    }
+
+    /// The session to close when the connection ends.
+    pub(crate) fn opened(&self) -> Option<u64> {
+        // Not waiting for a session being opened: an unclosed session expires anyway.
+        self.id.try_lock().and_then(|id| *id)
+    }
+
+    /// Proposes `change` in this session; a session the group forgot is opened again once.
+    pub(crate) fn propose(&self, group: &Group, change: &NamespaceChange) -> Result<Outcome, NotServed> {
+        let body = change.encode().map_err(|_| NotServed::NoQuorum)?;
+        for _ in 0..2 {
+            let session_id = self.id(group)?;
+            let sequence = self.sequence.fetch_add(1, Ordering::Relaxed) + 1;
+            let change = Change { session_id, sequence, acknowledged_through: 0, body: body.clone() };
+            match group.propose_blocking(change)? {
+                Outcome::Refused(ReplyError::UnknownSession { .. }) => self.reset(),
+                outcome => return Ok(outcome),
+            }
+        }
+        Err(NotServed::NoQuorum)
+    }
+}
+
+/// Closes a connection's session in the group (best effort: it expires anyway).
+pub(crate) fn close_session(group: Arc<Group>, session_id: u64) {
+    tokio::task::spawn_blocking(move || {
+        if group.is_leader() {
+            let _ = group.write_blocking(Op::CloseSession { session_id });
+        }
+    });
+}
+
+pub(crate) fn not_served(reason: NotServed) -> WireError {
+    WireError::new(ErrorCode::Unavailable, reason.to_string())
+}
+
+pub(crate) fn refused(error: &ReplyError) -> WireError {
+    WireError::new(ErrorCode::Unavailable, format!("the metadata group refused the change: {error}"))
+}
+
+fn invalid(error: impl std::fmt::Display) -> WireError {
+    WireError::new(ErrorCode::BadRequest, error.to_string())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// What a proposing leader knows that replicas must not decide themselves.
+impl crate::replicated::propose::ProposerView for crate::handle::State {
+    fn ranked_targets(&self) -> Vec<flotilla_types::TargetId> {
+        let cursor = self.group.as_ref().map_or(0, |g| g.cursor.fetch_add(1, Ordering::Relaxed));
+        let live = self.membership.live();
+        flotilla_namespace::rank_targets(&live, cursor, &flotilla_namespace::Spread::default())
+            .unwrap_or_default()
+    }
+
+    fn open_hint(&self, at: &crate::replicated::Place) -> crate::replicated::OpenHint {
+        use crate::replicated::{OpenHint, Place};
+        let Ok(ns) = self.ns() else { return OpenHint::Unknown };
+        let root = Caller::root();
+        let found = match at {
+            Place::Path(path) => ns.lookup_as(&root, path),
+            Place::At { parent, name } => ns.lookup_at(&root, *parent, name),
+        };
+        match found {
+            Ok(entry) => {
+                let open = self.opens.lock().may_be_open(entry.id, std::time::Instant::now());
+                OpenHint::Found { id: entry.id, open }
+            }
+            Err(_) => OpenHint::Unknown,
+        }
+    }
+}
+
+impl crate::handle::State {
+    /// A request on a group node: `NotLeader` off the leader; on it, a change is proposed
+    /// and its result answered as the direct path answers it, anything else is served after
+    /// a read barrier.
+    pub(crate) fn on_group(
+        &self,
+        group: &Group,
+        request: flotilla_proto::MetaRequest,
+        asker: &crate::handle::Asker,
+        session: &ClientSession,
+    ) -> Result<flotilla_proto::MetaReply, WireError> {
+        use flotilla_proto::MetaReply;
+        if let Err(reason) = group.leading() {
+            return Ok(MetaReply::NotServed(reason));
+        }
+        self.check_before_proposing(&request, asker)?;
+        let change = crate::replicated::propose::change_for(&request, asker.who, now_ns(), self)?;
+        let Some(change) = change else {
+            if let Err(reason) = group.read_barrier_blocking() {
+                return Ok(MetaReply::NotServed(reason));
+            }
+            return self.dispatch(request, asker);
+        };
+        let outcome = match session.propose(group, &change) {
+            Ok(outcome) => outcome,
+            Err(reason) => return Ok(MetaReply::NotServed(reason)),
+        };
+        let result = match outcome {
+            Outcome::Applied { result, touched } => {
+                self.revoke_inodes(&touched);
+                result
+            }
+            Outcome::Replayed(result) => result,
+            Outcome::Refused(error) => return Err(refused(&error)),
+            Outcome::Invalid(reason) => return Err(WireError::new(ErrorCode::Io, reason)),
+        };
+        self.answer(request, result?, asker)
+    }
+
+    /// The checks the direct path makes before executing a change (layout bounds, a
+    /// create's wait for remembered targets, a grower's write right).
+    fn check_before_proposing(
+        &self,
+        request: &flotilla_proto::MetaRequest,
+        asker: &crate::handle::Asker,
+    ) -> Result<(), WireError> {
+        use flotilla_proto::MetaRequest as R;
+        match request {
+            R::Create { spec, .. }
+            | R::CreateOpen { spec, .. }
+            | R::CreateOpenCached { spec, .. }
+            | R::CreateAt { spec, .. }
+            | R::CreateAtOpen { spec, .. } => self.prepare_create(asker.who, spec.clone()).map(|_| ()),
+            R::SetLayout { layout, .. } | R::SetLayoutId { layout, .. } => self.check_layout(layout.as_ref()),
+            R::GrowSize { id, .. } => self.require_writer(*id, asker),
+            _ => Ok(()),
+        }
+    }
+
+    fn revoke_inodes(&self, touched: &[crate::replicated::TouchedInode]) {
+        use crate::replicated::TouchedInode;
+        let touched: Vec<flotilla_namespace::Touched> = touched
+            .iter()
+            .map(|t| match t {
+                TouchedInode::Attr(id) => flotilla_namespace::Touched::Attr(*id),
+                TouchedInode::Names(id) => flotilla_namespace::Touched::Names(*id),
+            })
+            .collect();
+        self.revoke_touched(&touched);
+    }
+
+    /// The reply the direct path gives for `request`, from the change's applied value.
+    fn answer(
+        &self,
+        request: flotilla_proto::MetaRequest,
+        applied: Applied,
+        asker: &crate::handle::Asker,
+    ) -> Result<flotilla_proto::MetaReply, WireError> {
+        use flotilla_proto::{MetaReply, MetaRequest as R};
+        let entry = match applied {
+            Applied::Entry(entry) => entry.into_entry(),
+            Applied::Attributes(attrs) => return Ok(MetaReply::Attributes(attrs)),
+            Applied::Removed { orphaned } => {
+                if let Some(id) = orphaned {
+                    self.opens.lock().add_orphan(id);
+                }
+                return Ok(MetaReply::Done);
+            }
+            Applied::Done | Applied::Released(_) | Applied::Session(_) => return Ok(MetaReply::Done),
+        };
+        let reply = match request {
+            R::Mkdir { .. }
+            | R::MkdirAt { .. }
+            | R::MknodAt { .. }
+            | R::Symlink { .. }
+            | R::SymlinkAt { .. } => MetaReply::Entry(self.info(entry)),
+            R::CreateOpen { session, .. } | R::CreateAtOpen { session, .. } => {
+                MetaReply::Entry(self.granted(self.opened(session, entry.id)?, asker))
+            }
+            R::CreateOpenCached { path, session, .. } => {
+                let id = self.opened(session, entry.id)?.id;
+                return self.lookup_cached(&path, session, asker, Some(id));
+            }
+            R::SetNoOverlapId { id, no_overlap } => {
+                self.tokens.set_no_overlap(id, no_overlap);
+                MetaReply::Entry(self.granted(entry, asker))
+            }
+            _ => MetaReply::Entry(self.granted(entry, asker)),
+        };
+        Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_with_and_without_a_group_address() {
+        let peers = parse_peers("1=10.0.0.1:7770, 2=10.0.0.2:7770/10.0.0.2:9000").unwrap();
+        assert_eq!(peers[0].group_addr, "10.0.0.1:7771");
+        assert_eq!(peers[1].meta_addr, "10.0.0.2:7770");
+        assert_eq!(peers[1].group_addr, "10.0.0.2:9000");
+        for bad in ["", "1", "0=a:1", "x=a:1", "1=a:1,1=b:1", "1=nohost"] {
+            assert!(parse_peers(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+}
