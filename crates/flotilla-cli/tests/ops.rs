@@ -455,7 +455,7 @@ fn meta_and_server_serve_metrics_on_their_own_flag() {
     let (_server, server) = start_service(&server_args, &["server", "metrics"]);
 
     let deadline = Instant::now() + Duration::from_secs(30);
-    let registered = "flotilla_meta_request_duration_seconds_count{kind=\"register\"} 1";
+    let registered = "flotilla_meta_request_duration_seconds_count{kind=\"register_member\"} 1";
     let mut text = String::new();
     while Instant::now() < deadline && !text.contains(registered) {
         text = http_get(&meta[1], "/metrics").unwrap_or_default();

@@ -480,7 +480,8 @@ async fn tick_chains(state: Arc<State>, period: Duration) {
         tokio::time::sleep(period).await;
         let state = state.clone();
         let _ = tokio::task::spawn_blocking(move || {
-            if let Err(error) = state.chains.tick(&state.namespace) {
+            let Ok(namespace) = state.ns() else { return };
+            if let Err(error) = state.chains.tick(&namespace) {
                 tracing::warn!(%error, "chain tick failed; will retry");
             }
         })
