@@ -16,6 +16,7 @@ pub mod frame;
 mod group;
 mod io;
 mod meta;
+mod not_served;
 mod wire_error;
 
 pub use budget::{with_progress, Counted, ProgressRule, Reservation};
@@ -42,6 +43,7 @@ pub use meta::{
     TokenMode, TokenRevoke, INODE_TOKENS_PER_REQUEST_MAX, NAME_BYTES_MAX, READDIR_ENTRIES_MAX,
     TOKEN_EVENTS_MAX,
 };
+pub use not_served::{NotServed, LEADER_ADDRESS_BYTES_MAX};
 pub use wire_error::{ErrorCode, WireError};
 
 /// Encodes a message body with postcard.

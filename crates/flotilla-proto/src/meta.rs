@@ -625,4 +625,7 @@ pub enum MetaReply {
         revokes: Vec<InodeToken>,
         lost: bool,
     },
+    /// A metadata group node handled nothing: it is not the leader, or has no quorum
+    /// (issue 33, `not_served.rs`).
+    NotServed(crate::not_served::NotServed),
 }
