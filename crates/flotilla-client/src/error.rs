@@ -28,6 +28,12 @@ pub enum ClientError {
     UnexpectedReply { request: &'static str, reply: String },
     #[error("no metadata address: pass one or set {}", crate::env::META_ENV)]
     NoMetaAddress,
+    /// A metadata group node did not handle the request: not the leader, or no quorum.
+    #[error("metadata node {addr}: {reason}")]
+    NotServed { addr: String, reason: flotilla_proto::NotServed },
+    /// The metadata address list (`FLOTILLA_META`, `--meta`) is malformed.
+    #[error(transparent)]
+    MetaAddresses(#[from] crate::transport::MetaAddressError),
     #[error("{0}")]
     Credential(String),
     #[error("cannot start the client runtime: {0}")]
