@@ -51,7 +51,7 @@ pub(crate) async fn heartbeat_loop(
         };
         let step = chase.failed(&meta, ended.leader.as_deref());
         let next = chase.target();
-        tracing::warn!(meta, error = %ended.error, next, "metadata node not serving; trying the next");
+        tracing::warn!(meta, error = %ended.error, next, "metadata node not serving; moving on");
         if step == Move::Pause {
             tokio::time::sleep(period.min(Duration::from_millis(500))).await;
         }
