@@ -72,6 +72,7 @@ impl ClientError {
             | ClientError::NoSuchSubfile { .. } => 22,
             ClientError::NotAFile { .. } => 21,
             ClientError::Layout(_) => 22,
+            ClientError::MetaAddresses(_) => 22,
             _ => 5,
         }
     }
