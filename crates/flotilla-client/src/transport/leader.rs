@@ -16,23 +16,11 @@
 //! loop (flotilla-server `membership.rs`) drive it.
 
 use super::outage::{Failure, OutageWait};
+pub use crate::error::MetaAddressError;
 use std::time::{Duration, Instant};
 
 /// Most addresses a metadata address list may hold (a group has 1, 3 or 5 nodes).
 pub const META_ADDRESSES_MAX: usize = 16;
-
-/// What is wrong with a metadata address list.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum MetaAddressError {
-    #[error("no metadata address given (a list is HOST:PORT[,HOST:PORT...])")]
-    Empty,
-    #[error("metadata address list {list:?}: entry {position} is empty")]
-    EmptyEntry { list: String, position: usize },
-    #[error("metadata address list of {count} addresses; at most {max} are taken")]
-    TooMany { count: usize, max: usize },
-    #[error("metadata address {address:?} is longer than {max} bytes")]
-    TooLong { address: String, max: usize },
-}
 
 /// The addresses of a list `a,b,c` (spaces around each trimmed, a repeated one dropped).
 pub fn parse_meta_addresses(list: &str) -> Result<Vec<String>, MetaAddressError> {
