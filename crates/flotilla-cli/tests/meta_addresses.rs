@@ -1,8 +1,8 @@
 //! Callers take every metadata address (issue 33): `FLOTILLA_META=a,b,c`, `--meta a,b,c` for
 //! the CLI, an I/O server and a mount; an address that does not answer is skipped, and a
 //! client whose list holds a dead address keeps working while the metadata service is
-//! killed (SIGKILL) and restarted on its address. (`NotLeader`/`NoQuorum` replies need a
-//! metadata service running on the group; the client's unit tests drive them.)
+//! killed (SIGKILL) and restarted on its address. No metadata service runs on the group
+//! yet, so `NotLeader`/`NoQuorum` come from a stand-in node in this process.
 
 mod common;
 
@@ -146,4 +146,108 @@ fn a_client_with_a_dead_address_listed_outlasts_a_metadata_restart() {
         file.read_at(0, &mut back).unwrap_or_else(|e| panic!("read {name}: {e}"));
         assert_eq!(back, random_bytes(*seed, *length), "{name} differs");
     }
+}
+
+/// A metadata node of a group as a caller sees it when that node does not serve: it
+/// authenticates with the cluster's server credential and answers every request with
+/// `refusal`. Counts the requests it refused.
+struct RefusingNode {
+    addr: String,
+    refused: Arc<std::sync::atomic::AtomicU64>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl RefusingNode {
+    fn start(refusal: flotilla_proto::NotServed) -> RefusingNode {
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
+        let addr = listener.local_addr().expect("local address").to_string();
+        let credential = flotilla_auth::load_credential(
+            Some(&common::server_key()),
+            "a refusing node",
+            flotilla_auth::Role::Server,
+        )
+        .expect("server credential");
+        let roles = vec![flotilla_auth::Role::Client, flotilla_auth::Role::Server];
+        let acceptor = Arc::new(flotilla_auth::Acceptor::new(credential, roles, Default::default()));
+        let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let body = flotilla_proto::encode_body(&flotilla_proto::MetaReply::NotServed(refusal)).unwrap();
+        let counter = refused.clone();
+        runtime.spawn(async move {
+            while let Ok((stream, peer)) = listener.accept().await {
+                let (acceptor, body, counter) = (acceptor.clone(), body.clone(), counter.clone());
+                tokio::spawn(refuse_all(stream, peer, acceptor, body, counter));
+            }
+        });
+        RefusingNode { addr, refused, _runtime: runtime }
+    }
+
+    fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+async fn refuse_all(
+    mut stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    acceptor: Arc<flotilla_auth::Acceptor>,
+    body: Vec<u8>,
+    refused: Arc<std::sync::atomic::AtomicU64>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let Some(mut secured) = acceptor.accept(&mut stream, Some(peer)).await else { return };
+    let mut buffer = bytes::BytesMut::new();
+    loop {
+        let opener: &mut dyn flotilla_proto::PayloadOpener = &mut secured.opener;
+        let Ok(frame) =
+            flotilla_proto::read_frame_opened(&mut stream, &mut buffer, 1 << 20, Some(opener)).await
+        else {
+            return;
+        };
+        if secured.opener.check(&mut stream, &frame).await.is_err() {
+            return;
+        }
+        refused.fetch_add(1, Ordering::Relaxed);
+        if secured.sealer.write_frame(&mut stream, frame.request_id, &body, &[]).await.is_err() {
+            return;
+        }
+        let _ = stream.flush().await;
+    }
+}
+
+fn client_of(meta: &str, wait_ms: u64) -> Client {
+    let mut config = ClientConfig::new(meta);
+    config.key = Some(client_key());
+    config.outage.wait_ms = wait_ms;
+    Client::with_config(config).expect("client")
+}
+
+/// Not a running group (the service does not run on one yet): a node that answers
+/// `NotLeader` naming the live service, and one that answers `NoQuorum`, in front of it.
+#[test]
+fn a_client_follows_a_leader_hint_and_leaves_a_node_without_quorum() {
+    let cluster = Cluster::start(1);
+    let live = cluster.meta_addr();
+    let follower = RefusingNode::start(flotilla_proto::NotServed::NotLeader { leader: Some(live.clone()) });
+    let client = client_of(&follower.addr, 5_000);
+    client.mkdir("/led", 0o755).expect("mkdir sent to a follower naming the leader");
+    assert_eq!(client.stat("/led").expect("stat").attrs.kind, flotilla_client::FileKind::Directory);
+    let refused = follower.refused();
+    assert!(refused >= 1, "the follower was not asked");
+    client.rmdir("/led").expect("rmdir");
+    client.mkdir("/led", 0o755).expect("mkdir again");
+    assert_eq!(follower.refused(), refused, "the leader, outside the list, is kept while it serves");
+
+    let cut_off = RefusingNode::start(flotilla_proto::NotServed::NoQuorum);
+    let client = client_of(&format!("{},{live}", cut_off.addr), 5_000);
+    client.stat("/led").expect("stat past a node without quorum");
+    assert!(cut_off.refused() >= 1, "the node without quorum was not asked first");
+
+    let alone = client_of(&cut_off.addr, 600);
+    let started = Instant::now();
+    let error = alone.stat("/led").expect_err("only a node without quorum");
+    let said = error.to_string();
+    assert!(said.contains("stayed unreachable") && said.contains("majority"), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(10), "gave up after {:?}", started.elapsed());
 }
