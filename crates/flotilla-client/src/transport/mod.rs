@@ -195,7 +195,7 @@ impl Transport {
                 return Err(ClientError::Unreachable { service, waited_ms, wait_ms, last: Box::new(error) });
             };
             if failure == Failure::MaybeApplied && resend::resend_class(request) == resend::Resend::Counted {
-                tracing::warn!(?request, %error, "resending a request that may have been applied; it may count twice");
+                tracing::info!(?request, %error, "resending a request that may have been applied; it may count twice");
             }
             if first {
                 tracing::info!(%error, wait_ms = self.outage.wait_ms, "metadata node not serving; trying the next");

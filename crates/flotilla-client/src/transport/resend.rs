@@ -22,7 +22,7 @@ pub(crate) enum Resend {
     /// Counted twice if the first attempt was applied (an open counted twice stays until
     /// its lease ends; a close counted twice may end another handle's open of the same
     /// file early; a join takes a second member index; a hard link by path answers
-    /// `AlreadyExists`). Resent as a single node did before issue 33, with a warning; the
+    /// `AlreadyExists`). Resent as a single node did before issue 33 (logged); the
     /// reply table must cover these first.
     Counted,
 }
