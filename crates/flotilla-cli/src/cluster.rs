@@ -78,7 +78,8 @@ pub struct MetaArgs {
 
 #[derive(Args)]
 pub struct ServerArgs {
-    /// Address of the metadata service.
+    /// Address of the metadata service, or every address of its group as `a,b,c` (the
+    /// node that serves is found and followed).
     #[arg(long, env = "FLOTILLA_META")]
     meta: Option<String>,
     /// A target directory (repeat for several); `sim:MODEL:DIR` times it as a 1990s disk

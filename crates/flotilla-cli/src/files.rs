@@ -12,7 +12,8 @@ const COPY_CHUNK_BYTES: usize = 16 << 20;
 
 #[derive(Args)]
 pub struct MetaArg {
-    /// Address of the metadata service.
+    /// Address of the metadata service, or every address of its group as `a,b,c` (the
+    /// node that serves is found and followed).
     #[arg(long, env = "FLOTILLA_META", default_value = flotilla_meta::config::DEFAULT_META_ADDR)]
     pub meta: String,
 }

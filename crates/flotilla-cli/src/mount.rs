@@ -15,7 +15,8 @@ const UNMOUNT_POLL_MS: u64 = 100;
 
 #[derive(Args)]
 pub struct MountArgs {
-    /// Address of the metadata service.
+    /// Address of the metadata service, or every address of its group as `a,b,c` (the
+    /// node that serves is found and followed).
     #[arg(long, env = "FLOTILLA_META", default_value = flotilla_meta::config::DEFAULT_META_ADDR)]
     meta: String,
     /// Directory to mount on (created if missing).

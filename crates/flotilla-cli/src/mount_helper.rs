@@ -1,7 +1,9 @@
 //! `mount.flotilla`: what mount(8) runs for `mount -t flotilla META:PORT DIR -o OPTIONS` and
-//! for `/etc/fstab` lines of type `flotilla`. The flotilla binary answers to that name
-//! (`flotilla install` makes the link); it starts `flotilla mount` detached in its own
-//! session, waits until the mount serves, and returns, as mount(8) expects.
+//! for `/etc/fstab` lines of type `flotilla` (the source may list every metadata node,
+//! `A:PORT,B:PORT,C:PORT`: it becomes `--meta A:PORT,B:PORT,C:PORT`). The flotilla binary
+//! answers to that name (`flotilla install` makes the link); it starts `flotilla mount`
+//! detached in its own session, waits until the mount serves, and returns, as mount(8)
+//! expects.
 
 use anyhow::Context;
 use std::io::{BufRead, BufReader, Read};
@@ -190,5 +192,12 @@ mod tests {
         let parsed = parse(&strings(&["h:1", "/m", "-n", "-o", "ro", "-t", "flotilla"])).unwrap();
         assert_eq!((parsed.source.as_str(), parsed.options.as_str()), ("h:1", "ro"));
         assert!(parse(&strings(&["only-one"])).is_err());
+    }
+
+    #[test]
+    fn an_fstab_source_listing_several_metadata_nodes_is_one_meta_list() {
+        let parsed = parse(&strings(&["a:1,b:1,c:1", "/m", "-o", "ro"])).unwrap();
+        let arguments = mount_arguments(&parsed.source, &parsed.dir, &parsed.options, false).unwrap();
+        assert_eq!(arguments, strings(&["mount", "--meta", "a:1,b:1,c:1", "--read-only", "/m"]));
     }
 }

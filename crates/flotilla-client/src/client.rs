@@ -26,6 +26,8 @@ pub const UNSTABLE_BYTES_MAX_DEFAULT: u64 = 64 << 20;
 /// How to reach a cluster.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
+    /// The metadata service's address, or every address of its group as `a,b,c`: calls go to
+    /// the node that serves them (`transport/leader.rs`).
     pub meta_addr: String,
     /// A name the servers log for this client.
     pub client_name: String,
@@ -220,12 +222,13 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the metadata service at `meta_addr` (lazily: the first call connects).
+    /// Connects to the metadata service at `meta_addr`, an address or a list `a,b,c` (lazily:
+    /// the first call connects).
     pub fn connect(meta_addr: &str) -> Result<Client, ClientError> {
         Client::with_config(ClientConfig::new(meta_addr))
     }
 
-    /// Connects to the metadata service named by `FLOTILLA_META`.
+    /// Connects to the metadata service named by `FLOTILLA_META` (an address or a list `a,b,c`).
     pub fn from_env() -> Result<Client, ClientError> {
         let addr = std::env::var(crate::env::META_ENV).map_err(|_| ClientError::NoMetaAddress)?;
         Client::connect(&addr)
@@ -239,6 +242,7 @@ impl Client {
             let bounds = flotilla_auth::AuthBounds { integrity: config.integrity, ..Default::default() };
             config.connection.auth = Some(flotilla_auth::ClientAuth { credential, bounds });
         }
+        let meta = crate::transport::LeaderChase::parse(&config.meta_addr)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.runtime_threads.max(1))
             .thread_name("flotilla-client")
@@ -246,7 +250,7 @@ impl Client {
             .build()
             .map_err(|e| ClientError::Runtime(e.to_string()))?;
         let core = Arc::new(Core::new(
-            config.meta_addr,
+            meta,
             config.client_name,
             config.connection,
             config.unstable_bytes_max,
@@ -275,7 +279,7 @@ impl Client {
         Ok(Client { core, runtime: Arc::new(runtime), endpoint })
     }
 
-    /// The metadata service's address.
+    /// The metadata service's addresses as given (`a,b,c` for several).
     pub fn meta_addr(&self) -> &str {
         self.core.transport.meta_addr()
     }

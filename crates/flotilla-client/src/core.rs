@@ -50,7 +50,7 @@ pub(crate) struct Core {
 
 impl Core {
     pub fn new(
-        meta_addr: String,
+        meta: crate::transport::LeaderChase,
         client_name: String,
         connection_config: ConnectionConfig,
         unstable_bytes_max: u64,
@@ -59,7 +59,7 @@ impl Core {
         outage: OutageSettings,
     ) -> Core {
         let unstable = Arc::new(UnstableWrites::new(unstable_bytes_max));
-        let transport = Transport::new(meta_addr, client_name, connection_config, outage, unstable.clone());
+        let transport = Transport::new(meta, client_name, connection_config, outage, unstable.clone());
         Core {
             transport: Arc::new(transport),
             unstable,

@@ -1,6 +1,7 @@
 //! The environment variables a client reads.
 
-/// The environment variable naming the metadata service's address.
+/// The environment variable naming the metadata service's address, or every address of its
+/// group as `a,b,c` (`transport/leader.rs`).
 pub const META_ENV: &str = "FLOTILLA_META";
 /// The environment variable naming the client's credential file.
 pub const KEY_ENV: &str = "FLOTILLA_KEY";

@@ -28,6 +28,12 @@ pub enum ClientError {
     UnexpectedReply { request: &'static str, reply: String },
     #[error("no metadata address: pass one or set {}", crate::env::META_ENV)]
     NoMetaAddress,
+    /// A metadata group node did not handle the request: not the leader, or no quorum.
+    #[error("metadata node {addr}: {reason}")]
+    NotServed { addr: String, reason: flotilla_proto::NotServed },
+    /// The metadata address list (`FLOTILLA_META`, `--meta`) is malformed.
+    #[error(transparent)]
+    MetaAddresses(#[from] MetaAddressError),
     #[error("{0}")]
     Credential(String),
     #[error("cannot start the client runtime: {0}")]
@@ -66,9 +72,23 @@ impl ClientError {
             | ClientError::NoSuchSubfile { .. } => 22,
             ClientError::NotAFile { .. } => 21,
             ClientError::Layout(_) => 22,
+            ClientError::MetaAddresses(_) => 22,
             _ => 5,
         }
     }
+}
+
+/// What is wrong with a metadata address list.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MetaAddressError {
+    #[error("no metadata address given (a list is HOST:PORT[,HOST:PORT...])")]
+    Empty,
+    #[error("metadata address list {list:?}: entry {position} is empty")]
+    EmptyEntry { list: String, position: usize },
+    #[error("metadata address list of {count} addresses; at most {max} are taken")]
+    TooMany { count: usize, max: usize },
+    #[error("metadata address {address:?} is longer than {max} bytes")]
+    TooLong { address: String, max: usize },
 }
 
 /// A reply of the wrong kind to `request` (the reply's first 200 characters name it).

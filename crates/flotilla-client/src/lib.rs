@@ -66,3 +66,4 @@ pub use posix_at::At;
 pub use raw::RawBuffer;
 pub use tokens::{ByteRange, TokenCache, TokenHolder, TokenSettings, TokenUse, WHOLE_FILE};
 pub use transport::outage::{OutageSettings, Service, OUTAGE_WAIT_ENV, OUTAGE_WAIT_MS_DEFAULT};
+pub use transport::{parse_meta_addresses, LeaderChase, MetaAddressError, Move, META_ADDRESSES_MAX};

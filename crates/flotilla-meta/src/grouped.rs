@@ -335,12 +335,9 @@ async fn propose_batch(node: &GroupNode<NamespaceMachine>, proposals: Vec<Propos
             Ok(reply) => Err(format!("{} outcomes for {} changes", reply.outcomes.len(), replies.len())),
             Err(error) => Err(error.to_string()),
         },
-        Err(GroupError::NotLeader { .. }) => {
-            for reply in replies {
-                let _ = reply.send(Err(NotServed::NotLeader { leader: None }));
-            }
-            return;
-        }
+        // A proposal refused as "not the leader" may have been appended before this node
+        // stepped down, and may still commit under the next leader: its outcome is unknown,
+        // which is `NoQuorum` (protocol.md), never `NotLeader` (safe to send anywhere).
         Err(error) => {
             tracing::warn!(%error, "a proposal failed");
             for reply in replies {
@@ -408,9 +405,6 @@ impl Group {
             })
             .await
             {
-                Ok(Err(NotServed::NotLeader { .. })) => {
-                    Err(self.leading().err().unwrap_or(NotServed::NoQuorum))
-                }
                 Ok(result) => result,
                 Err(_) => Err(NotServed::NoQuorum),
             }

@@ -22,7 +22,8 @@ pub struct ConfigError {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Address of the metadata service.
+    /// Address of the metadata service, or every address of its group as `a,b,c`: the server
+    /// registers with and heartbeats to the node that serves (flotilla-client `LeaderChase`).
     pub meta: String,
     /// Address to listen on (port 0 picks a free port).
     pub listen: String,

@@ -1,11 +1,17 @@
 //! Registration with the metadata service, heartbeats, and the delete orders that come
 //! back with them; and (replication, issue 32) the server's failure group and incarnation
 //! sent with them and the chains and lease the replies hand back, kept in [`HeldChains`].
+//! With several metadata addresses (a group), the server talks to the node that serves,
+//! moving on as the client does (flotilla-client `LeaderChase`): a node that cannot be
+//! reached, whose connection broke, that is not the leader (its hint is tried first) or has
+//! no quorum; after a round of failures it pauses.
 
 use crate::execute::Executor;
 use bytes::Bytes;
+use flotilla_client::{LeaderChase, Move};
 use flotilla_proto::{
-    ChainInfo, ChainView, DeleteOrder, ErrorCode, MemberInfo, MetaReply, MetaRequest, TargetReport,
+    ChainInfo, ChainView, DeleteOrder, ErrorCode, MemberInfo, MetaReply, MetaRequest, NotServed,
+    TargetReport,
 };
 use flotilla_rpc::{Connection, ConnectionConfig};
 use parking_lot::Mutex;
@@ -58,23 +64,41 @@ impl HeldChains {
     }
 }
 
+/// Why a session with a metadata node ended.
+struct Ended {
+    error: String,
+    /// The leader a `NotLeader` reply named.
+    leader: Option<String>,
+}
+
+impl From<String> for Ended {
+    fn from(error: String) -> Ended {
+        Ended { error, leader: None }
+    }
+}
+
 /// Keeps the server registered and heard from until the task is dropped.
 pub(crate) async fn heartbeat_loop(
-    (meta, auth): (String, flotilla_auth::ClientAuth),
+    (mut chase, auth): (LeaderChase, flotilla_auth::ClientAuth),
     (advertise, held): (String, Arc<HeldChains>),
     executor: Arc<Executor>,
     period: Duration,
 ) {
     let mut acknowledged: Vec<DeleteOrder> = Vec::new();
     loop {
+        let meta = chase.target().to_string();
         let config = ConnectionConfig::with_auth(auth.clone());
         let me = (advertise.as_str(), held.as_ref());
-        match session((&meta, config), me, &executor, period, &mut acknowledged).await {
+        let ended = match session((&meta, config), &mut chase, me, &executor, period, &mut acknowledged).await
+        {
             Ok(()) => return,
-            Err(error) => {
-                tracing::warn!(meta, %error, "metadata service unreachable; retrying");
-                tokio::time::sleep(period.min(Duration::from_millis(500))).await;
-            }
+            Err(ended) => ended,
+        };
+        let step = chase.failed(&meta, ended.leader.as_deref());
+        let next = chase.target();
+        tracing::warn!(meta, error = %ended.error, next, "metadata node not serving; moving on");
+        if step == Move::Pause {
+            tokio::time::sleep(period.min(Duration::from_millis(500))).await;
         }
     }
 }
@@ -82,11 +106,12 @@ pub(crate) async fn heartbeat_loop(
 /// One connection's worth of registration and heartbeats; returns on a failure.
 async fn session(
     (meta, config): (&str, ConnectionConfig),
+    chase: &mut LeaderChase,
     (advertise, held): (&str, &HeldChains),
     executor: &Arc<Executor>,
     period: Duration,
     acknowledged: &mut Vec<DeleteOrder>,
-) -> Result<(), String> {
+) -> Result<(), Ended> {
     let connection = Connection::connect(meta, config).await.map_err(|e| e.to_string())?;
     let (server, member) = (advertise.to_string(), held.member.clone());
     let register =
@@ -103,8 +128,9 @@ async fn session(
     let period = match reply {
         MetaReply::Registered { heartbeat_ms } if heartbeat_ms > 0 => Duration::from_millis(heartbeat_ms),
         MetaReply::Registered { .. } => period,
-        other => return Err(format!("unexpected reply to register: {other:?}")),
+        other => return Err(format!("unexpected reply to register: {other:?}").into()),
     };
+    chase.served(meta);
     tracing::info!(
         meta,
         advertise,
@@ -130,26 +156,33 @@ async fn session(
                 held.store(view, sent);
                 delete
             }
-            other => return Err(format!("unexpected reply to heartbeat: {other:?}")),
+            other => return Err(format!("unexpected reply to heartbeat: {other:?}").into()),
         };
         acknowledged.clear();
         acknowledged.extend(delete_subfiles(executor, orders).await);
     }
 }
 
-async fn call_raw(connection: &Connection, request: &MetaRequest) -> Result<MetaReply, String> {
+async fn call_raw(connection: &Connection, request: &MetaRequest) -> Result<MetaReply, Ended> {
     let (reply, _) =
         connection.call::<MetaRequest, MetaReply>(request, Bytes::new()).await.map_err(|e| e.to_string())?;
     Ok(reply)
 }
 
-async fn call(connection: &Connection, request: &MetaRequest) -> Result<MetaReply, String> {
+async fn call(connection: &Connection, request: &MetaRequest) -> Result<MetaReply, Ended> {
     check(call_raw(connection, request).await?)
 }
 
-fn check(reply: MetaReply) -> Result<MetaReply, String> {
+fn check(reply: MetaReply) -> Result<MetaReply, Ended> {
     match reply {
-        MetaReply::Error(error) => Err(error.to_string()),
+        MetaReply::Error(error) => Err(error.to_string().into()),
+        MetaReply::NotServed(reason) => {
+            let leader = match &reason {
+                NotServed::NotLeader { leader } => leader.clone(),
+                NotServed::NoQuorum => None,
+            };
+            Err(Ended { error: reason.to_string(), leader })
+        }
         other => Ok(other),
     }
 }

@@ -21,6 +21,8 @@ use tokio::sync::Semaphore;
 /// A bound I/O server, ready to serve.
 pub struct Server {
     config: ServerConfig,
+    /// The metadata service's addresses (`meta`, `a,b,c` for a group).
+    meta: flotilla_client::LeaderChase,
     listener: TcpListener,
     local_addr: SocketAddr,
     advertise: String,
@@ -38,6 +40,7 @@ impl Server {
     pub async fn bind(config: ServerConfig) -> anyhow::Result<Server> {
         config.limits.validate().context("check limits")?;
         config.validate()?;
+        let meta = flotilla_client::LeaderChase::parse(&config.meta).context("[server] meta")?;
         let credential =
             flotilla_auth::load_credential(config.key.as_deref(), "the I/O server", Role::Server)?;
         let secret = credential.capability_key().context(
@@ -104,7 +107,7 @@ impl Server {
             .map(|i| start_worker(i, shared.clone()))
             .collect::<std::io::Result<Vec<_>>>()
             .context("start worker threads")?;
-        Ok(Server { config, listener, local_addr, advertise, shared, workers })
+        Ok(Server { config, meta, listener, local_addr, advertise, shared, workers })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -137,7 +140,7 @@ impl Server {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let period = Duration::from_millis(self.config.heartbeat_ms.max(10));
         let executor = self.shared.executor.clone();
-        let meta = (self.config.meta.clone(), self.shared.meta_auth.clone());
+        let meta = (self.meta.clone(), self.shared.meta_auth.clone());
         let held = self.shared.chains.clone();
         let heartbeat = tokio::spawn(heartbeat_loop(meta, (self.advertise.clone(), held), executor, period));
         let flusher = tokio::spawn(flush_loop(self.shared.executor.clone(), self.config.dirty_age_max_ms));

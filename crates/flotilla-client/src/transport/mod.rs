@@ -8,12 +8,18 @@
 //! arguments. Choosing which server a request goes to, and trying another, belongs here.
 //!
 //! A service that cannot be reached is tried again for a while (`outage.rs`): every
-//! metadata call here, and the I/O paths through `Transport::outlast`.
+//! metadata call here, and the I/O paths through `Transport::outlast`. The metadata service
+//! is a list of addresses (a group's nodes); `leader.rs` chooses which one is called, and
+//! `resend.rs` says which requests are sent again after an attempt of unknown outcome.
 
 mod capabilities;
+pub(crate) mod leader;
 mod meta_line;
 pub(crate) mod outage;
+mod resend;
 mod servers;
+
+pub use leader::{parse_meta_addresses, LeaderChase, MetaAddressError, Move, META_ADDRESSES_MAX};
 
 pub(crate) use meta_line::{MetaLine, WeakMetaLine};
 pub(crate) use servers::ServerConnection;
@@ -21,10 +27,10 @@ pub(crate) use servers::ServerConnection;
 use crate::error::ClientError;
 use bytes::Bytes;
 use capabilities::CapabilityCache;
-use flotilla_proto::{Capability, IoRequest, MetaReply, MetaRequest, WireError};
+use flotilla_proto::{Capability, IoRequest, MetaReply, MetaRequest, NotServed, WireError};
 use flotilla_rpc::{Connection, ConnectionConfig};
 use futures::future::BoxFuture;
-use outage::{AfterRetry, OutageSettings, Service};
+use outage::{AfterRetry, Failure, OutageSettings, OutageWait, Service};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -51,10 +57,14 @@ pub(crate) trait OnMetaReconnect: Send + Sync {
 pub(crate) struct Transport {
     /// This client's session at the metadata service (random).
     session: u64,
+    /// The metadata addresses as given (`a,b,c`).
     meta_addr: String,
+    /// Which of them is called (`leader.rs`).
+    chase: parking_lot::Mutex<LeaderChase>,
     client_name: String,
     connection_config: ConnectionConfig,
-    meta: Mutex<Option<Arc<Connection>>>,
+    /// The metadata connection and the address it goes to.
+    meta: Mutex<Option<(String, Arc<Connection>)>>,
     servers: parking_lot::Mutex<HashMap<String, servers::ServerSlot>>,
     /// Called on every new server connection before it is used.
     on_connect: Arc<dyn OnConnect>,
@@ -68,7 +78,8 @@ pub(crate) struct Transport {
     pub metrics: std::sync::OnceLock<Arc<crate::metrics::ClientMetrics>>,
     /// How long calls wait out an unreachable service (`outage.rs`).
     pub outage: OutageSettings,
-    /// When a broken metadata connection was last replaced (the service may have restarted).
+    /// When a broken metadata connection was last replaced, or another metadata node taken
+    /// (the service may have restarted or failed over).
     meta_reconnected: parking_lot::Mutex<Option<Instant>>,
     /// Told of every replaced metadata connection (set once, from above).
     on_meta_reconnect: std::sync::OnceLock<Arc<dyn OnMetaReconnect>>,
@@ -76,7 +87,7 @@ pub(crate) struct Transport {
 
 impl Transport {
     pub fn new(
-        meta_addr: String,
+        chase: LeaderChase,
         client_name: String,
         connection_config: ConnectionConfig,
         outage: OutageSettings,
@@ -84,7 +95,8 @@ impl Transport {
     ) -> Transport {
         Transport {
             session: rand::random::<u64>(),
-            meta_addr,
+            meta_addr: chase.addresses().join(","),
+            chase: parking_lot::Mutex::new(chase),
             client_name,
             connection_config,
             meta: Mutex::new(None),
@@ -124,15 +136,16 @@ impl Transport {
         self.session
     }
 
-    async fn meta_connection(&self) -> Result<Arc<Connection>, ClientError> {
+    /// The connection to the metadata node at `addr`: the one held if it goes there and
+    /// works, else a new one (replacing the one held).
+    async fn meta_connection(&self, addr: &str) -> Result<Arc<Connection>, ClientError> {
         let mut slot = self.meta.lock().await;
-        if let Some(connection) = slot.as_ref().filter(|c| !c.is_broken()) {
+        if let Some((_, connection)) = slot.as_ref().filter(|(at, c)| at == addr && !c.is_broken()) {
             return Ok(connection.clone());
         }
-        let connection =
-            Arc::new(Connection::connect(&self.meta_addr, self.connection_config.clone()).await?);
+        let connection = Arc::new(Connection::connect(addr, self.connection_config.clone()).await?);
         let replaced = slot.is_some();
-        *slot = Some(connection.clone());
+        *slot = Some((addr.to_string(), connection.clone()));
         if replaced {
             *self.meta_reconnected.lock() = Some(Instant::now());
             if let Some(hook) = self.on_meta_reconnect.get() {
@@ -153,23 +166,64 @@ impl Transport {
     }
 
     /// One call to the metadata service; an error reply becomes `ClientError::Meta`. While
-    /// the service cannot be reached the call is tried again (`outage.rs`); a change retried
-    /// after it may have been applied is judged by `outage::after_retry`.
+    /// no metadata address serves it (unreachable, broken, not the leader, no quorum) the
+    /// call moves through the addresses (`leader.rs`) for up to the outage wait
+    /// (`outage.rs`); a change retried after it may have been applied is judged by
+    /// `outage::after_retry`.
     pub async fn meta_call(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
         let started_ns = wall_clock_ns();
-        let maybe_applied = std::sync::atomic::AtomicBool::new(false);
-        let (request, flag) = (&request, &maybe_applied);
-        let outcome = self
-            .outlast(Service::Meta, move |applied| {
-                flag.store(applied, std::sync::atomic::Ordering::Relaxed);
-                self.meta_call_once(request.clone())
-            })
-            .await;
+        let mut wait = OutageWait::new(self.outage);
+        let outcome = self.meta_outlast(&request, &mut wait).await;
         match outcome {
-            Err(ClientError::Meta(error)) if maybe_applied.load(std::sync::atomic::Ordering::Relaxed) => {
-                self.after_retry(request, error, started_ns).await
+            Err(ClientError::Meta(error)) if wait.maybe_applied => {
+                self.after_retry(&request, error, started_ns).await
             }
             other => other,
+        }
+    }
+
+    /// Attempts of `request` at the node in use, moving on after each failure, until one is
+    /// answered, an error is not an outage, or `wait` is over (`Unreachable`).
+    async fn meta_outlast(
+        &self,
+        request: &MetaRequest,
+        wait: &mut OutageWait,
+    ) -> Result<MetaReply, ClientError> {
+        loop {
+            let at = self.chase.lock().target().to_string();
+            let error = match self.meta_call_at(&at, request.clone()).await {
+                Ok(reply) => {
+                    self.chase.lock().served(&at);
+                    if wait.retrying() {
+                        tracing::info!(meta = %at, waited_ms = wait.waited_ms(Instant::now()), "metadata service reached again");
+                    }
+                    return Ok(reply);
+                }
+                Err(error) => error,
+            };
+            let failure = outage::classify(&error);
+            if failure == Failure::Final {
+                return Err(error);
+            }
+            let first = !wait.retrying();
+            let hint = leader_hint(&error);
+            let step = leader::next_step(&mut self.chase.lock(), wait, &at, hint, failure, Instant::now());
+            let Some(pause) = step else {
+                let (waited_ms, wait_ms) = (wait.waited_ms(Instant::now()), self.outage.wait_ms);
+                let service = Service::Meta;
+                return Err(ClientError::Unreachable { service, waited_ms, wait_ms, last: Box::new(error) });
+            };
+            if failure == Failure::MaybeApplied && resend::resend_class(request) == resend::Resend::Counted {
+                tracing::info!(?request, %error, "resending a request that may have been applied; it may count twice");
+            }
+            if first {
+                tracing::info!(%error, wait_ms = self.outage.wait_ms, "metadata node not serving; trying the next");
+            } else {
+                tracing::debug!(%error, "metadata node not serving");
+            }
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
         }
     }
 
@@ -207,16 +261,24 @@ impl Transport {
         }
     }
 
-    /// One attempt of a metadata call, failing at once if the service cannot be reached.
+    /// One attempt of a metadata call at the node in use, failing at once if it cannot be
+    /// reached.
     pub async fn meta_call_once(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+        let at = self.chase.lock().target().to_string();
+        self.meta_call_at(&at, request).await
+    }
+
+    /// One attempt of a metadata call at the node at `addr`.
+    async fn meta_call_at(&self, addr: &str, request: MetaRequest) -> Result<MetaReply, ClientError> {
         let request = match self.caller.read().clone() {
             Some(caller) => MetaRequest::As { caller, request: Box::new(request) },
             None => request,
         };
-        let connection = self.meta_connection().await?;
+        let connection = self.meta_connection(addr).await?;
         let (reply, _) = connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await?;
         match reply {
             MetaReply::Error(error) => Err(ClientError::Meta(error)),
+            MetaReply::NotServed(reason) => Err(ClientError::NotServed { addr: addr.to_string(), reason }),
             MetaReply::Entry(entry) => {
                 if let Some(capability) = entry.capability.clone() {
                     self.capabilities.lock().remember(capability, Instant::now());
@@ -242,6 +304,14 @@ impl Transport {
             tracing::debug!(file = file.0, %error, "capability renewal failed; using the one held");
         }
         self.capabilities.lock().any(file.0)
+    }
+}
+
+/// The leader a `NotLeader` refusal named.
+fn leader_hint(error: &ClientError) -> Option<&str> {
+    match error {
+        ClientError::NotServed { reason: NotServed::NotLeader { leader }, .. } => leader.as_deref(),
+        _ => None,
     }
 }
 

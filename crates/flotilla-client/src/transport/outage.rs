@@ -20,7 +20,7 @@
 pub use crate::error::Service;
 
 use crate::error::ClientError;
-use flotilla_proto::{CreateSpec, EntryInfo, ErrorCode, MetaRequest};
+use flotilla_proto::{CreateSpec, EntryInfo, ErrorCode, MetaRequest, NotServed};
 use flotilla_rpc::RpcError;
 use flotilla_types::FileKind;
 use std::time::{Duration, Instant};
@@ -73,6 +73,9 @@ pub(crate) fn classify(error: &ClientError) -> Failure {
     match error {
         ClientError::Rpc(RpcError::Connect { .. }) => Failure::NotSent,
         ClientError::Rpc(RpcError::ConnectionLost { .. }) => Failure::MaybeApplied,
+        // A node that is not the leader proposed nothing; one without a quorum may have.
+        ClientError::NotServed { reason: NotServed::NotLeader { .. }, .. } => Failure::NotSent,
+        ClientError::NotServed { reason: NotServed::NoQuorum, .. } => Failure::MaybeApplied,
         _ => Failure::Final,
     }
 }
@@ -110,6 +113,18 @@ impl OutageWait {
         let pause_ms = self.backoff_ms.min(left_ms);
         self.backoff_ms = (self.backoff_ms * 2).min(self.settings.backoff_ms_max.max(1));
         Some(Duration::from_millis(pause_ms))
+    }
+
+    /// After an attempt failed with `failure` at `now` and the caller moves to another
+    /// address at once (`leader.rs`): whether the wait still has time left. The backoff is
+    /// left as it is, for the pause after a round.
+    pub fn note(&mut self, failure: Failure, now: Instant) -> bool {
+        if failure == Failure::Final {
+            return false;
+        }
+        self.maybe_applied |= failure == Failure::MaybeApplied;
+        let started = *self.started.get_or_insert(now);
+        (now.saturating_duration_since(started).as_millis() as u64) < self.settings.wait_ms
     }
 
     /// Whether an earlier attempt failed (so this one is a retry).
