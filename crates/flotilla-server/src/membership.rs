@@ -10,8 +10,7 @@ use crate::execute::Executor;
 use bytes::Bytes;
 use flotilla_client::{LeaderChase, Move};
 use flotilla_proto::{
-    ChainInfo, ChainView, DeleteOrder, ErrorCode, MemberInfo, MetaReply, MetaRequest, NotServed,
-    TargetReport,
+    ChainInfo, ChainView, DeleteOrder, ErrorCode, MemberInfo, MetaReply, MetaRequest, NotServed, TargetReport,
 };
 use flotilla_rpc::{Connection, ConnectionConfig};
 use parking_lot::Mutex;

@@ -44,7 +44,8 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::GetLock { .. }
         | R::JobWait { .. }
         | R::TokenWait { .. }
-        | R::InodeTokenWait { .. } => Resend::Read,
+        | R::InodeTokenWait { .. }
+        | R::ChainStatus { .. } => Resend::Read,
         R::SetAttr { .. }
         | R::GrowSize { .. }
         | R::SetLayout { .. }
@@ -53,6 +54,9 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::TouchAtime { .. }
         | R::Register { .. }
         | R::Heartbeat { .. }
+        | R::RegisterMember { .. }
+        | R::HeartbeatMember { .. }
+        | R::ReclaimLocks { .. }
         | R::KeepOpen { .. }
         | R::SetLock { .. }
         | R::ReleaseLocks { .. }
@@ -69,6 +73,7 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::CreateOpen { .. }
         | R::CreateOpenCached { .. }
         | R::CreateAtOpen { .. }
+        | R::CreateReplicated { .. }
         | R::Symlink { .. }
         | R::SymlinkAt { .. }
         | R::LinkAt { .. }
