@@ -1,0 +1,316 @@
+//! Property tests of the chain write path's ordering (`ChainHead`, `ChainMemberLog`,
+//! `Unsettled`): a head and two members exchange forwards and cumulative acknowledgements
+//! over a network that loses, duplicates and reorders any message; after retransmission
+//! every member has applied exactly the head's order, no position twice, and a client is
+//! answered only once every member applied its entry.
+
+use flotilla_replica::{
+    ByteRange, ChainEntry, ChainHead, ChainId, ChainMemberLog, ChainVersion, EntryKind, HeadRefusal,
+    OrderRefusal, RangeSet, Receive,
+};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+type Entry = ChainEntry<u8, u64>;
+const V1: ChainVersion = ChainVersion(1);
+const CHAIN: ChainId = ChainId(7);
+const RETRANSMIT_MAX: usize = 8;
+
+#[derive(Clone, Debug)]
+enum Msg {
+    /// To member `to` (1 or 2).
+    Forward { to: usize, entry: Entry },
+    /// To node `to` (0 head, 1 first member).
+    Ack { to: usize, acked: u64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Submit { sync: bool, lo: u8, len: u8 },
+    Deliver(usize),
+    Drop(usize),
+    Duplicate(usize),
+    Retransmit(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (any::<bool>(), 0u8..32, 1u8..8).prop_map(|(s, lo, len)| Op::Submit { sync: s && lo % 4 == 0, lo, len }),
+        6 => any::<usize>().prop_map(Op::Deliver),
+        1 => any::<usize>().prop_map(Op::Drop),
+        1 => any::<usize>().prop_map(Op::Duplicate),
+        2 => (0usize..2).prop_map(Op::Retransmit),
+    ]
+}
+
+struct Net {
+    head: ChainHead<u8, u64, u64>,
+    members: [ChainMemberLog<u8, u64>; 2],
+    /// Positions each node applied, in the order it applied them, with the entry's tag.
+    applied: [Vec<(u64, u64)>; 3],
+    /// The head's order: position → tag.
+    order: BTreeMap<u64, u64>,
+    answered: Vec<u64>,
+    flight: Vec<Msg>,
+    next_tag: u64,
+    writes: Vec<(u64, ByteRange)>,
+}
+
+impl Net {
+    fn new(window_max: usize) -> Net {
+        Net {
+            head: ChainHead::new(ChainMemberLog::new(CHAIN, V1, 0, true), window_max),
+            members: [ChainMemberLog::new(CHAIN, V1, 0, true), ChainMemberLog::new(CHAIN, V1, 0, false)],
+            applied: [Vec::new(), Vec::new(), Vec::new()],
+            order: BTreeMap::new(),
+            answered: Vec::new(),
+            flight: Vec::new(),
+            next_tag: 1,
+            writes: Vec::new(),
+        }
+    }
+
+    fn tag_of(entry: &Entry) -> u64 {
+        match &entry.kind {
+            EntryKind::Write { payload, .. } => *payload,
+            EntryKind::Sync => 0,
+        }
+    }
+
+    fn answer(&mut self, answered: Vec<(u64, u64)>) {
+        for (position, tag) in answered {
+            assert_eq!(self.order.get(&position), Some(&tag), "answered the wrong request");
+            for (m, member) in self.members.iter().enumerate() {
+                assert!(
+                    member.applied() >= position,
+                    "answered {position} before member {} applied it",
+                    m + 1
+                );
+            }
+            self.answered.push(position);
+        }
+    }
+
+    fn submit(&mut self, sync: bool, lo: u8, len: u8) {
+        let tag = self.next_tag;
+        let range = ByteRange::new(u64::from(lo), u64::from(len)).unwrap().unwrap();
+        let kind = match sync {
+            true => EntryKind::Sync,
+            false => EntryKind::Write { fork: 0, range, payload: tag },
+        };
+        let client = if sync { 0 } else { tag };
+        let entry = match self.head.submit(V1, kind, client) {
+            Ok(entry) => entry,
+            Err(HeadRefusal::WindowFull { in_flight, max, .. }) => {
+                assert!(in_flight >= max);
+                return;
+            }
+            Err(other) => panic!("{other}"),
+        };
+        self.next_tag += 1;
+        let tag = Self::tag_of(&entry);
+        self.order.insert(entry.position, tag);
+        if !sync {
+            self.writes.push((entry.position, range));
+        }
+        self.applied[0].push((entry.position, tag));
+        self.flight.push(Msg::Forward { to: 1, entry: entry.clone() });
+        let answered = self.head.applied(entry);
+        self.answer(answered);
+    }
+
+    fn deliver(&mut self, msg: Msg) {
+        match msg {
+            Msg::Forward { to, entry } => self.forward_in(to, entry),
+            Msg::Ack { to: 0, acked } => {
+                let answered = self.head.successor_acked(V1, acked).unwrap();
+                self.answer(answered);
+            }
+            Msg::Ack { to, acked } => {
+                let progress = self.members[to - 1].successor_acked(V1, acked).unwrap();
+                self.flight.push(Msg::Ack { to: to - 1, acked: progress.ack_up });
+            }
+        }
+    }
+
+    fn forward_in(&mut self, to: usize, entry: Entry) {
+        let log = &mut self.members[to - 1];
+        match log.receive(V1, entry.position) {
+            Ok(Receive::Apply) => {
+                self.applied[to].push((entry.position, Self::tag_of(&entry)));
+                if to == 1 {
+                    self.flight.push(Msg::Forward { to: 2, entry: entry.clone() });
+                }
+                let progress = self.members[to - 1].applied_entry(entry);
+                if to == 2 {
+                    self.flight.push(Msg::Ack { to: 1, acked: progress.ack_up });
+                }
+            }
+            Ok(Receive::Duplicate { ack }) => self.flight.push(Msg::Ack { to: to - 1, acked: ack }),
+            Err(OrderRefusal::Gap { expected, got, .. }) => {
+                assert!(got > expected && expected == log.applied() + 1);
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+
+    fn retransmit(&mut self, node: usize) {
+        let entries: Vec<Entry> = match node {
+            0 => self.head.log().retransmit(RETRANSMIT_MAX).cloned().collect(),
+            _ => self.members[0].retransmit(RETRANSMIT_MAX).cloned().collect(),
+        };
+        for entry in entries {
+            self.flight.push(Msg::Forward { to: node + 1, entry });
+        }
+    }
+
+    fn step(&mut self, op: Op) {
+        let pick = |n: usize, len: usize| n % len;
+        match op {
+            Op::Submit { sync, lo, len } => self.submit(sync, lo, len),
+            Op::Retransmit(node) => self.retransmit(node),
+            _ if self.flight.is_empty() => {}
+            Op::Deliver(n) => {
+                let msg = self.flight.swap_remove(pick(n, self.flight.len()));
+                self.deliver(msg);
+            }
+            Op::Drop(n) => {
+                self.flight.swap_remove(pick(n, self.flight.len()));
+            }
+            Op::Duplicate(n) => {
+                let msg = self.flight[pick(n, self.flight.len())].clone();
+                self.flight.push(msg);
+            }
+        }
+    }
+
+    /// No more loss: deliver everything, retransmitting until the chain is quiet.
+    fn settle(&mut self) {
+        for _ in 0..10_000 {
+            while let Some(msg) = self.flight.pop() {
+                self.deliver(msg);
+            }
+            if self.head.in_flight() == 0 {
+                return;
+            }
+            self.retransmit(0);
+            self.retransmit(1);
+        }
+        panic!("the chain never quiesced: {} in flight", self.head.in_flight());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn lossy_forwarding_ends_with_every_member_applying_the_heads_order(
+        ops in prop::collection::vec(op(), 1..300),
+        window_max in 1usize..12,
+    ) {
+        let mut net = Net::new(window_max);
+        for op in ops {
+            net.step(op);
+            prop_assert!(net.head.in_flight() <= window_max);
+        }
+        net.settle();
+        let expected: Vec<(u64, u64)> = net.order.iter().map(|(&p, &t)| (p, t)).collect();
+        for (node, applied) in net.applied.iter().enumerate() {
+            prop_assert_eq!(applied, &expected, "node {} applied another order", node);
+        }
+        let mut answered = net.answered.clone();
+        answered.sort_unstable();
+        answered.dedup();
+        prop_assert_eq!(answered.len(), net.answered.len(), "a client was answered twice");
+        prop_assert_eq!(answered, net.order.keys().copied().collect::<Vec<_>>(), "a client went unanswered");
+        // Every member settled by the last sync: what is left unsettled is exactly the
+        // writes after it.
+        let last_sync = net.order.iter().filter(|(_, &t)| t == 0).map(|(&p, _)| p).last().unwrap_or(0);
+        let mut left = RangeSet::new(usize::MAX);
+        for &(p, range) in &net.writes {
+            if p > last_sync {
+                left.insert(range);
+            }
+        }
+        let logs = [net.head.log(), &net.members[0], &net.members[1]];
+        for log in logs {
+            let ranges = log.unsettled().ranges(usize::MAX);
+            prop_assert_eq!(ranges.get(&0).cloned().unwrap_or(RangeSet::new(usize::MAX)), left.clone());
+        }
+    }
+}
+
+fn write(position: u64, tag: u64) -> Entry {
+    let range = ByteRange::new(position * 10, 5).unwrap().unwrap();
+    ChainEntry { position, kind: EntryKind::Write { fork: 0, range, payload: tag } }
+}
+
+#[test]
+fn an_entry_of_another_version_is_refused_and_a_gap_named() {
+    let log: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, ChainVersion(3), 4, false);
+    assert_eq!(
+        log.receive(ChainVersion(2), 5),
+        Err(OrderRefusal::OtherVersion { chain: CHAIN, mine: ChainVersion(3), theirs: ChainVersion(2) })
+    );
+    assert_eq!(
+        log.receive(ChainVersion(4), 5),
+        Err(OrderRefusal::OtherVersion { chain: CHAIN, mine: ChainVersion(3), theirs: ChainVersion(4) })
+    );
+    assert_eq!(log.receive(ChainVersion(3), 5), Ok(Receive::Apply));
+    assert_eq!(log.receive(ChainVersion(3), 4), Ok(Receive::Duplicate { ack: 4 }));
+    let gap = log.receive(ChainVersion(3), 7).unwrap_err();
+    assert_eq!(gap, OrderRefusal::Gap { chain: CHAIN, version: ChainVersion(3), expected: 5, got: 7 });
+    assert!(gap.to_string().contains("chain 7") && gap.to_string().contains("v3"), "{gap}");
+}
+
+#[test]
+fn a_member_leaving_the_path_drops_unacknowledged_entries_and_unsettled_syncs() {
+    let mut log: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, V1, 0, true);
+    log.applied_entry(write(1, 11));
+    log.applied_entry(ChainEntry { position: 2, kind: EntryKind::Sync });
+    log.applied_entry(write(3, 13));
+    assert_eq!(log.in_flight(), 3);
+    let progress = log.change_version(ChainVersion(2), false, false);
+    assert_eq!(log.in_flight(), 0, "nothing it applied unacknowledged is forwarded again");
+    assert_eq!(progress.settled_sync, None, "a sync it never saw settled settles nothing");
+    assert_eq!(log.unsettled().ranges(8)[&0].len(), 2, "its ranges stay unsettled for its resync");
+    assert!(log.receive(V1, 4).is_err(), "the old version is refused after the change");
+}
+
+#[test]
+fn a_tail_settles_by_a_sync_and_a_new_tail_acknowledges_what_it_applied() {
+    let mut log: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, V1, 0, true);
+    log.applied_entry(write(1, 11));
+    log.applied_entry(ChainEntry { position: 2, kind: EntryKind::Sync });
+    log.applied_entry(write(3, 13));
+    let progress = log.successor_acked(V1, 1).unwrap();
+    assert_eq!((progress.ack_up, progress.settled_sync), (1, None));
+    let progress = log.change_version(ChainVersion(2), true, false);
+    assert_eq!((progress.ack_up, progress.settled_sync), (3, Some(2)), "its successor left: it is the tail");
+    assert_eq!(log.unsettled().ranges(8)[&0].iter().collect::<Vec<_>>(), vec![write_range(3)]);
+}
+
+fn write_range(position: u64) -> ByteRange {
+    ByteRange::new(position * 10, 5).unwrap().unwrap()
+}
+
+#[test]
+fn the_head_bounds_its_window_and_answers_in_order() {
+    let mut head: ChainHead<u8, u64, &str> = ChainHead::new(ChainMemberLog::new(CHAIN, V1, 0, true), 2);
+    let a = head.submit(V1, EntryKind::Sync, "a").unwrap();
+    let b = head.submit(V1, EntryKind::Sync, "b").unwrap();
+    assert!(matches!(
+        head.submit(V1, EntryKind::Sync, "c"),
+        Err(HeadRefusal::WindowFull { in_flight: 2, max: 2, .. })
+    ));
+    assert!(matches!(
+        head.submit(ChainVersion(2), EntryKind::Sync, "c"),
+        Err(HeadRefusal::OtherVersion { .. })
+    ));
+    assert!(head.applied(a).is_empty() && head.applied(b).is_empty());
+    assert_eq!(head.successor_acked(V1, 1).unwrap(), vec![(1, "a")]);
+    assert_eq!(head.submit(V1, EntryKind::Sync, "c").unwrap().position, 3);
+    let (answered, dropped) = head.change_version(ChainVersion(2), true);
+    assert!(answered.is_empty());
+    assert_eq!(dropped, vec!["b", "c"]);
+}
