@@ -225,7 +225,7 @@ proptest! {
         prop_assert_eq!(answered, net.order.keys().copied().collect::<Vec<_>>(), "a client went unanswered");
         // Every member settled by the last sync: what is left unsettled is exactly the
         // writes after it.
-        let last_sync = net.order.iter().filter(|(_, &t)| t == 0).map(|(&p, _)| p).last().unwrap_or(0);
+        let last_sync = net.order.iter().filter(|(_, &t)| t == 0).map(|(&p, _)| p).next_back().unwrap_or(0);
         let mut left = RangeSet::new(usize::MAX);
         for &(p, range) in &net.writes {
             if p > last_sync {

@@ -27,7 +27,7 @@
 
 use flotilla_replica::{
     admit, Access, Admission, ByteRange, Chain, ChainId, ChainTable, ChainVersion, Event, FailureGroup,
-    Incarnation, MemberState, MemberView, Membership, MembershipConfig, RangeSet,
+    Incarnation, MemberState, MemberView, Membership, MembershipConfig, RangeSet, Unsettled,
 };
 use flotilla_types::TargetId;
 use rand::rngs::StdRng;
@@ -84,7 +84,7 @@ enum EntryKind {
 struct CopyBody {
     cells: Vec<(usize, Cell)>,
     records: BTreeMap<TargetId, RangeSet>,
-    unsettled: Vec<(u64, usize, usize)>,
+    unsettled: Unsettled<()>,
 }
 
 #[derive(Clone, Debug)]
@@ -135,7 +135,7 @@ struct Store {
     cells: [Cell; CELLS],
     applied: u64,
     /// Writes applied since the last sync the whole chain acknowledged: `(order, lo, hi)`.
-    unsettled: Vec<(u64, usize, usize)>,
+    unsettled: Unsettled<()>,
     /// For each member out of the write path: the ranges it misses.
     records: BTreeMap<TargetId, RangeSet>,
 }
@@ -199,15 +199,19 @@ struct Sim {
 
 impl Store {
     fn empty() -> Store {
-        Store { cells: [(0, 0); CELLS], applied: 0, unsettled: Vec::new(), records: BTreeMap::new() }
+        Store {
+            cells: [(0, 0); CELLS],
+            applied: 0,
+            unsettled: Unsettled::default(),
+            records: BTreeMap::new(),
+        }
     }
 
     fn unsettled_ranges(&self) -> RangeSet {
-        let mut set = RangeSet::new(RECORD_RANGES_MAX);
-        for &(_, lo, hi) in &self.unsettled {
-            set.insert(range(lo, hi));
-        }
-        set
+        self.unsettled
+            .ranges(RECORD_RANGES_MAX)
+            .remove(&())
+            .unwrap_or_else(|| RangeSet::new(RECORD_RANGES_MAX))
     }
 }
 
@@ -592,7 +596,7 @@ impl Sim {
                 for cell in &mut s.volatile.cells[*lo..*hi] {
                     *cell = (entry.order, *tag);
                 }
-                s.volatile.unsettled.push((entry.order, *lo, *hi));
+                s.volatile.unsettled.record(entry.order, (), range(*lo, *hi));
                 for member in view.members() {
                     if matches!(member.state, MemberState::Offline { full: false, .. }) {
                         let record = s
@@ -644,7 +648,7 @@ impl Sim {
             s.volatile.cells[index] = cell;
         }
         s.volatile.applied = order;
-        s.volatile.unsettled.extend(body.unsettled);
+        s.volatile.unsettled.extend(&body.unsettled);
         for (target, ranges) in body.records {
             if target != s.target {
                 s.volatile
@@ -670,7 +674,7 @@ impl Sim {
         s.acked_down = s.acked_down.max(order);
         s.outbox.retain(|e| e.order > order);
         if let Some(&settled) = s.syncs.range(..=order).next_back() {
-            s.volatile.unsettled.retain(|&(o, _, _)| o > settled);
+            s.volatile.unsettled.settle(settled);
             s.syncs = s.syncs.split_off(&(settled + 1));
         }
         let answered: Vec<(u64, (usize, u64))> = s.pending.range(..=order).map(|(&o, &w)| (o, w)).collect();
