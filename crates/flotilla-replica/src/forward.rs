@@ -284,7 +284,9 @@ impl<K: Ord + Clone, P: Clone> ChainMemberLog<K, P> {
             let applied = self.applied;
             return self.settle_to(applied);
         }
-        // A new successor acknowledges from scratch; the outbox is retransmitted to it.
+        // The outbox goes (again) to whoever is the successor now. What the old one
+        // acknowledged, the new one has applied: acknowledgements are cumulative from the
+        // tail, and a joiner starts from a copy at this member's position.
         Progress { ack_up: self.ack_up(), settled_sync: None }
     }
 

@@ -2,7 +2,9 @@
 //! `Unsettled`): a head and two members exchange forwards and cumulative acknowledgements
 //! over a network that loses, duplicates and reorders any message; after retransmission
 //! every member has applied exactly the head's order, no position twice, and a client is
-//! answered only once every member applied its entry.
+//! answered only once every member applied its entry — also when the middle member leaves
+//! at a random point (version 2: the head retransmits to the last member, messages of
+//! version 1 are refused, the clients the head was holding are dropped to retry).
 
 use flotilla_replica::{
     ByteRange, ChainEntry, ChainHead, ChainId, ChainMemberLog, ChainVersion, EntryKind, HeadRefusal,
@@ -19,9 +21,9 @@ const RETRANSMIT_MAX: usize = 8;
 #[derive(Clone, Debug)]
 enum Msg {
     /// To member `to` (1 or 2).
-    Forward { to: usize, entry: Entry },
+    Forward { to: usize, version: ChainVersion, entry: Entry },
     /// To node `to` (0 head, 1 first member).
-    Ack { to: usize, acked: u64 },
+    Ack { to: usize, version: ChainVersion, acked: u64 },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -43,14 +45,22 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// A head (node 0) and two members (nodes 1, 2) of one chain; the middle member may leave
+/// (the chain goes to version 2: head, then node 2).
 struct Net {
     head: ChainHead<u8, u64, u64>,
     members: [ChainMemberLog<u8, u64>; 2],
+    version: ChainVersion,
+    middle_gone: bool,
     /// Positions each node applied, in the order it applied them, with the entry's tag.
     applied: [Vec<(u64, u64)>; 3],
     /// The head's order: position → tag.
     order: BTreeMap<u64, u64>,
     answered: Vec<u64>,
+    /// Clients the head dropped at the version change (they retry under the new version).
+    dropped: Vec<u64>,
+    /// Each client request's position.
+    clients: BTreeMap<u64, u64>,
     flight: Vec<Msg>,
     next_tag: u64,
     writes: Vec<(u64, ByteRange)>,
@@ -61,12 +71,32 @@ impl Net {
         Net {
             head: ChainHead::new(ChainMemberLog::new(CHAIN, V1, 0, true), window_max),
             members: [ChainMemberLog::new(CHAIN, V1, 0, true), ChainMemberLog::new(CHAIN, V1, 0, false)],
+            version: V1,
+            middle_gone: false,
             applied: [Vec::new(), Vec::new(), Vec::new()],
             order: BTreeMap::new(),
             answered: Vec::new(),
+            dropped: Vec::new(),
+            clients: BTreeMap::new(),
             flight: Vec::new(),
             next_tag: 1,
             writes: Vec::new(),
+        }
+    }
+
+    fn successor(&self, node: usize) -> usize {
+        if node == 0 && !self.middle_gone {
+            1
+        } else {
+            2
+        }
+    }
+
+    fn predecessor(&self, node: usize) -> usize {
+        if node == 2 && !self.middle_gone {
+            1
+        } else {
+            0
         }
     }
 
@@ -78,9 +108,12 @@ impl Net {
     }
 
     fn answer(&mut self, answered: Vec<(u64, u64)>) {
-        for (position, tag) in answered {
-            assert_eq!(self.order.get(&position), Some(&tag), "answered the wrong request");
+        for (position, client) in answered {
+            assert_eq!(self.clients.get(&client), Some(&position), "answered the wrong request");
             for (m, member) in self.members.iter().enumerate() {
+                if m == 0 && self.middle_gone {
+                    continue;
+                }
                 assert!(
                     member.applied() >= position,
                     "answered {position} before member {} applied it",
@@ -98,8 +131,7 @@ impl Net {
             true => EntryKind::Sync,
             false => EntryKind::Write { fork: 0, range, payload: tag },
         };
-        let client = if sync { 0 } else { tag };
-        let entry = match self.head.submit(V1, kind, client) {
+        let entry = match self.head.submit(self.version, kind, tag) {
             Ok(entry) => entry,
             Err(HeadRefusal::WindowFull { in_flight, max, .. }) => {
                 assert!(in_flight >= max);
@@ -108,60 +140,98 @@ impl Net {
             Err(other) => panic!("{other}"),
         };
         self.next_tag += 1;
+        self.clients.insert(tag, entry.position);
         let tag = Self::tag_of(&entry);
         self.order.insert(entry.position, tag);
         if !sync {
             self.writes.push((entry.position, range));
         }
         self.applied[0].push((entry.position, tag));
-        self.flight.push(Msg::Forward { to: 1, entry: entry.clone() });
+        let (to, version) = (self.successor(0), self.version);
+        self.flight.push(Msg::Forward { to, version, entry: entry.clone() });
         let answered = self.head.applied(entry);
         self.answer(answered);
     }
 
     fn deliver(&mut self, msg: Msg) {
         match msg {
-            Msg::Forward { to, entry } => self.forward_in(to, entry),
-            Msg::Ack { to: 0, acked } => {
-                let answered = self.head.successor_acked(V1, acked).unwrap();
-                self.answer(answered);
-            }
-            Msg::Ack { to, acked } => {
-                let progress = self.members[to - 1].successor_acked(V1, acked).unwrap();
-                self.flight.push(Msg::Ack { to: to - 1, acked: progress.ack_up });
-            }
+            Msg::Forward { to: 1, .. } | Msg::Ack { to: 1, .. } if self.middle_gone => {}
+            Msg::Forward { to, version, entry } => self.forward_in(to, version, entry),
+            Msg::Ack { to: 0, version, acked } => match self.head.successor_acked(version, acked) {
+                Ok(answered) => self.answer(answered),
+                Err(refused) => {
+                    assert!(version != self.version, "{refused}");
+                    assert!(matches!(refused, OrderRefusal::OtherVersion { .. }));
+                }
+            },
+            Msg::Ack { to, version, acked } => match self.members[to - 1].successor_acked(version, acked) {
+                Ok(progress) => {
+                    let up = self.predecessor(to);
+                    self.flight.push(Msg::Ack { to: up, version, acked: progress.ack_up });
+                }
+                Err(refused) => assert!(version != self.version, "{refused}"),
+            },
         }
     }
 
-    fn forward_in(&mut self, to: usize, entry: Entry) {
+    fn forward_in(&mut self, to: usize, version: ChainVersion, entry: Entry) {
         let log = &mut self.members[to - 1];
-        match log.receive(V1, entry.position) {
+        match log.receive(version, entry.position) {
             Ok(Receive::Apply) => {
                 self.applied[to].push((entry.position, Self::tag_of(&entry)));
                 if to == 1 {
-                    self.flight.push(Msg::Forward { to: 2, entry: entry.clone() });
+                    self.flight.push(Msg::Forward { to: 2, version, entry: entry.clone() });
                 }
                 let progress = self.members[to - 1].applied_entry(entry);
                 if to == 2 {
-                    self.flight.push(Msg::Ack { to: 1, acked: progress.ack_up });
+                    let up = self.predecessor(2);
+                    self.flight.push(Msg::Ack { to: up, version, acked: progress.ack_up });
                 }
             }
-            Ok(Receive::Duplicate { ack }) => self.flight.push(Msg::Ack { to: to - 1, acked: ack }),
+            Ok(Receive::Duplicate { ack }) => {
+                let up = self.predecessor(to);
+                self.flight.push(Msg::Ack { to: up, version, acked: ack });
+            }
             Err(OrderRefusal::Gap { expected, got, .. }) => {
                 assert!(got > expected && expected == log.applied() + 1);
+            }
+            Err(OrderRefusal::OtherVersion { mine, theirs, .. }) => {
+                assert!(mine == self.version && theirs != mine, "refused its own version");
             }
             Err(other) => panic!("{other}"),
         }
     }
 
     fn retransmit(&mut self, node: usize) {
+        if node == 1 && self.middle_gone {
+            return;
+        }
         let entries: Vec<Entry> = match node {
             0 => self.head.log().retransmit(RETRANSMIT_MAX).cloned().collect(),
             _ => self.members[0].retransmit(RETRANSMIT_MAX).cloned().collect(),
         };
+        let (to, version) = (self.successor(node), self.version);
         for entry in entries {
-            self.flight.push(Msg::Forward { to: node + 1, entry });
+            self.flight.push(Msg::Forward { to, version, entry });
         }
+    }
+
+    fn dropped_positions(&self) -> Vec<u64> {
+        self.dropped.iter().map(|c| self.clients[c]).collect()
+    }
+
+    /// The middle member leaves: version 2, the head forwards to the last member.
+    fn remove_middle(&mut self) {
+        if self.middle_gone {
+            return;
+        }
+        self.version = ChainVersion(2);
+        self.middle_gone = true;
+        let (answered, dropped) = self.head.change_version(self.version, true);
+        self.answer(answered);
+        self.dropped.extend(dropped);
+        let progress = self.members[1].change_version(self.version, true, false);
+        self.flight.push(Msg::Ack { to: 0, version: self.version, acked: progress.ack_up });
     }
 
     fn step(&mut self, op: Op) {
@@ -207,22 +277,33 @@ proptest! {
     fn lossy_forwarding_ends_with_every_member_applying_the_heads_order(
         ops in prop::collection::vec(op(), 1..300),
         window_max in 1usize..12,
+        middle_leaves_at in prop::option::of(0usize..300),
     ) {
         let mut net = Net::new(window_max);
-        for op in ops {
+        for (index, op) in ops.into_iter().enumerate() {
+            if middle_leaves_at == Some(index) {
+                net.remove_middle();
+            }
             net.step(op);
             prop_assert!(net.head.in_flight() <= window_max);
         }
         net.settle();
         let expected: Vec<(u64, u64)> = net.order.iter().map(|(&p, &t)| (p, t)).collect();
         for (node, applied) in net.applied.iter().enumerate() {
+            if node == 1 && net.middle_gone {
+                prop_assert!(expected.starts_with(applied), "the departed member applied another order");
+                continue;
+            }
             prop_assert_eq!(applied, &expected, "node {} applied another order", node);
         }
         let mut answered = net.answered.clone();
         answered.sort_unstable();
         answered.dedup();
         prop_assert_eq!(answered.len(), net.answered.len(), "a client was answered twice");
-        prop_assert_eq!(answered, net.order.keys().copied().collect::<Vec<_>>(), "a client went unanswered");
+        let mut done = answered.clone();
+        done.extend(&net.dropped_positions());
+        done.sort_unstable();
+        prop_assert_eq!(done, net.order.keys().copied().collect::<Vec<_>>(), "a client went unanswered (or was answered and dropped)");
         // Every member settled by the last sync: what is left unsettled is exactly the
         // writes after it.
         let last_sync = net.order.iter().filter(|(_, &t)| t == 0).map(|(&p, _)| p).next_back().unwrap_or(0);
@@ -232,7 +313,10 @@ proptest! {
                 left.insert(range);
             }
         }
-        let logs = [net.head.log(), &net.members[0], &net.members[1]];
+        let mut logs = vec![net.head.log(), &net.members[1]];
+        if !net.middle_gone {
+            logs.push(&net.members[0]);
+        }
         for log in logs {
             let ranges = log.unsettled().ranges(usize::MAX);
             prop_assert_eq!(ranges.get(&0).cloned().unwrap_or(RangeSet::new(usize::MAX)), left.clone());
