@@ -269,8 +269,11 @@ impl<K: Ord + Clone, P: Clone> ChainMemberLog<K, P> {
     /// A member that is not `Serving` drops what it applied but nobody acknowledged and the
     /// syncs it had not seen settled (positions the next head may reuse). A tail that
     /// stays serving acknowledges everything it applied.
+    ///
+    /// The same version again (a member that restarted learns the version it held) changes
+    /// nothing but the roles.
     pub fn change_version(&mut self, version: ChainVersion, serving: bool, has_successor: bool) -> Progress {
-        assert!(version > self.version, "{} went back from {} to {version}", self.chain, self.version);
+        assert!(version >= self.version, "{} went back from {} to {version}", self.chain, self.version);
         self.version = version;
         self.has_successor = has_successor;
         if !serving {
@@ -288,6 +291,14 @@ impl<K: Ord + Clone, P: Clone> ChainMemberLog<K, P> {
         // acknowledged, the new one has applied: acknowledgements are cumulative from the
         // tail, and a joiner starts from a copy at this member's position.
         Progress { ack_up: self.ack_up(), settled_sync: None }
+    }
+
+    /// After a restart from durable state: what was applied and unsettled stays, nothing is
+    /// in flight and no sync is pending (they are retransmitted or resynced).
+    pub fn restarted(&mut self) {
+        self.outbox.clear();
+        self.syncs.clear();
+        self.acked_down = self.applied;
     }
 
     /// A resync copy brought this member to `position` (made durable by the caller before
