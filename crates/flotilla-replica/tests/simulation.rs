@@ -1,7 +1,9 @@
 //! A seeded, deterministic simulation of replication (TigerBeetle's VOPR and FoundationDB's
 //! simulator in miniature): one metadata service running the crate's real [`Membership`]
-//! engine, five servers fencing every request with the crate's real [`admit`] and recording
-//! missing updates in the crate's [`RangeSet`], and three clients writing overlapping ranges,
+//! engine, five servers fencing every request with the crate's real [`admit`], recording
+//! missing updates in the crate's [`RangeSet`] and applying, forwarding and acknowledging the
+//! chain's order through the crate's [`ChainMemberLog`] (the head's positions, client answers
+//! and resync copies are modelled here), and three clients writing overlapping ranges,
 //! syncing and reading one replicated subfile on one chain of three.
 //!
 //! Faults: messages lost, delayed and so reordered; servers crashing (losing everything not
