@@ -313,50 +313,44 @@ impl<K: Ord + Clone, P: Clone> ChainMemberLog<K, P> {
 }
 
 /// The head of a chain: positions, the in-flight window, and the client requests waiting
-/// for the chain's acknowledgement. `C` identifies a client request.
+/// for the chain's acknowledgement. `C` identifies a client request. The head's own
+/// [`ChainMemberLog`] (durable state, kept with the data) is passed in; the head role itself
+/// is volatile: a member that stops being head drops it, and its waiting clients retry.
 #[derive(Clone, Debug)]
-pub struct ChainHead<K, P, C> {
-    log: ChainMemberLog<K, P>,
+pub struct ChainHead<C> {
     /// The last position given out.
     assigned: u64,
     window_max: usize,
     waiting: BTreeMap<u64, C>,
 }
 
-impl<K: Ord + Clone, P: Clone, C> ChainHead<K, P, C> {
-    /// Becomes the head with `log` (its position continues from what it applied).
-    pub fn new(log: ChainMemberLog<K, P>, forward_window_max: usize) -> Self {
-        let assigned = log.applied();
-        ChainHead { log, assigned, window_max: forward_window_max.max(1), waiting: BTreeMap::new() }
-    }
-
-    pub fn log(&self) -> &ChainMemberLog<K, P> {
-        &self.log
-    }
-
-    pub fn log_mut(&mut self) -> &mut ChainMemberLog<K, P> {
-        &mut self.log
+impl<C> ChainHead<C> {
+    /// Becomes the head of `log`'s chain (positions continue from what it applied), keeping
+    /// at most `forward_window_max` entries in flight.
+    pub fn new<K: Ord + Clone, P: Clone>(log: &ChainMemberLog<K, P>, forward_window_max: usize) -> Self {
+        ChainHead { assigned: log.applied(), window_max: forward_window_max.max(1), waiting: BTreeMap::new() }
     }
 
     /// Entries given a position and not yet acknowledged by the tail.
-    pub fn in_flight(&self) -> usize {
-        (self.assigned - self.log.ack_up()) as usize
+    pub fn in_flight<K: Ord + Clone, P: Clone>(&self, log: &ChainMemberLog<K, P>) -> usize {
+        usize::try_from(self.assigned.saturating_sub(log.ack_up())).unwrap_or(usize::MAX)
     }
 
     /// Gives a client's write or sync under `version` the next position; the caller applies
-    /// it (then [`applied`](Self::applied)) and forwards it. `client` is answered once the
-    /// chain acknowledges the position.
-    pub fn submit(
+    /// it in position order (`log.applied_entry`) and forwards it. `client` is answered once
+    /// the chain acknowledges the position ([`answer`](Self::answer)).
+    pub fn submit<K: Ord + Clone, P: Clone>(
         &mut self,
+        log: &ChainMemberLog<K, P>,
         version: ChainVersion,
         kind: EntryKind<K, P>,
         client: C,
     ) -> Result<ChainEntry<K, P>, HeadRefusal> {
-        let (chain, mine) = (self.log.chain(), self.log.version());
+        let (chain, mine) = (log.chain(), log.version());
         if version != mine {
             return Err(HeadRefusal::OtherVersion { chain, mine, theirs: version });
         }
-        let in_flight = self.in_flight();
+        let in_flight = self.in_flight(log);
         if in_flight >= self.window_max {
             return Err(HeadRefusal::WindowFull { chain, version, in_flight, max: self.window_max });
         }
@@ -365,42 +359,19 @@ impl<K: Ord + Clone, P: Clone, C> ChainHead<K, P, C> {
         Ok(ChainEntry { position: self.assigned, kind })
     }
 
-    /// The head applied `entry`; returns the client requests now answered (a chain of one).
-    pub fn applied(&mut self, entry: ChainEntry<K, P>) -> Vec<(u64, C)> {
-        let progress = self.log.applied_entry(entry);
-        self.answer(progress.ack_up)
-    }
-
-    /// The successor acknowledged up to `acked`: the client requests now answered.
-    pub fn successor_acked(
-        &mut self,
-        version: ChainVersion,
-        acked: u64,
-    ) -> Result<Vec<(u64, C)>, OrderRefusal> {
-        let progress = self.log.successor_acked(version, acked)?;
-        Ok(self.answer(progress.ack_up))
-    }
-
-    fn answer(&mut self, acked: u64) -> Vec<(u64, C)> {
-        let later = self.waiting.split_off(&(acked + 1));
+    /// Every member applied every position up to `acked` (a [`Progress::ack_up`] of the
+    /// head's log): the client requests now answered, in position order.
+    pub fn answer(&mut self, acked: u64) -> Vec<(u64, C)> {
+        let later = self.waiting.split_off(&(acked.saturating_add(1)));
         std::mem::replace(&mut self.waiting, later).into_iter().collect()
     }
 
-    /// The chain changed and this member is still its head: unanswered clients are dropped
-    /// (they retry under the new version; an entry that reached every member is answered by
-    /// its retry finding the bytes in place) and positions continue from what it applied.
-    /// Returns the requests answered by the change (a new tail acknowledges what it applied)
-    /// and those dropped.
-    pub fn change_version(&mut self, version: ChainVersion, has_successor: bool) -> (Vec<(u64, C)>, Vec<C>) {
-        let progress = self.log.change_version(version, true, has_successor);
-        let answered = self.answer(progress.ack_up);
-        let dropped = std::mem::take(&mut self.waiting).into_values().collect();
-        self.assigned = self.log.applied();
-        (answered, dropped)
-    }
-
-    /// Gives up the head role, keeping the member log.
-    pub fn into_log(self) -> ChainMemberLog<K, P> {
-        self.log
+    /// The chain changed and this member is still its head (`log` already changed): the
+    /// clients whose entries it never applied are dropped (they retry under the new
+    /// version); the others stay waiting, answered once the new write path acknowledges.
+    pub fn change_version<K: Ord + Clone, P: Clone>(&mut self, log: &ChainMemberLog<K, P>) -> Vec<C> {
+        let never_applied = self.waiting.split_off(&(log.applied() + 1));
+        self.assigned = log.applied();
+        never_applied.into_values().collect()
     }
 }

@@ -48,7 +48,8 @@ fn op() -> impl Strategy<Value = Op> {
 /// A head (node 0) and two members (nodes 1, 2) of one chain; the middle member may leave
 /// (the chain goes to version 2: head, then node 2).
 struct Net {
-    head: ChainHead<u8, u64, u64>,
+    head: ChainHead<u64>,
+    head_log: ChainMemberLog<u8, u64>,
     members: [ChainMemberLog<u8, u64>; 2],
     version: ChainVersion,
     middle_gone: bool,
@@ -69,7 +70,8 @@ struct Net {
 impl Net {
     fn new(window_max: usize) -> Net {
         Net {
-            head: ChainHead::new(ChainMemberLog::new(CHAIN, V1, 0, true), window_max),
+            head: ChainHead::new(&ChainMemberLog::<u8, u64>::new(CHAIN, V1, 0, true), window_max),
+            head_log: ChainMemberLog::new(CHAIN, V1, 0, true),
             members: [ChainMemberLog::new(CHAIN, V1, 0, true), ChainMemberLog::new(CHAIN, V1, 0, false)],
             version: V1,
             middle_gone: false,
@@ -131,7 +133,7 @@ impl Net {
             true => EntryKind::Sync,
             false => EntryKind::Write { fork: 0, range, payload: tag },
         };
-        let entry = match self.head.submit(self.version, kind, tag) {
+        let entry = match self.head.submit(&self.head_log, self.version, kind, tag) {
             Ok(entry) => entry,
             Err(HeadRefusal::WindowFull { in_flight, max, .. }) => {
                 assert!(in_flight >= max);
@@ -149,7 +151,8 @@ impl Net {
         self.applied[0].push((entry.position, tag));
         let (to, version) = (self.successor(0), self.version);
         self.flight.push(Msg::Forward { to, version, entry: entry.clone() });
-        let answered = self.head.applied(entry);
+        let progress = self.head_log.applied_entry(entry);
+        let answered = self.head.answer(progress.ack_up);
         self.answer(answered);
     }
 
@@ -157,8 +160,11 @@ impl Net {
         match msg {
             Msg::Forward { to: 1, .. } | Msg::Ack { to: 1, .. } if self.middle_gone => {}
             Msg::Forward { to, version, entry } => self.forward_in(to, version, entry),
-            Msg::Ack { to: 0, version, acked } => match self.head.successor_acked(version, acked) {
-                Ok(answered) => self.answer(answered),
+            Msg::Ack { to: 0, version, acked } => match self.head_log.successor_acked(version, acked) {
+                Ok(progress) => {
+                    let answered = self.head.answer(progress.ack_up);
+                    self.answer(answered);
+                }
                 Err(refused) => {
                     assert!(version != self.version, "{refused}");
                     assert!(matches!(refused, OrderRefusal::OtherVersion { .. }));
@@ -207,7 +213,7 @@ impl Net {
             return;
         }
         let entries: Vec<Entry> = match node {
-            0 => self.head.log().retransmit(RETRANSMIT_MAX).cloned().collect(),
+            0 => self.head_log.retransmit(RETRANSMIT_MAX).cloned().collect(),
             _ => self.members[0].retransmit(RETRANSMIT_MAX).cloned().collect(),
         };
         let (to, version) = (self.successor(node), self.version);
@@ -227,7 +233,9 @@ impl Net {
         }
         self.version = ChainVersion(2);
         self.middle_gone = true;
-        let (answered, dropped) = self.head.change_version(self.version, true);
+        let progress = self.head_log.change_version(self.version, true, true);
+        let dropped = self.head.change_version(&self.head_log);
+        let answered = self.head.answer(progress.ack_up);
         self.answer(answered);
         self.dropped.extend(dropped);
         let progress = self.members[1].change_version(self.version, true, false);
@@ -260,13 +268,13 @@ impl Net {
             while let Some(msg) = self.flight.pop() {
                 self.deliver(msg);
             }
-            if self.head.in_flight() == 0 {
+            if self.head.in_flight(&self.head_log) == 0 {
                 return;
             }
             self.retransmit(0);
             self.retransmit(1);
         }
-        panic!("the chain never quiesced: {} in flight", self.head.in_flight());
+        panic!("the chain never quiesced: {} in flight", self.head.in_flight(&self.head_log));
     }
 }
 
@@ -285,7 +293,7 @@ proptest! {
                 net.remove_middle();
             }
             net.step(op);
-            prop_assert!(net.head.in_flight() <= window_max);
+            prop_assert!(net.head.in_flight(&net.head_log) <= window_max);
         }
         net.settle();
         let expected: Vec<(u64, u64)> = net.order.iter().map(|(&p, &t)| (p, t)).collect();
@@ -313,7 +321,7 @@ proptest! {
                 left.insert(range);
             }
         }
-        let mut logs = vec![net.head.log(), &net.members[1]];
+        let mut logs = vec![&net.head_log, &net.members[1]];
         if !net.middle_gone {
             logs.push(&net.members[0]);
         }
@@ -380,21 +388,30 @@ fn write_range(position: u64) -> ByteRange {
 
 #[test]
 fn the_head_bounds_its_window_and_answers_in_order() {
-    let mut head: ChainHead<u8, u64, &str> = ChainHead::new(ChainMemberLog::new(CHAIN, V1, 0, true), 2);
-    let a = head.submit(V1, EntryKind::Sync, "a").unwrap();
-    let b = head.submit(V1, EntryKind::Sync, "b").unwrap();
+    let mut log: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, V1, 0, true);
+    let mut head: ChainHead<&str> = ChainHead::new(&log, 2);
+    let a = head.submit(&log, V1, EntryKind::Sync, "a").unwrap();
+    let b = head.submit(&log, V1, EntryKind::Sync, "b").unwrap();
     assert!(matches!(
-        head.submit(V1, EntryKind::Sync, "c"),
+        head.submit(&log, V1, EntryKind::Sync, "c"),
         Err(HeadRefusal::WindowFull { in_flight: 2, max: 2, .. })
     ));
     assert!(matches!(
-        head.submit(ChainVersion(2), EntryKind::Sync, "c"),
+        head.submit(&log, ChainVersion(2), EntryKind::Sync, "c"),
         Err(HeadRefusal::OtherVersion { .. })
     ));
-    assert!(head.applied(a).is_empty() && head.applied(b).is_empty());
-    assert_eq!(head.successor_acked(V1, 1).unwrap(), vec![(1, "a")]);
-    assert_eq!(head.submit(V1, EntryKind::Sync, "c").unwrap().position, 3);
-    let (answered, dropped) = head.change_version(ChainVersion(2), true);
-    assert!(answered.is_empty());
-    assert_eq!(dropped, vec!["b", "c"]);
+    log.applied_entry(a);
+    log.applied_entry(b);
+    assert!(head.answer(log.ack_up()).is_empty(), "nothing is answered before the successor acknowledges");
+    let progress = log.successor_acked(V1, 1).unwrap();
+    assert_eq!(head.answer(progress.ack_up), vec![(1, "a")]);
+    let c = head.submit(&log, V1, EntryKind::Sync, "c").unwrap();
+    assert_eq!(c.position, 3);
+    // The chain changes before "c" was applied: it is dropped, "b" (applied) keeps waiting.
+    log.change_version(ChainVersion(2), true, true);
+    assert_eq!(head.change_version(&log), vec!["c"]);
+    assert_eq!(head.submit(&log, ChainVersion(2), EntryKind::Sync, "d").unwrap().position, 3);
+    log.applied_entry(ChainEntry { position: 3, kind: EntryKind::Sync });
+    let progress = log.successor_acked(ChainVersion(2), 3).unwrap();
+    assert_eq!(head.answer(progress.ack_up), vec![(2, "b"), (3, "d")]);
 }
