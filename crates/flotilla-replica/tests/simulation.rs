@@ -2,8 +2,8 @@
 //! simulator in miniature): one metadata service running the crate's real [`Membership`]
 //! engine, five servers fencing every request with the crate's real [`admit`], recording
 //! missing updates in the crate's [`RangeSet`] and applying, forwarding and acknowledging the
-//! chain's order through the crate's [`ChainMemberLog`] (the head's positions, client answers
-//! and resync copies are modelled here), and three clients writing overlapping ranges,
+//! chain's order through the crate's [`ChainMemberLog`] and [`ChainHead`] (resync copies are
+//! modelled here), and three clients writing overlapping ranges,
 //! syncing and reading one replicated subfile on one chain of three.
 //!
 //! Faults: messages lost, delayed and so reordered; servers crashing (losing everything not
@@ -28,7 +28,7 @@
 //! --test simulation` repeats exactly that run.
 
 use flotilla_replica::{
-    admit, Access, Admission, ByteRange, Chain, ChainEntry, ChainId, ChainMemberLog, ChainTable,
+    admit, Access, Admission, ByteRange, Chain, ChainEntry, ChainHead, ChainId, ChainMemberLog, ChainTable,
     ChainVersion, Event, FailureGroup, Incarnation, MemberState, MemberView, Membership, MembershipConfig,
     Progress, RangeSet, Receive, Unsettled,
 };
@@ -56,6 +56,9 @@ const QUIESCE_MS: u64 = 6_000;
 const LOSS_PERCENT: u32 = 3;
 /// Outbox entries resent per retransmission (a bounded window).
 const RETRANSMIT_ENTRIES_MAX: usize = 16;
+/// Entries the head keeps in flight (`forward_window_max`); past it a client is refused and
+/// retries.
+const FORWARD_WINDOW_MAX: usize = 16;
 /// Wall-clock budget for the default (many seeds) run.
 const WALL_BUDGET: Duration = Duration::from_secs(4);
 const SEEDS_MAX: u64 = 64;
@@ -159,7 +162,7 @@ struct Server {
     /// The resync copy this member sent its syncing successor, resent until acknowledged.
     copy_out: Option<Entry>,
     /// At the head: orders waiting for the chain's ack, and whom to answer.
-    pending: BTreeMap<u64, (usize, u64)>,
+    head: Option<ChainHead<(usize, u64)>>,
     awaiting_copy: bool,
     copy_sent: Option<ChainVersion>,
     down_since_ms: u64,
@@ -254,7 +257,7 @@ impl Sim {
                 lease_until_ms: 0,
                 view: None,
                 copy_out: None,
-                pending: BTreeMap::new(),
+                head: None,
                 awaiting_copy: false,
                 copy_sent: None,
                 down_since_ms: 0,
@@ -522,9 +525,6 @@ impl Sim {
         s.volatile.records = records;
         let me = chain.state_of(s.target);
         s.awaiting_copy = matches!(me, Some(MemberState::Syncing { .. }));
-        if chain.head() != Some(s.target) {
-            s.pending.clear();
-        }
         // A copy was made for the syncing member as it stood in one version; in any other it
         // may miss what that member lost since, so it is never sent again.
         s.copy_out = None;
@@ -535,12 +535,16 @@ impl Sim {
         // applied then: their orders, too, may be reused, and settling by them would drop
         // unsettled ranges of the new stream. (The member log does both.)
         let serving = matches!(me, Some(MemberState::Serving));
-        if !serving {
-            s.pending.clear();
-        }
         let successor = chain.successor(s.target);
         let tail = me.is_some_and(MemberState::in_write_path) && successor.is_none();
         let progress = s.volatile.log.change_version(chain.version(), serving, successor.is_some());
+        // The head role is volatile: a member that is not the serving head drops it (its
+        // clients retry); one that stays head keeps the clients whose entries it applied.
+        match (&mut s.head, serving && chain.head() == Some(s.target)) {
+            (_, false) => s.head = None,
+            (Some(head), true) => drop(head.change_version(&s.volatile.log)),
+            (None, true) => s.head = Some(ChainHead::new(&s.volatile.log, FORWARD_WINDOW_MAX)),
+        }
         s.view = Some(chain);
         if s.awaiting_copy {
             self.send_join(i);
@@ -567,9 +571,22 @@ impl Sim {
             self.send(Node::Server(i), from, Msg::Refused { req });
             return;
         }
-        let order = self.servers[i].volatile.applied() + 1;
-        let entry = Entry { order, kind };
-        self.servers[i].pending.insert(order, (c, req));
+        let s = &mut self.servers[i];
+        let log_kind = match &kind {
+            EntryKind::Write { lo, hi, tag } => {
+                LogKind::Write { fork: (), range: range(*lo, *hi), payload: (*lo, *hi, *tag) }
+            }
+            _ => LogKind::Sync,
+        };
+        let submitted = match s.head.as_mut() {
+            Some(head) => head.submit(&s.volatile.log, version, log_kind, (c, req)).ok(),
+            None => None,
+        };
+        let Some(submitted) = submitted else {
+            self.send(Node::Server(i), from, Msg::Refused { req });
+            return;
+        };
+        let entry = Entry { order: submitted.position, kind };
         let progress = self.apply(i, version, &entry);
         self.pass_down(i, entry, progress);
     }
@@ -683,10 +700,7 @@ impl Sim {
         if s.copy_out.as_ref().is_some_and(|e| e.order <= order) {
             s.copy_out = None;
         }
-        let answered: Vec<(u64, (usize, u64))> = s.pending.range(..=order).map(|(&o, &w)| (o, w)).collect();
-        for (o, _) in &answered {
-            s.pending.remove(o);
-        }
+        let answered = s.head.as_mut().map(|head| head.answer(order)).unwrap_or_default();
         let view = s.view.clone().expect("acks need a view");
         let up = view.predecessor(s.target);
         for (o, (c, req)) in answered {
@@ -796,7 +810,7 @@ impl Sim {
         s.lease_until_ms = 0;
         s.view = None;
         s.copy_out = None;
-        s.pending.clear();
+        s.head = None;
         s.awaiting_copy = false;
         s.copy_sent = None;
     }
