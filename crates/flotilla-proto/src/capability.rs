@@ -146,7 +146,8 @@ pub fn needs(request: &IoRequest) -> Option<(FileId, u32, Rights)> {
         | IoRequest::With { .. }
         | IoRequest::Job { .. }
         | IoRequest::Stats
-        | IoRequest::HsmStatus => return None,
+        | IoRequest::HsmStatus
+        | IoRequest::Forward { .. } => return None,
     })
 }
 
@@ -154,7 +155,7 @@ pub fn needs(request: &IoRequest) -> Option<(FileId, u32, Rights)> {
 /// right beyond reading, or it removes a subfile.
 pub fn changes_data(request: &IoRequest) -> bool {
     let changing = Rights::WRITE.union(Rights::TRUNCATE).union(Rights::REMOVE);
-    matches!(request, IoRequest::RemoveSubfile { .. })
+    matches!(request, IoRequest::RemoveSubfile { .. } | IoRequest::Forward { .. })
         || needs(request).is_some_and(|(_, _, wanted)| wanted.intersects(changing))
 }
 
@@ -181,6 +182,7 @@ pub fn request_name(request: &IoRequest) -> &'static str {
         IoRequest::Stats => "stats",
         IoRequest::Hsm { .. } => "hsm",
         IoRequest::HsmStatus => "hsm status",
+        IoRequest::Forward { .. } => "chain forward",
     }
 }
 

@@ -102,6 +102,103 @@ pub struct ChainReport {
     pub chains: Vec<ChainInfo>,
 }
 
+/// Replication's data path (issue 32): one entry of a chain's order, sent by a member to
+/// its successor (`IoRequest::Forward`, server credentials only). A write's bytes
+/// (`length_bytes` of them) travel in the frame's data section, so the request is bounded by
+/// `request_bytes_max` and the connection's credit like a client write.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainForward {
+    pub chain: u32,
+    /// The sender's chain version: the receiver applies only under exactly its own.
+    pub version: u64,
+    /// The entry's place in the chain's one order (given by the head, from 1).
+    pub position: u64,
+    pub entry: ForwardEntry,
+}
+
+/// What a forwarded entry does on the receiving member.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ForwardEntry {
+    /// Writes the data section at `offset` of `fork` (created on demand, as a client write).
+    Write { fork: crate::ForkRef, offset: u64, length_bytes: u64 },
+    /// Makes everything applied before it durable (`fork` names the subfile synced).
+    Sync { fork: crate::ForkRef },
+}
+
+impl ChainForward {
+    /// Data bytes the request carries.
+    pub fn data_bytes(&self) -> u64 {
+        match &self.entry {
+            ForwardEntry::Write { length_bytes, .. } => *length_bytes,
+            ForwardEntry::Sync { .. } => 0,
+        }
+    }
+
+    /// The fork the entry touches.
+    pub fn fork(&self) -> &crate::ForkRef {
+        match &self.entry {
+            ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => fork,
+        }
+    }
+}
+
+/// The answer to an applied (or duplicate) forward: the receiver's last applied position
+/// and its cumulative acknowledgement (every member from it to the tail applied every
+/// position up to `acknowledged`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardAck {
+    pub chain: u32,
+    pub version: u64,
+    pub applied: u64,
+    pub acknowledged: u64,
+}
+
+/// Why a member refused a forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ForwardRefusalReason {
+    /// The receiver's lease ran out: it serves nothing until a heartbeat reply renews it.
+    NoLease,
+    /// The receiver is not a member of the chain (or not in its write path), as far as its
+    /// chain view goes.
+    NotMember,
+    /// The forward's version is not the receiver's `current` (older: the sender refetches;
+    /// newer: the receiver has not heard of it yet).
+    Stale { current: u64 },
+    /// The position is beyond the next one (`expected`): dropped, retransmit from `expected`.
+    Gap { expected: u64 },
+}
+
+/// A typed refusal of a forward, naming the chain and version it came with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardRefused {
+    pub chain: u32,
+    pub version: u64,
+    pub reason: ForwardRefusalReason,
+}
+
+impl std::fmt::Display for ForwardRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (chain, version) = (self.chain, self.version);
+        match self.reason {
+            ForwardRefusalReason::NoLease => {
+                write!(f, "forward for chain {chain} v{version} refused: this server's lease ran out")
+            }
+            ForwardRefusalReason::NotMember => write!(
+                f,
+                "forward for chain {chain} v{version} refused: this target is not in that chain's write path"
+            ),
+            ForwardRefusalReason::Stale { current } => write!(
+                f,
+                "forward for chain {chain} v{version} refused: this server holds chain {chain} at v{current}"
+            ),
+            ForwardRefusalReason::Gap { expected } => write!(
+                f,
+                "forward for chain {chain} v{version} refused: a gap, position {expected} is the next to apply"
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{encode_body, MetaReply, MetaRequest};
@@ -121,5 +218,23 @@ mod tests {
         let codes = [crate::ErrorCode::Unsupported, crate::ErrorCode::Recovering, crate::ErrorCode::LockLost];
         let indexes: Vec<u8> = codes.iter().map(|c| encode_body(c).unwrap()[0]).collect();
         assert_eq!(indexes, [16, 17, 18]);
+    }
+
+    /// `Forward` is I/O request 20; `Forwarded` and `ForwardRefused` are I/O replies 11, 12.
+    #[test]
+    fn forward_indexes_are_the_documented_ones() {
+        use super::*;
+        use crate::{ForkRef, IoReply, IoRequest};
+        use flotilla_types::{FileId, SubfileIndex};
+        let fork =
+            ForkRef { target: TargetId(1), file: FileId(2), subfile: SubfileIndex(0), fork: "data".into() };
+        let forward = ChainForward { chain: 1, version: 2, position: 3, entry: ForwardEntry::Sync { fork } };
+        assert_eq!(encode_body(&IoRequest::Forward { forward }).unwrap()[0], 20);
+        let ack = ForwardAck { chain: 1, version: 2, applied: 3, acknowledged: 3 };
+        assert_eq!(encode_body(&IoReply::Forwarded(ack)).unwrap()[0], 11);
+        let refused =
+            ForwardRefused { chain: 1, version: 2, reason: ForwardRefusalReason::Stale { current: 3 } };
+        assert_eq!(encode_body(&IoReply::ForwardRefused(refused)).unwrap()[0], 12);
+        assert_eq!(refused.to_string(), "forward for chain 1 v2 refused: this server holds chain 1 at v3");
     }
 }

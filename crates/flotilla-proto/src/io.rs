@@ -116,6 +116,12 @@ pub enum IoRequest {
     /// The tier counters of every target of the server (`flotilla hsm status`); replied
     /// `HsmStatus`. Any credential may send it.
     HsmStatus,
+    /// Replication (issue 32): an entry of a chain's order from the member before this one
+    /// (server credentials only; `docs/protocol.md` "Chain forwards"). Replied `Forwarded`,
+    /// or `ForwardRefused` naming the chain, version and reason.
+    Forward {
+        forward: crate::chains::ChainForward,
+    },
 }
 
 /// What `flotilla hsm` asks of a fork.
@@ -274,6 +280,7 @@ impl IoRequest {
             IoRequest::FlushData { ranges, .. } => {
                 Ok(ranges.iter().fold(0u64, |sum, range| sum.saturating_add(range.length)))
             }
+            IoRequest::Forward { forward } => Ok(forward.data_bytes()),
             _ => Ok(0),
         }
     }
@@ -312,6 +319,11 @@ pub enum IoReply {
     Hsm(HsmForkState),
     /// One entry per target with a tier (none: the server has no archive).
     HsmStatus(Vec<TargetTierStatus>),
+    /// A forward was applied (or was a duplicate): the receiver's position and cumulative
+    /// acknowledgement.
+    Forwarded(crate::chains::ForwardAck),
+    /// A forward was refused by the fencing check or the order.
+    ForwardRefused(crate::chains::ForwardRefused),
 }
 
 #[cfg(test)]

@@ -23,8 +23,8 @@ mod wire_error;
 pub use budget::{with_progress, Counted, ProgressRule, Reservation};
 pub use capability::{Capability, Rights, WithRef};
 pub use chains::{
-    ChainInfo, ChainMember, ChainMemberState, ChainReport, ChainView, MemberHealth, MemberInfo, TargetChains,
-    FAILURE_GROUP_BYTES_MAX,
+    ChainForward, ChainInfo, ChainMember, ChainMemberState, ChainReport, ChainView, ForwardAck, ForwardEntry,
+    ForwardRefusalReason, ForwardRefused, MemberHealth, MemberInfo, TargetChains, FAILURE_GROUP_BYTES_MAX,
 };
 pub use frame::{
     decode_frame, read_frame, read_frame_bounded, write_frame, Frame, FrameBudget, FrameError, FrameHeader,

@@ -11,9 +11,10 @@
 //! `FLOTILLA_FUZZ_SEED=<hex>` replays a run.
 
 use flotilla_proto::{
-    decode_body, decode_frame, encode_body, Capability, CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo,
-    ErrorCode, ForkInfo, ForkRef, FrameHeader, HeldLock, IoReply, IoRequest, LockKind, MetaReply,
-    MetaRequest, Rights, SubfilePlace, TargetReport, TargetState, TargetStatus, WireError, HEADER_BYTES,
+    decode_body, decode_frame, encode_body, Capability, ChainForward, CreateSpec, DeleteOrder, DirEntryInfo,
+    EntryInfo, ErrorCode, ForkInfo, ForkRef, ForwardAck, ForwardEntry, ForwardRefusalReason, ForwardRefused,
+    FrameHeader, HeldLock, IoReply, IoRequest, LockKind, MetaReply, MetaRequest, Rights, SubfilePlace,
+    TargetReport, TargetState, TargetStatus, WireError, HEADER_BYTES,
 };
 use flotilla_request::{BatchNode, BatchSub, Piece, Shape, ShapeLimits, StrideLevel};
 use flotilla_types::{Attributes, Caller, FileId, FileKind, Layout, Limits, SetAttr, SubfileIndex, TargetId};
@@ -281,6 +282,32 @@ fn plain_io_request() -> impl Strategy<Value = IoRequest> {
         (fork_ref(), any::<u64>()).prop_map(|(fork, size_bytes)| IoRequest::Extend { fork, size_bytes }),
         (fork_ref(), any::<u64>()).prop_map(|(fork, size_bytes)| IoRequest::Truncate { fork, size_bytes }),
         fork_ref().prop_map(|fork| IoRequest::Sync { fork }),
+        (any::<(u32, u64, u64)>(), fork_ref(), any::<Option<(u64, u64)>>()).prop_map(
+            |((chain, version, position), fork, write)| {
+                let entry = match write {
+                    Some((offset, length_bytes)) => ForwardEntry::Write { fork, offset, length_bytes },
+                    None => ForwardEntry::Sync { fork },
+                };
+                IoRequest::Forward { forward: ChainForward { chain, version, position, entry } }
+            }
+        ),
+    ]
+}
+
+fn forward_reply() -> impl Strategy<Value = IoReply> {
+    let reason = prop_oneof![
+        Just(ForwardRefusalReason::NoLease),
+        Just(ForwardRefusalReason::NotMember),
+        any::<u64>().prop_map(|current| ForwardRefusalReason::Stale { current }),
+        any::<u64>().prop_map(|expected| ForwardRefusalReason::Gap { expected }),
+    ];
+    prop_oneof![
+        any::<(u32, u64, u64, u64)>().prop_map(|(chain, version, applied, acknowledged)| {
+            IoReply::Forwarded(ForwardAck { chain, version, applied, acknowledged })
+        }),
+        (any::<(u32, u64)>(), reason).prop_map(|((chain, version), reason)| {
+            IoReply::ForwardRefused(ForwardRefused { chain, version, reason })
+        }),
     ]
 }
 
@@ -330,6 +357,7 @@ fn io_reply() -> impl Strategy<Value = IoReply> {
         prop::collection::vec(fork_info, 0..5).prop_map(IoReply::Forks),
         any::<u64>().prop_map(|bytes| IoReply::Size { bytes }),
         wire_error().prop_map(IoReply::Error),
+        forward_reply(),
     ]
 }
 

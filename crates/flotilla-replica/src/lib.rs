@@ -26,6 +26,7 @@ mod config;
 mod error;
 mod event;
 mod fence;
+mod forward;
 mod ids;
 mod member;
 mod membership;
@@ -39,6 +40,10 @@ pub use config::MembershipConfig;
 pub use error::{ConfigError, PlacementError, RangeError};
 pub use event::Event;
 pub use fence::{admit, Access, Admission, MemberView};
+pub use forward::{
+    ChainEntry, ChainHead, ChainMemberLog, EntryKind, HeadRefusal, OrderRefusal, Progress, Receive,
+    Unsettled, FORWARD_WINDOW_MAX,
+};
 pub use ids::{ChainId, ChainVersion, FailureGroup, Incarnation, FAILURE_GROUP_BYTES_MAX};
 pub use member::{Member, MemberState};
 pub use membership::{Membership, TargetHealth};

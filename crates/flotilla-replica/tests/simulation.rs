@@ -1,7 +1,9 @@
 //! A seeded, deterministic simulation of replication (TigerBeetle's VOPR and FoundationDB's
 //! simulator in miniature): one metadata service running the crate's real [`Membership`]
-//! engine, five servers fencing every request with the crate's real [`admit`] and recording
-//! missing updates in the crate's [`RangeSet`], and three clients writing overlapping ranges,
+//! engine, five servers fencing every request with the crate's real [`admit`], recording
+//! missing updates in the crate's [`RangeSet`] and applying, forwarding and acknowledging the
+//! chain's order through the crate's [`ChainMemberLog`] and [`ChainHead`] (resync copies are
+//! modelled here), and three clients writing overlapping ranges,
 //! syncing and reading one replicated subfile on one chain of three.
 //!
 //! Faults: messages lost, delayed and so reordered; servers crashing (losing everything not
@@ -26,13 +28,14 @@
 //! --test simulation` repeats exactly that run.
 
 use flotilla_replica::{
-    admit, Access, Admission, ByteRange, Chain, ChainId, ChainTable, ChainVersion, Event, FailureGroup,
-    Incarnation, MemberState, MemberView, Membership, MembershipConfig, RangeSet,
+    admit, Access, Admission, ByteRange, Chain, ChainEntry, ChainHead, ChainId, ChainMemberLog, ChainTable,
+    ChainVersion, Event, FailureGroup, Incarnation, MemberState, MemberView, Membership, MembershipConfig,
+    Progress, RangeSet, Receive, Unsettled,
 };
 use flotilla_types::TargetId;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const SERVERS: usize = 5;
@@ -53,6 +56,9 @@ const QUIESCE_MS: u64 = 6_000;
 const LOSS_PERCENT: u32 = 3;
 /// Outbox entries resent per retransmission (a bounded window).
 const RETRANSMIT_ENTRIES_MAX: usize = 16;
+/// Entries the head keeps in flight (`forward_window_max`); past it a client is refused and
+/// retries.
+const FORWARD_WINDOW_MAX: usize = 16;
 /// Wall-clock budget for the default (many seeds) run.
 const WALL_BUDGET: Duration = Duration::from_secs(4);
 const SEEDS_MAX: u64 = 64;
@@ -84,7 +90,7 @@ enum EntryKind {
 struct CopyBody {
     cells: Vec<(usize, Cell)>,
     records: BTreeMap<TargetId, RangeSet>,
-    unsettled: Vec<(u64, usize, usize)>,
+    unsettled: Unsettled<()>,
 }
 
 #[derive(Clone, Debug)]
@@ -128,17 +134,21 @@ enum Scheduled {
     Timer { node: Node, timer: Timer },
 }
 
-/// What a server keeps on disk (and, in `volatile`, in memory): cells, its position in the
-/// write order, its unsettled writes and its missing-update records.
+/// What a server keeps on disk (and, in `volatile`, in memory): cells, its chain's member
+/// log (the crate's real [`ChainMemberLog`]: its position in the write order, its unsettled
+/// writes, and in memory what it forwarded and the syncs not yet settled) and its
+/// missing-update records.
 #[derive(Clone, Debug)]
 struct Store {
     cells: [Cell; CELLS],
-    applied: u64,
-    /// Writes applied since the last sync the whole chain acknowledged: `(order, lo, hi)`.
-    unsettled: Vec<(u64, usize, usize)>,
+    log: Log,
     /// For each member out of the write path: the ranges it misses.
     records: BTreeMap<TargetId, RangeSet>,
 }
+
+/// A write's cells and tag, as the member log carries it.
+type Log = ChainMemberLog<(), (usize, usize, u64)>;
+type LogKind = flotilla_replica::EntryKind<(), (usize, usize, u64)>;
 
 struct Server {
     target: TargetId,
@@ -149,12 +159,10 @@ struct Server {
     volatile: Store,
     lease_until_ms: u64,
     view: Option<Chain>,
-    outbox: Vec<Entry>,
-    acked_down: u64,
-    /// Orders of syncs applied and not yet acknowledged by the whole chain.
-    syncs: BTreeSet<u64>,
+    /// The resync copy this member sent its syncing successor, resent until acknowledged.
+    copy_out: Option<Entry>,
     /// At the head: orders waiting for the chain's ack, and whom to answer.
-    pending: BTreeMap<u64, (usize, u64)>,
+    head: Option<ChainHead<(usize, u64)>>,
     awaiting_copy: bool,
     copy_sent: Option<ChainVersion>,
     down_since_ms: u64,
@@ -198,16 +206,24 @@ struct Sim {
 }
 
 impl Store {
-    fn empty() -> Store {
-        Store { cells: [(0, 0); CELLS], applied: 0, unsettled: Vec::new(), records: BTreeMap::new() }
+    fn empty(chain: ChainId) -> Store {
+        Store {
+            cells: [(0, 0); CELLS],
+            log: Log::new(chain, ChainVersion::FIRST, 0, false),
+            records: BTreeMap::new(),
+        }
+    }
+
+    fn applied(&self) -> u64 {
+        self.log.applied()
     }
 
     fn unsettled_ranges(&self) -> RangeSet {
-        let mut set = RangeSet::new(RECORD_RANGES_MAX);
-        for &(_, lo, hi) in &self.unsettled {
-            set.insert(range(lo, hi));
-        }
-        set
+        self.log
+            .unsettled()
+            .ranges(RECORD_RANGES_MAX)
+            .remove(&())
+            .unwrap_or_else(|| RangeSet::new(RECORD_RANGES_MAX))
     }
 }
 
@@ -236,14 +252,12 @@ impl Sim {
                 up: true,
                 cut_off: false,
                 incarnation: 1,
-                durable: Store::empty(),
-                volatile: Store::empty(),
+                durable: Store::empty(chain),
+                volatile: Store::empty(chain),
                 lease_until_ms: 0,
                 view: None,
-                outbox: Vec::new(),
-                acked_down: 0,
-                syncs: BTreeSet::new(),
-                pending: BTreeMap::new(),
+                copy_out: None,
+                head: None,
                 awaiting_copy: false,
                 copy_sent: None,
                 down_since_ms: 0,
@@ -463,7 +477,7 @@ impl Sim {
                         self.now_ms,
                         s.target,
                         s.view.as_ref().map(|v| (v.version(), v.state_of(s.target))),
-                        s.volatile.applied,
+                        s.volatile.applied(),
                         s.lease_until_ms
                     );
                 }
@@ -511,30 +525,31 @@ impl Sim {
         s.volatile.records = records;
         let me = chain.state_of(s.target);
         s.awaiting_copy = matches!(me, Some(MemberState::Syncing { .. }));
-        if chain.head() != Some(s.target) {
-            s.pending.clear();
-        }
         // A copy was made for the syncing member as it stood in one version; in any other it
         // may miss what that member lost since, so it is never sent again.
-        s.outbox.retain(|e| !matches!(e.kind, EntryKind::Copy(_)));
+        s.copy_out = None;
         // A member out of the write path, or back in it only through a copy, has left the
         // stream: what it applied but nobody acknowledged may hold orders the next head gave
         // to other writes, so none of it is ever forwarded (its ranges are in its unsettled
-        // set, which its resync overwrites).
-        // Nor does it settle anything by the syncs it applied then: their orders, too, may be
-        // reused, and settling by them would drop unsettled ranges of the new stream.
-        if !matches!(me, Some(MemberState::Serving)) {
-            s.outbox.clear();
-            s.pending.clear();
-            s.syncs.clear();
+        // set, which its resync overwrites). Nor does it settle anything by the syncs it
+        // applied then: their orders, too, may be reused, and settling by them would drop
+        // unsettled ranges of the new stream. (The member log does both.)
+        let serving = matches!(me, Some(MemberState::Serving));
+        let successor = chain.successor(s.target);
+        let tail = me.is_some_and(MemberState::in_write_path) && successor.is_none();
+        let progress = s.volatile.log.change_version(chain.version(), serving, successor.is_some());
+        // The head role is volatile: a member that is not the serving head drops it (its
+        // clients retry); one that stays head keeps the clients whose entries it applied.
+        match (&mut s.head, serving && chain.head() == Some(s.target)) {
+            (_, false) => s.head = None,
+            (Some(head), true) => drop(head.change_version(&s.volatile.log)),
+            (None, true) => s.head = Some(ChainHead::new(&s.volatile.log, FORWARD_WINDOW_MAX)),
         }
-        let tail = me.is_some_and(MemberState::in_write_path) && chain.successor(s.target).is_none();
         s.view = Some(chain);
         if s.awaiting_copy {
             self.send_join(i);
         } else if tail {
-            let applied = self.servers[i].volatile.applied;
-            self.acked(i, applied);
+            self.acked(i, progress.ack_up);
         }
     }
 
@@ -556,43 +571,59 @@ impl Sim {
             self.send(Node::Server(i), from, Msg::Refused { req });
             return;
         }
-        let order = self.servers[i].volatile.applied + 1;
-        let entry = Entry { order, kind };
-        self.apply(i, version, &entry);
-        self.servers[i].pending.insert(order, (c, req));
-        self.pass_down(i, entry);
+        let s = &mut self.servers[i];
+        let log_kind = match &kind {
+            EntryKind::Write { lo, hi, tag } => {
+                LogKind::Write { fork: (), range: range(*lo, *hi), payload: (*lo, *hi, *tag) }
+            }
+            _ => LogKind::Sync,
+        };
+        let submitted = match s.head.as_mut() {
+            Some(head) => head.submit(&s.volatile.log, version, log_kind, (c, req)).ok(),
+            None => None,
+        };
+        let Some(submitted) = submitted else {
+            self.send(Node::Server(i), from, Msg::Refused { req });
+            return;
+        };
+        let entry = Entry { order: submitted.position, kind };
+        let progress = self.apply(i, version, &entry);
+        self.pass_down(i, entry, progress);
     }
 
     /// After applying `entry`: to the successor, or (at the tail) acknowledged upstream.
-    fn pass_down(&mut self, i: usize, entry: Entry) {
+    /// (The member log keeps what it forwards until the successor acknowledges it.)
+    fn pass_down(&mut self, i: usize, entry: Entry, progress: Progress) {
         let s = &self.servers[i];
         let view = s.view.as_ref().expect("applying needs a view");
         match view.successor(s.target) {
             Some(next) => {
-                let msg = Msg::Forward { version: view.version(), entry: entry.clone() };
-                self.servers[i].outbox.push(entry);
+                let msg = Msg::Forward { version: view.version(), entry };
                 self.send(Node::Server(i), Node::Server(index_of(next)), msg);
             }
-            None => {
-                let applied = s.volatile.applied;
-                self.acked(i, applied);
-            }
+            None => self.acked(i, progress.ack_up),
         }
     }
 
     /// Applies `entry` at its order under `version` (invariant 3: the member's own version).
-    fn apply(&mut self, i: usize, version: ChainVersion, entry: &Entry) {
+    fn apply(&mut self, i: usize, version: ChainVersion, entry: &Entry) -> Progress {
         let s = &mut self.servers[i];
         let view = s.view.as_ref().expect("applying needs a view");
         assert_eq!(view.version(), version, "{} applied a write under another version", s.target);
-        assert_eq!(entry.order, s.volatile.applied + 1, "out of order");
-        s.volatile.applied = entry.order;
+        assert_eq!(entry.order, s.volatile.applied() + 1, "out of order");
+        let kind = match &entry.kind {
+            EntryKind::Write { lo, hi, tag } => {
+                LogKind::Write { fork: (), range: range(*lo, *hi), payload: (*lo, *hi, *tag) }
+            }
+            EntryKind::Sync => LogKind::Sync,
+            EntryKind::Copy(_) => unreachable!("copies are applied by copy_in"),
+        };
+        let progress = s.volatile.log.applied_entry(ChainEntry { position: entry.order, kind });
         match &entry.kind {
             EntryKind::Write { lo, hi, tag } => {
                 for cell in &mut s.volatile.cells[*lo..*hi] {
                     *cell = (entry.order, *tag);
                 }
-                s.volatile.unsettled.push((entry.order, *lo, *hi));
                 for member in view.members() {
                     if matches!(member.state, MemberState::Offline { full: false, .. }) {
                         let record = s
@@ -604,12 +635,10 @@ impl Sim {
                     }
                 }
             }
-            EntryKind::Sync => {
-                s.syncs.insert(entry.order);
-                s.durable = s.volatile.clone();
-            }
+            EntryKind::Sync => s.durable = s.volatile.clone(),
             EntryKind::Copy(_) => unreachable!("copies are applied by copy_in"),
         }
+        progress
     }
 
     fn forward_in(&mut self, i: usize, from: Node, version: ChainVersion, entry: Entry) {
@@ -627,13 +656,16 @@ impl Sim {
             }
             return;
         }
-        let applied = s.volatile.applied;
-        if entry.order <= applied {
-            let ack = if view.successor(s.target).is_some() { s.acked_down.min(applied) } else { applied };
-            self.send(Node::Server(i), from, Msg::Ack { version, order: ack });
-        } else if entry.order == applied + 1 && !matches!(entry.kind, EntryKind::Copy(_)) {
-            self.apply(i, version, &entry);
-            self.pass_down(i, entry);
+        match s.volatile.log.receive(version, entry.order) {
+            Ok(Receive::Duplicate { ack }) => {
+                self.send(Node::Server(i), from, Msg::Ack { version, order: ack })
+            }
+            Ok(Receive::Apply) if !matches!(entry.kind, EntryKind::Copy(_)) => {
+                let progress = self.apply(i, version, &entry);
+                self.pass_down(i, entry, progress);
+            }
+            // A gap (or a copy not asked for) is dropped: the predecessor retransmits.
+            _ => {}
         }
     }
 
@@ -643,8 +675,7 @@ impl Sim {
         for (index, cell) in body.cells {
             s.volatile.cells[index] = cell;
         }
-        s.volatile.applied = order;
-        s.volatile.unsettled.extend(body.unsettled);
+        s.volatile.log.copied_to(order, &body.unsettled);
         for (target, ranges) in body.records {
             if target != s.target {
                 s.volatile
@@ -655,8 +686,6 @@ impl Sim {
             }
         }
         s.awaiting_copy = false;
-        s.outbox.clear();
-        s.syncs.clear();
         // The copy is made durable before it is acknowledged: syncs the chain settled while
         // this member was away never passed through it.
         s.durable = s.volatile.clone();
@@ -664,19 +693,14 @@ impl Sim {
         self.send(Node::Server(i), Node::Meta, Msg::SyncDone { version });
     }
 
-    /// Everything up to `order` is applied from here to the tail: settle, answer, pass up.
+    /// Everything up to `order` is applied from here to the tail (the member log has settled
+    /// by it): answer, pass up.
     fn acked(&mut self, i: usize, order: u64) {
         let s = &mut self.servers[i];
-        s.acked_down = s.acked_down.max(order);
-        s.outbox.retain(|e| e.order > order);
-        if let Some(&settled) = s.syncs.range(..=order).next_back() {
-            s.volatile.unsettled.retain(|&(o, _, _)| o > settled);
-            s.syncs = s.syncs.split_off(&(settled + 1));
+        if s.copy_out.as_ref().is_some_and(|e| e.order <= order) {
+            s.copy_out = None;
         }
-        let answered: Vec<(u64, (usize, u64))> = s.pending.range(..=order).map(|(&o, &w)| (o, w)).collect();
-        for (o, _) in &answered {
-            s.pending.remove(o);
-        }
+        let answered = s.head.as_mut().map(|head| head.answer(order)).unwrap_or_default();
         let view = s.view.clone().expect("acks need a view");
         let up = view.predecessor(s.target);
         for (o, (c, req)) in answered {
@@ -700,8 +724,8 @@ impl Sim {
         {
             return;
         }
-        let order = order.min(s.volatile.applied);
-        self.acked(i, order);
+        let Ok(progress) = self.servers[i].volatile.log.successor_acked(version, order) else { return };
+        self.acked(i, progress.ack_up);
     }
 
     /// The syncing member asks its predecessor (the last serving member) for its copy.
@@ -731,15 +755,17 @@ impl Sim {
         if self.trace {
             eprintln!(
                 "{:>6} ms {} copies {:?} at order {} to {joiner}: {cells:?}",
-                self.now_ms, s.target, ranges, s.volatile.applied
+                self.now_ms,
+                s.target,
+                ranges,
+                s.volatile.applied()
             );
         }
-        let body = CopyBody { cells, records, unsettled: s.volatile.unsettled.clone() };
-        let entry = Entry { order: s.volatile.applied, kind: EntryKind::Copy(Box::new(body)) };
+        let body = CopyBody { cells, records, unsettled: s.volatile.log.unsettled().clone() };
+        let entry = Entry { order: s.volatile.applied(), kind: EntryKind::Copy(Box::new(body)) };
         let s = &mut self.servers[i];
         s.copy_sent = Some(version);
-        s.outbox.clear();
-        s.outbox.push(entry.clone());
+        s.copy_out = Some(entry.clone());
         self.send(Node::Server(i), from, Msg::Forward { version, entry });
     }
 
@@ -755,8 +781,15 @@ impl Sim {
             self.send(Node::Server(i), Node::Meta, Msg::SyncDone { version: view.version() });
         }
         let Some(next) = view.successor(target) else { return };
-        let entries: Vec<Entry> =
-            self.servers[i].outbox.iter().take(RETRANSMIT_ENTRIES_MAX).cloned().collect();
+        let s = &self.servers[i];
+        let forwarded = s.volatile.log.retransmit(RETRANSMIT_ENTRIES_MAX).map(|e| Entry {
+            order: e.position,
+            kind: match e.kind {
+                LogKind::Write { payload: (lo, hi, tag), .. } => EntryKind::Write { lo, hi, tag },
+                LogKind::Sync => EntryKind::Sync,
+            },
+        });
+        let entries: Vec<Entry> = s.copy_out.clone().into_iter().chain(forwarded).collect();
         for entry in entries {
             self.send(
                 Node::Server(i),
@@ -772,16 +805,13 @@ impl Sim {
         s.up = false;
         s.down_since_ms = now_ms;
         s.volatile = s.durable.clone();
+        s.volatile.log.restarted();
         s.incarnation += 1;
         s.lease_until_ms = 0;
         s.view = None;
-        s.outbox.clear();
-        s.acked_down = 0;
-        s.syncs.clear();
-        s.pending.clear();
+        s.copy_out = None;
+        s.head = None;
         s.awaiting_copy = false;
-        s.outbox.clear();
-        s.syncs.clear();
         s.copy_sent = None;
     }
 
@@ -831,7 +861,7 @@ impl Sim {
                 self.now_ms,
                 if kind <= 2 { "crash" } else { "cut" },
                 target_of(i),
-                self.servers[i].volatile.applied
+                self.servers[i].volatile.applied()
             );
         }
         match kind {
@@ -983,18 +1013,18 @@ impl Sim {
             if !s.up || !current || s.awaiting_copy {
                 continue;
             }
-            if let Some((other, cells)) = by_point.get(&s.volatile.applied) {
+            if let Some((other, cells)) = by_point.get(&s.volatile.applied()) {
                 assert_eq!(
                     cells,
                     &s.volatile.cells,
                     "serving {} and {} differ at order {} in {}",
                     other,
                     target,
-                    s.volatile.applied,
+                    s.volatile.applied(),
                     chain.version()
                 );
             } else {
-                by_point.insert(s.volatile.applied, (target, s.volatile.cells));
+                by_point.insert(s.volatile.applied(), (target, s.volatile.cells));
             }
         }
     }

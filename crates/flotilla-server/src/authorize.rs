@@ -30,6 +30,13 @@ pub(crate) fn authorize(
     key: &CapabilityKey,
     now_unix_ms: u64,
 ) -> Result<IoRequest, WireError> {
+    if is_forward(&request) && principal.role != Role::Server {
+        let message = format!(
+            "a chain forward is accepted only from a server credential; {:?} is a client credential",
+            principal.name
+        );
+        return Err(WireError::new(ErrorCode::PermissionDenied, message));
+    }
     let request = match request {
         IoRequest::With { capability, request } => {
             if matches!(*request, IoRequest::With { .. }) {
@@ -52,6 +59,15 @@ pub(crate) fn authorize(
         return Err(WireError::new(ErrorCode::PermissionDenied, message));
     }
     Ok(request)
+}
+
+/// A replication forward, bare or wrapped (servers only send it bare).
+fn is_forward(request: &IoRequest) -> bool {
+    match request {
+        IoRequest::Forward { .. } => true,
+        IoRequest::With { request, .. } => matches!(**request, IoRequest::Forward { .. }),
+        _ => false,
+    }
 }
 
 fn needs_capability(request: &IoRequest, principal: &Principal) -> WireError {
@@ -136,6 +152,27 @@ mod tests {
         );
         let nested = with(&key, Rights::WRITE, with(&key, Rights::WRITE, write(3)));
         assert_eq!(code(authorize(nested, &client(false), &key, 1050)), Err(ErrorCode::BadRequest));
+    }
+
+    #[test]
+    fn only_a_server_credential_forwards() {
+        let key = CapabilityKey::new(&[1; 32]);
+        let fork =
+            ForkRef { target: TargetId(1), file: FileId(3), subfile: SubfileIndex(0), fork: "d".into() };
+        let entry = flotilla_proto::ForwardEntry::Sync { fork };
+        let forward = IoRequest::Forward {
+            forward: flotilla_proto::ChainForward { chain: 0, version: 1, position: 1, entry },
+        };
+        let server = Principal { name: "io-0".into(), role: Role::Server, read_only: false };
+        assert!(authorize(forward.clone(), &server, &key, 0).is_ok());
+        let refused = authorize(forward.clone(), &client(false), &key, 1050).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::PermissionDenied);
+        assert!(refused.message.contains("only from a server credential"), "{}", refused.message);
+        let wrapped = with(&key, Rights(15), forward);
+        assert_eq!(
+            authorize(wrapped, &client(false), &key, 1050).unwrap_err().code,
+            ErrorCode::PermissionDenied
+        );
     }
 
     #[test]

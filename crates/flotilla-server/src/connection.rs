@@ -98,6 +98,8 @@ pub(crate) struct Shared {
     pub metrics: Option<ServerMetrics>,
     /// The chains of this server's targets as the last heartbeat reply told them.
     pub chains: Arc<crate::membership::HeldChains>,
+    /// The member log of every chain forwards reach this server for.
+    pub chain_logs: Arc<crate::chain_write::ChainLogs>,
 }
 
 /// Most bytes of idle request buffers the server keeps for reuse (beyond the data budget
@@ -249,6 +251,9 @@ impl Reader {
             Ok(credit) => credit,
             Err(error) => return self.refuse(request_id, error.code, error.message).await,
         };
+        if let IoRequest::Forward { forward } = request {
+            return self.forward(request_id, forward, data, (held, credit)).await;
+        }
         let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
         let units = memory_units(credit.bytes, self.shared.memory_units_max);
         let Some(memory) = self.reserve(held, units).await else { return false };
@@ -305,6 +310,34 @@ impl Reader {
         tokio::spawn(async move {
             let message = sessions.handle(request, data, held, closed).await;
             let _ = replies.send(Reply { request_id, message, data: Vec::new(), memory: None }).await;
+            drop(slot);
+        });
+        true
+    }
+
+    /// Fences, orders and applies a chain forward on a blocking task (it writes to the
+    /// store), holding a queue slot, its credit and its data until it is answered.
+    async fn forward(
+        &self,
+        request_id: u64,
+        forward: flotilla_proto::ChainForward,
+        data: Bytes,
+        held: (Reservation, Credit),
+    ) -> bool {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
+        let (shared, replies) = (self.shared.clone(), self.replies.clone());
+        tokio::spawn(async move {
+            let applied = tokio::task::spawn_blocking(move || {
+                let view = shared.chains.fence_view();
+                let reply =
+                    shared.chain_logs.apply(&shared.executor, (&view.0, view.1), request_id, &forward, &data);
+                drop((data, held));
+                reply
+            })
+            .await;
+            if let Ok(reply) = applied {
+                let _ = replies.send(reply).await;
+            }
             drop(slot);
         });
         true

@@ -168,6 +168,9 @@ impl Executor {
             IoRequest::FlushDirectory { .. } | IoRequest::FlushPull { .. } | IoRequest::FlushData { .. } => {
                 Err(WireError::new(ErrorCode::BadRequest, "flush message not routed to the flush sessions"))
             }
+            IoRequest::Forward { .. } => {
+                Err(WireError::new(ErrorCode::BadRequest, "chain forward not routed to the chain logs"))
+            }
         }
     }
 

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 pub struct HeldChains {
     member: MemberInfo,
     held: Mutex<Option<(ChainView, Instant)>>,
+    /// The origin of the millisecond clock the fencing check reads.
+    base: Instant,
 }
 
 /// A copy of [`HeldChains`] at one moment.
@@ -39,7 +41,22 @@ pub struct ChainsSnapshot {
 
 impl HeldChains {
     pub(crate) fn new(member: MemberInfo) -> HeldChains {
-        HeldChains { member, held: Mutex::new(None) }
+        HeldChains { member, held: Mutex::new(None), base: Instant::now() }
+    }
+
+    /// The chains held and the lease, in ms of this server's monotonic clock, for the
+    /// fencing check (no view yet: no chains and no lease).
+    pub(crate) fn fence_view(&self) -> (Vec<ChainInfo>, crate::chain_write::Lease) {
+        let ms = |at: Instant| {
+            u64::try_from(at.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+        };
+        let now_ms = ms(Instant::now());
+        match self.held.lock().as_ref() {
+            Some((view, until)) => {
+                (view.chains.clone(), crate::chain_write::Lease { valid_until_ms: ms(*until), now_ms })
+            }
+            None => (Vec::new(), crate::chain_write::Lease { valid_until_ms: 0, now_ms }),
+        }
     }
 
     /// Keeps `view`, whose lease runs `view.lease_ms` from `sent` (when the heartbeat left).

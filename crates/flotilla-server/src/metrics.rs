@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Request kinds, as labels, in the order of [`kind_index`].
-const KINDS: [&str; 19] = [
+const KINDS: [&str; 20] = [
     "hello",
     "read",
     "write",
@@ -35,13 +35,15 @@ const KINDS: [&str; 19] = [
     "flush_data",
     "hsm",
     "hsm_status",
+    "forward",
 ];
 
 /// Most jobs a `Stats` reply or a scrape lists, whatever `jobs_listed_max` says.
 const JOBS_LISTED_CAP: usize = 1000;
 
 /// Kinds the reader (or an ENWRICH flush session) answers without a worker: never timed.
-const INLINE_KINDS: [&str; 6] = ["hello", "job", "stats", "flush_directory", "flush_pull", "flush_data"];
+const INLINE_KINDS: [&str; 7] =
+    ["hello", "job", "stats", "flush_directory", "flush_pull", "flush_data", "forward"];
 
 /// The label index of a request's kind (`With` is never executed: it is unwrapped first).
 fn kind_index(request: &IoRequest) -> usize {
@@ -65,6 +67,7 @@ fn kind_index(request: &IoRequest) -> usize {
         IoRequest::FlushData { .. } => 16,
         IoRequest::Hsm { .. } => 17,
         IoRequest::HsmStatus => 18,
+        IoRequest::Forward { .. } => 19,
     }
 }
 

@@ -99,6 +99,7 @@ impl Server {
             meta_auth: ClientAuth { credential, bounds: auth_bounds(&config) },
             capabilities,
             chains: Arc::new(crate::membership::HeldChains::new(member_info(&config)?)),
+            chain_logs: Arc::new(crate::chain_write::ChainLogs::default()),
             metrics: config.metrics.then(|| {
                 ServerMetrics::new(executor_targets, config.jobs_max.max(1), config.jobs_listed_max)
             }),
