@@ -244,8 +244,10 @@ fn a_killed_mount_with_a_process_inside_is_mounted_again() {
     for phase in ["mount again", "umount"] {
         let mut inside = std::process::Command::new("sh")
             .arg("-c")
-            .arg("sleep 600")
+            .arg("exec sleep 600")
             .current_dir(&mount.dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .expect("a shell inside the mount");
         mount.process.take().expect("mount process").kill();
