@@ -80,6 +80,7 @@ impl Group {
         let config = dir.path().join("flotilla.toml");
         std::fs::write(&config, format!("[meta]\nlock_reclaim_ms = {RECLAIM_MS}\n")).unwrap();
         let ca = test_keys().join("cluster.key");
+        let server_key = server_key();
         let mut nodes = Vec::new();
         for (i, (meta, _)) in ports.iter().enumerate() {
             let id = (i + 1).to_string();
@@ -104,7 +105,7 @@ impl Group {
                 "--config",
                 path(&config),
                 "--key",
-                path(&server_key()),
+                path(&server_key),
                 "meta",
                 "--data",
                 path(&data),
@@ -171,19 +172,22 @@ impl Drop for Group {
     }
 }
 
-fn start_server(meta: &str, target: &Path) -> Process {
-    let args = [
-        "--key",
-        path(&server_key()),
-        "server",
-        "--meta",
-        meta,
-        "--target",
-        path(target),
-        "--listen",
-        "127.0.0.1:0",
-    ];
-    Process::start(&args, "server").expect("start the I/O server")
+/// A process killed when dropped (also when the test fails).
+struct KillOnDrop(Option<Process>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(process) = self.0.take() {
+            process.kill();
+        }
+    }
+}
+
+fn start_server(meta: &str, target: &Path) -> KillOnDrop {
+    let key = server_key();
+    let args =
+        ["--key", path(&key), "server", "--meta", meta, "--target", path(target), "--listen", "127.0.0.1:0"];
+    KillOnDrop(Some(Process::start(&args, "server").expect("start the I/O server")))
 }
 
 /// A write lock taken through mount A outlives a SIGKILL of the group's leader: the new
@@ -196,7 +200,7 @@ fn a_held_lock_survives_a_failover_of_the_metadata_group() {
     let first = group.leader();
     let meta = group.addresses();
     let target = tempfile::tempdir().unwrap();
-    let server = start_server(&meta, &common::target_spec(target.path()));
+    let _server = start_server(&meta, &common::target_spec(target.path()));
     let (a, b) = (Mount::start(&meta), Mount::start(&meta));
     std::fs::write(a.path("locked"), b"0123456789abcdef").unwrap();
     let holder = std::fs::OpenOptions::new().read(true).write(true).open(a.path("locked")).unwrap();
@@ -221,6 +225,4 @@ fn a_held_lock_survives_a_failover_of_the_metadata_group() {
 
     check(set_lock(holder.as_raw_fd(), libc::F_UNLCK), "F_UNLCK through mount A");
     assert_eq!(python(TRY_LOCKF, &b.path("locked")), "got", "B gets the lock A let go");
-    drop((a, b));
-    server.kill();
 }
