@@ -13,6 +13,9 @@
 //!   `quorum_wait_ms`: a leader cut off from the majority answers `NotServed::NoQuorum`.
 //! - Each client connection gets a group session at its first change and numbers its
 //!   changes, so a change is applied at most once per (session, sequence).
+//! - A node that becomes leader starts its term before serving anything (`State::lead`):
+//!   it forgets the locks, tokens and opens it may hold from an earlier term and starts the
+//!   grace periods in which clients reclaim what they hold under the previous leader.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -98,7 +101,29 @@ pub(crate) struct Group {
     /// Rotates the placement ranking's start (the proposer keeps no spread memory yet).
     pub(crate) cursor: AtomicU64,
     barriers: Barriers,
+    /// The term this node last started as leader (`State::lead`), 0 for none.
+    led_term: parking_lot::Mutex<u64>,
+    grace: Grace,
     _listener: GroupListener,
+}
+
+/// The grace periods a new leader starts (`lock_reclaim_ms`, `token_recovery_ms`,
+/// `open_reclaim_ms`).
+#[derive(Clone, Copy, Debug)]
+struct Grace {
+    locks: Duration,
+    tokens: Duration,
+    opens: Duration,
+}
+
+impl Grace {
+    fn of(config: &MetaConfig) -> Grace {
+        Grace {
+            locks: Duration::from_millis(config.lock_reclaim_ms),
+            tokens: Duration::from_millis(config.token_recovery_ms),
+            opens: Duration::from_millis(config.open_reclaim_ms),
+        }
+    }
 }
 
 /// The read barrier's rounds: a read waits for the first round started after it arrived,
@@ -186,6 +211,8 @@ pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<St
         runtime: tokio::runtime::Handle::current(),
         cursor: AtomicU64::new(0),
         barriers: Barriers::default(),
+        led_term: parking_lot::Mutex::new(0),
+        grace: Grace::of(config),
         _listener: listener,
     });
     if me == 1 {
@@ -369,18 +396,26 @@ impl Group {
         metrics.state.is_leader() && metrics.current_leader == Some(self.me)
     }
 
+    /// The term this node leads in; else the `NotLeader` answer with the leader's metadata
+    /// address.
+    fn leading_term(&self) -> Result<u64, NotServed> {
+        let metrics = self.node.raft.metrics();
+        let metrics = metrics.borrow();
+        if metrics.state.is_leader() && metrics.current_leader == Some(self.me) {
+            return Ok(metrics.current_term);
+        }
+        let leader = metrics.current_leader;
+        Err(NotServed::NotLeader { leader: leader.and_then(|id| self.meta_addrs.get(&id).cloned()) })
+    }
+
+    /// This node leads in a term it has not started yet.
+    fn term_to_start(&self) -> bool {
+        self.leading_term().is_ok_and(|term| term != *self.led_term.lock())
+    }
+
     /// The namespace had its genesis (or was adopted).
     pub(crate) fn born(&self) -> bool {
         self.node.state.with_state(|machine| machine.born())
-    }
-
-    /// `Ok` on the leader; else the `NotLeader` answer with the leader's metadata address.
-    pub(crate) fn leading(&self) -> Result<(), NotServed> {
-        if self.is_leader() {
-            return Ok(());
-        }
-        let leader = self.node.raft.metrics().borrow().current_leader;
-        Err(NotServed::NotLeader { leader: leader.and_then(|id| self.meta_addrs.get(&id).cloned()) })
     }
 
     /// The leader's answer if `error` says this node is not it.
@@ -595,7 +630,62 @@ impl crate::replicated::propose::ProposerView for crate::handle::State {
     }
 }
 
+/// Starts each term this node leads as soon as it is elected (requests start it too, if
+/// they come first: [`State::lead`](crate::handle::State::lead)).
+pub(crate) async fn watch_leadership(state: Arc<crate::handle::State>, group: Arc<Group>) {
+    let mut metrics = group.node.raft.metrics();
+    loop {
+        if group.term_to_start() {
+            let state = state.clone();
+            let group = group.clone();
+            let _ = tokio::task::spawn_blocking(move || state.lead(&group)).await;
+        }
+        if metrics.changed().await.is_err() {
+            // The node stopped: nothing to lead.
+            return std::future::pending().await;
+        }
+    }
+}
+
 impl crate::handle::State {
+    /// `Ok` if this node leads, once its term has started: the first call in a new term
+    /// forgets the locks, tokens and opens of any earlier term (a deposed leader's, or
+    /// nothing on a follower) and starts the grace periods — only reclaimed locks granted
+    /// for `lock_reclaim_ms`, no token for `token_recovery_ms` (holders polling are told
+    /// their tokens are lost), no orphan released for `open_reclaim_ms`, and the orphans
+    /// read again from the namespace. A namespace not born yet had no clients: no grace.
+    /// Every request and the orphan sweep pass here, so nothing is served in a term before
+    /// it started.
+    pub(crate) fn lead(&self, group: &Group) -> Result<(), NotServed> {
+        let term = group.leading_term()?;
+        let mut led = group.led_term.lock();
+        if *led == term {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let grace = if group.born() {
+            group.grace
+        } else {
+            Grace { locks: Duration::ZERO, tokens: Duration::ZERO, opens: Duration::ZERO }
+        };
+        self.locks.begin_grace(now + grace.locks);
+        self.tokens.begin_grace(now + grace.tokens);
+        let orphans = self.ns().ok().map(|ns| ns.orphans(crate::service::ORPHANS_LOADED_MAX));
+        let mut opens = self.opens.lock();
+        opens.begin_grace(now + grace.opens);
+        match orphans {
+            Some(Ok(orphans)) => opens.replace_orphans(orphans),
+            Some(Err(error)) => {
+                tracing::warn!(%error, "a new leader cannot list the orphans; keeps those it knew")
+            }
+            None => tracing::warn!("a new leader has no namespace to list the orphans of"),
+        }
+        drop(opens);
+        tracing::info!(term, ?grace, "leading a new term: locks, tokens and opens are reclaimed");
+        *led = term;
+        Ok(())
+    }
+
     /// A request on a group node: `NotLeader` off the leader; on it, a change is proposed
     /// and its result answered as the direct path answers it, anything else is served after
     /// a read barrier.
@@ -607,7 +697,7 @@ impl crate::handle::State {
         session: &ClientSession,
     ) -> Result<flotilla_proto::MetaReply, WireError> {
         use flotilla_proto::MetaReply;
-        if let Err(reason) = group.leading() {
+        if let Err(reason) = self.lead(group) {
             return Ok(MetaReply::NotServed(reason));
         }
         self.check_before_proposing(&request, asker)?;

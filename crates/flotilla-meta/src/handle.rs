@@ -518,6 +518,8 @@ impl State {
 
     /// Ends expired client sessions and deletes the orphans nobody has open any more.
     pub fn sweep_opens(&self) {
+        // A new leader starts its term (and the open grace period) before releasing anything.
+        let leading = self.group.as_ref().is_none_or(|group| self.lead(group).is_ok());
         let mut opens = self.opens.lock();
         let now = Instant::now();
         opens.expire(now);
@@ -525,7 +527,7 @@ impl State {
         self.locks.retain_sessions(|session| opens.has_session(session));
         self.tokens.retain_sessions(|session| opens.has_session(session));
         self.inode_tokens.retain_sessions(|session| opens.has_session(session));
-        if self.group.as_ref().is_some_and(|group| !group.is_leader()) {
+        if !leading {
             return;
         }
         for id in opens.releasable(now) {

@@ -232,6 +232,12 @@ impl LockTable {
         }
     }
 
+    /// Forgets every lock (a new term of a metadata group's leader: the holders reclaim).
+    pub fn clear(&mut self) {
+        self.files.clear();
+        self.count = 0;
+    }
+
     /// Drops every lock of the sessions `alive` says are gone.
     pub fn retain_sessions(&mut self, alive: impl Fn(u64) -> bool) {
         let mut count = 0;
@@ -278,7 +284,8 @@ fn recovering_error(until: Instant) -> WireError {
     WireError::new(
         ErrorCode::Recovering,
         format!(
-            "the lock grace period after a restart of the metadata service ends in {left_ms} ms; ask again"
+            "the lock grace period after a restart or an election of the metadata service ends in \
+             {left_ms} ms; ask again"
         ),
     )
 }
@@ -303,7 +310,7 @@ pub struct Locks {
     waiters: std::sync::atomic::AtomicUsize,
     bounds: LockBounds,
     /// The end of the grace period (reclaims only until then; a new leader of the metadata
-    /// group will set it again on election).
+    /// group sets it again: [`Locks::begin_grace`]).
     grace_until: parking_lot::Mutex<Instant>,
 }
 
@@ -322,6 +329,16 @@ impl Locks {
     fn grace(&self) -> Option<Instant> {
         let until = *self.grace_until.lock();
         (Instant::now() < until).then_some(until)
+    }
+
+    /// A new grace period until `until`, starting from an empty table: this node just became
+    /// the metadata group's leader, and the locks granted under the previous leader live
+    /// only in their holders, who reclaim them (`ReclaimLocks`) before anything new is granted.
+    pub fn begin_grace(&self, until: Instant) {
+        self.table.lock().clear();
+        *self.grace_until.lock() = until;
+        // Waiting requests look again: their conflicts are gone, the grace period is back.
+        self.changed.notify_all();
     }
 
     /// `ReclaimLocks` (checked by the caller against the session's open files).
@@ -575,6 +592,25 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(300));
         let late = locks.reclaim(B.0, &[held_lock(B.1, LockKind::Write, (2, 2))]).unwrap_err();
         assert_eq!(late.code, ErrorCode::LockLost);
+    }
+
+    #[test]
+    fn an_election_forgets_the_table_and_grants_only_reclaims_until_the_grace_ends() {
+        let locks =
+            Locks::new(LockBounds { locks_max: 10, wait_ms_max: 5_000, waiters_max: 4, reclaim_ms: 0 });
+        assert_eq!(locks.set(1, A, LockKind::Write, (0, 9), 1, 0).unwrap(), None);
+        assert_eq!(locks.set(1, B, LockKind::Write, (20, 29), 2, 0).unwrap(), None);
+        locks.begin_grace(Instant::now() + Duration::from_millis(300));
+        // B's lock (held under the old term) is not reclaimed: nothing new is granted over it
+        // nor anywhere else during the period.
+        let error = locks.set(1, A, LockKind::Write, (20, 29), 1, 0).unwrap_err();
+        assert_eq!(error.code, ErrorCode::Recovering, "{}", error.message);
+        locks.reclaim(A.0, &[held_lock(A.1, LockKind::Write, (0, 9))]).unwrap();
+        let holder = locks.set(1, B, LockKind::Write, (5, 5), 2, 0).unwrap().expect("A's reclaimed lock");
+        assert_eq!((holder.start, holder.end, holder.pid), (0, 9, 7));
+        // After the period the unreclaimed range is free; the reclaimed one still is not.
+        assert_eq!(locks.set(1, B, LockKind::Write, (20, 29), 2, 5_000).unwrap(), None);
+        assert!(locks.set(1, B, LockKind::Write, (0, 0), 2, 0).unwrap().is_some());
     }
 
     /// One step after a restart, in the property test below.

@@ -72,6 +72,20 @@ impl OpenTable {
         self.release_after = until;
     }
 
+    /// A new term of the metadata group's leader: forgets every session (clients re-announce
+    /// their opens with their next renewal, as after a restart) and releases no orphan
+    /// before `until`.
+    pub fn begin_grace(&mut self, until: Instant) {
+        self.sessions.clear();
+        self.open_counts.clear();
+        self.release_after = until;
+    }
+
+    /// The orphans are `orphans` (as the namespace keeps them, read by a new leader).
+    pub fn replace_orphans(&mut self, orphans: impl IntoIterator<Item = u64>) {
+        self.orphans = orphans.into_iter().collect();
+    }
+
     /// Whether `file` may be open: some live session holds it, or the service restarted less
     /// than a lease ago and clients may not have re-announced their opens yet.
     pub fn may_be_open(&self, file: u64, now: Instant) -> bool {
@@ -294,6 +308,27 @@ mod tests {
         assert!(table.is_open(5) && table.is_open(6));
         table.renew(3, &[5, 6], start).unwrap();
         assert!(table.close(3, 5, false), "a renewal does not add handles it already holds");
+    }
+
+    #[test]
+    fn a_new_term_forgets_the_sessions_and_releases_nothing_before_they_renew() {
+        let start = Instant::now();
+        let mut table = OpenTable::new(LEASE, start, 10, 10);
+        table.open(1, 7, start).unwrap();
+        table.add_orphan(9);
+        let elected = start + LEASE * 2;
+        table.begin_grace(elected + LEASE);
+        table.replace_orphans([7, 8]);
+        assert!(!table.has_session(1) && !table.is_open(7), "sessions of another term are gone");
+        assert!(table.may_be_open(7, elected) && table.releasable(elected).is_empty());
+        table.renew(1, &[7], elected).unwrap();
+        let after = elected + LEASE;
+        assert_eq!(
+            table.releasable(after),
+            vec![8],
+            "the re-announced orphan stays, 9 is the namespace's no more"
+        );
+        assert!(!table.may_be_open(8, after));
     }
 
     #[test]

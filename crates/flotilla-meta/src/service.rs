@@ -11,7 +11,7 @@ use crate::opens::OpenTable;
 use flotilla_auth::{Acceptor, AuthBounds, Opener, Peer, Role, Sealer, Secured};
 
 /// Orphans loaded at start (more are found by later restarts as these are released).
-const ORPHANS_LOADED_MAX: usize = 1 << 20;
+pub(crate) const ORPHANS_LOADED_MAX: usize = 1 << 20;
 use anyhow::Context;
 use bytes::BytesMut;
 use flotilla_namespace::{GroupCommit, Namespace};
@@ -110,6 +110,7 @@ impl MetaService {
             _ = accept_loop(&self.listener, (&self.state, &self.acceptor, &self.metrics), &self.config) => {}
             _ = sweep_opens(self.state.clone(), sweep_period(&self.config)) => {}
             _ = tick_chains(self.state.clone(), tick_period(&self.config)) => {}
+            _ = lead_terms(self.state.clone()) => {}
         }
         if let Some(group) = &self.state.group {
             group.stop();
@@ -287,7 +288,7 @@ async fn read_requests(
         tokio::spawn(async move {
             let reply = tokio::task::spawn_blocking(move || {
                 metrics.name_kind(variant, &request);
-                let leading = state.group.as_ref().map_or(Ok(()), |group| group.leading());
+                let leading = state.group.as_ref().map_or(Ok(()), |group| state.lead(group));
                 let reply = match leading.map(|()| admit(&state, &peer, &request)) {
                     Err(not_served) => MetaReply::NotServed(not_served),
                     Ok(Ok(())) => state.handle(request, (&policy, &peer.name), &session),
@@ -471,6 +472,14 @@ async fn sweep_opens(state: Arc<State>, period: Duration) {
         tokio::time::sleep(period).await;
         let state = state.clone();
         let _ = tokio::task::spawn_blocking(move || state.sweep_opens()).await;
+    }
+}
+
+/// On a group node: starts each term it leads when elected (never returns); else nothing.
+async fn lead_terms(state: Arc<State>) {
+    match state.group.clone() {
+        Some(group) => crate::grouped::watch_leadership(state, group).await,
+        None => std::future::pending().await,
     }
 }
 

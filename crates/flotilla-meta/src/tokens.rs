@@ -71,6 +71,12 @@ impl TokenTable {
         self.per_session.get(&session).is_some_and(|count| *count > 0)
     }
 
+    /// Forgets every token (a new term of a metadata group's leader); grant sequence
+    /// numbers go on from where they were.
+    pub fn clear(&mut self) {
+        *self = TokenTable { next_seq: self.next_seq, ..TokenTable::default() };
+    }
+
     /// The tokens of other sessions on `file` that `session` wanting `mode` on `range`
     /// conflicts with.
     pub fn conflicts(&self, file: u64, session: u64, mode: TokenMode, range: Range) -> Vec<Held> {
@@ -314,7 +320,8 @@ pub struct Tokens {
     pollers: AtomicUsize,
     /// Files with the no-overlap hint (persisted in the namespace, read at start).
     no_overlap: parking_lot::RwLock<HashSet<u64>>,
-    granting_from: Instant,
+    /// No grant before this instant (the recovery period after a start or an election).
+    granting_from: parking_lot::Mutex<Instant>,
     bounds: TokenBounds,
 }
 
@@ -326,7 +333,9 @@ impl Tokens {
             waiters: AtomicUsize::new(0),
             pollers: AtomicUsize::new(0),
             no_overlap: parking_lot::RwLock::new(no_overlap.into_iter().collect()),
-            granting_from: Instant::now() + Duration::from_millis(bounds.recovery_ms),
+            granting_from: parking_lot::Mutex::new(
+                Instant::now() + Duration::from_millis(bounds.recovery_ms),
+            ),
             bounds,
         }
     }
@@ -358,11 +367,12 @@ impl Tokens {
         let mut shared = self.shared.lock();
         let mut waiting = false;
         let outcome = loop {
-            if Instant::now() < self.granting_from {
+            let granting_from = *self.granting_from.lock();
+            if Instant::now() < granting_from {
                 if Instant::now() >= deadline {
                     break Ok(Err(0));
                 }
-                self.changed.wait_until(&mut shared, deadline.min(self.granting_from));
+                self.changed.wait_until(&mut shared, deadline.min(granting_from));
                 continue;
             }
             if shared.table.len() + 3 > self.bounds.tokens_max {
@@ -423,6 +433,19 @@ impl Tokens {
         if sent {
             self.changed.notify_all();
         }
+    }
+
+    /// A new recovery period until `until`, starting from an empty table: this node just
+    /// became the metadata group's leader and holds none of the tokens granted under the
+    /// previous one. A client polling with tokens is told they are `lost` (it flushes and
+    /// drops its cache, as after a restart); nothing is granted before `until`.
+    pub fn begin_grace(&self, until: Instant) {
+        let mut shared = self.shared.lock();
+        shared.table.clear();
+        shared.events.clear();
+        *self.granting_from.lock() = until;
+        drop(shared);
+        self.changed.notify_all();
     }
 
     /// `TokenRelease`: gives back `session`'s tokens on `range` of `file` (or downgrades
@@ -698,6 +721,19 @@ mod tests {
         assert!(error.message.contains("tokens_max"), "{}", error.message);
         let bad = small.acquire((3, 10), Write, ((5, 9), (6, 9)), 0).unwrap_err();
         assert_eq!(bad.code, ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn an_election_loses_every_token_and_grants_nothing_until_the_grace_ends() {
+        let tokens = Tokens::new(bounds(), Vec::new());
+        tokens.acquire((1, 10), Write, ((0, 9), WHOLE), 0).unwrap().unwrap();
+        let started = Instant::now();
+        tokens.begin_grace(started + Duration::from_millis(300));
+        assert_eq!(tokens.wait(10, true, 0).unwrap(), (Vec::new(), true), "the holder is told: lost");
+        assert_eq!(tokens.acquire((1, 20), Write, ((0, 9), WHOLE), 0).unwrap(), Err(0));
+        let grant = tokens.acquire((1, 20), Write, ((0, 9), WHOLE), 5_000).unwrap().unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(300), "granted inside the grace period");
+        assert_eq!((grant.start, grant.end), WHOLE, "the old term's token is not in the way");
     }
 
     proptest! {
