@@ -700,6 +700,12 @@ impl crate::handle::State {
         if let Err(reason) = self.lead(group) {
             return Ok(MetaReply::NotServed(reason));
         }
+        if !group.born() {
+            // A brand-new group whose genesis is not applied yet is still forming: nothing is
+            // proposed, so the caller may go anywhere, and it waits (within its outage wait)
+            // as during an election rather than failing.
+            return Ok(MetaReply::NotServed(NotServed::NotLeader { leader: None }));
+        }
         self.check_before_proposing(&request, asker)?;
         let change = crate::replicated::propose::change_for(&request, asker.who, now_ns(), self)?;
         let Some(change) = change else {
