@@ -258,7 +258,8 @@ mod tests {
         }
         assert!(detector.is_random());
         let stride = 16_384u64;
-        let counts: Vec<u64> = (0..3).map(|i| detector.observe(base + i * stride, 4096, 8 << 20).count).collect();
+        let counts: Vec<u64> =
+            (0..3).map(|i| detector.observe(base + i * stride, 4096, 8 << 20).count).collect();
         assert_eq!(counts[..2], [1, 1]);
         assert!(counts[2] > 1, "{counts:?}");
     }
@@ -273,7 +274,10 @@ mod tests {
         }
         let Some(earlier) = index.checked_sub(2).map(|i| reads[i]) else { return false };
         let stride = offset.checked_sub(before.0).filter(|s| *s > 0);
-        length == before.1 && before.1 == earlier.1 && stride.is_some() && stride == before.0.checked_sub(earlier.0)
+        length == before.1
+            && before.1 == earlier.1
+            && stride.is_some()
+            && stride == before.0.checked_sub(earlier.0)
     }
 
     proptest! {
