@@ -70,6 +70,8 @@ pub struct Detector {
     depth: u64,
     /// Reads in a row that continued no pattern.
     missed: u32,
+    /// The last read started where the one before it ended.
+    sequential: bool,
 }
 
 impl Detector {
@@ -82,8 +84,9 @@ impl Detector {
         };
         let stride = offset.checked_sub(last_offset).filter(|s| *s > 0 && length == last_length);
         let sequential = offset == last_offset + last_length;
-        let keeps =
-            stride.is_some_and(|s| Some(s) == self.stride) || (sequential && self.stride == Some(length));
+        let keeps = stride.is_some_and(|s| Some(s) == self.stride)
+            || (sequential && self.sequential && self.stride == Some(length));
+        self.sequential = sequential;
         self.stride = if sequential { Some(length) } else { stride };
         if !keeps {
             self.agreeing = 0;
