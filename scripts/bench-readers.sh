@@ -16,8 +16,11 @@
 # defaults' share of the best setting's figure.
 #
 # Usage: scripts/bench-readers.sh [DIR] (default target/bench-readers); needs root and fio.
-# Environment: FILE_MB (default 512), RAND_S (default 10), ROUNDS (default 3), FLOTILLA_BIN
-# (a flotilla binary to measure instead of building target/release/flotilla).
+# Environment: FILE_MB (default 512), RAND_S (default 10), ROUNDS (default 3), READERS (a
+# subset of "randread randread-buffered seqread strided"), ORDER (the mounts' order in a
+# first round, rotated by one each round; default "defaults kernel-cache-off readahead-0"),
+# FLOTILLA_BIN (a flotilla binary to
+# measure instead of building target/release/flotilla).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -67,7 +70,8 @@ mount_as() {
 mount_as defaults
 mount_as kernel-cache-off --kernel-cache off
 mount_as readahead-0 --readahead-bytes 0
-SETTINGS=(defaults kernel-cache-off readahead-0)
+read -r -a SETTINGS <<< "${ORDER:-defaults kernel-cache-off readahead-0}"
+READERS=${READERS:-randread randread-buffered seqread strided}
 
 fio --name=layout --filename="$WORK/defaults/file" --rw=write --bs=1m --size="${FILE_MB}m" \
     --ioengine=psync --end_fsync=1 > /dev/null
@@ -87,20 +91,27 @@ run() {
 }
 
 for round in $(seq 1 "$ROUNDS"); do
-    for setting in "${SETTINGS[@]}"; do
-        run randread "$round" "$setting" --rw=randread --bs=4k --ioengine=libaio --direct=1 --iodepth=16 \
-            --norandommap --runtime="$RAND_S" --time_based
-        run randread-buffered "$round" "$setting" --rw=randread --bs=4k --ioengine=psync --direct=0 \
-            --norandommap --runtime="$RAND_S" --time_based
-        run seqread "$round" "$setting" --rw=read --bs=1m --ioengine=psync --direct=0
-        run strided "$round" "$setting" --rw=read:12k --bs=4k --numjobs=4 --offset_increment=4k \
-            --ioengine=psync --direct=0
+    # The mounts take turns going first (what ran before a reader changed its figures).
+    first=$(( (round - 1) % ${#SETTINGS[@]} ))
+    for setting in "${SETTINGS[@]:first}" "${SETTINGS[@]:0:first}"; do
+        for reader in $READERS; do
+            case $reader in
+            randread) run randread "$round" "$setting" --rw=randread --bs=4k --ioengine=libaio --direct=1 \
+                --iodepth=16 --norandommap --runtime="$RAND_S" --time_based ;;
+            randread-buffered) run randread-buffered "$round" "$setting" --rw=randread --bs=4k \
+                --ioengine=psync --direct=0 --norandommap --runtime="$RAND_S" --time_based ;;
+            seqread) run seqread "$round" "$setting" --rw=read --bs=1m --ioengine=psync --direct=0 ;;
+            strided) run strided "$round" "$setting" --rw=read:12k --bs=4k --numjobs=4 --offset_increment=4k \
+                --ioengine=psync --direct=0 ;;
+            esac
+        done
     done
 done
 
-python3 - "$WORK/results" "$ROUNDS" "${SETTINGS[@]}" <<'PY'
+python3 - "$WORK/results" "$ROUNDS" "$READERS" "${SETTINGS[@]}" <<'PY'
 import json, pathlib, statistics, sys
-results, rounds, settings = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+results, rounds, readers = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
+settings = ["defaults"] + [s for s in sys.argv[4:] if s != "defaults"]
 def figure(reader, setting):
     """Median over the rounds: IOPS for the random readers, MB/s for the others."""
     values = []
@@ -110,7 +121,7 @@ def figure(reader, setting):
     return statistics.median(values)
 print(f"| reader (median of {rounds}) | unit | " + " | ".join(settings) + " | defaults / best |")
 print("|---|---|" + "---:|" * (len(settings) + 1))
-for reader in ["randread", "randread-buffered", "seqread", "strided"]:
+for reader in readers:
     figures = [figure(reader, setting) for setting in settings]
     unit = "IOPS" if reader.startswith("randread") else "MB/s"
     cells = " | ".join(f"{value:,.0f}" for value in figures)
