@@ -6,8 +6,10 @@
 //! Needs root (to mount, to make device nodes and to act as another user).
 
 mod common;
+mod locking;
 
 use common::{Cluster, Mount};
+use locking::{set_lock, TRY_LOCKF, WAIT_LOCKF};
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
@@ -403,27 +405,10 @@ fn output_of(child: std::process::Child) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
-/// `fcntl(F_SETLK)` of bytes 0..10 without waiting: "got" or "busy".
-const TRY_LOCKF: &str = "import fcntl,sys\nf=open(sys.argv[1],'r+')\ntry:\n    fcntl.lockf(f, fcntl.LOCK_EX|fcntl.LOCK_NB, 10, 0)\n    print('got')\nexcept OSError:\n    print('busy')";
-/// `fcntl(F_SETLKW)`: waits for the lock, then prints "got".
-const WAIT_LOCKF: &str =
-    "import fcntl,sys\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX, 10, 0)\nprint('got')";
 /// `fcntl(F_GETLK)` for a write lock of bytes 0..10: the holder's type and range, or "unlocked".
 const TEST_LOCK: &str = "import fcntl,struct,sys\nf=open(sys.argv[1],'r+')\nr=fcntl.fcntl(f, fcntl.F_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 10, 0))\nt,w,s,l,p=struct.unpack('hhqqi4x', r)\nprint('unlocked' if t == fcntl.F_UNLCK else 'held %d %d %d' % (t, s, l))";
 /// `flock(LOCK_EX|LOCK_NB)`: "got" or "busy".
 const TRY_FLOCK: &str = "import fcntl,sys\nf=open(sys.argv[1],'r+')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX|fcntl.LOCK_NB)\n    print('got')\nexcept OSError:\n    print('busy')";
-
-/// Takes (or with `F_UNLCK` drops) an fcntl lock of bytes 0..10 on `fd`, without waiting.
-fn set_lock(fd: i32, typ: i32) -> i32 {
-    // SAFETY: a zeroed flock is a valid value; fcntl reads it for the length of the call.
-    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = typ as i16;
-    lock.l_whence = libc::SEEK_SET as i16;
-    lock.l_start = 0;
-    lock.l_len = 10;
-    // SAFETY: fd is open and `lock` outlives the call.
-    unsafe { libc::fcntl(fd, libc::F_SETLK, &lock) }
-}
 
 /// fcntl and flock locks taken through one mount exclude processes on another mount of the
 /// same cluster; F_GETLK on the other mount reports the holder; a waiter on the other mount

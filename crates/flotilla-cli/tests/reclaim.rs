@@ -9,8 +9,10 @@
 //! this process and by Python processes. Needs root (to mount).
 
 mod common;
+mod locking;
 
 use common::{Cluster, Mount};
+use locking::{check, set_lock, TEST_LOCK, TRY_LOCKF, WAIT_LOCKF};
 use std::io::Read;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -20,13 +22,6 @@ use std::time::{Duration, Instant};
 /// The grace period the tests configure, in ms.
 const RECLAIM_MS: u64 = 3000;
 
-/// `fcntl(F_SETLK)` of bytes 0..10 without waiting: "got" or "busy".
-const TRY_LOCKF: &str = "import fcntl,sys\nf=open(sys.argv[1],'r+')\ntry:\n    fcntl.lockf(f, fcntl.LOCK_EX|fcntl.LOCK_NB, 10, 0)\n    print('got')\nexcept OSError:\n    print('busy')";
-/// `fcntl(F_GETLK)` for a write lock of bytes 0..10: "held" or "unlocked".
-const TEST_LOCK: &str = "import fcntl,struct,sys\nf=open(sys.argv[1],'r+')\nr=fcntl.fcntl(f, fcntl.F_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 10, 0))\nt,w,s,l,p=struct.unpack('hhqqi4x', r)\nprint('unlocked' if t == fcntl.F_UNLCK else 'held')";
-/// `fcntl(F_SETLKW)`: waits for the lock, then prints "got".
-const WAIT_LOCKF: &str =
-    "import fcntl,sys\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX, 10, 0)\nprint('got')";
 /// Takes a write lock of bytes 0..10, says so, and waits to be killed.
 const HOLD_LOCKF: &str = "import fcntl,sys,time\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX, 10, 0)\nprint('held', flush=True)\ntime.sleep(600)";
 
@@ -43,22 +38,6 @@ fn output_of(child: Child) -> String {
     let output = child.wait_with_output().expect("wait for python3");
     assert!(output.status.success(), "python3 failed: {output:?}");
     String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
-
-/// Takes (or with `F_UNLCK` drops) an fcntl lock of bytes 0..10 on `fd`, without waiting.
-fn set_lock(fd: i32, typ: i32) -> i32 {
-    // SAFETY: a zeroed flock is a valid value; fcntl reads it for the length of the call.
-    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = typ as i16;
-    lock.l_whence = libc::SEEK_SET as i16;
-    lock.l_start = 0;
-    lock.l_len = 10;
-    // SAFETY: fd is open and `lock` outlives the call.
-    unsafe { libc::fcntl(fd, libc::F_SETLK, &lock) }
-}
-
-fn check(result: i32, what: &str) {
-    assert_eq!(result, 0, "{what}: {}", std::io::Error::last_os_error());
 }
 
 fn cluster() -> Cluster {
