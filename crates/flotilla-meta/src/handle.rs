@@ -709,7 +709,7 @@ impl State {
                     .targets
                     .iter()
                     .map(|target| match self.membership.place(*target) {
-                        Some((server, up)) => SubfilePlace { target: *target, server, up },
+                        Some((server, up)) => SubfilePlace { target: *target, server, up, chain: None },
                         None => {
                             let records = records.get_or_insert_with(remembered);
                             let server = records
@@ -717,7 +717,7 @@ impl State {
                                 .find(|r| r.target == *target)
                                 .map(|r| r.server_addr.clone())
                                 .unwrap_or_default();
-                            SubfilePlace { target: *target, server, up: false }
+                            SubfilePlace { target: *target, server, up: false, chain: None }
                         }
                     })
                     .collect();

@@ -118,6 +118,11 @@ impl Capability {
 /// capability covers (greeting, subfile removal).
 pub fn needs(request: &IoRequest) -> Option<(FileId, u32, Rights)> {
     Some(match request {
+        // A chained request needs what the request it carries needs (never a nested chain).
+        IoRequest::Chained { request, .. } if !matches!(**request, IoRequest::Chained { .. }) => {
+            return needs(request)
+        }
+        IoRequest::Chained { .. } => return None,
         IoRequest::Read { fork, .. } | IoRequest::ForkSize { fork } => {
             (fork.file, fork.subfile.0, Rights::READ)
         }
@@ -183,6 +188,7 @@ pub fn request_name(request: &IoRequest) -> &'static str {
         IoRequest::Hsm { .. } => "hsm",
         IoRequest::HsmStatus => "hsm status",
         IoRequest::Forward { .. } => "chain forward",
+        IoRequest::Chained { .. } => "chained request",
     }
 }
 

@@ -166,6 +166,12 @@ pub enum ForwardRefusalReason {
     Stale { current: u64 },
     /// The position is beyond the next one (`expected`): dropped, retransmit from `expected`.
     Gap { expected: u64 },
+    /// A chained change reached a member that is not the chain's head (`head`, when the
+    /// receiver's view names one): the client refetches the chain and sends it there.
+    NotHead { head: Option<TargetId> },
+    /// A chained read reached a member that is not serving (syncing, offline or dead in the
+    /// receiver's view): nothing it holds is read before it has caught up.
+    NotReadable,
 }
 
 /// A typed refusal of a forward, naming the chain and version it came with.
@@ -194,6 +200,18 @@ impl std::fmt::Display for ForwardRefused {
             ForwardRefusalReason::Gap { expected } => write!(
                 f,
                 "forward for chain {chain} v{version} refused: a gap, position {expected} is the next to apply"
+            ),
+            ForwardRefusalReason::NotHead { head: Some(head) } => write!(
+                f,
+                "request for chain {chain} v{version} refused: this target is not the chain's head ({head} is)"
+            ),
+            ForwardRefusalReason::NotHead { head: None } => write!(
+                f,
+                "request for chain {chain} v{version} refused: this target is not the chain's head"
+            ),
+            ForwardRefusalReason::NotReadable => write!(
+                f,
+                "read for chain {chain} v{version} refused: this replica is not serving (it has not caught up)"
             ),
         }
     }

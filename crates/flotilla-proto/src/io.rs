@@ -122,6 +122,17 @@ pub enum IoRequest {
     Forward {
         forward: crate::chains::ChainForward,
     },
+    /// Replication (issue 32): `request` on a subfile of a replicated file, under chain
+    /// `chain` at `version` as the sender knows it (`SubfilePlace::chain`). A client sends it
+    /// inside `With`: changes to the chain's head, reads to any serving member. The receiver
+    /// fences it like a forward (`admit`: lease, membership, exactly this version, readable
+    /// for reads, head for changes); a refusal is replied `ForwardRefused` naming the chain,
+    /// the version and the reason, and the client refetches the chain and asks again.
+    Chained {
+        chain: u32,
+        version: u64,
+        request: Box<IoRequest>,
+    },
 }
 
 /// What `flotilla hsm` asks of a fork.
@@ -281,6 +292,7 @@ impl IoRequest {
                 Ok(ranges.iter().fold(0u64, |sum, range| sum.saturating_add(range.length)))
             }
             IoRequest::Forward { forward } => Ok(forward.data_bytes()),
+            IoRequest::Chained { request, .. } => request.data_bytes(),
             _ => Ok(0),
         }
     }

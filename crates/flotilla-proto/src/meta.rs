@@ -11,6 +11,28 @@ pub struct SubfilePlace {
     /// Address of the I/O server that last registered the target.
     pub server: String,
     pub up: bool,
+    /// Replicated files (issue 32): the chain holding the subfile's replicas, as the
+    /// metadata service knew it when it answered (`None`: a file with one copy, at `target`).
+    /// For a replicated file `target` and `server` name the chain's head.
+    pub chain: Option<SubfileChain>,
+}
+
+/// The chain holding a replicated subfile: its id, its version (every chained request
+/// carries it, and members refuse any other) and its members in chain order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubfileChain {
+    pub chain: u32,
+    pub version: u64,
+    pub members: Vec<ReplicaPlace>,
+}
+
+/// One replica of a subfile: its target, the address of the server that last registered
+/// the target, and the member's state in the chain (reads go to `Serving` members only).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaPlace {
+    pub target: TargetId,
+    pub server: String,
+    pub state: crate::chains::ChainMemberState,
 }
 
 /// A namespace entry as the client sees it.

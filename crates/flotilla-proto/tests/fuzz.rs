@@ -534,6 +534,7 @@ fn meta_reply() -> impl Strategy<Value = MetaReply> {
         target,
         server,
         up,
+        chain: None,
     });
     let entry = (
         any::<u64>(),

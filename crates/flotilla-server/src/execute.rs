@@ -171,6 +171,10 @@ impl Executor {
             IoRequest::Forward { .. } => {
                 Err(WireError::new(ErrorCode::BadRequest, "chain forward not routed to the chain logs"))
             }
+            IoRequest::Chained { chain, version, .. } => Err(WireError::new(
+                ErrorCode::Unsupported,
+                format!("chained request for chain {chain} v{version}: replicated writes are not served by this build"),
+            )),
         }
     }
 

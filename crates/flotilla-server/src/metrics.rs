@@ -68,6 +68,7 @@ fn kind_index(request: &IoRequest) -> usize {
         IoRequest::Hsm { .. } => 17,
         IoRequest::HsmStatus => 18,
         IoRequest::Forward { .. } => 19,
+        IoRequest::Chained { .. } => 20,
     }
 }
 

@@ -136,6 +136,7 @@ mod tests {
                     target: TargetId(i as u64 + 1),
                     server: s.to_string(),
                     up: true,
+                    chain: None,
                 })
                 .collect(),
             symlink: None,
