@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, LogState, OptionalSend, RaftLogReader, Vote};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -38,6 +38,8 @@ pub enum LogStoreError {
     Misplaced { key: u64, found: u64 },
     #[error("encoding a record for table {table}: {cause}")]
     Encode { table: &'static str, cause: RecordError },
+    #[error("setting a transaction's durability: {0}")]
+    Durability(String),
 }
 
 fn redb_error(e: impl Into<redb::Error>) -> LogStoreError {
@@ -76,9 +78,21 @@ impl RedbLogStore {
     }
 
     fn write_meta<T: Serialize>(&self, key: &'static str, value: &T) -> Result<(), LogStoreError> {
+        self.write_meta_with(key, value, Durability::Immediate)
+    }
+
+    /// Writes a record under `durability` (`None`: durable with the next durable commit of
+    /// the log, which every append is; for hints a crash may lose, as the committed id).
+    fn write_meta_with<T: Serialize>(
+        &self,
+        key: &'static str,
+        value: &T,
+        durability: Durability,
+    ) -> Result<(), LogStoreError> {
         let bytes = record::encode(value, self.limits.record_bytes_max)
             .map_err(|cause| LogStoreError::Encode { table: "raft_meta", cause })?;
-        let txn = self.database.begin_write().map_err(redb_error)?;
+        let mut txn = self.database.begin_write().map_err(redb_error)?;
+        txn.set_durability(durability).map_err(|e| LogStoreError::Durability(e.to_string()))?;
         txn.open_table(META_TABLE).map_err(redb_error)?.insert(key, bytes.as_slice()).map_err(redb_error)?;
         txn.commit().map_err(redb_error)
     }
@@ -193,7 +207,9 @@ impl RaftLogStorage<TypeConfig> for RedbLogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.write_meta(KEY_COMMITTED, &committed)
+        // A hint for re-applying at start (openraft's save_committed may lose it): not worth
+        // an fsync per commit; the next append makes it durable.
+        self.write_meta_with(KEY_COMMITTED, &committed, Durability::None)
             .map_err(|e| to_storage(ErrorSubject::Store, ErrorVerb::Write, e))
     }
 

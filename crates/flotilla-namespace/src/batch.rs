@@ -15,7 +15,7 @@
 
 use crate::error::NamespaceError;
 use crate::namespace::Namespace;
-use crate::shared_txn::commit_batch_durably;
+use crate::shared_txn::commit_batch;
 use crate::tables::WriteTables;
 use std::cell::Cell;
 
@@ -27,6 +27,15 @@ thread_local! {
 /// Inside a batch on this thread.
 pub(crate) fn batched() -> bool {
     BATCHED.with(Cell::get)
+}
+
+/// How [`Namespace::apply_batch_with`] commits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchDurability {
+    /// With `fsync`: on disk when the call returns.
+    Durable,
+    /// Without: durable with the next durable commit, lost whole by a crash before it.
+    Lazy,
 }
 
 /// The result of [`Namespace::apply_batch`]: the body's value, and whether the batch was
@@ -43,6 +52,21 @@ impl Namespace {
     /// Nothing is visible to readers before the commit.
     pub fn apply_batch<R>(
         &self,
+        body: impl FnOnce() -> R,
+        finish: impl FnOnce(&redb::WriteTransaction, &R) -> Result<(), NamespaceError>,
+    ) -> Result<Batched<R>, NamespaceError> {
+        self.apply_batch_with(BatchDurability::Durable, body, finish)
+    }
+
+    /// [`Namespace::apply_batch`], committed as `durability` says. A `Lazy` batch is
+    /// visible to readers at once and survives a crash only once a later durable commit
+    /// (any durable batch, or [`Namespace::sync_batches`]) has been made; after a crash the
+    /// database is as of the last durable commit, every lazy batch after it gone whole.
+    /// The metadata group uses it: its log is durable, and a replica re-applies from the log
+    /// what its state lost (the batch's applied mark is in the same transaction).
+    pub fn apply_batch_with<R>(
+        &self,
+        durability: BatchDurability,
         body: impl FnOnce() -> R,
         finish: impl FnOnce(&redb::WriteTransaction, &R) -> Result<(), NamespaceError>,
     ) -> Result<Batched<R>, NamespaceError> {
@@ -71,9 +95,14 @@ impl Namespace {
             return Ok(Batched { value, committed: false });
         }
         let (txn, _) = open.take_for_commit(&db)?;
-        let outcome = finish(&txn, &value).and_then(|()| commit_batch_durably(txn));
+        let outcome = finish(&txn, &value).and_then(|()| commit_batch(txn, durability));
         self.note_failure(&outcome);
         outcome.map(|()| Batched { value, committed: true })
+    }
+
+    /// Makes every lazy batch committed so far durable (one empty durable commit).
+    pub fn sync_batches(&self) -> Result<(), NamespaceError> {
+        self.apply_batch(|| (), |_, _| Ok(())).map(|_| ())
     }
 
     /// The batch running on this thread lost its transaction (a change failed after

@@ -22,7 +22,7 @@
 
 pub mod access;
 mod batch;
-pub use batch::Batched;
+pub use batch::{BatchDurability, Batched};
 mod chain_record;
 pub use chain_record::{ChainChange, ChainTarget, StoredChains};
 mod codec;

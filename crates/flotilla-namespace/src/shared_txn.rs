@@ -215,9 +215,16 @@ impl SharedTxn {
     }
 }
 
-/// Commits a batch's transaction with `fsync` (`Namespace::apply_batch`).
-pub(crate) fn commit_batch_durably(txn: WriteTransaction) -> Result<(), NamespaceError> {
-    commit(txn, &Attempt::default(), Durability::Immediate)
+/// Commits a batch's transaction (`Namespace::apply_batch_with`): with `fsync` when durable.
+pub(crate) fn commit_batch(
+    txn: WriteTransaction,
+    durability: crate::batch::BatchDurability,
+) -> Result<(), NamespaceError> {
+    let durability = match durability {
+        crate::batch::BatchDurability::Durable => Durability::Immediate,
+        crate::batch::BatchDurability::Lazy => Durability::None,
+    };
+    commit(txn, &Attempt::default(), durability)
 }
 
 /// The group commit: commits the shared transaction with `fsync`, which makes it and

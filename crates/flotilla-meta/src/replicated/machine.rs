@@ -29,7 +29,7 @@ use flotilla_metagroup::{
     record, AppliedMark, Batch, Change, Lookup, Reply, ReplyError, ReplyLimits, ReplyTable, StateMachine,
     StateMachineError,
 };
-use flotilla_namespace::{CreateFile, LayoutOf, Namespace, NamespaceError, NamespaceImage};
+use flotilla_namespace::{BatchDurability, CreateFile, LayoutOf, Namespace, NamespaceError, NamespaceImage};
 use flotilla_proto::{ErrorCode, WireError};
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::Serialize;
@@ -56,7 +56,15 @@ pub struct MachineLimits {
     pub record_bytes_max: usize,
     /// Most bytes of a snapshot written or installed.
     pub snapshot_bytes_max: usize,
+    /// Applied batches committed without `fsync` between two durable ones: the log is the
+    /// durable record, so a crash loses at most these, which the replica applies again from
+    /// its log (a snapshot, which lets the log be purged, is taken only after a durable
+    /// commit). 1 makes every applied batch durable.
+    pub apply_sync_batches: u32,
 }
+
+/// Default `apply_sync_batches`.
+pub const APPLY_SYNC_BATCHES: u32 = 64;
 
 impl Default for MachineLimits {
     fn default() -> Self {
@@ -64,6 +72,7 @@ impl Default for MachineLimits {
             replies: ReplyLimits::default(),
             record_bytes_max: 8 << 20,
             snapshot_bytes_max: 1 << 30,
+            apply_sync_batches: APPLY_SYNC_BATCHES,
         }
     }
 }
@@ -87,6 +96,8 @@ pub struct NamespaceMachine {
     /// The namespace had its genesis (or was adopted).
     born: bool,
     limits: MachineLimits,
+    /// Batches committed lazily since the last durable commit.
+    lazy_batches: u32,
 }
 
 fn storage(e: impl std::fmt::Display) -> StateMachineError {
@@ -134,6 +145,16 @@ enum Ran {
 }
 
 impl NamespaceMachine {
+    /// How the next applied batch commits: lazily, except every `apply_sync_batches`-th.
+    fn next_durability(&mut self) -> BatchDurability {
+        self.lazy_batches += 1;
+        if self.lazy_batches >= self.limits.apply_sync_batches.max(1) {
+            self.lazy_batches = 0;
+            return BatchDurability::Durable;
+        }
+        BatchDurability::Lazy
+    }
+
     /// Opens (or creates) the machine's namespace at `path`. A new one waits for its
     /// genesis.
     pub fn open(path: &Path, limits: MachineLimits) -> Result<Self, StateMachineError> {
@@ -156,6 +177,7 @@ impl NamespaceMachine {
             replies: ReplyTable::new(limits.replies.clone()),
             born: false,
             limits,
+            lazy_batches: 0,
         };
         machine.set_namespace(Some(namespace));
         machine.load()?;
@@ -318,6 +340,7 @@ impl NamespaceMachine {
     ) -> Result<Tried, StateMachineError> {
         let mark_bytes = self.encode(mark)?;
         let record_bytes_max = self.limits.record_bytes_max;
+        let durability = self.next_durability();
         let NamespaceMachine { namespace, replies, born, .. } = self;
         let ns = namespace.as_deref().ok_or_else(|| storage("namespace closed after a failed install"))?;
         let born = *born;
@@ -340,7 +363,7 @@ impl NamespaceMachine {
             };
             write_records(txn, sessions, meta, &mark_bytes)
         };
-        let batched = ns.apply_batch(body, finish).map_err(storage)?;
+        let batched = ns.apply_batch_with(durability, body, finish).map_err(storage)?;
         match (batched.committed, batched.value?) {
             (true, Body::Done { outcomes, .. }) => Ok(Tried::Committed(outcomes)),
             (false, Body::Undone { at, result }) => Ok(Tried::Undone { at, result }),
@@ -677,8 +700,10 @@ impl StateMachine for NamespaceMachine {
 
     fn record_mark(&mut self, mark: &AppliedMark) -> Result<(), StateMachineError> {
         let bytes = self.encode(mark)?;
+        let durability = self.next_durability();
         self.ns()?
-            .apply_batch(
+            .apply_batch_with(
+                durability,
                 || (),
                 |txn, _| {
                     txn.open_table(STATE)?.insert(KEY_MARK, bytes.as_slice())?;
@@ -698,6 +723,9 @@ impl StateMachine for NamespaceMachine {
 
     fn write_snapshot(&self, out: &mut dyn Write) -> Result<AppliedMark, StateMachineError> {
         let ns = self.ns()?;
+        // The snapshot lets the log be purged up to its mark: the state it shows must be on
+        // disk first, lazy batches included.
+        ns.sync_batches().map_err(storage)?;
         let (mut raw, namespace) = ns
             .read_transaction(|txn| {
                 let namespace = Namespace::image_in(txn)?;
