@@ -197,12 +197,21 @@ impl State {
         (policy, holder): (&CallerPolicy, &str),
         session: &crate::grouped::ClientSession,
     ) -> Result<MetaReply, WireError> {
+        let (sequenced, request) = match request {
+            MetaRequest::Sequenced { session, sequence, acknowledged_through, request } => {
+                (Some(crate::grouped::Sequenced { session, sequence, acknowledged_through }), *request)
+            }
+            bare => (None, bare),
+        };
         let (claimed, request) = match request {
             MetaRequest::As { caller, request } => (caller, *request),
             bare => (Caller::root(), bare),
         };
-        if matches!(request, MetaRequest::As { .. }) {
-            return Err(WireError::new(ErrorCode::BadRequest, "a caller request may not be nested"));
+        if matches!(request, MetaRequest::As { .. } | MetaRequest::Sequenced { .. }) {
+            return Err(WireError::new(
+                ErrorCode::BadRequest,
+                "a caller or sequenced request may not be nested (Sequenced outermost, then As)",
+            ));
         }
         claimed.check().map_err(|e| WireError::new(ErrorCode::BadRequest, e.to_string()))?;
         crate::policy::admit(&request, policy)?;
@@ -210,7 +219,7 @@ impl State {
         let who = policy.effective(&claimed);
         let asker = Asker { who: &who, holder, read_only: policy.read_only };
         match &self.group {
-            Some(group) => self.on_group(group, request, &asker, session),
+            Some(group) => self.on_group(group, request, &asker, (session, sequenced)),
             None => self.dispatch(request, &asker),
         }
     }
@@ -220,9 +229,11 @@ impl State {
         let (ns, who) = (&*shared, asker.who);
         let now = now_ns();
         let reply = match request {
-            MetaRequest::As { .. } => {
+            MetaRequest::As { .. } | MetaRequest::Sequenced { .. } => {
                 return Err(WireError::new(ErrorCode::BadRequest, "a caller request may not be nested"))
             }
+            // Not on a group: no reply table, changes are sent bare.
+            MetaRequest::OpenGroupSession => MetaReply::GroupSession { session: 0 },
             request @ (MetaRequest::LookupAt { .. }
             | MetaRequest::CreateAt { .. }
             | MetaRequest::CreateAtOpen { .. }
