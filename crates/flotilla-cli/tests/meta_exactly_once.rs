@@ -20,6 +20,17 @@ use std::time::{Duration, Instant};
 
 const REPLAYED: &str = "a resent change answered with its first reply";
 
+/// SIGKILLs the I/O server when the test ends, passed or not.
+struct Killed(Option<common::Process>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(process) = self.0.take() {
+            process.kill();
+        }
+    }
+}
+
 fn start_server(meta: &str, target: &std::path::Path) -> common::Process {
     let key = common::server_key();
     let spec = common::target_spec(target);
@@ -39,7 +50,7 @@ fn a_change_whose_reply_was_lost_is_applied_once_and_answered_by_the_next_leader
     group.leader();
     let target = group.dir.path().join("target");
     std::fs::create_dir_all(&target).unwrap();
-    let server = start_server(&meta, &target);
+    let server = Killed(Some(start_server(&meta, &target)));
     let client = common::client_at(&meta);
     // The server registers through the leader; a create waits for it.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -86,5 +97,5 @@ fn a_change_whose_reply_was_lost_is_applied_once_and_answered_by_the_next_leader
     assert!(names("/").contains(&"lost-reply-dir".to_string()), "{:?}", names("/"));
     assert_eq!(names("/base"), ["lost-reply-file"]);
     drop(client);
-    server.kill();
+    drop(server);
 }

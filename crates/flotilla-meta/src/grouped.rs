@@ -717,6 +717,9 @@ impl crate::handle::State {
         } else {
             Grace { locks: Duration::ZERO, tokens: Duration::ZERO, opens: Duration::ZERO }
         };
+        // The I/O servers heartbeat to the leader only: until they found this one, creates
+        // wait for the targets the namespace remembers, as after a restart.
+        *self.recovery_until.lock() = now + self.recovery_window;
         self.locks.begin_grace(now + grace.locks);
         self.tokens.begin_grace(now + grace.tokens);
         let orphans = self.ns().ok().map(|ns| ns.orphans(crate::service::ORPHANS_LOADED_MAX));

@@ -27,7 +27,10 @@ pub(crate) struct State {
     pub opens: parking_lot::Mutex<OpenTable>,
     /// Until this instant (start + `recovery_window_ms`) a create waits for remembered
     /// targets to register again instead of placing the file on fewer of them.
-    pub recovery_until: Instant,
+    pub recovery_until: parking_lot::Mutex<Instant>,
+    /// `recovery_window_ms`: also started again by a new leader of a metadata group, whose
+    /// live targets are those that heartbeat to it since it leads.
+    pub recovery_window: Duration,
     /// What a layout set by a create, `SetLayout` or `SetLayoutId` must keep to.
     pub layout_bounds: flotilla_types::LayoutBounds,
     /// Targets one server credential may report (`targets_per_server_max`).
@@ -574,7 +577,7 @@ impl State {
     pub(crate) fn live_for_create(&self, create: &CreateFile) -> Vec<flotilla_namespace::TargetUsage> {
         loop {
             let live = self.membership.live();
-            if Instant::now() >= self.recovery_until {
+            if Instant::now() >= *self.recovery_until.lock() {
                 return live;
             }
             let remembered = self.ns().ok().and_then(|ns| ns.targets().ok()).map_or(0, |t| t.len());

@@ -300,7 +300,16 @@ impl Transport {
                 }
                 Err(error) => error,
             };
-            let failure = outage::classify(&error);
+            let failure = match &error {
+                // A node of a group that went silent (cut off by the network, not crashed):
+                // another node may lead. Its answer was not seen, so the outcome is unknown.
+                ClientError::Rpc(flotilla_rpc::RpcError::CallTimeout { .. })
+                    if self.chase.lock().addresses().len() > 1 =>
+                {
+                    Failure::MaybeApplied
+                }
+                _ => outage::classify(&error),
+            };
             if failure == Failure::Final {
                 return Err(error);
             }
@@ -390,6 +399,12 @@ impl Transport {
                 }
                 Ok(MetaReply::Entry(entry))
             }
+            MetaReply::CachedEntry { entry, grants } => {
+                if let Some(capability) = entry.capability.clone() {
+                    self.capabilities.lock().remember(capability, Instant::now());
+                }
+                Ok(MetaReply::CachedEntry { entry, grants })
+            }
             other => Ok(other),
         }
     }
@@ -406,7 +421,14 @@ impl Transport {
         // One attempt: while the service is down, the capability held is sent as it is.
         let renewed = self.meta_call_once(MetaRequest::GetById { id: file.0 }).await;
         if let Err(error) = renewed {
-            tracing::debug!(file = file.0, %error, "capability renewal failed; using the one held");
+            if self.capabilities.lock().any(file.0).is_none() {
+                // Nothing to send at all (the one held was refused): wait out the outage (a
+                // metadata failover) for a new one, as any metadata call does.
+                tracing::debug!(file = file.0, %error, "no capability held; renewing through the outage wait");
+                let _ = self.meta_call(MetaRequest::GetById { id: file.0 }).await;
+            } else {
+                tracing::debug!(file = file.0, %error, "capability renewal failed; using the one held");
+            }
         }
         self.capabilities.lock().any(file.0)
     }
