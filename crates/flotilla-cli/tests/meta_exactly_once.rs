@@ -34,8 +34,17 @@ impl Drop for Killed {
 fn start_server(meta: &str, target: &std::path::Path) -> common::Process {
     let key = common::server_key();
     let spec = common::target_spec(target);
-    let args =
-        ["--key", common::path(&key), "server", "--meta", meta, "--target", common::path(&spec), "--listen", "127.0.0.1:0"];
+    let args = [
+        "--key",
+        common::path(&key),
+        "server",
+        "--meta",
+        meta,
+        "--target",
+        common::path(&spec),
+        "--listen",
+        "127.0.0.1:0",
+    ];
     common::Process::start_with_env(&args, "server", &quiet()).expect("start the I/O server")
 }
 
@@ -60,20 +69,22 @@ fn a_change_whose_reply_was_lost_is_applied_once_and_answered_by_the_next_leader
     }
     client.mkdir("/base", 0o755).expect("mkdir /base");
 
-    type Step<'a> = (&'a str, Box<dyn Fn(&flotilla_client::Client) -> Result<(), flotilla_client::ClientError>>);
+    type Step<'a> =
+        (&'a str, Box<dyn Fn(&flotilla_client::Client) -> Result<(), flotilla_client::ClientError>>);
     let steps: Vec<Step> = vec![
         ("mkdir", Box::new(|c| c.mkdir("/lost-reply-dir", 0o755).map(|_| ()))),
         (
             "create",
-            Box::new(|c| c.create("/base/lost-reply-file", &flotilla_client::CreateOptions::default()).map(|_| ())),
+            Box::new(|c| {
+                c.create("/base/lost-reply-file", &flotilla_client::CreateOptions::default()).map(|_| ())
+            }),
         ),
         ("link", Box::new(|c| c.link("/base/lost-reply-file", "/base/lost-reply-link").map(|_| ()))),
         ("rename", Box::new(|c| c.rename("/base/lost-reply-link", "/base/lost-reply-moved"))),
         ("unlink", Box::new(|c| c.remove("/base/lost-reply-moved"))),
     ];
     for (what, step) in &steps {
-        let before: usize =
-            group.nodes.iter().map(|n| n.log_text().matches(REPLAYED).count()).sum();
+        let before: usize = group.nodes.iter().map(|n| n.log_text().matches(REPLAYED).count()).sum();
         let leader = group.leader();
         let started = Instant::now();
         step(&client).unwrap_or_else(|e| panic!("{what} after its reply was lost: {e}"));

@@ -71,9 +71,11 @@ fn round(client: &Client, k: usize, i: usize) -> Result<(), String> {
     let dir = format!("/c{k}/d{i}");
     client.mkdir(&dir, 0o755).map_err(|e| format!("mkdir {dir}: {e}"))?;
     let file = format!("{dir}/f");
-    let created = client.create(&file, &CreateOptions::default()).map_err(|e| format!("create {file}: {e}"))?;
+    let created =
+        client.create(&file, &CreateOptions::default()).map_err(|e| format!("create {file}: {e}"))?;
     let fork = created.fork(0, "data").map_err(|e| format!("fork {file}: {e}"))?;
-    fork.write(&Shape::contiguous(0, file.len() as u64), file.as_bytes()).map_err(|e| format!("write {file}: {e}"))?;
+    fork.write(&Shape::contiguous(0, file.len() as u64), file.as_bytes())
+        .map_err(|e| format!("write {file}: {e}"))?;
     drop(fork);
     drop(created);
     match i % 3 {
@@ -108,10 +110,20 @@ fn a_metadata_group_in_network_namespaces_survives_leader_kills_and_a_partition(
     std::fs::create_dir_all(&target).unwrap();
     let key = common::server_key();
     let spec = common::target_spec(&target);
-    let server_args =
-        ["--key", common::path(&key), "server", "--meta", &meta, "--target", common::path(&spec), "--listen", "127.0.0.1:0"];
-    let server =
-        Killed(Some(common::Process::start_with_env(&server_args, "server", &quiet()).expect("start the I/O server")));
+    let server_args = [
+        "--key",
+        common::path(&key),
+        "server",
+        "--meta",
+        &meta,
+        "--target",
+        common::path(&spec),
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let server = Killed(Some(
+        common::Process::start_with_env(&server_args, "server", &quiet()).expect("start the I/O server"),
+    ));
     let probe = common::client_at(&meta);
     let deadline = Instant::now() + Duration::from_secs(30);
     while probe.status().map(|targets| targets.is_empty()).unwrap_or(true) {
@@ -157,7 +169,11 @@ fn a_metadata_group_in_network_namespaces_survives_leader_kills_and_a_partition(
         group.nodes[leader].kill();
         probe.mkdir(&format!("/probe-{kill}"), 0o755).expect("the next change after a kill");
         let failover = killed_at.elapsed();
-        println!("kill {}: node {} SIGKILLed; the next change succeeded after {failover:?}", kill + 1, leader + 1);
+        println!(
+            "kill {}: node {} SIGKILLed; the next change succeeded after {failover:?}",
+            kill + 1,
+            leader + 1
+        );
         assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
         failovers.push(failover);
         group.nodes[leader].start();
@@ -208,7 +224,11 @@ fn a_metadata_group_in_network_namespaces_survives_leader_kills_and_a_partition(
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         match ask(&group.nodes[old].meta, &MetaRequest::Readdir { path: "/".into() }) {
-            Some(MetaReply::NotServed(NotServed::NotLeader { leader: Some(hint) })) if hint == group.nodes[new].meta => break,
+            Some(MetaReply::NotServed(NotServed::NotLeader { leader: Some(hint) }))
+                if hint == group.nodes[new].meta =>
+            {
+                break
+            }
             other => assert!(Instant::now() < deadline, "the old leader does not follow: {other:?}"),
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -237,7 +257,10 @@ fn a_metadata_group_in_network_namespaces_survives_leader_kills_and_a_partition(
                 .filter_map(|path| path.strip_prefix(&format!("{dir}/")))
                 .collect();
             held.sort();
-            assert!(dump.iter().any(|line| line.starts_with(&format!("{dir} "))), "{dir} was acknowledged but is gone");
+            assert!(
+                dump.iter().any(|line| line.starts_with(&format!("{dir} "))),
+                "{dir} was acknowledged but is gone"
+            );
             assert_eq!(held, left_by(i), "{dir} holds {held:?}");
         }
     }

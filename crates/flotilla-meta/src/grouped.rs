@@ -796,9 +796,9 @@ impl crate::handle::State {
                 }
                 result
             }
-            Outcome::Refused(
-                error @ (ReplyError::UnknownSession { .. } | ReplyError::Forgotten { .. }),
-            ) if sequenced.is_some() => {
+            Outcome::Refused(error @ (ReplyError::UnknownSession { .. } | ReplyError::Forgotten { .. }))
+                if sequenced.is_some() =>
+            {
                 return Err(WireError::new(
                     ErrorCode::SessionExpired,
                     format!("the metadata group forgot this change's session or reply: {error}"),

@@ -44,7 +44,11 @@ impl MetaNode {
     }
 
     fn spawn(&self) -> Result<Child, String> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).map_err(|e| e.to_string())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| e.to_string())?;
         let mut command = if self.netns.is_empty() {
             Command::new(FLOTILLA)
         } else {
@@ -134,8 +138,9 @@ impl MetaGroup {
 
     /// One node in each namespace of `netns` (port 7770 for clients, 7771 for the group).
     pub fn in_namespaces(netns: &super::netns::Netns, count: usize, env: &[(&str, &str)]) -> MetaGroup {
-        let addrs =
-            (0..count).map(|i| (format!("{}:7770", netns.address(i)), format!("{}:7771", netns.address(i)))).collect();
+        let addrs = (0..count)
+            .map(|i| (format!("{}:7770", netns.address(i)), format!("{}:7771", netns.address(i))))
+            .collect();
         MetaGroup::start(addrs, |i| netns.exec_prefix(i), env)
     }
 
@@ -180,7 +185,16 @@ impl MetaGroup {
             .to_vec();
             let log = dir.path().join(format!("meta-{id}.log"));
             let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            nodes.push(MetaNode { id, meta: meta.clone(), data, log, env, netns: netns(i), args, child: None });
+            nodes.push(MetaNode {
+                id,
+                meta: meta.clone(),
+                data,
+                log,
+                env,
+                netns: netns(i),
+                args,
+                child: None,
+            });
         }
         for node in &mut nodes {
             node.start();
@@ -204,7 +218,9 @@ impl MetaGroup {
         let deadline = Instant::now() + GROUP_WAIT;
         loop {
             for (i, node) in self.nodes.iter().enumerate().filter(|(_, n)| n.running()) {
-                if let Some(MetaReply::Entries(_)) = self.ask(&node.meta, &MetaRequest::Readdir { path: "/".into() }) {
+                if let Some(MetaReply::Entries(_)) =
+                    self.ask(&node.meta, &MetaRequest::Readdir { path: "/".into() })
+                {
                     return i;
                 }
             }
@@ -243,7 +259,8 @@ impl Drop for MetaGroup {
 /// Every entry of a node's stopped namespace database, as `path kind` lines in path order
 /// (directories walked from the root), to compare the namespaces of the group's nodes.
 pub fn dump_namespace(data: &std::path::Path) -> Vec<String> {
-    let namespace = flotilla_namespace::Namespace::open(&data.join("namespace.redb")).expect("open the namespace");
+    let namespace =
+        flotilla_namespace::Namespace::open(&data.join("namespace.redb")).expect("open the namespace");
     let mut lines = Vec::new();
     let mut dirs = vec!["/".to_string()];
     while let Some(dir) = dirs.pop() {

@@ -114,7 +114,8 @@ impl Netns {
     /// it opens are the host's), and returns its result.
     pub fn run_in<T: Send + 'static>(&self, host: usize, work: impl FnOnce() -> T + Send + 'static) -> T {
         use std::os::fd::AsRawFd;
-        let file = std::fs::File::open(format!("/run/netns/{}", self.name(host))).expect("open the namespace");
+        let file =
+            std::fs::File::open(format!("/run/netns/{}", self.name(host))).expect("open the namespace");
         std::thread::spawn(move || {
             // SAFETY: setns on an open namespace file moves only this thread.
             let moved = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
@@ -150,7 +151,11 @@ impl Netns {
         let alive = |tag: u32| {
             // The tag is the pid modulo 100 000: a live process with that remainder keeps it.
             std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|entry| {
-                entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()).is_some_and(|pid| pid % 100_000 == tag)
+                entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|pid| pid % 100_000 == tag)
             })
         };
         for name in list.lines().filter_map(|line| line.split_whitespace().next()) {

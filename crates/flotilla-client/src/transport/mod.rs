@@ -322,7 +322,10 @@ impl Transport {
                 return Err(ClientError::Unreachable { service, waited_ms, wait_ms, last: Box::new(error) });
             };
             let bare = !matches!(request, MetaRequest::Sequenced { .. });
-            if failure == Failure::MaybeApplied && bare && resend::resend_class(request) == resend::Resend::Counted {
+            if failure == Failure::MaybeApplied
+                && bare
+                && resend::resend_class(request) == resend::Resend::Counted
+            {
                 tracing::info!(?request, %error, "resending a request that may have been applied; it may count twice");
             }
             if first {
