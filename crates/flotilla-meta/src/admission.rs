@@ -8,6 +8,15 @@ use flotilla_proto::{ErrorCode, MetaRequest, WireError};
 
 /// Refuses `request` when `peer` may not make it; binds reported targets to the peer.
 pub(crate) fn admit(state: &State, peer: &Peer, request: &MetaRequest) -> Result<(), WireError> {
+    // The envelopes (`Sequenced`, then `As`) are judged by what they carry.
+    let request = match request {
+        MetaRequest::Sequenced { request, .. } => request,
+        bare => bare,
+    };
+    let request = match request {
+        MetaRequest::As { request, .. } => request,
+        bare => bare,
+    };
     match request {
         MetaRequest::Register { targets, .. }
         | MetaRequest::Heartbeat { targets, .. }

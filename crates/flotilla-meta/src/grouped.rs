@@ -510,6 +510,66 @@ impl Group {
     }
 }
 
+/// A change's identity in the client's own group session (`MetaRequest::Sequenced`): the
+/// leader proposes it under this identity, so a resend to any node after a failover gets
+/// the first reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sequenced {
+    pub session: u64,
+    pub sequence: u64,
+    pub acknowledged_through: u64,
+}
+
+impl Group {
+    /// Opens a client session in the group's reply table (`OpenGroupSession`).
+    fn open_session(&self) -> Result<u64, NotServed> {
+        let body = NamespaceChange::new(Caller::root(), now_ns(), Op::OpenSession)
+            .encode()
+            .map_err(|_| NotServed::NoQuorum)?;
+        let change = Change { session_id: SESSION_NONE, sequence: 0, acknowledged_through: 0, body };
+        match self.propose_blocking(change)? {
+            Outcome::Applied { result: Ok(Applied::Session(opened)), .. } => Ok(opened),
+            other => {
+                tracing::warn!(?other, "a client's group session was not opened");
+                Err(NotServed::NoQuorum)
+            }
+        }
+    }
+
+    /// Proposes `change` under the client's own (session, sequence).
+    fn propose_sequenced(&self, change: &NamespaceChange, id: Sequenced) -> Result<Outcome, NotServed> {
+        let body = change.encode().map_err(|_| NotServed::NoQuorum)?;
+        let change = Change {
+            session_id: id.session,
+            sequence: id.sequence,
+            acknowledged_through: id.acknowledged_through,
+            body,
+        };
+        self.propose_blocking(change)
+    }
+}
+
+/// Test hook, compiled into debug builds only: a node whose environment names
+/// `FLOTILLA_TEST_KILL_AFTER_COMMIT=TEXT` kills itself (SIGKILL) right after a change whose
+/// request's debug form contains `TEXT` was applied, before answering it, so a test can
+/// lose the reply of a committed change (`meta_exactly_once.rs`). Release builds have no
+/// such hook.
+#[cfg(debug_assertions)]
+fn kill_after_commit_hook(request: &flotilla_proto::MetaRequest) {
+    let Ok(text) = std::env::var("FLOTILLA_TEST_KILL_AFTER_COMMIT") else { return };
+    if text.is_empty() || !format!("{request:?}").contains(&text) {
+        return;
+    }
+    tracing::warn!(?request, "test hook: killed after the change committed, before the reply");
+    // SAFETY: kill(2) with this process's own id and a valid signal has no memory effects.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn kill_after_commit_hook(_request: &flotilla_proto::MetaRequest) {}
+
 /// A client connection's group session: opened at its first change, numbering its changes.
 #[derive(Default)]
 pub(crate) struct ClientSession {
@@ -524,21 +584,10 @@ impl ClientSession {
         if let Some(id) = *id {
             return Ok(id);
         }
-        let body = NamespaceChange::new(Caller::root(), now_ns(), Op::OpenSession)
-            .encode()
-            .map_err(|_| NotServed::NoQuorum)?;
-        let change = Change { session_id: SESSION_NONE, sequence: 0, acknowledged_through: 0, body };
-        match group.propose_blocking(change)? {
-            Outcome::Applied { result: Ok(Applied::Session(opened)), .. } => {
-                *id = Some(opened);
-                self.sequence.store(0, Ordering::Relaxed);
-                Ok(opened)
-            }
-            other => {
-                tracing::warn!(?other, "a client session was not opened");
-                Err(NotServed::NoQuorum)
-            }
-        }
+        let opened = group.open_session()?;
+        *id = Some(opened);
+        self.sequence.store(0, Ordering::Relaxed);
+        Ok(opened)
     }
 
     /// Forgets the session (it expired in the group): the next change opens another.
@@ -668,6 +717,9 @@ impl crate::handle::State {
         } else {
             Grace { locks: Duration::ZERO, tokens: Duration::ZERO, opens: Duration::ZERO }
         };
+        // The I/O servers heartbeat to the leader only: until they found this one, creates
+        // wait for the targets the namespace remembers, as after a restart.
+        *self.recovery_until.lock() = now + self.recovery_window;
         self.locks.begin_grace(now + grace.locks);
         self.tokens.begin_grace(now + grace.tokens);
         let orphans = self.ns().ok().map(|ns| ns.orphans(crate::service::ORPHANS_LOADED_MAX));
@@ -694,7 +746,7 @@ impl crate::handle::State {
         group: &Group,
         request: flotilla_proto::MetaRequest,
         asker: &crate::handle::Asker,
-        session: &ClientSession,
+        (session, sequenced): (&ClientSession, Option<Sequenced>),
     ) -> Result<flotilla_proto::MetaReply, WireError> {
         use flotilla_proto::MetaReply;
         if let Err(reason) = self.lead(group) {
@@ -706,6 +758,12 @@ impl crate::handle::State {
             // as during an election rather than failing.
             return Ok(MetaReply::NotServed(NotServed::NotLeader { leader: None }));
         }
+        if matches!(request, flotilla_proto::MetaRequest::OpenGroupSession) {
+            return Ok(match group.open_session() {
+                Ok(session) => MetaReply::GroupSession { session },
+                Err(reason) => MetaReply::NotServed(reason),
+            });
+        }
         self.check_before_proposing(&request, asker)?;
         let change = crate::replicated::propose::change_for(&request, asker.who, now_ns(), self)?;
         let Some(change) = change else {
@@ -714,16 +772,38 @@ impl crate::handle::State {
             }
             return self.dispatch(request, asker);
         };
-        let outcome = match session.propose(group, &change) {
+        let proposed = match sequenced {
+            Some(id) => group.propose_sequenced(&change, id),
+            None => session.propose(group, &change),
+        };
+        let outcome = match proposed {
             Ok(outcome) => outcome,
             Err(reason) => return Ok(MetaReply::NotServed(reason)),
         };
         let result = match outcome {
             Outcome::Applied { result, touched } => {
+                kill_after_commit_hook(&request);
                 self.revoke_inodes(&touched);
                 result
             }
-            Outcome::Replayed(result) => result,
+            Outcome::Replayed(result) => {
+                if let Some(id) = sequenced {
+                    tracing::info!(
+                        session = id.session,
+                        sequence = id.sequence,
+                        "a resent change answered with its first reply (applied once)"
+                    );
+                }
+                result
+            }
+            Outcome::Refused(error @ (ReplyError::UnknownSession { .. } | ReplyError::Forgotten { .. }))
+                if sequenced.is_some() =>
+            {
+                return Err(WireError::new(
+                    ErrorCode::SessionExpired,
+                    format!("the metadata group forgot this change's session or reply: {error}"),
+                ))
+            }
             Outcome::Refused(error) => return Err(refused(&error)),
             Outcome::Invalid(reason) => return Err(WireError::new(ErrorCode::Io, reason)),
         };

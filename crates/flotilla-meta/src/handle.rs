@@ -27,7 +27,10 @@ pub(crate) struct State {
     pub opens: parking_lot::Mutex<OpenTable>,
     /// Until this instant (start + `recovery_window_ms`) a create waits for remembered
     /// targets to register again instead of placing the file on fewer of them.
-    pub recovery_until: Instant,
+    pub recovery_until: parking_lot::Mutex<Instant>,
+    /// `recovery_window_ms`: also started again by a new leader of a metadata group, whose
+    /// live targets are those that heartbeat to it since it leads.
+    pub recovery_window: Duration,
     /// What a layout set by a create, `SetLayout` or `SetLayoutId` must keep to.
     pub layout_bounds: flotilla_types::LayoutBounds,
     /// Targets one server credential may report (`targets_per_server_max`).
@@ -197,12 +200,21 @@ impl State {
         (policy, holder): (&CallerPolicy, &str),
         session: &crate::grouped::ClientSession,
     ) -> Result<MetaReply, WireError> {
+        let (sequenced, request) = match request {
+            MetaRequest::Sequenced { session, sequence, acknowledged_through, request } => {
+                (Some(crate::grouped::Sequenced { session, sequence, acknowledged_through }), *request)
+            }
+            bare => (None, bare),
+        };
         let (claimed, request) = match request {
             MetaRequest::As { caller, request } => (caller, *request),
             bare => (Caller::root(), bare),
         };
-        if matches!(request, MetaRequest::As { .. }) {
-            return Err(WireError::new(ErrorCode::BadRequest, "a caller request may not be nested"));
+        if matches!(request, MetaRequest::As { .. } | MetaRequest::Sequenced { .. }) {
+            return Err(WireError::new(
+                ErrorCode::BadRequest,
+                "a caller or sequenced request may not be nested (Sequenced outermost, then As)",
+            ));
         }
         claimed.check().map_err(|e| WireError::new(ErrorCode::BadRequest, e.to_string()))?;
         crate::policy::admit(&request, policy)?;
@@ -210,7 +222,7 @@ impl State {
         let who = policy.effective(&claimed);
         let asker = Asker { who: &who, holder, read_only: policy.read_only };
         match &self.group {
-            Some(group) => self.on_group(group, request, &asker, session),
+            Some(group) => self.on_group(group, request, &asker, (session, sequenced)),
             None => self.dispatch(request, &asker),
         }
     }
@@ -220,9 +232,11 @@ impl State {
         let (ns, who) = (&*shared, asker.who);
         let now = now_ns();
         let reply = match request {
-            MetaRequest::As { .. } => {
+            MetaRequest::As { .. } | MetaRequest::Sequenced { .. } => {
                 return Err(WireError::new(ErrorCode::BadRequest, "a caller request may not be nested"))
             }
+            // Not on a group: no reply table, changes are sent bare.
+            MetaRequest::OpenGroupSession => MetaReply::GroupSession { session: 0 },
             request @ (MetaRequest::LookupAt { .. }
             | MetaRequest::CreateAt { .. }
             | MetaRequest::CreateAtOpen { .. }
@@ -563,7 +577,7 @@ impl State {
     pub(crate) fn live_for_create(&self, create: &CreateFile) -> Vec<flotilla_namespace::TargetUsage> {
         loop {
             let live = self.membership.live();
-            if Instant::now() >= self.recovery_until {
+            if Instant::now() >= *self.recovery_until.lock() {
                 return live;
             }
             let remembered = self.ns().ok().and_then(|ns| ns.targets().ok()).map_or(0, |t| t.len());

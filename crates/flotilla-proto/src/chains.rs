@@ -236,6 +236,16 @@ mod tests {
         let codes = [crate::ErrorCode::Unsupported, crate::ErrorCode::Recovering, crate::ErrorCode::LockLost];
         let indexes: Vec<u8> = codes.iter().map(|c| encode_body(c).unwrap()[0]).collect();
         assert_eq!(indexes, [16, 17, 18]);
+        assert_eq!(encode_body(&MetaRequest::OpenGroupSession).unwrap()[0], 59);
+        let sequenced = MetaRequest::Sequenced {
+            session: 7,
+            sequence: 2,
+            acknowledged_through: 1,
+            request: Box::new(MetaRequest::Status),
+        };
+        assert_eq!(encode_body(&sequenced).unwrap(), [60, 7, 2, 1, 10]);
+        assert_eq!(encode_body(&MetaReply::GroupSession { session: 7 }).unwrap(), [22, 7]);
+        assert_eq!(encode_body(&crate::ErrorCode::SessionExpired).unwrap()[0], 19);
     }
 
     /// `Forward` is I/O request 20; `Forwarded` and `ForwardRefused` are I/O replies 11, 12.

@@ -509,6 +509,22 @@ pub enum MetaRequest {
         session: u64,
         locks: Vec<HeldLock>,
     },
+    /// Asks a metadata group for a client session of its reply table (issue 33,
+    /// exactly-once): answered `GroupSession`. A service not on a group answers
+    /// `GroupSession { session: 0 }` (no session: send changes bare).
+    OpenGroupSession,
+    /// `request` (a change) as number `sequence` of the client's group `session`: a group
+    /// applies it at most once per (session, sequence) and answers a resend with the first
+    /// reply, whichever node proposed the first attempt. Replies up to
+    /// `acknowledged_through` were received and may be dropped by the group. Outermost:
+    /// `request` may be `As`, never another `Sequenced`. A service not on a group serves
+    /// `request` bare. A session the group forgot is `ErrorCode::SessionExpired`.
+    Sequenced {
+        session: u64,
+        sequence: u64,
+        acknowledged_through: u64,
+        request: Box<MetaRequest>,
+    },
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`
@@ -707,4 +723,9 @@ pub enum MetaReply {
     /// A metadata group node handled nothing: it is not the leader, or has no quorum
     /// (issue 33, `not_served.rs`).
     NotServed(crate::not_served::NotServed),
+    /// Answers `OpenGroupSession`: the client's session id in the group's reply table,
+    /// 0 from a service not on a group.
+    GroupSession {
+        session: u64,
+    },
 }

@@ -38,6 +38,10 @@ pub enum ErrorCode {
     /// A reclaimed lock is not held for the session: the grace period was over, or it
     /// conflicts with another owner's lock, or its file is not open by the session.
     LockLost,
+    /// The metadata group forgot the client session a `Sequenced` change named (it
+    /// expired, or the reply asked for was dropped): open a new session; the change's
+    /// outcome is unknown if it was sent before.
+    SessionExpired,
 }
 
 impl ErrorCode {
@@ -60,6 +64,7 @@ impl ErrorCode {
             ErrorCode::Unsupported => 95,
             ErrorCode::Recovering => 11,
             ErrorCode::LockLost => 37,
+            ErrorCode::SessionExpired => 116,
         }
     }
 }

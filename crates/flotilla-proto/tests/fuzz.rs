@@ -526,6 +526,15 @@ fn meta_request() -> impl Strategy<Value = MetaRequest> {
                 request: Box::new(MetaRequest::Lookup { path }),
             }
         ),
+        Just(MetaRequest::OpenGroupSession),
+        (any::<(u64, u64, u64)>(), text()).prop_map(|((session, sequence, acknowledged_through), path)| {
+            MetaRequest::Sequenced {
+                session,
+                sequence,
+                acknowledged_through,
+                request: Box::new(MetaRequest::Unlink { path }),
+            }
+        }),
     ]
 }
 
@@ -577,6 +586,7 @@ fn meta_reply() -> impl Strategy<Value = MetaReply> {
         (prop::collection::vec(delete_order(), 0..4), chain_view())
             .prop_map(|(delete, view)| MetaReply::HeartbeatChains { delete, view }),
         chain_report().prop_map(MetaReply::Chains),
+        any::<u64>().prop_map(|session| MetaReply::GroupSession { session }),
     ]
 }
 

@@ -3,6 +3,8 @@
 //! Everything is killed and removed when the `Cluster` is dropped.
 #![allow(dead_code)]
 
+pub mod metagroup;
+pub mod netns;
 pub mod s3;
 
 use flotilla_client::{Client, TargetState};

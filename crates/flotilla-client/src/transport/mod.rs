@@ -17,6 +17,7 @@ pub(crate) mod leader;
 mod meta_line;
 pub(crate) mod outage;
 mod resend;
+mod sequence;
 mod servers;
 
 pub use leader::{parse_meta_addresses, LeaderChase, MetaAddressError, Move, META_ADDRESSES_MAX};
@@ -27,7 +28,7 @@ pub(crate) use servers::ServerConnection;
 use crate::error::ClientError;
 use bytes::Bytes;
 use capabilities::CapabilityCache;
-use flotilla_proto::{Capability, IoRequest, MetaReply, MetaRequest, NotServed, WireError};
+use flotilla_proto::{Capability, ErrorCode, IoRequest, MetaReply, MetaRequest, NotServed, WireError};
 use flotilla_rpc::{Connection, ConnectionConfig};
 use futures::future::BoxFuture;
 use outage::{AfterRetry, Failure, OutageSettings, OutageWait, Service};
@@ -83,6 +84,8 @@ pub(crate) struct Transport {
     meta_reconnected: parking_lot::Mutex<Option<Instant>>,
     /// Told of every replaced metadata connection (set once, from above).
     on_meta_reconnect: std::sync::OnceLock<Arc<dyn OnMetaReconnect>>,
+    /// This client's session in the metadata group's reply table (`sequence.rs`).
+    group_sessions: sequence::GroupSessions,
 }
 
 impl Transport {
@@ -109,6 +112,7 @@ impl Transport {
             outage,
             meta_reconnected: parking_lot::Mutex::new(None),
             on_meta_reconnect: std::sync::OnceLock::new(),
+            group_sessions: sequence::GroupSessions::default(),
         }
     }
 
@@ -170,7 +174,16 @@ impl Transport {
     /// call moves through the addresses (`leader.rs`) for up to the outage wait
     /// (`outage.rs`); a change retried after it may have been applied is judged by
     /// `outage::after_retry`.
+    ///
+    /// A change that must take effect once (`resend::sequenced`) goes with its identity in
+    /// the client's group session (`sequence.rs`) when the service is a group: resent with
+    /// the same identity, its answer is the first attempt's.
     pub async fn meta_call(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+        if resend::sequenced(&request) {
+            if let Some(ticket) = self.group_ticket().await {
+                return self.meta_call_sequenced(&request, ticket).await;
+            }
+        }
         let started_ns = wall_clock_ns();
         let mut wait = OutageWait::new(self.outage);
         let outcome = self.meta_outlast(&request, &mut wait).await;
@@ -179,6 +192,92 @@ impl Transport {
                 self.after_retry(&request, error, started_ns).await
             }
             other => other,
+        }
+    }
+
+    /// The next identity in this client's group session, opening the session first if
+    /// needed; `None` when the service is not a group (or no session could be had: the
+    /// change then goes bare and is judged as before).
+    async fn group_ticket(&self) -> Option<sequence::Ticket> {
+        loop {
+            let session = match self.group_sessions.current() {
+                Some(session) => session,
+                None => self.open_group_session().await?,
+            };
+            if session == 0 {
+                return None;
+            }
+            if let Some(ticket) = self.group_sessions.take(session).await {
+                return Some(ticket);
+            }
+        }
+    }
+
+    /// Asks the group for a session (once, whoever asks first); 0 when the service is not a
+    /// group; `None` when no node answered.
+    async fn open_group_session(&self) -> Option<u64> {
+        let _opening = self.group_sessions.opening.lock().await;
+        if let Some(session) = self.group_sessions.current() {
+            return Some(session);
+        }
+        let mut wait = OutageWait::new(self.outage);
+        let session = match self.meta_outlast(&MetaRequest::OpenGroupSession, &mut wait).await {
+            Ok(MetaReply::GroupSession { session }) => session,
+            Ok(other) => {
+                tracing::warn!(?other, "OpenGroupSession answered with something else; sending changes bare");
+                0
+            }
+            Err(ClientError::Meta(error)) => {
+                tracing::info!(%error, "no group session; sending changes bare");
+                0
+            }
+            Err(error) => {
+                tracing::info!(%error, "no group session for now");
+                return None;
+            }
+        };
+        tracing::debug!(session, "metadata group session");
+        self.group_sessions.set(session);
+        Some(session)
+    }
+
+    /// `request` as change `ticket` of the client's group session, resent with the same
+    /// identity to whichever node leads until answered. A session the group forgot
+    /// (`SessionExpired`) is replaced once: the change is resent in the new session, and if
+    /// an earlier attempt may have been applied its answer is judged as without a session.
+    async fn meta_call_sequenced(
+        &self,
+        request: &MetaRequest,
+        mut ticket: sequence::Ticket,
+    ) -> Result<MetaReply, ClientError> {
+        let started_ns = wall_clock_ns();
+        let mut wait = OutageWait::new(self.outage);
+        let (mut replaced, mut judged) = (false, false);
+        loop {
+            let sequenced = MetaRequest::Sequenced {
+                session: ticket.session,
+                sequence: ticket.sequence,
+                acknowledged_through: self.group_sessions.acknowledged_through(ticket.session),
+                request: Box::new(request.clone()),
+            };
+            let outcome = self.meta_outlast(&sequenced, &mut wait).await;
+            self.group_sessions.done(ticket);
+            match outcome {
+                Err(ClientError::Meta(error)) if error.code == ErrorCode::SessionExpired && !replaced => {
+                    replaced = true;
+                    judged = wait.maybe_applied;
+                    tracing::info!(%error, maybe_applied = judged, "group session forgotten; opening another");
+                    self.group_sessions.forget(ticket.session);
+                    match self.group_ticket().await {
+                        Some(next) => ticket = next,
+                        None => return Err(ClientError::Meta(error)),
+                    }
+                }
+                Err(ClientError::Meta(error)) if judged => {
+                    return self.after_retry(request, error, started_ns).await
+                }
+                other => return other,
+            }
         }
     }
 
@@ -201,7 +300,16 @@ impl Transport {
                 }
                 Err(error) => error,
             };
-            let failure = outage::classify(&error);
+            let failure = match &error {
+                // A node of a group that went silent (cut off by the network, not crashed):
+                // another node may lead. Its answer was not seen, so the outcome is unknown.
+                ClientError::Rpc(flotilla_rpc::RpcError::CallTimeout { .. })
+                    if self.chase.lock().addresses().len() > 1 =>
+                {
+                    Failure::MaybeApplied
+                }
+                _ => outage::classify(&error),
+            };
             if failure == Failure::Final {
                 return Err(error);
             }
@@ -213,7 +321,11 @@ impl Transport {
                 let service = Service::Meta;
                 return Err(ClientError::Unreachable { service, waited_ms, wait_ms, last: Box::new(error) });
             };
-            if failure == Failure::MaybeApplied && resend::resend_class(request) == resend::Resend::Counted {
+            let bare = !matches!(request, MetaRequest::Sequenced { .. });
+            if failure == Failure::MaybeApplied
+                && bare
+                && resend::resend_class(request) == resend::Resend::Counted
+            {
                 tracing::info!(?request, %error, "resending a request that may have been applied; it may count twice");
             }
             if first {
@@ -270,9 +382,14 @@ impl Transport {
 
     /// One attempt of a metadata call at the node at `addr`.
     async fn meta_call_at(&self, addr: &str, request: MetaRequest) -> Result<MetaReply, ClientError> {
-        let request = match self.caller.read().clone() {
-            Some(caller) => MetaRequest::As { caller, request: Box::new(request) },
-            None => request,
+        // `Sequenced` stays outermost, the caller inside it.
+        let request = match (self.caller.read().clone(), request) {
+            (Some(caller), MetaRequest::Sequenced { session, sequence, acknowledged_through, request }) => {
+                let request = Box::new(MetaRequest::As { caller, request });
+                MetaRequest::Sequenced { session, sequence, acknowledged_through, request }
+            }
+            (Some(caller), request) => MetaRequest::As { caller, request: Box::new(request) },
+            (None, request) => request,
         };
         let connection = self.meta_connection(addr).await?;
         let (reply, _) = connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await?;
@@ -284,6 +401,12 @@ impl Transport {
                     self.capabilities.lock().remember(capability, Instant::now());
                 }
                 Ok(MetaReply::Entry(entry))
+            }
+            MetaReply::CachedEntry { entry, grants } => {
+                if let Some(capability) = entry.capability.clone() {
+                    self.capabilities.lock().remember(capability, Instant::now());
+                }
+                Ok(MetaReply::CachedEntry { entry, grants })
             }
             other => Ok(other),
         }
@@ -301,7 +424,14 @@ impl Transport {
         // One attempt: while the service is down, the capability held is sent as it is.
         let renewed = self.meta_call_once(MetaRequest::GetById { id: file.0 }).await;
         if let Err(error) = renewed {
-            tracing::debug!(file = file.0, %error, "capability renewal failed; using the one held");
+            if self.capabilities.lock().any(file.0).is_none() {
+                // Nothing to send at all (the one held was refused): wait out the outage (a
+                // metadata failover) for a new one, as any metadata call does.
+                tracing::debug!(file = file.0, %error, "no capability held; renewing through the outage wait");
+                let _ = self.meta_call(MetaRequest::GetById { id: file.0 }).await;
+            } else {
+                tracing::debug!(file = file.0, %error, "capability renewal failed; using the one held");
+            }
         }
         self.capabilities.lock().any(file.0)
     }

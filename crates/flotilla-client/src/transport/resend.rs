@@ -31,7 +31,7 @@ pub(crate) enum Resend {
 pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
     use MetaRequest as R;
     match request {
-        R::As { request, .. } => resend_class(request),
+        R::As { request, .. } | R::Sequenced { request, .. } => resend_class(request),
         R::Lookup { .. }
         | R::LookupAt { .. }
         | R::LookupCached { .. }
@@ -64,7 +64,8 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::TokenRelease { .. }
         | R::InodeTokenRelease { .. }
         | R::JobFlush { .. }
-        | R::JobLeave { .. } => Resend::Idempotent,
+        | R::JobLeave { .. }
+        | R::OpenGroupSession => Resend::Idempotent,
         R::Mkdir { .. }
         | R::MkdirAt { .. }
         | R::MknodAt { .. }
@@ -88,6 +89,18 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         R::Opened { .. } | R::OpenPath { .. } | R::Closed { .. } | R::JobJoin { .. } | R::Link { .. } => {
             Resend::Counted
         }
+    }
+}
+
+/// Whether `request` goes with an identity in the client's group session (`sequence.rs`):
+/// the namespace changes whose second application differs from the first (the judged ones,
+/// and a hard link by path), so a resend after a failover is answered by the reply table.
+pub(crate) fn sequenced(request: &MetaRequest) -> bool {
+    match request {
+        MetaRequest::As { request, .. } => sequenced(request),
+        MetaRequest::Link { .. } => true,
+        MetaRequest::Sequenced { .. } => false,
+        request => resend_class(request) == Resend::Judged,
     }
 }
 
