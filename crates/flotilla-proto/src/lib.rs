@@ -40,7 +40,7 @@ pub use io::{
     JobStats, PullRange, Residency, ServerStats, TargetTierStatus, JOB_ID_BYTES_MAX,
 };
 pub use meta::{
-    CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, ReplicaPlace, SubfileChain,
+    CreateSpec, DeleteOrder, CHAINS_PER_REQUEST_MAX, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, ReplicaPlace, SubfileChain,
     SubfilePlace,
     TargetReport, TargetState, TargetStatus,
 };

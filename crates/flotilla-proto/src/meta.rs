@@ -17,6 +17,9 @@ pub struct SubfilePlace {
     pub chain: Option<SubfileChain>,
 }
 
+/// Most chains one `GetChains` may ask for.
+pub const CHAINS_PER_REQUEST_MAX: usize = 1024;
+
 /// The chain holding a replicated subfile: its id, its version (every chained request
 /// carries it, and members refuse any other) and its members in chain order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -509,6 +512,13 @@ pub enum MetaRequest {
         session: u64,
         locks: Vec<HeldLock>,
     },
+    /// Replication (issue 32): the current state of chains `chains` (ids from
+    /// `SubfilePlace::chain`), at most `CHAINS_PER_REQUEST_MAX`, for a client whose chained
+    /// request was refused or whose chain member is unreachable; replies `SubfileChains` in
+    /// the order asked (a chain the table does not have is `NotFound`).
+    GetChains {
+        chains: Vec<u32>,
+    },
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`
@@ -707,4 +717,6 @@ pub enum MetaReply {
     /// A metadata group node handled nothing: it is not the leader, or has no quorum
     /// (issue 33, `not_served.rs`).
     NotServed(crate::not_served::NotServed),
+    /// Answers `GetChains`: each chain asked for, with its members' servers and states.
+    SubfileChains(Vec<SubfileChain>),
 }
