@@ -34,6 +34,7 @@ mod opens;
 mod posix;
 mod posix_at;
 mod raw;
+mod replicas;
 mod tokens;
 mod transfer;
 mod transport;
