@@ -142,12 +142,10 @@ impl ChainPaths {
         chain: u32,
         version: u64,
         request: &IoRequest,
-    ) -> Result<IoRequest, IoReply> {
+    ) -> Result<IoRequest, ForwardRefused> {
         let (chains, lease) = self.view();
-        match fence_chained((chain, version), request, (&chains, lease), &self.mine) {
-            Ok(placed) => Ok(retarget(request, placed.me)),
-            Err(refused) => Err(IoReply::ForwardRefused(refused)),
-        }
+        let placed = fence_chained((chain, version), request, (&chains, lease), &self.mine)?;
+        Ok(retarget(request, placed.me))
     }
 
     /// A client's chained change at this server: taken only by the head, applied here, sent

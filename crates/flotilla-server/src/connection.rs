@@ -266,7 +266,8 @@ impl Reader {
                 Ok(flotilla_replica::Access::Read) => {
                     match self.shared.chain_paths.admit_read(chain, version, &request) {
                         Ok(request) => request,
-                        Err(message) => {
+                        Err(refused) => {
+                            let message = IoReply::ForwardRefused(refused);
                             let reply = Reply { request_id, message, data: Vec::new(), memory: None };
                             return self.replies.send(reply).await.is_ok();
                         }
