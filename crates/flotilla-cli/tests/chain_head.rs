@@ -314,3 +314,105 @@ fn chained_changes_reach_every_member_and_survive_a_member_killed() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The chain's version and head (first serving member) as the metadata service shows them.
+fn current(cluster_meta: &str, chain: u32) -> Option<(u64, TargetId)> {
+    let (ok, stdout, _) = cli(&["status", "--chains", "--meta", cluster_meta]);
+    if !ok {
+        return None;
+    }
+    let (version, members) = chains(&stdout).remove(&chain)?;
+    let head = members.iter().find(|(_, state)| state.starts_with("serving"))?.0;
+    Some((version, head))
+}
+
+#[test]
+fn a_writer_goes_on_when_the_tail_then_the_head_are_killed() {
+    let mut cluster = Cluster::start_with(0, MEMBERSHIP);
+    for (index, group) in GROUPS.iter().enumerate() {
+        let server = start_server(&cluster, index, group);
+        cluster.servers.push(Some(server));
+    }
+    cluster.wait_up(GROUPS.len());
+    let built = wait_status(&cluster, "a chain of three serving members", |s| {
+        chains(s)
+            .values()
+            .any(|(_, m)| m.len() == 3 && m.iter().all(|(_, state)| state.starts_with("serving")))
+    });
+    let (chain, (_, members)) = chains(&built).into_iter().next().expect("the chain");
+    let order: Vec<TargetId> = members.iter().map(|(t, _)| *t).collect();
+    let index_of = |target: TargetId| {
+        GROUPS.iter().position(|g| target_of(&built, g) == Some(target)).expect("a member's group")
+    };
+    let addresses: BTreeMap<TargetId, String> = order
+        .iter()
+        .map(|&t| (t, cluster.servers[index_of(t)].as_ref().expect("running").addr.clone()))
+        .collect();
+    let (head, middle, tail) = (order[0], order[1], order[2]);
+
+    // One writer, as a client would: to the head it knows, refetching the chain on a
+    // refusal or a broken connection; every write must succeed within the bound.
+    const WRITES: usize = 60;
+    const RECORD: usize = 16 << 10;
+    let (meta, writer_addresses) = (cluster.meta_addr(), addresses.clone());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let progress = done.clone();
+    let writer = std::thread::spawn(move || {
+        let caller = Caller { runtime: tokio::runtime::Runtime::new().unwrap() };
+        let mut known = current(&meta, chain).expect("the chain");
+        let mut stalls = Vec::new();
+        for i in 0..WRITES {
+            let bytes = common::random_bytes(100 + i as u64, RECORD);
+            let started = Instant::now();
+            loop {
+                let (version, at) = known;
+                let request = IoRequest::Chained {
+                    chain,
+                    version,
+                    request: Box::new(write(at, (i * RECORD) as u64, RECORD)),
+                };
+                match caller.call(&writer_addresses[&at], &request, &bytes) {
+                    Ok((IoReply::Done { .. }, _)) => break,
+                    Ok((IoReply::ForwardRefused(_), _)) | Err(_) => {}
+                    Ok((other, _)) => panic!("write {i}: {other:?}"),
+                }
+                assert!(started.elapsed() < SETTLE, "write {i} never went through");
+                std::thread::sleep(Duration::from_millis(50));
+                known = current(&meta, chain).unwrap_or(known);
+            }
+            stalls.push(started.elapsed());
+            progress.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        stalls
+    });
+    let wait_for = |count: usize| {
+        let deadline = Instant::now() + SETTLE * 2;
+        while done.load(std::sync::atomic::Ordering::SeqCst) < count {
+            assert!(Instant::now() < deadline, "the writer stopped before write {count}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_for(10);
+    cluster.servers[index_of(tail)].take().expect("tail").kill();
+    wait_for(30);
+    cluster.servers[index_of(head)].take().expect("head").kill();
+    let mut stalls = writer.join().expect("the writer");
+    stalls.sort();
+    println!(
+        "{WRITES} writes of {RECORD} bytes, tail then head SIGKILLed: median {} ms, worst {} ms",
+        stalls[WRITES / 2].as_millis(),
+        stalls[WRITES - 1].as_millis()
+    );
+
+    // The survivor holds every acknowledged byte.
+    let (version, now_head) = current(&cluster.meta_addr(), chain).expect("the chain");
+    assert_eq!(now_head, middle, "the last serving member took over");
+    let caller = Caller { runtime: tokio::runtime::Runtime::new().unwrap() };
+    let (reply, data) =
+        caller.chained(&addresses[&middle], (chain, version), read(middle, 0, WRITES * RECORD), &[]);
+    assert!(matches!(reply, IoReply::Data), "read from the survivor: {reply:?}");
+    for i in 0..WRITES {
+        let expected = common::random_bytes(100 + i as u64, RECORD);
+        assert!(data[i * RECORD..(i + 1) * RECORD] == expected[..], "write {i} is on the survivor");
+    }
+}
