@@ -9,7 +9,6 @@ mod common;
 use common::{cli, path, random_bytes, target_spec, Cluster, Process};
 use flotilla_client::CreateOptions;
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Short membership timings (heartbeats every 200 ms); `fence_after_ms > lease_ms +
@@ -169,10 +168,8 @@ fn a_replicated_file_sits_on_disjoint_chains_and_stat_follows_a_dead_member() {
     assert!(stderr.contains("5 replicas need 5 distinct failure groups, but only 3"), "{stderr}");
 }
 
-/// `flotilla put --replicas 2` and `get` of a replicated file (needs the chain head on the
-/// servers: branch t-chainhead).
+/// `flotilla put --replicas 2` and `get` of a replicated file.
 #[test]
-#[ignore = "needs the servers' chain head (issue 32, branch t-chainhead)"]
 fn a_replicated_put_reads_back() {
     let cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
     let meta = cluster.meta_addr();
@@ -188,53 +185,61 @@ fn a_replicated_put_reads_back() {
 }
 
 /// The end-to-end test of issue 32: replicas=2 over four servers in four failure groups,
-/// four writers, one server SIGKILLed mid-write; every close succeeds and every byte reads
-/// back while that server stays down.
+/// four writers (library clients, each its own file), one server SIGKILLed while every
+/// writer is part-way through; every write and close succeeds and every byte reads back (by
+/// `flotilla get`) while that server stays down.
 #[test]
-#[ignore = "needs the servers' chain head (issue 32, branch t-chainhead)"]
 fn four_writers_survive_a_server_killed_mid_write() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
     let mut cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
     let meta = cluster.meta_addr();
     const WRITERS: usize = 4;
-    const FILE_BYTES: usize = 24 << 20;
-    let mut writers = Vec::new();
-    let mut expected = Vec::new();
+    const CHUNK_BYTES: usize = 1 << 20;
+    const CHUNKS: usize = 48;
+    let chunk = |writer: usize, index: usize| random_bytes((writer * 1000 + index) as u64, CHUNK_BYTES);
+    let progress: Arc<Vec<AtomicUsize>> = Arc::new((0..WRITERS).map(|_| AtomicUsize::new(0)).collect());
+    let mut writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let (client, progress) = (cluster.client(), progress.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                let name = format!("/w{writer}");
+                let file = client.create(&name, &replicated(2)).map_err(|e| format!("create {name}: {e}"))?;
+                for index in 0..CHUNKS {
+                    let offset = (index * CHUNK_BYTES) as u64;
+                    file.write_at(offset, &chunk(writer, index)).map_err(|e| format!("write {name}@{offset}: {e}"))?;
+                    progress[writer].store(index + 1, Ordering::SeqCst);
+                }
+                file.close().map_err(|e| format!("close {name}: {e}"))
+            })
+        })
+        .collect();
+    // Every writer a quarter of the way through, none finished: SIGKILL a server.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while progress.iter().any(|p| p.load(Ordering::SeqCst) < CHUNKS / 4) {
+        if let Some(early) = writers.iter().position(|w| w.is_finished()) {
+            let outcome = writers.remove(early).join();
+            panic!("writer {early} stopped before the kill: {outcome:?}");
+        }
+        assert!(Instant::now() < deadline, "the writers did not get a quarter of the way");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let at_kill: Vec<usize> = progress.iter().map(|p| p.load(Ordering::SeqCst)).collect();
+    cluster.servers[1].take().expect("server 1").kill();
+    eprintln!("server 1 killed with the writers at chunks {at_kill:?} of {CHUNKS}");
+    assert!(at_kill.iter().all(|&n| n < CHUNKS), "a writer had finished before the kill: {at_kill:?}");
+    for (writer, handle) in writers.into_iter().enumerate() {
+        let outcome = handle.join().expect("writer thread");
+        assert!(outcome.is_ok(), "writer {writer}: {outcome:?}");
+    }
     for writer in 0..WRITERS {
-        let data = random_bytes(100 + writer as u64, FILE_BYTES);
-        let local = cluster.dir.path().join(format!("in-{writer}.bin"));
-        std::fs::write(&local, &data).unwrap();
-        expected.push(data);
-        let name = format!("/w{writer}");
-        let child = Command::new(common::FLOTILLA)
-            .args(["put", "--replicas", "2", "--layout", "stripe:256k:2", path(&local), &name, "--meta", &meta])
-            .env("FLOTILLA_KEY", common::client_key())
-            .env("FLOTILLA_OUTAGE_WAIT_MS", "60000")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn put");
-        writers.push(child);
-    }
-    // Mid-write: a writer's temporary file exists once it has started.
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(400) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let victim = cluster.servers[1].take().expect("server 1");
-    victim.kill();
-    for (writer, child) in writers.into_iter().enumerate() {
-        let output = child.wait_with_output().expect("wait for a writer");
-        assert!(
-            output.status.success(),
-            "writer {writer} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    for (writer, data) in expected.iter().enumerate() {
         let back = cluster.dir.path().join(format!("out-{writer}.bin"));
         cli_ok(&["get", &format!("/w{writer}"), path(&back), "--meta", &meta]);
         let got = std::fs::read(&back).unwrap();
-        assert_eq!(got.len(), data.len(), "writer {writer}: length");
-        assert!(got == *data, "writer {writer}: the bytes read back differ");
+        assert_eq!(got.len(), CHUNKS * CHUNK_BYTES, "writer {writer}: length");
+        for index in 0..CHUNKS {
+            let range = index * CHUNK_BYTES..(index + 1) * CHUNK_BYTES;
+            assert!(got[range] == chunk(writer, index)[..], "writer {writer}: chunk {index} differs");
+        }
     }
 }
