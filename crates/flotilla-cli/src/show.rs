@@ -221,14 +221,20 @@ pub fn stat_lines(entry: &EntryInfo, output: Output) -> Vec<String> {
         lines.push(format!("symlink={target}"));
     }
     for (index, place) in entry.subfiles.iter().enumerate() {
-        let mut line = format!("subfile={index} target={} server={} up={}", place.target, place.server, place.up);
+        let mut line =
+            format!("subfile={index} target={} server={} up={}", place.target, place.server, place.up);
         if let Some(chain) = &place.chain {
             let replicas: Vec<String> = chain
                 .members
                 .iter()
                 .map(|m| format!("{}@{}:{}", m.target, m.server, replica_state(m.state)))
                 .collect();
-            line.push_str(&format!(" chain={} version={} replicas={}", chain.chain, chain.version, replicas.join(",")));
+            line.push_str(&format!(
+                " chain={} version={} replicas={}",
+                chain.chain,
+                chain.version,
+                replicas.join(",")
+            ));
         }
         lines.push(line);
     }

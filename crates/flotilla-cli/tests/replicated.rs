@@ -44,7 +44,9 @@ fn cluster_in_groups(groups: &[&str]) -> Cluster {
     }
     cluster.wait_up(groups.len());
     // The chain table is built once the targets span the groups.
-    wait(&cluster, "the chain table", |c| cli_ok(&["status", "--chains", "--meta", &c.meta_addr()]).contains("chain="));
+    wait(&cluster, "the chain table", |c| {
+        cli_ok(&["status", "--chains", "--meta", &c.meta_addr()]).contains("chain=")
+    });
     cluster
 }
 
@@ -148,7 +150,8 @@ fn a_replicated_file_sits_on_disjoint_chains_and_stat_follows_a_dead_member() {
     cluster.servers[index].take().unwrap().kill();
     let after = wait(&cluster, "the chain to drop its dead head", |_| {
         let now = subfiles(&meta, "/r");
-        let changed = now[0].version > before.version && now[0].replicas.iter().any(|r| r.2.starts_with("offline"));
+        let changed =
+            now[0].version > before.version && now[0].replicas.iter().any(|r| r.2.starts_with("offline"));
         if changed {
             now
         } else {
@@ -207,7 +210,8 @@ fn four_writers_survive_a_server_killed_mid_write() {
                 let file = client.create(&name, &replicated(2)).map_err(|e| format!("create {name}: {e}"))?;
                 for index in 0..CHUNKS {
                     let offset = (index * CHUNK_BYTES) as u64;
-                    file.write_at(offset, &chunk(writer, index)).map_err(|e| format!("write {name}@{offset}: {e}"))?;
+                    file.write_at(offset, &chunk(writer, index))
+                        .map_err(|e| format!("write {name}@{offset}: {e}"))?;
                     progress[writer].store(index + 1, Ordering::SeqCst);
                 }
                 file.close().map_err(|e| format!("close {name}: {e}"))
@@ -225,7 +229,13 @@ fn four_writers_survive_a_server_killed_mid_write() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let at_kill: Vec<usize> = progress.iter().map(|p| p.load(Ordering::SeqCst)).collect();
-    cluster.servers[1].take().expect("server 1").kill();
+    let victim = cluster.servers[1].take().expect("server 1");
+    for writer in 0..WRITERS {
+        let placed = subfiles(&meta, &format!("/w{writer}"));
+        let on_victim = placed.iter().flat_map(|s| &s.replicas).any(|r| r.1 == victim.addr);
+        assert!(on_victim, "writer {writer}'s file has no replica on the server to be killed: {placed:?}");
+    }
+    victim.kill();
     eprintln!("server 1 killed with the writers at chunks {at_kill:?} of {CHUNKS}");
     assert!(at_kill.iter().all(|&n| n < CHUNKS), "a writer had finished before the kill: {at_kill:?}");
     for (writer, handle) in writers.into_iter().enumerate() {

@@ -13,13 +13,13 @@
 //! restart lost go first.
 
 use crate::error::{unexpected, ClientError};
+use crate::replicas::{call, connect, destination, route_chain, Access, ChainViews};
 use crate::transport::outage::Service;
 use crate::transport::{OnConnect, ServerConnection, Transport};
 use crate::unstable::{UnstableLog, UnstableWrite};
 use bytes::Bytes;
 use flotilla_proto::{ErrorCode, ForkRef, IoReply, IoRequest};
 use flotilla_types::FileId;
-use crate::replicas::{call, connect, destination, route_chain, Access, ChainViews};
 use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -9,10 +9,10 @@ use crate::fork::{fork_ref, Fork, DEFAULT_FORK};
 use crate::handle::Handle;
 use crate::lease::OpenGuard;
 use crate::library_tokens::{cover, cover_async, read_range, write_range};
+use crate::replicas::{destination, Access};
 use crate::tokens::{ByteRange, TokenCache, TokenUse, WHOLE_FILE};
 use crate::transfer::{check_call, read_into, read_shape, write_shape, WriteSource};
 use crate::transport::outage::Service;
-use crate::replicas::{destination, Access};
 use bytes::Bytes;
 use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest, TokenMode};
 use flotilla_request::{Piece, Shape};
@@ -449,7 +449,8 @@ pub(crate) async fn read_linear(
                 // pieces are its own: its targets share no byte with another's.
                 core.transport
                     .outlast(Service::Server, move |_| async move {
-                        let destination = destination(&core.transport, core.chains(), addr, Access::Read).await?;
+                        let destination =
+                            destination(&core.transport, core.chains(), addr, Access::Read).await?;
                         read_into(core, &destination, fork, shape, buffer_bytes, memory).await
                     })
                     .await

@@ -4,8 +4,8 @@ use crate::client::Client;
 use crate::core::Core;
 use crate::error::{unexpected, ClientError};
 use crate::handle::Handle;
-use crate::transfer::{read_shape, write_shape, WriteSource};
 use crate::replicas::{access_of, call, connect, destination};
+use crate::transfer::{read_shape, write_shape, WriteSource};
 use crate::transport::outage::Service;
 use bytes::Bytes;
 use flotilla_proto::{EntryInfo, ForkRef, IoReply, IoRequest};
@@ -34,9 +34,12 @@ impl Fork {
     /// Address of the I/O server holding this fork (for a replicated subfile, the address of
     /// its chain's head as this client last knew it).
     pub fn server(&self) -> String {
-        match crate::replicas::route_chain(&self.server).and_then(|chain| self.client.core.chains().get(chain)) {
+        match crate::replicas::route_chain(&self.server)
+            .and_then(|chain| self.client.core.chains().get(chain))
+        {
             Some(chain) => {
-                let serving = chain.members.iter().find(|m| m.state == flotilla_proto::ChainMemberState::Serving);
+                let serving =
+                    chain.members.iter().find(|m| m.state == flotilla_proto::ChainMemberState::Serving);
                 serving.map(|m| m.server.clone()).unwrap_or_default()
             }
             None => self.server.clone(),

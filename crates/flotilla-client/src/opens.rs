@@ -29,7 +29,8 @@ impl Client {
         let path = path.to_string();
         let owner = (current_uid(), current_gid());
         let no_overlap = options.no_overlap;
-        let created = create_open_replicated(client, path, create_spec(options.clone(), owner), options.replicas);
+        let created =
+            create_open_replicated(client, path, create_spec(options.clone(), owner), options.replicas);
         self.spawn(async move { Ok(created.await?.with_no_overlap(no_overlap)) })
     }
 

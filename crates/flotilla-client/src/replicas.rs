@@ -28,9 +28,9 @@ use crate::error::ClientError;
 use crate::transport::outage::{classify, Failure};
 use crate::transport::{ServerConnection, Transport};
 use bytes::Bytes;
-use flotilla_rpc::{ReplyData, ScatterTarget};
 use flotilla_proto::chains::{ChainMemberState, ForwardRefused};
 use flotilla_proto::{EntryInfo, ForkRef, IoReply, IoRequest, MetaReply, MetaRequest, SubfileChain};
+use flotilla_rpc::{ReplyData, ScatterTarget};
 use flotilla_types::TargetId;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -248,7 +248,8 @@ fn choose(
     let serving: Vec<_> = chain.members.iter().filter(|m| m.state == ChainMemberState::Serving).collect();
     let member = match access {
         Access::Change => {
-            let syncing = || chain.members.iter().find(|m| matches!(m.state, ChainMemberState::Syncing { .. }));
+            let syncing =
+                || chain.members.iter().find(|m| matches!(m.state, ChainMemberState::Syncing { .. }));
             serving.first().copied().or_else(syncing)
         }
         Access::Read => {
@@ -261,7 +262,10 @@ fn choose(
         return Err(format!("chain {} v{} has no serving member", chain.chain, chain.version));
     };
     if member.server.is_empty() {
-        return Err(format!("chain {} v{}: target {} has no known server", chain.chain, chain.version, member.target));
+        return Err(format!(
+            "chain {} v{}: target {} has no known server",
+            chain.chain, chain.version, member.target
+        ));
     }
     Ok(Destination {
         addr: member.server.clone(),
@@ -331,7 +335,8 @@ pub(crate) async fn connect(
     views: &ChainViews,
     destination: &Destination,
 ) -> Result<Arc<ServerConnection>, ClientError> {
-    let outcome = transport.server(&destination.addr).await.map(|server| (IoReply::Done { bytes: 0 }, server));
+    let outcome =
+        transport.server(&destination.addr).await.map(|server| (IoReply::Done { bytes: 0 }, server));
     settle(views, destination, outcome).map(|(_, server)| server)
 }
 
@@ -348,7 +353,8 @@ pub(crate) async fn call(
     data_bytes: u64,
 ) -> Result<(IoReply, Bytes), ClientError> {
     let wrapped = destination.wrap(request);
-    let outcome = limited(transport, destination, request, transport.io_call(server, &wrapped, data, data_bytes)).await;
+    let outcome =
+        limited(transport, destination, request, transport.io_call(server, &wrapped, data, data_bytes)).await;
     settle(views, destination, outcome)
 }
 
@@ -362,7 +368,8 @@ pub(crate) async fn call_into(
     target: ScatterTarget,
 ) -> Result<(IoReply, ReplyData), ClientError> {
     let wrapped = destination.wrap(request);
-    let outcome = limited(transport, destination, request, transport.io_call_into(server, &wrapped, target)).await;
+    let outcome =
+        limited(transport, destination, request, transport.io_call_into(server, &wrapped, target)).await;
     settle(views, destination, outcome)
 }
 
@@ -459,7 +466,9 @@ mod tests {
         let views = ChainViews::default();
         views.learn(chain(3, vec![place(1, OFFLINE), place(2, SYNCING)]));
         assert_eq!(target_of(views.pick(7, Access::Change)), 2);
-        assert!(matches!(views.pick(7, Access::Read), Pick::Unavailable(why) if why.contains("no serving member")));
+        assert!(
+            matches!(views.pick(7, Access::Read), Pick::Unavailable(why) if why.contains("no serving member"))
+        );
     }
 
     #[test]
@@ -487,7 +496,8 @@ mod tests {
 
     #[test]
     fn requests_are_wrapped_and_addressed_to_the_member() {
-        let fork = ForkRef { target: TargetId(1), file: FileId(5), subfile: SubfileIndex(0), fork: "data".into() };
+        let fork =
+            ForkRef { target: TargetId(1), file: FileId(5), subfile: SubfileIndex(0), fork: "data".into() };
         let destination = Destination {
             addr: "s2:1".into(),
             chained: Some(Member { chain: 7, version: 4, target: TargetId(2) }),
@@ -495,7 +505,10 @@ mod tests {
         let sync = IoRequest::Sync { fork: fork.clone() };
         match destination.wrap(&sync) {
             IoRequest::Chained { chain: 7, version: 4, request } => {
-                assert_eq!(*request, IoRequest::Sync { fork: ForkRef { target: TargetId(2), ..fork.clone() } });
+                assert_eq!(
+                    *request,
+                    IoRequest::Sync { fork: ForkRef { target: TargetId(2), ..fork.clone() } }
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -509,7 +522,8 @@ mod tests {
         let views = ChainViews::default();
         views.learn(chain(3, vec![place(1, SERVING), place(2, SERVING)]));
         let Pick::Go(destination) = views.pick(7, Access::Change) else { panic!() };
-        let refused = ForwardRefused { chain: 7, version: 3, reason: ForwardRefusalReason::Stale { current: 4 } };
+        let refused =
+            ForwardRefused { chain: 7, version: 3, reason: ForwardRefusalReason::Stale { current: 4 } };
         let outcome = settle(&views, &destination, Ok((IoReply::ForwardRefused(refused), ())));
         let error = outcome.unwrap_err();
         assert!(matches!(error, ClientError::ChainRefused { .. }), "{error:?}");

@@ -11,11 +11,11 @@
 //! durable), else gathered into a pooled buffer.
 
 use crate::call_memory::CallMemory;
+use crate::commit::CHAINED_EPOCH;
 use crate::core::Core;
 use crate::error::{unexpected, ClientError};
-use crate::transport::outage::Service;
-use crate::commit::CHAINED_EPOCH;
 use crate::replicas::{call, call_into, connect, destination, Access, Destination};
+use crate::transport::outage::Service;
 use crate::transport::ServerConnection;
 use crate::unstable::UnstableWrite;
 use bytes::Bytes;

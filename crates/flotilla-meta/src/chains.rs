@@ -57,7 +57,9 @@ pub(crate) enum ReplicaRefusal {
     TableReplicas { layout: String, table: usize },
     #[error("layout {layout}: the chain table is not built yet (no registered targets span enough failure groups)")]
     NoTable { layout: String },
-    #[error("layout {layout}: {source} (each subfile needs a chain of its own, sharing no target with another's)")]
+    #[error(
+        "layout {layout}: {source} (each subfile needs a chain of its own, sharing no target with another's)"
+    )]
     Chains { layout: String, source: PlacementError },
 }
 
@@ -433,7 +435,9 @@ impl Chains {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let text = || layout.to_string();
-        let Some(engine) = inner.engine.as_ref() else { return Err(ReplicaRefusal::NoTable { layout: text() }) };
+        let Some(engine) = inner.engine.as_ref() else {
+            return Err(ReplicaRefusal::NoTable { layout: text() });
+        };
         let table = engine.table();
         if table.replicas() != layout.replicas as usize {
             return Err(ReplicaRefusal::TableReplicas { layout: text(), table: table.replicas() });
@@ -450,7 +454,9 @@ impl Chains {
             },
         };
         let chosen = chosen.map_err(|source| match source {
-            PlacementError::NotEnoughFailureGroups { .. } => ReplicaRefusal::Groups { layout: text(), source },
+            PlacementError::NotEnoughFailureGroups { .. } => {
+                ReplicaRefusal::Groups { layout: text(), source }
+            }
             source => ReplicaRefusal::Chains { layout: text(), source },
         })?;
         let mut out = Vec::with_capacity(chosen.len());

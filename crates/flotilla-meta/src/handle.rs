@@ -419,7 +419,10 @@ impl State {
                 self.check_replicas(layout, replicas, &live)?;
                 if replicas <= 1 {
                     return Ok(MetaReply::Entry(
-                        self.granted(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?, asker),
+                        self.granted(
+                            ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?,
+                            asker,
+                        ),
                     ));
                 }
                 if let Ok(existing) = ns.lookup_as(who, &path) {
@@ -430,8 +433,9 @@ impl State {
                 }
                 let chains = self.place_on_chains(&path, &create, replicas)?;
                 let at = flotilla_namespace::Place::Path(&path);
-                let entry =
-                    ns.create_file_chained_in(who, at, &create, replicas as u8, &chains, now).map_err(wire)?;
+                let entry = ns
+                    .create_file_chained_in(who, at, &create, replicas as u8, &chains, now)
+                    .map_err(wire)?;
                 MetaReply::Entry(self.granted(entry, asker))
             }
             MetaRequest::GetChains { chains } => {
@@ -825,7 +829,11 @@ impl State {
     /// A replicated file's places: each subfile's chain as the engine has it now, its head
     /// (the first member of the write path) as the subfile's target and server. A chain the
     /// table lost keeps the recorded target, without a chain (requests to it then fail).
-    fn chained_places(&self, file: &flotilla_namespace::FileRecord, places: Vec<SubfilePlace>) -> Vec<SubfilePlace> {
+    fn chained_places(
+        &self,
+        file: &flotilla_namespace::FileRecord,
+        places: Vec<SubfilePlace>,
+    ) -> Vec<SubfilePlace> {
         let infos = self.chains.chains_by_id(&file.chains);
         places
             .into_iter()
@@ -833,9 +841,11 @@ impl State {
             .map(|(place, info)| {
                 let Some(info) = info else { return place };
                 let chain = self.subfile_chain(info);
-                let serving = |m: &&flotilla_proto::ReplicaPlace| m.state == flotilla_proto::ChainMemberState::Serving;
-                let syncing =
-                    |m: &&flotilla_proto::ReplicaPlace| matches!(m.state, flotilla_proto::ChainMemberState::Syncing { .. });
+                let serving =
+                    |m: &&flotilla_proto::ReplicaPlace| m.state == flotilla_proto::ChainMemberState::Serving;
+                let syncing = |m: &&flotilla_proto::ReplicaPlace| {
+                    matches!(m.state, flotilla_proto::ChainMemberState::Syncing { .. })
+                };
                 let head = chain.members.iter().find(serving).or_else(|| chain.members.iter().find(syncing));
                 let (target, server, up) = match head {
                     Some(head) => {

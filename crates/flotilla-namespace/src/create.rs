@@ -136,7 +136,9 @@ impl Namespace {
         }
         let heads: Vec<TargetId> = chains.iter().map(|(_, head)| *head).collect();
         if chains.is_empty() || !crate::record::all_distinct(&heads) {
-            return Err(NamespaceError::invalid("chains with distinct heads needed for a replicated file".to_string()));
+            return Err(NamespaceError::invalid(
+                "chains with distinct heads needed for a replicated file".to_string(),
+            ));
         }
         self.create_placed(who, at, spec, Placer::Chains { replicas, chains }, now_ns)
     }
