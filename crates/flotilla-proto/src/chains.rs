@@ -242,6 +242,8 @@ mod tests {
         assert_eq!(crate::ErrorCode::Unsupported.errno(), 95);
         let reclaim = MetaRequest::ReclaimLocks { session: 1, locks: Vec::new() };
         assert_eq!(encode_body(&reclaim).unwrap()[0], 58);
+        assert_eq!(encode_body(&MetaRequest::GetChains { chains: vec![3] }).unwrap()[0], 59);
+        assert_eq!(encode_body(&MetaReply::SubfileChains(Vec::new())).unwrap()[0], 22);
         let codes = [crate::ErrorCode::Unsupported, crate::ErrorCode::Recovering, crate::ErrorCode::LockLost];
         let indexes: Vec<u8> = codes.iter().map(|c| encode_body(c).unwrap()[0]).collect();
         assert_eq!(indexes, [16, 17, 18]);
