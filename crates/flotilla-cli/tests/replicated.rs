@@ -171,7 +171,8 @@ fn a_replicated_file_sits_on_disjoint_chains_and_stat_follows_a_dead_member() {
     assert!(stderr.contains("5 replicas need 5 distinct failure groups, but only 3"), "{stderr}");
 }
 
-/// `flotilla put --replicas 2` and `get` of a replicated file.
+/// `flotilla put --replicas 2` and `get` of a replicated file, then a read and a write of it
+/// through the mount.
 #[test]
 fn a_replicated_put_reads_back() {
     let cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
@@ -185,6 +186,26 @@ fn a_replicated_put_reads_back() {
     cli_ok(&["get", "/p", path(&back), "--meta", &meta]);
     assert!(std::fs::read(&back).unwrap() == data, "the bytes read back differ");
     assert!(subfiles(&meta, "/p").iter().all(|s| s.replicas.len() == 2));
+
+    // Through the mount (the client library underneath): read it, overwrite a range that
+    // spans both subfiles, and read that back with `get`.
+    let mount = common::Mount::start(&meta);
+    let mounted = mount.path("p");
+    assert!(std::fs::read(&mounted).unwrap() == data, "the mount reads other bytes");
+    let mut expected = data.clone();
+    let patch = random_bytes(8, 100_000);
+    let at = 60_000;
+    expected[at..at + patch.len()].copy_from_slice(&patch);
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut file = std::fs::OpenOptions::new().write(true).open(&mounted).unwrap();
+        file.seek(SeekFrom::Start(at as u64)).unwrap();
+        file.write_all(&patch).unwrap();
+        file.sync_all().unwrap();
+    }
+    drop(mount);
+    cli_ok(&["get", "/p", path(&back), "--meta", &meta]);
+    assert!(std::fs::read(&back).unwrap() == expected, "the write through the mount did not read back");
 }
 
 /// The end-to-end test of issue 32: replicas=2 over four servers in four failure groups,
