@@ -368,7 +368,14 @@ impl ChainPaths {
                 Err(trouble) => trouble,
             };
             let Trouble::Wait(what) = trouble else { continue };
-            let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.change_wait);
+            // The first failure is tried again at once: a cached connection the successor
+            // closed while idle is only found broken by using it.
+            if deadline.is_none() {
+                deadline = Some(Instant::now() + self.config.change_wait);
+                self.held.nudge();
+                continue;
+            }
+            let until = deadline.unwrap_or_else(Instant::now);
             tracing::warn!(chain, version = role.version.0, successor = %successor, %what, "chain successor did not acknowledge; asking for news");
             if Instant::now() >= until {
                 let message = format!(
