@@ -181,9 +181,13 @@ impl ChainPaths {
         if let Err(stop) = self.drain(state, chain, me).await {
             return reply(self.stopped(chain, version, stop));
         }
-        let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_ref()) else {
+        let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_mut()) else {
             return reply(refuse(ForwardRefusalReason::NotHead { head: placed.role.head }));
         };
+        // Positions continue from what the log applied (with one entry at a time no client
+        // waits between requests; a forward some confused server sent to the head moved
+        // the log on, and the next position must follow it).
+        *head = ChainHead::new(log, self.config.window_max);
         if log.version() != ChainVersion(version) {
             let current = log.version().0;
             return reply(refuse(ForwardRefusalReason::Stale { current }));
