@@ -92,6 +92,9 @@ pub(crate) struct ChainPaths {
     /// This server's targets.
     mine: Vec<TargetId>,
     chains: parking_lot::Mutex<HashMap<u32, Arc<tokio::sync::Mutex<ChainState>>>>,
+    /// Connections to successor servers by address (broken ones are dropped when a new one
+    /// is made; at most one per peer address).
+    peers: parking_lot::Mutex<HashMap<String, Arc<Connection>>>,
 }
 
 impl ChainPaths {
@@ -102,7 +105,15 @@ impl ChainPaths {
         auth: flotilla_auth::ClientAuth,
     ) -> ChainPaths {
         let mine = executor.store.target_ids();
-        ChainPaths { config, executor, held, auth, mine, chains: parking_lot::Mutex::new(HashMap::new()) }
+        ChainPaths {
+            config,
+            executor,
+            held,
+            auth,
+            mine,
+            chains: parking_lot::Mutex::new(HashMap::new()),
+            peers: parking_lot::Mutex::new(HashMap::new()),
+        }
     }
 
     fn state(&self, chain: u32) -> Arc<tokio::sync::Mutex<ChainState>> {
@@ -459,6 +470,12 @@ impl ChainPaths {
             self.held.address_failed();
             return Err(Trouble::Wait(format!("no address known for target {successor}")));
         };
+        // One connection per peer server, shared by the chains it succeeds this server in.
+        let shared = self.peers.lock().get(&addr).filter(|c| !c.is_broken()).cloned();
+        if let Some(connection) = shared {
+            state.link = Some((successor, addr, connection.clone()));
+            return Ok(connection);
+        }
         let mut config = ConnectionConfig::with_auth(self.auth.clone());
         config.connect_timeout_ms =
             u64::try_from(self.config.forward_timeout.as_millis()).unwrap_or(u64::MAX);
@@ -466,6 +483,10 @@ impl ChainPaths {
         let connection =
             Connection::connect(&addr, config).await.map_err(|error| Trouble::Wait(error.to_string()))?;
         let connection = Arc::new(connection);
+        let mut peers = self.peers.lock();
+        peers.retain(|_, c| !c.is_broken());
+        peers.insert(addr.clone(), connection.clone());
+        drop(peers);
         state.link = Some((successor, addr, connection.clone()));
         Ok(connection)
     }
