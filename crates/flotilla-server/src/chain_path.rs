@@ -370,6 +370,7 @@ impl ChainPaths {
     /// it is acknowledged, following version changes (see the module's comment).
     async fn drain(&self, state: &mut ChainState, chain: u32, me: TargetId) -> Result<(), Stop> {
         let mut deadline: Option<Instant> = None;
+        let mut warned = false;
         loop {
             let role = self.follow(state, chain, me)?;
             state.prune();
@@ -391,7 +392,14 @@ impl ChainPaths {
                 continue;
             }
             let until = deadline.unwrap_or_else(Instant::now);
-            tracing::warn!(chain, version = role.version.0, successor = %successor, %what, "chain successor did not acknowledge; asking for news");
+            match std::mem::replace(&mut warned, true) {
+                false => {
+                    tracing::warn!(chain, version = role.version.0, successor = %successor, %what, "chain successor did not acknowledge; waiting for the chain's next version")
+                }
+                true => {
+                    tracing::debug!(chain, version = role.version.0, successor = %successor, %what, "chain successor still not acknowledging")
+                }
+            }
             if Instant::now() >= until {
                 let message = format!(
                     "chain {chain} v{}: successor {successor} did not acknowledge ({what}) and no new chain version came within chain_change_wait_ms = {} ms",
