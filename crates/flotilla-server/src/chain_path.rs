@@ -92,6 +92,9 @@ pub(crate) struct ChainPaths {
     /// This server's targets.
     mine: Vec<TargetId>,
     chains: parking_lot::Mutex<HashMap<u32, Arc<tokio::sync::Mutex<ChainState>>>>,
+    /// Connections to successor servers by address (broken ones are dropped when a new one
+    /// is made; at most one per peer address).
+    peers: parking_lot::Mutex<HashMap<String, Arc<Connection>>>,
 }
 
 impl ChainPaths {
@@ -102,7 +105,15 @@ impl ChainPaths {
         auth: flotilla_auth::ClientAuth,
     ) -> ChainPaths {
         let mine = executor.store.target_ids();
-        ChainPaths { config, executor, held, auth, mine, chains: parking_lot::Mutex::new(HashMap::new()) }
+        ChainPaths {
+            config,
+            executor,
+            held,
+            auth,
+            mine,
+            chains: parking_lot::Mutex::new(HashMap::new()),
+            peers: parking_lot::Mutex::new(HashMap::new()),
+        }
     }
 
     fn state(&self, chain: u32) -> Arc<tokio::sync::Mutex<ChainState>> {
@@ -181,9 +192,13 @@ impl ChainPaths {
         if let Err(stop) = self.drain(state, chain, me).await {
             return reply(self.stopped(chain, version, stop));
         }
-        let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_ref()) else {
+        let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_mut()) else {
             return reply(refuse(ForwardRefusalReason::NotHead { head: placed.role.head }));
         };
+        // Positions continue from what the log applied (with one entry at a time no client
+        // waits between requests; a forward some confused server sent to the head moved
+        // the log on, and the next position must follow it).
+        *head = ChainHead::new(log, self.config.window_max);
         if log.version() != ChainVersion(version) {
             let current = log.version().0;
             return reply(refuse(ForwardRefusalReason::Stale { current }));
@@ -355,6 +370,7 @@ impl ChainPaths {
     /// it is acknowledged, following version changes (see the module's comment).
     async fn drain(&self, state: &mut ChainState, chain: u32, me: TargetId) -> Result<(), Stop> {
         let mut deadline: Option<Instant> = None;
+        let mut warned = false;
         loop {
             let role = self.follow(state, chain, me)?;
             state.prune();
@@ -368,8 +384,22 @@ impl ChainPaths {
                 Err(trouble) => trouble,
             };
             let Trouble::Wait(what) = trouble else { continue };
-            let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.change_wait);
-            tracing::warn!(chain, version = role.version.0, successor = %successor, %what, "chain successor did not acknowledge; asking for news");
+            // The first failure is tried again at once: a cached connection the successor
+            // closed while idle is only found broken by using it.
+            if deadline.is_none() {
+                deadline = Some(Instant::now() + self.config.change_wait);
+                self.held.nudge();
+                continue;
+            }
+            let until = deadline.unwrap_or_else(Instant::now);
+            match std::mem::replace(&mut warned, true) {
+                false => {
+                    tracing::warn!(chain, version = role.version.0, successor = %successor, %what, "chain successor did not acknowledge; waiting for the chain's next version")
+                }
+                true => {
+                    tracing::debug!(chain, version = role.version.0, successor = %successor, %what, "chain successor still not acknowledging")
+                }
+            }
             if Instant::now() >= until {
                 let message = format!(
                     "chain {chain} v{}: successor {successor} did not acknowledge ({what}) and no new chain version came within chain_change_wait_ms = {} ms",
@@ -448,6 +478,12 @@ impl ChainPaths {
             self.held.address_failed();
             return Err(Trouble::Wait(format!("no address known for target {successor}")));
         };
+        // One connection per peer server, shared by the chains it succeeds this server in.
+        let shared = self.peers.lock().get(&addr).filter(|c| !c.is_broken()).cloned();
+        if let Some(connection) = shared {
+            state.link = Some((successor, addr, connection.clone()));
+            return Ok(connection);
+        }
         let mut config = ConnectionConfig::with_auth(self.auth.clone());
         config.connect_timeout_ms =
             u64::try_from(self.config.forward_timeout.as_millis()).unwrap_or(u64::MAX);
@@ -455,6 +491,10 @@ impl ChainPaths {
         let connection =
             Connection::connect(&addr, config).await.map_err(|error| Trouble::Wait(error.to_string()))?;
         let connection = Arc::new(connection);
+        let mut peers = self.peers.lock();
+        peers.retain(|_, c| !c.is_broken());
+        peers.insert(addr.clone(), connection.clone());
+        drop(peers);
         state.link = Some((successor, addr, connection.clone()));
         Ok(connection)
     }

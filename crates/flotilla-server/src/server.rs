@@ -134,7 +134,7 @@ impl Server {
     }
 
     /// The chains of this server's targets and the lease, as the last heartbeat reply gave
-    /// them (replication, issue 32; the data path's fencing will use them).
+    /// them (replication, issue 32; the chain data path fences every chained request with them).
     pub fn chains(&self) -> crate::membership::ChainsSnapshot {
         self.shared.chains.snapshot()
     }
