@@ -241,7 +241,8 @@ impl PyClient {
 
     /// Creates a file of `subfiles` subfiles (each with a `data` fork). `layout` maps its
     /// linear bytes onto them ("stripe:UNIT[:COUNT]", "hash:BLOCK[:SEQ[:COUNT]]",
-    /// "explicit"; default: the directory's). `exclusive=False` opens an existing file.
+    /// "explicit"; default: the directory's), optionally ending in ",replicas=N" for N copies
+    /// of every subfile on chains (issue 32). `exclusive=False` opens an existing file.
     /// `no_overlap=True` promises that no other client writes the bytes this handle reads or
     /// writes: the handle takes no byte-range tokens.
     #[pyo3(signature = (path, subfiles = 1, layout = None, mode = 0o644, exclusive = true, *, no_overlap = false))]
@@ -257,8 +258,15 @@ impl PyClient {
         no_overlap: bool,
     ) -> PyResult<PyFile> {
         let client = self.client(py)?;
-        let layout = parse_layout(py, layout)?;
-        let options = CreateOptions { subfiles, targets: None, layout, mode, exclusive, no_overlap };
+        // A layout text may end in `,replicas=N` (issue 32: a replicated file).
+        let replicated = layout
+            .map(|text| {
+                flotilla_client::ReplicatedLayout::parse(text).map_err(|e| invalid(py, e.to_string()))
+            })
+            .transpose()?;
+        let (layout, replicas) = replicated.map_or((None, 1), |r| (Some(r.layout), r.replicas));
+        let options =
+            CreateOptions { subfiles, targets: None, layout, mode, exclusive, no_overlap, replicas };
         let created = py.detach(|| match client.create(path, &options) {
             Err(error) if !exclusive && error.errno() == 17 => {
                 client.open_with(path, &OpenOptions { no_overlap })

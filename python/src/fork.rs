@@ -45,7 +45,7 @@ pymethods_with_data!(PyFork {
 
     /// Address of the I/O server holding the fork.
     #[getter]
-    fn server(&self) -> &str {
+    fn server(&self) -> String {
         self.fork.server()
     }
 

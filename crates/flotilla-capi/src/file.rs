@@ -4,7 +4,7 @@ use crate::client::flotilla_client;
 use crate::error::{c_str, guard_bytes, guard_status, object, put, Failure};
 use crate::handle::{flotilla_handle, start};
 use crate::request::{flotilla_request, request_shape};
-use ::flotilla_client::{CreateOptions, File, Layout, OpenOptions};
+use ::flotilla_client::{CreateOptions, File, OpenOptions, ReplicatedLayout};
 use std::ffi::{c_char, c_int, c_void};
 
 /// An open file (opaque).
@@ -47,7 +47,11 @@ pub unsafe extern "C" fn flotilla_create(
             if !given.layout.is_null() {
                 // SAFETY: see above.
                 let text = unsafe { c_str(given.layout, "layout")? };
-                create.layout = Some(Layout::parse(text).map_err(|e| Failure::invalid(e.to_string()))?);
+                // The text may end in `,replicas=N` (issue 32: a replicated file).
+                let replicated =
+                    ReplicatedLayout::parse(text).map_err(|e| Failure::invalid(e.to_string()))?;
+                create.layout = Some(replicated.layout);
+                create.replicas = replicated.replicas;
             }
         }
         let file = match client.client.create(path, &create) {

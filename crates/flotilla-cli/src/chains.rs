@@ -4,10 +4,10 @@
 
 use anyhow::Context;
 use flotilla_proto::{
-    ChainInfo, ChainMemberState, ChainReport, CreateSpec, MemberHealth, MetaReply, MetaRequest, TargetChains,
+    ChainInfo, ChainMemberState, ChainReport, MemberHealth, MetaReply, MetaRequest, TargetChains,
 };
 use flotilla_rpc::{Connection, ConnectionConfig};
-use flotilla_types::{ReplicatedLayout, TargetId};
+use flotilla_types::TargetId;
 use std::collections::BTreeMap;
 
 /// Sends one request to the metadata service at `meta` with the client credential.
@@ -33,24 +33,6 @@ pub fn report(meta: &str, with_chains: bool) -> anyhow::Result<Option<ChainRepor
         MetaReply::Error(error) if error.code == flotilla_proto::ErrorCode::BadRequest => Ok(None),
         MetaReply::Error(error) => Err(error.into()),
         other => anyhow::bail!("unexpected reply to a chain status: {other:?}"),
-    }
-}
-
-/// Creates `path` with `spec` and `layout.replicas` copies of every subfile; the service
-/// refuses (too few failure groups; no replicated data path in this build yet).
-pub fn create_replicated(
-    meta: &str,
-    path: &str,
-    spec: CreateSpec,
-    layout: ReplicatedLayout,
-) -> anyhow::Result<()> {
-    let request = MetaRequest::CreateReplicated { path: path.to_string(), spec, replicas: layout.replicas };
-    match call(meta, &request)? {
-        MetaReply::Entry(_) => anyhow::bail!(
-            "{path} was created with {layout}, but this client cannot write replicated files yet"
-        ),
-        MetaReply::Error(error) => Err(anyhow::Error::from(error).context(format!("create {path}"))),
-        other => anyhow::bail!("unexpected reply to a create: {other:?}"),
     }
 }
 

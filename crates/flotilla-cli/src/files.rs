@@ -407,22 +407,12 @@ pub fn put(args: PutArgs) -> anyhow::Result<()> {
         "put stores a linear file: the explicit layout has no linear view"
     );
     if replicas != 1 {
-        let replicated = flotilla_types::ReplicatedLayout::new(layout.unwrap_or(default_layout()), replicas)?;
-        let caller = flotilla_client::process_caller();
-        let spec = flotilla_proto::CreateSpec {
-            mode: 0o644,
-            uid: caller.uid,
-            gid: caller.gid,
-            subfiles: args.subfiles,
-            targets: None,
-            layout,
-            exclusive: false,
-        };
-        return crate::chains::create_replicated(&args.meta.meta, &args.path, spec, replicated);
+        // Checked here so a bad count is named before anything is sent.
+        flotilla_types::ReplicatedLayout::new(layout.unwrap_or(default_layout()), replicas)?;
     }
     let client = args.meta.client()?;
     let local = std::fs::File::open(&args.local).with_context(|| format!("open {}", args.local.display()))?;
-    let options = CreateOptions { subfiles: args.subfiles, layout, ..CreateOptions::default() };
+    let options = CreateOptions { subfiles: args.subfiles, layout, replicas, ..CreateOptions::default() };
     let sink = Sink::staged(&client, &args.path, &options)?;
     let total_bytes = local.metadata().map(|m| m.len()).unwrap_or(0);
     let progress = Progress::new(total_bytes);

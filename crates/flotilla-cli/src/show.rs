@@ -221,10 +221,35 @@ pub fn stat_lines(entry: &EntryInfo, output: Output) -> Vec<String> {
         lines.push(format!("symlink={target}"));
     }
     for (index, place) in entry.subfiles.iter().enumerate() {
-        lines
-            .push(format!("subfile={index} target={} server={} up={}", place.target, place.server, place.up));
+        let mut line =
+            format!("subfile={index} target={} server={} up={}", place.target, place.server, place.up);
+        if let Some(chain) = &place.chain {
+            let replicas: Vec<String> = chain
+                .members
+                .iter()
+                .map(|m| format!("{}@{}:{}", m.target, m.server, replica_state(m.state)))
+                .collect();
+            line.push_str(&format!(
+                " chain={} version={} replicas={}",
+                chain.chain,
+                chain.version,
+                replicas.join(",")
+            ));
+        }
+        lines.push(line);
     }
     lines
+}
+
+/// A replica's state as `stat` shows it.
+fn replica_state(state: flotilla_proto::ChainMemberState) -> String {
+    use flotilla_proto::ChainMemberState as S;
+    match state {
+        S::Serving => "serving".into(),
+        S::Syncing { missed_since, .. } => format!("syncing@{missed_since}"),
+        S::Offline { missed_since, .. } => format!("offline@{missed_since}"),
+        S::Dead => "dead".into(),
+    }
 }
 
 /// The JSON of `flotilla stat`.
@@ -245,6 +270,13 @@ pub fn stat_json(entry: &EntryInfo) -> Value {
         "symlink": entry.symlink,
         "subfiles": entry.subfiles.iter().map(|p| json!({
             "target": p.target.to_string(), "server": p.server, "up": p.up,
+            "chain": p.chain.as_ref().map(|c| json!({
+                "chain": c.chain,
+                "version": c.version,
+                "replicas": c.members.iter().map(|m| json!({
+                    "target": m.target.to_string(), "server": m.server, "state": replica_state(m.state),
+                })).collect::<Vec<_>>(),
+            })),
         })).collect::<Vec<_>>(),
     })
 }

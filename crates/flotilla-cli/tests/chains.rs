@@ -1,7 +1,7 @@
 //! Replication's control plane (issue 32) with real processes: failure groups, the chain
 //! table built and driven by heartbeats, fencing of a killed server, its return, the table
 //! surviving a SIGKILL of the metadata service, and replicated creates refused for the
-//! right reason.
+//! right reason (`replicated.rs` has the replicated files themselves).
 
 mod common;
 
@@ -189,7 +189,7 @@ fn groups_show_a_killed_server_is_fenced_and_returns_and_the_table_survives_a_me
 }
 
 #[test]
-fn replicated_creates_are_refused_naming_the_groups_then_the_missing_data_path() {
+fn replicated_creates_are_refused_naming_the_groups_then_the_tables_replica_count() {
     let (mut cluster, _) = cluster_in_groups(&["rack-a", "rack-b"]);
     let meta = cluster.meta_addr();
     let local = cluster.dir.path().join("local.bin");
@@ -199,16 +199,12 @@ fn replicated_creates_are_refused_naming_the_groups_then_the_missing_data_path()
     let (ok, _, stderr) = put("stripe:64k:2,replicas=3");
     assert!(!ok, "replicas=3 over two groups must fail");
     assert!(stderr.contains("3 replicas need 3 distinct failure groups, but only 2"), "{stderr}");
-
-    let (ok, _, stderr) = put("stripe:64k:2,replicas=2");
-    assert!(!ok, "replicas=2 must fail: this build has no replicated data path");
-    assert!(stderr.contains("replicated writes are not supported by this build"), "{stderr}");
-    assert!(stderr.contains("stripe:64K:2,replicas=2"), "the error names the layout: {stderr}");
+    assert!(stderr.contains("stripe:64K:2,replicas=3"), "the error names the layout: {stderr}");
     let (ok, _, stderr) = cli(&["stat", "/r", "--meta", &meta]);
     assert!(!ok && stderr.contains("no such file"), "no file was made: {stderr}");
 
     // A server started without --failure-group is in its host's group, a third group: now
-    // replicas=3 has its groups and is refused only for the data path.
+    // replicas=3 has its groups but the table was built with chains of two.
     let third = start_server(&cluster, 2, None);
     cluster.servers.push(Some(third));
     cluster.wait_up(3);
@@ -220,7 +216,7 @@ fn replicated_creates_are_refused_naming_the_groups_then_the_missing_data_path()
     let third = shown.lines().filter(|l| l.starts_with("target=")).find(|l| !l.contains("group=rack-"));
     assert_eq!(third.and_then(|l| field(l, "chains")), Some("2"), "{shown}");
     let (ok, _, stderr) = put("stripe:64k:2,replicas=3");
-    assert!(!ok && stderr.contains("not supported by this build"), "{stderr}");
+    assert!(!ok && stderr.contains("the chain table has 2 replicas per chain"), "{stderr}");
 
     let (ok, _, stderr) = put("stripe:64k:2");
     assert!(ok, "one replica is today's behaviour: {stderr}");

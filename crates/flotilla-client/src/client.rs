@@ -141,6 +141,10 @@ pub struct CreateOptions {
     /// The caller promises that no other client writes bytes this handle reads or writes
     /// (disjoint writers): the handle takes no byte-range tokens (`OpenOptions::no_overlap`).
     pub no_overlap: bool,
+    /// Copies of every subfile (issue 32), on targets of distinct failure groups: 1 (the
+    /// default) is a file of one copy; more places each subfile on a chain of that many
+    /// members (the cluster's `chain_replicas`), written through its head.
+    pub replicas: u32,
 }
 
 impl Default for CreateOptions {
@@ -152,6 +156,7 @@ impl Default for CreateOptions {
             mode: 0o644,
             exclusive: true,
             no_overlap: false,
+            replicas: 1,
         }
     }
 }

@@ -13,6 +13,7 @@
 //! restart lost go first.
 
 use crate::error::{unexpected, ClientError};
+use crate::replicas::{call, connect, destination, route_chain, Access, ChainViews};
 use crate::transport::outage::Service;
 use crate::transport::{OnConnect, ServerConnection, Transport};
 use crate::unstable::{UnstableLog, UnstableWrite};
@@ -22,6 +23,10 @@ use flotilla_types::FileId;
 use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+/// The epoch a chained write is recorded in (a replicated subfile's writes are not tied to
+/// one server's boot: they are never resent, and its chained Sync releases them).
+pub(crate) const CHAINED_EPOCH: u64 = u64::MAX;
 
 /// The writes this client holds until they are durable, and the committing of them.
 pub(crate) struct UnstableWrites {
@@ -33,6 +38,8 @@ pub(crate) struct UnstableWrites {
     drain: tokio::sync::Mutex<()>,
     /// Whether a background drain is running (see `start_background_drain`).
     draining: AtomicBool,
+    /// The views of the chains replicated subfiles are on (`replicas.rs`).
+    pub chains: Arc<ChainViews>,
 }
 
 impl OnConnect for UnstableWrites {
@@ -53,6 +60,7 @@ impl UnstableWrites {
             bytes_max,
             drain: tokio::sync::Mutex::new(()),
             draining: AtomicBool::new(false),
+            chains: Arc::default(),
         }
     }
 
@@ -113,6 +121,9 @@ impl UnstableWrites {
         fork: &ForkRef,
         addr: &str,
     ) -> Result<(), ClientError> {
+        if route_chain(addr).is_some() {
+            return self.commit_chained_once(transport, fork, addr).await;
+        }
         let server = transport.server(addr).await?;
         self.resend_stale(transport, &server, addr, Some(fork)).await?;
         // Every write recorded by now was acknowledged, so executed, before this Sync is sent.
@@ -121,6 +132,34 @@ impl UnstableWrites {
         match transport.io_call(&server, &request, Bytes::new(), 0).await {
             Ok((IoReply::Done { .. }, _)) => {
                 self.log.lock().synced(fork, server.epoch, recorded);
+                Ok(())
+            }
+            Ok((other, _)) => Err(unexpected("sync", &other)),
+            Err(ClientError::Server { error, .. }) if error.code == ErrorCode::NotFound => {
+                self.log.lock().forget_fork(fork);
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A replicated subfile's commit: one Sync, chained to the head, which settles it only
+    /// once every member of the write path has synced. Nothing is resent: a member that
+    /// restarted left the chain and is resynced by the others (`replicas.rs`).
+    async fn commit_chained_once(
+        &self,
+        transport: &Transport,
+        fork: &ForkRef,
+        route: &str,
+    ) -> Result<(), ClientError> {
+        let views = &self.chains;
+        let destination = destination(transport, views, route, Access::Change).await?;
+        let server = connect(transport, views, &destination).await?;
+        let recorded = self.log.lock().last_sequence();
+        let request = IoRequest::Sync { fork: fork.clone() };
+        match call(transport, views, &destination, &server, &request, Bytes::new(), 0).await {
+            Ok((IoReply::Done { .. }, _)) => {
+                self.log.lock().synced(fork, CHAINED_EPOCH, recorded);
                 Ok(())
             }
             Ok((other, _)) => Err(unexpected("sync", &other)),

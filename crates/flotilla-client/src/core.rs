@@ -49,6 +49,11 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// The views of the chains this client's replicated subfiles are on (`replicas.rs`).
+    pub fn chains(&self) -> &crate::replicas::ChainViews {
+        &self.unstable.chains
+    }
+
     pub fn new(
         meta: crate::transport::LeaderChase,
         client_name: String,

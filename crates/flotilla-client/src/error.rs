@@ -50,6 +50,16 @@ pub enum ClientError {
     Token(String),
     /// A service stayed unreachable for the whole outage wait (`OutageSettings::wait_ms`);
     /// `last` is the last attempt's error, which names its address.
+    /// Replication (issue 32): a chain member refused a chained request (the client
+    /// refetches the chain and tries again within the outage wait).
+    #[error("I/O server {server}: {refused}")]
+    ChainRefused { server: String, refused: flotilla_proto::chains::ForwardRefused },
+    /// A replicated subfile's chain has no member to send the request to (`why`).
+    #[error("chain {chain}: {why}")]
+    ChainUnavailable { chain: u32, why: String },
+    /// A chained read got no answer from a member in time (the next serving one is tried).
+    #[error("I/O server {server}: no answer to a replicated read in {waited_ms} ms")]
+    ReplicaTimeout { server: String, waited_ms: u64 },
     #[error("{service} stayed unreachable for {waited_ms} ms (outage_wait_ms = {wait_ms}): {last}")]
     Unreachable { service: Service, waited_ms: u64, wait_ms: u64, last: Box<ClientError> },
 }

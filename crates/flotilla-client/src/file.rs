@@ -9,10 +9,10 @@ use crate::fork::{fork_ref, Fork, DEFAULT_FORK};
 use crate::handle::Handle;
 use crate::lease::OpenGuard;
 use crate::library_tokens::{cover, cover_async, read_range, write_range};
+use crate::replicas::{destination, Access};
 use crate::tokens::{ByteRange, TokenCache, TokenUse, WHOLE_FILE};
 use crate::transfer::{check_call, read_into, read_shape, write_shape, WriteSource};
 use crate::transport::outage::Service;
-use crate::transport::Transport;
 use bytes::Bytes;
 use flotilla_proto::{EntryInfo, ForkInfo, IoReply, IoRequest, MetaReply, MetaRequest, TokenMode};
 use flotilla_request::{Piece, Shape};
@@ -41,6 +41,7 @@ pub struct File {
 impl File {
     pub(crate) fn opened(client: Client, path: String, entry: EntryInfo, open: Arc<OpenGuard>) -> File {
         let tokens = if entry.no_overlap { None } else { client.token_cache() };
+        client.core.chains().learn_entry(&entry);
         File { client, path, entry: Arc::new(entry), _open: open, tokens }
     }
 
@@ -105,7 +106,7 @@ impl File {
             file: fork.fork.file,
             subfile: SubfileIndex(subfile),
         };
-        match self.client.block_on(self.client.core.transport.io_simple(&fork.server, request))? {
+        match fork.simple(request, "list forks")? {
             IoReply::Forks(forks) => Ok(forks),
             other => Err(unexpected("list forks", &other)),
         }
@@ -270,7 +271,7 @@ impl File {
         }
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
         let shape = Shape::contiguous(offset, length);
-        self.client.block_on(read_linear(&core.transport, &entry, &shape, buffer))?;
+        self.client.block_on(read_linear(&core, &entry, &shape, buffer))?;
         Ok(length as usize)
     }
 
@@ -285,7 +286,7 @@ impl File {
         let range = self.touched(shape, buffer.len(), read_range)?;
         let _token = self.token(TokenMode::Read, range)?;
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
-        self.client.block_on(read_linear(&core.transport, &entry, shape, buffer))
+        self.client.block_on(read_linear(&core, &entry, shape, buffer))
     }
 
     /// Writes any shape of the linear file: one packed request per server, all in flight,
@@ -316,7 +317,7 @@ impl File {
         let token = self.token_later(TokenMode::Read, self.touched(&shape, buffer.len(), read_range));
         self.client.spawn(async move {
             let _token = token.await?;
-            read_linear(&core.transport, &entry, &shape, &mut buffer).await?;
+            read_linear(&core, &entry, &shape, &mut buffer).await?;
             Ok(buffer)
         })
     }
@@ -426,7 +427,7 @@ pub(crate) async fn write_linear(
 }
 
 pub(crate) async fn read_linear(
-    transport: &Transport,
+    core: &Core,
     entry: &EntryInfo,
     shape: &Shape,
     buffer: &mut [u8],
@@ -435,7 +436,7 @@ pub(crate) async fn read_linear(
     let lists = split_by_subfile(entry, shape)?;
     let buffer_bytes = buffer.len();
     let Some(memory) = CallMemory::new(buffer, lists.iter().flatten().copied()) else {
-        return read_linear_copying(transport, entry, lists, buffer).await.map(|()| summary.total_bytes);
+        return read_linear_copying(core, entry, lists, buffer).await.map(|()| summary.total_bytes);
     };
     let memory = &memory;
     let reads =
@@ -446,10 +447,11 @@ pub(crate) async fn read_linear(
                 let (fork, addr, shape) = (&fork, addr.as_str(), &Shape::List { pieces });
                 // A read changes nothing: sent again while the server is away. Each subfile's
                 // pieces are its own: its targets share no byte with another's.
-                transport
+                core.transport
                     .outlast(Service::Server, move |_| async move {
-                        let server = transport.server(addr).await?;
-                        read_into(transport, &server, fork, shape, buffer_bytes, memory).await
+                        let destination =
+                            destination(&core.transport, core.chains(), addr, Access::Read).await?;
+                        read_into(core, &destination, fork, shape, buffer_bytes, memory).await
                     })
                     .await
             }
@@ -461,7 +463,7 @@ pub(crate) async fn read_linear(
 /// [`read_linear`] for a shape whose pieces overlap in memory: each subfile's bytes are read
 /// packed, then copied to their places.
 async fn read_linear_copying(
-    transport: &Transport,
+    core: &Core,
     entry: &EntryInfo,
     lists: Vec<Vec<Piece>>,
     buffer: &mut [u8],
@@ -473,7 +475,7 @@ async fn read_linear_copying(
                 let (fork, server) = place?;
                 let (packed_shape, bytes) = packed(&pieces);
                 let mut packed_buffer = vec![0u8; bytes as usize];
-                read_shape(transport, &server, &fork, &packed_shape, &mut packed_buffer).await?;
+                read_shape(core, &server, &fork, &packed_shape, &mut packed_buffer).await?;
                 Ok::<_, ClientError>((pieces, packed_buffer))
             }
         });

@@ -4,8 +4,10 @@ use crate::client::Client;
 use crate::core::Core;
 use crate::error::{unexpected, ClientError};
 use crate::handle::Handle;
+use crate::replicas::{access_of, call, connect, destination};
 use crate::transfer::{read_shape, write_shape, WriteSource};
-use crate::transport::Transport;
+use crate::transport::outage::Service;
+use bytes::Bytes;
 use flotilla_proto::{EntryInfo, ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
 use flotilla_types::SubfileIndex;
@@ -19,6 +21,8 @@ pub const DEFAULT_FORK: &str = "data";
 pub struct Fork {
     pub(crate) client: Client,
     pub(crate) fork: ForkRef,
+    /// The server's address, or the route of the chain a replicated subfile is on
+    /// (`replicas.rs`).
     pub(crate) server: String,
 }
 
@@ -27,14 +31,24 @@ impl Fork {
         &self.fork
     }
 
-    /// Address of the I/O server holding this fork.
-    pub fn server(&self) -> &str {
-        &self.server
+    /// Address of the I/O server holding this fork (for a replicated subfile, the address of
+    /// its chain's head as this client last knew it).
+    pub fn server(&self) -> String {
+        match crate::replicas::route_chain(&self.server)
+            .and_then(|chain| self.client.core.chains().get(chain))
+        {
+            Some(chain) => {
+                let serving =
+                    chain.members.iter().find(|m| m.state == flotilla_proto::ChainMemberState::Serving);
+                serving.map(|m| m.server.clone()).unwrap_or_default()
+            }
+            None => self.server.clone(),
+        }
     }
 
     /// Reads the shape's pieces into `buffer` (each piece at its memory offset).
     pub fn read(&self, shape: &Shape, buffer: &mut [u8]) -> Result<u64, ClientError> {
-        self.client.block_on(read_shape(&self.client.core.transport, &self.server, &self.fork, shape, buffer))
+        self.client.block_on(read_shape(&self.client.core, &self.server, &self.fork, shape, buffer))
     }
 
     /// Writes the shape's pieces from `buffer` (each piece from its memory offset).
@@ -52,7 +66,7 @@ impl Fork {
     pub fn read_nb(&self, shape: Shape, mut buffer: Vec<u8>) -> Handle<Vec<u8>> {
         let (core, server, fork) = self.parts();
         self.client.spawn(async move {
-            read_shape(&core.transport, &server, &fork, &shape, &mut buffer).await?;
+            read_shape(&core, &server, &fork, &shape, &mut buffer).await?;
             Ok(buffer)
         })
     }
@@ -70,16 +84,11 @@ impl Fork {
     }
 
     pub(crate) fn simple(&self, request: IoRequest, what: &'static str) -> Result<IoReply, ClientError> {
-        self.client.block_on(simple_call(
-            self.client.core.transport.clone(),
-            self.server.clone(),
-            request,
-            what,
-        ))
+        self.client.block_on(simple_call(self.client.core.clone(), self.server.clone(), request, what))
     }
 
     fn simple_nb(&self, request: IoRequest, what: &'static str) -> Handle<IoReply> {
-        self.client.spawn(simple_call(self.client.core.transport.clone(), self.server.clone(), request, what))
+        self.client.spawn(simple_call(self.client.core.clone(), self.server.clone(), request, what))
     }
 
     /// The fork's size in bytes.
@@ -135,13 +144,27 @@ impl Fork {
     }
 }
 
+/// A request without data to the fork's server (or, replicated, to its chain's head for a
+/// change and to a serving member for a read), tried again while it cannot be reached
+/// (every such request is idempotent).
 async fn simple_call(
-    transport: Arc<Transport>,
-    server: String,
+    core: Arc<Core>,
+    route: String,
     request: IoRequest,
     what: &'static str,
 ) -> Result<IoReply, ClientError> {
-    match transport.io_simple(&server, request).await? {
+    let (core, route, request) = (&core, route.as_str(), &request);
+    let reply = core
+        .transport
+        .outlast(Service::Server, move |_| async move {
+            let (transport, chains) = (&core.transport, core.chains());
+            let destination = destination(transport, chains, route, access_of(request)).await?;
+            let server = connect(transport, chains, &destination).await?;
+            let (reply, _) = call(transport, chains, &destination, &server, request, Bytes::new(), 0).await?;
+            Ok(reply)
+        })
+        .await?;
+    match reply {
         reply @ (IoReply::Done { .. } | IoReply::Size { .. } | IoReply::Forks(_) | IoReply::Hsm(_)) => {
             Ok(reply)
         }
@@ -165,7 +188,11 @@ pub(crate) fn fork_ref(
         subfile: SubfileIndex(subfile),
         fork: if fork.is_empty() { DEFAULT_FORK.to_string() } else { fork.to_string() },
     };
-    Ok((fork, place.server.clone()))
+    let route = match &place.chain {
+        Some(chain) => crate::replicas::chain_route(chain.chain),
+        None => place.server.clone(),
+    };
+    Ok((fork, route))
 }
 
 impl std::fmt::Debug for Fork {

@@ -34,6 +34,7 @@ mod opens;
 mod posix;
 mod posix_at;
 mod raw;
+mod replicas;
 mod tokens;
 mod transfer;
 mod transport;
@@ -55,7 +56,7 @@ pub use flotilla_proto::{
 pub use flotilla_proto::{ListedEntry, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX};
 pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
 pub use flotilla_types::{
-    Attributes, FileId, FileKind, Layout, LayoutError, SetAttr, SubfileIndex, TargetId,
+    Attributes, FileId, FileKind, Layout, LayoutError, ReplicatedLayout, SetAttr, SubfileIndex, TargetId,
 };
 pub use fork::{Fork, DEFAULT_FORK};
 pub use group::{Group, GroupError, GroupStats, GroupTarget, RequestFailure};

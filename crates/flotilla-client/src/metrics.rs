@@ -25,6 +25,11 @@ pub(crate) struct ClientMetrics {
 impl ClientMetrics {
     /// Counts one finished round trip of `request`, which moved `bytes`.
     pub fn observed(&self, request: &IoRequest, bytes: u64, elapsed: Duration) {
+        // A replicated subfile's request counts as what it carries.
+        let request = match request {
+            IoRequest::Chained { request, .. } => request,
+            other => other,
+        };
         let kind = match request {
             IoRequest::Read { .. } => 0,
             IoRequest::Write { .. } => 1,

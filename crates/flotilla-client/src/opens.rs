@@ -18,8 +18,8 @@ impl Client {
     /// Creates a file with `options.subfiles` subfiles, each with a `data` fork.
     pub fn create(&self, path: &str, options: &CreateOptions) -> Result<File, ClientError> {
         let owner = (current_uid(), current_gid());
-        let file =
-            self.block_on(create_open(self.clone(), path.to_string(), create_spec(options.clone(), owner)))?;
+        let (spec, replicas) = (create_spec(options.clone(), owner), options.replicas);
+        let file = self.block_on(create_open_replicated(self.clone(), path.to_string(), spec, replicas))?;
         Ok(file.with_no_overlap(options.no_overlap))
     }
 
@@ -29,7 +29,8 @@ impl Client {
         let path = path.to_string();
         let owner = (current_uid(), current_gid());
         let no_overlap = options.no_overlap;
-        let created = create_open(client, path, create_spec(options.clone(), owner));
+        let created =
+            create_open_replicated(client, path, create_spec(options.clone(), owner), options.replicas);
         self.spawn(async move { Ok(created.await?.with_no_overlap(no_overlap)) })
     }
 
@@ -106,6 +107,22 @@ pub(crate) async fn create_file(
 }
 
 /// Creates the file and opens it: one round trip (`CreateOpen`) for a new file.
+/// `create_open`, or for more than one replica `CreateReplicated` (which places the file on
+/// chains) and then `Opened`.
+async fn create_open_replicated(
+    client: Client,
+    path: String,
+    spec: CreateSpec,
+    replicas: u32,
+) -> Result<File, ClientError> {
+    if replicas <= 1 {
+        return create_open(client, path, spec).await;
+    }
+    let request = MetaRequest::CreateReplicated { path: path.clone(), spec, replicas };
+    let entry = entry_reply(client.core.transport.meta_call(request).await?, "create")?;
+    open_file(client, path, entry.id).await
+}
+
 async fn create_open(client: Client, path: String, spec: CreateSpec) -> Result<File, ClientError> {
     let session = client.core.transport.session();
     if client.core.attrs.enabled() {

@@ -73,9 +73,8 @@ impl Fork {
     /// Non-blocking read into caller memory; the handle gives the bytes read.
     pub fn read_raw_nb(&self, shape: Shape, mut buffer: RawBuffer) -> Handle<u64> {
         let (core, server, fork) = (self.client.core.clone(), self.server.clone(), self.fork.clone());
-        self.client.spawn(async move {
-            read_shape(&core.transport, &server, &fork, &shape, buffer.as_mut_slice()).await
-        })
+        self.client
+            .spawn(async move { read_shape(&core, &server, &fork, &shape, buffer.as_mut_slice()).await })
     }
 
     /// Non-blocking write from caller memory; the handle gives the bytes written.
@@ -91,8 +90,7 @@ impl File {
     /// Non-blocking read of the linear file into caller memory; the handle gives the bytes.
     pub fn read_shape_raw_nb(&self, shape: Shape, mut buffer: RawBuffer) -> Handle<u64> {
         let (core, entry) = (self.client.core.clone(), self.entry.clone());
-        self.client
-            .spawn(async move { read_linear(&core.transport, &entry, &shape, buffer.as_mut_slice()).await })
+        self.client.spawn(async move { read_linear(&core, &entry, &shape, buffer.as_mut_slice()).await })
     }
 
     /// Non-blocking write of the linear file from caller memory; the handle gives the bytes.

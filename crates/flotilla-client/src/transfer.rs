@@ -11,10 +11,12 @@
 //! durable), else gathered into a pooled buffer.
 
 use crate::call_memory::CallMemory;
+use crate::commit::CHAINED_EPOCH;
 use crate::core::Core;
 use crate::error::{unexpected, ClientError};
+use crate::replicas::{call, call_into, connect, destination, Access, Destination};
 use crate::transport::outage::Service;
-use crate::transport::{ServerConnection, Transport};
+use crate::transport::ServerConnection;
 use crate::unstable::UnstableWrite;
 use bytes::Bytes;
 use flotilla_proto::buffers::BufferPool;
@@ -103,10 +105,11 @@ fn cut_piece(piece: Piece, bytes_max: u64) -> impl Iterator<Item = Piece> {
     })
 }
 
-/// Reads `shape` of `fork` on the server at `addr` into `buffer`; returns bytes read.
+/// Reads `shape` of `fork` at `route` (a server's address, or a replicated subfile's
+/// chain: `replicas.rs`) into `buffer`; returns bytes read.
 pub(crate) async fn read_shape(
-    transport: &Transport,
-    addr: &str,
+    core: &Core,
+    route: &str,
     fork: &ForkRef,
     shape: &Shape,
     buffer: &mut [u8],
@@ -114,30 +117,32 @@ pub(crate) async fn read_shape(
     let summary = check_call(shape, buffer.len())?;
     let buffer_bytes = buffer.len();
     let Some(memory) = CallMemory::for_shape(buffer, shape) else {
-        return read_shape_copying(transport, addr, fork, shape, buffer).await;
+        return read_shape_copying(core, route, fork, shape, buffer).await;
     };
     let memory = &memory;
-    // A read changes nothing: the whole of it is sent again while the server is away.
-    transport
+    // A read changes nothing: the whole of it is sent again while the server is away (a
+    // replicated subfile's goes to the next serving member).
+    core.transport
         .outlast(Service::Server, move |_| async move {
-            let server = transport.server(addr).await?;
-            read_into(transport, &server, fork, shape, buffer_bytes, memory).await
+            let destination = destination(&core.transport, core.chains(), route, Access::Read).await?;
+            read_into(core, &destination, fork, shape, buffer_bytes, memory).await
         })
         .await?;
     Ok(summary.total_bytes)
 }
 
 /// Reads `shape` (whose pieces are pieces of `memory`'s call, covered by no other target)
-/// from `server` into `memory`, each reply's data placed straight where it belongs.
+/// from `destination` into `memory`, each reply's data placed straight where it belongs.
 pub(crate) async fn read_into(
-    transport: &Transport,
-    server: &ServerConnection,
+    core: &Core,
+    destination: &Destination,
     fork: &ForkRef,
     shape: &Shape,
     buffer_bytes: usize,
     memory: &CallMemory<'_>,
 ) -> Result<(), ClientError> {
     let summary = check_call(shape, buffer_bytes)?;
+    let server = &*connect(&core.transport, core.chains(), destination).await?;
     let requests = match plan(shape, &summary, &server.limits)? {
         Plan::Whole => vec![(shape.clone(), memory_runs(shape, summary.total_bytes)?)],
         Plan::Chunks(chunks) => {
@@ -150,7 +155,7 @@ pub(crate) async fn read_into(
             // cut into chunks), so no two targets share a byte.
             let target = unsafe { memory.target(pieces.into_iter()) };
             let target = target.ok_or_else(|| unexpected("read", &"pieces outside the call's memory"))?;
-            fetch_into(transport, server, fork, shape, target).await
+            fetch_into(core, destination, server, fork, shape, target).await
         })
         .buffer_unordered(CHUNKS_IN_FLIGHT_MAX)
         .try_collect::<Vec<()>>()
@@ -181,7 +186,8 @@ fn pieces_of(shape: &Shape) -> Result<Vec<Piece>, ClientError> {
 
 /// One read request whose reply data goes straight into `target`.
 async fn fetch_into(
-    transport: &Transport,
+    core: &Core,
+    destination: &Destination,
     server: &ServerConnection,
     fork: &ForkRef,
     shape: Shape,
@@ -189,7 +195,7 @@ async fn fetch_into(
 ) -> Result<(), ClientError> {
     let bytes = target.data_bytes();
     let request = IoRequest::Read { fork: fork.clone(), shape };
-    match transport.io_call_into(server, &request, target).await? {
+    match call_into(&core.transport, core.chains(), destination, server, &request, target).await? {
         (IoReply::Data, ReplyData::Placed { .. }) => Ok(()),
         (IoReply::Data, ReplyData::Other(data)) => Err(ClientError::UnexpectedReply {
             request: "read",
@@ -202,8 +208,8 @@ async fn fetch_into(
 /// [`read_shape`] for a shape whose pieces overlap in memory: each reply arrives in a frame
 /// buffer and is copied to its pieces' places, later replies over earlier ones.
 async fn read_shape_copying(
-    transport: &Transport,
-    addr: &str,
+    core: &Core,
+    route: &str,
     fork: &ForkRef,
     shape: &Shape,
     buffer: &mut [u8],
@@ -212,11 +218,13 @@ async fn read_shape_copying(
     // Attempts run one after another; the lock only lends the buffer to each in turn.
     let buffer = tokio::sync::Mutex::new(buffer);
     let (summary_ref, buffer) = (&summary, &buffer);
-    transport
+    core.transport
         .outlast(Service::Server, move |_| async move {
-            let server = transport.server(addr).await?;
+            let destination = destination(&core.transport, core.chains(), route, Access::Read).await?;
+            let server = connect(&core.transport, core.chains(), &destination).await?;
             let mut buffer = buffer.lock().await;
-            read_copying_once(transport, &server, fork, shape, summary_ref, &mut buffer).await
+            let at = (&destination, &*server);
+            read_copying_once(core, at, fork, shape, summary_ref, &mut buffer).await
         })
         .await?;
     Ok(summary.total_bytes)
@@ -224,16 +232,17 @@ async fn read_shape_copying(
 
 /// One attempt of [`read_shape_copying`] on `server`.
 async fn read_copying_once(
-    transport: &Transport,
-    server: &ServerConnection,
+    core: &Core,
+    at: (&Destination, &ServerConnection),
     fork: &ForkRef,
     shape: &Shape,
     summary: &Summary,
     buffer: &mut [u8],
 ) -> Result<(), ClientError> {
+    let server = at.1;
     match plan(shape, summary, &server.limits)? {
         Plan::Whole => {
-            let data = fetch(transport, server, fork, shape.clone(), summary.total_bytes).await?;
+            let data = fetch(core, at, fork, shape.clone(), summary.total_bytes).await?;
             scatter(shape, &data, buffer)?;
         }
         Plan::Chunks(chunks) => {
@@ -241,7 +250,7 @@ async fn read_copying_once(
                 .map(|pieces| async move {
                     let bytes = pieces.iter().map(|p| p.length).sum();
                     let shape = Shape::List { pieces };
-                    let data = fetch(transport, server, fork, shape.clone(), bytes).await?;
+                    let data = fetch(core, at, fork, shape.clone(), bytes).await?;
                     Ok::<_, ClientError>((shape, data))
                 })
                 .buffer_unordered(CHUNKS_IN_FLIGHT_MAX);
@@ -254,14 +263,14 @@ async fn read_copying_once(
 }
 
 async fn fetch(
-    transport: &Transport,
-    server: &ServerConnection,
+    core: &Core,
+    (destination, server): (&Destination, &ServerConnection),
     fork: &ForkRef,
     shape: Shape,
     bytes: u64,
 ) -> Result<Bytes, ClientError> {
     let request = IoRequest::Read { fork: fork.clone(), shape };
-    match transport.io_call(server, &request, Bytes::new(), bytes).await? {
+    match call(&core.transport, core.chains(), destination, server, &request, Bytes::new(), bytes).await? {
         (IoReply::Data, data) if data.len() as u64 == bytes => Ok(data),
         (IoReply::Data, data) => Err(ClientError::UnexpectedReply {
             request: "read",
@@ -373,7 +382,8 @@ pub(crate) fn write_requests(
     })
 }
 
-/// Writes `shape` of `fork` from `source`; returns bytes written.
+/// Writes `shape` of `fork` at `route` (a server's address, or a replicated subfile's
+/// chain, whose head orders it: `replicas.rs`) from `source`; returns bytes written.
 pub(crate) async fn write_shape(
     core: &Arc<Core>,
     addr: &str,
@@ -383,7 +393,12 @@ pub(crate) async fn write_shape(
 ) -> Result<u64, ClientError> {
     let summary = check_call(shape, source.memory().len())?;
     let transport = &core.transport;
-    let server = transport.outlast(Service::Server, move |_| transport.server(addr)).await?;
+    let server = transport
+        .outlast(Service::Server, move |_| async move {
+            let destination = destination(transport, core.chains(), addr, Access::Change).await?;
+            connect(transport, core.chains(), &destination).await
+        })
+        .await?;
     let requests = write_requests(shape, &summary, &server.limits)?;
     core.unstable.make_room(transport, summary.total_bytes).await?;
     stream::iter(requests)
@@ -409,13 +424,17 @@ async fn write_once(
     shape: &Shape,
     data: &Bytes,
 ) -> Result<(), ClientError> {
-    let server = core.transport.server(addr).await?;
+    let (transport, chains) = (&core.transport, core.chains());
+    let destination = destination(transport, chains, addr, Access::Change).await?;
+    let server = connect(transport, chains, &destination).await?;
     let bytes = data.len() as u64;
     let request = IoRequest::Write { fork: fork.clone(), shape: shape.clone() };
-    match core.transport.io_call(&server, &request, data.clone(), bytes).await? {
+    match call(transport, chains, &destination, &server, &request, data.clone(), bytes).await? {
         (IoReply::Done { bytes: written }, _) if written == bytes => {
             let (fork, addr, shape, data) = (fork.clone(), addr.to_string(), shape.clone(), data.clone());
-            let write = UnstableWrite { fork, addr, shape, data, epoch: server.epoch };
+            // A chained write is the chain's, not one server boot's (`commit.rs`).
+            let epoch = if destination.chained.is_some() { CHAINED_EPOCH } else { server.epoch };
+            let write = UnstableWrite { fork, addr, shape, data, epoch };
             let held_bytes = core.unstable.log.lock().record(write);
             core.unstable.start_background_drain(&core.transport, held_bytes);
             Ok(())

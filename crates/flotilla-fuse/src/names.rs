@@ -310,5 +310,6 @@ fn exclusive_create(mode: u32) -> CreateOptions {
         mode: mode & 0o7777,
         exclusive: true,
         no_overlap: false,
+        replicas: 1,
     }
 }

@@ -33,10 +33,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Whether this build writes replicated files: false until the chain data path (server
-/// forwarding, client head and read selection) exists. The one switch for it.
+/// Whether this build writes replicated files (the chain data path: clients send chained
+/// requests to the head and read from serving members; servers order and forward them).
+/// The one switch for it.
 pub(crate) const fn replicated_writes_supported() -> bool {
-    false
+    true
 }
 
 /// Why a replicated create is refused.
@@ -49,13 +50,27 @@ pub(crate) enum ReplicaRefusal {
          not built); create the file with replicas=1"
     )]
     WritesUnsupported { layout: String },
+    #[error(
+        "layout {layout}: the chain table has {table} replicas per chain (`chain_replicas` when it was \
+         built); a file can have only that many"
+    )]
+    TableReplicas { layout: String, table: usize },
+    #[error("layout {layout}: the chain table is not built yet (no registered targets span enough failure groups)")]
+    NoTable { layout: String },
+    #[error(
+        "layout {layout}: {source} (each subfile needs a chain of its own, sharing no target with another's)"
+    )]
+    Chains { layout: String, source: PlacementError },
 }
 
 impl ReplicaRefusal {
     pub(crate) fn wire(&self) -> WireError {
         let code = match self {
-            ReplicaRefusal::Groups { .. } => ErrorCode::InvalidArgument,
+            ReplicaRefusal::Groups { .. }
+            | ReplicaRefusal::TableReplicas { .. }
+            | ReplicaRefusal::Chains { .. } => ErrorCode::InvalidArgument,
             ReplicaRefusal::WritesUnsupported { .. } => ErrorCode::Unsupported,
+            ReplicaRefusal::NoTable { .. } => ErrorCode::Unavailable,
         };
         WireError::new(code, self.to_string())
     }
@@ -86,6 +101,8 @@ struct Inner {
     targets: BTreeMap<TargetId, ChainTarget>,
     /// Targets declared in another group than recorded (warned about once).
     regrouped: BTreeSet<TargetId>,
+    /// Files this service placed on each chain since it started (placement's load).
+    placed: BTreeMap<ChainId, u64>,
 }
 
 /// The chain table and its engine.
@@ -105,7 +122,12 @@ impl Chains {
         };
         settings.membership.validate().map_err(invalid)?;
         let chains = Chains {
-            inner: Mutex::new(Inner { engine: None, targets: BTreeMap::new(), regrouped: BTreeSet::new() }),
+            inner: Mutex::new(Inner {
+                engine: None,
+                targets: BTreeMap::new(),
+                regrouped: BTreeSet::new(),
+                placed: BTreeMap::new(),
+            }),
             settings,
             epoch: Instant::now(),
             gauges: Arc::default(),
@@ -146,7 +168,7 @@ impl Chains {
             }
             _ => None,
         };
-        Ok(Inner { engine, targets, regrouped: BTreeSet::new() })
+        Ok(Inner { engine, targets, regrouped: BTreeSet::new(), placed: BTreeMap::new() })
     }
 
     /// A registration or heartbeat of `reports` from a server declaring `member`: records
@@ -392,7 +414,68 @@ impl Chains {
         if !replicated_writes_supported() {
             return Err(ReplicaRefusal::WritesUnsupported { layout: layout.to_string() });
         }
-        Ok(())
+        let table = inner.engine.as_ref().map(|engine| engine.table().replicas());
+        match table {
+            None => Err(ReplicaRefusal::NoTable { layout: layout.to_string() }),
+            Some(table) if table != wanted => {
+                Err(ReplicaRefusal::TableReplicas { layout: layout.to_string(), table })
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The chains of a new replicated file of `layout` (checked by `check_create`): `count`
+    /// subfiles, or as many pairwise disjoint chains as there are when `None`; each chain
+    /// with its head (the subfile's recorded target).
+    pub fn choose_for_file(
+        &self,
+        layout: &ReplicatedLayout,
+        count: Option<usize>,
+    ) -> Result<Vec<(u32, TargetId)>, ReplicaRefusal> {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let text = || layout.to_string();
+        let Some(engine) = inner.engine.as_ref() else {
+            return Err(ReplicaRefusal::NoTable { layout: text() });
+        };
+        let table = engine.table();
+        if table.replicas() != layout.replicas as usize {
+            return Err(ReplicaRefusal::TableReplicas { layout: text(), table: table.replicas() });
+        }
+        let placed = &inner.placed;
+        let load = |chain: ChainId| placed.get(&chain).copied().unwrap_or(0);
+        let chosen = match count {
+            Some(count) => table.choose_for_file(count, load),
+            None => match table.choose_for_file(usize::MAX, load) {
+                Err(PlacementError::NotEnoughDisjointChains { found, .. }) if found > 0 => {
+                    table.choose_for_file(found, load)
+                }
+                other => other,
+            },
+        };
+        let chosen = chosen.map_err(|source| match source {
+            PlacementError::NotEnoughFailureGroups { .. } => {
+                ReplicaRefusal::Groups { layout: text(), source }
+            }
+            source => ReplicaRefusal::Chains { layout: text(), source },
+        })?;
+        let mut out = Vec::with_capacity(chosen.len());
+        for id in chosen {
+            let chain = table.chain(id).expect("a chosen chain is in the table");
+            let head = chain.head().expect("a chosen chain has a serving member");
+            out.push((id.0, head));
+        }
+        for (id, _) in &out {
+            *inner.placed.entry(ChainId(*id)).or_default() += 1;
+        }
+        Ok(out)
+    }
+
+    /// The current state of chains `ids` (`None` for one the table does not have).
+    pub fn chains_by_id(&self, ids: &[u32]) -> Vec<Option<ChainInfo>> {
+        let inner = self.inner.lock();
+        let Some(engine) = inner.engine.as_ref() else { return ids.iter().map(|_| None).collect() };
+        ids.iter().map(|id| engine.table().chain(ChainId(*id)).map(chain_info)).collect()
     }
 
     fn update_gauges(&self, inner: &Inner) {
@@ -594,7 +677,7 @@ mod tests {
     }
 
     #[test]
-    fn replicated_creates_name_the_group_shortfall_then_the_missing_data_path() {
+    fn replicated_creates_name_the_group_shortfall_and_get_disjoint_chains() {
         let ns = Namespace::open_in_memory().unwrap();
         let chains = Chains::load(&ns, settings()).unwrap();
         chains.report(&ns, &[report(1)], &member("a", 1)).unwrap();
@@ -604,9 +687,25 @@ mod tests {
         let refused = chains.check_create(&three, &live).unwrap_err().to_string();
         assert!(refused.contains("3 replicas need 3 distinct failure groups, but only 2"), "{refused}");
         let two = ReplicatedLayout::parse("stripe:1M,replicas=2").unwrap();
-        let refused = chains.check_create(&two, &live).unwrap_err();
-        assert_eq!(refused.wire().code, ErrorCode::Unsupported);
-        assert!(refused.to_string().contains("stripe:1M:0,replicas=2"), "{refused}");
+        chains.check_create(&two, &live).unwrap();
         assert!(chains.check_create(&ReplicatedLayout::parse("stripe:1M").unwrap(), &live).is_ok());
+        // Two targets in two groups make one disjoint pair: one subfile.
+        let placed = chains.choose_for_file(&two, None).unwrap();
+        assert_eq!(placed.len(), 1, "{placed:?}");
+        let refused = chains.choose_for_file(&two, Some(2)).unwrap_err();
+        assert!(refused.to_string().contains("chain of its own"), "{refused}");
+        chains.report(&ns, &[report(3)], &member("c", 1)).unwrap();
+        chains.report(&ns, &[report(4)], &member("d", 1)).unwrap();
+        let placed = chains.choose_for_file(&two, Some(2)).unwrap();
+        let info = chains.chains_by_id(&placed.iter().map(|(c, _)| *c).collect::<Vec<_>>());
+        let mut members = BTreeSet::new();
+        for ((_, head), chain) in placed.iter().zip(&info) {
+            let chain = chain.as_ref().unwrap();
+            assert_eq!(chain.members[0].target, *head, "the head is the first serving member");
+            for m in &chain.members {
+                assert!(members.insert(m.target), "chains share {}: {info:?}", m.target);
+            }
+        }
+        assert_eq!(chains.chains_by_id(&[60_000]), vec![None]);
     }
 }

@@ -431,9 +431,47 @@ impl State {
                 // After a restart this waits (bounded) for remembered targets, as any create.
                 let (create, live) = self.prepare_create(who, spec)?;
                 self.check_replicas(layout, replicas, &live)?;
-                MetaReply::Entry(
-                    self.granted(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?, asker),
-                )
+                if replicas <= 1 {
+                    return Ok(MetaReply::Entry(
+                        self.granted(
+                            ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?,
+                            asker,
+                        ),
+                    ));
+                }
+                if let Ok(existing) = ns.lookup_as(who, &path) {
+                    if !create.exclusive && existing.file.is_some() {
+                        // An existing file is returned unchanged, as `Create` does.
+                        return Ok(MetaReply::Entry(self.granted(existing, asker)));
+                    }
+                }
+                let chains = self.place_on_chains(&path, &create, replicas)?;
+                let at = flotilla_namespace::Place::Path(&path);
+                let entry = ns
+                    .create_file_chained_in(who, at, &create, replicas as u8, &chains, now)
+                    .map_err(wire)?;
+                MetaReply::Entry(self.granted(entry, asker))
+            }
+            MetaRequest::GetChains { chains } => {
+                if chains.len() > flotilla_proto::CHAINS_PER_REQUEST_MAX {
+                    return Err(WireError::new(
+                        ErrorCode::OverLimit,
+                        format!(
+                            "{} chains asked for; at most {} per request",
+                            chains.len(),
+                            flotilla_proto::CHAINS_PER_REQUEST_MAX
+                        ),
+                    ));
+                }
+                let found = self.chains.chains_by_id(&chains);
+                let mut out = Vec::with_capacity(found.len());
+                for (id, info) in chains.iter().zip(found) {
+                    let info = info.ok_or_else(|| {
+                        WireError::new(ErrorCode::NotFound, format!("chain {id} is not in the chain table"))
+                    })?;
+                    out.push(self.subfile_chain(info));
+                }
+                MetaReply::SubfileChains(out)
             }
         };
         Ok(reply)
@@ -641,6 +679,55 @@ impl State {
         self.chains.check_create(&layout, &live).map_err(|refusal| refusal.wire())
     }
 
+    /// The chains (with their heads) a new replicated file at `path` is placed on: one per
+    /// subfile of its layout (its own, else the parent directory's default), or as many
+    /// disjoint chains as there are when the layout leaves the count open.
+    fn place_on_chains(
+        &self,
+        path: &str,
+        create: &CreateFile,
+        replicas: u32,
+    ) -> Result<Vec<(u32, TargetId)>, WireError> {
+        let parent_default = || {
+            let parent = match path.trim_end_matches('/').rsplit_once('/') {
+                Some(("", _)) | None => "/",
+                Some((parent, _)) => parent,
+            };
+            self.ns().ok().and_then(|ns| ns.lookup_follow(parent).ok()).and_then(|e| e.default_layout)
+        };
+        let layout = create.layout.or_else(parent_default).unwrap_or(flotilla_namespace::DEFAULT_LAYOUT);
+        let count = match create.subfile_count {
+            0 => layout.subfile_count().map(|c| c as usize),
+            count => Some(count as usize),
+        };
+        let replicated = flotilla_types::ReplicatedLayout::new(layout, replicas)
+            .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        self.chains.choose_for_file(&replicated, count).map_err(|refusal| refusal.wire())
+    }
+
+    /// A chain as a client sees it: each member with the address of its target's server.
+    fn subfile_chain(&self, info: flotilla_proto::ChainInfo) -> flotilla_proto::SubfileChain {
+        let members = info
+            .members
+            .into_iter()
+            .map(|m| flotilla_proto::ReplicaPlace {
+                target: m.target,
+                server: self.server_of(m.target),
+                state: m.state,
+            })
+            .collect();
+        flotilla_proto::SubfileChain { chain: info.chain, version: info.version, members }
+    }
+
+    /// The address of the server that last registered `target` ("" if none did).
+    fn server_of(&self, target: TargetId) -> String {
+        if let Some((server, _)) = self.membership.place(target) {
+            return server;
+        }
+        let remembered = self.ns().ok().and_then(|ns| ns.targets().ok()).unwrap_or_default();
+        remembered.into_iter().find(|r| r.target == target).map(|r| r.server_addr).unwrap_or_default()
+    }
+
     /// Updates membership, and persists targets that are new or moved (a durable write, so
     /// not on every heartbeat).
     fn report(&self, server: &str, targets: &[TargetReport]) -> Result<(), WireError> {
@@ -735,6 +822,7 @@ impl State {
                         }
                     })
                     .collect();
+                let places = if file.chains.is_empty() { places } else { self.chained_places(file, places) };
                 (Some(file.layout), places)
             }
             None => (entry.default_layout, Vec::new()),
@@ -748,6 +836,41 @@ impl State {
             capability: None,
             no_overlap: self.tokens.no_overlap(entry.id),
         }
+    }
+}
+
+impl State {
+    /// A replicated file's places: each subfile's chain as the engine has it now, its head
+    /// (the first member of the write path) as the subfile's target and server. A chain the
+    /// table lost keeps the recorded target, without a chain (requests to it then fail).
+    fn chained_places(
+        &self,
+        file: &flotilla_namespace::FileRecord,
+        places: Vec<SubfilePlace>,
+    ) -> Vec<SubfilePlace> {
+        let infos = self.chains.chains_by_id(&file.chains);
+        places
+            .into_iter()
+            .zip(infos)
+            .map(|(place, info)| {
+                let Some(info) = info else { return place };
+                let chain = self.subfile_chain(info);
+                let serving =
+                    |m: &&flotilla_proto::ReplicaPlace| m.state == flotilla_proto::ChainMemberState::Serving;
+                let syncing = |m: &&flotilla_proto::ReplicaPlace| {
+                    matches!(m.state, flotilla_proto::ChainMemberState::Syncing { .. })
+                };
+                let head = chain.members.iter().find(serving).or_else(|| chain.members.iter().find(syncing));
+                let (target, server, up) = match head {
+                    Some(head) => {
+                        let up = self.membership.place(head.target).is_some_and(|(_, up)| up);
+                        (head.target, head.server.clone(), up)
+                    }
+                    None => (place.target, place.server.clone(), false),
+                };
+                SubfilePlace { target, server, up, chain: Some(chain) }
+            })
+            .collect()
     }
 }
 

@@ -271,4 +271,43 @@ mod tests {
         assert_eq!(stored.chains, vec![chain]);
         assert_eq!(stored.targets.get(&TargetId(1)), Some(&target));
     }
+
+    #[test]
+    fn a_replicated_file_keeps_its_chains_and_its_removal_reaches_every_member() {
+        use crate::request::{CreateFile, Owner};
+        use flotilla_types::{Caller, FileId, Layout, SubfileIndex};
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = [
+            Chain::new(ChainId(0), &[TargetId(1), TargetId(2)]),
+            Chain::new(ChainId(1), &[TargetId(3), TargetId(4)]),
+        ];
+        ns.record_chains(ChainChange { replicas: Some(2), chains: &[&chains[0], &chains[1]], targets: &[] })
+            .unwrap();
+        let spec = CreateFile {
+            owner: Owner { mode: 0o644, uid: 0, gid: 0 },
+            subfile_count: 0,
+            targets: None,
+            layout: Some(Layout::Stripe { unit_bytes: 4096, count: 2 }),
+            exclusive: true,
+        };
+        let placed = [(1, TargetId(3)), (0, TargetId(1))];
+        let at = crate::walk::Place::Path("/r");
+        let entry = ns.create_file_chained_in(&Caller::root(), at, &spec, 2, &placed, 1).unwrap();
+        let file = entry.file.unwrap();
+        assert_eq!(
+            (file.replicas, file.chains.clone(), file.targets.clone()),
+            (2, vec![1, 0], vec![TargetId(3), TargetId(1)])
+        );
+        assert_eq!(ns.lookup("/r").unwrap().file.unwrap().chains, vec![1, 0], "kept in the record");
+        // Three chains for two subfiles is refused, naming the count.
+        let three = [(0, TargetId(1)), (1, TargetId(3)), (2, TargetId(5))];
+        let at = crate::walk::Place::Path("/s");
+        let refused = ns.create_file_chained_in(&Caller::root(), at, &spec, 2, &three, 1).unwrap_err();
+        assert!(refused.to_string().contains("2 subfiles, but 3 chains"), "{refused}");
+        ns.unlink("/r", 2).unwrap();
+        for (target, subfile) in [(3, 0), (4, 0), (1, 1), (2, 1)] {
+            let pending = ns.pending_deletes(TargetId(target), 16).unwrap();
+            assert_eq!(pending, vec![(FileId(file.id.0), SubfileIndex(subfile))], "target {target}");
+        }
+    }
 }

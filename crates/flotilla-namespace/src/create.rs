@@ -112,6 +112,37 @@ impl Namespace {
         self.create_placed(who, at, spec, Placer::Ranked(ranked), now_ns)
     }
 
+    /// Replication (issue 32): `create_file_in` of a file whose every subfile has `replicas`
+    /// copies, subfile `i` on chain `chains[i].0` (its head then, `chains[i].1`, is recorded
+    /// as the subfile's target). The caller chose the chains for the subfile count the layout
+    /// (`spec.layout`, else the parent's default) gives, or as many as it found when the
+    /// layout leaves the count open; a layout that asks for another count is refused.
+    pub fn create_file_chained_in(
+        &self,
+        who: &Caller,
+        at: Place<'_>,
+        spec: &CreateFile,
+        replicas: u8,
+        chains: &[(u32, TargetId)],
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        if !(2..=flotilla_types::REPLICAS_MAX).contains(&u32::from(replicas)) {
+            return Err(NamespaceError::invalid(format!("{replicas} replicas for a chained file")));
+        }
+        if spec.targets.is_some() {
+            return Err(NamespaceError::invalid(
+                "a replicated file's subfiles are placed on chains; it cannot name its targets".to_string(),
+            ));
+        }
+        let heads: Vec<TargetId> = chains.iter().map(|(_, head)| *head).collect();
+        if chains.is_empty() || !crate::record::all_distinct(&heads) {
+            return Err(NamespaceError::invalid(
+                "chains with distinct heads needed for a replicated file".to_string(),
+            ));
+        }
+        self.create_placed(who, at, spec, Placer::Chains { replicas, chains }, now_ns)
+    }
+
     fn create_placed(
         &self,
         who: &Caller,
@@ -136,16 +167,28 @@ impl Namespace {
             may_add(tables, &place, who, path)?;
             let default_layout = parent_default_layout(tables, place.parent)?;
             let layout = spec.layout.or(default_layout).unwrap_or(DEFAULT_LAYOUT);
-            let targets = match placer {
+            let (targets, replicas, chains) = match placer {
                 Placer::Spread(live) => {
                     let count = subfile_count(spec, &layout, live.len());
-                    place_subfiles(tables, &self.spread, spec, count, live)?
+                    (place_subfiles(tables, &self.spread, spec, count, live)?, 1, Vec::new())
                 }
-                Placer::Ranked(ranked) => place_ranked(spec, &layout, ranked)?,
+                Placer::Ranked(ranked) => (place_ranked(spec, &layout, ranked)?, 1, Vec::new()),
+                Placer::Chains { replicas, chains } => {
+                    let count = subfile_count(spec, &layout, chains.len());
+                    if count != chains.len() {
+                        return Err(NamespaceError::invalid(format!(
+                            "{path}: layout {layout} has {count} subfiles, but {} chains were chosen \
+                             (the parent's default layout changed meanwhile?)",
+                            chains.len()
+                        )));
+                    }
+                    let heads = chains.iter().map(|(_, head)| *head).collect();
+                    (heads, replicas, chains.iter().map(|(chain, _)| *chain).collect())
+                }
             };
             let inode = Inode {
                 attrs: new_attrs(FileKind::File, &spec.owner, now_ns),
-                body: Body::File { layout, targets, replicas: 1 },
+                body: Body::File { layout, targets, replicas, chains },
             };
             let id = insert_new(tables, &place, &inode, now_ns)?;
             Ok(inode.into_entry(id))
@@ -383,6 +426,8 @@ enum Placer<'a> {
     Spread(&'a [TargetUsage]),
     /// The live targets in the caller's order of preference; the first ones are taken.
     Ranked(&'a [TargetId]),
+    /// Replicated: the caller's chains, one per subfile, with their heads.
+    Chains { replicas: u8, chains: &'a [(u32, TargetId)] },
 }
 
 /// The targets of a new file placed by a ranking: the ones the program named (each in the

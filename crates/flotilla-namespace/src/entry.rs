@@ -13,6 +13,10 @@ pub struct FileRecord {
     pub targets: Vec<TargetId>,
     /// Copies of every subfile (1: one copy, as every file before replicas existed).
     pub replicas: u32,
+    /// Replicated files (`replicas` > 1): the chain holding each subfile's replicas (index =
+    /// subfile index); `targets[i]` is then the chain's head when the file was created.
+    /// Empty for a file of one copy.
+    pub chains: Vec<u32>,
 }
 
 impl FileRecord {

@@ -40,6 +40,9 @@ pub(crate) enum Body {
         targets: Vec<TargetId>,
         /// Copies of every subfile, 1..=`REPLICAS_MAX` (1: the record has no replica byte).
         replicas: u8,
+        /// Replicated files: the chain of each subfile (index = subfile index), as many as
+        /// `targets`; empty when `replicas` is 1 (then nothing of it is written).
+        chains: Vec<u32>,
     },
     Symlink {
         target: String,
@@ -63,11 +66,12 @@ impl Inode {
     /// The file record of a file inode with id `id`.
     pub(crate) fn file_record(&self, id: u64) -> Option<FileRecord> {
         match &self.body {
-            Body::File { layout, targets, replicas } => Some(FileRecord {
+            Body::File { layout, targets, replicas, chains } => Some(FileRecord {
                 id: FileId(id),
                 layout: *layout,
                 targets: targets.clone(),
                 replicas: u32::from(*replicas),
+                chains: chains.clone(),
             }),
             _ => None,
         }
@@ -91,7 +95,9 @@ impl Inode {
         encode_attrs(&mut writer, &self.attrs);
         match &self.body {
             Body::Directory { default_layout } => encode_directory(&mut writer, default_layout),
-            Body::File { layout, targets, replicas } => encode_file(&mut writer, layout, targets, *replicas),
+            Body::File { layout, targets, replicas, chains } => {
+                encode_file(&mut writer, layout, targets, *replicas, chains)
+            }
             Body::Symlink { target } => encode_symlink(&mut writer, target),
             Body::Special => writer.u64(self.attrs.rdev),
         }
@@ -257,14 +263,20 @@ fn decode_directory(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
     Ok(Body::Directory { default_layout })
 }
 
-fn encode_file(writer: &mut Writer, layout: &Layout, targets: &[TargetId], replicas: u8) {
+fn encode_file(writer: &mut Writer, layout: &Layout, targets: &[TargetId], replicas: u8, chains: &[u32]) {
     let count = u32::try_from(targets.len()).unwrap_or(u32::MAX);
     assert!((1..=SUBFILE_COUNT_MAX).contains(&count), "bad subfile count {count}");
     assert!(all_distinct(targets), "two subfiles on one target");
+    let expected_chains = if replicas > 1 { targets.len() } else { 0 };
+    assert_eq!(chains.len(), expected_chains, "a replicated file has one chain per subfile");
     encode_layout(writer, layout, replicas);
     writer.u32(count);
     for target in targets {
         writer.u64(target.0);
+    }
+    // Replicated (the tag's flag is set): each subfile's chain id follows the targets.
+    for chain in chains {
+        writer.u32(*chain);
     }
 }
 
@@ -287,7 +299,16 @@ fn decode_file(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
     if !all_distinct(&targets) {
         return Err(reader.error("places two subfiles on one target".into()));
     }
-    Ok(Body::File { layout, targets, replicas })
+    let chains = if replicas > 1 {
+        let bytes = reader.take(count as usize * 4)?;
+        bytes
+            .chunks_exact(4)
+            .map(|chunk| u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Body::File { layout, targets, replicas, chains })
 }
 
 fn encode_symlink(writer: &mut Writer, target: &str) {
@@ -344,6 +365,7 @@ mod tests {
                     layout: Layout::Explicit,
                     targets: vec![TargetId(3), TargetId(u64::MAX)],
                     replicas: 1,
+                    chains: Vec::new(),
                 },
             },
             Inode {
@@ -352,6 +374,7 @@ mod tests {
                     layout: Layout::Hash { block_bytes: 4096, sequentiality: 2, count: 0 },
                     targets: vec![TargetId(5)],
                     replicas: 3,
+                    chains: vec![0x0102_0304],
                 },
             },
             Inode { attrs: attrs(FileKind::Symlink), body: Body::Symlink { target: "../x/ÿ".into() } },
@@ -385,9 +408,11 @@ mod tests {
         assert_eq!(record[50], LAYOUT_HASH | LAYOUT_REPLICATED);
         assert_eq!(record[67], 3, "replica count after the 17 layout bytes");
         assert_eq!(&record[68..72], &1u32.to_le_bytes(), "subfile count");
-        assert_eq!(record.len(), 50 + 18 + 4 + 8 + 4);
+        assert_eq!(&record[80..84], &0x0102_0304u32.to_le_bytes(), "the subfile's chain after the targets");
+        assert_eq!(record.len(), 50 + 18 + 4 + 8 + 4 + 4);
         let entry = Inode::decode(&record).unwrap().into_entry(9);
-        assert_eq!(entry.file.unwrap().replicas, 3);
+        let file = entry.file.unwrap();
+        assert_eq!((file.replicas, file.chains), (3, vec![0x0102_0304]));
         // An old record (no flag) reads as one replica.
         let old = Inode::decode(&samples()[1].encode()).unwrap().into_entry(9);
         assert_eq!(old.file.unwrap().replicas, 1);
@@ -415,8 +440,9 @@ mod tests {
                 1 => Layout::Stripe { unit_bytes: unit, count },
                 _ => Layout::Hash { block_bytes: unit, sequentiality: seq, count },
             };
-            let targets = targets.into_iter().map(TargetId).collect();
-            let inode = Inode { attrs: attrs(FileKind::File), body: Body::File { layout, targets, replicas } };
+            let targets: Vec<TargetId> = targets.into_iter().map(TargetId).collect();
+            let chains = if replicas > 1 { (0..targets.len() as u32).map(|i| i.wrapping_mul(seq)).collect() } else { Vec::new() };
+            let inode = Inode { attrs: attrs(FileKind::File), body: Body::File { layout, targets, replicas, chains } };
             proptest::prop_assert_eq!(Inode::decode(&inode.encode()).unwrap(), inode);
         }
     }

@@ -379,12 +379,20 @@ impl<'txn> WriteTables<'txn> {
         Ok(())
     }
 
-    /// Queues every subfile of a file that lost its last link for deletion on its target.
+    /// Queues every subfile of a file that lost its last link for deletion on its target;
+    /// a replicated file's on every member its chain has now too (issue 32).
     pub(crate) fn queue_deletes(&mut self, file: &FileRecord) -> Result<(), NamespaceError> {
         for (index, target) in file.targets.iter().enumerate() {
-            let index =
+            let subfile =
                 u32::try_from(index).map_err(|_| NamespaceError::corrupt("subfile index overflow"))?;
-            self.pending.insert((target.0, file.id.0, index), ())?;
+            self.pending.insert((target.0, file.id.0, subfile), ())?;
+            let Some(&chain) = file.chains.get(index) else { continue };
+            let record = self.chains.get(chain)?.map(|value| value.value().to_vec());
+            let Some(record) = record else { continue };
+            let members = crate::chain_record::decode_chain(chain, &record)?;
+            for member in members.members().iter().filter(|m| m.target != *target) {
+                self.pending.insert((member.target.0, file.id.0, subfile), ())?;
+            }
         }
         Ok(())
     }

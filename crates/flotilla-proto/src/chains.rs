@@ -123,6 +123,11 @@ pub enum ForwardEntry {
     Write { fork: crate::ForkRef, offset: u64, length_bytes: u64 },
     /// Makes everything applied before it durable (`fork` names the subfile synced).
     Sync { fork: crate::ForkRef },
+    /// Any change a chained client request makes (`IoRequest::Chained`'s inner request: a
+    /// write of any shape, truncate, extend, sync, subfile or fork creation and removal),
+    /// with the target rewritten to the receiver's member of the chain (each member keeps
+    /// the subfile under its own target). A write's bytes are in the data section.
+    Request { request: Box<crate::IoRequest> },
 }
 
 impl ChainForward {
@@ -131,13 +136,17 @@ impl ChainForward {
         match &self.entry {
             ForwardEntry::Write { length_bytes, .. } => *length_bytes,
             ForwardEntry::Sync { .. } => 0,
+            // An invalid shape carries nothing here; the receiver refuses the request.
+            ForwardEntry::Request { request } => request.data_bytes().unwrap_or(0),
         }
     }
 
-    /// The fork the entry touches.
-    pub fn fork(&self) -> &crate::ForkRef {
+    /// The target (the receiver's member of the chain) the entry is applied to, if the
+    /// entry names one (a request that names no target is refused by the receiver).
+    pub fn target(&self) -> Option<flotilla_types::TargetId> {
         match &self.entry {
-            ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => fork,
+            ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => Some(fork.target),
+            ForwardEntry::Request { request } => request.target(),
         }
     }
 }
@@ -233,6 +242,8 @@ mod tests {
         assert_eq!(crate::ErrorCode::Unsupported.errno(), 95);
         let reclaim = MetaRequest::ReclaimLocks { session: 1, locks: Vec::new() };
         assert_eq!(encode_body(&reclaim).unwrap()[0], 58);
+        assert_eq!(encode_body(&MetaRequest::GetChains { chains: vec![3] }).unwrap()[0], 61);
+        assert_eq!(encode_body(&MetaReply::SubfileChains(Vec::new())).unwrap()[0], 23);
         let codes = [crate::ErrorCode::Unsupported, crate::ErrorCode::Recovering, crate::ErrorCode::LockLost];
         let indexes: Vec<u8> = codes.iter().map(|c| encode_body(c).unwrap()[0]).collect();
         assert_eq!(indexes, [16, 17, 18]);
@@ -264,5 +275,15 @@ mod tests {
             ForwardRefused { chain: 1, version: 2, reason: ForwardRefusalReason::Stale { current: 3 } };
         assert_eq!(encode_body(&IoReply::ForwardRefused(refused)).unwrap()[0], 12);
         assert_eq!(refused.to_string(), "forward for chain 1 v2 refused: this server holds chain 1 at v3");
+        let fork =
+            ForkRef { target: TargetId(1), file: FileId(2), subfile: SubfileIndex(0), fork: "data".into() };
+        let request = Box::new(IoRequest::Sync { fork });
+        let entry = ForwardEntry::Request { request };
+        assert_eq!(encode_body(&entry).unwrap()[0], 2);
+        let chained = IoRequest::Chained { chain: 1, version: 2, request: Box::new(IoRequest::Stats) };
+        assert_eq!(encode_body(&chained).unwrap()[0], 21);
+        let not_head = ForwardRefusalReason::NotHead { head: None };
+        assert_eq!(encode_body(&not_head).unwrap()[0], 4);
+        assert_eq!(encode_body(&ForwardRefusalReason::NotReadable).unwrap()[0], 5);
     }
 }

@@ -280,6 +280,26 @@ impl IoRequest {
     /// The postcard variant index of `With` (see `capability::WithRef`).
     pub const WITH_VARIANT_INDEX: u32 = 12;
 
+    /// The target a data request acts on (`None` for the others: greeting, envelopes,
+    /// flushes, statistics, forwards).
+    pub fn target(&self) -> Option<TargetId> {
+        match self {
+            IoRequest::Read { fork, .. }
+            | IoRequest::Write { fork, .. }
+            | IoRequest::CreateFork { fork }
+            | IoRequest::RemoveFork { fork }
+            | IoRequest::ForkSize { fork }
+            | IoRequest::Extend { fork, .. }
+            | IoRequest::Truncate { fork, .. }
+            | IoRequest::Sync { fork }
+            | IoRequest::Hsm { fork, .. } => Some(fork.target),
+            IoRequest::CreateSubfile { target, .. }
+            | IoRequest::RemoveSubfile { target, .. }
+            | IoRequest::ListForks { target, .. } => Some(*target),
+            _ => None,
+        }
+    }
+
     /// Data bytes the request moves, for flow control (0 for metadata operations).
     pub fn data_bytes(&self) -> Result<u64, flotilla_request::ShapeError> {
         match self {

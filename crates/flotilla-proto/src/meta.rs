@@ -17,6 +17,9 @@ pub struct SubfilePlace {
     pub chain: Option<SubfileChain>,
 }
 
+/// Most chains one `GetChains` may ask for.
+pub const CHAINS_PER_REQUEST_MAX: usize = 1024;
+
 /// The chain holding a replicated subfile: its id, its version (every chained request
 /// carries it, and members refuse any other) and its members in chain order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -525,6 +528,13 @@ pub enum MetaRequest {
         acknowledged_through: u64,
         request: Box<MetaRequest>,
     },
+    /// Replication (issue 32): the current state of chains `chains` (ids from
+    /// `SubfilePlace::chain`), at most `CHAINS_PER_REQUEST_MAX`, for a client whose chained
+    /// request was refused or whose chain member is unreachable; replies `SubfileChains` in
+    /// the order asked (a chain the table does not have is `NotFound`).
+    GetChains {
+        chains: Vec<u32>,
+    },
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`
@@ -728,4 +738,6 @@ pub enum MetaReply {
     GroupSession {
         session: u64,
     },
+    /// Answers `GetChains`: each chain asked for, with its members' servers and states.
+    SubfileChains(Vec<SubfileChain>),
 }

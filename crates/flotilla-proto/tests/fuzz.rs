@@ -282,11 +282,16 @@ fn plain_io_request() -> impl Strategy<Value = IoRequest> {
         (fork_ref(), any::<u64>()).prop_map(|(fork, size_bytes)| IoRequest::Extend { fork, size_bytes }),
         (fork_ref(), any::<u64>()).prop_map(|(fork, size_bytes)| IoRequest::Truncate { fork, size_bytes }),
         fork_ref().prop_map(|fork| IoRequest::Sync { fork }),
-        (any::<(u32, u64, u64)>(), fork_ref(), any::<Option<(u64, u64)>>()).prop_map(
-            |((chain, version, position), fork, write)| {
-                let entry = match write {
-                    Some((offset, length_bytes)) => ForwardEntry::Write { fork, offset, length_bytes },
-                    None => ForwardEntry::Sync { fork },
+        (any::<(u32, u64, u64)>(), fork_ref(), any::<Option<(u64, u64)>>(), any::<bool>()).prop_map(
+            |((chain, version, position), fork, write, request)| {
+                let entry = match (write, request) {
+                    (Some((offset, size_bytes)), true) => ForwardEntry::Request {
+                        request: Box::new(IoRequest::Truncate { fork, size_bytes: offset ^ size_bytes }),
+                    },
+                    (Some((offset, length_bytes)), false) => {
+                        ForwardEntry::Write { fork, offset, length_bytes }
+                    }
+                    (None, _) => ForwardEntry::Sync { fork },
                 };
                 IoRequest::Forward { forward: ChainForward { chain, version, position, entry } }
             }
@@ -300,6 +305,8 @@ fn forward_reply() -> impl Strategy<Value = IoReply> {
         Just(ForwardRefusalReason::NotMember),
         any::<u64>().prop_map(|current| ForwardRefusalReason::Stale { current }),
         any::<u64>().prop_map(|expected| ForwardRefusalReason::Gap { expected }),
+        any::<Option<u64>>().prop_map(|head| ForwardRefusalReason::NotHead { head: head.map(TargetId) }),
+        Just(ForwardRefusalReason::NotReadable),
     ];
     prop_oneof![
         any::<(u32, u64, u64, u64)>().prop_map(|(chain, version, applied, acknowledged)| {

@@ -144,8 +144,15 @@ fn pick_members(
     picked
 }
 
+/// How many starting chains `choose_chains` tries before it gives up (each try is one
+/// greedy pass over the candidates).
+pub const CHOOSE_STARTS_MAX: usize = 64;
+
 /// `count` chains with pairwise disjoint members for a new file: chains with the most
 /// serving members first, then the least `load` (files or bytes already placed), then by id.
+/// A greedy pass in that order can paint itself into a corner (a table grown target by
+/// target need not hold a disjoint partner for every chain), so when it falls short the
+/// pass starts again from the next candidate, at most `CHOOSE_STARTS_MAX` times.
 pub fn choose_chains<'a>(
     chains: impl Iterator<Item = &'a Chain>,
     count: usize,
@@ -153,9 +160,25 @@ pub fn choose_chains<'a>(
 ) -> Result<Vec<ChainId>, PlacementError> {
     let mut candidates: Vec<&Chain> = chains.filter(|c| c.serving_count() > 0).collect();
     candidates.sort_by_key(|c| (std::cmp::Reverse(c.serving_count()), load(c.id()), c.id()));
+    let mut best: Vec<ChainId> = Vec::new();
+    for start in 0..candidates.len().clamp(1, CHOOSE_STARTS_MAX) {
+        let order = candidates[start..].iter().chain(&candidates[..start]);
+        let chosen = greedy_disjoint(order, count);
+        if chosen.len() == count {
+            return Ok(chosen);
+        }
+        if chosen.len() > best.len() {
+            best = chosen;
+        }
+    }
+    Err(PlacementError::NotEnoughDisjointChains { wanted: count, found: best.len() })
+}
+
+/// Takes chains in `order` that share no member with those taken, up to `count`.
+fn greedy_disjoint<'a>(order: impl Iterator<Item = &'a &'a Chain>, count: usize) -> Vec<ChainId> {
     let mut used: BTreeSet<TargetId> = BTreeSet::new();
-    let mut chosen = Vec::with_capacity(count);
-    for chain in candidates {
+    let mut chosen = Vec::new();
+    for chain in order {
         if chosen.len() == count {
             break;
         }
@@ -165,8 +188,22 @@ pub fn choose_chains<'a>(
         used.extend(chain.members().iter().map(|m| m.target));
         chosen.push(chain.id());
     }
-    if chosen.len() < count {
-        return Err(PlacementError::NotEnoughDisjointChains { wanted: count, found: chosen.len() });
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_greedy_dead_end_is_left_for_another_start() {
+        let chain = |id: u32, a: u64, b: u64| Chain::new(ChainId(id), &[TargetId(a), TargetId(b)]);
+        let chains = [chain(0, 0, 1), chain(1, 1, 2), chain(2, 2, 3)];
+        // The least loaded chain {1,2} first: no chain is disjoint from it.
+        let load = |id: ChainId| if id.0 == 1 { 0 } else { 5 };
+        let chosen = choose_chains(chains.iter(), 2, load).unwrap();
+        assert_eq!(chosen, vec![ChainId(0), ChainId(2)]);
+        let refused = choose_chains(chains.iter(), 3, load).unwrap_err();
+        assert_eq!(refused, PlacementError::NotEnoughDisjointChains { wanted: 3, found: 2 });
     }
-    Ok(chosen)
 }

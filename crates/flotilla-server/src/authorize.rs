@@ -176,6 +176,44 @@ mod tests {
     }
 
     #[test]
+    fn a_chained_request_is_checked_like_the_request_it_carries() {
+        let key = CapabilityKey::new(&[1; 32]);
+        let chained = |request| IoRequest::Chained { chain: 0, version: 1, request: Box::new(request) };
+        let code = |r: Result<IoRequest, WireError>| r.map(|_| ()).map_err(|e| e.code);
+        let unwrapped = authorize(with(&key, Rights::WRITE, chained(write(3))), &client(false), &key, 1050);
+        assert_eq!(unwrapped, Ok(chained(write(3))), "the envelope goes, the chain stays");
+        assert_eq!(
+            code(authorize(with(&key, Rights::READ, chained(write(3))), &client(false), &key, 1050)),
+            Err(ErrorCode::PermissionDenied),
+            "a chained write needs the write right"
+        );
+        assert_eq!(
+            code(authorize(with(&key, Rights::WRITE, chained(write(4))), &client(false), &key, 1050)),
+            Err(ErrorCode::PermissionDenied),
+            "the capability must cover the file the chained request names"
+        );
+        assert_eq!(
+            code(authorize(with(&key, Rights::WRITE, chained(write(3))), &client(true), &key, 1050)),
+            Err(ErrorCode::PermissionDenied),
+            "a read-only credential changes nothing through a chain"
+        );
+        assert_eq!(
+            code(authorize(
+                with(&key, Rights::WRITE, chained(chained(write(3)))),
+                &client(false),
+                &key,
+                1050
+            )),
+            Err(ErrorCode::PermissionDenied),
+            "chains do not nest"
+        );
+        assert_eq!(
+            code(authorize(chained(write(3)), &client(false), &key, 1050)),
+            Err(ErrorCode::PermissionDenied)
+        );
+    }
+
+    #[test]
     fn a_server_credential_is_trusted_bare() {
         let key = CapabilityKey::new(&[1; 32]);
         let server = Principal { name: "io-0".into(), role: Role::Server, read_only: false };

@@ -1,43 +1,52 @@
-//! Replication's data path on a member (issue 32): forwards from the predecessor, fenced and
-//! ordered before they touch the store.
+//! Replication's data path (issue 32), the pure part: deciding about a chained client
+//! request or a forward from the predecessor, kept apart from the I/O (`chain_path.rs` does
+//! the store calls and the sending).
 //!
-//! A forward is decided in two pure steps, kept apart from the I/O:
-//! 1. [`fence`]: `flotilla_replica::admit` against the chain view the last heartbeat reply
-//!    gave this server — the lease runs, the forward's target is a member of the chain in its
-//!    write path, and the forward's version is exactly the server's;
-//! 2. the chain's [`ChainMemberLog`]: the next position is applied, a duplicate is
-//!    re-acknowledged, a gap is refused naming the position expected (the predecessor
-//!    retransmits from there). The log follows the chain's version: on a change, a member no
-//!    longer serving drops what nobody acknowledged.
+//! 1. [`fence`] (forwards) and [`fence_chained`] (client requests):
+//!    `flotilla_replica::admit` against the chain view the last heartbeat reply gave this
+//!    server — the lease runs, the target is a member of the chain (in its write path for a
+//!    change, `Serving` for a read), the version is exactly the server's — and, for a
+//!    change, this member is the chain's head ([`Role`]: serving members in chain order,
+//!    then the syncing one).
+//! 2. the chain's [`ChainMemberLog`] ([`order`]): the next position is applied, a duplicate
+//!    is re-acknowledged, a gap is refused naming the position expected (the predecessor
+//!    retransmits from there). The log follows the chain's version: on a change, a member
+//!    no longer serving drops what nobody acknowledged.
+//! 3. [`retarget`]: every member keeps the subfile under its own target, so an entry is
+//!    rewritten to the receiver's target before it is sent and applied.
 //!
-//! Then [`ChainLogs::apply`] runs the write (or sync) through the executor, as a client's,
-//! with the chain's log locked, so one chain's entries reach the store in order; a failed
-//! write records nothing and the entry is retransmitted.
-//!
-//! Not yet here: forwarding on to this member's successor and the head's side (the client
-//! write path sends nothing down chains yet; replicated creates are refused), the positions
-//! and unsettled ranges kept durably with the data, and checking that the sender is the
-//! predecessor (a forward is accepted from any server credential).
+//! Not yet here: the positions and unsettled ranges kept durably with the data, and
+//! checking that the sender is the predecessor (a forward is accepted from any server
+//! credential).
 
-use crate::execute::{Executor, Reply};
+use bytes::Bytes;
 use flotilla_proto::{
-    ChainForward, ChainInfo, ChainMemberState, ForkRef, ForwardAck, ForwardEntry, ForwardRefusalReason,
-    ForwardRefused, IoReply, IoRequest,
+    ChainForward, ChainInfo, ChainMemberState, ErrorCode, ForkRef, ForwardEntry, ForwardRefusalReason,
+    ForwardRefused, IoRequest, WireError,
 };
 use flotilla_replica::{
-    admit, Access, Admission, ByteRange, ChainEntry, ChainId, ChainMemberLog, ChainVersion, EntryKind,
-    MemberState, MemberView, OrderRefusal, Receive,
+    admit, Access, Admission, ByteRange, ChainEntry, ChainMemberLog, ChainVersion, EntryKind, MemberState,
+    MemberView, OrderRefusal, Receive,
 };
 use flotilla_request::Shape;
 use flotilla_types::TargetId;
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The subfile fork an entry touches (the unsettled ranges' key).
-type ForkKey = (TargetId, u64, u32, String);
+/// The subfile fork an entry touches (the unsettled ranges' key; "" for a whole subfile).
+pub(crate) type ForkKey = (TargetId, u64, u32, String);
 
-type MemberLog = ChainMemberLog<ForkKey, ()>;
+/// What an applied entry keeps until the successor acknowledged it: the entry as it came
+/// (retargeted again for each successor) and its bytes.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    pub entry: ForwardEntry,
+    pub data: Bytes,
+}
+
+pub(crate) type Payload = Arc<Sent>;
+
+/// A member's log; the entries' contents are kept beside it (`chain_path.rs`), by position.
+pub(crate) type MemberLog = ChainMemberLog<ForkKey, ()>;
 
 /// What the fencing check found about this member in the forward's chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,11 +86,13 @@ pub(crate) fn fence(
     chains: &[ChainInfo],
     lease: Lease,
 ) -> Result<Admitted, ForwardRefused> {
-    let target = forward.fork().target;
     let Some(chain) = chains.iter().find(|c| c.chain == forward.chain) else {
         if lease.now_ms >= lease.valid_until_ms {
             return Err(refused(forward, ForwardRefusalReason::NoLease));
         }
+        return Err(refused(forward, ForwardRefusalReason::NotMember));
+    };
+    let Some(target) = forward.target() else {
         return Err(refused(forward, ForwardRefusalReason::NotMember));
     };
     let state = chain.members.iter().find(|m| m.target == target).map(|m| member_state(m.state));
@@ -96,13 +107,8 @@ pub(crate) fn fence(
         Admission::NoLease => return Err(refused(forward, ForwardRefusalReason::NoLease)),
         _ => return Err(refused(forward, ForwardRefusalReason::NotMember)),
     }
-    let path: Vec<TargetId> = write_path(chain);
-    let at = path.iter().position(|&t| t == target);
-    Ok(Admitted {
-        version: view.version,
-        serving: state == Some(MemberState::Serving),
-        has_successor: at.is_some_and(|i| i + 1 < path.len()),
-    })
+    let role = Role::of(chain, target);
+    Ok(Admitted { version: view.version, serving: role.serving, has_successor: role.successor.is_some() })
 }
 
 /// Serving members in chain order, then the syncing one (as `flotilla_replica::Chain`).
@@ -110,6 +116,126 @@ fn write_path(chain: &ChainInfo) -> Vec<TargetId> {
     let serving = chain.members.iter().filter(|m| m.state == ChainMemberState::Serving);
     let syncing = chain.members.iter().filter(|m| matches!(m.state, ChainMemberState::Syncing { .. }));
     serving.chain(syncing).map(|m| m.target).collect()
+}
+
+/// A member's place in one version of a chain.
+///
+/// Entries are sent down the *serving* members only (head: the first serving member;
+/// successor: the next serving one): a syncing member has not been copied what it missed
+/// (resync is not built yet), so it could not apply the next position anyway; it is left
+/// out until it serves (the design's write path ends with it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Role {
+    pub version: ChainVersion,
+    /// The first serving member (the one that takes changes).
+    pub head: Option<TargetId>,
+    /// In the design's write path (serving, or syncing at its end).
+    pub in_path: bool,
+    pub serving: bool,
+    /// The next serving member after this one.
+    pub successor: Option<TargetId>,
+}
+
+impl Role {
+    pub(crate) fn of(chain: &ChainInfo, me: TargetId) -> Role {
+        let serving: Vec<TargetId> =
+            chain.members.iter().filter(|m| m.state == ChainMemberState::Serving).map(|m| m.target).collect();
+        let at = serving.iter().position(|&t| t == me);
+        Role {
+            version: ChainVersion(chain.version),
+            head: serving.first().copied(),
+            in_path: write_path(chain).contains(&me),
+            serving: at.is_some(),
+            successor: at.and_then(|i| serving.get(i + 1).copied()),
+        }
+    }
+
+    pub(crate) fn is_head(&self, me: TargetId) -> bool {
+        self.in_path && self.head == Some(me)
+    }
+}
+
+/// This server's member of `chain` (a chain holds at most one target of a failure group,
+/// so at most one of a server's targets).
+pub(crate) fn my_member(chain: &ChainInfo, mine: &[TargetId]) -> Option<TargetId> {
+    chain.members.iter().map(|m| m.target).find(|t| mine.contains(t))
+}
+
+/// Whether a chained request reads (served by any serving member) or changes (taken by
+/// the head only, then sent down the chain); anything else cannot be chained.
+pub(crate) fn access_of(request: &IoRequest) -> Result<Access, WireError> {
+    match request {
+        IoRequest::Read { .. } | IoRequest::ForkSize { .. } | IoRequest::ListForks { .. } => Ok(Access::Read),
+        IoRequest::Write { .. }
+        | IoRequest::Truncate { .. }
+        | IoRequest::Extend { .. }
+        | IoRequest::CreateSubfile { .. }
+        | IoRequest::RemoveSubfile { .. }
+        | IoRequest::CreateFork { .. }
+        | IoRequest::RemoveFork { .. }
+        | IoRequest::Sync { .. } => Ok(Access::Write),
+        other => Err(WireError::new(
+            ErrorCode::BadRequest,
+            format!("a {} cannot be chained", flotilla_proto::capability::request_name(other)),
+        )),
+    }
+}
+
+/// Where a chained request is executed on this server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Placed {
+    /// This server's member of the chain.
+    pub me: TargetId,
+    pub role: Role,
+}
+
+/// Step 1 for a client's chained request on `chain` at `version`: admitted under this
+/// server's view (lease, member, exact version; a read only while `Serving`, a change only
+/// at the head), or the refusal to reply. The request's own target must name a member of
+/// the chain (any: the request is applied to this server's member).
+pub(crate) fn fence_chained(
+    (chain_id, version): (u32, u64),
+    request: &IoRequest,
+    (chains, lease): (&[ChainInfo], Lease),
+    mine: &[TargetId],
+) -> Result<Placed, ForwardRefused> {
+    let refuse = |reason| ForwardRefused { chain: chain_id, version, reason };
+    let access = access_of(request).map_err(|_| refuse(ForwardRefusalReason::NotMember))?;
+    let Some(chain) = chains.iter().find(|c| c.chain == chain_id) else {
+        if lease.now_ms >= lease.valid_until_ms {
+            return Err(refuse(ForwardRefusalReason::NoLease));
+        }
+        return Err(refuse(ForwardRefusalReason::NotMember));
+    };
+    let named = request.target();
+    let me = my_member(chain, mine);
+    let in_chain = named.is_some_and(|t| chain.members.iter().any(|m| m.target == t));
+    let state = match (me, in_chain) {
+        (Some(me), true) => chain.members.iter().find(|m| m.target == me).map(|m| member_state(m.state)),
+        _ => None,
+    };
+    let view = MemberView { version: ChainVersion(chain.version), state };
+    match admit(ChainVersion(version), view, access, lease.valid_until_ms, lease.now_ms) {
+        Admission::Serve => {}
+        Admission::Stale { current } => {
+            return Err(refuse(ForwardRefusalReason::Stale { current: current.0 }))
+        }
+        Admission::NoLease => return Err(refuse(ForwardRefusalReason::NoLease)),
+        Admission::NotMember { state: Some(_) } if access == Access::Read => {
+            return Err(refuse(ForwardRefusalReason::NotReadable))
+        }
+        Admission::NotMember { state: Some(_) } => {
+            let head = Role::of(chain, me.unwrap_or(TargetId(0))).head;
+            return Err(refuse(ForwardRefusalReason::NotHead { head }));
+        }
+        _ => return Err(refuse(ForwardRefusalReason::NotMember)),
+    }
+    let me = me.ok_or_else(|| refuse(ForwardRefusalReason::NotMember))?;
+    let role = Role::of(chain, me);
+    if access == Access::Write && !role.is_head(me) {
+        return Err(refuse(ForwardRefusalReason::NotHead { head: role.head }));
+    }
+    Ok(Placed { me, role })
 }
 
 /// Step 2 on `log` (brought to the admitted version first): apply, re-acknowledge, or refuse.
@@ -137,91 +263,93 @@ fn fork_key(fork: &ForkRef) -> ForkKey {
     (fork.target, fork.file.0, fork.subfile.0, fork.fork.clone())
 }
 
-/// The entry a forward becomes in the log (its bytes are in the store once applied).
-fn entry_of(forward: &ChainForward) -> ChainEntry<ForkKey, ()> {
-    let kind = match &forward.entry {
-        ForwardEntry::Write { fork, offset, length_bytes } => match ByteRange::new(*offset, *length_bytes) {
-            Ok(Some(range)) => EntryKind::Write { fork: fork_key(fork), range, payload: () },
-            // An empty or overflowing write orders like a sync: it changes no bytes (an
-            // overflowing one is refused by the store).
-            _ => EntryKind::Sync,
-        },
-        ForwardEntry::Sync { .. } => EntryKind::Sync,
-    };
-    ChainEntry { position: forward.position, kind }
+/// Every byte of a fork: the range recorded for a change that is not a plain write (a
+/// superset is safe: a resync copies more, never less).
+fn whole() -> ByteRange {
+    ByteRange { offset: 0, length_bytes: u64::MAX }
+}
+
+/// The log's kind of a change (its bytes are in the store once applied).
+pub(crate) fn kind_of(request: &IoRequest) -> EntryKind<ForkKey, ()> {
+    let write = |fork: ForkKey, range: ByteRange| EntryKind::Write { fork, range, payload: () };
+    match request {
+        IoRequest::Write { fork, shape: Shape::Contiguous { file_offset, length, .. } } => {
+            match ByteRange::new(*file_offset, *length) {
+                Ok(Some(range)) => write(fork_key(fork), range),
+                _ => write(fork_key(fork), whole()),
+            }
+        }
+        IoRequest::Sync { .. } => EntryKind::Sync,
+        IoRequest::Write { fork, .. }
+        | IoRequest::Truncate { fork, .. }
+        | IoRequest::Extend { fork, .. }
+        | IoRequest::CreateFork { fork }
+        | IoRequest::RemoveFork { fork } => write(fork_key(fork), whole()),
+        IoRequest::CreateSubfile { target, file, subfile }
+        | IoRequest::RemoveSubfile { target, file, subfile } => {
+            write((*target, file.0, subfile.0, String::new()), whole())
+        }
+        _ => write((TargetId(0), 0, 0, String::new()), whole()),
+    }
+}
+
+/// The entry a forward becomes in the log.
+pub(crate) fn entry_of(forward: &ChainForward) -> ChainEntry<ForkKey, ()> {
+    ChainEntry { position: forward.position, kind: kind_of(&store_request(forward)) }
 }
 
 /// The store request a forward is applied as: the same path as a client's.
-fn store_request(forward: &ChainForward) -> IoRequest {
+pub(crate) fn store_request(forward: &ChainForward) -> IoRequest {
     match &forward.entry {
         ForwardEntry::Write { fork, offset, length_bytes } => {
             IoRequest::Write { fork: fork.clone(), shape: Shape::contiguous(*offset, *length_bytes) }
         }
         ForwardEntry::Sync { fork } => IoRequest::Sync { fork: fork.clone() },
+        ForwardEntry::Request { request } => (**request).clone(),
     }
 }
 
-/// Every chain's member log on this server.
-#[derive(Default)]
-pub(crate) struct ChainLogs {
-    logs: Mutex<HashMap<u32, Arc<Mutex<MemberLog>>>>,
+/// `request` applied to `target` instead of the target it names.
+pub(crate) fn retarget(request: &IoRequest, target: TargetId) -> IoRequest {
+    let mut request = request.clone();
+    match &mut request {
+        IoRequest::Read { fork, .. }
+        | IoRequest::Write { fork, .. }
+        | IoRequest::CreateFork { fork }
+        | IoRequest::RemoveFork { fork }
+        | IoRequest::ForkSize { fork }
+        | IoRequest::Extend { fork, .. }
+        | IoRequest::Truncate { fork, .. }
+        | IoRequest::Sync { fork }
+        | IoRequest::Hsm { fork, .. } => fork.target = target,
+        IoRequest::CreateSubfile { target: t, .. }
+        | IoRequest::RemoveSubfile { target: t, .. }
+        | IoRequest::ListForks { target: t, .. } => *t = target,
+        _ => {}
+    }
+    request
 }
 
-impl ChainLogs {
-    fn log(&self, chain: u32, admitted: Admitted) -> Arc<Mutex<MemberLog>> {
-        let mut logs = self.logs.lock();
-        let log = logs.entry(chain).or_insert_with(|| {
-            let log = ChainMemberLog::new(ChainId(chain), admitted.version, 0, admitted.has_successor);
-            Arc::new(Mutex::new(log))
-        });
-        log.clone()
+/// `entry` as sent to the member holding the subfile under `target`.
+pub(crate) fn retarget_entry(entry: &ForwardEntry, target: TargetId) -> ForwardEntry {
+    let mut entry = entry.clone();
+    match &mut entry {
+        ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => fork.target = target,
+        ForwardEntry::Request { request } => **request = retarget(request, target),
     }
+    entry
+}
 
-    /// Fences, orders and applies `forward` (blocking: run it off the async threads).
-    pub(crate) fn apply(
-        &self,
-        executor: &Executor,
-        (chains, lease): (&[ChainInfo], Lease),
-        request_id: u64,
-        forward: &ChainForward,
-        data: &[u8],
-    ) -> Reply {
-        let message = match self.apply_message(executor, (chains, lease), request_id, forward, data) {
-            Ok(message) => message,
-            Err(refusal) => IoReply::ForwardRefused(refusal),
-        };
-        Reply { request_id, message, data: Vec::new(), memory: None }
-    }
-
-    fn apply_message(
-        &self,
-        executor: &Executor,
-        (chains, lease): (&[ChainInfo], Lease),
-        request_id: u64,
-        forward: &ChainForward,
-        data: &[u8],
-    ) -> Result<IoReply, ForwardRefused> {
-        let admitted = fence(forward, chains, lease)?;
-        let log = self.log(forward.chain, admitted);
-        let mut log = log.lock();
-        let ack = |log: &MemberLog| {
-            let (chain, version) = (forward.chain, forward.version);
-            IoReply::Forwarded(ForwardAck {
-                chain,
-                version,
-                applied: log.applied(),
-                acknowledged: log.ack_up(),
-            })
-        };
-        if let Receive::Duplicate { .. } = order(&mut log, admitted, forward)? {
-            return Ok(ack(&log));
-        }
-        let done = executor.execute(request_id, &store_request(forward), data, true);
-        if let IoReply::Error(error) = done.message {
-            return Ok(IoReply::Error(error));
-        }
-        log.applied_entry(entry_of(forward));
-        Ok(ack(&log))
+/// Whether a forwarded request is one a chain carries (a change, never nested).
+pub(crate) fn forwardable(forward: &ChainForward) -> Result<(), WireError> {
+    match &forward.entry {
+        ForwardEntry::Request { request } => match access_of(request)? {
+            Access::Write => Ok(()),
+            Access::Read => {
+                Err(WireError::new(ErrorCode::BadRequest, "a read is not forwarded down a chain"))
+            }
+        },
+        _ => Ok(()),
     }
 }
 
@@ -229,6 +357,7 @@ impl ChainLogs {
 mod tests {
     use super::*;
     use flotilla_proto::ChainMember;
+    use flotilla_replica::ChainId;
     use flotilla_types::{FileId, SubfileIndex};
 
     fn forward(chain: u32, version: u64, position: u64, target: u64) -> ChainForward {
@@ -316,5 +445,112 @@ mod tests {
             order(&mut log, newer, &forward(0, 3, 2, 2)).unwrap_err().reason,
             ForwardRefusalReason::Stale { current: 4 }
         );
+    }
+
+    fn chained_write(target: u64) -> IoRequest {
+        let fork = ForkRef {
+            target: TargetId(target),
+            file: FileId(9),
+            subfile: SubfileIndex(0),
+            fork: "data".into(),
+        };
+        IoRequest::Write { fork, shape: Shape::contiguous(0, 4) }
+    }
+
+    fn chained_read(target: u64) -> IoRequest {
+        let fork = ForkRef {
+            target: TargetId(target),
+            file: FileId(9),
+            subfile: SubfileIndex(0),
+            fork: "data".into(),
+        };
+        IoRequest::Read { fork, shape: Shape::contiguous(0, 4) }
+    }
+
+    #[test]
+    fn roles_follow_the_serving_members_in_chain_order() {
+        let member = |t, state| ChainMember { target: TargetId(t), state };
+        let syncing = ChainMemberState::Syncing { missed_since: 4, full: false };
+        let chain = ChainInfo {
+            chain: 0,
+            version: 5,
+            members: vec![
+                member(1, syncing),
+                member(2, ChainMemberState::Serving),
+                member(3, ChainMemberState::Serving),
+            ],
+        };
+        let head = Role::of(&chain, TargetId(2));
+        assert!(head.is_head(TargetId(2)) && head.serving);
+        assert_eq!(head.successor, Some(TargetId(3)));
+        let last = Role::of(&chain, TargetId(3));
+        assert_eq!(
+            (last.head, last.successor),
+            (Some(TargetId(2)), None),
+            "nothing goes to a syncing member yet"
+        );
+        let tail = Role::of(&chain, TargetId(1));
+        assert!(tail.in_path && !tail.serving && tail.successor.is_none() && !tail.is_head(TargetId(1)));
+        assert!(!Role::of(&chain, TargetId(7)).in_path);
+    }
+
+    #[test]
+    fn chained_changes_go_to_the_head_and_reads_to_serving_members() {
+        let chains = chains();
+        let view = (chains.as_slice(), LEASE);
+        let reason = |r: Result<Placed, ForwardRefused>| r.err().map(|r| r.reason);
+        // Chain 0 v3: targets 1 (head) and 2, both serving.
+        let placed = fence_chained((0, 3), &chained_write(1), view, &[TargetId(1)]).unwrap();
+        assert_eq!(placed.me, TargetId(1));
+        assert_eq!(
+            reason(fence_chained((0, 3), &chained_write(1), view, &[TargetId(2)])),
+            Some(ForwardRefusalReason::NotHead { head: Some(TargetId(1)) }),
+            "a change sent to the second member names the head"
+        );
+        // The request may name any member: it is applied to this server's.
+        assert_eq!(fence_chained((0, 3), &chained_read(1), view, &[TargetId(2)]).unwrap().me, TargetId(2));
+        assert_eq!(
+            reason(fence_chained((0, 2), &chained_read(1), view, &[TargetId(2)])),
+            Some(ForwardRefusalReason::Stale { current: 3 })
+        );
+        assert_eq!(
+            reason(fence_chained((0, 3), &chained_read(5), view, &[TargetId(2)])),
+            Some(ForwardRefusalReason::NotMember),
+            "a target outside the chain"
+        );
+        // Chain 1 v2: target 2 serving (head), target 1 offline.
+        assert_eq!(
+            reason(fence_chained((1, 2), &chained_read(1), view, &[TargetId(1)])),
+            Some(ForwardRefusalReason::NotReadable)
+        );
+        assert_eq!(
+            reason(fence_chained((1, 2), &chained_write(2), view, &[TargetId(1)])),
+            Some(ForwardRefusalReason::NotHead { head: Some(TargetId(2)) })
+        );
+        assert!(fence_chained((1, 2), &chained_write(2), view, &[TargetId(2)]).is_ok());
+        let expired = Lease { valid_until_ms: 100, now_ms: 100 };
+        assert_eq!(
+            reason(fence_chained((0, 3), &chained_read(1), (chains.as_slice(), expired), &[TargetId(2)])),
+            Some(ForwardRefusalReason::NoLease)
+        );
+        assert!(access_of(&IoRequest::Stats).is_err(), "only data requests are chained");
+    }
+
+    #[test]
+    fn entries_are_rewritten_to_each_members_target() {
+        let request = chained_write(1);
+        assert_eq!(retarget(&request, TargetId(7)).target(), Some(TargetId(7)));
+        let create =
+            IoRequest::CreateSubfile { target: TargetId(1), file: FileId(9), subfile: SubfileIndex(2) };
+        assert_eq!(retarget(&create, TargetId(7)).target(), Some(TargetId(7)));
+        let entry = ForwardEntry::Request { request: Box::new(request) };
+        let forward =
+            ChainForward { chain: 0, version: 3, position: 1, entry: retarget_entry(&entry, TargetId(2)) };
+        assert_eq!(forward.target(), Some(TargetId(2)));
+        assert_eq!(forward.data_bytes(), 4);
+        assert!(fence(&forward, &chains(), LEASE).is_ok());
+        let read = ForwardEntry::Request { request: Box::new(chained_read(2)) };
+        let forward = ChainForward { chain: 0, version: 3, position: 1, entry: read };
+        assert!(forwardable(&forward).is_err(), "a read never travels down a chain");
     }
 }

@@ -143,6 +143,18 @@ pub struct ServerConfig {
     pub jobs_listed_max: usize,
     /// The tertiary tier of the server's lines targets (`[server.archive]`; none: no tier).
     pub archive: Option<ArchiveSettings>,
+    /// Replication (issue 32): longest wait for a chain successor's answer to one forward
+    /// (also its connect timeout); a version change of the chain ends the wait sooner.
+    pub chain_forward_timeout_ms: u64,
+    /// Once a successor fails, the longest wait for the chain's next version (the metadata
+    /// service fences a silent member after its `fence_after_ms`): about `fence_after_ms +
+    /// lease_ms` and a margin. Past it the pending request is answered `Unavailable`.
+    pub chain_change_wait_ms: u64,
+    /// Pause between tries of a failed successor while waiting for the next version (each
+    /// try also asks the metadata service for news).
+    pub chain_retry_ms: u64,
+    /// Changes a chain's head keeps in flight (sent, not yet acknowledged by the tail).
+    pub chain_window_max: usize,
 }
 
 impl ServerConfig {
@@ -284,6 +296,10 @@ impl Default for ServerConfig {
             jobs_max: 1024,
             jobs_listed_max: 20,
             archive: None,
+            chain_forward_timeout_ms: 10_000,
+            chain_change_wait_ms: 10_000,
+            chain_retry_ms: 200,
+            chain_window_max: flotilla_replica::FORWARD_WINDOW_MAX,
         }
     }
 }

@@ -98,8 +98,8 @@ pub(crate) struct Shared {
     pub metrics: Option<ServerMetrics>,
     /// The chains of this server's targets as the last heartbeat reply told them.
     pub chains: Arc<crate::membership::HeldChains>,
-    /// The member log of every chain forwards reach this server for.
-    pub chain_logs: Arc<crate::chain_write::ChainLogs>,
+    /// Every chain's data path on this server (heads, members, forwarding).
+    pub chain_paths: Arc<crate::chain_path::ChainPaths>,
 }
 
 /// Most bytes of idle request buffers the server keeps for reuse (beyond the data budget
@@ -254,6 +254,28 @@ impl Reader {
         if let IoRequest::Forward { forward } = request {
             return self.forward(request_id, forward, data, (held, credit)).await;
         }
+        // Replication (issue 32): a read is fenced here and runs as any read; a change goes
+        // to the chain's data path (the head applies it and sends it down the chain).
+        let request = match request {
+            IoRequest::Chained { chain, version, request } => match crate::chain_write::access_of(&request) {
+                Err(error) => return self.refuse(request_id, error.code, error.message).await,
+                Ok(flotilla_replica::Access::Write) => {
+                    let change = (chain, version, *request);
+                    return self.chained(request_id, change, data, (held, credit)).await;
+                }
+                Ok(flotilla_replica::Access::Read) => {
+                    match self.shared.chain_paths.admit_read(chain, version, &request) {
+                        Ok(request) => request,
+                        Err(refused) => {
+                            let message = IoReply::ForwardRefused(refused);
+                            let reply = Reply { request_id, message, data: Vec::new(), memory: None };
+                            return self.replies.send(reply).await.is_ok();
+                        }
+                    }
+                }
+            },
+            request => request,
+        };
         let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
         let units = memory_units(credit.bytes, self.shared.memory_units_max);
         let Some(memory) = self.reserve(held, units).await else { return false };
@@ -315,8 +337,8 @@ impl Reader {
         true
     }
 
-    /// Fences, orders and applies a chain forward on a blocking task (it writes to the
-    /// store), holding a queue slot, its credit and its data until it is answered.
+    /// Fences, orders, applies and sends on a chain forward on its own task (it waits for
+    /// the successor), holding a queue slot, its credit and its data until it is answered.
     async fn forward(
         &self,
         request_id: u64,
@@ -327,17 +349,29 @@ impl Reader {
         let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
         let (shared, replies) = (self.shared.clone(), self.replies.clone());
         tokio::spawn(async move {
-            let applied = tokio::task::spawn_blocking(move || {
-                let view = shared.chains.fence_view();
-                let reply =
-                    shared.chain_logs.apply(&shared.executor, (&view.0, view.1), request_id, &forward, &data);
-                drop((data, held));
-                reply
-            })
-            .await;
-            if let Ok(reply) = applied {
-                let _ = replies.send(reply).await;
-            }
+            let message = shared.chain_paths.forward(request_id, forward, data).await;
+            drop(held);
+            let _ = replies.send(Reply { request_id, message, data: Vec::new(), memory: None }).await;
+            drop(slot);
+        });
+        true
+    }
+
+    /// Hands a chained change to the chain's data path on its own task (its answer waits
+    /// for the chain's acknowledgement), holding a queue slot, its credit and its data.
+    async fn chained(
+        &self,
+        request_id: u64,
+        (chain, version, request): (u32, u64, IoRequest),
+        data: Bytes,
+        held: (Reservation, Credit),
+    ) -> bool {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
+        let (shared, replies) = (self.shared.clone(), self.replies.clone());
+        tokio::spawn(async move {
+            let reply = shared.chain_paths.change(request_id, (chain, version), request, data).await;
+            drop(held);
+            let _ = replies.send(reply).await;
             drop(slot);
         });
         true

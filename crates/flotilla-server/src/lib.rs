@@ -12,6 +12,7 @@
 //! reply goes back through the connection's bounded writer queue.
 
 mod authorize;
+mod chain_path;
 mod chain_write;
 pub mod config;
 mod connection;

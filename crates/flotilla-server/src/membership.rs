@@ -13,19 +13,29 @@ use flotilla_proto::{
     ChainInfo, ChainView, DeleteOrder, ErrorCode, MemberInfo, MetaReply, MetaRequest, NotServed, TargetReport,
 };
 use flotilla_rpc::{Connection, ConnectionConfig};
+use flotilla_types::TargetId;
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the server declares about itself, and the latest chain view the metadata service
-/// gave it. Nothing reads the chains yet but status and metrics: the chain data path will
-/// fence every request with `flotilla_replica::admit` against them.
+/// gave it: the chain data path (`chain_path.rs`) fences every chained request and forward
+/// with `flotilla_replica::admit` against it, asks for an early heartbeat when a successor
+/// fails ([`HeldChains::nudge`]) and waits for the next view ([`HeldChains::watch`]).
 #[derive(Debug)]
 pub struct HeldChains {
     member: MemberInfo,
     held: Mutex<Option<(ChainView, Instant)>>,
     /// The origin of the millisecond clock the fencing check reads.
     base: Instant,
+    /// Wakes the heartbeat loop before its period ends.
+    nudge: tokio::sync::Notify,
+    /// Counts the views stored, so waiters learn of each new one.
+    stored: tokio::sync::watch::Sender<u64>,
+    /// Where each chain member's target is served (from the service's `Status`), and
+    /// whether it must be asked again (a successor could not be reached there).
+    addresses: Mutex<(HashMap<TargetId, String>, bool)>,
 }
 
 /// A copy of [`HeldChains`] at one moment.
@@ -41,7 +51,53 @@ pub struct ChainsSnapshot {
 
 impl HeldChains {
     pub(crate) fn new(member: MemberInfo) -> HeldChains {
-        HeldChains { member, held: Mutex::new(None), base: Instant::now() }
+        HeldChains {
+            member,
+            held: Mutex::new(None),
+            base: Instant::now(),
+            nudge: tokio::sync::Notify::new(),
+            stored: tokio::sync::watch::channel(0).0,
+            addresses: Mutex::new((HashMap::new(), false)),
+        }
+    }
+
+    /// Asks the heartbeat loop to heartbeat now (a successor failed: news are wanted).
+    pub(crate) fn nudge(&self) {
+        self.nudge.notify_one();
+    }
+
+    /// Changes every time a heartbeat reply brings a view.
+    pub(crate) fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.stored.subscribe()
+    }
+
+    /// The chain `chain` as held now.
+    pub(crate) fn chain(&self, chain: u32) -> Option<ChainInfo> {
+        let held = self.held.lock();
+        held.as_ref().and_then(|(view, _)| view.chains.iter().find(|c| c.chain == chain).cloned())
+    }
+
+    /// The address of the server of `target`, as the metadata service last told it.
+    pub(crate) fn address(&self, target: TargetId) -> Option<String> {
+        self.addresses.lock().0.get(&target).cloned()
+    }
+
+    /// The address of `target` failed: ask the metadata service again with the next heartbeat.
+    pub(crate) fn address_failed(&self) {
+        self.addresses.lock().1 = true;
+    }
+
+    /// Whether the addresses must be (re)fetched for `view`: asked to, or a member unknown.
+    fn addresses_wanted(&self, view: &ChainView) -> bool {
+        let addresses = self.addresses.lock();
+        addresses.1
+            || view.chains.iter().flat_map(|c| &c.members).any(|m| !addresses.0.contains_key(&m.target))
+    }
+
+    fn store_addresses(&self, status: Vec<flotilla_proto::TargetStatus>) {
+        let mut addresses = self.addresses.lock();
+        addresses.0 = status.into_iter().map(|t| (t.target, t.server)).collect();
+        addresses.1 = false;
     }
 
     /// The chains held and the lease, in ms of this server's monotonic clock, for the
@@ -63,6 +119,7 @@ impl HeldChains {
     fn store(&self, view: ChainView, sent: Instant) {
         let until = sent + Duration::from_millis(view.lease_ms);
         *self.held.lock() = Some((view, until));
+        self.stored.send_modify(|count| *count = count.wrapping_add(1));
     }
 
     pub fn snapshot(&self) -> ChainsSnapshot {
@@ -154,7 +211,10 @@ async fn session(
         "registered with the metadata service"
     );
     loop {
-        tokio::time::sleep(period).await;
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = held.nudge.notified() => {}
+        }
         let (targets, deleted) = (reports(executor).await, acknowledged.clone());
         let heartbeat = match members {
             true => MetaRequest::HeartbeatMember {
@@ -169,6 +229,12 @@ async fn session(
         let orders = match call(&connection, &heartbeat).await? {
             MetaReply::HeartbeatAck { delete } => delete,
             MetaReply::HeartbeatChains { delete, view } => {
+                // Where the members are served, before the view is shown to the data path.
+                if held.addresses_wanted(&view) {
+                    if let Ok(MetaReply::Status(status)) = call_raw(&connection, &MetaRequest::Status).await {
+                        held.store_addresses(status);
+                    }
+                }
                 held.store(view, sent);
                 delete
             }

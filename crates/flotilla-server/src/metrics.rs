@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Request kinds, as labels, in the order of [`kind_index`].
-const KINDS: [&str; 20] = [
+const KINDS: [&str; 21] = [
     "hello",
     "read",
     "write",
@@ -36,6 +36,7 @@ const KINDS: [&str; 20] = [
     "hsm",
     "hsm_status",
     "forward",
+    "chained",
 ];
 
 /// Most jobs a `Stats` reply or a scrape lists, whatever `jobs_listed_max` says.

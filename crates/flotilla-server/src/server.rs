@@ -65,6 +65,14 @@ impl Server {
             (memory.clone(), memory_units_max),
             advertise.clone(),
         ));
+        let held = Arc::new(crate::membership::HeldChains::new(member_info(&config)?));
+        let meta_auth = ClientAuth { credential: credential.clone(), bounds: auth_bounds(&config) };
+        let chain_paths = Arc::new(crate::chain_path::ChainPaths::new(
+            chain_path_config(&config),
+            executor.clone(),
+            held.clone(),
+            meta_auth.clone(),
+        ));
         let shared = Arc::new(Shared {
             executor,
             flush,
@@ -96,10 +104,10 @@ impl Server {
                 vec![Role::Client, Role::Server],
                 auth_bounds(&config),
             ),
-            meta_auth: ClientAuth { credential, bounds: auth_bounds(&config) },
+            meta_auth,
             capabilities,
-            chains: Arc::new(crate::membership::HeldChains::new(member_info(&config)?)),
-            chain_logs: Arc::new(crate::chain_write::ChainLogs::default()),
+            chains: held,
+            chain_paths,
             metrics: config.metrics.then(|| {
                 ServerMetrics::new(executor_targets, config.jobs_max.max(1), config.jobs_listed_max)
             }),
@@ -126,7 +134,7 @@ impl Server {
     }
 
     /// The chains of this server's targets and the lease, as the last heartbeat reply gave
-    /// them (replication, issue 32; the data path's fencing will use them).
+    /// them (replication, issue 32; the chain data path fences every chained request with them).
     pub fn chains(&self) -> crate::membership::ChainsSnapshot {
         self.shared.chains.snapshot()
     }
@@ -187,6 +195,16 @@ fn frame_budget(
     let mut budget = flotilla_proto::FrameBudget::over(memory, units_max);
     budget.overdraft_wait = Duration::from_millis(config.overdraft_wait_ms);
     budget
+}
+
+/// The chain data path's bounds.
+fn chain_path_config(config: &ServerConfig) -> crate::chain_path::PathConfig {
+    crate::chain_path::PathConfig {
+        forward_timeout: Duration::from_millis(config.chain_forward_timeout_ms.max(1)),
+        change_wait: Duration::from_millis(config.chain_change_wait_ms.max(1)),
+        retry: Duration::from_millis(config.chain_retry_ms.max(1)),
+        window_max: config.chain_window_max.max(1),
+    }
 }
 
 /// The handshake and tag bounds of the server's connections.

@@ -152,6 +152,15 @@ impl Client {
 impl EnwrichFile {
     /// Joins the job group of `options` with `file`, open for writing (`Client::open_enwrich`).
     pub(crate) fn join(file: File, options: EnwrichOptions) -> Result<EnwrichFile, ClientError> {
+        // The servers pull a flush's data and write it locally: nothing would order it down
+        // a replicated subfile's chain, so it would land on one copy. Refused until it can.
+        if file.entry().subfiles.iter().any(|place| place.chain.is_some()) {
+            return Err(ClientError::Enwrich(format!(
+                "{} is a replicated file: ENWRICH flushes (servers pulling the data) write one copy \
+                 only, so they are refused for replicated files; open it without ENWRICH",
+                file.path()
+            )));
+        }
         let group = format!("{}/{}", options.job_name, file.id());
         let request = MetaRequest::JobJoin { name: group.clone(), size: options.job_size };
         let (member, epoch, event) = match file.client.meta(request)? {

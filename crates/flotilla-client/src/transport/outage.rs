@@ -76,6 +76,11 @@ pub(crate) fn classify(error: &ClientError) -> Failure {
         // A node that is not the leader proposed nothing; one without a quorum may have.
         ClientError::NotServed { reason: NotServed::NotLeader { .. }, .. } => Failure::NotSent,
         ClientError::NotServed { reason: NotServed::NoQuorum, .. } => Failure::MaybeApplied,
+        // A replicated subfile's request was refused unapplied, found no member to go to,
+        // or (a read) got no answer: the layer above refetches the chain and goes again.
+        ClientError::ChainRefused { .. }
+        | ClientError::ChainUnavailable { .. }
+        | ClientError::ReplicaTimeout { .. } => Failure::NotSent,
         _ => Failure::Final,
     }
 }

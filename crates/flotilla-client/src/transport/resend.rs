@@ -45,7 +45,8 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::JobWait { .. }
         | R::TokenWait { .. }
         | R::InodeTokenWait { .. }
-        | R::ChainStatus { .. } => Resend::Read,
+        | R::ChainStatus { .. }
+        | R::GetChains { .. } => Resend::Read,
         R::SetAttr { .. }
         | R::GrowSize { .. }
         | R::SetLayout { .. }

@@ -385,6 +385,8 @@ impl ReplyEntry {
                 layout,
                 targets,
                 replicas,
+                // A metadata group creates no replicated file yet (its chain table is per node).
+                chains: Vec::new(),
             }),
             symlink_target: self.symlink_target,
             default_layout: self.default_layout,

@@ -1,0 +1,276 @@
+//! Replicated files (issue 32) with real processes: a replicated create is placed on
+//! pairwise disjoint chains, `flotilla stat` shows each subfile's replicas and follows a
+//! member's death, a create asking for more replicas than failure groups is refused naming
+//! them; with the chain head on the servers, a put/get round trip and four writers
+//! surviving the SIGKILL of one server mid-write.
+
+mod common;
+
+use common::{cli, path, random_bytes, target_spec, Cluster, Process};
+use flotilla_client::CreateOptions;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// Short membership timings (heartbeats every 200 ms); `fence_after_ms > lease_ms +
+/// clock_margin_ms` holds.
+const MEMBERSHIP: &str =
+    "lease_ms = 400\nclock_margin_ms = 100\nfence_after_ms = 1000\nchains_per_target = 2\n";
+/// Bound on waiting for a chain change (about `fence_after_ms`, plus a tick and a slow
+/// machine's scheduling).
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// One metadata service and one server per group, in those groups.
+fn cluster_in_groups(groups: &[&str]) -> Cluster {
+    let mut cluster = Cluster::start_with(0, MEMBERSHIP);
+    for (index, group) in groups.iter().enumerate() {
+        let dir = cluster.target_dir(index);
+        std::fs::create_dir_all(&dir).expect("target folder");
+        let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
+        let args = [
+            "--config",
+            path(&config),
+            "server",
+            "--meta",
+            &meta,
+            "--target",
+            path(&target),
+            "--listen",
+            "127.0.0.1:0",
+            "--failure-group",
+            group,
+        ];
+        let server = Process::start(&args, "server").expect("start server");
+        cluster.servers.push(Some(server));
+    }
+    cluster.wait_up(groups.len());
+    // The chain table is built once the targets span the groups.
+    wait(&cluster, "the chain table", |c| {
+        cli_ok(&["status", "--chains", "--meta", &c.meta_addr()]).contains("chain=")
+    });
+    cluster
+}
+
+fn cli_ok(args: &[&str]) -> String {
+    let (ok, stdout, stderr) = cli(args);
+    assert!(ok, "flotilla {args:?} failed: {stderr}");
+    stdout
+}
+
+fn wait<T>(cluster: &Cluster, what: &str, done: impl Fn(&Cluster) -> T) -> T
+where
+    T: Default + PartialEq,
+{
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let got = done(cluster);
+        if got != T::default() {
+            return got;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The value of `key=` on `line`.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// One subfile line of `flotilla stat`: its target, chain, version and replicas as
+/// `(target, server, state)`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Subfile {
+    target: String,
+    chain: u32,
+    version: u64,
+    replicas: Vec<(String, String, String)>,
+}
+
+fn subfiles(meta: &str, file: &str) -> Vec<Subfile> {
+    let stat = cli_ok(&["stat", file, "--meta", meta]);
+    stat.lines()
+        .filter(|l| l.starts_with("subfile="))
+        .map(|l| {
+            let replicas = field(l, "replicas")
+                .unwrap_or_else(|| panic!("no replicas on {l:?}"))
+                .split(',')
+                .map(|r| {
+                    // TARGET@HOST:PORT:STATE (the state may hold `@`).
+                    let (target, rest) = r.split_once('@').expect("target@server");
+                    let (host, rest) = rest.split_once(':').expect("host:port");
+                    let (port, state) = rest.split_once(':').expect("port:state");
+                    (target.to_string(), format!("{host}:{port}"), state.to_string())
+                })
+                .collect();
+            Subfile {
+                target: field(l, "target").expect("target").to_string(),
+                chain: field(l, "chain").and_then(|c| c.parse().ok()).expect("chain"),
+                version: field(l, "version").and_then(|v| v.parse().ok()).expect("version"),
+                replicas,
+            }
+        })
+        .collect()
+}
+
+fn replicated(subfiles: u32) -> CreateOptions {
+    let layout = flotilla_types::Layout::Stripe { unit_bytes: 64 << 10, count: subfiles };
+    CreateOptions { subfiles, layout: Some(layout), replicas: 2, ..CreateOptions::default() }
+}
+
+#[test]
+fn a_replicated_file_sits_on_disjoint_chains_and_stat_follows_a_dead_member() {
+    let mut cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
+    let meta = cluster.meta_addr();
+    let client = cluster.client();
+    client.create("/r", &replicated(2)).expect("a replicated create over four groups");
+
+    let placed = subfiles(&meta, "/r");
+    assert_eq!(placed.len(), 2, "{placed:?}");
+    let mut targets = BTreeSet::new();
+    for subfile in &placed {
+        assert_eq!(subfile.replicas.len(), 2, "two replicas: {subfile:?}");
+        assert!(subfile.replicas.iter().all(|r| r.2 == "serving"), "{subfile:?}");
+        assert_eq!(subfile.target, subfile.replicas[0].0, "the head is the subfile's target: {subfile:?}");
+        for replica in &subfile.replicas {
+            assert!(targets.insert(replica.0.clone()), "two replicas share target {}: {placed:?}", replica.0);
+        }
+    }
+    let (ok, _, stderr) = cli(&["stat", "--json", "/r", "--meta", &meta]);
+    assert!(ok, "{stderr}");
+
+    // SIGKILL the head of subfile 0: its chain's next version shows it offline and the
+    // other member heading.
+    let before = placed[0].clone();
+    let dead_server = before.replicas[0].1.clone();
+    let index = cluster
+        .servers
+        .iter()
+        .position(|s| s.as_ref().is_some_and(|p| p.addr == dead_server))
+        .expect("the head's server is one of the cluster's");
+    cluster.servers[index].take().unwrap().kill();
+    let after = wait(&cluster, "the chain to drop its dead head", |_| {
+        let now = subfiles(&meta, "/r");
+        let changed =
+            now[0].version > before.version && now[0].replicas.iter().any(|r| r.2.starts_with("offline"));
+        if changed {
+            now
+        } else {
+            Vec::new()
+        }
+    });
+    let chain = &after[0];
+    assert_eq!(chain.chain, before.chain, "the file keeps its chain: {after:?}");
+    assert_eq!(chain.target, before.replicas[1].0, "the surviving member heads: {after:?}");
+    assert_eq!(after[1].version, placed[1].version, "the other chain did not change: {after:?}");
+
+    // More replicas than failure groups is refused naming both.
+    let local = cluster.dir.path().join("local.bin");
+    std::fs::write(&local, b"five?").unwrap();
+    let (ok, _, stderr) = cli(&["put", "--replicas", "5", path(&local), "/five", "--meta", &meta]);
+    assert!(!ok);
+    assert!(stderr.contains("5 replicas need 5 distinct failure groups, but only 3"), "{stderr}");
+}
+
+/// `flotilla put --replicas 2` and `get` of a replicated file, then a read and a write of it
+/// through the mount.
+#[test]
+fn a_replicated_put_reads_back() {
+    let cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
+    let meta = cluster.meta_addr();
+    let data = random_bytes(7, (3 << 20) + 4321);
+    let local = cluster.dir.path().join("in.bin");
+    std::fs::write(&local, &data).unwrap();
+    let args = ["put", "--replicas", "2", "--layout", "stripe:64k:2", path(&local), "/p", "--meta", &meta];
+    cli_ok(&args);
+    let back = cluster.dir.path().join("out.bin");
+    cli_ok(&["get", "/p", path(&back), "--meta", &meta]);
+    assert!(std::fs::read(&back).unwrap() == data, "the bytes read back differ");
+    assert!(subfiles(&meta, "/p").iter().all(|s| s.replicas.len() == 2));
+
+    // Through the mount (the client library underneath): read it, overwrite a range that
+    // spans both subfiles, and read that back with `get`.
+    let mount = common::Mount::start(&meta);
+    let mounted = mount.path("p");
+    assert!(std::fs::read(&mounted).unwrap() == data, "the mount reads other bytes");
+    let mut expected = data.clone();
+    let patch = random_bytes(8, 100_000);
+    let at = 60_000;
+    expected[at..at + patch.len()].copy_from_slice(&patch);
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut file = std::fs::OpenOptions::new().write(true).open(&mounted).unwrap();
+        file.seek(SeekFrom::Start(at as u64)).unwrap();
+        file.write_all(&patch).unwrap();
+        file.sync_all().unwrap();
+    }
+    drop(mount);
+    cli_ok(&["get", "/p", path(&back), "--meta", &meta]);
+    assert!(std::fs::read(&back).unwrap() == expected, "the write through the mount did not read back");
+}
+
+/// The end-to-end test of issue 32: replicas=2 over four servers in four failure groups,
+/// four writers (library clients, each its own file), one server SIGKILLed while every
+/// writer is part-way through; every write and close succeeds and every byte reads back (by
+/// `flotilla get`) while that server stays down.
+#[test]
+fn four_writers_survive_a_server_killed_mid_write() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let mut cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
+    let meta = cluster.meta_addr();
+    const WRITERS: usize = 4;
+    const CHUNK_BYTES: usize = 1 << 20;
+    const CHUNKS: usize = 48;
+    let chunk = |writer: usize, index: usize| random_bytes((writer * 1000 + index) as u64, CHUNK_BYTES);
+    let progress: Arc<Vec<AtomicUsize>> = Arc::new((0..WRITERS).map(|_| AtomicUsize::new(0)).collect());
+    let mut writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let (client, progress) = (cluster.client(), progress.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                let name = format!("/w{writer}");
+                let file = client.create(&name, &replicated(2)).map_err(|e| format!("create {name}: {e}"))?;
+                for index in 0..CHUNKS {
+                    let offset = (index * CHUNK_BYTES) as u64;
+                    file.write_at(offset, &chunk(writer, index))
+                        .map_err(|e| format!("write {name}@{offset}: {e}"))?;
+                    progress[writer].store(index + 1, Ordering::SeqCst);
+                }
+                file.close().map_err(|e| format!("close {name}: {e}"))
+            })
+        })
+        .collect();
+    // Every writer a quarter of the way through, none finished: SIGKILL a server.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while progress.iter().any(|p| p.load(Ordering::SeqCst) < CHUNKS / 4) {
+        if let Some(early) = writers.iter().position(|w| w.is_finished()) {
+            let outcome = writers.remove(early).join();
+            panic!("writer {early} stopped before the kill: {outcome:?}");
+        }
+        assert!(Instant::now() < deadline, "the writers did not get a quarter of the way");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let at_kill: Vec<usize> = progress.iter().map(|p| p.load(Ordering::SeqCst)).collect();
+    let victim = cluster.servers[1].take().expect("server 1");
+    for writer in 0..WRITERS {
+        let placed = subfiles(&meta, &format!("/w{writer}"));
+        let on_victim = placed.iter().flat_map(|s| &s.replicas).any(|r| r.1 == victim.addr);
+        assert!(on_victim, "writer {writer}'s file has no replica on the server to be killed: {placed:?}");
+    }
+    victim.kill();
+    eprintln!("server 1 killed with the writers at chunks {at_kill:?} of {CHUNKS}");
+    assert!(at_kill.iter().all(|&n| n < CHUNKS), "a writer had finished before the kill: {at_kill:?}");
+    for (writer, handle) in writers.into_iter().enumerate() {
+        let outcome = handle.join().expect("writer thread");
+        assert!(outcome.is_ok(), "writer {writer}: {outcome:?}");
+    }
+    for writer in 0..WRITERS {
+        let back = cluster.dir.path().join(format!("out-{writer}.bin"));
+        cli_ok(&["get", &format!("/w{writer}"), path(&back), "--meta", &meta]);
+        let got = std::fs::read(&back).unwrap();
+        assert_eq!(got.len(), CHUNKS * CHUNK_BYTES, "writer {writer}: length");
+        for index in 0..CHUNKS {
+            let range = index * CHUNK_BYTES..(index + 1) * CHUNK_BYTES;
+            assert!(got[range] == chunk(writer, index)[..], "writer {writer}: chunk {index} differs");
+        }
+    }
+}

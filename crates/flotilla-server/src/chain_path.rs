@@ -1,0 +1,548 @@
+//! Replication's data path (issue 32), the I/O part: a chained change taken by the head, a
+//! forward taken by a member, each applied through the executor and sent on down the chain
+//! before it is answered; reads fenced and served as usual.
+//!
+//! One async lock per chain is held across the local apply and the forward to the
+//! successor (a first cut: one entry of a chain in flight at a time, chains in parallel).
+//! The successor's cumulative acknowledgement answers the request. When the successor does
+//! not answer (refused or broken connection, `chain_forward_timeout_ms`) or refuses the
+//! entry (another version, no lease, not a member, a gap this member cannot fill), the
+//! member asks the metadata service for news at once (an early heartbeat) and waits, at
+//! most `chain_change_wait_ms`, for its chain's next version, trying the successor again
+//! every `chain_retry_ms`; under the new version it sends what the new successor lacks, or,
+//! if it is now the tail, answers. If it is no longer in the write path (or no longer the
+//! head, for a client's change), the request is refused naming the new version, and the
+//! client refetches the chain.
+
+use crate::chain_write::{
+    entry_of, fence, fence_chained, forwardable, kind_of, my_member, order, retarget, retarget_entry,
+    store_request, Lease, MemberLog, Payload, Role, Sent,
+};
+use crate::execute::{Executor, Reply};
+use crate::membership::HeldChains;
+use bytes::Bytes;
+use flotilla_proto::{
+    ChainForward, ChainInfo, ErrorCode, ForwardAck, ForwardEntry, ForwardRefusalReason, ForwardRefused,
+    IoReply, IoRequest, WireError,
+};
+use flotilla_replica::{ChainHead, ChainId, ChainMemberLog, ChainVersion, Receive};
+use flotilla_rpc::{Connection, ConnectionConfig};
+use flotilla_types::TargetId;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The bounds of the chain data path (`ServerConfig::chain_*`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PathConfig {
+    /// Longest wait for a successor's answer to one forward.
+    pub forward_timeout: Duration,
+    /// Longest wait for a new chain version once the successor failed.
+    pub change_wait: Duration,
+    /// Pause between tries of a failed successor while waiting for news.
+    pub retry: Duration,
+    /// Entries a head keeps in flight (`forward_window_max`).
+    pub window_max: usize,
+}
+
+/// One chain's state on this server.
+struct ChainState {
+    log: Option<MemberLog>,
+    /// The head role, while this member is the chain's head.
+    head: Option<ChainHead<()>>,
+    /// The connection to the successor.
+    link: Option<(TargetId, String, Arc<Connection>)>,
+    /// What each entry not yet acknowledged by the successor carries, by position.
+    payloads: BTreeMap<u64, Payload>,
+}
+
+impl ChainState {
+    /// Forgets the contents of entries the successor acknowledged (or that no successor
+    /// will be sent).
+    fn prune(&mut self) {
+        if let Some(log) = &self.log {
+            let acked = log.ack_up();
+            self.payloads.retain(|&position, _| position > acked);
+        }
+    }
+}
+
+/// Why sending down the chain stopped without every entry acknowledged.
+enum Stop {
+    /// This member's place changed (refuse the request with this reason, under its version).
+    Refused(ForwardRefusalReason),
+    /// No acknowledgement and no new version in time.
+    Failed(WireError),
+}
+
+/// What went wrong with one try of the successor.
+enum Trouble {
+    /// The chain's version changed meanwhile: look again.
+    Changed,
+    /// Worth waiting for news: the message says what happened.
+    Wait(String),
+}
+
+/// Every chain's data path on this server.
+pub(crate) struct ChainPaths {
+    config: PathConfig,
+    executor: Arc<Executor>,
+    held: Arc<HeldChains>,
+    auth: flotilla_auth::ClientAuth,
+    /// This server's targets.
+    mine: Vec<TargetId>,
+    chains: parking_lot::Mutex<HashMap<u32, Arc<tokio::sync::Mutex<ChainState>>>>,
+    /// Connections to successor servers by address (broken ones are dropped when a new one
+    /// is made; at most one per peer address).
+    peers: parking_lot::Mutex<HashMap<String, Arc<Connection>>>,
+}
+
+impl ChainPaths {
+    pub(crate) fn new(
+        config: PathConfig,
+        executor: Arc<Executor>,
+        held: Arc<HeldChains>,
+        auth: flotilla_auth::ClientAuth,
+    ) -> ChainPaths {
+        let mine = executor.store.target_ids();
+        ChainPaths {
+            config,
+            executor,
+            held,
+            auth,
+            mine,
+            chains: parking_lot::Mutex::new(HashMap::new()),
+            peers: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn state(&self, chain: u32) -> Arc<tokio::sync::Mutex<ChainState>> {
+        let mut chains = self.chains.lock();
+        let state = chains.entry(chain).or_insert_with(|| {
+            Arc::new(tokio::sync::Mutex::new(ChainState {
+                log: None,
+                head: None,
+                link: None,
+                payloads: BTreeMap::new(),
+            }))
+        });
+        state.clone()
+    }
+
+    fn view(&self) -> (Vec<ChainInfo>, Lease) {
+        self.held.fence_view()
+    }
+
+    /// Runs `request` on the store (on a blocking thread), making its subfile on demand.
+    async fn execute(&self, request_id: u64, request: IoRequest, data: Bytes) -> Reply {
+        let executor = self.executor.clone();
+        let ran =
+            tokio::task::spawn_blocking(move || executor.execute(request_id, &request, &data, true)).await;
+        ran.unwrap_or_else(|error| Reply {
+            request_id,
+            message: IoReply::Error(WireError::new(ErrorCode::Io, format!("the store call failed: {error}"))),
+            data: Vec::new(),
+            memory: None,
+        })
+    }
+
+    /// A chained read: fenced now (served only by a `Serving` member under exactly its
+    /// version) and returned retargeted to this server's member, to run as any read.
+    pub(crate) fn admit_read(
+        &self,
+        chain: u32,
+        version: u64,
+        request: &IoRequest,
+    ) -> Result<IoRequest, ForwardRefused> {
+        let (chains, lease) = self.view();
+        let placed = fence_chained((chain, version), request, (&chains, lease), &self.mine)?;
+        Ok(retarget(request, placed.me))
+    }
+
+    /// A client's chained change at this server: taken only by the head, applied here, sent
+    /// down the chain and answered once every member of the write path applied it.
+    pub(crate) async fn change(
+        &self,
+        request_id: u64,
+        (chain, version): (u32, u64),
+        request: IoRequest,
+        data: Bytes,
+    ) -> Reply {
+        let reply = |message| Reply { request_id, message, data: Vec::new(), memory: None };
+        let refuse = |reason| IoReply::ForwardRefused(ForwardRefused { chain, version, reason });
+        let placed = match self.fence_change(chain, version, &request).await {
+            Ok(placed) => placed,
+            Err(refused) => return reply(IoReply::ForwardRefused(refused)),
+        };
+        let state = self.state(chain);
+        let mut guard = state.lock().await;
+        let state: &mut ChainState = &mut guard;
+        // Under the lock, the view may have moved on: fence again.
+        let (chains, lease) = self.view();
+        let placed = match fence_chained((chain, version), &request, (&chains, lease), &self.mine) {
+            Ok(again) if again.me == placed.me => again,
+            Ok(_) => return reply(refuse(ForwardRefusalReason::NotMember)),
+            Err(refused) => return reply(IoReply::ForwardRefused(refused)),
+        };
+        let me = placed.me;
+        if let Err(stop) = self.follow(state, chain, me) {
+            return reply(self.stopped(chain, version, stop));
+        }
+        // What an earlier failure left unacknowledged goes first.
+        if let Err(stop) = self.drain(state, chain, me).await {
+            return reply(self.stopped(chain, version, stop));
+        }
+        let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_mut()) else {
+            return reply(refuse(ForwardRefusalReason::NotHead { head: placed.role.head }));
+        };
+        // Positions continue from what the log applied (with one entry at a time no client
+        // waits between requests; a forward some confused server sent to the head moved
+        // the log on, and the next position must follow it).
+        *head = ChainHead::new(log, self.config.window_max);
+        if log.version() != ChainVersion(version) {
+            let current = log.version().0;
+            return reply(refuse(ForwardRefusalReason::Stale { current }));
+        }
+        let in_flight = head.in_flight(log);
+        if in_flight >= self.config.window_max {
+            let message = format!(
+                "chain {chain} v{version}: {in_flight} changes in flight, at the window of {}; retry once the chain acknowledges",
+                self.config.window_max
+            );
+            return reply(IoReply::Error(WireError::new(ErrorCode::Unavailable, message)));
+        }
+        let local = retarget(&request, me);
+        let done = self.execute(request_id, local, data.clone()).await;
+        if matches!(done.message, IoReply::Error(_)) {
+            return done;
+        }
+        let payload: Payload =
+            Arc::new(Sent { entry: ForwardEntry::Request { request: Box::new(request.clone()) }, data });
+        let kind = kind_of(&request);
+        let (Some(log), Some(head)) = (state.log.as_mut(), state.head.as_mut()) else {
+            return reply(refuse(ForwardRefusalReason::NotHead { head: None }));
+        };
+        let entry = match head.submit(log, ChainVersion(version), kind, ()) {
+            Ok(entry) => entry,
+            Err(error) => {
+                return reply(IoReply::Error(WireError::new(ErrorCode::Unavailable, error.to_string())))
+            }
+        };
+        let position = entry.position;
+        log.applied_entry(entry);
+        state.payloads.insert(position, payload);
+        if let Err(stop) = self.drain(state, chain, me).await {
+            return reply(self.stopped(chain, version, stop));
+        }
+        let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_mut()) else {
+            return reply(refuse(ForwardRefusalReason::NotHead { head: None }));
+        };
+        let acked = log.ack_up();
+        head.answer(acked);
+        if acked < position {
+            let message =
+                format!("chain {chain}: position {position} not acknowledged (acknowledged {acked})");
+            return reply(IoReply::Error(WireError::new(ErrorCode::Unavailable, message)));
+        }
+        done
+    }
+
+    /// Fences a change; a client ahead of this server (it holds a newer version) waits for
+    /// this server to hear of it, at most `chain_change_wait_ms`.
+    async fn fence_change(
+        &self,
+        chain: u32,
+        version: u64,
+        request: &IoRequest,
+    ) -> Result<crate::chain_write::Placed, ForwardRefused> {
+        let (chains, lease) = self.view();
+        match fence_chained((chain, version), request, (&chains, lease), &self.mine) {
+            Err(ForwardRefused { reason: ForwardRefusalReason::Stale { current }, .. })
+                if current < version =>
+            {
+                self.held.nudge();
+                let until = Instant::now() + self.config.change_wait;
+                self.wait_change(chain, current, until).await;
+                let (chains, lease) = self.view();
+                fence_chained((chain, version), request, (&chains, lease), &self.mine)
+            }
+            other => other,
+        }
+    }
+
+    /// A forward from the predecessor: fenced, ordered, applied, sent on to this member's
+    /// successor, and answered with the cumulative acknowledgement.
+    pub(crate) async fn forward(&self, request_id: u64, forward: ChainForward, data: Bytes) -> IoReply {
+        if let Err(error) = forwardable(&forward) {
+            return IoReply::Error(error);
+        }
+        let (chain, version) = (forward.chain, forward.version);
+        let state = self.state(chain);
+        let mut guard = state.lock().await;
+        let state: &mut ChainState = &mut guard;
+        let (chains, lease) = self.view();
+        let admitted = match fence(&forward, &chains, lease) {
+            Ok(admitted) => admitted,
+            Err(refused) => return IoReply::ForwardRefused(refused),
+        };
+        let Some(me) = forward.target().filter(|t| self.mine.contains(t)) else {
+            let refused = ForwardRefused { chain, version, reason: ForwardRefusalReason::NotMember };
+            return IoReply::ForwardRefused(refused);
+        };
+        if let Err(stop) = self.follow(state, chain, me) {
+            return self.stopped(chain, version, stop);
+        }
+        let log = state.log.get_or_insert_with(|| {
+            ChainMemberLog::new(ChainId(chain), admitted.version, 0, admitted.has_successor)
+        });
+        match order(log, admitted, &forward) {
+            Err(refused) => return IoReply::ForwardRefused(refused),
+            Ok(Receive::Duplicate { .. }) => {}
+            Ok(Receive::Apply) => {
+                let done = self.execute(request_id, store_request(&forward), data.clone()).await;
+                if let IoReply::Error(error) = done.message {
+                    return IoReply::Error(error);
+                }
+                let Some(log) = state.log.as_mut() else { return IoReply::Error(lost_log(chain)) };
+                log.applied_entry(entry_of(&forward));
+                let payload = Arc::new(Sent { entry: forward.entry.clone(), data });
+                state.payloads.insert(forward.position, payload);
+            }
+        }
+        if let Err(stop) = self.drain(state, chain, me).await {
+            return self.stopped(chain, version, stop);
+        }
+        let Some(log) = state.log.as_ref() else { return IoReply::Error(lost_log(chain)) };
+        if log.version() != ChainVersion(version) {
+            let reason = ForwardRefusalReason::Stale { current: log.version().0 };
+            return IoReply::ForwardRefused(ForwardRefused { chain, version, reason });
+        }
+        IoReply::Forwarded(ForwardAck { chain, version, applied: log.applied(), acknowledged: log.ack_up() })
+    }
+
+    fn stopped(&self, chain: u32, version: u64, stop: Stop) -> IoReply {
+        match stop {
+            Stop::Refused(reason) => IoReply::ForwardRefused(ForwardRefused { chain, version, reason }),
+            Stop::Failed(error) => IoReply::Error(error),
+        }
+    }
+
+    /// Brings the chain's log and head role to the version held now; refuses once this
+    /// member is out of the write path.
+    fn follow(&self, state: &mut ChainState, chain: u32, me: TargetId) -> Result<Role, Stop> {
+        let Some(info) = self.held.chain(chain) else {
+            state.head = None;
+            return Err(Stop::Refused(ForwardRefusalReason::NotMember));
+        };
+        if my_member(&info, &self.mine) != Some(me) {
+            state.head = None;
+            return Err(Stop::Refused(ForwardRefusalReason::NotMember));
+        }
+        let role = Role::of(&info, me);
+        let has_successor = role.successor.is_some();
+        let log = state
+            .log
+            .get_or_insert_with(|| ChainMemberLog::new(ChainId(chain), role.version, 0, has_successor));
+        if role.version > log.version() {
+            log.change_version(role.version, role.serving, has_successor);
+            if let Some(head) = state.head.as_mut() {
+                // Entries it never applied were never answered: nothing is dropped here
+                // (one entry at a time, applied before it is sent).
+                let _dropped = head.change_version(log);
+            }
+        }
+        if state.link.as_ref().map(|(t, _, _)| *t) != role.successor {
+            state.link = None;
+        }
+        match role.is_head(me) {
+            true if state.head.is_none() => state.head = Some(ChainHead::new(log, self.config.window_max)),
+            true => {}
+            false => state.head = None,
+        }
+        if !role.in_path || (!role.serving && role.is_head(me)) {
+            let current = role.version.0;
+            return Err(Stop::Refused(ForwardRefusalReason::Stale { current }));
+        }
+        Ok(role)
+    }
+
+    /// Sends everything this member applied and its successor has not acknowledged, until
+    /// it is acknowledged, following version changes (see the module's comment).
+    async fn drain(&self, state: &mut ChainState, chain: u32, me: TargetId) -> Result<(), Stop> {
+        let mut deadline: Option<Instant> = None;
+        let mut warned = false;
+        loop {
+            let role = self.follow(state, chain, me)?;
+            state.prune();
+            let Some(log) = state.log.as_ref() else { return Ok(()) };
+            if log.in_flight() == 0 {
+                return Ok(());
+            }
+            let Some(successor) = role.successor else { return Ok(()) };
+            let trouble = match self.send(state, chain, successor).await {
+                Ok(()) => continue,
+                Err(trouble) => trouble,
+            };
+            let Trouble::Wait(what) = trouble else { continue };
+            // The first failure is tried again at once: a cached connection the successor
+            // closed while idle is only found broken by using it.
+            if deadline.is_none() {
+                deadline = Some(Instant::now() + self.config.change_wait);
+                self.held.nudge();
+                continue;
+            }
+            let until = deadline.unwrap_or_else(Instant::now);
+            match std::mem::replace(&mut warned, true) {
+                false => {
+                    tracing::warn!(chain, version = role.version.0, successor = %successor, %what, "chain successor did not acknowledge; waiting for the chain's next version")
+                }
+                true => {
+                    tracing::debug!(chain, version = role.version.0, successor = %successor, %what, "chain successor still not acknowledging")
+                }
+            }
+            if Instant::now() >= until {
+                let message = format!(
+                    "chain {chain} v{}: successor {successor} did not acknowledge ({what}) and no new chain version came within chain_change_wait_ms = {} ms",
+                    role.version.0,
+                    self.config.change_wait.as_millis()
+                );
+                return Err(Stop::Failed(WireError::new(ErrorCode::Unavailable, message)));
+            }
+            self.held.nudge();
+            let retry = (Instant::now() + self.config.retry).min(until);
+            self.wait_change(chain, role.version.0, retry).await;
+        }
+    }
+
+    /// One pass over the outbox to `successor`, oldest first.
+    async fn send(&self, state: &mut ChainState, chain: u32, successor: TargetId) -> Result<(), Trouble> {
+        let connection = self.link(state, successor).await?;
+        let Some(log) = state.log.as_ref() else { return Ok(()) };
+        let version = log.version();
+        let positions: Vec<u64> = log.retransmit(self.config.window_max).map(|e| e.position).collect();
+        for position in positions {
+            let Some(payload) = state.payloads.get(&position).cloned() else {
+                return Err(Trouble::Wait(format!("position {position} is no longer held here")));
+            };
+            let forward = ChainForward {
+                chain,
+                version: version.0,
+                position,
+                entry: retarget_entry(&payload.entry, successor),
+            };
+            let reply = self.call(&connection, chain, version.0, &forward, payload.data.clone()).await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(trouble) => {
+                    if matches!(trouble, Trouble::Wait(_)) {
+                        state.link = None;
+                        self.held.address_failed();
+                    }
+                    return Err(trouble);
+                }
+            };
+            match reply {
+                IoReply::Forwarded(ack) if ack.version == version.0 => {
+                    let Some(log) = state.log.as_mut() else { return Ok(()) };
+                    if log.successor_acked(version, ack.acknowledged).is_err() {
+                        return Err(Trouble::Changed);
+                    }
+                    state.prune();
+                    if ack.acknowledged < position {
+                        return Err(Trouble::Wait(format!(
+                            "acknowledged {} of position {}",
+                            ack.acknowledged, position
+                        )));
+                    }
+                }
+                IoReply::Forwarded(ack) => {
+                    return Err(Trouble::Wait(format!("acknowledged under v{}", ack.version)))
+                }
+                IoReply::ForwardRefused(refused) => return Err(Trouble::Wait(refused.to_string())),
+                IoReply::Error(error) => return Err(Trouble::Wait(error.to_string())),
+                other => return Err(Trouble::Wait(format!("unexpected reply {other:?}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The connection to `successor`, made if there is none.
+    async fn link(&self, state: &mut ChainState, successor: TargetId) -> Result<Arc<Connection>, Trouble> {
+        if let Some((target, _, connection)) = &state.link {
+            if *target == successor && !connection.is_broken() {
+                return Ok(connection.clone());
+            }
+        }
+        state.link = None;
+        let Some(addr) = self.held.address(successor) else {
+            self.held.address_failed();
+            return Err(Trouble::Wait(format!("no address known for target {successor}")));
+        };
+        // One connection per peer server, shared by the chains it succeeds this server in.
+        let shared = self.peers.lock().get(&addr).filter(|c| !c.is_broken()).cloned();
+        if let Some(connection) = shared {
+            state.link = Some((successor, addr, connection.clone()));
+            return Ok(connection);
+        }
+        let mut config = ConnectionConfig::with_auth(self.auth.clone());
+        config.connect_timeout_ms =
+            u64::try_from(self.config.forward_timeout.as_millis()).unwrap_or(u64::MAX);
+        config.call_timeout_ms = config.connect_timeout_ms;
+        let connection =
+            Connection::connect(&addr, config).await.map_err(|error| Trouble::Wait(error.to_string()))?;
+        let connection = Arc::new(connection);
+        let mut peers = self.peers.lock();
+        peers.retain(|_, c| !c.is_broken());
+        peers.insert(addr.clone(), connection.clone());
+        drop(peers);
+        state.link = Some((successor, addr, connection.clone()));
+        Ok(connection)
+    }
+
+    /// Sends one forward; gives up when the chain's version changes meanwhile or after
+    /// `chain_forward_timeout_ms`.
+    async fn call(
+        &self,
+        connection: &Connection,
+        chain: u32,
+        version: u64,
+        forward: &ChainForward,
+        data: Bytes,
+    ) -> Result<IoReply, Trouble> {
+        let request = IoRequest::Forward { forward: forward.clone() };
+        let until = Instant::now() + self.config.forward_timeout;
+        tokio::select! {
+            reply = connection.call::<IoRequest, IoReply>(&request, data) => match reply {
+                Ok((reply, _)) => Ok(reply),
+                Err(error) => Err(Trouble::Wait(error.to_string())),
+            },
+            changed = self.wait_change(chain, version, until) => match changed {
+                true => Err(Trouble::Changed),
+                false => Err(Trouble::Wait(format!(
+                    "no answer within chain_forward_timeout_ms = {} ms",
+                    self.config.forward_timeout.as_millis()
+                ))),
+            },
+        }
+    }
+
+    /// Waits until the chain held is not at `version` (true) or `until` passes (false).
+    async fn wait_change(&self, chain: u32, version: u64, until: Instant) -> bool {
+        let mut watch = self.held.watch();
+        loop {
+            watch.borrow_and_update();
+            if self.held.chain(chain).map(|c| c.version) != Some(version) {
+                return true;
+            }
+            let deadline = tokio::time::Instant::from_std(until);
+            tokio::select! {
+                changed = watch.changed() => if changed.is_err() { return false },
+                _ = tokio::time::sleep_until(deadline) => return false,
+            }
+        }
+    }
+}
+
+fn lost_log(chain: u32) -> WireError {
+    WireError::new(ErrorCode::Io, format!("chain {chain}: the member log vanished"))
+}
