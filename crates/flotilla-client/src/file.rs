@@ -569,7 +569,12 @@ mod tests {
             rdev: 0,
         };
         let subfiles = (0..subfiles)
-            .map(|i| SubfilePlace { target: TargetId(i as u64), server: String::new(), up: true, chain: None })
+            .map(|i| SubfilePlace {
+                target: TargetId(i as u64),
+                server: String::new(),
+                up: true,
+                chain: None,
+            })
             .collect();
         EntryInfo {
             id: 99,

@@ -40,9 +40,8 @@ pub use io::{
     JobStats, PullRange, Residency, ServerStats, TargetTierStatus, JOB_ID_BYTES_MAX,
 };
 pub use meta::{
-    CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, ReplicaPlace, SubfileChain,
-    SubfilePlace,
-    TargetReport, TargetState, TargetStatus,
+    CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, ReplicaPlace,
+    SubfileChain, SubfilePlace, TargetReport, TargetState, TargetStatus,
 };
 pub use meta::{HeldLock, RECLAIM_LOCKS_MAX};
 pub use meta::{
