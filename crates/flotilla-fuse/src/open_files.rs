@@ -442,33 +442,35 @@ impl FlotillaFs {
         // read returned sees it (a round trip only on reads the atime rule updates).
         let first_read = !open.read_once.swap(true, std::sync::atomic::Ordering::AcqRel);
         self.note_read(ino, &open.file.read().entry().attrs, first_read);
-        match &open.readahead {
-            Some(readahead) if length > 0 && !passing => {
-                deliver(&self.read_ahead(&open, readahead, (offset, length), known)?);
+        if let Some(readahead) = open.readahead.as_ref().filter(|_| length > 0 && !passing) {
+            if let Some(bytes) = self.read_ahead(&open, readahead, (offset, length), known)? {
+                deliver(&bytes);
+                return Ok(());
             }
-            _ => with_read_buffer(length as usize, |buffer| {
-                if length > 0 {
-                    self.with_file(&open, |file| {
-                        file.read_shape(&Shape::contiguous(offset, length), buffer)
-                    })?;
-                }
-                deliver(buffer);
-                Ok::<(), Errno>(())
-            })?,
         }
-        Ok(())
+        with_read_buffer(length as usize, |buffer| {
+            if length > 0 {
+                self.with_file(&open, |file| file.read_shape(&Shape::contiguous(offset, length), buffer))?;
+            }
+            deliver(buffer);
+            Ok::<(), Errno>(())
+        })
     }
 
     /// A read of a read-only open: served from what was fetched ahead if it holds the bytes;
-    /// else fetched together with the next records of the handle's access pattern in one
-    /// request (contiguous or strided), the records after this one kept for later reads.
+    /// else, when it continues the handle's access pattern, fetched together with the next
+    /// records of the pattern in one request (contiguous or strided), the records after this
+    /// one kept for later reads. `None`: a read of its own bytes only (a random reader's),
+    /// which the caller sends without holding the handle's read-ahead lock, so that the
+    /// reads the kernel sends at once (asynchronous direct I/O, queue depth 16) reach the
+    /// servers at once instead of one after the other.
     fn read_ahead(
         &self,
         open: &OpenFile,
         readahead: &parking_lot::Mutex<(Detector, Window)>,
         (offset, length): (u64, u64),
         known: u64,
-    ) -> Result<Vec<u8>, Errno> {
+    ) -> Result<Option<Vec<u8>>, Errno> {
         let generation = self.sizes.generation(open.ino);
         let mut state = readahead.lock();
         let (detector, window) = &mut *state;
@@ -478,8 +480,13 @@ impl FlotillaFs {
         }
         let fetch = detector.observe(offset, length, self.readahead_bytes_max).clipped(known);
         if let Some(bytes) = window.take(offset, length) {
-            return Ok(bytes);
+            return Ok(Some(bytes));
         }
+        if fetch.count == 1 {
+            return Ok(None);
+        }
+        // Held while the widened fetch runs: the reads that follow wait for its records
+        // instead of asking the servers for them a second time.
         let mut buffer = vec![0u8; fetch.bytes() as usize];
         let shape = match fetch.is_contiguous() {
             true => Shape::contiguous(offset, fetch.bytes()),
@@ -503,7 +510,7 @@ impl FlotillaFs {
                 }
             }
         }
-        Ok(buffer)
+        Ok(Some(buffer))
     }
 
     pub(crate) fn write_file(
