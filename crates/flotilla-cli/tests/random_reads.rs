@@ -268,3 +268,95 @@ fn reads_of_one_o_direct_descriptor_reach_the_server_at_once() {
         "16 readers queued {sixteen} bytes, one reader {one}: the reads went one at a time"
     );
 }
+
+/// Record `index` of the growing file: its index, then bytes that depend on it.
+fn growing_record(index: u64) -> Vec<u8> {
+    let mut bytes = common::random_bytes(index, RECORD);
+    bytes[..8].copy_from_slice(&index.to_le_bytes());
+    bytes
+}
+
+/// One `pread` of record `index` through `file` (aligned for `O_DIRECT`): what it read.
+fn pread_record(file: &fs::File, index: u64) -> Vec<u8> {
+    let buffer = Aligned::new(RECORD);
+    let offset = (index * RECORD as u64) as i64;
+    // SAFETY: the buffer holds RECORD bytes and lives through the call.
+    let read = unsafe { libc::pread(file.as_raw_fd(), buffer.pointer.cast(), RECORD, offset) };
+    assert!(read >= 0, "pread of record {index}: {}", std::io::Error::last_os_error());
+    // SAFETY: the call filled `read` bytes.
+    unsafe { std::slice::from_raw_parts(buffer.pointer, read as usize) }.to_vec()
+}
+
+/// Random readers at the end of a file another handle is extending through the same mount:
+/// four threads reading one `O_DIRECT` descriptor (a random reader's reads go without the
+/// handle's lock, several at once) and two reading a page-cache descriptor (where a read
+/// answered short makes the kernel shrink its size). Every read of a record whose write
+/// returned before the read began is whole and right — never short at a size the mount knew
+/// before the write — and once the writer closed, both descriptors read the last record and
+/// a fresh read sees every record. Half the reads are of the last few records written.
+#[test]
+fn random_readers_at_the_growing_end_of_a_file_never_read_short() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    const FIRST: u64 = 64;
+    const RECORDS_MAX: u64 = 4096;
+    const READS: usize = 300;
+    let cluster = Cluster::start(4);
+    let mount = Mount::start(&cluster.meta_addr());
+    let path = mount.path("growing");
+    fs::write(&path, (0..FIRST).flat_map(growing_record).collect::<Vec<u8>>()).unwrap();
+    let direct = Arc::new(open_direct(&path));
+    let buffered = Arc::new(fs::File::open(&path).unwrap());
+    let written = Arc::new(AtomicU64::new(FIRST));
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let writer = {
+        let (path, written, stop) = (path.clone(), written.clone(), stop.clone());
+        std::thread::spawn(move || {
+            use std::os::unix::fs::FileExt;
+            let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+            for index in FIRST..RECORDS_MAX {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                file.write_all_at(&growing_record(index), index * RECORD as u64).unwrap();
+                written.store(index + 1, Ordering::Release);
+                std::thread::yield_now();
+            }
+        })
+    };
+    let readers: Vec<_> = (0..6u64)
+        .map(|reader| {
+            let file = if reader < 4 { direct.clone() } else { buffered.clone() };
+            let written = written.clone();
+            std::thread::spawn(move || {
+                let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ reader;
+                for read in 0..READS {
+                    state =
+                        state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    let done = written.load(Ordering::Acquire);
+                    let back = (state >> 33) % if read % 2 == 0 { 4 } else { done };
+                    let index = done - 1 - back;
+                    let got = pread_record(&file, index);
+                    assert_eq!(
+                        got.len(),
+                        RECORD,
+                        "reader {reader}, read {read}: record {index} of {done} written read short"
+                    );
+                    assert!(got == growing_record(index), "reader {reader}: record {index} differs");
+                }
+            })
+        })
+        .collect();
+    readers.into_iter().for_each(|reader| reader.join().unwrap());
+    stop.store(true, Ordering::Release);
+    writer.join().unwrap();
+    let done = written.load(Ordering::Acquire);
+    eprintln!("{done} records written while {} reads ran", 6 * READS);
+    for file in [&direct, &buffered] {
+        assert!(pread_record(file, done - 1) == growing_record(done - 1), "the last record after close");
+    }
+    let whole = fs::read(&path).unwrap();
+    assert_eq!(whole.len() as u64, done * RECORD as u64);
+    assert!(whole == (0..done).flat_map(growing_record).collect::<Vec<u8>>());
+}
