@@ -20,7 +20,9 @@
 # subset of "randread randread-buffered seqread strided"), ORDER (the mounts' order in a
 # first round, rotated by one each round; default "defaults kernel-cache-off readahead-0"),
 # FLOTILLA_BIN (a flotilla binary to
-# measure instead of building target/release/flotilla).
+# measure instead of building target/release/flotilla), BASE_BIN (another build's flotilla
+# binary, e.g. main's: a fourth mount `base` of the same cluster with the defaults, measured
+# in the same rounds, so that two builds are compared side by side in one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,12 +55,12 @@ META=$(sed -n 's/^meta=//p' "$WORK/local.out")
 KEY=$(sed -n 's/^key=//p' "$WORK/local.out")
 [ -n "$KEY" ] || { echo "bench-readers: flotilla local did not come up" >&2; cat "$WORK/local.err" >&2; exit 1; }
 
-# mount NAME OPTIONS...: a mount of the cluster at $WORK/NAME.
+# mount NAME OPTIONS...: a mount of the cluster at $WORK/NAME (by $MOUNT_BIN, else $FLOTILLA_BIN).
 mount_as() {
     local name=$1 dir=$WORK/$1
     shift
     mkdir -p "$dir"
-    "$FLOTILLA_BIN" --key "$KEY" mount --meta "$META" "$@" "$dir" > "$WORK/$name.out" 2> "$WORK/$name.err" &
+    "${MOUNT_BIN:-$FLOTILLA_BIN}" --key "$KEY" mount --meta "$META" "$@" "$dir" > "$WORK/$name.out" 2> "$WORK/$name.err" &
     PIDS+=($!)
     MOUNTS+=("$dir")
     for _ in $(seq 1 200); do
@@ -70,7 +72,12 @@ mount_as() {
 mount_as defaults
 mount_as kernel-cache-off --kernel-cache off
 mount_as readahead-0 --readahead-bytes 0
-read -r -a SETTINGS <<< "${ORDER:-defaults kernel-cache-off readahead-0}"
+DEFAULT_ORDER="defaults kernel-cache-off readahead-0"
+if [ -n "${BASE_BIN:-}" ]; then
+    MOUNT_BIN=$BASE_BIN mount_as base
+    DEFAULT_ORDER="$DEFAULT_ORDER base"
+fi
+read -r -a SETTINGS <<< "${ORDER:-$DEFAULT_ORDER}"
 READERS=${READERS:-randread randread-buffered seqread strided}
 
 fio --name=layout --filename="$WORK/defaults/file" --rw=write --bs=1m --size="${FILE_MB}m" \
@@ -119,11 +126,16 @@ def figure(reader, setting):
         read = json.loads((results / f"{reader}.{round}.{setting}.json").read_text())["jobs"][0]["read"]
         values.append(read["iops"] if reader.startswith("randread") else read["bw_bytes"] / 1e6)
     return statistics.median(values)
-print(f"| reader (median of {rounds}) | unit | " + " | ".join(settings) + " | defaults / best |")
-print("|---|---|" + "---:|" * (len(settings) + 1))
+# The best setting of this build (a base build's mount is compared on its own).
+own = [s for s in settings if s != "base"]
+base = " | defaults / base" if "base" in settings else ""
+print(f"| reader (median of {rounds}) | unit | " + " | ".join(settings) + f" | defaults / best{base} |")
+print("|---|---|" + "---:|" * (len(settings) + 1 + bool(base)))
 for reader in readers:
-    figures = [figure(reader, setting) for setting in settings]
+    figures = {setting: figure(reader, setting) for setting in settings}
     unit = "IOPS" if reader.startswith("randread") else "MB/s"
-    cells = " | ".join(f"{value:,.0f}" for value in figures)
-    print(f"| {reader} | {unit} | {cells} | {figures[0] / max(figures):.2f} |")
+    cells = " | ".join(f"{figures[setting]:,.0f}" for setting in settings)
+    best = figures["defaults"] / max(figures[s] for s in own)
+    against = f" | {figures['defaults'] / figures['base']:.2f}" if base else ""
+    print(f"| {reader} | {unit} | {cells} | {best:.2f}{against} |")
 PY
