@@ -421,6 +421,57 @@ fn concurrent_writers_to_disjoint_ranges_of_one_file() {
     assert!(fs::read(&target).unwrap() == fs::read(source.path()).unwrap());
 }
 
+/// Close-to-open with several handles of one file in one mount: when a `close` returns, the
+/// size covering what its handle wrote is published, even while another handle's close or
+/// release of the file is publishing at that moment. Each writer opens, writes one record
+/// and closes, over and over, then checks the size as another mount sees it (the metadata
+/// service's) and as this mount does (a stale `getattr` answer there would also shrink the
+/// kernel's size, so that a later read stops short). Issue 34: one run of
+/// `concurrent_writers_to_disjoint_ranges_of_one_file` read 63 of 64 records.
+#[test]
+fn a_close_publishes_its_writes_while_other_handles_of_the_file_publish() {
+    const WRITERS: usize = 4;
+    const RECORDS: usize = 48;
+    const RECORD_BYTES: usize = 47_008;
+    const ROUNDS: usize = 4;
+    let cluster = Cluster::start(4);
+    let mount = Mount::start(&cluster.meta_addr());
+    let other = Mount::start_with(&cluster.meta_addr(), &["--attr-timeout-ms", "0"]);
+    for round in 0..ROUNDS {
+        let name = format!("round-{round}.bin");
+        fs::File::create(mount.path(&name)).unwrap();
+        let threads: Vec<_> = (0..WRITERS)
+            .map(|writer| {
+                let (here, there) = (mount.path(&name), other.path(&name));
+                std::thread::spawn(move || {
+                    for record in (writer..RECORDS).step_by(WRITERS) {
+                        let file = fs::OpenOptions::new().write(true).open(&here).unwrap();
+                        let data = random_bytes(record as u64, RECORD_BYTES);
+                        file.write_all_at(&data, (record * RECORD_BYTES) as u64).unwrap();
+                        drop(file);
+                        let end = ((record + 1) * RECORD_BYTES) as u64;
+                        let seen_there = fs::metadata(&there).unwrap().len();
+                        let seen_here = fs::metadata(&here).unwrap().len();
+                        assert!(
+                            seen_there >= end && seen_here >= end,
+                            "round {round}: record {record} closed (end {end}), yet the size is \
+                             {seen_there} through another mount and {seen_here} through this one"
+                        );
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        for path in [mount.path(&name), other.path(&name)] {
+            let whole = fs::read(&path).unwrap();
+            assert_eq!(whole.len(), RECORDS * RECORD_BYTES, "round {round}: {}", path.display());
+            for (record, chunk) in whole.chunks(RECORD_BYTES).enumerate() {
+                assert!(chunk == random_bytes(record as u64, RECORD_BYTES), "round {round}: record {record}");
+            }
+        }
+    }
+}
+
 #[test]
 fn tarball_extracted_on_the_mount_matches_the_tree() {
     require("tar");

@@ -421,9 +421,12 @@ impl Client {
 
     /// Looks up an entry by id (inode number).
     pub fn stat_id(&self, id: u64) -> Result<EntryInfo, ClientError> {
+        // What is pending before the request counts too: a size published (no longer
+        // pending) while the request was under way may be missing from its answer.
+        let before = self.core.pending_of(id);
         match self.meta(MetaRequest::GetById { id })? {
             MetaReply::Entry(mut entry) => {
-                self.core.overlay(entry.id, &mut entry.attrs);
+                self.core.overlay_since(entry.id, before, &mut entry.attrs);
                 Ok(entry)
             }
             other => Err(unexpected("get by id", &other)),

@@ -120,10 +120,6 @@ impl Core {
         entry.mtime_ns = entry.mtime_ns.max(mtime_ns);
     }
 
-    fn take_pending(&self, id: u64) -> Option<Pending> {
-        self.pending.lock().remove(&id)
-    }
-
     pub fn forget_pending(&self, id: u64) {
         self.pending.lock().remove(&id);
     }
@@ -150,18 +146,58 @@ impl Core {
 
     /// Publishes the size and mtime this client's writes gave file `id` (`GrowSize`); the
     /// caller has committed the bytes below it. On failure they stay pending.
+    ///
+    /// The size stays pending (in `overlay`, and for every other flush of the file) until
+    /// the service acknowledged it: taken out before, a second handle's `close` running
+    /// meanwhile found nothing to publish and returned while the size covering its writes
+    /// was still on its way, and a `stat` in that window answered the old size (issue 34:
+    /// a read after four writers closed saw 63 of 64 records). Two flushes at once both
+    /// send it (`GrowSize` keeps the larger).
     pub async fn publish_pending(&self, id: u64) -> Result<(), ClientError> {
-        let Some(pending) = self.take_pending(id) else { return Ok(()) };
+        let Some(pending) = self.pending_of(id) else { return Ok(()) };
         let request =
             MetaRequest::GrowSize { id, size_bytes: pending.size_bytes, mtime_ns: pending.mtime_ns };
         match self.transport.meta_call(request).await {
-            Ok(MetaReply::Attributes(_)) => Ok(()),
-            Ok(other) => Err(unexpected("grow size", &other)),
-            Err(error) => {
-                self.note_write(id, pending.size_bytes, pending.mtime_ns);
-                Err(error)
+            Ok(MetaReply::Attributes(_)) => {
+                self.published(id, pending);
+                Ok(())
             }
+            Ok(other) => Err(unexpected("grow size", &other)),
+            Err(error) => Err(error),
         }
+    }
+
+    /// What is pending for file `id`: its unpublished size and mtime.
+    pub(crate) fn pending_of(&self, id: u64) -> Option<Pending> {
+        self.pending.lock().get(&id).copied()
+    }
+
+    /// `published` was acknowledged by the service: no longer pending, unless a write since
+    /// raised the size or mtime past it.
+    fn published(&self, id: u64, published: Pending) {
+        let mut pending = self.pending.lock();
+        let covered = pending
+            .get(&id)
+            .is_some_and(|now| now.size_bytes <= published.size_bytes && now.mtime_ns <= published.mtime_ns);
+        if covered {
+            pending.remove(&id);
+        }
+    }
+
+    /// `overlay` with what was pending before a request to the metadata service was sent
+    /// (`before`) as well as what is pending now: a size acknowledged (and so no longer
+    /// pending) while the request was under way may be missing from its answer.
+    pub(crate) fn overlay_since(
+        &self,
+        id: u64,
+        before: Option<Pending>,
+        attrs: &mut flotilla_types::Attributes,
+    ) {
+        if let Some(before) = before {
+            attrs.size_bytes = attrs.size_bytes.max(before.size_bytes);
+            attrs.mtime_ns = attrs.mtime_ns.max(before.mtime_ns);
+        }
+        self.overlay(id, attrs);
     }
 
     /// Drops what this client has not made durable of file `id`: its unstable writes and

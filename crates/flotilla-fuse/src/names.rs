@@ -64,8 +64,8 @@ impl FlotillaFs {
         let _token = self.token_cover(ino, self.sizes.cached_opens(ino) > 0, TokenMode::Read, WHOLE_FILE)?;
         let entry = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?;
         // Writes waiting in the write-behind buffer are not in the service's size yet.
-        if entry.attrs.kind == FileKind::File && !self.write_behind.holds(ino) {
-            self.sizes.observed(ino, entry.attrs.size_bytes);
+        if entry.attrs.kind == FileKind::File {
+            self.sizes.observed(ino, entry.attrs.size_bytes, || self.write_behind.holds(ino));
         }
         Ok(self.attr_of(&entry))
     }

@@ -111,7 +111,10 @@ struct Tracked {
 }
 
 impl SizeTable {
-    fn opened(&self, ino: u64, size_bytes: u64, file: &File, cached: bool) {
+    /// An open of `ino` found `size_bytes` (the service's, with this client's unpublished
+    /// writes); `unsent` says whether writes through this mount wait in the write-behind
+    /// buffer (asked under this table's lock: a write is buffered before its `wrote`).
+    fn opened(&self, ino: u64, size_bytes: u64, file: &File, cached: bool, unsent: impl Fn() -> bool) {
         let mut sizes = self.sizes.lock();
         let fresh = || Tracked {
             size_bytes,
@@ -122,7 +125,7 @@ impl SizeTable {
             generation: 0,
         };
         let tracked = sizes.entry(ino).or_insert_with(fresh);
-        tracked.size_bytes = size_bytes;
+        tracked.size_bytes = settled(tracked.size_bytes, size_bytes, unsent);
         tracked.stale = false;
         tracked.opens += 1;
         tracked.cached_opens += u64::from(cached);
@@ -177,10 +180,11 @@ impl SizeTable {
         self.sizes.lock().get(&ino).map(|tracked| tracked.size_bytes)
     }
 
-    /// The metadata service's size (with this client's writes) for a tracked inode.
-    pub fn observed(&self, ino: u64, size_bytes: u64) {
+    /// The metadata service's size (with this client's writes) for a tracked inode; `unsent`
+    /// as for `opened`.
+    pub fn observed(&self, ino: u64, size_bytes: u64, unsent: impl Fn() -> bool) {
         if let Some(tracked) = self.sizes.lock().get_mut(&ino) {
-            tracked.size_bytes = size_bytes;
+            tracked.size_bytes = settled(tracked.size_bytes, size_bytes, unsent);
         }
     }
 
@@ -209,6 +213,18 @@ impl SizeTable {
     /// How many times this mount changed `ino`'s bytes while it was open here.
     fn generation(&self, ino: u64) -> u64 {
         self.sizes.lock().get(&ino).map_or(0, |tracked| tracked.generation)
+    }
+}
+
+/// The size to know once the service said `service_bytes`: the service's (another client may
+/// have truncated the file), but never less than `known_bytes` while writes through this
+/// mount wait unsent in the write-behind buffer — they are in neither the service's size nor
+/// the client's unpublished ones, and a size answered without them would make the kernel
+/// shrink its own (a `getattr` while another handle's writes are buffered; issue 34).
+fn settled(known_bytes: u64, service_bytes: u64, unsent: impl Fn() -> bool) -> u64 {
+    match unsent() {
+        true => known_bytes.max(service_bytes),
+        false => service_bytes,
     }
 }
 
@@ -253,7 +269,7 @@ impl FlotillaFs {
         // A page-cache open has the kernel's read-ahead (shared by every open of the file);
         // windows of its own per open would fetch the same bytes once per open.
         let readahead = (read_only && !cached && self.readahead_bytes_max > 0).then(Default::default);
-        self.sizes.opened(ino, size, &file, cached);
+        self.sizes.opened(ino, size, &file, cached, || self.write_behind.holds(ino));
         // Registered first: a revocation from here on drops the kernel's pages through the
         // open (`caches_outside`), whatever is decided below.
         let pages_kept = self.holder.kept.lock().opened(ino, stamp_of(&file));
@@ -308,8 +324,8 @@ impl FlotillaFs {
     fn size_from_service(&self, ino: u64) -> Result<u64, Errno> {
         let mut attrs = self.retrying(|| self.client.stat_id(ino)).map_err(failed)?.attrs;
         self.client.overlay(ino, &mut attrs);
-        self.sizes.observed(ino, attrs.size_bytes);
-        Ok(attrs.size_bytes)
+        self.sizes.observed(ino, attrs.size_bytes, || self.write_behind.holds(ino));
+        Ok(self.sizes.known(ino).unwrap_or(attrs.size_bytes).max(attrs.size_bytes))
     }
 
     /// The read token of a read of `size` bytes at `offset`, from the offset to the end of
@@ -426,33 +442,35 @@ impl FlotillaFs {
         // read returned sees it (a round trip only on reads the atime rule updates).
         let first_read = !open.read_once.swap(true, std::sync::atomic::Ordering::AcqRel);
         self.note_read(ino, &open.file.read().entry().attrs, first_read);
-        match &open.readahead {
-            Some(readahead) if length > 0 && !passing => {
-                deliver(&self.read_ahead(&open, readahead, (offset, length), known)?);
+        if let Some(readahead) = open.readahead.as_ref().filter(|_| length > 0 && !passing) {
+            if let Some(bytes) = self.read_ahead(&open, readahead, (offset, length), known)? {
+                deliver(&bytes);
+                return Ok(());
             }
-            _ => with_read_buffer(length as usize, |buffer| {
-                if length > 0 {
-                    self.with_file(&open, |file| {
-                        file.read_shape(&Shape::contiguous(offset, length), buffer)
-                    })?;
-                }
-                deliver(buffer);
-                Ok::<(), Errno>(())
-            })?,
         }
-        Ok(())
+        with_read_buffer(length as usize, |buffer| {
+            if length > 0 {
+                self.with_file(&open, |file| file.read_shape(&Shape::contiguous(offset, length), buffer))?;
+            }
+            deliver(buffer);
+            Ok::<(), Errno>(())
+        })
     }
 
     /// A read of a read-only open: served from what was fetched ahead if it holds the bytes;
-    /// else fetched together with the next records of the handle's access pattern in one
-    /// request (contiguous or strided), the records after this one kept for later reads.
+    /// else, when it continues the handle's access pattern, fetched together with the next
+    /// records of the pattern in one request (contiguous or strided), the records after this
+    /// one kept for later reads. `None`: a read of its own bytes only (a random reader's),
+    /// which the caller sends without holding the handle's read-ahead lock, so that the
+    /// reads the kernel sends at once (asynchronous direct I/O, queue depth 16) reach the
+    /// servers at once instead of one after the other.
     fn read_ahead(
         &self,
         open: &OpenFile,
         readahead: &parking_lot::Mutex<(Detector, Window)>,
         (offset, length): (u64, u64),
         known: u64,
-    ) -> Result<Vec<u8>, Errno> {
+    ) -> Result<Option<Vec<u8>>, Errno> {
         let generation = self.sizes.generation(open.ino);
         let mut state = readahead.lock();
         let (detector, window) = &mut *state;
@@ -462,8 +480,13 @@ impl FlotillaFs {
         }
         let fetch = detector.observe(offset, length, self.readahead_bytes_max).clipped(known);
         if let Some(bytes) = window.take(offset, length) {
-            return Ok(bytes);
+            return Ok(Some(bytes));
         }
+        if fetch.count == 1 {
+            return Ok(None);
+        }
+        // Held while the widened fetch runs: the reads that follow wait for its records
+        // instead of asking the servers for them a second time.
         let mut buffer = vec![0u8; fetch.bytes() as usize];
         let shape = match fetch.is_contiguous() {
             true => Shape::contiguous(offset, fetch.bytes()),
@@ -487,7 +510,7 @@ impl FlotillaFs {
                 }
             }
         }
-        Ok(buffer)
+        Ok(Some(buffer))
     }
 
     pub(crate) fn write_file(
