@@ -28,6 +28,12 @@ pub(crate) fn admit(state: &State, peer: &Peer, request: &MetaRequest) -> Result
             };
             state.membership.bind(&peer.name, targets, state.targets_per_server_max, persist)
         }
+        MetaRequest::ChainSubfiles { .. } | MetaRequest::SyncDone { .. } if peer.role != Role::Server => {
+            Err(denied(format!(
+                "credential {:?} has role {}; only a server credential may take part in a chain's resync",
+                peer.name, peer.role
+            )))
+        }
         request if peer.limits.read_only && is_mutating(request) => Err(denied(format!(
             "credential {:?} is read-only; {} changes the namespace",
             peer.name,

@@ -128,6 +128,15 @@ pub enum ForwardEntry {
     /// with the target rewritten to the receiver's member of the chain (each member keeps
     /// the subfile under its own target). A write's bytes are in the data section.
     Request { request: Box<crate::IoRequest> },
+    /// Resync (issue 32): one step of the copy the last serving member makes to the syncing
+    /// member after it (a change request, retargeted to the receiver), applied outside the
+    /// order: `ChainForward::position` is the source's position the copy is taken at. Only
+    /// a `Syncing` member takes it.
+    Copy { request: Box<crate::IoRequest> },
+    /// Resync: the copy taken at `ChainForward::position` is complete; the receiver (its
+    /// member `target`, `Syncing`) continues the order from that position. Every copied
+    /// fork was synced by a `Copy` of a `Sync` before it.
+    CopyDone { target: flotilla_types::TargetId },
 }
 
 impl ChainForward {
@@ -137,7 +146,10 @@ impl ChainForward {
             ForwardEntry::Write { length_bytes, .. } => *length_bytes,
             ForwardEntry::Sync { .. } => 0,
             // An invalid shape carries nothing here; the receiver refuses the request.
-            ForwardEntry::Request { request } => request.data_bytes().unwrap_or(0),
+            ForwardEntry::Request { request } | ForwardEntry::Copy { request } => {
+                request.data_bytes().unwrap_or(0)
+            }
+            ForwardEntry::CopyDone { .. } => 0,
         }
     }
 
@@ -146,7 +158,8 @@ impl ChainForward {
     pub fn target(&self) -> Option<flotilla_types::TargetId> {
         match &self.entry {
             ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => Some(fork.target),
-            ForwardEntry::Request { request } => request.target(),
+            ForwardEntry::Request { request } | ForwardEntry::Copy { request } => request.target(),
+            ForwardEntry::CopyDone { target } => Some(*target),
         }
     }
 }
