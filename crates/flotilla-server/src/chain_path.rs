@@ -674,8 +674,11 @@ impl ChainPaths {
         config.connect_timeout_ms =
             u64::try_from(self.config.forward_timeout.as_millis()).unwrap_or(u64::MAX);
         config.call_timeout_ms = config.connect_timeout_ms;
-        let connection =
-            Connection::connect(&addr, config).await.map_err(|error| Trouble::Wait(error.to_string()))?;
+        let connection = Connection::connect(&addr, config).await.map_err(|error| {
+            // The member may have restarted elsewhere: ask for the addresses again.
+            self.held.address_failed();
+            Trouble::Wait(error.to_string())
+        })?;
         let connection = Arc::new(connection);
         state.link = Some((successor, addr, connection.clone()));
         Ok(connection)
