@@ -286,5 +286,20 @@ mod tests {
         let not_head = ForwardRefusalReason::NotHead { head: None };
         assert_eq!(encode_body(&not_head).unwrap()[0], 4);
         assert_eq!(encode_body(&ForwardRefusalReason::NotReadable).unwrap()[0], 5);
+        let copy = ForwardEntry::Copy { request: Box::new(IoRequest::Stats) };
+        assert_eq!(encode_body(&copy).unwrap()[0], 3);
+        assert_eq!(encode_body(&ForwardEntry::CopyDone { target: TargetId(1) }).unwrap()[0], 4);
+    }
+
+    /// Resync: `ChainSubfiles` and `SyncDone` are metadata requests 60, 61; the
+    /// `ChainSubfiles` reply is metadata reply 23.
+    #[test]
+    fn resync_indexes_are_the_documented_ones() {
+        let list = MetaRequest::ChainSubfiles { chain: 1, after: 0, scan_max: 10 };
+        assert_eq!(encode_body(&list).unwrap()[0], 60);
+        let done = MetaRequest::SyncDone { chain: 1, target: flotilla_types::TargetId(2), version: 3 };
+        assert_eq!(encode_body(&done).unwrap()[0], 61);
+        let page = MetaReply::ChainSubfiles { subfiles: vec![(1, 0)], next: None };
+        assert_eq!(encode_body(&page).unwrap()[0], 23);
     }
 }
