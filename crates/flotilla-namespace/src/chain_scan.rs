@@ -28,15 +28,13 @@ impl Namespace {
     ) -> Result<ChainSubfilesPage, NamespaceError> {
         self.read(|tables| {
             let mut page = ChainSubfilesPage::default();
-            let mut scanned = 0usize;
-            for row in tables.inodes.range(after.saturating_add(1)..)? {
+            for (scanned, row) in tables.inodes.range(after.saturating_add(1)..)?.enumerate() {
                 let (seq, record) = row?;
                 let seq = seq.value();
                 if scanned >= scan_max.max(1) {
                     page.next = Some(seq - 1);
                     return Ok(page);
                 }
-                scanned += 1;
                 let inode = Inode::decode(record.value())?;
                 if let Body::File { chains, .. } = &inode.body {
                     let id = tables.id_of(seq);
