@@ -13,6 +13,12 @@
 //! if it is now the tail, answers. If it is no longer in the write path (or no longer the
 //! head, for a client's change), the request is refused naming the new version, and the
 //! client refetches the chain.
+//!
+//! Resync (first cut): the last serving member, under the same lock, copies every subfile
+//! of the chain (listed by the metadata service, `ChainSubfiles`) whole to the syncing
+//! member after it (`ForwardEntry::Copy` steps, then `CopyDone` at its position) before
+//! sending it anything else, then reports `SyncDone`; `resync_pass` runs it on every new
+//! view even when no write comes. Range records instead of whole copies are the next step.
 
 use crate::chain_write::{
     copy_tolerates, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order, resync_step,

@@ -15,6 +15,9 @@
 //! 3. [`retarget`]: every member keeps the subfile under its own target, so an entry is
 //!    rewritten to the receiver's target before it is sent and applied.
 //!
+//! 4. [`resync_step`]: whether this member is a copy source with a copy to make (or a
+//!    made copy to report) for the chain's syncing member.
+//!
 //! Not yet here: the positions and unsettled ranges kept durably with the data, and
 //! checking that the sender is the predecessor (a forward is accepted from any server
 //! credential).
