@@ -278,8 +278,9 @@ fn chain_states(meta: &str) -> Vec<(u32, Vec<String>)> {
 /// Resync (issue 32): replicas=2 over three servers in three failure groups. Files are
 /// written (one with a second fork), server 1 is SIGKILLed, the files are written past
 /// (ranges overwritten, extended, one truncated, new files made), server 1 is restarted
-/// on its target; within 60 s every chain must be fully serving again (its copy source
-/// copied it what it missed and reported `SyncDone`). Then the two other servers are
+/// on its target while a writer keeps overwriting one of its files; within 60 s every
+/// chain must be fully serving again (its copy source copied it what it missed and
+/// reported `SyncDone`). Then the two other servers are
 /// SIGKILLed and every file with a replica on server 1 must read back byte for byte from
 /// it alone.
 #[test]
@@ -347,6 +348,28 @@ fn a_restarted_member_catches_up_and_then_serves_alone() {
         .collect();
     assert!(on_victim.len() >= 3, "too few files placed on the killed member's chains: {on_victim:?}");
     let bytes: usize = on_victim.iter().map(|&i| expected[i].1.len()).sum::<usize>() + fork_data.len();
+    // A writer keeps overwriting one of those files while the member returns and catches up
+    // (the copy must not race with it: every write after the copy reaches the member too).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let live = on_victim[0];
+    let writer = {
+        let (client, stop) = (cluster.client(), stop.clone());
+        let (name, mut data) = expected[live].clone();
+        std::thread::spawn(move || -> Result<(Vec<u8>, usize), String> {
+            let file = client.open(&name).map_err(|e| format!("open {name}: {e}"))?;
+            let mut writes = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let patch = random_bytes(5000 + writes as u64, 8192);
+                let offset = (writes * 8192 * 7) % (data.len() - patch.len());
+                file.write_at(offset as u64, &patch).map_err(|e| format!("write {name}@{offset}: {e}"))?;
+                data[offset..offset + patch.len()].copy_from_slice(&patch);
+                writes += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            file.close().map_err(|e| format!("close {name}: {e}"))?;
+            Ok((data, writes))
+        })
+    };
     let restarted_at = Instant::now();
     cluster.servers[1] = Some(start_in_group(&cluster, 1, groups[1]));
     let deadline = restarted_at + Duration::from_secs(60);
@@ -366,6 +389,12 @@ fn a_restarted_member_catches_up_and_then_serves_alone() {
         took.as_millis(),
         on_victim.len()
     );
+    // Some writes after the member serves again, then the writer stops.
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (data, writes) = writer.join().expect("writer thread").expect("the writer during the resync");
+    eprintln!("{writes} writes of 8 KiB to {} during the restart and resync", expected[live].0);
+    expected[live].1 = data;
     // Server 1 alone: the other members of its chains are SIGKILLed.
     for index in [0, 2] {
         cluster.servers[index].take().expect("server").kill();
