@@ -2,7 +2,9 @@
 //! pairwise disjoint chains, `flotilla stat` shows each subfile's replicas and follows a
 //! member's death, a create asking for more replicas than failure groups is refused naming
 //! them; with the chain head on the servers, a put/get round trip and four writers
-//! surviving the SIGKILL of one server mid-write.
+//! surviving the SIGKILL of one server mid-write; and resync: a member SIGKILLed, written
+//! past and restarted catches up (every chain serves again) and then serves every byte
+//! alone.
 
 mod common;
 
@@ -23,23 +25,7 @@ const SETTLE: Duration = Duration::from_secs(20);
 fn cluster_in_groups(groups: &[&str]) -> Cluster {
     let mut cluster = Cluster::start_with(0, MEMBERSHIP);
     for (index, group) in groups.iter().enumerate() {
-        let dir = cluster.target_dir(index);
-        std::fs::create_dir_all(&dir).expect("target folder");
-        let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
-        let args = [
-            "--config",
-            path(&config),
-            "server",
-            "--meta",
-            &meta,
-            "--target",
-            path(&target),
-            "--listen",
-            "127.0.0.1:0",
-            "--failure-group",
-            group,
-        ];
-        let server = Process::start(&args, "server").expect("start server");
+        let server = start_in_group(&cluster, index, group);
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(groups.len());
@@ -48,6 +34,27 @@ fn cluster_in_groups(groups: &[&str]) -> Cluster {
         cli_ok(&["status", "--chains", "--meta", &c.meta_addr()]).contains("chain=")
     });
     cluster
+}
+
+/// Server `index` of `cluster` (its target folder kept across restarts) in `group`.
+fn start_in_group(cluster: &Cluster, index: usize, group: &str) -> Process {
+    let dir = cluster.target_dir(index);
+    std::fs::create_dir_all(&dir).expect("target folder");
+    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
+    let args = [
+        "--config",
+        path(&config),
+        "server",
+        "--meta",
+        &meta,
+        "--target",
+        path(&target),
+        "--listen",
+        "127.0.0.1:0",
+        "--failure-group",
+        group,
+    ];
+    Process::start(&args, "server").expect("start server")
 }
 
 fn cli_ok(args: &[&str]) -> String {
@@ -272,5 +279,168 @@ fn four_writers_survive_a_server_killed_mid_write() {
             let range = index * CHUNK_BYTES..(index + 1) * CHUNK_BYTES;
             assert!(got[range] == chunk(writer, index)[..], "writer {writer}: chunk {index} differs");
         }
+    }
+}
+
+/// Every chain of `flotilla status --chains`, as (chain, member states) — empty while the
+/// table is not built.
+fn chain_states(meta: &str) -> Vec<(u32, Vec<String>)> {
+    let status = cli_ok(&["status", "--chains", "--meta", meta]);
+    status
+        .lines()
+        .filter_map(|line| {
+            let chain = field(line, "chain")?.parse().ok()?;
+            let members = field(line, "members")?;
+            Some((chain, members.split(',').map(str::to_string).collect()))
+        })
+        .collect()
+}
+
+/// Resync (issue 32): replicas=2 over three servers in three failure groups. Files are
+/// written (one with a second fork), server 1 is SIGKILLed, the files are written past
+/// (ranges overwritten, extended, one truncated, new files made), server 1 is restarted
+/// on its target while a writer keeps overwriting one of its files; within 60 s every
+/// chain must be fully serving again (its copy source copied it what it missed and
+/// reported `SyncDone`). Then the two other servers are
+/// SIGKILLed and every file with a replica on server 1 must read back byte for byte from
+/// it alone.
+#[test]
+fn a_restarted_member_catches_up_and_then_serves_alone() {
+    let groups = ["rack-a", "rack-b", "rack-c"];
+    let mut cluster = cluster_in_groups(&groups);
+    let meta = cluster.meta_addr();
+    let client = cluster.client();
+    const FILES: usize = 6;
+    const FILE_BYTES: usize = (384 << 10) + 17;
+    let mut expected: Vec<(String, Vec<u8>)> = Vec::new();
+    for index in 0..FILES {
+        let name = format!("/r{index}");
+        let data = random_bytes(100 + index as u64, FILE_BYTES);
+        let file = client.create(&name, &replicated(1)).expect("create");
+        file.write_at(0, &data).expect("write");
+        file.close().expect("close");
+        expected.push((name, data));
+    }
+    let fork_data = random_bytes(999, 70_000);
+    {
+        let file = client.open("/r0").expect("open /r0");
+        let fork = file.create_fork(0, "extra").expect("create fork");
+        let length = fork_data.len() as u64;
+        fork.write(&flotilla_request::Shape::contiguous(0, length), &fork_data).expect("fork write");
+        file.close().expect("close");
+    }
+    let victim = cluster.servers[1].take().expect("server 1");
+    let victim_addr = victim.addr.clone();
+    victim.kill();
+    // Written past while server 1 is down: overwrites, an extension, a truncation, new files.
+    for (index, (name, data)) in expected.iter_mut().enumerate() {
+        let file = client.open(name).expect("open");
+        let patch = random_bytes(200 + index as u64, 5000 + index * 700);
+        let offset = 1000 + index * 33_000;
+        file.write_at(offset as u64, &patch).expect("overwrite");
+        data[offset..offset + patch.len()].copy_from_slice(&patch);
+        if index == 1 {
+            let tail = random_bytes(300, 100_000);
+            file.write_at(data.len() as u64, &tail).expect("extend");
+            data.extend_from_slice(&tail);
+        }
+        if index == 2 {
+            file.set_size(50_000).expect("truncate");
+            data.truncate(50_000);
+        }
+        file.close().expect("close");
+    }
+    for index in FILES..FILES + 2 {
+        let name = format!("/r{index}");
+        let data = random_bytes(400 + index as u64, FILE_BYTES / 2);
+        let file = client.create(&name, &replicated(1)).expect("create while a member is down");
+        file.write_at(0, &data).expect("write");
+        file.close().expect("close");
+        expected.push((name, data));
+    }
+    // Which files have a replica on the killed member (as the metadata service places them).
+    let on_victim: Vec<usize> = (0..expected.len())
+        .filter(|&i| {
+            subfiles(&meta, &expected[i].0)
+                .iter()
+                .flat_map(|s| &s.replicas)
+                .any(|r| r.1 == victim_addr || r.2 != "serving")
+        })
+        .collect();
+    assert!(on_victim.len() >= 3, "too few files placed on the killed member's chains: {on_victim:?}");
+    let bytes: usize = on_victim.iter().map(|&i| expected[i].1.len()).sum::<usize>() + fork_data.len();
+    // A writer keeps overwriting one of those files while the member returns and catches up
+    // (the copy must not race with it: every write after the copy reaches the member too).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let live = on_victim[0];
+    let writer = {
+        let (client, stop) = (cluster.client(), stop.clone());
+        let (name, mut data) = expected[live].clone();
+        std::thread::spawn(move || -> Result<(Vec<u8>, usize), String> {
+            let file = client.open(&name).map_err(|e| format!("open {name}: {e}"))?;
+            let mut writes = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let patch = random_bytes(5000 + writes as u64, 8192);
+                let offset = (writes * 8192 * 7) % (data.len() - patch.len());
+                file.write_at(offset as u64, &patch).map_err(|e| format!("write {name}@{offset}: {e}"))?;
+                data[offset..offset + patch.len()].copy_from_slice(&patch);
+                writes += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            file.close().map_err(|e| format!("close {name}: {e}"))?;
+            Ok((data, writes))
+        })
+    };
+    let restarted_at = Instant::now();
+    cluster.servers[1] = Some(start_in_group(&cluster, 1, groups[1]));
+    let deadline = restarted_at + Duration::from_secs(60);
+    loop {
+        let states = chain_states(&meta);
+        let all_serving =
+            !states.is_empty() && states.iter().all(|(_, m)| m.iter().all(|s| s.ends_with(":serving")));
+        if all_serving {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the chains did not all serve again within 60 s: {states:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = restarted_at.elapsed();
+    eprintln!(
+        "resync: every chain serving {} ms after the restart ({} files, at most {bytes} bytes on the member's chains)",
+        took.as_millis(),
+        on_victim.len()
+    );
+    // Some writes after the member serves again, then the writer stops.
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (data, writes) = writer.join().expect("writer thread").expect("the writer during the resync");
+    eprintln!("{writes} writes of 8 KiB to {} during the restart and resync", expected[live].0);
+    expected[live].1 = data;
+    // Server 1 alone: the other members of its chains are SIGKILLed.
+    for index in [0, 2] {
+        cluster.servers[index].take().expect("server").kill();
+    }
+    for &i in &on_victim {
+        let (name, data) = &expected[i];
+        let back = cluster.dir.path().join(format!("back{i}.bin"));
+        let deadline = Instant::now() + SETTLE;
+        let got = loop {
+            let (ok, _, stderr) = cli(&["get", name, path(&back), "--meta", &meta]);
+            if ok {
+                break std::fs::read(&back).unwrap();
+            }
+            assert!(Instant::now() < deadline, "get {name} from the restarted member failed: {stderr}");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(got.len(), data.len(), "{name}: length on the restarted member");
+        assert!(got == *data, "{name}: the bytes on the restarted member differ");
+    }
+    if on_victim.contains(&0) {
+        let file = client.open("/r0").expect("open /r0");
+        let fork = file.fork(0, "extra").expect("the fork on the restarted member");
+        let mut buffer = vec![0u8; fork_data.len()];
+        let shape = flotilla_request::Shape::contiguous(0, fork_data.len() as u64);
+        fork.read(&shape, &mut buffer).expect("fork read");
+        assert!(buffer == fork_data, "the fork's bytes on the restarted member differ");
     }
 }

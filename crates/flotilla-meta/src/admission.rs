@@ -37,12 +37,24 @@ pub(crate) fn admit(state: &State, peer: &Peer, request: &MetaRequest) -> Result
             };
             state.membership.bind(&peer.name, targets, state.targets_per_server_max, persist)
         }
+        request if is_resync(request) && peer.role != Role::Server => Err(denied(format!(
+            "credential {:?} has role {}; only a server credential may take part in a chain's resync",
+            peer.name, peer.role
+        ))),
         request if peer.limits.read_only && is_mutating(request) => Err(denied(format!(
             "credential {:?} is read-only; {} changes the namespace",
             peer.name,
             request_name(request)
         ))),
         _ => Ok(()),
+    }
+}
+
+/// A resync request (`ChainSubfiles`, `SyncDone`), bare or under `As`.
+fn is_resync(request: &MetaRequest) -> bool {
+    match request {
+        MetaRequest::As { request, .. } => is_resync(request),
+        other => matches!(other, MetaRequest::ChainSubfiles { .. } | MetaRequest::SyncDone { .. }),
     }
 }
 
@@ -109,5 +121,15 @@ mod tests {
             limits: Limits { read_only: true, ..Limits::default() },
         };
         assert!(peer.limits.read_only);
+    }
+
+    #[test]
+    fn resync_requests_are_known_bare_and_under_a_caller() {
+        let done = MetaRequest::SyncDone { chain: 1, target: flotilla_types::TargetId(2), version: 3 };
+        assert!(is_resync(&done));
+        assert!(is_resync(&MetaRequest::ChainSubfiles { chain: 1, after: 0, scan_max: 1 }));
+        let wrapped = MetaRequest::As { caller: flotilla_types::Caller::root(), request: Box::new(done) };
+        assert!(is_resync(&wrapped), "a caller wrapper does not hide a resync request");
+        assert!(!is_resync(&MetaRequest::Status));
     }
 }

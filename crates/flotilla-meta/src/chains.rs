@@ -276,6 +276,31 @@ impl Chains {
         Some(self.settings.replicas as u32)
     }
 
+    /// A copy source reports that `target` caught up on `chain` at `version`: the engine
+    /// makes it serving if that is still the chain's version (else nothing changes: the
+    /// resync restarts under the new version), and the change is committed.
+    pub fn sync_done(
+        &self,
+        namespace: &Namespace,
+        chain: u32,
+        target: TargetId,
+        version: u64,
+    ) -> Result<(), WireError> {
+        let mut inner = self.inner.lock();
+        let Some(engine) = inner.engine.as_mut() else {
+            return Err(WireError::new(ErrorCode::NotFound, "the chain table is not built"));
+        };
+        let event = Event::SyncDone {
+            chain: ChainId(chain),
+            target,
+            version: flotilla_replica::ChainVersion(version),
+        };
+        let commands = engine.handle(event);
+        tracing::info!(chain, %target, version, changed = !commands.is_empty(), "resync reported done");
+        let outcome = self.commit(namespace, &inner, &commands, &BTreeSet::new(), None);
+        self.settle(namespace, &mut inner, outcome)
+    }
+
     /// Time passed: fences silent members, declares dead ones, and commits the changes.
     pub fn tick(&self, namespace: &Namespace) -> Result<(), WireError> {
         let mut inner = self.inner.lock();

@@ -452,6 +452,15 @@ impl State {
                     .map_err(wire)?;
                 MetaReply::Entry(self.granted(entry, asker))
             }
+            MetaRequest::ChainSubfiles { chain, after, scan_max } => {
+                let scan_max = scan_max.clamp(1, flotilla_proto::CHAIN_SUBFILES_SCAN_MAX) as usize;
+                let page = ns.chain_subfiles(chain, after, scan_max).map_err(wire)?;
+                MetaReply::ChainSubfiles { subfiles: page.subfiles, next: page.next }
+            }
+            MetaRequest::SyncDone { chain, target, version } => {
+                self.chains.sync_done(ns, chain, target, version)?;
+                MetaReply::Done
+            }
             MetaRequest::GetChains { chains } => {
                 if chains.len() > flotilla_proto::CHAINS_PER_REQUEST_MAX {
                     return Err(WireError::new(

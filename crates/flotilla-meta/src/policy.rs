@@ -26,6 +26,8 @@ pub(crate) fn admit(request: &MetaRequest, policy: &CallerPolicy) -> Result<(), 
                 | MetaRequest::Heartbeat { .. }
                 | MetaRequest::RegisterMember { .. }
                 | MetaRequest::HeartbeatMember { .. }
+                | MetaRequest::ChainSubfiles { .. }
+                | MetaRequest::SyncDone { .. }
         ) {
             return Err(WireError::new(
                 ErrorCode::PermissionDenied,
@@ -75,6 +77,7 @@ fn name(request: &MetaRequest) -> &'static str {
         | MetaRequest::Heartbeat { .. }
         | MetaRequest::RegisterMember { .. }
         | MetaRequest::HeartbeatMember { .. } => "server registration",
+        MetaRequest::ChainSubfiles { .. } | MetaRequest::SyncDone { .. } => "chain resync",
         _ => "this request",
     }
 }

@@ -149,6 +149,11 @@ impl<'a> ReadTables<'a> {
     pub(crate) fn inode_count(&self) -> Result<u64, NamespaceError> {
         Ok(self.inodes.len()? + self.legacy_inodes.len()?)
     }
+
+    /// The public id of the inode stored under sequence number `seq`.
+    pub(crate) fn id_of(&self, seq: u64) -> u64 {
+        self.ids.id_of(seq)
+    }
 }
 
 impl Source for ReadTables<'_> {

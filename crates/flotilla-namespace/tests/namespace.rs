@@ -800,3 +800,43 @@ fn layout_changes_need_the_owner_and_a_searchable_path() {
     assert_eq!(back.errno(), EPERM, "{back}");
     assert!(ns.lookup("/private").is_ok());
 }
+
+/// Resync (issue 32): the subfiles of one chain, found page by page over every inode.
+#[test]
+fn a_chains_subfiles_are_listed_page_by_page() {
+    let (_dir, _path, ns) = fresh();
+    let root = flotilla_types::Caller::root();
+    let stripe = |count| Some(Layout::Stripe { unit_bytes: 65536, count });
+    let mut wanted = Vec::new();
+    for index in 0..10u32 {
+        let name = format!("/f{index}");
+        let spec = CreateFile { layout: stripe(2), ..spec(2) };
+        // Chain 7 holds subfile (index % 2) of every file; the other subfile is on 8 or 9.
+        let other = 8 + index % 2;
+        let chains = match index % 2 {
+            0 => [(7, TargetId(1)), (other, TargetId(2))],
+            _ => [(other, TargetId(2)), (7, TargetId(1))],
+        };
+        let entry = ns.create_file_chained_in(&root, Place::Path(&name), &spec, 2, &chains, 1).unwrap();
+        wanted.push((entry.id, index % 2));
+    }
+    ns.create_file("/plain", &spec(1), &live(3), 1).unwrap();
+    ns.mkdir("/dir", OWNER, 1).unwrap();
+    let (mut found, mut after, mut pages) = (Vec::new(), 0, 0);
+    loop {
+        let page = ns.chain_subfiles(7, after, 3).unwrap();
+        assert!(page.subfiles.len() <= 3, "a page scans at most 3 inodes");
+        found.extend(page.subfiles);
+        pages += 1;
+        match page.next {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(found, wanted);
+    assert!(pages >= 4, "12 inodes in pages of 3: {pages} pages");
+    let nine = ns.chain_subfiles(9, 0, 4096).unwrap();
+    assert_eq!(nine.subfiles.len(), 5);
+    assert!(nine.subfiles.iter().all(|&(_, subfile)| subfile == 0), "odd files have chain 9 first");
+    assert_eq!(ns.chain_subfiles(42, 0, 4096).unwrap(), ChainSubfilesPage::default());
+}

@@ -128,6 +128,15 @@ pub enum ForwardEntry {
     /// with the target rewritten to the receiver's member of the chain (each member keeps
     /// the subfile under its own target). A write's bytes are in the data section.
     Request { request: Box<crate::IoRequest> },
+    /// Resync (issue 32): one step of the copy the last serving member makes to the syncing
+    /// member after it (a change request, retargeted to the receiver), applied outside the
+    /// order: `ChainForward::position` is the source's position the copy is taken at. Only
+    /// a `Syncing` member takes it.
+    Copy { request: Box<crate::IoRequest> },
+    /// Resync: the copy taken at `ChainForward::position` is complete; the receiver (its
+    /// member `target`, `Syncing`) continues the order from that position. Every copied
+    /// fork was synced by a `Copy` of a `Sync` before it.
+    CopyDone { target: flotilla_types::TargetId },
 }
 
 impl ChainForward {
@@ -137,7 +146,10 @@ impl ChainForward {
             ForwardEntry::Write { length_bytes, .. } => *length_bytes,
             ForwardEntry::Sync { .. } => 0,
             // An invalid shape carries nothing here; the receiver refuses the request.
-            ForwardEntry::Request { request } => request.data_bytes().unwrap_or(0),
+            ForwardEntry::Request { request } | ForwardEntry::Copy { request } => {
+                request.data_bytes().unwrap_or(0)
+            }
+            ForwardEntry::CopyDone { .. } => 0,
         }
     }
 
@@ -146,7 +158,8 @@ impl ChainForward {
     pub fn target(&self) -> Option<flotilla_types::TargetId> {
         match &self.entry {
             ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => Some(fork.target),
-            ForwardEntry::Request { request } => request.target(),
+            ForwardEntry::Request { request } | ForwardEntry::Copy { request } => request.target(),
+            ForwardEntry::CopyDone { target } => Some(*target),
         }
     }
 }
@@ -285,5 +298,20 @@ mod tests {
         let not_head = ForwardRefusalReason::NotHead { head: None };
         assert_eq!(encode_body(&not_head).unwrap()[0], 4);
         assert_eq!(encode_body(&ForwardRefusalReason::NotReadable).unwrap()[0], 5);
+        let copy = ForwardEntry::Copy { request: Box::new(IoRequest::Stats) };
+        assert_eq!(encode_body(&copy).unwrap()[0], 3);
+        assert_eq!(encode_body(&ForwardEntry::CopyDone { target: TargetId(1) }).unwrap()[0], 4);
+    }
+
+    /// Resync: `ChainSubfiles` and `SyncDone` are metadata requests 62, 63; the
+    /// `ChainSubfiles` reply is metadata reply 24.
+    #[test]
+    fn resync_indexes_are_the_documented_ones() {
+        let list = MetaRequest::ChainSubfiles { chain: 1, after: 0, scan_max: 10 };
+        assert_eq!(encode_body(&list).unwrap()[0], 62);
+        let done = MetaRequest::SyncDone { chain: 1, target: flotilla_types::TargetId(2), version: 3 };
+        assert_eq!(encode_body(&done).unwrap()[0], 63);
+        let page = MetaReply::ChainSubfiles { subfiles: vec![(1, 0)], next: None };
+        assert_eq!(encode_body(&page).unwrap()[0], 24);
     }
 }

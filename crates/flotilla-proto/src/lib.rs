@@ -42,6 +42,7 @@ pub use io::{
 pub use meta::{
     CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, ReplicaPlace,
     SubfileChain, SubfilePlace, TargetReport, TargetState, TargetStatus, CHAINS_PER_REQUEST_MAX,
+    CHAIN_SUBFILES_SCAN_MAX,
 };
 pub use meta::{HeldLock, RECLAIM_LOCKS_MAX};
 pub use meta::{

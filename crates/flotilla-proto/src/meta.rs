@@ -20,6 +20,10 @@ pub struct SubfilePlace {
 /// Most chains one `GetChains` may ask for.
 pub const CHAINS_PER_REQUEST_MAX: usize = 1024;
 
+/// Most inode rows one `ChainSubfiles` page scans (the metadata service scans at most this
+/// many, and fewer if asked).
+pub const CHAIN_SUBFILES_SCAN_MAX: u32 = 4096;
+
 /// The chain holding a replicated subfile: its id, its version (every chained request
 /// carries it, and members refuse any other) and its members in chain order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -535,6 +539,23 @@ pub enum MetaRequest {
     GetChains {
         chains: Vec<u32>,
     },
+    /// Replication's resync (issue 32), server credentials only: the subfiles placed on
+    /// `chain`, scanning at most `scan_max` (≤ `CHAIN_SUBFILES_SCAN_MAX`) inodes after the
+    /// cursor `after` (0 first); replies `ChainSubfiles`.
+    ChainSubfiles {
+        chain: u32,
+        after: u64,
+        scan_max: u32,
+    },
+    /// Replication's resync, server credentials only: the copy source finished copying
+    /// `target` everything of `chain` at `version`, and `target` acknowledged it (after an
+    /// fsync). The membership engine makes the member serving only if `version` is still
+    /// the chain's; replies `Done` either way.
+    SyncDone {
+        chain: u32,
+        target: TargetId,
+        version: u64,
+    },
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`
@@ -740,4 +761,10 @@ pub enum MetaReply {
     },
     /// Answers `GetChains`: each chain asked for, with its members' servers and states.
     SubfileChains(Vec<SubfileChain>),
+    /// Answers `ChainSubfiles`: (file id, subfile index) of the subfiles found on the chain;
+    /// `next` is the cursor of the next page, `None` once every inode was scanned.
+    ChainSubfiles {
+        subfiles: Vec<(u64, u32)>,
+        next: Option<u64>,
+    },
 }

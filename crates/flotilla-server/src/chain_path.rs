@@ -13,21 +13,30 @@
 //! if it is now the tail, answers. If it is no longer in the write path (or no longer the
 //! head, for a client's change), the request is refused naming the new version, and the
 //! client refetches the chain.
+//!
+//! Resync (first cut): the last serving member, under the same lock, copies every subfile
+//! of the chain (listed by the metadata service, `ChainSubfiles`) whole to the syncing
+//! member after it (`ForwardEntry::Copy` steps, then `CopyDone` at its position) before
+//! sending it anything else, then reports `SyncDone`; `resync_pass` runs it on every new
+//! view even when no write comes. Range records instead of whole copies are the next step.
 
 use crate::chain_write::{
-    entry_of, fence, fence_chained, forwardable, kind_of, my_member, order, retarget, retarget_entry,
-    store_request, Lease, MemberLog, Payload, Role, Sent,
+    copy_tolerates, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order, resync_step,
+    retarget, retarget_entry, store_request, Admitted, Copied, Lease, MemberLog, Payload, ResyncStep, Role,
+    Sent,
 };
 use crate::execute::{Executor, Reply};
 use crate::membership::HeldChains;
 use bytes::Bytes;
 use flotilla_proto::{
-    ChainForward, ChainInfo, ErrorCode, ForwardAck, ForwardEntry, ForwardRefusalReason, ForwardRefused,
-    IoReply, IoRequest, WireError,
+    ChainForward, ChainInfo, ErrorCode, ForkRef, ForwardAck, ForwardEntry, ForwardRefusalReason,
+    ForwardRefused, IoReply, IoRequest, MetaReply, MetaRequest, WireError, CHAIN_SUBFILES_SCAN_MAX,
 };
 use flotilla_replica::{ChainHead, ChainId, ChainMemberLog, ChainVersion, Receive};
+use flotilla_request::Shape;
 use flotilla_rpc::{Connection, ConnectionConfig};
 use flotilla_types::TargetId;
+use flotilla_types::{FileId, SubfileIndex};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +52,8 @@ pub(crate) struct PathConfig {
     pub retry: Duration,
     /// Entries a head keeps in flight (`forward_window_max`).
     pub window_max: usize,
+    /// Largest piece of a fork one resync copy step carries.
+    pub copy_chunk_bytes: u64,
 }
 
 /// One chain's state on this server.
@@ -54,6 +65,8 @@ struct ChainState {
     link: Option<(TargetId, String, Arc<Connection>)>,
     /// What each entry not yet acknowledged by the successor carries, by position.
     payloads: BTreeMap<u64, Payload>,
+    /// The resync copy this member made, as its copy source (see `resync_step`).
+    copied: Option<Copied>,
 }
 
 impl ChainState {
@@ -124,6 +137,7 @@ impl ChainPaths {
                 head: None,
                 link: None,
                 payloads: BTreeMap::new(),
+                copied: None,
             }))
         });
         state.clone()
@@ -292,6 +306,9 @@ impl ChainPaths {
         if let Err(stop) = self.follow(state, chain, me) {
             return self.stopped(chain, version, stop);
         }
+        if matches!(forward.entry, ForwardEntry::Copy { .. } | ForwardEntry::CopyDone { .. }) {
+            return self.take_copy(request_id, state, admitted, &forward, data).await;
+        }
         let log = state.log.get_or_insert_with(|| {
             ChainMemberLog::new(ChainId(chain), admitted.version, 0, admitted.has_successor)
         });
@@ -318,6 +335,204 @@ impl ChainPaths {
             return IoReply::ForwardRefused(ForwardRefused { chain, version, reason });
         }
         IoReply::Forwarded(ForwardAck { chain, version, applied: log.applied(), acknowledged: log.ack_up() })
+    }
+
+    /// A resync copy step or its end, at a `Syncing` member (fenced, its log followed): a
+    /// step is applied outside the order; the end makes the log continue from the
+    /// position the copy was taken at.
+    async fn take_copy(
+        &self,
+        request_id: u64,
+        state: &mut ChainState,
+        admitted: Admitted,
+        forward: &ChainForward,
+        data: Bytes,
+    ) -> IoReply {
+        let (chain, version, position) = (forward.chain, forward.version, forward.position);
+        if admitted.serving {
+            let refused = ForwardRefused { chain, version, reason: ForwardRefusalReason::NotMember };
+            return IoReply::Error(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("{refused}: a serving member takes no resync copy"),
+            ));
+        }
+        let done = ForwardAck { chain, version, applied: position, acknowledged: position };
+        match &forward.entry {
+            ForwardEntry::Copy { .. } => {
+                let request = store_request(forward);
+                let reply = self.execute(request_id, request.clone(), data).await;
+                match reply.message {
+                    IoReply::Error(error) if !copy_tolerates(&request, error.code) => IoReply::Error(error),
+                    _ => IoReply::Forwarded(done),
+                }
+            }
+            _ => {
+                let log =
+                    ChainMemberLog::new(ChainId(chain), admitted.version, position, admitted.has_successor);
+                state.log = Some(log);
+                state.payloads.clear();
+                tracing::info!(
+                    chain,
+                    version,
+                    position,
+                    "resync copy received; continuing the chain's order"
+                );
+                IoReply::Forwarded(done)
+            }
+        }
+    }
+
+    /// The copy source's resync of `joiner` (see `resync_step`), under the chain's lock at
+    /// this member's position: every subfile the metadata service lists on the chain is
+    /// copied whole (the joiner's subfile removed, then each fork created, written in
+    /// pieces of `copy_chunk_bytes`, truncated to its size and synced), then `CopyDone`;
+    /// the joiner's acknowledgement makes it this member's successor from that position,
+    /// and the metadata service is told (`SyncDone`).
+    async fn copy(
+        &self,
+        state: &mut ChainState,
+        (chain, version): (u32, ChainVersion),
+        me: TargetId,
+        joiner: TargetId,
+    ) -> Result<(), Trouble> {
+        let started = Instant::now();
+        let Some(position) = state.log.as_ref().map(|log| log.applied()) else {
+            return Err(Trouble::Wait(format!("chain {chain}: no member log to copy from")));
+        };
+        let connection = self.link(state, joiner).await?;
+        let mut sender = CopySender { paths: self, connection, chain, version, position, joiner, bytes: 0 };
+        let (mut after, mut subfiles) = (0u64, 0u64);
+        loop {
+            let ask = MetaRequest::ChainSubfiles { chain, after, scan_max: CHAIN_SUBFILES_SCAN_MAX };
+            let page = match self.held.ask_meta(ask, self.config.forward_timeout).await {
+                Ok(MetaReply::ChainSubfiles { subfiles, next }) => (subfiles, next),
+                Ok(other) => {
+                    return Err(Trouble::Wait(format!("listing chain {chain}'s subfiles: {other:?}")))
+                }
+                Err(error) => {
+                    return Err(Trouble::Wait(format!("listing chain {chain}'s subfiles: {error}")))
+                }
+            };
+            for (file, subfile) in page.0 {
+                self.copy_subfile(&mut sender, me, (FileId(file), SubfileIndex(subfile))).await?;
+                subfiles += 1;
+            }
+            match page.1 {
+                Some(next) => after = next,
+                None => break,
+            }
+        }
+        sender.send(ForwardEntry::CopyDone { target: joiner }, Bytes::new()).await?;
+        let bytes = sender.bytes;
+        let log = state.log.as_mut().ok_or(Trouble::Changed)?;
+        if log.version() != version || log.applied() != position {
+            return Err(Trouble::Changed);
+        }
+        log.successor_acked(version, position).map_err(|_| Trouble::Changed)?;
+        state.copied = Some(Copied { version, joiner, reported: false });
+        tracing::info!(
+            chain, version = version.0, %joiner, position, subfiles, bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "resync copy done"
+        );
+        self.report(state, chain, joiner, version).await;
+        Ok(())
+    }
+
+    /// Tells the metadata service that `joiner` caught up on `chain` at `version`; a
+    /// failure is retried by the next resync pass.
+    async fn report(&self, state: &mut ChainState, chain: u32, joiner: TargetId, version: ChainVersion) {
+        let ask = MetaRequest::SyncDone { chain, target: joiner, version: version.0 };
+        match self.held.ask_meta(ask, self.config.forward_timeout).await {
+            Ok(MetaReply::Done) => {
+                state.copied = Some(Copied { version, joiner, reported: true });
+                self.held.nudge();
+            }
+            Ok(other) => tracing::warn!(chain, %joiner, reply = ?other, "SyncDone not taken; will retry"),
+            Err(error) => tracing::warn!(chain, %joiner, %error, "SyncDone not sent; will retry"),
+        }
+    }
+
+    /// Copies one subfile of this member's target to the joiner, whole.
+    async fn copy_subfile(
+        &self,
+        sender: &mut CopySender<'_>,
+        me: TargetId,
+        (file, subfile): (FileId, SubfileIndex),
+    ) -> Result<(), Trouble> {
+        let joiner = sender.joiner;
+        sender.request(IoRequest::RemoveSubfile { target: joiner, file, subfile }, Bytes::new()).await?;
+        let forks = match self.local(IoRequest::ListForks { target: me, file, subfile }).await {
+            Ok((IoReply::Forks(forks), _)) => forks,
+            // Never written here: the joiner keeps nothing of it either.
+            Err(error) if error.code == ErrorCode::NotFound => return Ok(()),
+            Ok((other, _)) => return Err(Trouble::Wait(format!("listing the forks of {file}: {other:?}"))),
+            Err(error) => return Err(Trouble::Wait(format!("listing the forks of {file}: {error}"))),
+        };
+        sender.request(IoRequest::CreateSubfile { target: joiner, file, subfile }, Bytes::new()).await?;
+        for fork in forks {
+            let mine = ForkRef { target: me, file, subfile, fork: fork.name.clone() };
+            let theirs = ForkRef { target: joiner, ..mine.clone() };
+            sender.request(IoRequest::CreateFork { fork: theirs.clone() }, Bytes::new()).await?;
+            let mut offset = 0u64;
+            while offset < fork.size_bytes {
+                let length = (fork.size_bytes - offset).min(self.config.copy_chunk_bytes.max(1));
+                let read = IoRequest::Read { fork: mine.clone(), shape: Shape::contiguous(offset, length) };
+                let data = match self.local(read).await {
+                    Ok((_, data)) => data,
+                    Err(error) => return Err(Trouble::Wait(format!("reading {file} to copy it: {error}"))),
+                };
+                let got = data.len() as u64;
+                if got == 0 {
+                    break;
+                }
+                let write = IoRequest::Write { fork: theirs.clone(), shape: Shape::contiguous(offset, got) };
+                sender.request(write, Bytes::from(data)).await?;
+                offset += got;
+            }
+            let truncate = IoRequest::Truncate { fork: theirs.clone(), size_bytes: fork.size_bytes };
+            sender.request(truncate, Bytes::new()).await?;
+            sender.request(IoRequest::Sync { fork: theirs }, Bytes::new()).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs a read of this server's own store (no subfile made on demand).
+    async fn local(&self, request: IoRequest) -> Result<(IoReply, Vec<u8>), WireError> {
+        let executor = self.executor.clone();
+        let ran = tokio::task::spawn_blocking(move || executor.execute(0, &request, &[], false)).await;
+        match ran {
+            Ok(Reply { message: IoReply::Error(error), .. }) => Err(error),
+            Ok(reply) => Ok((reply.message, reply.data)),
+            Err(error) => Err(WireError::new(ErrorCode::Io, format!("the store call failed: {error}"))),
+        }
+    }
+
+    /// One pass over the chains held: where this server is a copy source with a copy to
+    /// make or report, it makes it (under the chain's lock, as any change). Run on every
+    /// new view and every `period`.
+    pub(crate) async fn resync_pass(&self) {
+        let (chains, _) = self.view();
+        for info in chains {
+            let Some(me) = my_member(&info, &self.mine) else { continue };
+            let chain = info.chain;
+            let state = self.state(chain);
+            if resync_step(&info, me, state.lock().await.copied) == ResyncStep::Nothing {
+                continue;
+            }
+            let mut guard = state.lock().await;
+            let state: &mut ChainState = &mut guard;
+            let Some(info) = self.held.chain(chain) else { continue };
+            match resync_step(&info, me, state.copied) {
+                ResyncStep::Nothing => {}
+                ResyncStep::Report { joiner, version } => self.report(state, chain, joiner, version).await,
+                ResyncStep::Copy { .. } => {
+                    if let Err(Stop::Failed(error)) = self.drain(state, chain, me).await {
+                        tracing::warn!(chain, %error, "resync copy did not finish; will retry");
+                    }
+                }
+            }
+        }
     }
 
     fn stopped(&self, chain: u32, version: u64, stop: Stop) -> IoReply {
@@ -374,16 +589,29 @@ impl ChainPaths {
         loop {
             let role = self.follow(state, chain, me)?;
             state.prune();
-            let Some(log) = state.log.as_ref() else { return Ok(()) };
-            if log.in_flight() == 0 {
-                return Ok(());
-            }
-            let Some(successor) = role.successor else { return Ok(()) };
-            let trouble = match self.send(state, chain, successor).await {
-                Ok(()) => continue,
-                Err(trouble) => trouble,
+            // The syncing successor gets its copy before anything else.
+            let step = self.held.chain(chain).map(|info| resync_step(&info, me, state.copied));
+            let trouble = match step {
+                Some(ResyncStep::Copy { joiner, version }) => {
+                    match self.copy(state, (chain, version), me, joiner).await {
+                        Ok(()) => continue,
+                        Err(trouble) => trouble,
+                    }
+                }
+                _ => {
+                    let Some(log) = state.log.as_ref() else { return Ok(()) };
+                    if log.in_flight() == 0 {
+                        return Ok(());
+                    }
+                    let Some(successor) = role.successor else { return Ok(()) };
+                    match self.send(state, chain, successor).await {
+                        Ok(()) => continue,
+                        Err(trouble) => trouble,
+                    }
+                }
             };
             let Trouble::Wait(what) = trouble else { continue };
+            let successor = role.successor.map_or_else(|| "none".to_string(), |s| s.to_string());
             // The first failure is tried again at once: a cached connection the successor
             // closed while idle is only found broken by using it.
             if deadline.is_none() {
@@ -488,8 +716,11 @@ impl ChainPaths {
         config.connect_timeout_ms =
             u64::try_from(self.config.forward_timeout.as_millis()).unwrap_or(u64::MAX);
         config.call_timeout_ms = config.connect_timeout_ms;
-        let connection =
-            Connection::connect(&addr, config).await.map_err(|error| Trouble::Wait(error.to_string()))?;
+        let connection = Connection::connect(&addr, config).await.map_err(|error| {
+            // The member may have restarted elsewhere: ask for the addresses again.
+            self.held.address_failed();
+            Trouble::Wait(error.to_string())
+        })?;
         let connection = Arc::new(connection);
         let mut peers = self.peers.lock();
         peers.retain(|_, c| !c.is_broken());
@@ -539,6 +770,38 @@ impl ChainPaths {
                 changed = watch.changed() => if changed.is_err() { return false },
                 _ = tokio::time::sleep_until(deadline) => return false,
             }
+        }
+    }
+}
+
+/// Sends the steps of one resync copy to the joiner, each answered before the next.
+struct CopySender<'p> {
+    paths: &'p ChainPaths,
+    connection: Arc<Connection>,
+    chain: u32,
+    version: ChainVersion,
+    /// The source's position the copy is taken at.
+    position: u64,
+    joiner: TargetId,
+    /// Fork bytes sent so far.
+    bytes: u64,
+}
+
+impl CopySender<'_> {
+    async fn request(&mut self, request: IoRequest, data: Bytes) -> Result<(), Trouble> {
+        let length = data.len() as u64;
+        self.send(ForwardEntry::Copy { request: Box::new(request) }, data).await?;
+        self.bytes += length;
+        Ok(())
+    }
+
+    async fn send(&mut self, entry: ForwardEntry, data: Bytes) -> Result<(), Trouble> {
+        let forward =
+            ChainForward { chain: self.chain, version: self.version.0, position: self.position, entry };
+        let reply = self.paths.call(&self.connection, self.chain, self.version.0, &forward, data).await?;
+        match reply {
+            IoReply::Forwarded(ack) if ack.version == self.version.0 => Ok(()),
+            other => Err(Trouble::Wait(format!("resync copy to {}: {other:?}", self.joiner))),
         }
     }
 }

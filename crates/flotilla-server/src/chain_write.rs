@@ -15,6 +15,9 @@
 //! 3. [`retarget`]: every member keeps the subfile under its own target, so an entry is
 //!    rewritten to the receiver's target before it is sent and applied.
 //!
+//! 4. [`resync_step`]: whether this member is a copy source with a copy to make (or a
+//!    made copy to report) for the chain's syncing member.
+//!
 //! Not yet here: the positions and unsettled ranges kept durably with the data, and
 //! checking that the sender is the predecessor (a forward is accepted from any server
 //! credential).
@@ -120,38 +123,95 @@ fn write_path(chain: &ChainInfo) -> Vec<TargetId> {
 
 /// A member's place in one version of a chain.
 ///
-/// Entries are sent down the *serving* members only (head: the first serving member;
-/// successor: the next serving one): a syncing member has not been copied what it missed
-/// (resync is not built yet), so it could not apply the next position anyway; it is left
-/// out until it serves (the design's write path ends with it).
+/// Entries go down the write path: the serving members in chain order, then the syncing
+/// one (at most one per chain). The last serving member is the syncing member's copy
+/// source: it sends nothing else to it before the copy is done ([`resync_step`]), so the
+/// copy and then every later entry reach it in one order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Role {
     pub version: ChainVersion,
     /// The first serving member (the one that takes changes).
     pub head: Option<TargetId>,
-    /// In the design's write path (serving, or syncing at its end).
+    /// In the write path (serving, or syncing at its end).
     pub in_path: bool,
     pub serving: bool,
-    /// The next serving member after this one.
+    /// The next member of the write path after this one.
     pub successor: Option<TargetId>,
+    /// Whether the successor is the syncing member (this member is its copy source).
+    pub successor_syncing: bool,
 }
 
 impl Role {
     pub(crate) fn of(chain: &ChainInfo, me: TargetId) -> Role {
         let serving: Vec<TargetId> =
             chain.members.iter().filter(|m| m.state == ChainMemberState::Serving).map(|m| m.target).collect();
-        let at = serving.iter().position(|&t| t == me);
+        let path = write_path(chain);
+        let at = path.iter().position(|&t| t == me);
+        let successor = at.and_then(|i| path.get(i + 1).copied());
         Role {
             version: ChainVersion(chain.version),
             head: serving.first().copied(),
-            in_path: write_path(chain).contains(&me),
-            serving: at.is_some(),
-            successor: at.and_then(|i| serving.get(i + 1).copied()),
+            in_path: at.is_some(),
+            serving: serving.contains(&me),
+            successor,
+            successor_syncing: successor.is_some_and(|s| !serving.contains(&s)),
         }
     }
 
     pub(crate) fn is_head(&self, me: TargetId) -> bool {
         self.in_path && self.head == Some(me)
+    }
+}
+
+/// What the copy source of a chain has done for the syncing member at one version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Copied {
+    pub version: ChainVersion,
+    pub joiner: TargetId,
+    /// `SyncDone` was accepted by the metadata service.
+    pub reported: bool,
+}
+
+/// The next resync step of this server's member `me` of `chain`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ResyncStep {
+    /// Not this member's business, or everything is done.
+    Nothing,
+    /// Copy every subfile of the chain to `joiner` (whole subfiles, first cut), under the
+    /// chain's lock at this member's position, then `CopyDone`.
+    Copy { joiner: TargetId, version: ChainVersion },
+    /// The copy is acknowledged: report `SyncDone` for it.
+    Report { joiner: TargetId, version: ChainVersion },
+}
+
+/// Decides the resync step: only the last serving member (the syncing member's
+/// predecessor) copies; a copy made under another version or to another member does not
+/// count (a version change restarts the copy); a copy acknowledged but not yet reported
+/// is reported.
+pub(crate) fn resync_step(chain: &ChainInfo, me: TargetId, copied: Option<Copied>) -> ResyncStep {
+    let role = Role::of(chain, me);
+    let Some(joiner) = role.successor.filter(|_| role.serving && role.successor_syncing) else {
+        return ResyncStep::Nothing;
+    };
+    let version = role.version;
+    match copied {
+        Some(done) if done.version == version && done.joiner == joiner && done.reported => {
+            ResyncStep::Nothing
+        }
+        Some(done) if done.version == version && done.joiner == joiner => {
+            ResyncStep::Report { joiner, version }
+        }
+        _ => ResyncStep::Copy { joiner, version },
+    }
+}
+
+/// Whether a failed copy step changes nothing worth stopping for: removing what the
+/// joiner does not have, or creating what it already has.
+pub(crate) fn copy_tolerates(request: &IoRequest, code: ErrorCode) -> bool {
+    match request {
+        IoRequest::RemoveSubfile { .. } | IoRequest::RemoveFork { .. } => code == ErrorCode::NotFound,
+        IoRequest::CreateSubfile { .. } | IoRequest::CreateFork { .. } => code == ErrorCode::AlreadyExists,
+        _ => false,
     }
 }
 
@@ -305,7 +365,10 @@ pub(crate) fn store_request(forward: &ChainForward) -> IoRequest {
             IoRequest::Write { fork: fork.clone(), shape: Shape::contiguous(*offset, *length_bytes) }
         }
         ForwardEntry::Sync { fork } => IoRequest::Sync { fork: fork.clone() },
-        ForwardEntry::Request { request } => (**request).clone(),
+        ForwardEntry::Request { request } | ForwardEntry::Copy { request } => (**request).clone(),
+        // Never applied as a store request: `chain_path.rs` takes copies apart before
+        // ordering; a lone `Hello` changes nothing if one ever got here.
+        ForwardEntry::CopyDone { .. } => IoRequest::Hello { client: "copy done".into() },
     }
 }
 
@@ -335,7 +398,10 @@ pub(crate) fn retarget_entry(entry: &ForwardEntry, target: TargetId) -> ForwardE
     let mut entry = entry.clone();
     match &mut entry {
         ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => fork.target = target,
-        ForwardEntry::Request { request } => **request = retarget(request, target),
+        ForwardEntry::Request { request } | ForwardEntry::Copy { request } => {
+            **request = retarget(request, target)
+        }
+        ForwardEntry::CopyDone { target: t } => *t = target,
     }
     entry
 }
@@ -343,7 +409,7 @@ pub(crate) fn retarget_entry(entry: &ForwardEntry, target: TargetId) -> ForwardE
 /// Whether a forwarded request is one a chain carries (a change, never nested).
 pub(crate) fn forwardable(forward: &ChainForward) -> Result<(), WireError> {
     match &forward.entry {
-        ForwardEntry::Request { request } => match access_of(request)? {
+        ForwardEntry::Request { request } | ForwardEntry::Copy { request } => match access_of(request)? {
             Access::Write => Ok(()),
             Access::Read => {
                 Err(WireError::new(ErrorCode::BadRequest, "a read is not forwarded down a chain"))
@@ -485,13 +551,66 @@ mod tests {
         assert_eq!(head.successor, Some(TargetId(3)));
         let last = Role::of(&chain, TargetId(3));
         assert_eq!(
-            (last.head, last.successor),
-            (Some(TargetId(2)), None),
-            "nothing goes to a syncing member yet"
+            (last.head, last.successor, last.successor_syncing),
+            (Some(TargetId(2)), Some(TargetId(1)), true),
+            "the last serving member sends on to the syncing member (its copy source)"
         );
+        assert!(!head.successor_syncing);
         let tail = Role::of(&chain, TargetId(1));
         assert!(tail.in_path && !tail.serving && tail.successor.is_none() && !tail.is_head(TargetId(1)));
         assert!(!Role::of(&chain, TargetId(7)).in_path);
+    }
+
+    #[test]
+    fn only_the_last_serving_member_copies_and_a_new_version_restarts_the_copy() {
+        let member = |t, state| ChainMember { target: TargetId(t), state };
+        let syncing = ChainMemberState::Syncing { missed_since: 4, full: false };
+        let chain = |version| ChainInfo {
+            chain: 0,
+            version,
+            members: vec![
+                member(2, ChainMemberState::Serving),
+                member(3, ChainMemberState::Serving),
+                member(1, syncing),
+            ],
+        };
+        let v5 = ChainVersion(5);
+        let copy = ResyncStep::Copy { joiner: TargetId(1), version: v5 };
+        assert_eq!(resync_step(&chain(5), TargetId(3), None), copy);
+        assert_eq!(resync_step(&chain(5), TargetId(2), None), ResyncStep::Nothing, "not the last serving");
+        assert_eq!(
+            resync_step(&chain(5), TargetId(1), None),
+            ResyncStep::Nothing,
+            "the joiner copies nothing"
+        );
+        let done = Copied { version: v5, joiner: TargetId(1), reported: false };
+        assert_eq!(
+            resync_step(&chain(5), TargetId(3), Some(done)),
+            ResyncStep::Report { joiner: TargetId(1), version: v5 }
+        );
+        let reported = Copied { reported: true, ..done };
+        assert_eq!(resync_step(&chain(5), TargetId(3), Some(reported)), ResyncStep::Nothing);
+        assert_eq!(
+            resync_step(&chain(6), TargetId(3), Some(reported)),
+            ResyncStep::Copy { joiner: TargetId(1), version: ChainVersion(6) },
+            "a copy made under another version does not count"
+        );
+        let other = Copied { joiner: TargetId(9), ..done };
+        assert_eq!(resync_step(&chain(5), TargetId(3), Some(other)), copy);
+        let mut served = chain(6);
+        served.members[2].state = ChainMemberState::Serving;
+        assert_eq!(resync_step(&served, TargetId(3), Some(reported)), ResyncStep::Nothing, "nobody syncs");
+    }
+
+    #[test]
+    fn a_copy_tolerates_only_removing_the_missing_and_creating_the_present() {
+        let (target, file, subfile) = (TargetId(1), FileId(9), SubfileIndex(0));
+        let remove = IoRequest::RemoveSubfile { target, file, subfile };
+        let create = IoRequest::CreateSubfile { target, file, subfile };
+        assert!(copy_tolerates(&remove, ErrorCode::NotFound));
+        assert!(!copy_tolerates(&remove, ErrorCode::Io));
+        assert!(copy_tolerates(&create, ErrorCode::AlreadyExists));
+        assert!(!copy_tolerates(&chained_read(1), ErrorCode::NotFound));
     }
 
     #[test]

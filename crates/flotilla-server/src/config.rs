@@ -155,6 +155,12 @@ pub struct ServerConfig {
     pub chain_retry_ms: u64,
     /// Changes a chain's head keeps in flight (sent, not yet acknowledged by the tail).
     pub chain_window_max: usize,
+    /// Largest piece of a fork one step of a resync copy carries (read from this server's
+    /// store and sent to the syncing member in one forward).
+    pub chain_copy_chunk_bytes: u64,
+    /// How often a copy source looks for a resync to make or report besides every new
+    /// chain view.
+    pub chain_resync_period_ms: u64,
 }
 
 impl ServerConfig {
@@ -300,6 +306,8 @@ impl Default for ServerConfig {
             chain_change_wait_ms: 10_000,
             chain_retry_ms: 200,
             chain_window_max: flotilla_replica::FORWARD_WINDOW_MAX,
+            chain_copy_chunk_bytes: 1 << 20,
+            chain_resync_period_ms: 1000,
         }
     }
 }

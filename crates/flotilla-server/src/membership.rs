@@ -36,7 +36,17 @@ pub struct HeldChains {
     /// Where each chain member's target is served (from the service's `Status`), and
     /// whether it must be asked again (a successor could not be reached there).
     addresses: Mutex<(HashMap<TargetId, String>, bool)>,
+    /// Requests of the chain data path (resync) to the metadata service, sent on the
+    /// heartbeat loop's connection (at most `META_ASKS_MAX` waiting).
+    asks: tokio::sync::mpsc::Sender<MetaAsk>,
+    asked: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<MetaAsk>>,
 }
+
+/// A request to the metadata service and where its answer goes.
+type MetaAsk = (MetaRequest, tokio::sync::oneshot::Sender<Result<MetaReply, String>>);
+
+/// Most requests of the data path waiting for the heartbeat loop's connection.
+const META_ASKS_MAX: usize = 16;
 
 /// A copy of [`HeldChains`] at one moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +61,7 @@ pub struct ChainsSnapshot {
 
 impl HeldChains {
     pub(crate) fn new(member: MemberInfo) -> HeldChains {
+        let (asks, asked) = tokio::sync::mpsc::channel(META_ASKS_MAX);
         HeldChains {
             member,
             held: Mutex::new(None),
@@ -58,6 +69,26 @@ impl HeldChains {
             nudge: tokio::sync::Notify::new(),
             stored: tokio::sync::watch::channel(0).0,
             addresses: Mutex::new((HashMap::new(), false)),
+            asks,
+            asked: tokio::sync::Mutex::new(asked),
+        }
+    }
+
+    /// Sends `request` to the metadata service on the heartbeat loop's connection and
+    /// returns its reply (an `Error` reply included), waiting at most `timeout`.
+    pub(crate) async fn ask_meta(
+        &self,
+        request: MetaRequest,
+        timeout: Duration,
+    ) -> Result<MetaReply, String> {
+        let (answer, reply) = tokio::sync::oneshot::channel();
+        self.asks.try_send((request, answer)).map_err(|_| {
+            format!("{META_ASKS_MAX} requests already wait for the metadata service's connection")
+        })?;
+        match tokio::time::timeout(timeout, reply).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err("the heartbeat loop dropped the request".into()),
+            Err(_) => Err(format!("no answer from the metadata service within {} ms", timeout.as_millis())),
         }
     }
 
@@ -210,11 +241,27 @@ async fn session(
         failure_group = held.member.failure_group,
         "registered with the metadata service"
     );
+    let mut asks = held.asked.lock().await;
+    let mut next_heartbeat = tokio::time::Instant::now() + period;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep_until(next_heartbeat) => {}
             _ = held.nudge.notified() => {}
+            ask = asks.recv() => {
+                let Some((request, answer)) = ask else { continue };
+                match call_raw(&connection, &request).await {
+                    Ok(reply) => {
+                        let _ = answer.send(Ok(reply));
+                        continue;
+                    }
+                    Err(ended) => {
+                        let _ = answer.send(Err(ended.error.clone()));
+                        return Err(ended);
+                    }
+                }
+            }
         }
+        next_heartbeat = tokio::time::Instant::now() + period;
         let (targets, deleted) = (reports(executor).await, acknowledged.clone());
         let heartbeat = match members {
             true => MetaRequest::HeartbeatMember {

@@ -152,6 +152,12 @@ impl Server {
         let meta = (self.meta.clone(), self.shared.meta_auth.clone());
         let held = self.shared.chains.clone();
         let heartbeat = tokio::spawn(heartbeat_loop(meta, (self.advertise.clone(), held), executor, period));
+        let resync_period = Duration::from_millis(self.config.chain_resync_period_ms.max(1));
+        let resync = tokio::spawn(resync_loop(
+            self.shared.chain_paths.clone(),
+            self.shared.chains.clone(),
+            resync_period,
+        ));
         let flusher = tokio::spawn(flush_loop(self.shared.executor.clone(), self.config.dirty_age_max_ms));
         let migration = self.config.archive.as_ref().map(|archive| {
             tokio::spawn(migration_loop(self.shared.executor.clone(), archive.scan_interval_ms))
@@ -162,6 +168,7 @@ impl Server {
         }
         heartbeat.abort();
         flusher.abort();
+        resync.abort();
         if let Some(migration) = migration {
             migration.abort();
         }
@@ -197,6 +204,23 @@ fn frame_budget(
     budget
 }
 
+/// Makes the resync copies this server owes as a copy source (`ChainPaths::resync_pass`)
+/// on every new chain view and every `period`.
+async fn resync_loop(
+    paths: Arc<crate::chain_path::ChainPaths>,
+    held: Arc<crate::membership::HeldChains>,
+    period: Duration,
+) {
+    let mut watch = held.watch();
+    loop {
+        tokio::select! {
+            changed = watch.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(period) => {}
+        }
+        paths.resync_pass().await;
+    }
+}
+
 /// The chain data path's bounds.
 fn chain_path_config(config: &ServerConfig) -> crate::chain_path::PathConfig {
     crate::chain_path::PathConfig {
@@ -204,6 +228,7 @@ fn chain_path_config(config: &ServerConfig) -> crate::chain_path::PathConfig {
         change_wait: Duration::from_millis(config.chain_change_wait_ms.max(1)),
         retry: Duration::from_millis(config.chain_retry_ms.max(1)),
         window_max: config.chain_window_max.max(1),
+        copy_chunk_bytes: config.chain_copy_chunk_bytes.max(1),
     }
 }
 

@@ -46,7 +46,8 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::TokenWait { .. }
         | R::InodeTokenWait { .. }
         | R::ChainStatus { .. }
-        | R::GetChains { .. } => Resend::Read,
+        | R::GetChains { .. }
+        | R::ChainSubfiles { .. } => Resend::Read,
         R::SetAttr { .. }
         | R::GrowSize { .. }
         | R::SetLayout { .. }
@@ -57,6 +58,7 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::Heartbeat { .. }
         | R::RegisterMember { .. }
         | R::HeartbeatMember { .. }
+        | R::SyncDone { .. }
         | R::ReclaimLocks { .. }
         | R::KeepOpen { .. }
         | R::SetLock { .. }

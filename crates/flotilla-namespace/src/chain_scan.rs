@@ -1,0 +1,49 @@
+//! Replication's resync (issue 32): the subfiles placed on one chain, listed page by page
+//! for the chain's copy source. Replicated files record each subfile's chain in their
+//! inode; there is no chain → file index yet, so a page scans at most `scan_max` inode
+//! rows in sequence order (replicated files are all in `inodes_by_seq`: the legacy table
+//! predates them and never gains a row).
+
+use crate::error::NamespaceError;
+use crate::namespace::Namespace;
+use crate::record::{Body, Inode};
+
+/// One page of [`Namespace::chain_subfiles`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChainSubfilesPage {
+    /// (file id, subfile index) of each subfile placed on the chain, in sequence order.
+    pub subfiles: Vec<(u64, u32)>,
+    /// Where the next page starts (pass it as `after`); `None` when the scan is complete.
+    pub next: Option<u64>,
+}
+
+impl Namespace {
+    /// The subfiles placed on `chain` among the inodes after sequence number `after` (0 for
+    /// the first page), scanning at most `scan_max` inode rows (at least one).
+    pub fn chain_subfiles(
+        &self,
+        chain: u32,
+        after: u64,
+        scan_max: usize,
+    ) -> Result<ChainSubfilesPage, NamespaceError> {
+        self.read(|tables| {
+            let mut page = ChainSubfilesPage::default();
+            for (scanned, row) in tables.inodes.range(after.saturating_add(1)..)?.enumerate() {
+                let (seq, record) = row?;
+                let seq = seq.value();
+                if scanned >= scan_max.max(1) {
+                    page.next = Some(seq - 1);
+                    return Ok(page);
+                }
+                let inode = Inode::decode(record.value())?;
+                if let Body::File { chains, .. } = &inode.body {
+                    let id = tables.id_of(seq);
+                    for (index, _) in chains.iter().enumerate().filter(|(_, c)| **c == chain) {
+                        page.subfiles.push((id, index as u32));
+                    }
+                }
+            }
+            Ok(page)
+        })
+    }
+}
