@@ -897,8 +897,12 @@ fn orphans_of_a_killed_mount_are_released_when_its_lease_expires() {
     let mut a = Mount::start(&cluster.meta_addr());
     fs::write(a.path("tmp"), random_bytes(3, 100_000)).unwrap();
     let id = fs::metadata(a.path("tmp")).unwrap().ino();
+    // `exec sleep`: the holder is the process killed below (a `sleep` left behind would keep
+    // the test's output pipe open for ten minutes).
     let mut holder = Command::new("sh")
-        .args(["-c", &format!("exec 3< {}; sleep 600", a.path("tmp").display())])
+        .args(["-c", &format!("exec 3< {}; exec sleep 600", a.path("tmp").display())])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
