@@ -2,11 +2,18 @@
 //! forward taken by a member, each applied through the executor and sent on down the chain
 //! before it is answered; reads fenced and served as usual.
 //!
-//! One async lock per chain is held across the local apply and the forward to the
-//! successor (a first cut: one entry of a chain in flight at a time, chains in parallel).
-//! The successor's cumulative acknowledgement answers the request. When the successor does
-//! not answer (refused or broken connection, `chain_forward_timeout_ms`) or refuses the
-//! entry (another version, no lease, not a member, a gap this member cannot fill), the
+//! Pipelined (issue 32): one async lock per chain is held only while an entry is ordered
+//! and applied locally (the head gives it the next position; a member applies the next
+//! position, holding one that came early at most `chain_gap_wait_ms` until the ones before
+//! it are applied), so every member applies the same entries in the same order. The entry
+//! is then sent to the successor outside the lock: up to `chain_window_max` entries of a
+//! chain are in flight at once (a head with a full window waits for acknowledgements, at
+//! most `chain_forward_timeout_ms`). The successor's cumulative acknowledgement, once it
+//! covers an entry's position, answers the request. Anything else (no answer, a refusal, a
+//! gap, a version change) falls back to sending everything unacknowledged in order under
+//! the lock (`drain`): when the successor does not answer (refused or broken connection,
+//! `chain_forward_timeout_ms`) or refuses the entry (another version, no lease, not a
+//! member, a gap this member cannot fill), the
 //! member asks the metadata service for news at once (an early heartbeat) and waits, at
 //! most `chain_change_wait_ms`, for its chain's next version, trying the successor again
 //! every `chain_retry_ms`; under the new version it sends what the new successor lacks, or,
@@ -21,8 +28,8 @@
 //! view even when no write comes. Range records instead of whole copies are the next step.
 
 use crate::chain_write::{
-    copy_tolerates, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order, resync_step,
-    retarget, retarget_entry, store_request, Admitted, Copied, Lease, MemberLog, Payload, ResyncStep, Role,
+    copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order, resync_step,
+    retarget, retarget_entry, store_request, Admitted, Copied, Early, Lease, MemberLog, Payload, ResyncStep, Role,
     Sent,
 };
 use crate::execute::{Executor, Reply};
@@ -52,6 +59,8 @@ pub(crate) struct PathConfig {
     pub retry: Duration,
     /// Entries a head keeps in flight (`forward_window_max`).
     pub window_max: usize,
+    /// Longest hold of a forward that arrived ahead of earlier positions.
+    pub gap_wait: Duration,
     /// Largest piece of a fork one resync copy step carries.
     pub copy_chunk_bytes: u64,
 }
@@ -80,6 +89,24 @@ impl ChainState {
     }
 }
 
+/// One chain's state behind its lock, and the news of its progress.
+struct ChainSlot {
+    state: tokio::sync::Mutex<ChainState>,
+    /// Woken when the chain's log moves (an entry applied, an acknowledgement taken): a
+    /// head waiting for room in its window, a member holding an early forward.
+    moved: tokio::sync::Notify,
+}
+
+/// An entry applied here and to be sent to the successor outside the chain's lock.
+struct Pipelined {
+    version: ChainVersion,
+    position: u64,
+    successor: TargetId,
+    /// The successor's connection, if one was made (none: straight to the in-order path).
+    link: Option<Arc<Connection>>,
+    payload: Payload,
+}
+
 /// Why sending down the chain stopped without every entry acknowledged.
 enum Stop {
     /// This member's place changed (refuse the request with this reason, under its version).
@@ -104,7 +131,7 @@ pub(crate) struct ChainPaths {
     auth: flotilla_auth::ClientAuth,
     /// This server's targets.
     mine: Vec<TargetId>,
-    chains: parking_lot::Mutex<HashMap<u32, Arc<tokio::sync::Mutex<ChainState>>>>,
+    chains: parking_lot::Mutex<HashMap<u32, Arc<ChainSlot>>>,
     /// Connections to successor servers by address (broken ones are dropped when a new one
     /// is made; at most one per peer address).
     peers: parking_lot::Mutex<HashMap<String, Arc<Connection>>>,
@@ -129,16 +156,19 @@ impl ChainPaths {
         }
     }
 
-    fn state(&self, chain: u32) -> Arc<tokio::sync::Mutex<ChainState>> {
+    fn state(&self, chain: u32) -> Arc<ChainSlot> {
         let mut chains = self.chains.lock();
         let state = chains.entry(chain).or_insert_with(|| {
-            Arc::new(tokio::sync::Mutex::new(ChainState {
-                log: None,
-                head: None,
-                link: None,
-                payloads: BTreeMap::new(),
-                copied: None,
-            }))
+            Arc::new(ChainSlot {
+                state: tokio::sync::Mutex::new(ChainState {
+                    log: None,
+                    head: None,
+                    link: None,
+                    payloads: BTreeMap::new(),
+                    copied: None,
+                }),
+                moved: tokio::sync::Notify::new(),
+            })
         });
         state.clone()
     }
@@ -173,8 +203,11 @@ impl ChainPaths {
         Ok(retarget(request, placed.me))
     }
 
-    /// A client's chained change at this server: taken only by the head, applied here, sent
-    /// down the chain and answered once every member of the write path applied it.
+    /// A client's chained change at this server: taken only by the head, applied here in
+    /// the chain's order (under the chain's lock: position given, applied, kept for the
+    /// successor), sent down the chain outside the lock so that up to `chain_window_max`
+    /// entries are in flight at once, and answered once every member of the write path
+    /// applied it (the cumulative acknowledgement covers its position).
     pub(crate) async fn change(
         &self,
         request_id: u64,
@@ -188,77 +221,171 @@ impl ChainPaths {
             Ok(placed) => placed,
             Err(refused) => return reply(IoReply::ForwardRefused(refused)),
         };
-        let state = self.state(chain);
-        let mut guard = state.lock().await;
-        let state: &mut ChainState = &mut guard;
-        // Under the lock, the view may have moved on: fence again.
-        let (chains, lease) = self.view();
-        let placed = match fence_chained((chain, version), &request, (&chains, lease), &self.mine) {
-            Ok(again) if again.me == placed.me => again,
-            Ok(_) => return reply(refuse(ForwardRefusalReason::NotMember)),
-            Err(refused) => return reply(IoReply::ForwardRefused(refused)),
-        };
+        let slot = self.state(chain);
+        // A full window waits for acknowledgements at most this long.
+        let room_until = Instant::now() + self.config.forward_timeout;
         let me = placed.me;
-        if let Err(stop) = self.follow(state, chain, me) {
-            return reply(self.stopped(chain, version, stop));
-        }
-        // What an earlier failure left unacknowledged goes first.
-        if let Err(stop) = self.drain(state, chain, me).await {
-            return reply(self.stopped(chain, version, stop));
-        }
-        let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_mut()) else {
-            return reply(refuse(ForwardRefusalReason::NotHead { head: placed.role.head }));
-        };
-        // Positions continue from what the log applied (with one entry at a time no client
-        // waits between requests; a forward some confused server sent to the head moved
-        // the log on, and the next position must follow it).
-        *head = ChainHead::new(log, self.config.window_max);
-        if log.version() != ChainVersion(version) {
-            let current = log.version().0;
-            return reply(refuse(ForwardRefusalReason::Stale { current }));
-        }
-        let in_flight = head.in_flight(log);
-        if in_flight >= self.config.window_max {
-            let message = format!(
-                "chain {chain} v{version}: {in_flight} changes in flight, at the window of {}; retry once the chain acknowledges",
-                self.config.window_max
-            );
-            return reply(IoReply::Error(WireError::new(ErrorCode::Unavailable, message)));
-        }
-        let local = retarget(&request, me);
-        let done = self.execute(request_id, local, data.clone()).await;
-        if matches!(done.message, IoReply::Error(_)) {
-            return done;
-        }
-        let payload: Payload =
-            Arc::new(Sent { entry: ForwardEntry::Request { request: Box::new(request.clone()) }, data });
-        let kind = kind_of(&request);
-        let (Some(log), Some(head)) = (state.log.as_mut(), state.head.as_mut()) else {
-            return reply(refuse(ForwardRefusalReason::NotHead { head: None }));
-        };
-        let entry = match head.submit(log, ChainVersion(version), kind, ()) {
-            Ok(entry) => entry,
-            Err(error) => {
-                return reply(IoReply::Error(WireError::new(ErrorCode::Unavailable, error.to_string())))
+        let (sent, done) = loop {
+            let moved = slot.moved.notified();
+            let mut guard = slot.state.lock().await;
+            let state: &mut ChainState = &mut guard;
+            // Under the lock, the view may have moved on: fence again.
+            let (chains, lease) = self.view();
+            match fence_chained((chain, version), &request, (&chains, lease), &self.mine) {
+                Ok(again) if again.me == me => {}
+                Ok(_) => return reply(refuse(ForwardRefusalReason::NotMember)),
+                Err(refused) => return reply(IoReply::ForwardRefused(refused)),
+            };
+            let role = match self.follow(state, chain, me) {
+                Ok(role) => role,
+                Err(stop) => return reply(self.stopped(chain, version, stop)),
+            };
+            // A syncing successor gets its copy first, and then every entry in order under
+            // this lock (the first cut's path); so does anything an earlier failure left.
+            let in_order = role.successor_syncing;
+            if in_order {
+                if let Err(stop) = self.drain(state, chain, me).await {
+                    return reply(self.stopped(chain, version, stop));
+                }
             }
+            let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_mut()) else {
+                return reply(refuse(ForwardRefusalReason::NotHead { head: placed.role.head }));
+            };
+            // Positions continue from what the log applied (the head applies every position
+            // it gives out before releasing the lock; a forward some confused server sent
+            // to the head moved the log on, and the next position must follow it).
+            *head = ChainHead::new(log, self.config.window_max);
+            if log.version() != ChainVersion(version) {
+                let current = log.version().0;
+                return reply(refuse(ForwardRefusalReason::Stale { current }));
+            }
+            let in_flight = head.in_flight(log);
+            if in_flight >= self.config.window_max {
+                drop(guard);
+                let until = tokio::time::Instant::from_std(room_until);
+                if tokio::time::timeout_at(until, moved).await.is_err() {
+                    let message = format!(
+                        "chain {chain} v{version}: {in_flight} changes in flight, at chain_window_max = {}, and none acknowledged within chain_forward_timeout_ms = {} ms",
+                        self.config.window_max,
+                        self.config.forward_timeout.as_millis()
+                    );
+                    return reply(IoReply::Error(WireError::new(ErrorCode::Unavailable, message)));
+                }
+                continue;
+            }
+            let local = retarget(&request, me);
+            let done = self.execute(request_id, local, data.clone()).await;
+            if matches!(done.message, IoReply::Error(_)) {
+                return done;
+            }
+            let kind = kind_of(&request);
+            let payload: Payload =
+                Arc::new(Sent { entry: ForwardEntry::Request { request: Box::new(request) }, data });
+            let (Some(log), Some(head)) = (state.log.as_mut(), state.head.as_mut()) else {
+                return reply(refuse(ForwardRefusalReason::NotHead { head: None }));
+            };
+            let entry = match head.submit(log, ChainVersion(version), kind, ()) {
+                Ok(entry) => entry,
+                Err(error) => {
+                    return reply(IoReply::Error(WireError::new(ErrorCode::Unavailable, error.to_string())))
+                }
+            };
+            let position = entry.position;
+            log.applied_entry(entry);
+            state.payloads.insert(position, payload.clone());
+            let Some(successor) = role.successor.filter(|_| !in_order) else {
+                // The tail itself, or a syncing successor: everything in order, here.
+                if let Err(stop) = self.drain(state, chain, me).await {
+                    return reply(self.stopped(chain, version, stop));
+                }
+                let acked = state.log.as_ref().map_or(0, |log| log.ack_up());
+                if let Some(head) = state.head.as_mut() {
+                    head.answer(acked);
+                }
+                if acked < position {
+                    return reply(not_acknowledged(chain, position, acked));
+                }
+                return done;
+            };
+            let link = self.link(state, successor).await.ok();
+            let sent = Pipelined { version: ChainVersion(version), position, successor, link, payload };
+            break (sent, done);
         };
-        let position = entry.position;
-        log.applied_entry(entry);
-        state.payloads.insert(position, payload);
-        if let Err(stop) = self.drain(state, chain, me).await {
-            return reply(self.stopped(chain, version, stop));
+        match self.pipelined(&slot, chain, me, sent).await {
+            Ok(()) => done,
+            Err(stop) => reply(self.stopped(chain, version, stop)),
         }
-        let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_mut()) else {
-            return reply(refuse(ForwardRefusalReason::NotHead { head: None }));
+    }
+
+    /// Sends one applied entry to the successor outside the chain's lock and takes its
+    /// acknowledgement. Anything but an acknowledgement covering the entry (a refusal, a
+    /// gap, no answer, a version change) falls back to [`drain`](Self::drain) under the
+    /// lock: everything unacknowledged is sent again in order, following version changes
+    /// into the chain-change path. Ok once the chain acknowledged `sent.position`.
+    async fn pipelined(&self, slot: &ChainSlot, chain: u32, me: TargetId, sent: Pipelined) -> Result<(), Stop> {
+        let covered = |state: &ChainState| {
+            state.log.as_ref().is_some_and(|log| log.version() == sent.version && log.ack_up() >= sent.position)
         };
-        let acked = log.ack_up();
-        head.answer(acked);
-        if acked < position {
-            let message =
-                format!("chain {chain}: position {position} not acknowledged (acknowledged {acked})");
-            return reply(IoReply::Error(WireError::new(ErrorCode::Unavailable, message)));
+        if let Some(connection) = &sent.link {
+            let forward = ChainForward {
+                chain,
+                version: sent.version.0,
+                position: sent.position,
+                entry: retarget_entry(&sent.payload.entry, sent.successor),
+            };
+            let reply = self.call(connection, chain, sent.version.0, &forward, sent.payload.data.clone()).await;
+            let mut guard = slot.state.lock().await;
+            let state: &mut ChainState = &mut guard;
+            match reply {
+                Ok(IoReply::Forwarded(ack)) if ack.version == sent.version.0 => {
+                    if let Some(log) = state.log.as_mut() {
+                        if log.successor_acked(sent.version, ack.acknowledged).is_ok() {
+                            state.prune();
+                        }
+                    }
+                    slot.moved.notify_waiters();
+                    if covered(state) {
+                        if let (Some(log), Some(head)) = (state.log.as_ref(), state.head.as_mut()) {
+                            head.answer(log.ack_up());
+                        }
+                        return Ok(());
+                    }
+                }
+                Err(Trouble::Wait(what)) => {
+                    tracing::debug!(chain, position = sent.position, %what, "pipelined forward failed; sending in order");
+                    if state.link.as_ref().is_some_and(|(_, _, c)| Arc::ptr_eq(c, connection)) {
+                        state.link = None;
+                    }
+                    self.held.address_failed();
+                }
+                _ => {}
+            }
+            return self.in_order(slot, state, chain, me, &sent).await;
         }
-        done
+        let mut guard = slot.state.lock().await;
+        self.in_order(slot, &mut guard, chain, me, &sent).await
+    }
+
+    /// The fallback of [`pipelined`](Self::pipelined), under the chain's lock.
+    async fn in_order(
+        &self,
+        slot: &ChainSlot,
+        state: &mut ChainState,
+        chain: u32,
+        me: TargetId,
+        sent: &Pipelined,
+    ) -> Result<(), Stop> {
+        let drained = self.drain(state, chain, me).await;
+        slot.moved.notify_waiters();
+        drained?;
+        let acked = state.log.as_ref().map_or(0, |log| log.ack_up());
+        if let Some(head) = state.head.as_mut() {
+            head.answer(acked);
+        }
+        if acked < sent.position {
+            return Err(Stop::Failed(not_acknowledged(chain, sent.position, acked)));
+        }
+        Ok(())
     }
 
     /// Fences a change; a client ahead of this server (it holds a newer version) waits for
@@ -284,52 +411,87 @@ impl ChainPaths {
         }
     }
 
-    /// A forward from the predecessor: fenced, ordered, applied, sent on to this member's
-    /// successor, and answered with the cumulative acknowledgement.
+    /// A forward from the predecessor: fenced, ordered (one that arrived ahead of earlier
+    /// positions is held, at most `chain_gap_wait_ms`, until they are applied), applied,
+    /// sent on to this member's successor outside the chain's lock (as the head does), and
+    /// answered with the cumulative acknowledgement.
     pub(crate) async fn forward(&self, request_id: u64, forward: ChainForward, data: Bytes) -> IoReply {
         if let Err(error) = forwardable(&forward) {
             return IoReply::Error(error);
         }
         let (chain, version) = (forward.chain, forward.version);
-        let state = self.state(chain);
-        let mut guard = state.lock().await;
-        let state: &mut ChainState = &mut guard;
-        let (chains, lease) = self.view();
-        let admitted = match fence(&forward, &chains, lease) {
-            Ok(admitted) => admitted,
-            Err(refused) => return IoReply::ForwardRefused(refused),
-        };
-        let Some(me) = forward.target().filter(|t| self.mine.contains(t)) else {
-            let refused = ForwardRefused { chain, version, reason: ForwardRefusalReason::NotMember };
-            return IoReply::ForwardRefused(refused);
-        };
-        if let Err(stop) = self.follow(state, chain, me) {
-            return self.stopped(chain, version, stop);
-        }
-        if matches!(forward.entry, ForwardEntry::Copy { .. } | ForwardEntry::CopyDone { .. }) {
-            return self.take_copy(request_id, state, admitted, &forward, data).await;
-        }
-        let log = state.log.get_or_insert_with(|| {
-            ChainMemberLog::new(ChainId(chain), admitted.version, 0, admitted.has_successor)
-        });
-        match order(log, admitted, &forward) {
-            Err(refused) => return IoReply::ForwardRefused(refused),
-            Ok(Receive::Duplicate { .. }) => {}
-            Ok(Receive::Apply) => {
-                let done = self.execute(request_id, store_request(&forward), data.clone()).await;
-                if let IoReply::Error(error) = done.message {
-                    return IoReply::Error(error);
-                }
-                let Some(log) = state.log.as_mut() else { return IoReply::Error(lost_log(chain)) };
-                log.applied_entry(entry_of(&forward));
-                let payload = Arc::new(Sent { entry: forward.entry.clone(), data });
-                state.payloads.insert(forward.position, payload);
+        let slot = self.state(chain);
+        let hold_until = Instant::now() + self.config.gap_wait;
+        let (me, sent) = loop {
+            let moved = slot.moved.notified();
+            let mut guard = slot.state.lock().await;
+            let state: &mut ChainState = &mut guard;
+            let (chains, lease) = self.view();
+            let admitted = match fence(&forward, &chains, lease) {
+                Ok(admitted) => admitted,
+                Err(refused) => return IoReply::ForwardRefused(refused),
+            };
+            let Some(me) = forward.target().filter(|t| self.mine.contains(t)) else {
+                let refused = ForwardRefused { chain, version, reason: ForwardRefusalReason::NotMember };
+                return IoReply::ForwardRefused(refused);
+            };
+            let role = match self.follow(state, chain, me) {
+                Ok(role) => role,
+                Err(stop) => return self.stopped(chain, version, stop),
+            };
+            if matches!(forward.entry, ForwardEntry::Copy { .. } | ForwardEntry::CopyDone { .. }) {
+                return self.take_copy(request_id, state, admitted, &forward, data).await;
             }
-        }
-        if let Err(stop) = self.drain(state, chain, me).await {
+            let log = state.log.get_or_insert_with(|| {
+                ChainMemberLog::new(ChainId(chain), admitted.version, 0, admitted.has_successor)
+            });
+            match order(log, admitted, &forward) {
+                Err(ForwardRefused { reason: ForwardRefusalReason::Gap { expected }, .. })
+                    if early(expected, forward.position, self.config.window_max, Instant::now() >= hold_until)
+                        == Early::Hold =>
+                {
+                    drop(guard);
+                    let until = tokio::time::Instant::from_std(hold_until);
+                    let _ = tokio::time::timeout_at(until, moved).await;
+                    continue;
+                }
+                Err(refused) => return IoReply::ForwardRefused(refused),
+                Ok(Receive::Duplicate { .. }) => break (me, None),
+                Ok(Receive::Apply) => {
+                    let done = self.execute(request_id, store_request(&forward), data.clone()).await;
+                    if let IoReply::Error(error) = done.message {
+                        return IoReply::Error(error);
+                    }
+                    let Some(log) = state.log.as_mut() else { return IoReply::Error(lost_log(chain)) };
+                    log.applied_entry(entry_of(&forward));
+                    let payload = Arc::new(Sent { entry: forward.entry.clone(), data });
+                    state.payloads.insert(forward.position, payload.clone());
+                    slot.moved.notify_waiters();
+                    let Some(successor) = role.successor.filter(|_| !role.successor_syncing) else {
+                        break (me, None);
+                    };
+                    let link = self.link(state, successor).await.ok();
+                    let position = forward.position;
+                    let version = ChainVersion(version);
+                    break (me, Some(Pipelined { version, position, successor, link, payload }));
+                }
+            }
+        };
+        let sent = match sent {
+            Some(sent) => self.pipelined(&slot, chain, me, sent).await,
+            // A duplicate, the tail, or a syncing successor: in order, under the lock.
+            None => {
+                let mut guard = slot.state.lock().await;
+                let drained = self.drain(&mut guard, chain, me).await;
+                slot.moved.notify_waiters();
+                drained
+            }
+        };
+        if let Err(stop) = sent {
             return self.stopped(chain, version, stop);
         }
-        let Some(log) = state.log.as_ref() else { return IoReply::Error(lost_log(chain)) };
+        let guard = slot.state.lock().await;
+        let Some(log) = guard.log.as_ref() else { return IoReply::Error(lost_log(chain)) };
         if log.version() != ChainVersion(version) {
             let reason = ForwardRefusalReason::Stale { current: log.version().0 };
             return IoReply::ForwardRefused(ForwardRefused { chain, version, reason });
@@ -516,11 +678,11 @@ impl ChainPaths {
         for info in chains {
             let Some(me) = my_member(&info, &self.mine) else { continue };
             let chain = info.chain;
-            let state = self.state(chain);
-            if resync_step(&info, me, state.lock().await.copied) == ResyncStep::Nothing {
+            let slot = self.state(chain);
+            if resync_step(&info, me, slot.state.lock().await.copied) == ResyncStep::Nothing {
                 continue;
             }
-            let mut guard = state.lock().await;
+            let mut guard = slot.state.lock().await;
             let state: &mut ChainState = &mut guard;
             let Some(info) = self.held.chain(chain) else { continue };
             match resync_step(&info, me, state.copied) {
@@ -804,6 +966,11 @@ impl CopySender<'_> {
             other => Err(Trouble::Wait(format!("resync copy to {}: {other:?}", self.joiner))),
         }
     }
+}
+
+fn not_acknowledged(chain: u32, position: u64, acked: u64) -> WireError {
+    let message = format!("chain {chain}: position {position} not acknowledged (acknowledged {acked})");
+    WireError::new(ErrorCode::Unavailable, message)
 }
 
 fn lost_log(chain: u32) -> WireError {

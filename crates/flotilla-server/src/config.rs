@@ -155,6 +155,10 @@ pub struct ServerConfig {
     pub chain_retry_ms: u64,
     /// Changes a chain's head keeps in flight (sent, not yet acknowledged by the tail).
     pub chain_window_max: usize,
+    /// Longest time a member holds a forward that arrived ahead of its predecessor's
+    /// earlier ones (pipelined forwards may arrive out of order) before refusing it as a
+    /// gap, which sends the predecessor back to retransmitting in order.
+    pub chain_gap_wait_ms: u64,
     /// Largest piece of a fork one step of a resync copy carries (read from this server's
     /// store and sent to the syncing member in one forward).
     pub chain_copy_chunk_bytes: u64,
@@ -306,6 +310,7 @@ impl Default for ServerConfig {
             chain_change_wait_ms: 10_000,
             chain_retry_ms: 200,
             chain_window_max: flotilla_replica::FORWARD_WINDOW_MAX,
+            chain_gap_wait_ms: 1000,
             chain_copy_chunk_bytes: 1 << 20,
             chain_resync_period_ms: 1000,
         }

@@ -228,6 +228,7 @@ fn chain_path_config(config: &ServerConfig) -> crate::chain_path::PathConfig {
         change_wait: Duration::from_millis(config.chain_change_wait_ms.max(1)),
         retry: Duration::from_millis(config.chain_retry_ms.max(1)),
         window_max: config.chain_window_max.max(1),
+        gap_wait: Duration::from_millis(config.chain_gap_wait_ms),
         copy_chunk_bytes: config.chain_copy_chunk_bytes.max(1),
     }
 }
