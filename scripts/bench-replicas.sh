@@ -2,8 +2,10 @@
 # Replicated files against plain ones, side by side on one cluster (issue 32,
 # docs/performance.md): a metadata service and four I/O servers on loopback, each server in
 # its own failure group; in every round the same 256 MiB local file is put (and then got)
-# once with `--layout stripe:1m:4` (replicas=1) and once with `stripe:1m:4,replicas=2`
-# (the order alternates between rounds). Prints every time, the medians and the ratios.
+# once with `--layout stripe:1m:4` (replicas=1: four subfiles, one per server) and once
+# with `stripe:1m:2,replicas=2` (two subfiles on chains with disjoint members: again all
+# four servers; four disjoint chains of two need eight targets), the order alternating
+# between rounds. Prints every time, the medians and the ratios.
 # Usage: scripts/bench-replicas.sh [DIR] [ROUNDS] [SIZE_MIB]
 #   FLOTILLA_BIN: the binary (default target/debug/flotilla; build it first).
 #   CHAIN_WINDOW: the servers' `chain_window_max` (default 64; 1 is the unpipelined head).
@@ -46,7 +48,8 @@ FL=("$F" --config "$D/flotilla.toml")
 # Every chain serving (no member offline or syncing) before the first round.
 for _ in $(seq 1 100); do
   S=$("${FL[@]}" status --chains --meta "$META" 2>/dev/null)
-  if echo "$S" | grep -q '^chain=' && ! echo "$S" | grep '^chain=' | grep -qE 'offline|syncing'; then
+  if [ "$(echo "$S" | grep -c '^target=')" -ge 4 ] && echo "$S" | grep -q '^chain=' \
+     && ! echo "$S" | grep '^chain=' | grep -qE 'offline|syncing'; then
     break
   fi
   sleep 0.3
@@ -58,7 +61,7 @@ declare -A W R
 for round in $(seq 1 "$ROUNDS"); do
   order="1 2"; [ $((round % 2)) -eq 0 ] && order="2 1"
   for n in $order; do
-    layout="stripe:1m:4"; [ "$n" = 2 ] && layout="stripe:1m:4,replicas=2"
+    layout="stripe:1m:4"; [ "$n" = 2 ] && layout="stripe:1m:2,replicas=2"
     t0=$(ms)
     "${FL[@]}" put --meta "$META" --layout "$layout" "$D/input" "/r$n-$round" || exit 1
     t1=$(ms)

@@ -202,7 +202,8 @@ fn overlapping_pipelined_writes_from_several_clients_leave_both_replicas_identic
     let last = common::random_bytes(999, 5000);
     runtime.block_on(async {
         let connection = connect(&head_addr).await;
-        let write = IoRequest::Write { fork: fork(head), shape: Shape::contiguous(12_345, last.len() as u64) };
+        let write =
+            IoRequest::Write { fork: fork(head), shape: Shape::contiguous(12_345, last.len() as u64) };
         let (reply, _) = connection
             .call::<IoRequest, IoReply>(&chained(write), Bytes::from(last.clone()))
             .await

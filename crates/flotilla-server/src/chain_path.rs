@@ -28,9 +28,9 @@
 //! view even when no write comes. Range records instead of whole copies are the next step.
 
 use crate::chain_write::{
-    copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order, resync_step,
-    retarget, retarget_entry, store_request, Admitted, Copied, Early, Lease, MemberLog, Payload, ResyncStep, Role,
-    Sent,
+    copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order,
+    resync_step, retarget, retarget_entry, store_request, Admitted, Copied, Early, Lease, MemberLog, Payload,
+    ResyncStep, Role, Sent,
 };
 use crate::execute::{Executor, Reply};
 use crate::membership::HeldChains;
@@ -303,7 +303,7 @@ impl ChainPaths {
                     head.answer(acked);
                 }
                 if acked < position {
-                    return reply(not_acknowledged(chain, position, acked));
+                    return reply(IoReply::Error(not_acknowledged(chain, position, acked)));
                 }
                 return done;
             };
@@ -322,9 +322,18 @@ impl ChainPaths {
     /// gap, no answer, a version change) falls back to [`drain`](Self::drain) under the
     /// lock: everything unacknowledged is sent again in order, following version changes
     /// into the chain-change path. Ok once the chain acknowledged `sent.position`.
-    async fn pipelined(&self, slot: &ChainSlot, chain: u32, me: TargetId, sent: Pipelined) -> Result<(), Stop> {
+    async fn pipelined(
+        &self,
+        slot: &ChainSlot,
+        chain: u32,
+        me: TargetId,
+        sent: Pipelined,
+    ) -> Result<(), Stop> {
         let covered = |state: &ChainState| {
-            state.log.as_ref().is_some_and(|log| log.version() == sent.version && log.ack_up() >= sent.position)
+            state
+                .log
+                .as_ref()
+                .is_some_and(|log| log.version() == sent.version && log.ack_up() >= sent.position)
         };
         if let Some(connection) = &sent.link {
             let forward = ChainForward {
@@ -333,7 +342,8 @@ impl ChainPaths {
                 position: sent.position,
                 entry: retarget_entry(&sent.payload.entry, sent.successor),
             };
-            let reply = self.call(connection, chain, sent.version.0, &forward, sent.payload.data.clone()).await;
+            let reply =
+                self.call(connection, chain, sent.version.0, &forward, sent.payload.data.clone()).await;
             let mut guard = slot.state.lock().await;
             let state: &mut ChainState = &mut guard;
             match reply {
@@ -447,8 +457,12 @@ impl ChainPaths {
             });
             match order(log, admitted, &forward) {
                 Err(ForwardRefused { reason: ForwardRefusalReason::Gap { expected }, .. })
-                    if early(expected, forward.position, self.config.window_max, Instant::now() >= hold_until)
-                        == Early::Hold =>
+                    if early(
+                        expected,
+                        forward.position,
+                        self.config.window_max,
+                        Instant::now() >= hold_until,
+                    ) == Early::Hold =>
                 {
                     drop(guard);
                     let until = tokio::time::Instant::from_std(hold_until);
