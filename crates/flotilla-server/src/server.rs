@@ -229,6 +229,7 @@ fn chain_path_config(config: &ServerConfig) -> crate::chain_path::PathConfig {
         retry: Duration::from_millis(config.chain_retry_ms.max(1)),
         window_max: config.chain_window_max.max(1),
         copy_chunk_bytes: config.chain_copy_chunk_bytes.max(1),
+        resync_bytes_per_s: config.resync_bytes_per_s,
     }
 }
 
