@@ -29,7 +29,11 @@ fn call(meta: &str, request: &MetaRequest) -> anyhow::Result<MetaReply> {
 /// `flotilla target drain|remove TARGET`: asks the metadata service to move every chain
 /// off `target` (drain) or to declare it dead now (remove); returns once the change is
 /// durable (the copies then run in the background: `flotilla status` shows them).
-pub fn target_admin(meta: &str, target: TargetId, action: flotilla_proto::TargetAction) -> anyhow::Result<()> {
+pub fn target_admin(
+    meta: &str,
+    target: TargetId,
+    action: flotilla_proto::TargetAction,
+) -> anyhow::Result<()> {
     match call(meta, &MetaRequest::TargetAdmin { target, action })? {
         MetaReply::Done => Ok(()),
         MetaReply::Error(error) => Err(anyhow::anyhow!("{action} target {target}: {error}")),

@@ -48,7 +48,9 @@ fn cluster_with(server_extra: &str) -> Cluster {
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(GROUPS.len());
-    wait("the chain table", || cli_ok(&["status", "--chains", "--meta", &cluster.meta_addr()]).contains("chain="));
+    wait("the chain table", || {
+        cli_ok(&["status", "--chains", "--meta", &cluster.meta_addr()]).contains("chain=")
+    });
     cluster
 }
 
@@ -126,14 +128,20 @@ fn read_all(client: &Client, name: &str, size: usize) -> Result<Vec<u8>, String>
 }
 
 /// A reader looping over every file until stopped; returns (passes, failures).
-fn reader(client: Client, files: Vec<(String, Vec<u8>)>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(usize, Vec<String>)> {
+fn reader(
+    client: Client,
+    files: Vec<(String, Vec<u8>)>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(usize, Vec<String>)> {
     std::thread::spawn(move || {
         let (mut passes, mut failures) = (0, Vec::new());
         while !stop.load(Ordering::SeqCst) {
             for (name, data) in &files {
                 match read_all(&client, name, data.len()) {
                     Ok(got) if got == *data => {}
-                    Ok(got) => failures.push(format!("{name}: {} bytes read, not the bytes written", got.len())),
+                    Ok(got) => {
+                        failures.push(format!("{name}: {} bytes read, not the bytes written", got.len()))
+                    }
                     Err(error) => failures.push(error),
                 }
             }
@@ -144,10 +152,15 @@ fn reader(client: Client, files: Vec<(String, Vec<u8>)>, stop: Arc<AtomicBool>) 
 }
 
 /// One request to a server with the server credential (a bare, trusted read of a target).
-fn ask(runtime: &tokio::runtime::Runtime, server: &str, request: &IoRequest) -> Result<(IoReply, Vec<u8>), String> {
+fn ask(
+    runtime: &tokio::runtime::Runtime,
+    server: &str,
+    request: &IoRequest,
+) -> Result<(IoReply, Vec<u8>), String> {
     runtime.block_on(async {
         let config = common::connection_config_with(&server_key());
-        let connection = Connection::connect(server, config).await.map_err(|e| format!("connect {server}: {e}"))?;
+        let connection =
+            Connection::connect(server, config).await.map_err(|e| format!("connect {server}: {e}"))?;
         let (reply, data) = connection
             .call::<IoRequest, IoReply>(request, Bytes::new())
             .await
@@ -177,10 +190,16 @@ fn check_replicas(client: &Client, files: &[(String, Vec<u8>)], gone: TargetId) 
                 problems.push(format!("{name} subfile {index}: no chain"));
                 continue;
             };
-            let serving: Vec<_> =
-                chain.members.iter().filter(|m| m.state == ChainMemberState::Serving && m.target != gone).collect();
+            let serving: Vec<_> = chain
+                .members
+                .iter()
+                .filter(|m| m.state == ChainMemberState::Serving && m.target != gone)
+                .collect();
             if serving.len() != 2 || chain.members.len() != 2 {
-                problems.push(format!("{name} subfile {index}: chain {} members {:?}", chain.chain, chain.members));
+                problems.push(format!(
+                    "{name} subfile {index}: chain {} members {:?}",
+                    chain.chain, chain.members
+                ));
                 continue;
             }
             let expected = subfile_bytes(data, count, index);
@@ -191,9 +210,12 @@ fn check_replicas(client: &Client, files: &[(String, Vec<u8>)], gone: TargetId) 
                     subfile: SubfileIndex(index as u32),
                     fork: "data".into(),
                 };
-                let list = IoRequest::ListForks { target: member.target, file: fork.file, subfile: fork.subfile };
+                let list =
+                    IoRequest::ListForks { target: member.target, file: fork.file, subfile: fork.subfile };
                 let size = match ask(&runtime, &member.server, &list) {
-                    Ok((IoReply::Forks(forks), _)) => forks.iter().find(|f| f.name == "data").map(|f| f.size_bytes),
+                    Ok((IoReply::Forks(forks), _)) => {
+                        forks.iter().find(|f| f.name == "data").map(|f| f.size_bytes)
+                    }
                     other => {
                         problems.push(format!("{name}/{index} on {}: list forks: {other:?}", member.target));
                         continue;
@@ -421,7 +443,9 @@ fn measure_rebuild_rate_and_foreground_writes() {
             let client = cluster.client();
             std::thread::spawn(move || (timed_write(&client, "/fg-during", 32 << 20), Instant::now()))
         };
-        wait("the drain", || chains_with(&meta, drained).is_empty() && summary(&meta).contains("rebuilding=0"));
+        wait("the drain", || {
+            chains_with(&meta, drained).is_empty() && summary(&meta).contains("rebuilding=0")
+        });
         let took = started.elapsed();
         let (during, writer_end) = writer.join().expect("writer");
         let writer_done = writer_end.duration_since(started);

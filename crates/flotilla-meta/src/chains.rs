@@ -310,7 +310,12 @@ impl Chains {
     /// (replacement members, the target leaving chains) are committed before this returns.
     /// Refused: no table, a target the table does not have, and a removal where the target
     /// holds a chain's last serving copy (naming those chains).
-    pub fn admin(&self, namespace: &Namespace, target: TargetId, action: TargetAction) -> Result<(), WireError> {
+    pub fn admin(
+        &self,
+        namespace: &Namespace,
+        target: TargetId,
+        action: TargetAction,
+    ) -> Result<(), WireError> {
         let mut inner = self.inner.lock();
         let Some(engine) = inner.engine.as_mut() else {
             return Err(WireError::new(
@@ -822,14 +827,20 @@ mod tests {
             status.chains.iter().filter(|c| c.members.iter().any(|m| m.target == TargetId(1))).collect();
         assert!(!holding.is_empty());
         for chain in &holding {
-            let syncing = chain.members.iter().filter(|m| matches!(m.state, ChainMemberState::Syncing { .. }));
+            let syncing =
+                chain.members.iter().filter(|m| matches!(m.state, ChainMemberState::Syncing { .. }));
             assert_eq!(syncing.count(), 1, "a replacement is copied: {chain:?}");
         }
         assert_eq!(status.chains_rebuilding as usize, holding.len());
-        assert_eq!(Chains::load(&ns, settings()).unwrap().report_status(true).chains, status.chains, "durable");
+        assert_eq!(
+            Chains::load(&ns, settings()).unwrap().report_status(true).chains,
+            status.chains,
+            "durable"
+        );
         // The replacement of one chain serves: the drained target leaves that chain.
         let first = holding[0];
-        let joiner = first.members.iter().find(|m| matches!(m.state, ChainMemberState::Syncing { .. })).unwrap();
+        let joiner =
+            first.members.iter().find(|m| matches!(m.state, ChainMemberState::Syncing { .. })).unwrap();
         chains.sync_done(&ns, first.chain, joiner.target, first.version).unwrap();
         let after = chains.chains_by_id(&[first.chain]).pop().flatten().unwrap();
         assert!(after.members.iter().all(|m| m.target != TargetId(1)), "{after:?}");
@@ -846,7 +857,8 @@ mod tests {
             .chains
             .iter()
             .find_map(|c| {
-                let serving: Vec<_> = c.members.iter().filter(|m| m.state == ChainMemberState::Serving).collect();
+                let serving: Vec<_> =
+                    c.members.iter().filter(|m| m.state == ChainMemberState::Serving).collect();
                 (serving.len() == 1).then(|| (c.chain, serving[0].target))
             })
             .expect("a chain of target 3 left with one serving member");
