@@ -26,6 +26,21 @@ fn call(meta: &str, request: &MetaRequest) -> anyhow::Result<MetaReply> {
     })
 }
 
+/// `flotilla target drain|remove TARGET`: asks the metadata service to move every chain
+/// off `target` (drain) or to declare it dead now (remove); returns once the change is
+/// durable (the copies then run in the background: `flotilla status` shows them).
+pub fn target_admin(
+    meta: &str,
+    target: TargetId,
+    action: flotilla_proto::TargetAction,
+) -> anyhow::Result<()> {
+    match call(meta, &MetaRequest::TargetAdmin { target, action })? {
+        MetaReply::Done => Ok(()),
+        MetaReply::Error(error) => Err(anyhow::anyhow!("{action} target {target}: {error}")),
+        other => anyhow::bail!("unexpected reply to a target {action}: {other:?}"),
+    }
+}
+
 /// The chain report, or `None` from a service that predates chains.
 pub fn report(meta: &str, with_chains: bool) -> anyhow::Result<Option<ChainReport>> {
     match call(meta, &MetaRequest::ChainStatus { chains: with_chains })? {
@@ -63,12 +78,14 @@ pub fn target_fields(report: &ChainReport) -> BTreeMap<TargetId, String> {
 /// The summary line and, when listed, one line per chain.
 pub fn summary_lines(report: &ChainReport) -> Vec<String> {
     let mut lines = vec![format!(
-        "chains={} degraded={} unavailable={} replicas={} failure_groups={}",
+        "chains={} degraded={} unavailable={} replicas={} failure_groups={} rebuilding={} rebuild_bytes_left={}",
         report.chains_total,
         report.chains_degraded,
         report.chains_unavailable,
         report.replicas,
-        report.failure_groups
+        report.failure_groups,
+        report.chains_rebuilding,
+        report.rebuild_bytes_left
     )];
     lines.extend(report.chains.iter().map(chain_line));
     lines
@@ -113,6 +130,7 @@ pub fn json(report: &ChainReport) -> serde_json::Value {
         "replicas": report.replicas, "failure_groups": report.failure_groups,
         "chains": report.chains_total, "degraded": report.chains_degraded,
         "unavailable": report.chains_unavailable, "targets": targets, "list": chains,
+        "rebuilding": report.chains_rebuilding, "rebuild_bytes_left": report.rebuild_bytes_left,
     })
 }
 

@@ -46,10 +46,52 @@ pub enum TargetCommand {
         /// The target: DIR, dir:DIR or sim:MODEL:DIR (as in the server's configuration).
         spec: String,
     },
+    /// Moves every replicated chain off TARGET online: each chain gets a replacement member
+    /// in another failure group, copied whole at `resync_bytes_per_s`; TARGET leaves a chain
+    /// once its replacement serves. `flotilla status` shows the target `draining` and the
+    /// bytes left to rebuild. Admin credentials only.
+    Drain {
+        /// The target id, in hex as `flotilla status` shows it.
+        target: String,
+        #[command(flatten)]
+        meta: crate::files::MetaArg,
+    },
+    /// Declares TARGET dead now (as if silent past `dead_after_ms`): it leaves every chain at
+    /// once and each gets a replacement copied from the remaining members. Refused where
+    /// TARGET holds a chain's last serving copy. Admin credentials only.
+    Remove {
+        /// The target id, in hex as `flotilla status` shows it.
+        target: String,
+        #[command(flatten)]
+        meta: crate::files::MetaArg,
+    },
+}
+
+/// A target id as `flotilla status` prints it (hex, with or without `0x`).
+fn parse_target(text: &str) -> anyhow::Result<flotilla_types::TargetId> {
+    let digits = text.strip_prefix("0x").unwrap_or(text);
+    u64::from_str_radix(digits, 16)
+        .ok()
+        .filter(|&id| id != 0)
+        .map(flotilla_types::TargetId)
+        .ok_or_else(|| anyhow::anyhow!("{text:?} is not a target id (hex, as `flotilla status` shows it)"))
 }
 
 pub fn target(command: TargetCommand) -> anyhow::Result<()> {
+    use flotilla_proto::TargetAction;
     match command {
+        TargetCommand::Drain { target, meta } => {
+            let id = parse_target(&target)?;
+            crate::chains::target_admin(&meta.meta, id, TargetAction::Drain)?;
+            println!("target {id}: draining; its chains are copied elsewhere (see `flotilla status`)");
+            Ok(())
+        }
+        TargetCommand::Remove { target, meta } => {
+            let id = parse_target(&target)?;
+            crate::chains::target_admin(&meta.meta, id, TargetAction::Remove)?;
+            println!("target {id}: removed; its chains are rebuilt elsewhere (see `flotilla status`)");
+            Ok(())
+        }
         TargetCommand::AcceptLoss { spec } => {
             let spec = TargetSpec::parse(std::path::Path::new(&spec))?;
             let id = Target::accept_loss(&spec)?;

@@ -93,6 +93,7 @@ pub(crate) fn is_mutating(request: &MetaRequest) -> bool {
             | MetaRequest::SetLayoutId { .. }
             | MetaRequest::SetNoOverlapId { .. }
             | MetaRequest::TouchAtime { .. }
+            | MetaRequest::TargetAdmin { .. }
     )
 }
 

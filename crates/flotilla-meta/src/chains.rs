@@ -20,7 +20,7 @@
 use flotilla_namespace::{ChainChange, ChainTarget, Namespace};
 use flotilla_proto::{
     ChainInfo, ChainMember, ChainMemberState, ChainReport, ChainView, ErrorCode, MemberHealth, MemberInfo,
-    TargetChains, TargetReport, WireError,
+    TargetAction, TargetChains, TargetReport, WireError,
 };
 use flotilla_replica::{
     Chain, ChainId, ChainTable, Command, Event, FailureGroup, Incarnation, MemberState, Membership,
@@ -93,6 +93,11 @@ pub(crate) struct ChainGauges {
     pub unavailable: AtomicU64,
     pub targets_down: AtomicU64,
     pub targets_dead: AtomicU64,
+    pub targets_draining: AtomicU64,
+    /// Chains with a member being copied (`Syncing`).
+    pub rebuilding: AtomicU64,
+    /// The last estimate of bytes left to rebuild (updated by every `ChainStatus`).
+    pub rebuild_bytes_left: AtomicU64,
 }
 
 struct Inner {
@@ -301,6 +306,67 @@ impl Chains {
         self.settle(namespace, &mut inner, outcome)
     }
 
+    /// `TargetAdmin`: the operator drains or removes `target` online; the engine's changes
+    /// (replacement members, the target leaving chains) are committed before this returns.
+    /// Refused: no table, a target the table does not have, and a removal where the target
+    /// holds a chain's last serving copy (naming those chains).
+    pub fn admin(
+        &self,
+        namespace: &Namespace,
+        target: TargetId,
+        action: TargetAction,
+    ) -> Result<(), WireError> {
+        let mut inner = self.inner.lock();
+        let Some(engine) = inner.engine.as_mut() else {
+            return Err(WireError::new(
+                ErrorCode::NotFound,
+                format!("cannot {action} target {target}: the chain table is not built yet"),
+            ));
+        };
+        if engine.health(target).is_none() || engine.table().group_of(target).is_none() {
+            return Err(WireError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "cannot {action} target {target}: it is not in the chain table (`flotilla status` lists the targets)"
+                ),
+            ));
+        }
+        if action == TargetAction::Remove {
+            let last: Vec<String> = engine
+                .table()
+                .chains()
+                .filter(|c| c.state_of(target) == Some(MemberState::Serving) && c.serving_count() == 1)
+                .map(|c| c.id().0.to_string())
+                .collect();
+            if !last.is_empty() {
+                return Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "cannot remove target {target}: it holds the last serving copy of chain(s) {}; \
+                         drain it instead (it leaves each chain once a replacement serves) or bring those \
+                         chains' other members back first",
+                        last.join(",")
+                    ),
+                ));
+            }
+        }
+        let event = match action {
+            TargetAction::Drain => Event::Drain { target },
+            TargetAction::Remove => Event::Remove { target },
+        };
+        let commands = engine.handle(event);
+        tracing::info!(%target, %action, changes = commands.len(), "target admin");
+        let outcome = self.commit(namespace, &inner, &commands, &BTreeSet::new(), None);
+        self.settle(namespace, &mut inner, outcome)
+    }
+
+    /// The chains with a member being copied (`Syncing`), for the rebuild estimate.
+    pub fn rebuilding(&self) -> BTreeSet<u32> {
+        let inner = self.inner.lock();
+        let Some(engine) = inner.engine.as_ref() else { return BTreeSet::new() };
+        engine.table().chains().filter(|c| c.syncing().is_some()).map(|c| c.id().0).collect()
+    }
+
     /// Time passed: fences silent members, declares dead ones, and commits the changes.
     pub fn tick(&self, namespace: &Namespace) -> Result<(), WireError> {
         let mut inner = self.inner.lock();
@@ -420,6 +486,8 @@ impl Chains {
             chains_unavailable: counts.2,
             targets,
             chains: if with_chains { table.chains().map(chain_info).collect() } else { Vec::new() },
+            chains_rebuilding: table.chains().filter(|c| c.syncing().is_some()).count() as u32,
+            rebuild_bytes_left: 0,
         }
     }
 
@@ -514,6 +582,12 @@ impl Chains {
         let count = |h: MemberHealth| health.iter().filter(|&&x| x == h).count() as u64;
         g.targets_down.store(count(MemberHealth::Down), Ordering::Relaxed);
         g.targets_dead.store(count(MemberHealth::Dead), Ordering::Relaxed);
+        g.targets_draining.store(count(MemberHealth::Draining), Ordering::Relaxed);
+        let rebuilding = engine.table().chains().filter(|c| c.syncing().is_some()).count() as u64;
+        g.rebuilding.store(rebuilding, Ordering::Relaxed);
+        if rebuilding == 0 {
+            g.rebuild_bytes_left.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -578,7 +652,9 @@ fn log_command(command: &Command) {
         Command::ChainChanged { chain, version, members } => {
             tracing::info!(%chain, %version, ?members, "chain changed");
         }
-        other => tracing::info!(?other, "chain command (no data path yet: nothing runs it)"),
+        // The servers act on the chains a heartbeat reply hands them (a `Syncing` member is
+        // copied by its predecessor); these commands only say why.
+        other => tracing::info!(?other, "chain command"),
     }
 }
 
@@ -732,5 +808,65 @@ mod tests {
             }
         }
         assert_eq!(chains.chains_by_id(&[60_000]), vec![None]);
+    }
+
+    #[test]
+    fn drain_adds_durable_replacements_and_remove_refuses_unknown_targets_and_last_copies() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        for (target, group) in [(1, "a"), (2, "b"), (3, "c")] {
+            chains.report(&ns, &[report(target)], &member(group, 1)).unwrap();
+        }
+        let unknown = chains.admin(&ns, TargetId(99), TargetAction::Drain).unwrap_err();
+        assert_eq!(unknown.code, ErrorCode::NotFound);
+        assert!(unknown.message.contains("target 0000000000000063"), "{unknown:?}");
+        chains.admin(&ns, TargetId(1), TargetAction::Drain).unwrap();
+        let status = chains.report_status(true);
+        assert_eq!(status.targets[0].health, MemberHealth::Draining);
+        let holding: Vec<&ChainInfo> =
+            status.chains.iter().filter(|c| c.members.iter().any(|m| m.target == TargetId(1))).collect();
+        assert!(!holding.is_empty());
+        for chain in &holding {
+            let syncing =
+                chain.members.iter().filter(|m| matches!(m.state, ChainMemberState::Syncing { .. }));
+            assert_eq!(syncing.count(), 1, "a replacement is copied: {chain:?}");
+        }
+        assert_eq!(status.chains_rebuilding as usize, holding.len());
+        assert_eq!(
+            Chains::load(&ns, settings()).unwrap().report_status(true).chains,
+            status.chains,
+            "durable"
+        );
+        // The replacement of one chain serves: the drained target leaves that chain.
+        let first = holding[0];
+        let joiner =
+            first.members.iter().find(|m| matches!(m.state, ChainMemberState::Syncing { .. })).unwrap();
+        chains.sync_done(&ns, first.chain, joiner.target, first.version).unwrap();
+        let after = chains.chains_by_id(&[first.chain]).pop().flatten().unwrap();
+        assert!(after.members.iter().all(|m| m.target != TargetId(1)), "{after:?}");
+        assert!(after.members.iter().all(|m| m.state == ChainMemberState::Serving), "{after:?}");
+
+        // Target 3 goes down: where it served with one other member, that member is the
+        // last serving copy, and removing it is refused naming the chain.
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        chains.report(&ns, &[report(1)], &member("a", 1)).unwrap();
+        chains.report(&ns, &[report(2)], &member("b", 1)).unwrap();
+        chains.tick(&ns).unwrap();
+        let status = chains.report_status(true);
+        let last = status
+            .chains
+            .iter()
+            .find_map(|c| {
+                let serving: Vec<_> =
+                    c.members.iter().filter(|m| m.state == ChainMemberState::Serving).collect();
+                (serving.len() == 1).then(|| (c.chain, serving[0].target))
+            })
+            .expect("a chain of target 3 left with one serving member");
+        let refused = chains.admin(&ns, last.1, TargetAction::Remove).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidArgument);
+        assert!(refused.message.contains("last serving copy"), "{refused:?}");
+        assert!(refused.message.contains(&last.0.to_string()), "{refused:?}");
+        chains.admin(&ns, TargetId(3), TargetAction::Remove).unwrap();
+        assert_eq!(chains.report_status(false).targets[2].health, MemberHealth::Dead);
     }
 }

@@ -9,10 +9,14 @@ use flotilla_proto::{
 };
 use flotilla_types::{Caller, CallerPolicy, FileId, SubfileIndex, TargetId};
 use std::cell::Cell;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Delete orders handed to a server per heartbeat, per target.
 const DELETE_ORDERS_PER_TARGET_MAX: usize = 1024;
+/// Most inode rows one `ChainStatus` scans to estimate the bytes left to rebuild (past it
+/// the estimate is low).
+const REBUILD_ESTIMATE_SCAN_MAX: usize = 1 << 20;
 
 /// What request handlers share.
 pub(crate) struct State {
@@ -425,7 +429,28 @@ impl State {
                 let delete = self.delete_orders(&targets)?;
                 MetaReply::HeartbeatChains { delete, view: self.chains.view_for(&targets) }
             }
-            MetaRequest::ChainStatus { chains } => MetaReply::Chains(self.chains.report_status(chains)),
+            MetaRequest::ChainStatus { chains } => {
+                let mut report = self.chains.report_status(chains);
+                let rebuilding = self.chains.rebuilding();
+                let (sums, _complete) =
+                    ns.chain_bytes_estimate(&rebuilding, REBUILD_ESTIMATE_SCAN_MAX).map_err(wire)?;
+                report.rebuild_bytes_left = sums.values().sum();
+                self.chains.gauges.rebuild_bytes_left.store(report.rebuild_bytes_left, Ordering::Relaxed);
+                MetaReply::Chains(report)
+            }
+            MetaRequest::TargetAdmin { target, action } => {
+                if !who.is_root() || asker.read_only {
+                    return Err(WireError::new(
+                        ErrorCode::PermissionDenied,
+                        format!(
+                            "{action} of target {target} is for administrators: the credential must act as root \
+                             and be neither read-only nor confined to a subtree"
+                        ),
+                    ));
+                }
+                self.chains.admin(ns, target, action)?;
+                MetaReply::Done
+            }
             MetaRequest::CreateReplicated { path, spec, replicas } => {
                 let layout = spec.layout;
                 // After a restart this waits (bounded) for remembered targets, as any create.

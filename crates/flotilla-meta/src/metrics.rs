@@ -137,6 +137,21 @@ fn write_chains(encoder: &mut DescriptorEncoder, chains: &crate::chains::ChainGa
             "Targets declared dead (silent past dead_after_ms).",
             &chains.targets_dead,
         ),
+        (
+            "meta_chain_targets_draining",
+            "Targets being drained or removed by the operator (flotilla target drain|remove).",
+            &chains.targets_draining,
+        ),
+        (
+            "meta_chains_rebuilding",
+            "Chains with a member being copied (a returning, replacement or drain target).",
+            &chains.rebuilding,
+        ),
+        (
+            "meta_rebuild_bytes_left",
+            "Estimated bytes left to copy on the rebuilding chains (as of the last flotilla status).",
+            &chains.rebuild_bytes_left,
+        ),
     ];
     for (name, help, value) in gauges {
         let value = i64::try_from(value.load(Ordering::Relaxed)).unwrap_or(i64::MAX);

@@ -28,6 +28,7 @@ pub(crate) fn admit(request: &MetaRequest, policy: &CallerPolicy) -> Result<(), 
                 | MetaRequest::HeartbeatMember { .. }
                 | MetaRequest::ChainSubfiles { .. }
                 | MetaRequest::SyncDone { .. }
+                | MetaRequest::TargetAdmin { .. }
         ) {
             return Err(WireError::new(
                 ErrorCode::PermissionDenied,
@@ -78,6 +79,7 @@ fn name(request: &MetaRequest) -> &'static str {
         | MetaRequest::RegisterMember { .. }
         | MetaRequest::HeartbeatMember { .. } => "server registration",
         MetaRequest::ChainSubfiles { .. } | MetaRequest::SyncDone { .. } => "chain resync",
+        MetaRequest::TargetAdmin { .. } => "target drain/remove",
         _ => "this request",
     }
 }

@@ -47,3 +47,39 @@ impl Namespace {
         })
     }
 }
+
+impl Namespace {
+    /// An estimate of the bytes placed on each of `chains` (for `flotilla status`'s bytes
+    /// left to rebuild): every replicated file's size divided evenly over its subfiles
+    /// (rounded up), summed per chain, over at most `scan_max` inode rows in sequence order.
+    /// `complete` is false when the scan stopped at `scan_max` (the sums are then low).
+    pub fn chain_bytes_estimate(
+        &self,
+        chains: &std::collections::BTreeSet<u32>,
+        scan_max: usize,
+    ) -> Result<(std::collections::BTreeMap<u32, u64>, bool), NamespaceError> {
+        let mut sums = std::collections::BTreeMap::new();
+        if chains.is_empty() {
+            return Ok((sums, true));
+        }
+        self.read(|tables| {
+            for (scanned, row) in tables.inodes.range(1..)?.enumerate() {
+                if scanned >= scan_max {
+                    return Ok((sums, false));
+                }
+                let (_, record) = row?;
+                let inode = Inode::decode(record.value())?;
+                if let Body::File { chains: placed, .. } = &inode.body {
+                    if placed.is_empty() {
+                        continue;
+                    }
+                    let share = inode.attrs.size_bytes.div_ceil(placed.len() as u64);
+                    for chain in placed.iter().filter(|c| chains.contains(c)) {
+                        *sums.entry(*chain).or_insert(0u64) += share;
+                    }
+                }
+            }
+            Ok((sums, true))
+        })
+    }
+}

@@ -100,6 +100,33 @@ pub struct ChainReport {
     pub targets: Vec<TargetChains>,
     /// Every chain, when asked for (`ChainStatus { chains: true }`).
     pub chains: Vec<ChainInfo>,
+    /// Chains with a member being copied (`Syncing`): a returning, replacement or drain
+    /// target's resync is under way or waiting.
+    pub chains_rebuilding: u32,
+    /// The metadata service's estimate of the bytes still to copy: the sizes of the files
+    /// on the rebuilding chains, each divided evenly over its subfiles (a chain's copy is
+    /// whole, so its bytes count until its `SyncDone`).
+    pub rebuild_bytes_left: u64,
+}
+
+/// What `TargetAdmin` does to a target (online, through the membership engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TargetAction {
+    /// Move every chain off the target: each gets a replacement member in another failure
+    /// group, copied whole; the target leaves a chain once the replacement serves.
+    Drain,
+    /// Declare the target dead now: it leaves every chain at once and each gets a
+    /// replacement. Refused where the target holds a chain's last serving copy.
+    Remove,
+}
+
+impl std::fmt::Display for TargetAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TargetAction::Drain => "drain",
+            TargetAction::Remove => "remove",
+        })
+    }
 }
 
 /// Replication's data path (issue 32): one entry of a chain's order, sent by a member to
@@ -313,5 +340,15 @@ mod tests {
         assert_eq!(encode_body(&done).unwrap()[0], 63);
         let page = MetaReply::ChainSubfiles { subfiles: vec![(1, 0)], next: None };
         assert_eq!(encode_body(&page).unwrap()[0], 24);
+    }
+
+    /// Drain and remove: `TargetAdmin` is metadata request 64 (answered `Done`).
+    #[test]
+    fn target_admin_index_is_the_documented_one() {
+        let target = flotilla_types::TargetId(2);
+        let drain = MetaRequest::TargetAdmin { target, action: super::TargetAction::Drain };
+        assert_eq!(encode_body(&drain).unwrap()[..2], [64, 2]);
+        let remove = MetaRequest::TargetAdmin { target, action: super::TargetAction::Remove };
+        assert_eq!(encode_body(&remove).unwrap().last(), Some(&1));
     }
 }

@@ -24,7 +24,8 @@ pub use budget::{with_progress, Counted, ProgressRule, Reservation};
 pub use capability::{Capability, Rights, WithRef};
 pub use chains::{
     ChainForward, ChainInfo, ChainMember, ChainMemberState, ChainReport, ChainView, ForwardAck, ForwardEntry,
-    ForwardRefusalReason, ForwardRefused, MemberHealth, MemberInfo, TargetChains, FAILURE_GROUP_BYTES_MAX,
+    ForwardRefusalReason, ForwardRefused, MemberHealth, MemberInfo, TargetAction, TargetChains,
+    FAILURE_GROUP_BYTES_MAX,
 };
 pub use frame::{
     decode_frame, read_frame, read_frame_bounded, write_frame, Frame, FrameBudget, FrameError, FrameHeader,

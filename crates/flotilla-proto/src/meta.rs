@@ -556,6 +556,15 @@ pub enum MetaRequest {
         target: TargetId,
         version: u64,
     },
+    /// Replication (issue 32), admin only (a credential that is neither read-only nor
+    /// confined to a subtree, acting as root): drain or remove `target` online through the
+    /// membership engine; replies `Done` once the chain changes are durable. An unknown
+    /// target is `NotFound`; a removal that would lose a chain's last serving copy is
+    /// refused (`InvalidArgument`) naming the chains.
+    TargetAdmin {
+        target: TargetId,
+        action: crate::chains::TargetAction,
+    },
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`

@@ -660,6 +660,8 @@ fn chain_report() -> impl Strategy<Value = flotilla_proto::ChainReport> {
                     chains_unavailable,
                     targets,
                     chains,
+                    chains_rebuilding: chains_degraded,
+                    rebuild_bytes_left: u64::from(chains_unavailable) << 20,
                 }
             },
         )

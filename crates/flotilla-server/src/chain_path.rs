@@ -63,6 +63,8 @@ pub(crate) struct PathConfig {
     pub gap_wait: Duration,
     /// Largest piece of a fork one resync copy step carries.
     pub copy_chunk_bytes: u64,
+    /// The rate every resync copy of this server takes together (0: unlimited).
+    pub resync_bytes_per_s: u64,
 }
 
 /// One chain's state on this server.
@@ -135,6 +137,8 @@ pub(crate) struct ChainPaths {
     /// Connections to successor servers by address (broken ones are dropped when a new one
     /// is made; at most one per peer address).
     peers: parking_lot::Mutex<HashMap<String, Arc<Connection>>>,
+    /// The resync copies' bytes, bounded by `resync_bytes_per_s`.
+    copy_rate: crate::rate::ByteRate,
 }
 
 impl ChainPaths {
@@ -153,6 +157,11 @@ impl ChainPaths {
             mine,
             chains: parking_lot::Mutex::new(HashMap::new()),
             peers: parking_lot::Mutex::new(HashMap::new()),
+            // A burst of a tenth of a second's bytes, at least one copy step.
+            copy_rate: crate::rate::ByteRate::new(
+                config.resync_bytes_per_s,
+                (config.resync_bytes_per_s / 10).max(config.copy_chunk_bytes),
+            ),
         }
     }
 
@@ -653,6 +662,7 @@ impl ChainPaths {
             let mut offset = 0u64;
             while offset < fork.size_bytes {
                 let length = (fork.size_bytes - offset).min(self.config.copy_chunk_bytes.max(1));
+                self.copy_rate.take(length).await;
                 let read = IoRequest::Read { fork: mine.clone(), shape: Shape::contiguous(offset, length) };
                 let data = match self.local(read).await {
                     Ok((_, data)) => data,

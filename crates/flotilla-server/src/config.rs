@@ -165,6 +165,9 @@ pub struct ServerConfig {
     /// How often a copy source looks for a resync to make or report besides every new
     /// chain view.
     pub chain_resync_period_ms: u64,
+    /// Bytes per second every resync copy of this server takes together (a token bucket;
+    /// 0: unlimited), so a rebuild leaves foreground programs most of the bandwidth.
+    pub resync_bytes_per_s: u64,
 }
 
 impl ServerConfig {
@@ -313,6 +316,7 @@ impl Default for ServerConfig {
             chain_gap_wait_ms: 1000,
             chain_copy_chunk_bytes: 1 << 20,
             chain_resync_period_ms: 1000,
+            resync_bytes_per_s: 200_000_000,
         }
     }
 }

@@ -22,6 +22,7 @@ mod flush_plan;
 mod membership;
 pub use membership::{ChainsSnapshot, HeldChains};
 pub mod metrics;
+mod rate;
 mod reply_writer;
 pub mod scheduler;
 mod server;

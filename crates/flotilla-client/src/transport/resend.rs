@@ -59,6 +59,7 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::RegisterMember { .. }
         | R::HeartbeatMember { .. }
         | R::SyncDone { .. }
+        | R::TargetAdmin { .. }
         | R::ReclaimLocks { .. }
         | R::KeepOpen { .. }
         | R::SetLock { .. }
