@@ -378,19 +378,7 @@ impl LocalCluster {
     /// Starts everything, every target of kind `target_kind` (`dir` or `sim:MODEL`), and
     /// waits until every server's target is up. Several metadata configurations are the
     /// nodes of a metadata group; servers and clients are given the leader's address.
-    pub async fn start_with_kind(
-        servers: usize,
-        keys: (&std::path::Path, &std::path::Path),
-        target_kind: &str,
-        meta_configs: Vec<MetaConfig>,
-        server_template: ServerConfig,
-        stopped: watch::Receiver<bool>,
-    ) -> anyhow::Result<LocalCluster> {
-        let configs = (meta_configs, server_template);
-        LocalCluster::start_grouped((servers, false), keys, target_kind, configs.0, configs.1, stopped).await
-    }
-
-    /// `start_with_kind`, each server in its own failure group (`local-N`) when `grouped`.
+    /// Each server in its own failure group (`local-N`) when `grouped` (`--replicas`).
     pub async fn start_grouped(
         (servers, grouped): (usize, bool),
         (data, client_key): (&std::path::Path, &std::path::Path),

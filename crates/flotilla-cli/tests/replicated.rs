@@ -537,7 +537,7 @@ fn flotilla_local_with_two_replicas_replicates_every_new_file() {
     let local = common::Local::start_with(&[], &["--servers", "3", "--replicas", "2"], false);
     let (ok, layout, stderr) = local.cli(&["layout", "get", "/"], &[]);
     assert!(ok, "{stderr}");
-    assert_eq!(layout.trim(), "stripe:1M,replicas=2");
+    assert_eq!(layout.trim(), "stripe:1M:0,replicas=2");
     let dir = tempfile::tempdir().unwrap();
     let data = random_bytes(12, (2 << 20) + 99);
     let input = dir.path().join("in.bin");
