@@ -6,8 +6,8 @@ use clap::Args;
 use flotilla_meta::{MetaConfig, MetaService};
 use flotilla_proto::{MetaReply, MetaRequest};
 use flotilla_rpc::{Connection, ConnectionConfig};
-use flotilla_types::Layout;
 use flotilla_server::{Server, ServerConfig};
+use flotilla_types::Layout;
 use readiness::wait_for_targets;
 use std::io::Write;
 use std::path::PathBuf;
@@ -439,7 +439,8 @@ async fn set_root_replicas(
     replicas: u32,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let credential = flotilla_auth::load_credential(Some(key), "flotilla local", flotilla_auth::Role::Client)?;
+    let credential =
+        flotilla_auth::load_credential(Some(key), "flotilla local", flotilla_auth::Role::Client)?;
     let auth = flotilla_auth::ClientAuth { credential, bounds: flotilla_auth::AuthBounds::default() };
     let connection =
         Connection::connect(meta, ConnectionConfig::with_auth(auth)).await.context("connect to meta")?;
@@ -470,7 +471,10 @@ async fn set_root_replicas(
                 return Ok(());
             }
         }
-        anyhow::ensure!(Instant::now() < deadline, "the chain table of {replicas} replicas was not built in {timeout:?}");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the chain table of {replicas} replicas was not built in {timeout:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

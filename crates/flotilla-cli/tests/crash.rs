@@ -513,7 +513,8 @@ fn cp_then_kill_9_of_flotilla_local_keeps_the_file() {
 
 /// Short membership timings for the replicated runs (heartbeats every 200 ms);
 /// `fence_after_ms > lease_ms + clock_margin_ms` holds.
-const MEMBERSHIP: &str = "lease_ms = 400\nclock_margin_ms = 100\nfence_after_ms = 1000\nchains_per_target = 2\n";
+const MEMBERSHIP: &str =
+    "lease_ms = 400\nclock_margin_ms = 100\nfence_after_ms = 1000\nchains_per_target = 2\n";
 /// Bound on every wait for the cluster to settle (generous: a loaded 2-core machine).
 const SETTLE: Duration = Duration::from_secs(60);
 
@@ -676,11 +677,16 @@ fn crash_checker_with_three_replicas_survives_two_servers_killed_at_once() {
             cluster.servers[second].take().expect("server running"),
         ];
         kill_at_once(victims);
-        println!("round {round}: servers {first} and {second} SIGKILLed together ({before} files acknowledged)");
+        println!(
+            "round {round}: servers {first} and {second} SIGKILLed together ({before} files acknowledged)"
+        );
         // The writers go on with two servers down.
         let deadline = Instant::now() + SETTLE;
         while acked.lock().expect("acked").len() < before + 2 {
-            assert!(Instant::now() < deadline, "round {round}: no file was acknowledged with two servers down");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no file was acknowledged with two servers down"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         for index in [first, second] {
@@ -708,7 +714,12 @@ fn crash_checker_with_three_replicas_survives_two_servers_killed_at_once() {
         .iter()
         .filter_map(|(path, seed, size)| verify_until(&client, path, *seed, *size, deadline).err())
         .collect();
-    assert!(failures.is_empty(), "{} of {} acknowledged files are damaged: {failures:#?}", failures.len(), acked.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {} acknowledged files are damaged: {failures:#?}",
+        failures.len(),
+        acked.len()
+    );
 }
 
 /// A power cut: `replicas=2` over four servers in four failure groups, three library
@@ -757,6 +768,15 @@ fn a_power_cut_of_every_process_keeps_every_closed_file() {
         .iter()
         .filter_map(|(path, seed, size)| verify_until(&client, path, *seed, *size, deadline).err())
         .collect();
-    println!("{} files acknowledged ({closed_before} before the cut), {} damaged", acked.len(), failures.len());
-    assert!(failures.is_empty(), "{} of {} acknowledged files are damaged: {failures:#?}", failures.len(), acked.len());
+    println!(
+        "{} files acknowledged ({closed_before} before the cut), {} damaged",
+        acked.len(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} acknowledged files are damaged: {failures:#?}",
+        failures.len(),
+        acked.len()
+    );
 }

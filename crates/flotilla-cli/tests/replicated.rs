@@ -456,7 +456,10 @@ fn replica_counts(meta: &str, file: &str) -> Vec<usize> {
 /// Every subfile of `file` on a chain of two members.
 fn assert_two_copies(meta: &str, file: &str) {
     let counts = replica_counts(meta, file);
-    assert!(!counts.is_empty() && counts.iter().all(|&c| c == 2), "{file}: replicas per subfile {counts:?}, not all 2");
+    assert!(
+        !counts.is_empty() && counts.iter().all(|&c| c == 2),
+        "{file}: replicas per subfile {counts:?}, not all 2"
+    );
 }
 
 /// A directory's default layout carries a replica count (`flotilla layout set DIR
@@ -511,7 +514,11 @@ fn a_directory_default_of_two_replicas_is_taken_by_its_files() {
     client.create("/other", &CreateOptions::default()).expect("create /other").close().expect("close");
     assert!(replica_counts(&meta, "/other").is_empty(), "a file outside /d has replicas");
     cli_ok(&["layout", "set", "/d", "none", "--meta", &meta]);
-    client.create("/d/after", &CreateOptions::default()).expect("create after clearing").close().expect("close");
+    client
+        .create("/d/after", &CreateOptions::default())
+        .expect("create after clearing")
+        .close()
+        .expect("close");
     assert!(replica_counts(&meta, "/d/after").is_empty(), "a file made after clearing has replicas");
 }
 

@@ -261,7 +261,8 @@ impl State {
                 MetaReply::Entry(self.granted(self.create_inheriting(who, at, spec, now)?, asker))
             }
             MetaRequest::CreateOpen { path, spec, session } => {
-                let created = self.create_inheriting(who, flotilla_namespace::Place::Path(&path), spec, now)?;
+                let created =
+                    self.create_inheriting(who, flotilla_namespace::Place::Path(&path), spec, now)?;
                 MetaReply::Entry(self.granted(self.opened(session, created.id)?, asker))
             }
             MetaRequest::LookupCached { path, session } => {
@@ -521,7 +522,8 @@ impl State {
             }
             flotilla_namespace::Place::At { parent, .. } => ns.get(parent).ok(),
         };
-        let (default_layout, replicas) = parent.map(|p| (p.default_layout, p.default_replicas)).unwrap_or((None, 1));
+        let (default_layout, replicas) =
+            parent.map(|p| (p.default_layout, p.default_replicas)).unwrap_or((None, 1));
         if replicas <= 1 {
             return ns.create_file_in(who, at, &create, &live, now).map_err(wire);
         }
