@@ -4,11 +4,14 @@ use crate::config::FileConfig;
 use anyhow::Context;
 use clap::Args;
 use flotilla_meta::{MetaConfig, MetaService};
+use flotilla_proto::{MetaReply, MetaRequest};
+use flotilla_rpc::{Connection, ConnectionConfig};
 use flotilla_server::{Server, ServerConfig};
+use flotilla_types::Layout;
 use readiness::wait_for_targets;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 #[derive(Args)]
@@ -51,6 +54,13 @@ pub struct LocalArgs {
     /// targets, so it makes `lines` the default target kind; the policy is [server.archive].
     #[arg(long)]
     archive: Option<String>,
+    /// Copies of every file created without a count of its own (issue 32): sets the root
+    /// directory's default layout to keep this many (its layout kept, else stripe:1M), and
+    /// puts each server in its own failure group (`local-N`: they share this host, so this
+    /// guards against a lost target folder, not a lost host). Needs at least that many
+    /// servers. Default: the root's default as it is (1 on a new cluster).
+    #[arg(long)]
+    replicas: Option<u32>,
 }
 
 #[derive(Args)]
@@ -233,12 +243,29 @@ pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
         "--meta-replicas must be 1, 3 or 5 (a group needs a majority), not {}",
         args.meta_replicas
     );
+    if let Some(replicas) = args.replicas {
+        flotilla_types::ReplicatedLayout::new(Layout::Stripe { unit_bytes: 1 << 20, count: 0 }, replicas)?;
+        anyhow::ensure!(
+            replicas as usize <= local.servers,
+            "--replicas {replicas} needs at least {replicas} servers (one failure group each), not --servers {}",
+            local.servers
+        );
+        anyhow::ensure!(
+            replicas == 1 || args.meta_replicas == 1,
+            "--replicas {replicas} with --meta-replicas {}: a metadata group does not create replicated files yet",
+            args.meta_replicas
+        );
+    }
+    let meta_config = match args.replicas {
+        Some(replicas) if replicas > 1 => MetaConfig { chain_replicas: replicas as usize, ..meta_config },
+        _ => meta_config,
+    };
     let meta_configs = match args.meta_replicas {
         1 => vec![meta_config],
         replicas => group_configs(&meta_config, &local.data, replicas)?,
     };
     runtime()?.block_on(run_local(
-        local.servers,
+        (local.servers, args.replicas),
         (local.data, keys.client),
         target_kind,
         meta_configs,
@@ -290,7 +317,7 @@ fn group_configs(
 /// Runs an embedded cluster until a signal; prints `meta=HOST:PORT` once it serves, and
 /// `key=PATH` (its client credential) on the next line.
 async fn run_local(
-    servers: usize,
+    (servers, replicas): (usize, Option<u32>),
     (data, client_key): (PathBuf, PathBuf),
     target_kind: String,
     meta_configs: Vec<MetaConfig>,
@@ -298,8 +325,9 @@ async fn run_local(
     (mount, metrics_listen): (Option<PathBuf>, Option<String>),
 ) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
-    let mut cluster = LocalCluster::start_with_kind(
-        servers,
+    let grouped = replicas.is_some_and(|r| r > 1);
+    let mut cluster = LocalCluster::start_grouped(
+        (servers, grouped),
         (&data, &client_key),
         &target_kind,
         meta_configs,
@@ -307,6 +335,9 @@ async fn run_local(
         stopped,
     )
     .await?;
+    if let Some(replicas) = replicas {
+        set_root_replicas((&cluster.meta_addr, &client_key), replicas, Duration::from_secs(30)).await?;
+    }
     announce(format!("meta={}", cluster.meta_addr));
     announce(format!("key={}", client_key.display()));
     let collectors = std::mem::take(&mut cluster.collectors);
@@ -347,8 +378,9 @@ impl LocalCluster {
     /// Starts everything, every target of kind `target_kind` (`dir` or `sim:MODEL`), and
     /// waits until every server's target is up. Several metadata configurations are the
     /// nodes of a metadata group; servers and clients are given the leader's address.
-    pub async fn start_with_kind(
-        servers: usize,
+    /// Each server in its own failure group (`local-N`) when `grouped` (`--replicas`).
+    pub async fn start_grouped(
+        (servers, grouped): (usize, bool),
         (data, client_key): (&std::path::Path, &std::path::Path),
         target_kind: &str,
         meta_configs: Vec<MetaConfig>,
@@ -375,6 +407,11 @@ impl LocalCluster {
                 meta: meta_addr.clone(),
                 listen: "127.0.0.1:0".to_string(),
                 targets: vec![target_spec(target_kind, &dir)],
+                failure_group: if grouped {
+                    Some(format!("local-{index}"))
+                } else {
+                    server_template.failure_group.clone()
+                },
                 ..server_template.clone()
             };
             let server = Server::bind(config).await.with_context(|| format!("start I/O server {index}"))?;
@@ -391,6 +428,54 @@ impl LocalCluster {
             task.await.context("join a service task")??;
         }
         Ok(())
+    }
+}
+
+/// `flotilla local --replicas N`: the root directory's default layout keeps `replicas`
+/// copies (its layout kept, else stripe:1M); for more than one, waits (bounded by
+/// `timeout`) until the chain table is built so that the first create finds chains.
+async fn set_root_replicas(
+    (meta, key): (&str, &std::path::Path),
+    replicas: u32,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let credential =
+        flotilla_auth::load_credential(Some(key), "flotilla local", flotilla_auth::Role::Client)?;
+    let auth = flotilla_auth::ClientAuth { credential, bounds: flotilla_auth::AuthBounds::default() };
+    let connection =
+        Connection::connect(meta, ConnectionConfig::with_auth(auth)).await.context("connect to meta")?;
+    let call = |request: MetaRequest| {
+        let connection = &connection;
+        async move {
+            let (reply, _) = connection.call::<MetaRequest, MetaReply>(&request, bytes::Bytes::new()).await?;
+            match reply {
+                MetaReply::Error(error) => Err(anyhow::anyhow!("{error}")),
+                reply => Ok(reply),
+            }
+        }
+    };
+    let root = match call(MetaRequest::Lookup { path: "/".into() }).await? {
+        MetaReply::Entry(entry) => entry,
+        other => anyhow::bail!("the root directory's lookup answered {other:?}"),
+    };
+    let layout = root.layout.unwrap_or(Layout::Stripe { unit_bytes: 1 << 20, count: 0 });
+    let set = MetaRequest::SetLayout { path: "/".into(), layout: Some(layout), replicas };
+    call(set).await.context("set the root directory's default replica count")?;
+    if replicas <= 1 {
+        return Ok(());
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let MetaReply::Chains(report) = call(MetaRequest::ChainStatus { chains: false }).await? {
+            if report.chains_total > 0 {
+                return Ok(());
+            }
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the chain table of {replicas} replicas was not built in {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -484,15 +484,17 @@ pub fn layout(command: LayoutCommand) -> anyhow::Result<()> {
     match command {
         LayoutCommand::Get { meta, path } => {
             let entry = meta.client()?.stat(&path)?;
-            match entry.layout {
+            match entry.replicated_layout() {
                 Some(layout) => println!("{layout}"),
                 None => println!("none"),
             }
         }
         LayoutCommand::Set { meta, path, layout } => {
-            let layout = if layout == "none" { None } else { Some(Layout::parse(&layout)?) };
-            let entry = meta.client()?.set_layout(&path, layout)?;
-            println!("{}", entry.layout.map_or("none".to_string(), |l| l.to_string()));
+            // `,replicas=N` on a directory: its files keep N copies (issue 32).
+            let layout =
+                if layout == "none" { None } else { Some(flotilla_types::ReplicatedLayout::parse(&layout)?) };
+            let entry = meta.client()?.set_layout_replicated(&path, layout)?;
+            println!("{}", entry.replicated_layout().map_or("none".to_string(), |l| l.to_string()));
         }
     }
     Ok(())

@@ -213,7 +213,7 @@ pub fn stat_lines(entry: &EntryInfo, output: Output) -> Vec<String> {
         format!("size={size}"),
         format!("atime_ns={} mtime_ns={} ctime_ns={}", a.atime_ns, a.mtime_ns, a.ctime_ns),
     ];
-    if let Some(layout) = &entry.layout {
+    if let Some(layout) = &entry.replicated_layout() {
         let label = if a.kind == FileKind::Directory { "default_layout" } else { "layout" };
         lines.push(format!("{label}={layout}"));
     }
@@ -266,7 +266,7 @@ pub fn stat_json(entry: &EntryInfo) -> Value {
         "atime_ns": a.atime_ns,
         "mtime_ns": a.mtime_ns,
         "ctime_ns": a.ctime_ns,
-        "layout": entry.layout.as_ref().map(|l| l.to_string()),
+        "layout": entry.replicated_layout().map(|l| l.to_string()),
         "symlink": entry.symlink,
         "subfiles": entry.subfiles.iter().map(|p| json!({
             "target": p.target.to_string(), "server": p.server, "up": p.up,

@@ -226,6 +226,18 @@ fn checker_writer(
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<(String, u64, u64)>>>,
 ) {
+    checker_writer_with(meta, writer, seed, stop, acked, striped(3, 256 << 10))
+}
+
+/// [`checker_writer`] creating its files with `options` (e.g. replicated).
+fn checker_writer_with(
+    meta: String,
+    writer: u64,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<(String, u64, u64)>>>,
+    options: CreateOptions,
+) {
     let mut dice = Dice(seed ^ writer);
     let client = common::client_at(&meta);
     let mut number = 0;
@@ -234,15 +246,21 @@ fn checker_writer(
         let path = format!("/w{writer}-{number}");
         let file_seed = dice.next();
         let size = 1 + dice.below(3 << 20);
-        match write_one(&client, &path, file_seed, size, &mut dice) {
+        match write_one(&client, &path, &options, (file_seed, size), &mut dice) {
             Ok(()) => acked.lock().expect("acked").push((path, file_seed, size)),
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
 }
 
-fn write_one(client: &Client, path: &str, seed: u64, size: u64, dice: &mut Dice) -> Result<(), String> {
-    let file: File = client.create(path, &striped(3, 256 << 10)).map_err(|e| e.to_string())?;
+fn write_one(
+    client: &Client,
+    path: &str,
+    options: &CreateOptions,
+    (seed, size): (u64, u64),
+    dice: &mut Dice,
+) -> Result<(), String> {
+    let file: File = client.create(path, options).map_err(|e| e.to_string())?;
     let sync_at = if dice.below(3) == 0 { dice.below(size) } else { u64::MAX };
     let mut offset = 0;
     while offset < size {
@@ -491,4 +509,274 @@ fn cp_then_kill_9_of_flotilla_local_keeps_the_file() {
     if let Some(at) = first_difference(&read, &content) {
         panic!("the copy differs from byte {at} on (read {:#04x}, wrote {:#04x})", read[at], content[at]);
     }
+}
+
+/// Short membership timings for the replicated runs (heartbeats every 200 ms);
+/// `fence_after_ms > lease_ms + clock_margin_ms` holds.
+const MEMBERSHIP: &str =
+    "lease_ms = 400\nclock_margin_ms = 100\nfence_after_ms = 1000\nchains_per_target = 2\n";
+/// Bound on every wait for the cluster to settle (generous: a loaded 2-core machine).
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// A metadata service whose chains have `replicas` members and `servers` I/O servers,
+/// server `i` in failure group `rack-i`, their caches keeping writes until a sync.
+fn grouped_cluster(servers: usize, replicas: u32) -> Cluster {
+    let meta_extra = format!("{MEMBERSHIP}chain_replicas = {replicas}\n");
+    let mut cluster = Cluster::start_configured(0, &meta_extra, CACHING_SERVERS);
+    for index in 0..servers {
+        let server = start_grouped(&cluster, index);
+        cluster.servers.push(Some(server));
+    }
+    cluster.wait_up(servers);
+    let deadline = Instant::now() + SETTLE;
+    while chain_states(&cluster.meta_addr()).is_empty() {
+        assert!(Instant::now() < deadline, "the chain table was not built");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cluster
+}
+
+/// Server `index` of `cluster` on its target folder, in failure group `rack-index`.
+fn start_grouped(cluster: &Cluster, index: usize) -> common::Process {
+    let dir = cluster.target_dir(index);
+    fs::create_dir_all(&dir).expect("target folder");
+    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), common::target_spec(&dir));
+    let group = format!("rack-{index}");
+    let args = [
+        "--config",
+        common::path(&config),
+        "server",
+        "--meta",
+        &meta,
+        "--target",
+        common::path(&target),
+        "--listen",
+        "127.0.0.1:0",
+        "--failure-group",
+        &group,
+    ];
+    common::Process::start(&args, "server").expect("start server")
+}
+
+/// Every chain's member states (`target:state`), as `flotilla status --chains` shows them;
+/// empty while the table is not built or the service does not answer.
+fn chain_states(meta: &str) -> Vec<Vec<String>> {
+    let (ok, stdout, _) = common::cli(&["status", "--chains", "--meta", meta]);
+    if !ok {
+        return Vec::new();
+    }
+    stdout
+        .lines()
+        .filter(|line| line.starts_with("chain="))
+        .filter_map(|line| line.split_whitespace().find_map(|w| w.strip_prefix("members=")))
+        .map(|members| members.split(',').map(str::to_string).collect())
+        .collect()
+}
+
+/// Waits (bounded) until every chain of the table serves on every member again; returns
+/// how long that took.
+fn wait_all_serving(meta: &str, what: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        let states = chain_states(meta);
+        if !states.is_empty() && states.iter().all(|m| m.iter().all(|s| s.ends_with(":serving"))) {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < SETTLE, "{what}: the chains did not all serve again: {states:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SIGKILLs every process at one instant (the signals sent back to back, then reaped).
+fn kill_at_once(processes: Vec<common::Process>) {
+    for process in &processes {
+        // SAFETY: kill with a child's pid and SIGKILL has no memory-safety preconditions.
+        unsafe { libc::kill(process.child.id() as i32, libc::SIGKILL) };
+    }
+    for process in processes {
+        process.kill();
+    }
+}
+
+/// A replicated create of the checker's writers: `replicas` copies, 256 KiB stripe units
+/// over as many disjoint chains as the table has.
+fn replicated(replicas: u32) -> CreateOptions {
+    CreateOptions {
+        subfiles: 0,
+        layout: Some(Layout::Stripe { unit_bytes: 256 << 10, count: 0 }),
+        replicas,
+        exclusive: true,
+        ..CreateOptions::default()
+    }
+}
+
+/// Verifies `path`, retrying (bounded by `deadline`) while reads fail: a file whose bytes
+/// differ fails at once.
+fn verify_until(client: &Client, path: &str, seed: u64, size: u64, deadline: Instant) -> Result<(), String> {
+    loop {
+        match verify(client, path, seed, size) {
+            Ok(()) => return Ok(()),
+            Err(error) if error.contains("differs") || error.contains("where") => return Err(error),
+            Err(error) if Instant::now() >= deadline => return Err(error),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// The crash checker with `replicas=3` over five servers in five failure groups: three
+/// library writers create, write (some fsync half way) and close files while, three times,
+/// two servers are SIGKILLed at the same instant, kept down while the writers go on, and
+/// restarted; a reader keeps reading acknowledged files all along. Every read succeeds
+/// with the acknowledged bytes, and afterwards every acknowledged file reads back whole.
+#[test]
+fn crash_checker_with_three_replicas_survives_two_servers_killed_at_once() {
+    const SERVERS: usize = 5;
+    const ROUNDS: usize = 3;
+    let seed = seed_for("crash checker replicas=3");
+    let mut dice = Dice(seed);
+    let mut cluster = grouped_cluster(SERVERS, 3);
+    let meta = cluster.meta_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let writers: Vec<_> = (0..3)
+        .map(|writer| {
+            let (meta, stop, acked) = (meta.clone(), stop.clone(), acked.clone());
+            std::thread::spawn(move || checker_writer_with(meta, writer, seed, stop, acked, replicated(3)))
+        })
+        .collect();
+    // Reads go on through the kills: a reader checks acknowledged files as they come.
+    let reader = {
+        let (meta, stop, acked) = (meta.clone(), stop.clone(), acked.clone());
+        std::thread::spawn(move || -> (usize, Vec<String>) {
+            let client = common::client_at(&meta);
+            let (mut reads, mut failures) = (0, Vec::new());
+            let mut next = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let file = acked.lock().expect("acked").get(next).cloned();
+                let Some((path, seed, size)) = file else {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                };
+                match verify(&client, &path, seed, size) {
+                    Ok(()) => reads += 1,
+                    Err(error) => failures.push(error),
+                }
+                next += 1;
+            }
+            (reads, failures)
+        })
+    };
+    let started = Instant::now();
+    for round in 0..ROUNDS {
+        std::thread::sleep(Duration::from_millis(300 + dice.below(1000)));
+        let first = dice.below(SERVERS as u64) as usize;
+        let second = (first + 1 + dice.below(SERVERS as u64 - 1) as usize) % SERVERS;
+        let before = acked.lock().expect("acked").len();
+        let victims = vec![
+            cluster.servers[first].take().expect("server running"),
+            cluster.servers[second].take().expect("server running"),
+        ];
+        kill_at_once(victims);
+        println!(
+            "round {round}: servers {first} and {second} SIGKILLed together ({before} files acknowledged)"
+        );
+        // The writers go on with two servers down.
+        let deadline = Instant::now() + SETTLE;
+        while acked.lock().expect("acked").len() < before + 2 {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no file was acknowledged with two servers down"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for index in [first, second] {
+            cluster.servers[index] = Some(start_grouped(&cluster, index));
+        }
+        let took = wait_all_serving(&meta, &format!("round {round}"));
+        println!("round {round}: every chain serving again {took:?} after the restarts");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        writer.join().expect("writer thread");
+    }
+    let (reads, read_failures) = reader.join().expect("reader thread");
+    let acked = acked.lock().expect("acked").clone();
+    println!(
+        "{ROUNDS} double kills in {:?}: {} files acknowledged, {reads} read back during the kills",
+        started.elapsed(),
+        acked.len()
+    );
+    assert!(read_failures.is_empty(), "reads failed during the kills: {read_failures:#?}");
+    let client = cluster.client();
+    let deadline = Instant::now() + SETTLE;
+    let failures: Vec<String> = acked
+        .iter()
+        .filter_map(|(path, seed, size)| verify_until(&client, path, *seed, *size, deadline).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} acknowledged files are damaged: {failures:#?}",
+        failures.len(),
+        acked.len()
+    );
+}
+
+/// A power cut: `replicas=2` over four servers in four failure groups, three library
+/// writers running; the metadata service and every server SIGKILLed at one instant, then
+/// all restarted on their folders. Every file closed before the cut (and any whose close
+/// succeeded after the restart) reads back byte for byte, and every chain serves again.
+#[test]
+fn a_power_cut_of_every_process_keeps_every_closed_file() {
+    const SERVERS: usize = 4;
+    let seed = seed_for("power cut");
+    let mut cluster = grouped_cluster(SERVERS, 2);
+    let meta = cluster.meta_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let writers: Vec<_> = (0..3)
+        .map(|writer| {
+            let (meta, stop, acked) = (meta.clone(), stop.clone(), acked.clone());
+            std::thread::spawn(move || checker_writer_with(meta, writer, seed, stop, acked, replicated(2)))
+        })
+        .collect();
+    let deadline = Instant::now() + SETTLE;
+    while acked.lock().expect("acked").len() < 6 {
+        assert!(Instant::now() < deadline, "too few files were acknowledged before the cut");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The cut: every process SIGKILLed at one instant, writers mid-file.
+    let mut everyone: Vec<common::Process> = cluster.servers.iter_mut().filter_map(Option::take).collect();
+    everyone.push(cluster.meta.take().expect("meta running"));
+    kill_at_once(everyone);
+    let closed_before = acked.lock().expect("acked").len();
+    stop.store(true, Ordering::Relaxed);
+    println!("power cut with {closed_before} files closed");
+    cluster.start_meta(&meta);
+    for index in 0..SERVERS {
+        cluster.servers[index] = Some(start_grouped(&cluster, index));
+    }
+    let took = wait_all_serving(&meta, "after the power cut");
+    println!("every chain serving again {took:?} after the restart");
+    for writer in writers {
+        writer.join().expect("writer thread");
+    }
+    let acked = acked.lock().expect("acked").clone();
+    let client = cluster.client();
+    let deadline = Instant::now() + SETTLE;
+    let failures: Vec<String> = acked
+        .iter()
+        .filter_map(|(path, seed, size)| verify_until(&client, path, *seed, *size, deadline).err())
+        .collect();
+    println!(
+        "{} files acknowledged ({closed_before} before the cut), {} damaged",
+        acked.len(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} acknowledged files are damaged: {failures:#?}",
+        failures.len(),
+        acked.len()
+    );
 }

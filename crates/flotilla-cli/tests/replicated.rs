@@ -444,3 +444,132 @@ fn a_restarted_member_catches_up_and_then_serves_alone() {
         assert!(buffer == fork_data, "the fork's bytes on the restarted member differ");
     }
 }
+
+/// Replica counts of every subfile of `file` (empty for a file of one copy: no chains).
+fn replica_counts(meta: &str, file: &str) -> Vec<usize> {
+    let stat = cli_ok(&["stat", file, "--meta", meta]);
+    let lines: Vec<&str> = stat.lines().filter(|l| l.starts_with("subfile=")).collect();
+    assert!(!lines.is_empty(), "{file} has no subfile: {stat}");
+    lines.iter().filter_map(|l| field(l, "replicas")).map(|r| r.split(',').count()).collect()
+}
+
+/// Every subfile of `file` on a chain of two members.
+fn assert_two_copies(meta: &str, file: &str) {
+    let counts = replica_counts(meta, file);
+    assert!(
+        !counts.is_empty() && counts.iter().all(|&c| c == 2),
+        "{file}: replicas per subfile {counts:?}, not all 2"
+    );
+}
+
+/// A directory's default layout carries a replica count (`flotilla layout set DIR
+/// stripe:64k:2,replicas=2`): files created in it without a count of their own, by the
+/// library, `flotilla put` and the mount, and in a subdirectory made after, keep two
+/// copies; cleared, new files keep one; files elsewhere keep one.
+#[test]
+fn a_directory_default_of_two_replicas_is_taken_by_its_files() {
+    let cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
+    let meta = cluster.meta_addr();
+    let client = cluster.client();
+    client.mkdir("/d", 0o755).expect("mkdir /d");
+    let set = cli_ok(&["layout", "set", "/d", "stripe:64k:2,replicas=2", "--meta", &meta]);
+    assert_eq!(set.trim(), "stripe:64K:2,replicas=2");
+    let got = cli_ok(&["layout", "get", "/d", "--meta", &meta]);
+    assert_eq!(got.trim(), "stripe:64K:2,replicas=2");
+    assert!(cli_ok(&["stat", "/d", "--meta", &meta]).contains("default_layout=stripe:64K:2,replicas=2"));
+    // A file cannot be given a replica count after its create.
+    client.create("/plain", &CreateOptions::default()).expect("create /plain").close().expect("close");
+    let (ok, _, stderr) = cli(&["layout", "set", "/plain", "stripe:64k:2,replicas=2", "--meta", &meta]);
+    assert!(!ok && stderr.contains("replica count is chosen when it is created"), "{stderr}");
+
+    // The library, with default create options.
+    let data = random_bytes(11, 300_000);
+    let file = client.create("/d/lib", &CreateOptions::default()).expect("create in /d");
+    file.write_at(0, &data).expect("write");
+    file.close().expect("close");
+    assert_two_copies(&meta, "/d/lib");
+    // `flotilla put` without --replicas.
+    let local = cluster.dir.path().join("in.bin");
+    std::fs::write(&local, &data).unwrap();
+    cli_ok(&["put", path(&local), "/d/put", "--meta", &meta]);
+    assert_two_copies(&meta, "/d/put");
+    let back = cluster.dir.path().join("back.bin");
+    cli_ok(&["get", "/d/put", path(&back), "--meta", &meta]);
+    assert!(std::fs::read(&back).unwrap() == data, "the put file reads back other bytes");
+    // A subdirectory made now inherits the default.
+    client.mkdir("/d/sub", 0o755).expect("mkdir /d/sub");
+    assert_eq!(cli_ok(&["layout", "get", "/d/sub", "--meta", &meta]).trim(), "stripe:64K:2,replicas=2");
+    client.create("/d/sub/f", &CreateOptions::default()).expect("create in /d/sub").close().expect("close");
+    assert_two_copies(&meta, "/d/sub/f");
+    // Through the mount: a file made by a program, and the attribute read back.
+    {
+        let mount = common::Mount::start(&meta);
+        std::fs::write(mount.path("d/m"), &data).expect("write through the mount");
+        let value = xattr_text(&mount.path("d"), "user.flotilla.layout");
+        assert_eq!(value, "stripe:64K:2,replicas=2");
+        assert!(std::fs::read(mount.path("d/m")).unwrap() == data, "the mount reads other bytes");
+    }
+    assert_two_copies(&meta, "/d/m");
+    // Elsewhere, and after clearing: one copy (no chain on the subfile lines).
+    client.create("/other", &CreateOptions::default()).expect("create /other").close().expect("close");
+    assert!(replica_counts(&meta, "/other").is_empty(), "a file outside /d has replicas");
+    cli_ok(&["layout", "set", "/d", "none", "--meta", &meta]);
+    client
+        .create("/d/after", &CreateOptions::default())
+        .expect("create after clearing")
+        .close()
+        .expect("close");
+    assert!(replica_counts(&meta, "/d/after").is_empty(), "a file made after clearing has replicas");
+}
+
+/// An extended attribute's value as text (`getxattr(2)`).
+fn xattr_text(file: &std::path::Path, name: &str) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(file.as_os_str().as_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut buffer = vec![0u8; 256];
+    // SAFETY: both strings are NUL-terminated and the buffer is as long as we say.
+    let length =
+        unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buffer.as_mut_ptr().cast(), buffer.len()) };
+    assert!(length >= 0, "getxattr {}: {}", file.display(), std::io::Error::last_os_error());
+    buffer.truncate(length as usize);
+    String::from_utf8(buffer).expect("utf-8 attribute")
+}
+
+/// `flotilla local --replicas 2`: the root directory's default keeps two copies, so a file
+/// put without a count is replicated (the three embedded servers each in their own failure
+/// group); asking for more replicas than servers is refused naming both.
+#[test]
+fn flotilla_local_with_two_replicas_replicates_every_new_file() {
+    let local = common::Local::start_with(&[], &["--servers", "3", "--replicas", "2"], false);
+    let (ok, layout, stderr) = local.cli(&["layout", "get", "/"], &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(layout.trim(), "stripe:1M:0,replicas=2");
+    let dir = tempfile::tempdir().unwrap();
+    let data = random_bytes(12, (2 << 20) + 99);
+    let input = dir.path().join("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    let (ok, _, stderr) = local.cli(&["put", path(&input), "/f"], &[]);
+    assert!(ok, "put: {stderr}");
+    let (ok, stat, stderr) = local.cli(&["stat", "/f"], &[]);
+    assert!(ok, "{stderr}");
+    let counts: Vec<usize> = stat
+        .lines()
+        .filter(|l| l.starts_with("subfile="))
+        .map(|l| field(l, "replicas").map_or(1, |r| r.split(',').count()))
+        .collect();
+    assert!(!counts.is_empty() && counts.iter().all(|&c| c == 2), "{stat}");
+    let output = dir.path().join("out.bin");
+    let (ok, _, stderr) = local.cli(&["get", "/f", path(&output)], &[]);
+    assert!(ok, "get: {stderr}");
+    assert!(std::fs::read(&output).unwrap() == data, "the replicated file reads back other bytes");
+
+    let refused = std::process::Command::new(common::FLOTILLA)
+        .args(["local", "--servers", "2", "--replicas", "3", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path().join("data"))
+        .output()
+        .expect("run flotilla local");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "three replicas on two servers started");
+    assert!(stderr.contains("--replicas 3 needs at least 3 servers"), "{stderr}");
+}

@@ -142,8 +142,9 @@ pub struct CreateOptions {
     /// (disjoint writers): the handle takes no byte-range tokens (`OpenOptions::no_overlap`).
     pub no_overlap: bool,
     /// Copies of every subfile (issue 32), on targets of distinct failure groups: 1 (the
-    /// default) is a file of one copy; more places each subfile on a chain of that many
-    /// members (the cluster's `chain_replicas`), written through its head.
+    /// default) is a file of one copy, or of its directory's default count when that is set
+    /// (`set_layout_replicated`); more places each subfile on a chain of that many members
+    /// (the cluster's `chain_replicas`), written through its head.
     pub replicas: u32,
 }
 
@@ -435,7 +436,20 @@ impl Client {
 
     /// Sets a directory's default layout (`None` clears it) or an empty file's layout.
     pub fn set_layout(&self, path: &str, layout: Option<Layout>) -> Result<EntryInfo, ClientError> {
-        match self.meta(MetaRequest::SetLayout { path: path.to_string(), layout })? {
+        self.set_layout_replicated(path, layout.map(flotilla_types::ReplicatedLayout::single))
+    }
+
+    /// `set_layout` with a replica count (issue 32): on a directory, files created in it
+    /// without a count of their own (`CreateOptions::replicas` 1, the default) keep
+    /// `replicas` copies; a file's count is chosen when it is created (only 1 is taken here).
+    pub fn set_layout_replicated(
+        &self,
+        path: &str,
+        layout: Option<flotilla_types::ReplicatedLayout>,
+    ) -> Result<EntryInfo, ClientError> {
+        let replicas = layout.map_or(1, |l| l.replicas);
+        let layout = layout.map(|l| l.layout);
+        match self.meta(MetaRequest::SetLayout { path: path.to_string(), layout, replicas })? {
             MetaReply::Entry(entry) => Ok(entry),
             other => Err(unexpected("set layout", &other)),
         }

@@ -24,10 +24,6 @@ use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// The epoch a chained write is recorded in (a replicated subfile's writes are not tied to
-/// one server's boot: they are never resent, and its chained Sync releases them).
-pub(crate) const CHAINED_EPOCH: u64 = u64::MAX;
-
 /// The writes this client holds until they are durable, and the committing of them.
 pub(crate) struct UnstableWrites {
     /// Writes acknowledged from a server's cache and not yet synced (see `unstable.rs`).
@@ -144,8 +140,12 @@ impl UnstableWrites {
     }
 
     /// A replicated subfile's commit: one Sync, chained to the head, which settles it only
-    /// once every member of the write path has synced. Nothing is resent: a member that
-    /// restarted left the chain and is resynced by the others (`replicas.rs`).
+    /// once every member of the write path has synced. A member that restarted alone left
+    /// the chain and is resynced by the others (`replicas.rs`); but when the head's boot
+    /// epoch is not the one a write was acknowledged in, every member may have restarted
+    /// (a power cut) and lost it from its cache, so such writes go again, oldest first,
+    /// through the chain before the Sync (to a head that never lost them they rewrite the
+    /// same bytes).
     async fn commit_chained_once(
         &self,
         transport: &Transport,
@@ -155,11 +155,27 @@ impl UnstableWrites {
         let views = &self.chains;
         let destination = destination(transport, views, route, Access::Change).await?;
         let server = connect(transport, views, &destination).await?;
+        let epoch = server.epoch;
+        let stale = self.log.lock().select(|w| w.addr == route && w.epoch != epoch && w.fork == *fork);
+        for (sequence, write) in stale {
+            let request = IoRequest::Write { fork: write.fork.clone(), shape: write.shape.clone() };
+            let bytes = write.data.len() as u64;
+            match call(transport, views, &destination, &server, &request, write.data.clone(), bytes).await {
+                Ok((IoReply::Done { bytes: written }, _)) if written == bytes => {
+                    self.log.lock().resent(sequence, epoch)
+                }
+                Ok((other, _)) => return Err(unexpected("resend write", &other)),
+                Err(ClientError::Server { error, .. }) if error.code == ErrorCode::NotFound => {
+                    self.log.lock().remove(sequence);
+                }
+                Err(error) => return Err(error),
+            }
+        }
         let recorded = self.log.lock().last_sequence();
         let request = IoRequest::Sync { fork: fork.clone() };
         match call(transport, views, &destination, &server, &request, Bytes::new(), 0).await {
             Ok((IoReply::Done { .. }, _)) => {
-                self.log.lock().synced(fork, CHAINED_EPOCH, recorded);
+                self.log.lock().synced(fork, epoch, recorded);
                 Ok(())
             }
             Ok((other, _)) => Err(unexpected("sync", &other)),

@@ -57,8 +57,9 @@ pub enum ClientError {
     /// A replicated subfile's chain has no member to send the request to (`why`).
     #[error("chain {chain}: {why}")]
     ChainUnavailable { chain: u32, why: String },
-    /// A chained read got no answer from a member in time (the next serving one is tried).
-    #[error("I/O server {server}: no answer to a replicated read in {waited_ms} ms")]
+    /// A chained request got no answer from a member in time (a read tries the next serving
+    /// member, a change the chain's head after a refetch).
+    #[error("I/O server {server}: no answer to a replicated request in {waited_ms} ms")]
     ReplicaTimeout { server: String, waited_ms: u64 },
     #[error("{service} stayed unreachable for {waited_ms} ms (outage_wait_ms = {wait_ms}): {last}")]
     Unreachable { service: Service, waited_ms: u64, wait_ms: u64, last: Box<ClientError> },

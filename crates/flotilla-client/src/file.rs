@@ -586,6 +586,7 @@ mod tests {
             symlink: None,
             capability: None,
             no_overlap: false,
+            replicas: 1,
         }
     }
 

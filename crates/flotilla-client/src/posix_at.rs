@@ -161,7 +161,18 @@ impl Client {
         id: u64,
         layout: Option<flotilla_types::Layout>,
     ) -> Result<EntryInfo, ClientError> {
-        entry_reply(self.meta(MetaRequest::SetLayoutId { id, layout })?, "set layout")
+        self.set_layout_id_replicated(id, layout.map(flotilla_types::ReplicatedLayout::single))
+    }
+
+    /// `set_layout_id` with a directory's default replica count (`Client::set_layout_replicated`).
+    pub fn set_layout_id_replicated(
+        &self,
+        id: u64,
+        layout: Option<flotilla_types::ReplicatedLayout>,
+    ) -> Result<EntryInfo, ClientError> {
+        let replicas = layout.map_or(1, |l| l.replicas);
+        let layout = layout.map(|l| l.layout);
+        entry_reply(self.meta(MetaRequest::SetLayoutId { id, layout, replicas })?, "set layout")
     }
 
     /// Sets or clears file `id`'s no-overlap hint (`user.flotilla.no_overlap`): its writers

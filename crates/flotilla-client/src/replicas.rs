@@ -373,14 +373,18 @@ pub(crate) async fn call_into(
     settle(views, destination, outcome)
 }
 
-/// `call` bounded by the read attempt limit when it is a chained read.
+/// `call` bounded by the read attempt limit when it is chained: a read goes on to the next
+/// serving member; a change to a head that stays silent (its host cut off: no reset comes)
+/// is sent again after a refetch of the chain, to the head the metadata service named once
+/// it fenced the silent one (chained changes are rewrites of the same bytes, so a change
+/// sent twice lands as once).
 async fn limited<T>(
     transport: &Transport,
     destination: &Destination,
-    request: &IoRequest,
+    _request: &IoRequest,
     call: impl std::future::Future<Output = Result<T, ClientError>>,
 ) -> Result<T, ClientError> {
-    if destination.chained.is_none() || access_of(request) != Access::Read {
+    if destination.chained.is_none() {
         return call.await;
     }
     let limit = read_attempt_limit(transport.outage.wait_ms);

@@ -11,7 +11,6 @@
 //! durable), else gathered into a pooled buffer.
 
 use crate::call_memory::CallMemory;
-use crate::commit::CHAINED_EPOCH;
 use crate::core::Core;
 use crate::error::{unexpected, ClientError};
 use crate::replicas::{call, call_into, connect, destination, Access, Destination};
@@ -432,9 +431,9 @@ async fn write_once(
     match call(transport, chains, &destination, &server, &request, data.clone(), bytes).await? {
         (IoReply::Done { bytes: written }, _) if written == bytes => {
             let (fork, addr, shape, data) = (fork.clone(), addr.to_string(), shape.clone(), data.clone());
-            // A chained write is the chain's, not one server boot's (`commit.rs`).
-            let epoch = if destination.chained.is_some() { CHAINED_EPOCH } else { server.epoch };
-            let write = UnstableWrite { fork, addr, shape, data, epoch };
+            // A chained write is recorded in the head's boot epoch: a head that restarted
+            // before the Sync may have lost it with every member (`commit.rs`).
+            let write = UnstableWrite { fork, addr, shape, data, epoch: server.epoch };
             let held_bytes = core.unstable.log.lock().record(write);
             core.unstable.start_background_drain(&core.transport, held_bytes);
             Ok(())

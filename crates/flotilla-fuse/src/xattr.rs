@@ -8,7 +8,7 @@
 
 use crate::fs::FlotillaFs;
 use crate::names::failed;
-use flotilla_client::{EntryInfo, FileKind, Layout};
+use flotilla_client::{EntryInfo, FileKind, ReplicatedLayout};
 use fuser::{Errno, ReplyXattr};
 use std::ffi::OsStr;
 
@@ -40,7 +40,7 @@ impl FlotillaFs {
         if name != LAYOUT_XATTR {
             return Err(Errno::NO_XATTR);
         }
-        let layout = self.entry(ino)?.layout.ok_or(Errno::NO_XATTR)?;
+        let layout = self.entry(ino)?.replicated_layout().ok_or(Errno::NO_XATTR)?;
         Ok(layout.to_string().into_bytes())
     }
 
@@ -63,11 +63,12 @@ impl FlotillaFs {
         if name != LAYOUT_XATTR {
             return Err(Errno::ENOTSUP);
         }
-        let layout = Layout::parse(value_text(value)?).map_err(|_| Errno::EINVAL)?;
+        // `,replicas=N` sets a directory's default replica count (issue 32).
+        let layout = ReplicatedLayout::parse(value_text(value)?).map_err(|_| Errno::EINVAL)?;
         let entry = self.entry(ino)?;
         check_set_flags(flags, entry.layout.is_some())?;
         refuse_symlink(&entry)?;
-        self.client.set_layout_id(entry.id, Some(layout)).map(|_| ()).map_err(failed)
+        self.client.set_layout_id_replicated(entry.id, Some(layout)).map(|_| ()).map_err(failed)
     }
 
     /// Sets (`1`) or clears (`0`) the no-overlap hint of a file.

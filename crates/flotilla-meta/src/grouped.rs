@@ -824,6 +824,15 @@ impl crate::handle::State {
             | R::CreateOpenCached { spec, .. }
             | R::CreateAt { spec, .. }
             | R::CreateAtOpen { spec, .. } => self.prepare_create(asker.who, spec.clone()).map(|_| ()),
+            R::SetLayout { replicas, .. } | R::SetLayoutId { replicas, .. } if *replicas > 1 => {
+                Err(WireError::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "a default layout of {replicas} replicas: a metadata group does not create \
+                         replicated files yet (its chain table is kept per node); use replicas=1"
+                    ),
+                ))
+            }
             R::SetLayout { layout, .. } | R::SetLayoutId { layout, .. } => self.check_layout(layout.as_ref()),
             R::GrowSize { id, .. } => self.require_writer(*id, asker),
             // Not proposed: a replicated create would change one node's namespace only.

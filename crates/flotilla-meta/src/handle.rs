@@ -261,14 +261,12 @@ impl State {
                 MetaReply::Entry(self.info(ns.mkdir_as(who, &path, owner, now).map_err(wire)?))
             }
             MetaRequest::Create { path, spec } => {
-                let (create, live) = self.prepare_create(who, spec)?;
-                MetaReply::Entry(
-                    self.granted(ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?, asker),
-                )
+                let at = flotilla_namespace::Place::Path(&path);
+                MetaReply::Entry(self.granted(self.create_inheriting(who, at, spec, now)?, asker))
             }
             MetaRequest::CreateOpen { path, spec, session } => {
-                let (create, live) = self.prepare_create(who, spec)?;
-                let created = ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?;
+                let created =
+                    self.create_inheriting(who, flotilla_namespace::Place::Path(&path), spec, now)?;
                 MetaReply::Entry(self.granted(self.opened(session, created.id)?, asker))
             }
             MetaRequest::LookupCached { path, session } => {
@@ -277,8 +275,8 @@ impl State {
             MetaRequest::CreateOpenCached { path, spec, session } => {
                 // The create's own revocations go first (its reply's grants are not theirs).
                 let (created, touched) = flotilla_namespace::recording(|| -> Result<u64, WireError> {
-                    let (create, live) = self.prepare_create(who, spec)?;
-                    let created = ns.create_file_as(who, &path, &create, &live, now).map_err(wire)?;
+                    let at = flotilla_namespace::Place::Path(&path);
+                    let created = self.create_inheriting(who, at, spec, now)?;
                     Ok(self.opened(session, created.id)?.id)
                 });
                 self.revoke_touched(&touched);
@@ -345,16 +343,17 @@ impl State {
                 self.require_writer(id, asker)?;
                 MetaReply::Attributes(ns.grow_size(id, size_bytes, mtime_ns, now).map_err(wire)?)
             }
-            MetaRequest::SetLayout { path, layout } => {
-                let entry = self.set_layout(who, LayoutOf::Path(&path), layout, now)?;
+            MetaRequest::SetLayout { path, layout, replicas } => {
+                let entry = self.set_layout(who, LayoutOf::Path(&path), layout, replicas, now)?;
                 MetaReply::Entry(self.granted(entry, asker))
             }
             MetaRequest::CountInodes => MetaReply::Inodes { count: ns.inode_count().map_err(wire)? },
             MetaRequest::TouchAtime { id, atime_ns } => {
                 MetaReply::Attributes(ns.touch_atime_as(who, id, atime_ns, now).map_err(wire)?)
             }
-            MetaRequest::SetLayoutId { id, layout } => {
-                MetaReply::Entry(self.granted(self.set_layout(who, LayoutOf::Id(id), layout, now)?, asker))
+            MetaRequest::SetLayoutId { id, layout, replicas } => {
+                let entry = self.set_layout(who, LayoutOf::Id(id), layout, replicas, now)?;
+                MetaReply::Entry(self.granted(entry, asker))
             }
             MetaRequest::SetLock { session, id, owner, kind, start, end, pid, wait_ms } => {
                 MetaReply::Lock(self.locks.set(id, (session, owner), kind, (start, end), pid, wait_ms)?)
@@ -518,10 +517,53 @@ impl State {
         who: &Caller,
         of: LayoutOf<'_>,
         layout: Option<flotilla_types::Layout>,
+        replicas: u32,
         now: i64,
     ) -> Result<Entry, WireError> {
         self.check_layout(layout.as_ref())?;
-        self.ns()?.set_layout_as(who, of, layout, now).map_err(wire)
+        self.ns()?.set_layout_replicated_as(who, of, layout, replicas, now).map_err(wire)
+    }
+
+    /// A create that asks for no replica count (`Create`, `CreateAt`, `CreateOpen` and the
+    /// like): the file takes its directory's default count (issue 32), placed on chains as
+    /// `CreateReplicated` places it when that count is above 1.
+    pub(crate) fn create_inheriting(
+        &self,
+        who: &Caller,
+        at: flotilla_namespace::Place<'_>,
+        spec: flotilla_proto::CreateSpec,
+        now: i64,
+    ) -> Result<Entry, WireError> {
+        let ns = self.ns()?;
+        let layout = spec.layout;
+        let (create, live) = self.prepare_create(who, spec)?;
+        let parent = match at {
+            flotilla_namespace::Place::Path(path) => {
+                let parent = match path.trim_end_matches('/').rsplit_once('/') {
+                    Some(("", _)) | None => "/",
+                    Some((parent, _)) => parent,
+                };
+                ns.lookup_follow(parent).ok()
+            }
+            flotilla_namespace::Place::At { parent, .. } => ns.get(parent).ok(),
+        };
+        let (default_layout, replicas) =
+            parent.map(|p| (p.default_layout, p.default_replicas)).unwrap_or((None, 1));
+        if replicas <= 1 {
+            return ns.create_file_in(who, at, &create, &live, now).map_err(wire);
+        }
+        self.check_replicas(layout.or(default_layout), replicas, &live)?;
+        let existing = match at {
+            flotilla_namespace::Place::Path(path) => ns.lookup_as(who, path),
+            flotilla_namespace::Place::At { parent, name } => ns.lookup_at(who, parent, name),
+        };
+        if let Ok(existing) = existing {
+            if !create.exclusive && existing.file.is_some() {
+                return Ok(existing);
+            }
+        }
+        let chains = self.place_with_default(&create, default_layout, replicas)?;
+        ns.create_file_chained_in(who, at, &create, replicas as u8, &chains, now).map_err(wire)
     }
 
     /// Runs a namespace change that may drop a file's last name (unlink, rename over), with
@@ -729,7 +771,17 @@ impl State {
             };
             self.ns().ok().and_then(|ns| ns.lookup_follow(parent).ok()).and_then(|e| e.default_layout)
         };
-        let layout = create.layout.or_else(parent_default).unwrap_or(flotilla_namespace::DEFAULT_LAYOUT);
+        self.place_with_default(create, parent_default(), replicas)
+    }
+
+    /// `place_on_chains` with the parent directory's default layout given.
+    fn place_with_default(
+        &self,
+        create: &CreateFile,
+        parent_default: Option<flotilla_types::Layout>,
+        replicas: u32,
+    ) -> Result<Vec<(u32, TargetId)>, WireError> {
+        let layout = create.layout.or(parent_default).unwrap_or(flotilla_namespace::DEFAULT_LAYOUT);
         let count = match create.subfile_count {
             0 => layout.subfile_count().map(|c| c as usize),
             count => Some(count as usize),
@@ -837,6 +889,7 @@ impl State {
 
     pub(crate) fn info(&self, entry: Entry) -> EntryInfo {
         let remembered = || self.ns().ok().and_then(|ns| ns.targets().ok()).unwrap_or_default();
+        let replicas = entry.file.as_ref().map_or(entry.default_replicas, |f| f.replicas);
         let (layout, subfiles) = match &entry.file {
             Some(file) => {
                 let mut records = None;
@@ -869,6 +922,7 @@ impl State {
             symlink: entry.symlink_target,
             capability: None,
             no_overlap: self.tokens.no_overlap(entry.id),
+            replicas,
         }
     }
 }

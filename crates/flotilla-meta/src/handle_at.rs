@@ -100,14 +100,11 @@ impl State {
                 MetaReply::Entry(self.granted(ns.lookup_at(who, parent, name(&bytes)?).map_err(wire)?, asker))
             }
             MetaRequest::CreateAt { parent, name, spec } => {
-                let (create, live) = self.prepare_create(who, spec)?;
-                let entry = ns.create_file_in(who, at(parent, &name)?, &create, &live, now).map_err(wire)?;
+                let entry = self.create_inheriting(who, at(parent, &name)?, spec, now)?;
                 MetaReply::Entry(self.granted(entry, asker))
             }
             MetaRequest::CreateAtOpen { parent, name, spec, session } => {
-                let (create, live) = self.prepare_create(who, spec)?;
-                let created =
-                    ns.create_file_in(who, at(parent, &name)?, &create, &live, now).map_err(wire)?;
+                let created = self.create_inheriting(who, at(parent, &name)?, spec, now)?;
                 MetaReply::Entry(self.granted(self.opened(session, created.id)?, asker))
             }
             MetaRequest::MkdirAt { parent, name, mode, uid, gid } => {
@@ -205,7 +202,7 @@ mod tests {
     #[test]
     fn id_addressed_changes_name_their_entry() {
         use super::changed_entries;
-        let layout = MetaRequest::SetLayoutId { id: 1, layout: None };
+        let layout = MetaRequest::SetLayoutId { id: 1, layout: None, replicas: 1 };
         let attr = MetaRequest::SetAttr { id: 1, change: Default::default() };
         let atime = MetaRequest::TouchAtime { id: 1, atime_ns: 0 };
         let hint = MetaRequest::SetNoOverlapId { id: 1, no_overlap: true };

@@ -14,7 +14,9 @@ use crate::request::{CreateFile, Owner};
 use crate::schema::PLACEMENT_CURSOR_KEY;
 use crate::tables::{Source, WriteTables};
 use crate::walk::{locate_place, resolve, Place};
-use flotilla_types::{split_path, Caller, FileKind, Layout, NameError, TargetId, TimeNs, PATH_BYTES_MAX};
+use flotilla_types::{
+    split_path, Caller, FileKind, Layout, NameError, ReplicatedLayout, TargetId, TimeNs, PATH_BYTES_MAX,
+};
 
 impl Namespace {
     /// Creates a directory; it inherits its parent's default layout.
@@ -50,10 +52,10 @@ impl Namespace {
             let place = locate_place(tables, at, who)?;
             refuse_taken(&place, path)?;
             may_add(tables, &place, who, path)?;
-            let default_layout = parent_default_layout(tables, place.parent)?;
+            let (default_layout, default_replicas) = parent_default_layout(tables, place.parent)?;
             let inode = Inode {
                 attrs: new_attrs(FileKind::Directory, &owner, now_ns),
-                body: Body::Directory { default_layout },
+                body: Body::Directory { default_layout, default_replicas },
             };
             let id = insert_new(tables, &place, &inode, now_ns)?;
             Ok(inode.into_entry(id))
@@ -165,7 +167,7 @@ impl Namespace {
                 return existing_file(tables, id, spec.exclusive, path);
             }
             may_add(tables, &place, who, path)?;
-            let default_layout = parent_default_layout(tables, place.parent)?;
+            let (default_layout, _) = parent_default_layout(tables, place.parent)?;
             let layout = spec.layout.or(default_layout).unwrap_or(DEFAULT_LAYOUT);
             let (targets, replicas, chains) = match placer {
                 Placer::Spread(live) => {
@@ -322,11 +324,22 @@ impl Namespace {
         layout: Option<Layout>,
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
+        self.set_default_layout_replicated(path, layout.map(ReplicatedLayout::single), now_ns)
+    }
+
+    /// `set_default_layout` with a replica count (issue 32): files created in the directory
+    /// without a count of their own keep `replicas` copies.
+    pub fn set_default_layout_replicated(
+        &self,
+        path: &str,
+        layout: Option<ReplicatedLayout>,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
         if let Some(layout) = &layout {
-            check_layout(layout)?;
+            check_layout(&layout.layout)?;
         }
         let id = self.lookup_follow(path)?.id;
-        self.set_default_layout_id(id, layout, now_ns)
+        self.set_default_layout_id_replicated(id, layout, now_ns)
     }
 
     /// `set_default_layout` of the directory with inode id `id`.
@@ -336,15 +349,27 @@ impl Namespace {
         layout: Option<Layout>,
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
+        self.set_default_layout_id_replicated(id, layout.map(ReplicatedLayout::single), now_ns)
+    }
+
+    /// `set_default_layout_replicated` of the directory with inode id `id`.
+    pub fn set_default_layout_id_replicated(
+        &self,
+        id: u64,
+        layout: Option<ReplicatedLayout>,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
+        let replicas = replicas_byte(layout.as_ref())?;
         if let Some(layout) = &layout {
-            check_layout(layout)?;
+            check_layout(&layout.layout)?;
         }
         self.write(|tables| {
             let mut inode = tables.inode(id)?.ok_or_else(|| crate::namespace::not_found_id(id))?;
-            let Body::Directory { default_layout } = &mut inode.body else {
+            let Body::Directory { default_layout, default_replicas } = &mut inode.body else {
                 return Err(NamespaceError::NotADirectory { path: format!("inode {id:016x}") });
             };
-            *default_layout = layout;
+            *default_layout = layout.map(|l| l.layout);
+            *default_replicas = replicas;
             inode.attrs.ctime_ns = now_ns;
             tables.put(id, &inode)?;
             Ok(inode.into_entry(id))
@@ -381,9 +406,21 @@ fn add_link(
     Ok(inode.into_entry(id))
 }
 
-fn parent_default_layout(tables: &impl Source, parent: u64) -> Result<Option<Layout>, NamespaceError> {
+/// The replica count of a default layout as the record keeps it, checked.
+pub(crate) fn replicas_byte(layout: Option<&ReplicatedLayout>) -> Result<u8, NamespaceError> {
+    match layout {
+        None => Ok(1),
+        Some(layout) => {
+            layout.validate().map_err(|e| NamespaceError::invalid(e.to_string()))?;
+            u8::try_from(layout.replicas).map_err(|_| NamespaceError::invalid("replica count out of range"))
+        }
+    }
+}
+
+/// A directory's default layout and replica count.
+fn parent_default_layout(tables: &impl Source, parent: u64) -> Result<(Option<Layout>, u8), NamespaceError> {
     match tables.load(parent)?.body {
-        Body::Directory { default_layout } => Ok(default_layout),
+        Body::Directory { default_layout, default_replicas } => Ok((default_layout, default_replicas)),
         _ => Err(NamespaceError::corrupt(format!("parent {parent:016x} is not a directory"))),
     }
 }

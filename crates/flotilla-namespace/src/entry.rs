@@ -38,6 +38,9 @@ pub struct Entry {
     pub symlink_target: Option<String>,
     /// For directories only: the layout new files take when they name none.
     pub default_layout: Option<Layout>,
+    /// For directories only: the replica count new files take when they ask for none
+    /// (issue 32); 1 otherwise.
+    pub default_replicas: u32,
 }
 
 impl Entry {

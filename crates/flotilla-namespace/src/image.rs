@@ -118,7 +118,7 @@ impl NamespaceImage {
         let owner = crate::Owner { mode: 0o755, uid: 0, gid: 0 };
         let root = Inode {
             attrs: new_attrs(FileKind::Directory, &owner, root_time_ns),
-            body: Body::Directory { default_layout: None },
+            body: Body::Directory { default_layout: None, default_replicas: 1 },
         };
         NamespaceImage {
             inodes_by_seq: vec![(ROOT_SEQ, root.encode())],

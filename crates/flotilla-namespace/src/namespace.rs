@@ -620,7 +620,7 @@ fn create_root(tables: &mut WriteTables<'_>) -> Result<(), NamespaceError> {
     let owner = crate::Owner { mode: 0o755, uid: 0, gid: 0 };
     let root = Inode {
         attrs: new_attrs(FileKind::Directory, &owner, wall_clock_ns()),
-        body: Body::Directory { default_layout: None },
+        body: Body::Directory { default_layout: None, default_replicas: 1 },
     };
     tables.put(ROOT_ID, &root)?;
     tables.set_counter(crate::schema::INODE_SEQ_KEY, 1)?;

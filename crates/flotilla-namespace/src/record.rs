@@ -34,6 +34,9 @@ const LAYOUT_REPLICATED: u8 = 0x80;
 pub(crate) enum Body {
     Directory {
         default_layout: Option<Layout>,
+        /// Copies of every byte files created here take when they ask for no count (issue
+        /// 32); 1 without a default layout.
+        default_replicas: u8,
     },
     File {
         layout: Layout,
@@ -79,12 +82,13 @@ impl Inode {
 
     pub(crate) fn into_entry(self, id: u64) -> Entry {
         let file = self.file_record(id);
-        let (symlink_target, default_layout) = match self.body {
-            Body::Symlink { target } => (Some(target), None),
-            Body::Directory { default_layout } => (None, default_layout),
-            Body::File { .. } | Body::Special => (None, None),
+        let (symlink_target, default_layout, default_replicas) = match self.body {
+            Body::Symlink { target } => (Some(target), None, 1),
+            Body::Directory { default_layout, default_replicas } => (None, default_layout, default_replicas),
+            Body::File { .. } | Body::Special => (None, None, 1),
         };
-        Entry { id, attrs: self.attrs, file, symlink_target, default_layout }
+        let default_replicas = u32::from(default_replicas);
+        Entry { id, attrs: self.attrs, file, symlink_target, default_layout, default_replicas }
     }
 
     /// Encodes the record. Panics if the inode breaks an invariant (a bug, not bad input).
@@ -94,7 +98,9 @@ impl Inode {
         writer.u8(kind_byte(self.attrs.kind));
         encode_attrs(&mut writer, &self.attrs);
         match &self.body {
-            Body::Directory { default_layout } => encode_directory(&mut writer, default_layout),
+            Body::Directory { default_layout, default_replicas } => {
+                encode_directory(&mut writer, default_layout, *default_replicas)
+            }
             Body::File { layout, targets, replicas, chains } => {
                 encode_file(&mut writer, layout, targets, *replicas, chains)
             }
@@ -237,30 +243,26 @@ fn decode_plain_layout(reader: &mut Reader<'_>) -> Result<(Layout, bool), Namesp
     Ok((layout, replicated))
 }
 
-fn encode_directory(writer: &mut Writer, default_layout: &Option<Layout>) {
+fn encode_directory(writer: &mut Writer, default_layout: &Option<Layout>, default_replicas: u8) {
     match default_layout {
         None => writer.u8(0),
         Some(layout) => {
             writer.u8(1);
-            encode_layout(writer, layout, 1);
+            encode_layout(writer, layout, default_replicas);
         }
     }
 }
 
 fn decode_directory(reader: &mut Reader<'_>) -> Result<Body, NamespaceError> {
-    let default_layout = match reader.u8()? {
-        0 => None,
-        1 => match decode_layout(reader)? {
-            (layout, 1) => Some(layout),
-            (_, replicas) => {
-                return Err(
-                    reader.error(format!("has a default layout of {replicas} replicas (not kept yet)"))
-                )
-            }
-        },
+    let (default_layout, default_replicas) = match reader.u8()? {
+        0 => (None, 1),
+        1 => {
+            let (layout, replicas) = decode_layout(reader)?;
+            (Some(layout), replicas)
+        }
         other => return Err(reader.error(format!("has bad default-layout flag {other}"))),
     };
-    Ok(Body::Directory { default_layout })
+    Ok(Body::Directory { default_layout, default_replicas })
 }
 
 fn encode_file(writer: &mut Writer, layout: &Layout, targets: &[TargetId], replicas: u8, chains: &[u32]) {
@@ -357,7 +359,10 @@ mod tests {
         vec![
             Inode {
                 attrs: attrs(FileKind::Directory),
-                body: Body::Directory { default_layout: Some(Layout::Stripe { unit_bytes: 4096, count: 2 }) },
+                body: Body::Directory {
+                    default_layout: Some(Layout::Stripe { unit_bytes: 4096, count: 2 }),
+                    default_replicas: 2,
+                },
             },
             Inode {
                 attrs: attrs(FileKind::File),

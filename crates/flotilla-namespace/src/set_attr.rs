@@ -69,9 +69,34 @@ impl Namespace {
         layout: Option<Layout>,
         now_ns: TimeNs,
     ) -> Result<Entry, NamespaceError> {
+        self.set_layout_replicated_as(who, of, layout, 1, now_ns)
+    }
+
+    /// `set_layout_as` with a directory's default replica count (issue 32): 1 for a file
+    /// (its count is chosen at create) and when the layout is cleared.
+    pub fn set_layout_replicated_as(
+        &self,
+        who: &Caller,
+        of: LayoutOf<'_>,
+        layout: Option<Layout>,
+        replicas: u32,
+        now_ns: TimeNs,
+    ) -> Result<Entry, NamespaceError> {
         if let Some(layout) = &layout {
             crate::edit::check_layout(layout)?;
         }
+        let replicas = match layout {
+            Some(layout) => {
+                let replicated = flotilla_types::ReplicatedLayout { layout, replicas };
+                crate::create::replicas_byte(Some(&replicated))?
+            }
+            None if replicas <= 1 => 1,
+            None => {
+                return Err(NamespaceError::invalid(format!(
+                    "a default of {replicas} replicas needs a layout to go with it"
+                )))
+            }
+        };
         let what = &format!("set the layout of {}", of.describe());
         self.write(|tables| {
             let (id, mut inode) = match of {
@@ -82,7 +107,7 @@ impl Namespace {
                 LayoutOf::Id(id) => (id, tables.inode(id)?.ok_or_else(|| not_found_id(id))?),
             };
             crate::access::require_owner(&inode.attrs, who, what)?;
-            replace_layout(&mut inode, layout, what)?;
+            replace_layout(&mut inode, layout, replicas, what)?;
             inode.attrs.ctime_ns = now_ns;
             tables.put(id, &inode)?;
             Ok(inode.into_entry(id))
@@ -162,10 +187,23 @@ impl Namespace {
 
 /// Puts `layout` in place: a directory's default (or none), an empty file's layout (a file
 /// holding data keeps the layout its bytes were placed by).
-fn replace_layout(inode: &mut Inode, layout: Option<Layout>, what: &str) -> Result<(), NamespaceError> {
+fn replace_layout(
+    inode: &mut Inode,
+    layout: Option<Layout>,
+    replicas: u8,
+    what: &str,
+) -> Result<(), NamespaceError> {
     let size = inode.attrs.size_bytes;
     match (&mut inode.body, layout) {
-        (Body::Directory { default_layout }, layout) => *default_layout = layout,
+        (Body::Directory { default_layout, default_replicas }, layout) => {
+            *default_layout = layout;
+            *default_replicas = replicas;
+        }
+        (Body::File { .. }, Some(_)) if replicas != 1 => {
+            return Err(NamespaceError::invalid(format!(
+                "{what}: a file's replica count is chosen when it is created (set it on its directory)"
+            )))
+        }
         (Body::File { .. }, None) => {
             return Err(NamespaceError::invalid(format!("{what}: a file's layout cannot be cleared")))
         }

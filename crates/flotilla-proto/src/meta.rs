@@ -57,11 +57,19 @@ pub struct EntryInfo {
     /// For files: writers promised never to overlap (`user.flotilla.no_overlap`), so
     /// clients take no byte-range tokens for it.
     pub no_overlap: bool,
+    /// Copies of every byte (issue 32): a file's replica count, a directory's default one
+    /// (1: a plain file, or a directory whose files take no replica count from it).
+    pub replicas: u32,
 }
 
 impl EntryInfo {
     pub fn file_id(&self) -> FileId {
         FileId(self.id)
+    }
+
+    /// The layout with the replica count (a directory's default, or a file's own).
+    pub fn replicated_layout(&self) -> Option<flotilla_types::ReplicatedLayout> {
+        self.layout.map(|layout| flotilla_types::ReplicatedLayout { layout, replicas: self.replicas.max(1) })
     }
 }
 
@@ -198,6 +206,9 @@ pub enum MetaRequest {
     SetLayout {
         path: String,
         layout: Option<Layout>,
+        /// A directory's default replica count (issue 32: files created in it without one
+        /// of their own keep this many copies); 1 for a file, or with no layout.
+        replicas: u32,
     },
     /// Removes the name `path` only if it still names entry `id` (undo of a failed create:
     /// never removes a file someone else put there).
@@ -315,6 +326,8 @@ pub enum MetaRequest {
     SetLayoutId {
         id: u64,
         layout: Option<Layout>,
+        /// As `SetLayout`'s.
+        replicas: u32,
     },
     /// A read's access time: sets the atime of entry `id` to `atime_ns` and nothing else
     /// (no ctime change, unlike `SetAttr`). The mount sends it under its atime rules.

@@ -502,8 +502,8 @@ fn meta_request() -> impl Strategy<Value = MetaRequest> {
             size_bytes,
             mtime_ns
         }),
-        (text(), prop::option::of(layout()))
-            .prop_map(|(path, layout)| MetaRequest::SetLayout { path, layout }),
+        (text(), prop::option::of(layout()), any::<u32>())
+            .prop_map(|(path, layout, replicas)| MetaRequest::SetLayout { path, layout, replicas }),
         (text(), id).prop_map(|(path, id)| MetaRequest::UnlinkId { path, id }),
         (text(), text()).prop_map(|(from, to)| MetaRequest::RenameNoReplace { from, to }),
         any::<(u64, u64)>().prop_map(|(session, id)| MetaRequest::Opened { session, id }),
@@ -568,6 +568,7 @@ fn meta_reply() -> impl Strategy<Value = MetaReply> {
             symlink,
             capability,
             no_overlap: id % 2 == 0,
+            replicas: (id % 7) as u32 + 1,
         });
     let dir_entry =
         (text(), any::<u64>(), kind()).prop_map(|(name, id, kind)| DirEntryInfo { name, id, kind });

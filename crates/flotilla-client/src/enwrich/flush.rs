@@ -142,6 +142,7 @@ mod tests {
             symlink: None,
             capability: None,
             no_overlap: false,
+            replicas: 1,
         }
     }
 

@@ -400,6 +400,7 @@ mod tests {
             symlink: None,
             capability: None,
             no_overlap: false,
+            replicas: 1,
         };
         assert!(claim.matches(&entry, 1_000_000_000_000, None));
         assert!(!claim.matches(&entry, 1_000_000_000_000 + 2 * CLAIM_CLOCK_SLACK_NS, None), "an old file");

@@ -390,6 +390,8 @@ impl ReplyEntry {
             }),
             symlink_target: self.symlink_target,
             default_layout: self.default_layout,
+            // A metadata group sets no replicated default layout (refused before proposing).
+            default_replicas: 1,
         }
     }
 }

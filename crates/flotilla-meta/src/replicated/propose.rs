@@ -126,8 +126,10 @@ fn op_for(request: &MetaRequest, who: &Caller, view: &impl ProposerView) -> Resu
         R::GrowSize { id, size_bytes, mtime_ns } => {
             Op::GrowSize { id: *id, size_bytes: *size_bytes, mtime_ns: *mtime_ns }
         }
-        R::SetLayout { path: p, layout } => Op::SetLayout { on: LayoutOn::Path(p.clone()), layout: *layout },
-        R::SetLayoutId { id, layout } => Op::SetLayout { on: LayoutOn::Id(*id), layout: *layout },
+        R::SetLayout { path: p, layout, .. } => {
+            Op::SetLayout { on: LayoutOn::Path(p.clone()), layout: *layout }
+        }
+        R::SetLayoutId { id, layout, .. } => Op::SetLayout { on: LayoutOn::Id(*id), layout: *layout },
         R::TouchAtime { id, atime_ns } => Op::TouchAtime { id: *id, atime_ns: *atime_ns },
         R::SetNoOverlapId { id, no_overlap } => Op::SetNoOverlap { id: *id, no_overlap: *no_overlap },
         _ => return Ok(None),
