@@ -20,6 +20,11 @@
 //! sending it anything else, then reports `SyncDone`; `resync_pass` runs it on every new
 //! view even when no write comes. Range records instead of whole copies are the next step.
 
+// Read repair and scrub (issue 32) run under this module's per-chain lock.
+#[path = "repair.rs"]
+mod repair;
+pub(crate) use repair::{report_of, RepairCounters};
+
 use crate::chain_write::{
     copy_tolerates, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order, resync_step,
     retarget, retarget_entry, store_request, Admitted, Copied, Lease, MemberLog, Payload, ResyncStep, Role,
@@ -108,6 +113,8 @@ pub(crate) struct ChainPaths {
     /// Connections to successor servers by address (broken ones are dropped when a new one
     /// is made; at most one per peer address).
     peers: parking_lot::Mutex<HashMap<String, Arc<Connection>>>,
+    /// Read repair and scrub counters (`repair.rs`).
+    pub(crate) repairs: RepairCounters,
 }
 
 impl ChainPaths {
@@ -126,6 +133,7 @@ impl ChainPaths {
             mine,
             chains: parking_lot::Mutex::new(HashMap::new()),
             peers: parking_lot::Mutex::new(HashMap::new()),
+            repairs: RepairCounters::default(),
         }
     }
 

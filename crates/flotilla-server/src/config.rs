@@ -161,6 +161,12 @@ pub struct ServerConfig {
     /// How often a copy source looks for a resync to make or report besides every new
     /// chain view.
     pub chain_resync_period_ms: u64,
+    /// Background scrub (issue 32): bytes per second this server reads back from disk and
+    /// checks against their checksums, over its serving members of replicated subfiles,
+    /// repairing bad blocks from another member; 0 turns it off.
+    pub scrub_bytes_per_s: u64,
+    /// Bytes one background scrub step checks (under its chain's lock, as a repair).
+    pub scrub_step_bytes: u64,
 }
 
 impl ServerConfig {
@@ -308,6 +314,8 @@ impl Default for ServerConfig {
             chain_window_max: flotilla_replica::FORWARD_WINDOW_MAX,
             chain_copy_chunk_bytes: 1 << 20,
             chain_resync_period_ms: 1000,
+            scrub_bytes_per_s: 4 << 20,
+            scrub_step_bytes: 1 << 20,
         }
     }
 }

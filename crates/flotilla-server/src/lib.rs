@@ -23,6 +23,8 @@ mod membership;
 pub use membership::{ChainsSnapshot, HeldChains};
 pub mod metrics;
 mod reply_writer;
+mod scrub;
+mod scrub_plan;
 pub mod scheduler;
 mod server;
 
