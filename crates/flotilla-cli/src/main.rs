@@ -10,13 +10,13 @@ mod enwrich;
 mod files;
 mod format_target;
 mod hsm;
-mod scrub;
 mod keygen;
 mod keys;
 mod mount;
 mod mount_helper;
 mod ops;
 mod publish;
+mod scrub;
 mod show;
 
 use clap::{Parser, Subcommand};

@@ -43,9 +43,8 @@ pub fn tally(ranges: &[ForkScrub]) -> FileTally {
     let mut tally = FileTally::default();
     for range in ranges {
         let report = &range.report;
-        tally.bytes += (report.entries.len() as u64 * report.block_bytes).min(
-            report.size_bytes.saturating_sub(report.offset),
-        );
+        tally.bytes += (report.entries.len() as u64 * report.block_bytes)
+            .min(report.size_bytes.saturating_sub(report.offset));
         tally.blocks += report.entries.len() as u64;
         tally.members = tally.members.max(report.members);
         tally.bad += report.bad.len() as u64;
@@ -90,7 +89,8 @@ pub fn scrub(args: ScrubArgs) -> anyhow::Result<()> {
             }
         };
         let file = tally(&ranges);
-        let copies = if file.members > 1 { format!("{} replicas compared", file.members) } else { "one copy".into() };
+        let copies =
+            if file.members > 1 { format!("{} replicas compared", file.members) } else { "one copy".into() };
         println!(
             "{path}: checked {} bytes ({} blocks, {copies}): {} bad, {} repaired, {} differing",
             file.bytes, file.blocks, file.bad, file.repaired, file.differing
@@ -136,7 +136,11 @@ fn walk(client: &Client, path: &str, out: &mut Vec<String>) -> anyhow::Result<()
     let mut children = client.readdir(path)?;
     children.sort_by(|a, b| a.name.cmp(&b.name));
     for child in children {
-        let full = if path.ends_with('/') { format!("{path}{}", child.name) } else { format!("{path}/{}", child.name) };
+        let full = if path.ends_with('/') {
+            format!("{path}{}", child.name)
+        } else {
+            format!("{path}/{}", child.name)
+        };
         match child.kind {
             FileKind::Directory => walk(client, &full, out)?,
             FileKind::File => out.push(full),

@@ -115,9 +115,18 @@ impl Fork {
     /// `SCRUB_BLOCKS_MAX` checksum blocks), each block checked on disk by the member that
     /// answers; for a replicated subfile that member also asks every other serving member,
     /// compares, and bad blocks are rewritten from a member whose block verifies.
-    pub fn block_checksums(&self, offset: u64, length: u64) -> Result<flotilla_proto::ScrubReport, ClientError> {
-        let request =
-            IoRequest::BlockChecksums { fork: self.fork.clone(), offset, length, repair: true, compare: true };
+    pub fn block_checksums(
+        &self,
+        offset: u64,
+        length: u64,
+    ) -> Result<flotilla_proto::ScrubReport, ClientError> {
+        let request = IoRequest::BlockChecksums {
+            fork: self.fork.clone(),
+            offset,
+            length,
+            repair: true,
+            compare: true,
+        };
         match self.simple(request, "block checksums")? {
             IoReply::BlockChecksums(report) => Ok(report),
             other => Err(unexpected("block checksums", &other)),
@@ -178,9 +187,11 @@ async fn simple_call(
         })
         .await?;
     match reply {
-        reply @ (IoReply::Done { .. } | IoReply::Size { .. } | IoReply::Forks(_) | IoReply::Hsm(_)) => {
-            Ok(reply)
-        }
+        reply @ (IoReply::Done { .. }
+        | IoReply::Size { .. }
+        | IoReply::Forks(_)
+        | IoReply::Hsm(_)
+        | IoReply::BlockChecksums(_)) => Ok(reply),
         other => Err(unexpected(what, &other)),
     }
 }

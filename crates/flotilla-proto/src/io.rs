@@ -441,9 +441,13 @@ mod job_id_tests {
         use crate::encode_body;
         let fork =
             ForkRef { target: TargetId(1), file: FileId(2), subfile: SubfileIndex(0), fork: "data".into() };
-        let request = IoRequest::BlockChecksums { fork, offset: 0, length: 4096, repair: true, compare: false };
+        let request =
+            IoRequest::BlockChecksums { fork, offset: 0, length: 4096, repair: true, compare: false };
         assert_eq!(encode_body(&request).unwrap()[0], 22);
-        assert_eq!(encode_body(&IoReply::BlockChecksums(ScrubReport::new(TargetId(1), 0, 4096, 0))).unwrap()[0], 13);
+        assert_eq!(
+            encode_body(&IoReply::BlockChecksums(ScrubReport::new(TargetId(1), 0, 4096, 0))).unwrap()[0],
+            13
+        );
         assert_eq!(encode_body(&crate::ErrorCode::ChecksumMismatch).unwrap()[0], 20);
         assert_eq!(crate::ErrorCode::ChecksumMismatch.errno(), 5);
     }

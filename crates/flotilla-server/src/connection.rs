@@ -272,7 +272,9 @@ impl Reader {
                 Ok(flotilla_replica::Access::Read) => {
                     match self.shared.chain_paths.admit_read(chain, version, &request) {
                         Ok(request @ IoRequest::BlockChecksums { .. }) => {
-                            return self.block_checksums(request_id, (chain, version, request), (held, credit)).await;
+                            return self
+                                .block_checksums(request_id, (chain, version, request), (held, credit))
+                                .await;
                         }
                         Ok(request) => {
                             // A server's read (another member's repair) never repairs here.

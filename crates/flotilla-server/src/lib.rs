@@ -23,9 +23,9 @@ mod membership;
 pub use membership::{ChainsSnapshot, HeldChains};
 pub mod metrics;
 mod reply_writer;
+pub mod scheduler;
 mod scrub;
 mod scrub_plan;
-pub mod scheduler;
 mod server;
 
 pub use config::{ArchiveSettings, ServerConfig};

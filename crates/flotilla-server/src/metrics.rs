@@ -222,9 +222,21 @@ impl Collector for ServerCollector {
         let repairs = &shared.chain_paths.repairs;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let repair_counters = [
-            ("server_repaired_blocks", "Checksum blocks rewritten from another replica (read repair, scrub).", load(&repairs.repaired_blocks)),
-            ("server_unrepaired_blocks", "Blocks that failed their checksum and no other replica could supply.", load(&repairs.unrepaired_blocks)),
-            ("server_checksum_bad_blocks", "Blocks found failing their checksum by repair and scrub checks.", load(&repairs.bad_blocks)),
+            (
+                "server_repaired_blocks",
+                "Checksum blocks rewritten from another replica (read repair, scrub).",
+                load(&repairs.repaired_blocks),
+            ),
+            (
+                "server_unrepaired_blocks",
+                "Blocks that failed their checksum and no other replica could supply.",
+                load(&repairs.unrepaired_blocks),
+            ),
+            (
+                "server_checksum_bad_blocks",
+                "Blocks found failing their checksum by repair and scrub checks.",
+                load(&repairs.bad_blocks),
+            ),
             ("server_scrubbed_bytes", "Bytes the background scrub checked.", load(&repairs.scrubbed_bytes)),
         ];
         for (name, help, value) in repair_counters {

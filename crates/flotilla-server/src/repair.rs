@@ -74,7 +74,8 @@ impl ChainPaths {
             pieces_max: self.executor.limits.pieces_per_request_max,
             bytes_max: self.executor.limits.request_bytes_max,
         };
-        let summary = shape.validate(&limits).map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        let summary =
+            shape.validate(&limits).map_err(|e| WireError::new(ErrorCode::InvalidArgument, e.to_string()))?;
         let length = summary.file_end.saturating_sub(summary.file_start);
         let repair = self.repair_range(chain, fork, summary.file_start, length).await?;
         if let Some(bad) = repair.check.bad.iter().find(|offset| !repair.repaired.contains(offset)) {
@@ -103,8 +104,11 @@ impl ChainPaths {
     ) -> Result<RangeRepair, WireError> {
         let state = self.state(chain);
         let guard = state.lock().await;
-        let unavailable = |why: String| WireError::new(ErrorCode::Unavailable, format!("chain {chain}: {why}"));
-        let Some(info) = self.held.chain(chain) else { return Err(unavailable("not held by this server".into())) };
+        let unavailable =
+            |why: String| WireError::new(ErrorCode::Unavailable, format!("chain {chain}: {why}"));
+        let Some(info) = self.held.chain(chain) else {
+            return Err(unavailable("not held by this server".into()));
+        };
         if !serving(&info, fork.target) || !self.mine.contains(&fork.target) {
             return Err(unavailable(format!("target {} is not a serving member here", fork.target)));
         }
@@ -130,7 +134,12 @@ impl ChainPaths {
                         let store = self.executor.clone();
                         let (owned, data) = (fork.clone(), bytes);
                         let rewritten = tokio::task::spawn_blocking(move || {
-                            let at = flotilla_store::ForkRef::new(owned.target, owned.file, owned.subfile, &owned.fork);
+                            let at = flotilla_store::ForkRef::new(
+                                owned.target,
+                                owned.file,
+                                owned.subfile,
+                                &owned.fork,
+                            );
                             store.store.rewrite_blocks(&at, start, &data)
                         })
                         .await;
@@ -147,7 +156,9 @@ impl ChainPaths {
                                 done = true;
                                 break;
                             }
-                            Ok(Err(error)) => repair.notes.push(format!("rewrite of {start}..{end}: {error}")),
+                            Ok(Err(error)) => {
+                                repair.notes.push(format!("rewrite of {start}..{end}: {error}"))
+                            }
                             Err(error) => repair.notes.push(format!("rewrite of {start}..{end}: {error}")),
                         }
                     }
@@ -169,7 +180,12 @@ impl ChainPaths {
     }
 
     /// This member's check of its blocks (`Store::check_blocks`), on a blocking thread.
-    async fn check(&self, fork: &ForkRef, offset: u64, length: u64) -> Result<flotilla_store::BlockCheck, WireError> {
+    async fn check(
+        &self,
+        fork: &ForkRef,
+        offset: u64,
+        length: u64,
+    ) -> Result<flotilla_store::BlockCheck, WireError> {
         let executor = self.executor.clone();
         let fork = fork.clone();
         let checked = tokio::task::spawn_blocking(move || {
@@ -200,10 +216,9 @@ impl ChainPaths {
         let request = IoRequest::Chained { chain, version, request: Box::new(read) };
         match self.ask_peer(source, &request).await? {
             (IoReply::Data, data) if data.len() as u64 == length => Ok(data),
-            (IoReply::Data, data) => Err(WireError::new(
-                ErrorCode::Io,
-                format!("asked {length} bytes, got {}", data.len()),
-            )),
+            (IoReply::Data, data) => {
+                Err(WireError::new(ErrorCode::Io, format!("asked {length} bytes, got {}", data.len())))
+            }
             (other, _) => Err(unexpected(other)),
         }
     }
@@ -211,7 +226,8 @@ impl ChainPaths {
     /// Sends `request` to the server of member `target` and waits at most
     /// `chain_forward_timeout_ms` for the answer.
     async fn ask_peer(&self, target: TargetId, request: &IoRequest) -> Result<(IoReply, Vec<u8>), WireError> {
-        let unavailable = |why: String| WireError::new(ErrorCode::Unavailable, format!("target {target}: {why}"));
+        let unavailable =
+            |why: String| WireError::new(ErrorCode::Unavailable, format!("target {target}: {why}"));
         let Some(addr) = self.held.address(target) else {
             self.held.address_failed();
             return Err(unavailable("no address known".into()));
@@ -252,7 +268,8 @@ impl ChainPaths {
     /// caller): this member's check (and repair), then, with `compare`, every other serving
     /// member's, compared.
     pub(crate) async fn block_checksums(&self, chain: u32, version: u64, request: &IoRequest) -> IoReply {
-        let IoRequest::BlockChecksums { fork, offset, length, repair, compare: compare_members } = request else {
+        let IoRequest::BlockChecksums { fork, offset, length, repair, compare: compare_members } = request
+        else {
             return IoReply::Error(WireError::new(ErrorCode::BadRequest, "not a BlockChecksums request"));
         };
         let block_bytes = match self.executor.store.checksum_block_bytes(fork.target) {

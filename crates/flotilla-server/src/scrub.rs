@@ -17,7 +17,12 @@ use std::time::Duration;
 const IDLE_PAUSE: Duration = Duration::from_secs(5);
 
 /// Runs passes forever at `bytes_per_s` (never when 0).
-pub(crate) async fn scrub_loop(paths: Arc<ChainPaths>, held: Arc<HeldChains>, bytes_per_s: u64, step_bytes: u64) {
+pub(crate) async fn scrub_loop(
+    paths: Arc<ChainPaths>,
+    held: Arc<HeldChains>,
+    bytes_per_s: u64,
+    step_bytes: u64,
+) {
     if bytes_per_s == 0 {
         return;
     }
@@ -41,7 +46,8 @@ async fn pass(paths: &ChainPaths, held: &HeldChains, bytes_per_s: u64, step_byte
         }
         let mut after = 0u64;
         loop {
-            let ask = MetaRequest::ChainSubfiles { chain: info.chain, after, scan_max: CHAIN_SUBFILES_SCAN_MAX };
+            let ask =
+                MetaRequest::ChainSubfiles { chain: info.chain, after, scan_max: CHAIN_SUBFILES_SCAN_MAX };
             let (subfiles, next) = match held.ask_meta(ask, Duration::from_secs(10)).await {
                 Ok(MetaReply::ChainSubfiles { subfiles, next }) => (subfiles, next),
                 Ok(other) => {
@@ -54,7 +60,14 @@ async fn pass(paths: &ChainPaths, held: &HeldChains, bytes_per_s: u64, step_byte
                 }
             };
             for (file, subfile) in subfiles {
-                checked += subfile_pass(paths, info.chain, me, (FileId(file), SubfileIndex(subfile)), (bytes_per_s, step_bytes)).await;
+                checked += subfile_pass(
+                    paths,
+                    info.chain,
+                    me,
+                    (FileId(file), SubfileIndex(subfile)),
+                    (bytes_per_s, step_bytes),
+                )
+                .await;
             }
             match next {
                 Some(next) => after = next,
@@ -87,7 +100,9 @@ async fn subfile_pass(
                     repaired = done.repaired.len(), "scrub found blocks failing their checksum"
                 ),
                 Ok(_) => {}
-                Err(error) => tracing::debug!(chain, %file, subfile = subfile.0, %error, "scrub step skipped"),
+                Err(error) => {
+                    tracing::debug!(chain, %file, subfile = subfile.0, %error, "scrub step skipped")
+                }
             }
             paths.repairs.scrubbed_bytes.fetch_add(length, Ordering::Relaxed);
             checked += length;

@@ -135,16 +135,22 @@ mod tests {
     }
 
     fn chain(states: &[(u64, ChainMemberState)]) -> ChainInfo {
-        let members =
-            states.iter().map(|(target, state)| ChainMember { target: TargetId(*target), state: *state }).collect();
+        let members = states
+            .iter()
+            .map(|(target, state)| ChainMember { target: TargetId(*target), state: *state })
+            .collect();
         ChainInfo { chain: 1, version: 4, members }
     }
 
     #[test]
     fn sources_are_the_other_serving_members_in_chain_order() {
         let syncing = ChainMemberState::Syncing { missed_since: 2, full: false };
-        let info =
-            chain(&[(3, ChainMemberState::Serving), (1, syncing), (2, ChainMemberState::Serving), (5, ChainMemberState::Serving)]);
+        let info = chain(&[
+            (3, ChainMemberState::Serving),
+            (1, syncing),
+            (2, ChainMemberState::Serving),
+            (5, ChainMemberState::Serving),
+        ]);
         assert_eq!(repair_sources(&info, TargetId(2)), vec![TargetId(3), TargetId(5)]);
         assert!(serving(&info, TargetId(2)));
         assert!(!serving(&info, TargetId(1)));

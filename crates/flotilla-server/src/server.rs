@@ -370,7 +370,8 @@ fn execute(shared: &Arc<Shared>, job: Job) {
 /// here is handed to a repair task (`chain_path::repair`), which rewrites the bad blocks
 /// from another serving member and runs the read again; its reply is delivered then.
 fn repair_first(shared: &Arc<Shared>, mut job: Job, reply: Reply) -> Option<(Job, Reply)> {
-    let failed = matches!(&reply.message, IoReply::Error(e) if e.code == flotilla_proto::ErrorCode::ChecksumMismatch);
+    let failed =
+        matches!(&reply.message, IoReply::Error(e) if e.code == flotilla_proto::ErrorCode::ChecksumMismatch);
     let Some(chain) = job.repair_chain.take().filter(|_| failed) else { return Some((job, reply)) };
     let back = shared.clone();
     shared.runtime.spawn(async move {
@@ -379,12 +380,19 @@ fn repair_first(shared: &Arc<Shared>, mut job: Job, reply: Reply) -> Option<(Job
         let reply = match repaired {
             Ok(_) => {
                 let (request_id, request) = (job.request_id, job.request.clone());
-                let ran = tokio::task::spawn_blocking(move || executor.execute(request_id, &request, &[], false)).await;
+                let ran =
+                    tokio::task::spawn_blocking(move || executor.execute(request_id, &request, &[], false))
+                        .await;
                 ran.unwrap_or(reply)
             }
             Err(error) => {
                 tracing::warn!(chain, %error, "read repair failed; the read fails");
-                Reply { request_id: job.request_id, message: IoReply::Error(error), data: Vec::new(), memory: None }
+                Reply {
+                    request_id: job.request_id,
+                    message: IoReply::Error(error),
+                    data: Vec::new(),
+                    memory: None,
+                }
             }
         };
         tokio::task::spawn_blocking(move || deliver(&back, job, reply));

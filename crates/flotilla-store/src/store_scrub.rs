@@ -38,7 +38,12 @@ impl Store {
     /// fork's size) against their entries, reading the data from disk (not the cache).
     /// A block found bad is checked once more after the fork is synced again, so a write
     /// racing the check is not taken for damage.
-    pub fn check_blocks(&self, fork: &ForkRef<'_>, offset: u64, length: u64) -> Result<BlockCheck, StoreError> {
+    pub fn check_blocks(
+        &self,
+        fork: &ForkRef<'_>,
+        offset: u64,
+        length: u64,
+    ) -> Result<BlockCheck, StoreError> {
         let live = self.fork(fork)?;
         let _shared = live.lock_shared()?;
         self.sync_locked(&live)?;
@@ -46,7 +51,8 @@ impl Store {
         let size_bytes = live.size_bytes();
         let first = offset / block_bytes * block_bytes;
         let end = offset.saturating_add(length).min(size_bytes).next_multiple_of(block_bytes);
-        let mut check = BlockCheck { block_bytes, size_bytes, offset: first, entries: Vec::new(), bad: Vec::new() };
+        let mut check =
+            BlockCheck { block_bytes, size_bytes, offset: first, entries: Vec::new(), bad: Vec::new() };
         let mut at = first;
         while at < end {
             let chunk = (end - at).min(CHECK_CHUNK_BYTES.max(block_bytes)) / block_bytes * block_bytes;
@@ -81,8 +87,9 @@ impl Store {
         block_bytes: u64,
     ) -> Result<(Vec<u32>, Vec<u64>), StoreError> {
         let backend = live.backend()?;
-        let failed =
-            |what: &str, error| StoreError::io(format!("{what} bytes {offset}..{} of {live}", offset + length), error);
+        let failed = |what: &str, error| {
+            StoreError::io(format!("{what} bytes {offset}..{} of {live}", offset + length), error)
+        };
         let mut data = vec![0u8; length as usize];
         backend.read_at(offset, &mut [&mut data[..]]).map_err(|error| failed("check", error))?;
         let mut entries = vec![0u32; (length / block_bytes) as usize];
@@ -131,14 +138,16 @@ impl Store {
         let cache_end = end.next_multiple_of(1 << shift) >> shift;
         let (_runs, gate) = self.cache.begin_bulk(live.serial(), offset >> shift, cache_end, true);
         let backend = live.backend()?;
-        let failed = |what: &str, error| StoreError::io(format!("{what} bytes {offset}..{end} of {live}"), error);
+        let failed =
+            |what: &str, error| StoreError::io(format!("{what} bytes {offset}..{end} of {live}"), error);
         let mut entries = Vec::with_capacity(data.len() / block_bytes as usize + 1);
         checksum::crcs_of(data, block_bytes as usize, &mut entries);
-        let written = backend.write_at(offset, &[data]).map_err(|error| failed("rewrite", error)).and_then(|()| {
-            backend
-                .write_checksums(offset / block_bytes, &entries)
-                .map_err(|error| failed("rewrite the checksums of", error))
-        });
+        let written =
+            backend.write_at(offset, &[data]).map_err(|error| failed("rewrite", error)).and_then(|()| {
+                backend
+                    .write_checksums(offset / block_bytes, &entries)
+                    .map_err(|error| failed("rewrite the checksums of", error))
+            });
         live.mark_unsynced();
         drop(gate);
         written?;
