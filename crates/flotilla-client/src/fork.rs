@@ -128,7 +128,7 @@ impl Fork {
             compare: true,
         };
         match self.simple(request, "block checksums")? {
-            IoReply::BlockChecksums(report) => Ok(report),
+            IoReply::BlockChecksums(report) => Ok(*report),
             other => Err(unexpected("block checksums", &other)),
         }
     }

@@ -426,8 +426,9 @@ pub enum IoReply {
     Forwarded(crate::chains::ForwardAck),
     /// A forward was refused by the fencing check or the order.
     ForwardRefused(crate::chains::ForwardRefused),
-    /// Scrub: the answer to `BlockChecksums`.
-    BlockChecksums(ScrubReport),
+    /// Scrub: the answer to `BlockChecksums` (boxed: it is much larger than the others;
+    /// the wire form is the report's).
+    BlockChecksums(Box<ScrubReport>),
 }
 
 #[cfg(test)]
@@ -445,7 +446,8 @@ mod job_id_tests {
             IoRequest::BlockChecksums { fork, offset: 0, length: 4096, repair: true, compare: false };
         assert_eq!(encode_body(&request).unwrap()[0], 22);
         assert_eq!(
-            encode_body(&IoReply::BlockChecksums(ScrubReport::new(TargetId(1), 0, 4096, 0))).unwrap()[0],
+            encode_body(&IoReply::BlockChecksums(Box::new(ScrubReport::new(TargetId(1), 0, 4096, 0))))
+                .unwrap()[0],
             13
         );
         assert_eq!(encode_body(&crate::ErrorCode::ChecksumMismatch).unwrap()[0], 20);

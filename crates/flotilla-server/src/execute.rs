@@ -182,7 +182,7 @@ impl Executor {
                 if !check.bad.is_empty() {
                     notes.push(format!("target {} holds the only copy: bad blocks cannot be repaired", fork.target));
                 }
-                Ok(IoReply::BlockChecksums(crate::chain_path::report_of(fork.target, check, &[], notes)))
+                Ok(IoReply::BlockChecksums(Box::new(crate::chain_path::report_of(fork.target, check, &[], notes))))
             }
             IoRequest::Chained { chain, version, .. } => Err(WireError::new(
                 ErrorCode::Unsupported,

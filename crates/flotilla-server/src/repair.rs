@@ -300,11 +300,11 @@ impl ChainPaths {
         }
         let mut report = report_of(fork.target, check, &repaired, notes);
         if !*compare_members {
-            return IoReply::BlockChecksums(report);
+            return IoReply::BlockChecksums(Box::new(report));
         }
         let Some(info) = self.held.chain(chain) else {
             report.notes.push(format!("chain {chain} is no longer held here"));
-            return IoReply::BlockChecksums(report);
+            return IoReply::BlockChecksums(Box::new(report));
         };
         let mut theirs = Vec::new();
         for source in repair_sources(&info, fork.target) {
@@ -313,7 +313,7 @@ impl ChainPaths {
             let ask = IoRequest::BlockChecksums { fork: at, offset, length, repair: *repair, compare: false };
             let request = IoRequest::Chained { chain, version, request: Box::new(ask) };
             match self.ask_peer(source, &request).await {
-                Ok((IoReply::BlockChecksums(other), _)) => theirs.push(other),
+                Ok((IoReply::BlockChecksums(other), _)) => theirs.push(*other),
                 Ok((other, _)) => report.notes.push(format!("target {source}: {}", unexpected(other))),
                 Err(error) => report.notes.push(format!("target {source} not compared: {error}")),
             }
@@ -327,7 +327,7 @@ impl ChainPaths {
         }
         report.differing = comparison.differing;
         report.notes.extend(comparison.notes);
-        IoReply::BlockChecksums(report)
+        IoReply::BlockChecksums(Box::new(report))
     }
 }
 
