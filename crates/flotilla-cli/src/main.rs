@@ -16,6 +16,7 @@ mod mount;
 mod mount_helper;
 mod ops;
 mod publish;
+mod scrub;
 mod show;
 
 use clap::{Parser, Subcommand};
@@ -87,6 +88,9 @@ enum Command {
     /// moving it between the disks and the archive.
     #[command(subcommand)]
     Hsm(hsm::HsmCommand),
+    /// Checks every block of the files under PATH against its checksum; replicated files'
+    /// replicas are compared and bad blocks repaired from a good replica.
+    Scrub(scrub::ScrubArgs),
     /// Mounts the file system (POSIX, through FUSE) and serves it until Ctrl-C or SIGTERM.
     Mount(mount::MountArgs),
     /// Unmounts a mount (also after the mount process was killed).
@@ -221,6 +225,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Install { dir, remove } => mount_helper::install(&dir, remove),
         Command::Fork(command) => files::fork(command),
         Command::Hsm(command) => hsm::run(command),
+        Command::Scrub(args) => scrub::scrub(args),
         Command::Layout(command) => files::layout(command),
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),

@@ -112,6 +112,36 @@ impl File {
         }
     }
 
+    /// `flotilla scrub` on every fork of every subfile: each range's checksums checked on
+    /// disk and, for a replicated subfile, compared across its serving members and bad
+    /// blocks repaired from a member whose block verifies (`Fork::block_checksums`). A
+    /// subfile not yet created on its server has no forks.
+    pub fn scrub(&self) -> Result<Vec<ForkScrub>, ClientError> {
+        let mut found = Vec::new();
+        for subfile in 0..self.subfile_count() {
+            let forks = match self.list_forks(subfile) {
+                Ok(forks) => forks,
+                Err(error) if error.code() == Some(flotilla_proto::ErrorCode::NotFound) => continue,
+                Err(error) => return Err(error),
+            };
+            for info in forks {
+                let fork = self.fork(subfile, &info.name)?;
+                let mut offset = 0u64;
+                // At most SCRUB_BLOCKS_MAX blocks of 256 bytes or more per request.
+                let step = (flotilla_proto::SCRUB_BLOCKS_MAX * 256).max(1);
+                loop {
+                    let report = fork.block_checksums(offset, step)?;
+                    found.push(ForkScrub { subfile, fork: info.name.clone(), report });
+                    offset += step;
+                    if offset >= info.size_bytes {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// `flotilla hsm` on every fork of every subfile: the action, then each fork's state. A
     /// subfile not yet created on its server (created on first write) has no forks.
     /// A release is refused whole, before any fork is released, if some fork's archive copy
@@ -516,6 +546,14 @@ pub struct ForkHsm {
     pub fork: String,
     pub server: String,
     pub state: flotilla_proto::HsmForkState,
+}
+
+/// One range of one fork as `File::scrub` found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkScrub {
+    pub subfile: u32,
+    pub fork: String,
+    pub report: flotilla_proto::ScrubReport,
 }
 
 pub fn subfile_lengths(layout: Layout, entry: &EntryInfo, size_bytes: u64) -> Result<Vec<u64>, ClientError> {

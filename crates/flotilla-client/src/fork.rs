@@ -111,6 +111,28 @@ impl Fork {
         }
     }
 
+    /// Scrub (`flotilla scrub`): the checksums of `length` bytes from `offset` (at most
+    /// `SCRUB_BLOCKS_MAX` checksum blocks), each block checked on disk by the member that
+    /// answers; for a replicated subfile that member also asks every other serving member,
+    /// compares, and bad blocks are rewritten from a member whose block verifies.
+    pub fn block_checksums(
+        &self,
+        offset: u64,
+        length: u64,
+    ) -> Result<flotilla_proto::ScrubReport, ClientError> {
+        let request = IoRequest::BlockChecksums {
+            fork: self.fork.clone(),
+            offset,
+            length,
+            repair: true,
+            compare: true,
+        };
+        match self.simple(request, "block checksums")? {
+            IoReply::BlockChecksums(report) => Ok(*report),
+            other => Err(unexpected("block checksums", &other)),
+        }
+    }
+
     /// Preallocates the fork to at least `size_bytes` (Galley's `gfs_extend`).
     pub fn extend(&self, size_bytes: u64) -> Result<(), ClientError> {
         self.simple(IoRequest::Extend { fork: self.fork.clone(), size_bytes }, "extend").map(|_| ())
@@ -165,9 +187,11 @@ async fn simple_call(
         })
         .await?;
     match reply {
-        reply @ (IoReply::Done { .. } | IoReply::Size { .. } | IoReply::Forks(_) | IoReply::Hsm(_)) => {
-            Ok(reply)
-        }
+        reply @ (IoReply::Done { .. }
+        | IoReply::Size { .. }
+        | IoReply::Forks(_)
+        | IoReply::Hsm(_)
+        | IoReply::BlockChecksums(_)) => Ok(reply),
         other => Err(unexpected(what, &other)),
     }
 }

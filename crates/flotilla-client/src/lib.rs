@@ -47,7 +47,7 @@ pub use client::{job_from_env, process_caller, Client, ClientConfig, CreateOptio
 pub use env::{JOB_ENV_DEFAULT, JOB_ENV_ENV, KEY_ENV, META_ENV, METRICS_LISTEN_ENV};
 pub use enwrich::{EnwrichFile, EnwrichOptions};
 pub use error::ClientError;
-pub use file::{subfile_lengths, File, ForkHsm};
+pub use file::{subfile_lengths, File, ForkHsm, ForkScrub};
 pub use flotilla_proto::buffers::{BufferPool, POOLED_BYTES_MIN};
 pub use flotilla_proto::TokenMode;
 pub use flotilla_proto::{

@@ -63,7 +63,10 @@ pub(crate) enum Access {
 /// Whether `request` changes the subfile (goes to the head) or only reads it.
 pub(crate) fn access_of(request: &IoRequest) -> Access {
     match request {
-        IoRequest::Read { .. } | IoRequest::ForkSize { .. } | IoRequest::ListForks { .. } => Access::Read,
+        IoRequest::Read { .. }
+        | IoRequest::ForkSize { .. }
+        | IoRequest::ListForks { .. }
+        | IoRequest::BlockChecksums { .. } => Access::Read,
         _ => Access::Change,
     }
 }
@@ -115,7 +118,8 @@ fn retarget(request: &IoRequest, target: TargetId) -> IoRequest {
         | IoRequest::Extend { fork, .. }
         | IoRequest::Truncate { fork, .. }
         | IoRequest::Sync { fork }
-        | IoRequest::Hsm { fork, .. } => Some(fork),
+        | IoRequest::Hsm { fork, .. }
+        | IoRequest::BlockChecksums { fork, .. } => Some(fork),
         IoRequest::ListForks { target: at, .. }
         | IoRequest::CreateSubfile { target: at, .. }
         | IoRequest::RemoveSubfile { target: at, .. } => {

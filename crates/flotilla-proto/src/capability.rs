@@ -146,6 +146,8 @@ pub fn needs(request: &IoRequest) -> Option<(FileId, u32, Rights)> {
             (fork.file, fork.subfile.0, Rights::WRITE)
         }
         IoRequest::Hsm { fork, .. } => (fork.file, fork.subfile.0, Rights::READ),
+        // A scrub only rewrites a block with the bytes another replica holds: a reader's right.
+        IoRequest::BlockChecksums { fork, .. } => (fork.file, fork.subfile.0, Rights::READ),
         IoRequest::Hello { .. }
         | IoRequest::RemoveSubfile { .. }
         | IoRequest::With { .. }
@@ -189,6 +191,7 @@ pub fn request_name(request: &IoRequest) -> &'static str {
         IoRequest::HsmStatus => "hsm status",
         IoRequest::Forward { .. } => "chain forward",
         IoRequest::Chained { .. } => "chained request",
+        IoRequest::BlockChecksums { .. } => "block checksums",
     }
 }
 

@@ -133,6 +133,57 @@ pub enum IoRequest {
         version: u64,
         request: Box<IoRequest>,
     },
+    /// Scrub (issue 32): the stored per-block checksums of `length` bytes of a fork from
+    /// `offset` (rounded out to checksum blocks, at most [`SCRUB_BLOCKS_MAX`] blocks), each
+    /// block read from disk and verified against its entry. With `repair`, a member of a
+    /// replicated subfile rewrites its bad blocks from another serving member; with
+    /// `compare`, it also asks every other serving member for the same (each verifying its
+    /// own) and repairs whichever member's blocks fail. Replied `BlockChecksums`. Sent inside
+    /// `Chained` to a serving member for a replicated subfile (a read: any serving member).
+    BlockChecksums {
+        fork: ForkRef,
+        offset: u64,
+        length: u64,
+        repair: bool,
+        compare: bool,
+    },
+}
+
+/// Most checksum blocks one `BlockChecksums` request covers.
+pub const SCRUB_BLOCKS_MAX: u64 = 16_384;
+
+/// One checksum block found bad (or repaired) on one member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubBlock {
+    pub target: TargetId,
+    /// Fork offset of the block.
+    pub offset: u64,
+}
+
+/// A member's answer to `BlockChecksums`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// The member that answered.
+    pub target: TargetId,
+    /// Offset of the first block (a multiple of `block_bytes`).
+    pub offset: u64,
+    /// Bytes one entry covers on the answering member.
+    pub block_bytes: u64,
+    /// The fork's size on the answering member.
+    pub size_bytes: u64,
+    /// The stored entry of each block below the fork's end, after any repair.
+    pub entries: Vec<u32>,
+    /// Members whose checksums were compared (1: only the answering one).
+    pub members: u32,
+    /// Blocks whose data failed their entry, on any compared member.
+    pub bad: Vec<ScrubBlock>,
+    /// Blocks rewritten from a member whose block verified.
+    pub repaired: Vec<ScrubBlock>,
+    /// Offsets where members' entries differ although each verifies (replicas diverged), or
+    /// members could not be compared (sizes or block sizes differ); not repaired.
+    pub differing: Vec<u64>,
+    /// Why a member could not be asked or a block could not be repaired.
+    pub notes: Vec<String>,
 }
 
 /// What `flotilla hsm` asks of a fork.
@@ -276,6 +327,24 @@ pub struct ServerStats {
     pub jobs: Vec<JobStats>,
 }
 
+impl ScrubReport {
+    /// An empty report of `target` for blocks of `block_bytes` from `offset`.
+    pub fn new(target: TargetId, offset: u64, block_bytes: u64, size_bytes: u64) -> ScrubReport {
+        ScrubReport {
+            target,
+            offset,
+            block_bytes,
+            size_bytes,
+            entries: Vec::new(),
+            members: 1,
+            bad: Vec::new(),
+            repaired: Vec::new(),
+            differing: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+}
+
 impl IoRequest {
     /// The postcard variant index of `With` (see `capability::WithRef`).
     pub const WITH_VARIANT_INDEX: u32 = 12;
@@ -292,7 +361,8 @@ impl IoRequest {
             | IoRequest::Extend { fork, .. }
             | IoRequest::Truncate { fork, .. }
             | IoRequest::Sync { fork }
-            | IoRequest::Hsm { fork, .. } => Some(fork.target),
+            | IoRequest::Hsm { fork, .. }
+            | IoRequest::BlockChecksums { fork, .. } => Some(fork.target),
             IoRequest::CreateSubfile { target, .. }
             | IoRequest::RemoveSubfile { target, .. }
             | IoRequest::ListForks { target, .. } => Some(*target),
@@ -356,11 +426,33 @@ pub enum IoReply {
     Forwarded(crate::chains::ForwardAck),
     /// A forward was refused by the fencing check or the order.
     ForwardRefused(crate::chains::ForwardRefused),
+    /// Scrub: the answer to `BlockChecksums` (boxed: it is much larger than the others;
+    /// the wire form is the report's).
+    BlockChecksums(Box<ScrubReport>),
 }
 
 #[cfg(test)]
 mod job_id_tests {
     use super::*;
+
+    /// Scrub: `BlockChecksums` is I/O request 22 and I/O reply 13; `ChecksumMismatch` is
+    /// error code 20 (docs/protocol.md).
+    #[test]
+    fn scrub_indexes_are_the_documented_ones() {
+        use crate::encode_body;
+        let fork =
+            ForkRef { target: TargetId(1), file: FileId(2), subfile: SubfileIndex(0), fork: "data".into() };
+        let request =
+            IoRequest::BlockChecksums { fork, offset: 0, length: 4096, repair: true, compare: false };
+        assert_eq!(encode_body(&request).unwrap()[0], 22);
+        assert_eq!(
+            encode_body(&IoReply::BlockChecksums(Box::new(ScrubReport::new(TargetId(1), 0, 4096, 0))))
+                .unwrap()[0],
+            13
+        );
+        assert_eq!(encode_body(&crate::ErrorCode::ChecksumMismatch).unwrap()[0], 20);
+        assert_eq!(crate::ErrorCode::ChecksumMismatch.errno(), 5);
+    }
 
     #[test]
     fn job_ids_are_bounded_and_label_safe() {

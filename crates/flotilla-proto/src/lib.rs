@@ -38,7 +38,8 @@ pub use frame::{
 pub use group::{GroupReply, GroupRequest};
 pub use io::{
     check_job_id, FlushEntry, FlushJob, ForkInfo, ForkRef, HsmAction, HsmForkState, IoReply, IoRequest,
-    JobStats, PullRange, Residency, ServerStats, TargetTierStatus, JOB_ID_BYTES_MAX,
+    JobStats, PullRange, Residency, ScrubBlock, ScrubReport, ServerStats, TargetTierStatus, JOB_ID_BYTES_MAX,
+    SCRUB_BLOCKS_MAX,
 };
 pub use meta::{
     CreateSpec, DeleteOrder, DirEntryInfo, EntryInfo, JobEvent, MetaReply, MetaRequest, ReplicaPlace,

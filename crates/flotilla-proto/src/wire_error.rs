@@ -42,6 +42,9 @@ pub enum ErrorCode {
     /// expired, or the reply asked for was dropped): open a new session; the change's
     /// outcome is unknown if it was sent before.
     SessionExpired,
+    /// Stored data failed its per-block CRC32C and no other replica could answer for it
+    /// (a file with one copy, or every copy bad); the message names the fork and offset.
+    ChecksumMismatch,
 }
 
 impl ErrorCode {
@@ -65,6 +68,7 @@ impl ErrorCode {
             ErrorCode::Recovering => 11,
             ErrorCode::LockLost => 37,
             ErrorCode::SessionExpired => 116,
+            ErrorCode::ChecksumMismatch => 5,
         }
     }
 }

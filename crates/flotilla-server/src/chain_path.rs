@@ -27,6 +27,11 @@
 //! sending it anything else, then reports `SyncDone`; `resync_pass` runs it on every new
 //! view even when no write comes. Range records instead of whole copies are the next step.
 
+// Read repair and scrub (issue 32) run under this module's per-chain lock.
+#[path = "repair.rs"]
+mod repair;
+pub(crate) use repair::{report_of, RepairCounters};
+
 use crate::chain_write::{
     copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order,
     resync_step, retarget, retarget_entry, store_request, Admitted, Copied, Early, Lease, MemberLog, Payload,
@@ -139,6 +144,8 @@ pub(crate) struct ChainPaths {
     peers: parking_lot::Mutex<HashMap<String, Arc<Connection>>>,
     /// The resync copies' bytes, bounded by `resync_bytes_per_s`.
     copy_rate: crate::rate::ByteRate,
+    /// Read repair and scrub counters (`repair.rs`).
+    pub(crate) repairs: RepairCounters,
 }
 
 impl ChainPaths {
@@ -162,6 +169,7 @@ impl ChainPaths {
                 config.resync_bytes_per_s,
                 (config.resync_bytes_per_s / 10).max(config.copy_chunk_bytes),
             ),
+            repairs: RepairCounters::default(),
         }
     }
 

@@ -225,7 +225,10 @@ pub(crate) fn my_member(chain: &ChainInfo, mine: &[TargetId]) -> Option<TargetId
 /// the head only, then sent down the chain); anything else cannot be chained.
 pub(crate) fn access_of(request: &IoRequest) -> Result<Access, WireError> {
     match request {
-        IoRequest::Read { .. } | IoRequest::ForkSize { .. } | IoRequest::ListForks { .. } => Ok(Access::Read),
+        IoRequest::Read { .. }
+        | IoRequest::ForkSize { .. }
+        | IoRequest::ListForks { .. }
+        | IoRequest::BlockChecksums { .. } => Ok(Access::Read),
         IoRequest::Write { .. }
         | IoRequest::Truncate { .. }
         | IoRequest::Extend { .. }
@@ -408,7 +411,8 @@ pub(crate) fn retarget(request: &IoRequest, target: TargetId) -> IoRequest {
         | IoRequest::Extend { fork, .. }
         | IoRequest::Truncate { fork, .. }
         | IoRequest::Sync { fork }
-        | IoRequest::Hsm { fork, .. } => fork.target = target,
+        | IoRequest::Hsm { fork, .. }
+        | IoRequest::BlockChecksums { fork, .. } => fork.target = target,
         IoRequest::CreateSubfile { target: t, .. }
         | IoRequest::RemoveSubfile { target: t, .. }
         | IoRequest::ListForks { target: t, .. } => *t = target,

@@ -168,6 +168,12 @@ pub struct ServerConfig {
     /// Bytes per second every resync copy of this server takes together (a token bucket;
     /// 0: unlimited), so a rebuild leaves foreground programs most of the bandwidth.
     pub resync_bytes_per_s: u64,
+    /// Background scrub (issue 32): bytes per second this server reads back from disk and
+    /// checks against their checksums, over its serving members of replicated subfiles,
+    /// repairing bad blocks from another member; 0 turns it off.
+    pub scrub_bytes_per_s: u64,
+    /// Bytes one background scrub step checks (under its chain's lock, as a repair).
+    pub scrub_step_bytes: u64,
 }
 
 impl ServerConfig {
@@ -317,6 +323,8 @@ impl Default for ServerConfig {
             chain_copy_chunk_bytes: 1 << 20,
             chain_resync_period_ms: 1000,
             resync_bytes_per_s: 200_000_000,
+            scrub_bytes_per_s: 4 << 20,
+            scrub_step_bytes: 1 << 20,
         }
     }
 }

@@ -43,6 +43,9 @@ pub(crate) struct Job {
     pub by_capability: bool,
     /// It was parked once while its blocks were loaded; it runs when taken again.
     pub parked_once: bool,
+    /// A client's read of a replicated subfile, on this chain: a checksum mismatch is
+    /// repaired from another replica and the read run again (`chain_path::repair`).
+    pub repair_chain: Option<u32>,
 }
 
 /// Bytes a request holds of its connection's credit, given back on drop.
@@ -100,6 +103,8 @@ pub(crate) struct Shared {
     pub chains: Arc<crate::membership::HeldChains>,
     /// Every chain's data path on this server (heads, members, forwarding).
     pub chain_paths: Arc<crate::chain_path::ChainPaths>,
+    /// The runtime read repairs run on (workers are plain threads).
+    pub runtime: tokio::runtime::Handle,
 }
 
 /// Most bytes of idle request buffers the server keeps for reuse (beyond the data budget
@@ -256,6 +261,7 @@ impl Reader {
         }
         // Replication (issue 32): a read is fenced here and runs as any read; a change goes
         // to the chain's data path (the head applies it and sends it down the chain).
+        let mut repair_chain = None;
         let request = match request {
             IoRequest::Chained { chain, version, request } => match crate::chain_write::access_of(&request) {
                 Err(error) => return self.refuse(request_id, error.code, error.message).await,
@@ -265,7 +271,18 @@ impl Reader {
                 }
                 Ok(flotilla_replica::Access::Read) => {
                     match self.shared.chain_paths.admit_read(chain, version, &request) {
-                        Ok(request) => request,
+                        Ok(request @ IoRequest::BlockChecksums { .. }) => {
+                            return self
+                                .block_checksums(request_id, (chain, version, request), (held, credit))
+                                .await;
+                        }
+                        Ok(request) => {
+                            // A server's read (another member's repair) never repairs here.
+                            if self.principal.role != flotilla_auth::Role::Server {
+                                repair_chain = Some(chain);
+                            }
+                            request
+                        }
                         Err(refused) => {
                             let message = IoReply::ForwardRefused(refused);
                             let reply = Reply { request_id, message, data: Vec::new(), memory: None };
@@ -293,6 +310,7 @@ impl Reader {
             job,
             by_capability,
             parked_once: false,
+            repair_chain,
         };
         if let Some(metrics) = &self.shared.metrics {
             metrics.queued(1);
@@ -372,6 +390,25 @@ impl Reader {
             let reply = shared.chain_paths.change(request_id, (chain, version), request, data).await;
             drop(held);
             let _ = replies.send(reply).await;
+            drop(slot);
+        });
+        true
+    }
+
+    /// Scrub: a chained `BlockChecksums` (fenced as a read) on its own task: it may repair
+    /// and ask the other members, holding a queue slot and its credit meanwhile.
+    async fn block_checksums(
+        &self,
+        request_id: u64,
+        (chain, version, request): (u32, u64, IoRequest),
+        held: (Reservation, Credit),
+    ) -> bool {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
+        let (shared, replies) = (self.shared.clone(), self.replies.clone());
+        tokio::spawn(async move {
+            let message = shared.chain_paths.block_checksums(chain, version, &request).await;
+            drop(held);
+            let _ = replies.send(Reply { request_id, message, data: Vec::new(), memory: None }).await;
             drop(slot);
         });
         true

@@ -171,6 +171,19 @@ impl Executor {
             IoRequest::Forward { .. } => {
                 Err(WireError::new(ErrorCode::BadRequest, "chain forward not routed to the chain logs"))
             }
+            // A file with one copy: its blocks are checked; nothing can repair them.
+            IoRequest::BlockChecksums { fork, offset, length, .. } => {
+                let block_bytes = store.checksum_block_bytes(fork.target).map_err(store_error)?;
+                let (offset, length) =
+                    crate::scrub_plan::scrub_range(*offset, *length, block_bytes, flotilla_proto::SCRUB_BLOCKS_MAX)
+                        .map_err(|message| WireError::new(ErrorCode::OverLimit, message))?;
+                let check = store.check_blocks(&store_fork(fork), offset, length).map_err(store_error)?;
+                let mut notes = Vec::new();
+                if !check.bad.is_empty() {
+                    notes.push(format!("target {} holds the only copy: bad blocks cannot be repaired", fork.target));
+                }
+                Ok(IoReply::BlockChecksums(Box::new(crate::chain_path::report_of(fork.target, check, &[], notes))))
+            }
             IoRequest::Chained { chain, version, .. } => Err(WireError::new(
                 ErrorCode::Unsupported,
                 format!("chained request for chain {chain} v{version}: replicated writes are not served by this build"),
@@ -353,6 +366,7 @@ pub(crate) fn store_error(error: StoreError) -> WireError {
         StoreError::TargetFull { .. } => ErrorCode::NoSpace,
         StoreError::ShuttingDown => ErrorCode::Unavailable,
         StoreError::NoTier { .. } | StoreError::HsmRefused { .. } => ErrorCode::InvalidArgument,
+        StoreError::ChecksumMismatch { .. } => ErrorCode::ChecksumMismatch,
         _ => ErrorCode::Io,
     };
     if code == ErrorCode::Io {

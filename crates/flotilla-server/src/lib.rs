@@ -25,6 +25,8 @@ pub mod metrics;
 mod rate;
 mod reply_writer;
 pub mod scheduler;
+mod scrub;
+mod scrub_plan;
 mod server;
 
 pub use config::{ArchiveSettings, ServerConfig};

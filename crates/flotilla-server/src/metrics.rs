@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Request kinds, as labels, in the order of [`kind_index`].
-const KINDS: [&str; 21] = [
+const KINDS: [&str; 22] = [
     "hello",
     "read",
     "write",
@@ -37,6 +37,7 @@ const KINDS: [&str; 21] = [
     "hsm_status",
     "forward",
     "chained",
+    "block_checksums",
 ];
 
 /// Most jobs a `Stats` reply or a scrape lists, whatever `jobs_listed_max` says.
@@ -70,6 +71,7 @@ fn kind_index(request: &IoRequest) -> usize {
         IoRequest::HsmStatus => 18,
         IoRequest::Forward { .. } => 19,
         IoRequest::Chained { .. } => 20,
+        IoRequest::BlockChecksums { .. } => 21,
     }
 }
 
@@ -217,6 +219,29 @@ impl Collector for ServerCollector {
         encode_tier(&mut encoder, &shared.executor.store)?;
         let failures = shared.acceptor.failures();
         write::counter(&mut encoder, "server_auth_failures", "Handshakes refused.", None, failures)?;
+        let repairs = &shared.chain_paths.repairs;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let repair_counters = [
+            (
+                "server_repaired_blocks",
+                "Checksum blocks rewritten from another replica (read repair, scrub).",
+                load(&repairs.repaired_blocks),
+            ),
+            (
+                "server_unrepaired_blocks",
+                "Blocks that failed their checksum and no other replica could supply.",
+                load(&repairs.unrepaired_blocks),
+            ),
+            (
+                "server_checksum_bad_blocks",
+                "Blocks found failing their checksum by repair and scrub checks.",
+                load(&repairs.bad_blocks),
+            ),
+            ("server_scrubbed_bytes", "Bytes the background scrub checked.", load(&repairs.scrubbed_bytes)),
+        ];
+        for (name, help, value) in repair_counters {
+            write::counter(&mut encoder, name, help, None, value)?;
+        }
         let chains = shared.chains.snapshot();
         let held = i64::try_from(chains.chains.len()).unwrap_or(i64::MAX);
         write::gauge(

@@ -8,7 +8,7 @@ use crate::metrics::ServerMetrics;
 use crate::scheduler::{ConnectionId, Scheduler};
 use anyhow::Context;
 use flotilla_auth::{Acceptor, AuthBounds, ClientAuth, Role};
-use flotilla_proto::IoRequest;
+use flotilla_proto::{IoReply, IoRequest};
 use flotilla_store::{Store, StoreConfig};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -108,6 +108,7 @@ impl Server {
             capabilities,
             chains: held,
             chain_paths,
+            runtime: tokio::runtime::Handle::current(),
             metrics: config.metrics.then(|| {
                 ServerMetrics::new(executor_targets, config.jobs_max.max(1), config.jobs_listed_max)
             }),
@@ -158,6 +159,12 @@ impl Server {
             self.shared.chains.clone(),
             resync_period,
         ));
+        let scrub = tokio::spawn(crate::scrub::scrub_loop(
+            self.shared.chain_paths.clone(),
+            self.shared.chains.clone(),
+            self.config.scrub_bytes_per_s,
+            self.config.scrub_step_bytes,
+        ));
         let flusher = tokio::spawn(flush_loop(self.shared.executor.clone(), self.config.dirty_age_max_ms));
         let migration = self.config.archive.as_ref().map(|archive| {
             tokio::spawn(migration_loop(self.shared.executor.clone(), archive.scan_interval_ms))
@@ -169,6 +176,7 @@ impl Server {
         heartbeat.abort();
         flusher.abort();
         resync.abort();
+        scrub.abort();
         if let Some(migration) = migration {
             migration.abort();
         }
@@ -355,13 +363,48 @@ fn park(shared: &Arc<Shared>, connection: ConnectionId, mut job: Job) -> Option<
 }
 
 /// Executes a job and queues its reply.
-fn execute(shared: &Shared, job: Job) {
+fn execute(shared: &Arc<Shared>, job: Job) {
     let reply = shared.executor.execute(job.request_id, &job.request, &job.data, job.by_capability);
     deliver(shared, job, reply);
 }
 
+/// Read repair (issue 32): a client's read of a replicated subfile that failed a checksum
+/// here is handed to a repair task (`chain_path::repair`), which rewrites the bad blocks
+/// from another serving member and runs the read again; its reply is delivered then.
+fn repair_first(shared: &Arc<Shared>, mut job: Job, reply: Reply) -> Option<(Job, Reply)> {
+    let failed =
+        matches!(&reply.message, IoReply::Error(e) if e.code == flotilla_proto::ErrorCode::ChecksumMismatch);
+    let Some(chain) = job.repair_chain.take().filter(|_| failed) else { return Some((job, reply)) };
+    let back = shared.clone();
+    shared.runtime.spawn(async move {
+        let repaired = back.chain_paths.repair_read(chain, &job.request).await;
+        let executor = back.executor.clone();
+        let reply = match repaired {
+            Ok(_) => {
+                let (request_id, request) = (job.request_id, job.request.clone());
+                let ran =
+                    tokio::task::spawn_blocking(move || executor.execute(request_id, &request, &[], false))
+                        .await;
+                ran.unwrap_or(reply)
+            }
+            Err(error) => {
+                tracing::warn!(chain, %error, "read repair failed; the read fails");
+                Reply {
+                    request_id: job.request_id,
+                    message: IoReply::Error(error),
+                    data: Vec::new(),
+                    memory: None,
+                }
+            }
+        };
+        tokio::task::spawn_blocking(move || deliver(&back, job, reply));
+    });
+    None
+}
+
 /// Queues the reply of a job that ran, counting it, and releases the job's credit and data.
-fn deliver(shared: &Shared, job: Job, mut reply: Reply) {
+fn deliver(shared: &Arc<Shared>, job: Job, reply: Reply) {
+    let Some((job, mut reply)) = repair_first(shared, job, reply) else { return };
     let Job {
         request_id: _,
         request,
@@ -374,6 +417,7 @@ fn deliver(shared: &Shared, job: Job, mut reply: Reply) {
         job,
         by_capability: _,
         parked_once: _,
+        repair_chain: _,
     } = job;
     if let Some(metrics) = &shared.metrics {
         metrics.queued(-1);

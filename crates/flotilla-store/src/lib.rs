@@ -105,7 +105,7 @@ pub use sim_model::{
 };
 pub use sim_target::{LinesOptions, TargetKind, TargetSpec, SIM_REGIONS_MAX, SIM_REGION_BYTES_MIN};
 pub use stats::StoreStats;
-pub use store::{Store, TierPass};
+pub use store::{BlockCheck, Store, TierPass};
 pub use target::{Target, TargetUsage, CHECKSUMS_DIR_NAME, DEFAULT_FORK_NAME, SUBFILES_DIR_NAME};
 pub use target_id_file::{
     CHECKSUM_BLOCK_BYTES_DEFAULT, CHECKSUM_BLOCK_BYTES_MAX, CHECKSUM_BLOCK_BYTES_MIN, TARGET_FORMAT_VERSION,

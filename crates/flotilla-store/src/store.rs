@@ -50,6 +50,10 @@ pub struct TierPass {
 }
 
 /// The storage engine of one I/O server.
+#[path = "store_scrub.rs"]
+mod scrub;
+pub use scrub::BlockCheck;
+
 #[derive(Debug)]
 pub struct Store {
     config: StoreConfig,
