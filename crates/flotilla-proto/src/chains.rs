@@ -314,4 +314,24 @@ mod tests {
         let page = MetaReply::ChainSubfiles { subfiles: vec![(1, 0)], next: None };
         assert_eq!(encode_body(&page).unwrap()[0], 24);
     }
+
+    /// The metadata group's membership (issue 33): request 65, reply 26.
+    #[test]
+    fn group_membership_indexes_are_the_documented_ones() {
+        use crate::{GroupMembershipRequest, GroupStatus};
+        let add = MetaRequest::GroupMembership(GroupMembershipRequest::Remove { node_id: 4 });
+        assert_eq!(encode_body(&add).unwrap()[0], 65);
+        let status = GroupStatus {
+            node_id: 1,
+            role: "leader".into(),
+            leader: Some(1),
+            term: 2,
+            applied_index: Some(3),
+            last_log_index: Some(3),
+            snapshot_index: None,
+            purged_index: None,
+            members: Vec::new(),
+        };
+        assert_eq!(encode_body(&MetaReply::GroupStatus(status)).unwrap()[0], 26);
+    }
 }
