@@ -64,7 +64,11 @@ pub struct LocalArgs {
 }
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct MetaArgs {
+    /// Change or show a metadata group's members (without one: run a metadata service).
+    #[command(subcommand)]
+    pub action: Option<crate::meta_admin::MetaAction>,
     /// Folder holding the namespace database.
     #[arg(long)]
     data: Option<PathBuf>,
@@ -84,6 +88,10 @@ pub struct MetaArgs {
     /// The meta-role credential for the group's peer links (`flotilla keygen issue --role meta`).
     #[arg(long)]
     group_key: Option<PathBuf>,
+    /// Join a group that runs already: never form a group; start empty and wait until the
+    /// leader adds this node (`flotilla meta add`), then catch up from its log or a snapshot.
+    #[arg(long)]
+    join: bool,
 }
 
 #[derive(Args)]
@@ -150,6 +158,7 @@ pub fn meta(args: MetaArgs, file: &FileConfig) -> anyhow::Result<()> {
     config.node_id = args.node_id.unwrap_or(config.node_id);
     config.peers = args.peers.unwrap_or(config.peers);
     config.group_key = args.group_key.or(config.group_key);
+    config.join = args.join || config.join;
     let own = own_meta_addr(&config)?;
     config.listen = args.listen.or(own).unwrap_or(config.listen);
     runtime()?.block_on(async {

@@ -12,6 +12,7 @@ mod format_target;
 mod hsm;
 mod keygen;
 mod keys;
+mod meta_admin;
 mod mount;
 mod mount_helper;
 mod ops;
@@ -160,7 +161,7 @@ impl Command {
         matches!(
             self,
             Command::Local(_)
-                | Command::Meta(_)
+                | Command::Meta(cluster::MetaArgs { action: None, .. })
                 | Command::Server(_)
                 | Command::Mount(_)
                 | Command::Bench(_)
@@ -199,6 +200,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     keys::set_server_parked_requests_max(file.server.parked_requests_max);
     match cli.command {
         Command::Local(args) => cluster::local(args, &file),
+        Command::Meta(cluster::MetaArgs { action: Some(action), .. }) => meta_admin::run(action),
         Command::Meta(args) => {
             let key = keys::server_key(flag, file.meta.key.as_deref(), "meta", "the metadata service")?;
             file.meta.key = Some(key);

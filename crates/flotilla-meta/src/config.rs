@@ -172,6 +172,21 @@ pub struct MetaConfig {
     pub group_proposals_in_flight_max: usize,
     /// A change or read the group cannot confirm within this long is answered `NoQuorum`.
     pub quorum_wait_ms: u64,
+    /// A node joining a group that runs already (`flotilla meta --join`): it never
+    /// initializes a group, and waits, empty, until the leader adds it (`flotilla meta add`).
+    pub join: bool,
+    /// A snapshot of the state machine is built after this many log entries since the last
+    /// one; the log entries it covers are then compacted away.
+    pub group_snapshot_every_entries: u64,
+    /// Log entries kept behind the last snapshot (a follower a little behind catches up from
+    /// the log rather than a whole snapshot).
+    pub group_log_kept_behind_snapshot_entries: u64,
+    /// Most bytes of a snapshot built or received (held in memory while it is sent or
+    /// received); a larger one is an error.
+    pub group_snapshot_bytes_max: usize,
+    /// `flotilla meta add` waits at most this long for the new node to catch up before it
+    /// makes it a voter; past it the node stays a learner (run add again).
+    pub group_catch_up_wait_ms: u64,
 }
 
 /// A `[meta]` setting out of its range.
@@ -315,6 +330,11 @@ impl Default for MetaConfig {
             group_batch_bytes_max: 4 << 20,
             group_proposals_in_flight_max: 4,
             quorum_wait_ms: 3_000,
+            join: false,
+            group_snapshot_every_entries: 5_000,
+            group_log_kept_behind_snapshot_entries: 1_000,
+            group_snapshot_bytes_max: 1 << 30,
+            group_catch_up_wait_ms: 60_000,
         }
     }
 }

@@ -27,8 +27,8 @@ use anyhow::Context;
 use flotilla_auth::{Credential, Role};
 use flotilla_metagroup::types::SESSION_NONE;
 use flotilla_metagroup::{
-    raft_config, Batch, Change, GroupError, GroupLimits, GroupListener, GroupNode, GroupTiming, NodeId,
-    ReplyError, TcpConfig, TcpTransport,
+    member_address, raft_config, Batch, Change, GroupError, GroupLimits, GroupListener, GroupNode,
+    GroupTiming, MembershipError, NodeId, ReplyError, TcpConfig, TcpTransport,
 };
 use flotilla_proto::{ErrorCode, NotServed, WireError};
 use flotilla_types::Caller;
@@ -104,6 +104,8 @@ pub(crate) struct Group {
     /// The term this node last started as leader (`State::lead`), 0 for none.
     led_term: parking_lot::Mutex<u64>,
     grace: Grace,
+    /// `flotilla meta add` waits this long for a new node to catch up (`group_catch_up_wait_ms`).
+    catch_up_wait: Duration,
     _listener: GroupListener,
 }
 
@@ -158,7 +160,8 @@ fn timing(config: &MetaConfig) -> GroupTiming {
         heartbeat_ms: config.group_heartbeat_ms,
         election_timeout_ms_min: config.group_election_timeout_ms_min,
         election_timeout_ms_max: config.group_election_timeout_ms_max,
-        ..GroupTiming::default()
+        snapshot_every_entries: config.group_snapshot_every_entries.max(1),
+        log_kept_behind_snapshot_entries: config.group_log_kept_behind_snapshot_entries,
     }
 }
 
@@ -166,6 +169,7 @@ fn limits(config: &MetaConfig) -> GroupLimits {
     GroupLimits {
         batch_changes_max: config.group_batch_changes_max.max(1),
         batch_bytes_max: config.group_batch_bytes_max.max(1),
+        snapshot_bytes_max: config.group_snapshot_bytes_max.max(1),
         ..GroupLimits::default()
     }
 }
@@ -180,7 +184,7 @@ pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<St
         .find(|p| p.id == me)
         .with_context(|| format!("[meta] node_id {me} is not among peers {:?}", config.peers))?;
     let credential = group_credential(config)?;
-    let machine = open_machine(path, peers.len()).await?;
+    let machine = open_machine(path, peers.len(), config.join).await?;
     let namespace = machine.shared_namespace();
     let (timing, limits) = (timing(config), limits(config));
     let tcp = TcpConfig::default();
@@ -197,7 +201,8 @@ pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<St
     let listener =
         GroupListener::start(listener, me, node.raft.clone(), credential, &tcp).context("serve the group")?;
     let node = Arc::new(node);
-    if me == 1 {
+    // A joining node never forms a group: it waits, empty, for the leader to add it.
+    if me == 1 && !config.join {
         initialize(&node, &peers).await?;
     }
     let (queue, waiting) = mpsc::channel(limits.batch_changes_max * 4);
@@ -213,9 +218,10 @@ pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<St
         barriers: Barriers::default(),
         led_term: parking_lot::Mutex::new(0),
         grace: Grace::of(config),
+        catch_up_wait: Duration::from_millis(config.group_catch_up_wait_ms.max(1)),
         _listener: listener,
     });
-    if me == 1 {
+    if me == 1 && !config.join {
         tokio::spawn(genesis(group.clone()));
     }
     tracing::info!(node = me, group = %mine.group_addr, "metadata group node started");
@@ -234,7 +240,7 @@ fn group_credential(config: &MetaConfig) -> anyhow::Result<Arc<Credential>> {
 /// Opens the namespace as the group's state machine; a namespace made before the group is
 /// adopted by a group of one. A larger group starts from its genesis, which would replace
 /// such a namespace: refused (its other members could not catch up from the log).
-async fn open_machine(path: &Path, members: usize) -> anyhow::Result<NamespaceMachine> {
+async fn open_machine(path: &Path, members: usize, join: bool) -> anyhow::Result<NamespaceMachine> {
     let path = path.to_path_buf();
     let existed = path.exists();
     let opened = tokio::task::spawn_blocking(move || -> anyhow::Result<NamespaceMachine> {
@@ -242,7 +248,7 @@ async fn open_machine(path: &Path, members: usize) -> anyhow::Result<NamespaceMa
         if !existed || machine.born() {
             return Ok(machine);
         }
-        if members == 1 {
+        if members == 1 && !join {
             drop(machine);
             tracing::info!(path = %path.display(), "adopting a namespace made before the group");
             return Ok(NamespaceMachine::adopt(&path, MachineLimits::default())?);
@@ -251,9 +257,10 @@ async fn open_machine(path: &Path, members: usize) -> anyhow::Result<NamespaceMa
         anyhow::ensure!(
             inodes <= 1,
             "{} holds a namespace made before the group ({inodes} inodes); a group of {members} would \
-             start from an empty one. Take it over with a group of one (--peers naming this node \
-             alone); growing that group online is not built yet",
-            path.display()
+             start from an empty one{}. Take it over with a group of one (--peers naming this node \
+             alone), then grow that group with `flotilla meta add`",
+            path.display(),
+            if join { " (a joining node starts empty and catches up from the group)" } else { "" }
         );
         Ok(machine)
     });
@@ -265,8 +272,10 @@ async fn initialize(node: &GroupNode<NamespaceMachine>, peers: &[Peer]) -> anyho
     if node.raft.is_initialized().await.map_err(|e| anyhow::anyhow!("read the group's state: {e}"))? {
         return Ok(());
     }
-    let members: BTreeMap<NodeId, openraft::BasicNode> =
-        peers.iter().map(|p| (p.id, openraft::BasicNode { addr: p.group_addr.clone() })).collect();
+    let members: BTreeMap<NodeId, openraft::BasicNode> = peers
+        .iter()
+        .map(|p| (p.id, openraft::BasicNode { addr: member_address(&p.meta_addr, &p.group_addr) }))
+        .collect();
     node.raft.initialize(members).await.map_err(|e| anyhow::anyhow!("initialize the group: {e}"))?;
     tracing::info!(members = peers.len(), "initialized a new metadata group");
     Ok(())
@@ -404,8 +413,25 @@ impl Group {
         if metrics.state.is_leader() && metrics.current_leader == Some(self.me) {
             return Ok(metrics.current_term);
         }
-        let leader = metrics.current_leader;
-        Err(NotServed::NotLeader { leader: leader.and_then(|id| self.meta_addrs.get(&id).cloned()) })
+        // A node that believes it leads but does not (yet) names no leader, so a client
+        // does not come straight back to it.
+        let leader = metrics.current_leader.filter(|id| *id != self.me);
+        drop(metrics);
+        Err(NotServed::NotLeader { leader: leader.and_then(|id| self.meta_addr_of(id)) })
+    }
+
+    /// Node `id`'s clients' address: as the membership records it (members added online),
+    /// else as `peers` names it.
+    fn meta_addr_of(&self, id: NodeId) -> Option<String> {
+        let recorded = {
+            let metrics = self.node.raft.metrics();
+            let metrics = metrics.borrow();
+            let membership = metrics.membership_config.membership();
+            membership
+                .get_node(&id)
+                .and_then(|n| flotilla_metagroup::meta_address(&n.addr).map(str::to_string))
+        };
+        recorded.or_else(|| self.meta_addrs.get(&id).cloned())
     }
 
     /// This node leads in a term it has not started yet.
@@ -422,7 +448,7 @@ impl Group {
     fn not_leader(&self, error: &GroupError) -> NotServed {
         match error {
             GroupError::NotLeader { leader, .. } => {
-                NotServed::NotLeader { leader: leader.and_then(|id| self.meta_addrs.get(&id).cloned()) }
+                NotServed::NotLeader { leader: leader.and_then(|id| self.meta_addr_of(id)) }
             }
             _ => NotServed::NoQuorum,
         }
@@ -507,6 +533,79 @@ impl Group {
         self.runtime.spawn(async move {
             let _ = raft.shutdown().await;
         });
+    }
+}
+
+impl Group {
+    /// `MetaRequest::GroupMembership` (the caller was checked to be an admin): the status
+    /// from this node's view; an add or remove on the leader, waiting for it to commit.
+    pub(crate) fn membership(
+        &self,
+        request: flotilla_proto::GroupMembershipRequest,
+    ) -> Result<flotilla_proto::MetaReply, WireError> {
+        use flotilla_proto::{GroupMembershipRequest as R, MetaReply, GROUP_ADDRESS_BYTES_MAX};
+        let outcome = match request {
+            R::Status => return Ok(MetaReply::GroupStatus(self.status())),
+            R::Add { node_id, meta_addr, group_addr } => {
+                for (what, addr) in [("meta_addr", &meta_addr), ("group_addr", &group_addr)] {
+                    if addr.len() > GROUP_ADDRESS_BYTES_MAX
+                        || addr.rsplit_once(':').is_none()
+                        || addr.contains('/')
+                    {
+                        return Err(invalid(format!(
+                            "add node {node_id}: {what} {addr:?} is not HOST:PORT of at most \
+                             {GROUP_ADDRESS_BYTES_MAX} bytes"
+                        )));
+                    }
+                }
+                self.runtime.block_on(self.node.add_member(
+                    node_id,
+                    &meta_addr,
+                    &group_addr,
+                    self.catch_up_wait,
+                ))
+            }
+            R::Remove { node_id } => self.runtime.block_on(self.node.remove_member(node_id)),
+        };
+        match outcome {
+            Ok(()) => Ok(MetaReply::GroupStatus(self.status())),
+            Err(MembershipError::NotLeader { leader }) => Ok(MetaReply::NotServed(NotServed::NotLeader {
+                leader: leader.filter(|id| *id != self.me).and_then(|id| self.meta_addr_of(id)),
+            })),
+            Err(error @ (MembershipError::CatchUpTimeout { .. } | MembershipError::Raft(_))) => {
+                Err(WireError::new(ErrorCode::Unavailable, error.to_string()))
+            }
+            Err(error @ MembershipError::UnknownNode { .. }) => {
+                Err(WireError::new(ErrorCode::NotFound, error.to_string()))
+            }
+            Err(error) => Err(invalid(error)),
+        }
+    }
+
+    /// This node's view of the group.
+    fn status(&self) -> flotilla_proto::GroupStatus {
+        let view = self.node.view();
+        flotilla_proto::GroupStatus {
+            node_id: view.me,
+            role: view.role.to_string(),
+            leader: view.leader,
+            term: view.term,
+            applied_index: view.applied_index,
+            last_log_index: view.last_log_index,
+            snapshot_index: view.snapshot_index,
+            purged_index: view.purged_index,
+            members: view
+                .members
+                .into_iter()
+                .map(|m| flotilla_proto::GroupMemberInfo {
+                    node_id: m.id,
+                    meta_addr: m.meta_addr.or_else(|| self.meta_addrs.get(&m.id).cloned()),
+                    group_addr: m.group_addr,
+                    voter: m.voter,
+                    log_index: m.log_index,
+                })
+                .collect(),
+        }
     }
 }
 

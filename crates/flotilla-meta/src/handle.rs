@@ -224,10 +224,37 @@ impl State {
         crate::policy::admit(&request, policy)?;
         self.admit_at(&request, policy)?;
         let who = policy.effective(&claimed);
+        if let MetaRequest::GroupMembership(change) = request {
+            return self.group_membership(change, &who, policy);
+        }
         let asker = Asker { who: &who, holder, read_only: policy.read_only };
         match &self.group {
             Some(group) => self.on_group(group, request, &asker, (session, sequenced)),
             None => self.dispatch(request, &asker),
+        }
+    }
+
+    /// `flotilla meta add|remove|status`: admins only (root, not squashed, on a connection
+    /// neither read-only nor confined to a subtree), on a group node.
+    fn group_membership(
+        &self,
+        request: flotilla_proto::GroupMembershipRequest,
+        who: &Caller,
+        policy: &CallerPolicy,
+    ) -> Result<MetaReply, WireError> {
+        if !who.is_root() || policy.read_only || policy.subtree.is_some() {
+            return Err(WireError::new(
+                ErrorCode::PermissionDenied,
+                "the metadata group's membership is for admins: root on a credential that is not \
+                 read-only, squashed or confined to a subtree",
+            ));
+        }
+        match &self.group {
+            Some(group) => group.membership(request),
+            None => Err(WireError::new(
+                ErrorCode::Unsupported,
+                "this metadata service is not a group node (started without --node-id/--peers)",
+            )),
         }
     }
 
@@ -484,6 +511,10 @@ impl State {
             MetaRequest::SyncDone { chain, target, version } => {
                 self.chains.sync_done(ns, chain, target, version)?;
                 MetaReply::Done
+            }
+            // Answered before dispatch (`group_membership`).
+            MetaRequest::GroupMembership(_) => {
+                return Err(WireError::new(ErrorCode::BadRequest, "a membership request reached dispatch"))
             }
             MetaRequest::GetChains { chains } => {
                 if chains.len() > flotilla_proto::CHAINS_PER_REQUEST_MAX {

@@ -288,7 +288,12 @@ async fn read_requests(
         tokio::spawn(async move {
             let reply = tokio::task::spawn_blocking(move || {
                 metrics.name_kind(variant, &request);
-                let leading = state.group.as_ref().map_or(Ok(()), |group| state.lead(group));
+                // A membership request answers for itself on any node (status: its own view;
+                // a change off the leader: `NotLeader`).
+                let leading = match (&state.group, &request) {
+                    (Some(_), MetaRequest::GroupMembership(_)) | (None, _) => Ok(()),
+                    (Some(group), _) => state.lead(group),
+                };
                 let reply = match leading.map(|()| admit(&state, &peer, &request)) {
                     Err(not_served) => MetaReply::NotServed(not_served),
                     Ok(Ok(())) => state.handle(request, (&policy, &peer.name), &session),

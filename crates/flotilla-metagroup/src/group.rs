@@ -100,12 +100,15 @@ impl<S: StateMachine> GroupNode<S> {
         config: Arc<Config>,
         limits: GroupLimits,
     ) -> Result<Self, GroupError> {
+        let timing =
+            GroupTiming { election_timeout_ms_max: config.election_timeout_max, ..GroupTiming::default() };
         let log = RedbLogStore::open(&dir.join("log.redb"), limits.clone())?;
         let state = StateMachineStore::new(state, limits.clone())?;
         let network = GroupNetwork::new(transport, id);
         let raft = Raft::new(id, config, network, log, state.clone())
             .await
             .map_err(|e| GroupError::Raft(e.to_string()))?;
+        tokio::spawn(Self::keep_single_voter_leading(raft.clone(), id, timing));
         Ok(GroupNode { id, raft, state, limits })
     }
 
@@ -131,6 +134,47 @@ impl<S: StateMachine> GroupNode<S> {
                 Err(GroupError::NotLeader { leader: f.leader_id, address: f.leader_node.map(|n| n.addr) })
             }
             Err(e) => Err(GroupError::Raft(e.to_string())),
+        }
+    }
+
+    /// Keeps a group whose only voter is this node led by it (spawn it once per node).
+    ///
+    /// Openraft elects a single voter at once on its election tick, but skips the tick while
+    /// a campaign of its own is in progress; a campaign whose own vote response was dropped
+    /// (the vote changed between saving it and hearing back, as under heavy load) would then
+    /// never end, and the node answers `NotLeader` forever. This watch starts a fresh campaign
+    /// (a higher term) whenever the only voter has not led for `election_timeout_ms_max`;
+    /// openraft ignores the trigger on a node that leads.
+    pub async fn keep_single_voter_leading(raft: Raft, id: NodeId, timing: GroupTiming) {
+        let period = std::time::Duration::from_millis(timing.election_timeout_ms_max.max(1));
+        let mut not_leading_since: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::time::sleep(period / 2).await;
+            let (alone, leading) = {
+                let metrics = raft.metrics();
+                let metrics = metrics.borrow();
+                if metrics.running_state.is_err() || metrics.state == openraft::ServerState::Shutdown {
+                    return;
+                }
+                let mut voters = metrics.membership_config.membership().voter_ids();
+                let alone = voters.next() == Some(id) && voters.next().is_none();
+                (alone, metrics.state.is_leader() && metrics.current_leader == Some(id))
+            };
+            if !alone || leading {
+                not_leading_since = None;
+                continue;
+            }
+            let since = *not_leading_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= period {
+                tracing::warn!(
+                    node = id,
+                    "the group's only voter has not led for {period:?}; campaigning again"
+                );
+                if raft.trigger().elect().await.is_err() {
+                    return;
+                }
+                not_leading_since = None;
+            }
         }
     }
 

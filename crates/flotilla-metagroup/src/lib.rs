@@ -8,13 +8,14 @@
 //! - [`reply_table`]: exactly-once (no I/O);
 //! - [`log_store`], [`state_machine`], [`snapshot_buffer`], [`sm_store`], [`kv`]: storage;
 //! - [`network`], [`local_network`], [`tcp`]: RPCs;
-//! - [`group`]: a node started from its files.
+//! - [`group`]: a node started from its files; [`membership`]: adding and removing nodes.
 
 pub mod group;
 pub mod kv;
 pub mod limits;
 pub mod local_network;
 pub mod log_store;
+pub mod membership;
 pub mod network;
 pub mod record;
 pub mod reply_table;
@@ -27,7 +28,11 @@ pub mod types;
 pub use group::{raft_config, Committed, GroupError, GroupNode, GroupTiming};
 pub use limits::GroupLimits;
 pub use log_store::{LogStoreError, RedbLogStore};
-pub use network::{serve, GroupNetwork, RaftRpc, RaftRpcReply, Transport, TransportError};
+pub use membership::{GroupView, Member, MembershipError};
+pub use network::{
+    group_address, member_address, meta_address, serve, GroupNetwork, RaftRpc, RaftRpcReply, Transport,
+    TransportError,
+};
 pub use reply_table::{Lookup, ReplyError, ReplyLimits, ReplyTable};
 pub use sm_store::StateMachineStore;
 pub use state_machine::{AppliedMark, BoundedWriter, StateMachine, StateMachineError};

@@ -94,8 +94,26 @@ impl<T: Transport> RaftNetworkFactory<TypeConfig> for GroupNetwork<T> {
     type Network = Connection<T>;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
-        Connection { transport: self.transport.clone(), from: self.from, target, address: node.addr.clone() }
+        let address = group_address(&node.addr).to_string();
+        Connection { transport: self.transport.clone(), from: self.from, target, address }
     }
+}
+
+/// A member's address as the membership records it: `META_ADDR/GROUP_ADDR` (clients' address,
+/// then the Raft peers' address), or the group address alone (members named before clients'
+/// addresses were recorded). The part the Raft RPCs go to.
+pub fn group_address(addr: &str) -> &str {
+    addr.split_once('/').map_or(addr, |(_, group)| group)
+}
+
+/// The clients' address of a member's recorded address, if it names one.
+pub fn meta_address(addr: &str) -> Option<&str> {
+    addr.split_once('/').map(|(meta, _)| meta)
+}
+
+/// The recorded form of a member's addresses (see [`group_address`]).
+pub fn member_address(meta_addr: &str, group_addr: &str) -> String {
+    format!("{meta_addr}/{group_addr}")
 }
 
 /// Openraft's view of the link to one node.

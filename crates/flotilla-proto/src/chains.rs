@@ -351,4 +351,24 @@ mod tests {
         let remove = MetaRequest::TargetAdmin { target, action: super::TargetAction::Remove };
         assert_eq!(encode_body(&remove).unwrap().last(), Some(&1));
     }
+
+    /// The metadata group's membership (issue 33): request 65, reply 25.
+    #[test]
+    fn group_membership_indexes_are_the_documented_ones() {
+        use crate::{GroupMembershipRequest, GroupStatus};
+        let add = MetaRequest::GroupMembership(GroupMembershipRequest::Remove { node_id: 4 });
+        assert_eq!(encode_body(&add).unwrap()[0], 65);
+        let status = GroupStatus {
+            node_id: 1,
+            role: "leader".into(),
+            leader: Some(1),
+            term: 2,
+            applied_index: Some(3),
+            last_log_index: Some(3),
+            snapshot_index: None,
+            purged_index: None,
+            members: Vec::new(),
+        };
+        assert_eq!(encode_body(&MetaReply::GroupStatus(status)).unwrap()[0], 25);
+    }
 }

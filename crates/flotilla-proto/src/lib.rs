@@ -46,6 +46,7 @@ pub use meta::{
     SubfileChain, SubfilePlace, TargetReport, TargetState, TargetStatus, CHAINS_PER_REQUEST_MAX,
     CHAIN_SUBFILES_SCAN_MAX,
 };
+pub use meta::{GroupMemberInfo, GroupMembershipRequest, GroupStatus, GROUP_ADDRESS_BYTES_MAX};
 pub use meta::{HeldLock, RECLAIM_LOCKS_MAX};
 pub use meta::{
     InodeToken, InodeTokenKind, ListedEntry, ListedEntryPlus, LockInfo, LockKind, RenameMode, TokenGrant,

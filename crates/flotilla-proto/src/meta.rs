@@ -578,6 +578,56 @@ pub enum MetaRequest {
         target: TargetId,
         action: crate::chains::TargetAction,
     },
+    /// A metadata group's members (issue 33), admin only (root not squashed, not read-only,
+    /// not confined to a subtree): `Status` is answered by the node asked, with its own view;
+    /// `Add` and `Remove` by the leader (others answer `NotServed::NotLeader`). Replies
+    /// `GroupStatus` (after a change: the leader's view once the change committed).
+    GroupMembership(GroupMembershipRequest),
+}
+
+/// Most bytes of an address in a `GroupMembershipRequest::Add`.
+pub const GROUP_ADDRESS_BYTES_MAX: usize = 256;
+
+/// What `MetaRequest::GroupMembership` asks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GroupMembershipRequest {
+    /// The answering node's view of the group.
+    Status,
+    /// Add node `node_id`: clients reach it at `meta_addr`, its peers at `group_addr`. It
+    /// becomes a learner, catches up (log or snapshot), then a voter.
+    Add { node_id: u64, meta_addr: String, group_addr: String },
+    /// Remove node `node_id` from the voters and the group.
+    Remove { node_id: u64 },
+}
+
+/// One member of a metadata group in a `GroupStatus`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMemberInfo {
+    pub node_id: u64,
+    /// Clients' address (`None`: recorded with its group address only).
+    pub meta_addr: Option<String>,
+    pub group_addr: String,
+    /// A voter (else a learner).
+    pub voter: bool,
+    /// The last log index it is known to hold: the answering node's applied index for
+    /// itself, the leader's replication progress for the others (`None`: unknown there).
+    pub log_index: Option<u64>,
+}
+
+/// A metadata group node's view of its group (`MetaReply::GroupStatus`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    /// The node that answered.
+    pub node_id: u64,
+    /// "leader", "follower", "candidate", "learner" or "shutdown".
+    pub role: String,
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub applied_index: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
+    pub members: Vec<GroupMemberInfo>,
 }
 
 /// What an inode token covers: `Attr` an inode's attributes (everything `EntryInfo`
@@ -789,4 +839,6 @@ pub enum MetaReply {
         subfiles: Vec<(u64, u32)>,
         next: Option<u64>,
     },
+    /// Answers `GroupMembership`.
+    GroupStatus(GroupStatus),
 }

@@ -17,6 +17,8 @@ pub struct MetaNode {
     pub id: u64,
     /// Where clients reach it.
     pub meta: String,
+    /// Where its peers reach it.
+    pub group: String,
     pub data: PathBuf,
     pub log: PathBuf,
     /// Extra environment of its next start.
@@ -125,15 +127,95 @@ pub struct MetaGroup {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<MetaNode>,
     runtime: tokio::runtime::Runtime,
+    /// Arguments every node starts with before `meta` (a `--config FILE`, or none).
+    global: Vec<String>,
 }
 
 impl MetaGroup {
     /// `count` nodes on loopback ports.
     pub fn loopback(count: usize, env: &[(&str, &str)]) -> MetaGroup {
-        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addrs: Vec<(String, String)> =
-            (0..count).map(|_| (format!("127.0.0.1:{}", free()), format!("127.0.0.1:{}", free()))).collect();
+        let addrs: Vec<(String, String)> = (0..count)
+            .map(|_| (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port())))
+            .collect();
         MetaGroup::start(addrs, |_| Vec::new(), env)
+    }
+
+    /// `loopback`, every node reading `[meta]` settings `meta_toml` (TOML lines) from a
+    /// config file.
+    pub fn loopback_configured(count: usize, env: &[(&str, &str)], meta_toml: &str) -> MetaGroup {
+        let addrs =
+            (0..count).map(|_| (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port())));
+        MetaGroup::start_with(addrs.collect(), |_| Vec::new(), env, Some(meta_toml))
+    }
+
+    /// Starts node `id` on fresh loopback ports with `--join` (`--peers` naming it alone):
+    /// it waits, empty, to be added (`flotilla meta add`). Its index in `nodes`.
+    pub fn start_joining(&mut self, id: u64) -> usize {
+        let (meta, group) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+        let mut node = self.node(id, &meta, &format!("{id}={meta}/{group}"), Vec::new(), &[]);
+        node.args.push("--join".into());
+        node.group = group;
+        node.start();
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// SIGKILLs node `index`, deletes its data (a wiped disk) and starts it again with
+    /// `--join`, empty, waiting to be added again.
+    pub fn wipe_and_join(&mut self, index: usize) {
+        let node = &mut self.nodes[index];
+        node.kill();
+        std::fs::remove_dir_all(&node.data).expect("wipe the node's data");
+        if !node.args.iter().any(|a| a == "--join") {
+            node.args.push("--join".into());
+        }
+        node.start();
+    }
+
+    /// One node's process description (not started), with a fresh meta credential.
+    fn node(&self, id: u64, meta: &str, peers: &str, netns: Vec<String>, env: &[(&str, &str)]) -> MetaNode {
+        let dir = self.dir.path();
+        let ca = test_keys().join("cluster.key");
+        let key = dir.join(format!("meta-{id}.cred"));
+        if !key.exists() {
+            let issued =
+                ["keygen", "issue", "--ca", path(&ca), "--role", "meta", "--name", &format!("meta-{id}")];
+            let (ok, _, stderr) = cli(&[&issued[..], &["--out", path(&key)]].concat());
+            assert!(ok, "keygen issue --role meta: {stderr}");
+        }
+        let data = dir.join(format!("meta-{id}"));
+        let mut args = self.global.clone();
+        args.extend(
+            [
+                "--key",
+                path(&server_key()),
+                "meta",
+                "--data",
+                path(&data),
+                "--listen",
+                meta,
+                "--node-id",
+                &id.to_string(),
+                "--peers",
+                peers,
+                "--group-key",
+                path(&key),
+            ]
+            .map(String::from),
+        );
+        let log = dir.join(format!("meta-{id}.log"));
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        MetaNode {
+            id,
+            meta: meta.to_string(),
+            group: String::new(),
+            data,
+            log,
+            env,
+            netns,
+            args,
+            child: None,
+        }
     }
 
     /// One node in each namespace of `netns` (port 7770 for clients, 7771 for the group).
@@ -149,58 +231,39 @@ impl MetaGroup {
         netns: impl Fn(usize) -> Vec<String>,
         env: &[(&str, &str)],
     ) -> MetaGroup {
+        MetaGroup::start_with(addrs, netns, env, None)
+    }
+
+    fn start_with(
+        addrs: Vec<(String, String)>,
+        netns: impl Fn(usize) -> Vec<String>,
+        env: &[(&str, &str)],
+        meta_toml: Option<&str>,
+    ) -> MetaGroup {
         let dir = tempfile::tempdir().unwrap();
+        let mut global = Vec::new();
+        if let Some(toml) = meta_toml {
+            let config = dir.path().join("flotilla.toml");
+            std::fs::write(&config, format!("[meta]\n{toml}\n")).unwrap();
+            global = vec!["--config".to_string(), path(&config).to_string()];
+        }
         let peers = addrs
             .iter()
             .enumerate()
             .map(|(i, (meta, group))| format!("{}={meta}/{group}", i + 1))
             .collect::<Vec<_>>()
             .join(",");
-        let ca = test_keys().join("cluster.key");
-        let mut nodes = Vec::new();
-        for (i, (meta, _)) in addrs.iter().enumerate() {
-            let id = i as u64 + 1;
-            let key = dir.path().join(format!("meta-{id}.cred"));
-            let issued =
-                ["keygen", "issue", "--ca", path(&ca), "--role", "meta", "--name", &format!("meta-{id}")];
-            let (ok, _, stderr) = cli(&[&issued[..], &["--out", path(&key)]].concat());
-            assert!(ok, "keygen issue --role meta: {stderr}");
-            let data = dir.path().join(format!("meta-{id}"));
-            let args = [
-                "--key",
-                path(&server_key()),
-                "meta",
-                "--data",
-                path(&data),
-                "--listen",
-                meta,
-                "--node-id",
-                &id.to_string(),
-                "--peers",
-                &peers,
-                "--group-key",
-                path(&key),
-            ]
-            .map(String::from)
-            .to_vec();
-            let log = dir.path().join(format!("meta-{id}.log"));
-            let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            nodes.push(MetaNode {
-                id,
-                meta: meta.clone(),
-                data,
-                log,
-                env,
-                netns: netns(i),
-                args,
-                child: None,
-            });
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut group = MetaGroup { dir, nodes: Vec::new(), runtime, global };
+        for (i, (meta, group_addr)) in addrs.iter().enumerate() {
+            let mut node = group.node(i as u64 + 1, meta, &peers, netns(i), env);
+            node.group = group_addr.clone();
+            group.nodes.push(node);
         }
-        for node in &mut nodes {
+        for node in &mut group.nodes {
             node.start();
         }
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        MetaGroup { dir, nodes, runtime }
+        group
     }
 
     /// Every node's client address, `a,b,c`.
@@ -228,6 +291,10 @@ impl MetaGroup {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// One request to the node at `addr` on a fresh connection (`None`: no answer within 5 s).

@@ -69,7 +69,11 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::InodeTokenRelease { .. }
         | R::JobFlush { .. }
         | R::JobLeave { .. }
-        | R::OpenGroupSession => Resend::Idempotent,
+        | R::OpenGroupSession
+        // Issue 33's membership (a re-sent add of a node that became a voter is refused by
+        // name, nothing applied twice).
+        | R::GroupMembership(_)
+        => Resend::Idempotent,
         R::Mkdir { .. }
         | R::MkdirAt { .. }
         | R::MknodAt { .. }
