@@ -103,7 +103,7 @@ impl ChainPaths {
         length: u64,
     ) -> Result<RangeRepair, WireError> {
         let state = self.state(chain);
-        let guard = state.lock().await;
+        let guard = state.state.lock().await;
         let unavailable =
             |why: String| WireError::new(ErrorCode::Unavailable, format!("chain {chain}: {why}"));
         let Some(info) = self.held.chain(chain) else {
