@@ -178,6 +178,36 @@ fn a_replicated_file_sits_on_disjoint_chains_and_stat_follows_a_dead_member() {
     assert!(stderr.contains("5 replicas need 5 distinct failure groups, but only 3"), "{stderr}");
 }
 
+/// A writer overwrites the same bytes before and after its chain's head is SIGKILLed. Its
+/// close sends again the write the dead head acknowledged (in another boot epoch than the
+/// next head's: every member may have lost it); the newer write must go again after it, so
+/// the file reads back the newest bytes, not the older write's (found by
+/// `replicated_netns.rs`).
+#[test]
+fn a_write_resent_after_its_head_died_does_not_land_over_newer_bytes() {
+    let mut cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c"]);
+    let meta = cluster.meta_addr();
+    let client = cluster.client();
+    let file = client.create("/over", &replicated(1)).expect("create");
+    let (old, new) = (random_bytes(11, 200_000), random_bytes(12, 200_000));
+    file.write_at(0, &old).expect("the write through the first head");
+    let head = subfiles(&meta, "/over")[0].replicas[0].1.clone();
+    let index = cluster
+        .servers
+        .iter()
+        .position(|s| s.as_ref().is_some_and(|p| p.addr == head))
+        .expect("the head's server is one of the cluster's");
+    cluster.servers[index].take().expect("head").kill();
+    file.write_at(0, &new).expect("the write through the next head");
+    file.close().expect("close");
+    let reader = cluster.client();
+    let mut got = vec![0u8; new.len()];
+    let read = reader.open("/over").expect("open").read_at(0, &mut got).expect("read");
+    assert_eq!(read, got.len(), "short read");
+    let held = if got == old { "the older write's bytes" } else { "bytes of neither write" };
+    assert!(got == new, "the file holds {held}, not the newest write's");
+}
+
 /// `flotilla put --replicas 2` and `get` of a replicated file, then a read and a write of it
 /// through the mount.
 #[test]

@@ -221,9 +221,6 @@ fn read_member(
 }
 
 #[test]
-#[ignore = "finds a bug not fixed yet (issue 32): after the link returns, a client read of a file \
-            gets other bytes than the last acknowledged for one subfile (every stripe unit of it); \
-            run with --ignored"]
 fn a_partitioned_server_never_serves_old_bytes_and_catches_up() {
     if let Err(why) = Netns::usable() {
         println!("skipped: {why}");

@@ -4,7 +4,8 @@
 //! A write is acknowledged from a server's cache, so it is *unstable* until a Sync of its fork
 //! succeeds in the boot epoch the write was acknowledged in. The client keeps every unstable
 //! write ([`UnstableWrites`]). Committing a fork sends again, oldest first, every write of it
-//! the server acknowledged in an earlier epoch (a restart lost them), then a Sync; only when
+//! the server acknowledged in an earlier epoch (a restart lost them) and every later one
+//! (so that no old write lands over newer bytes), then a Sync; only when
 //! the Sync succeeds are the writes it covers released. A file's size is published
 //! (`GrowSize`) only after every fork the client wrote is committed.
 //!
@@ -36,6 +37,11 @@ pub(crate) struct UnstableWrites {
     draining: AtomicBool,
     /// The views of the chains replicated subfiles are on (`replicas.rs`).
     pub chains: Arc<ChainViews>,
+    /// Held shared by a chained write from its sending until it is recorded, and
+    /// exclusively by a resend through a chain (`commit_chained_once`): no write is
+    /// acknowledged between the resend's choice of writes and its end, where an older
+    /// write resent could land over it unrecorded.
+    pub resending: tokio::sync::RwLock<()>,
 }
 
 impl OnConnect for UnstableWrites {
@@ -57,6 +63,7 @@ impl UnstableWrites {
             drain: tokio::sync::Mutex::new(()),
             draining: AtomicBool::new(false),
             chains: Arc::default(),
+            resending: tokio::sync::RwLock::new(()),
         }
     }
 
@@ -71,10 +78,8 @@ impl UnstableWrites {
         fork: Option<&ForkRef>,
     ) -> Result<(), ClientError> {
         let epoch = server.epoch;
-        let stale = self
-            .log
-            .lock()
-            .select(|w| w.addr == addr && w.epoch != epoch && fork.is_none_or(|f| w.fork == *f));
+        // From the first write acknowledged in another epoch on, every one (`to_resend`).
+        let stale = self.log.lock().to_resend(epoch, |w| w.addr == addr && fork.is_none_or(|f| w.fork == *f));
         if !stale.is_empty() {
             let bytes: usize = stale.iter().map(|(_, w)| w.data.len()).sum();
             // Ordinary recovery: what the restart lost goes again, nothing is lost.
@@ -144,8 +149,8 @@ impl UnstableWrites {
     /// the chain and is resynced by the others (`replicas.rs`); but when the head's boot
     /// epoch is not the one a write was acknowledged in, every member may have restarted
     /// (a power cut) and lost it from its cache, so such writes go again, oldest first,
-    /// through the chain before the Sync (to a head that never lost them they rewrite the
-    /// same bytes).
+    /// through the chain before the Sync, each followed by every later write of the fork
+    /// (to a head that never lost them they rewrite the same bytes, newest last).
     async fn commit_chained_once(
         &self,
         transport: &Transport,
@@ -156,7 +161,16 @@ impl UnstableWrites {
         let destination = destination(transport, views, route, Access::Change).await?;
         let server = connect(transport, views, &destination).await?;
         let epoch = server.epoch;
-        let stale = self.log.lock().select(|w| w.addr == route && w.epoch != epoch && w.fork == *fork);
+        // The head may be another server than the one that acknowledged the stale writes (a
+        // chain change), with newer writes of the same ranges acknowledged since in its
+        // epoch: those go again after them (`to_resend`), so the newest bytes land last.
+        let stale = |log: &UnstableLog| log.to_resend(epoch, |w| w.addr == route && w.fork == *fork);
+        let any_stale = !stale(&self.log.lock()).is_empty();
+        let resending = match any_stale {
+            true => Some(self.resending.write().await),
+            false => None,
+        };
+        let stale = stale(&self.log.lock());
         for (sequence, write) in stale {
             let request = IoRequest::Write { fork: write.fork.clone(), shape: write.shape.clone() };
             let bytes = write.data.len() as u64;
@@ -171,6 +185,7 @@ impl UnstableWrites {
                 Err(error) => return Err(error),
             }
         }
+        drop(resending);
         let recorded = self.log.lock().last_sequence();
         let request = IoRequest::Sync { fork: fork.clone() };
         match call(transport, views, &destination, &server, &request, Bytes::new(), 0).await {

@@ -13,7 +13,7 @@
 use crate::call_memory::CallMemory;
 use crate::core::Core;
 use crate::error::{unexpected, ClientError};
-use crate::replicas::{call, call_into, connect, destination, Access, Destination};
+use crate::replicas::{call, call_into, connect, destination, route_chain, Access, Destination};
 use crate::transport::outage::Service;
 use crate::transport::ServerConnection;
 use crate::unstable::UnstableWrite;
@@ -424,6 +424,12 @@ async fn write_once(
     data: &Bytes,
 ) -> Result<(), ClientError> {
     let (transport, chains) = (&core.transport, core.chains());
+    // A chained write is not acknowledged while older writes are resent through its chain
+    // (they would land over it): held until it is recorded (`commit.rs`).
+    let _recording = match route_chain(addr) {
+        Some(_) => Some(core.unstable.resending.read().await),
+        None => None,
+    };
     let destination = destination(transport, chains, addr, Access::Change).await?;
     let server = connect(transport, chains, &destination).await?;
     let bytes = data.len() as u64;

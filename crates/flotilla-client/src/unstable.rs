@@ -60,6 +60,22 @@ impl UnstableLog {
         self.writes.iter().filter(|(_, w)| select(w)).map(|(s, w)| (*s, w.clone())).collect()
     }
 
+    /// The writes matching `select` to send again to a server now in boot epoch `epoch`,
+    /// oldest first: the first one acknowledged in another epoch and every one matching
+    /// after it, whatever its epoch. Sent again alone, an older write would land over newer
+    /// bytes of the same range: a chain's head changed (its writes in the old head's epoch,
+    /// the newer ones in the new head's), and the old ones must not be the last applied.
+    pub fn to_resend(
+        &self,
+        epoch: u64,
+        select: impl Fn(&UnstableWrite) -> bool,
+    ) -> Vec<(u64, UnstableWrite)> {
+        let mut matching = self.select(select);
+        let first_stale = matching.iter().position(|(_, w)| w.epoch != epoch).unwrap_or(matching.len());
+        matching.drain(..first_stale);
+        matching
+    }
+
     /// The writes of one file, oldest first.
     #[cfg(test)]
     pub fn of_file(&self, file: FileId) -> Vec<(u64, UnstableWrite)> {
@@ -177,6 +193,28 @@ mod tests {
         log.forget_fork(&fork(1, 1));
         assert_eq!(log.bytes(), 40 + O);
         assert_eq!(log.forks(None).len(), 1);
+    }
+
+    #[test]
+    fn a_resend_takes_every_write_after_the_first_stale_one() {
+        let mut log = UnstableLog::default();
+        // Epoch 5 acknowledged the first write; then the chain's head changed (epoch 9):
+        // later writes of the same range were acknowledged there.
+        log.record(write(1, 0, 10, 9));
+        log.record(write(1, 0, 10, 5));
+        log.record(write(1, 1, 10, 5));
+        log.record(write(1, 0, 10, 9));
+        log.record(write(1, 0, 10, 9));
+        let mine = |w: &UnstableWrite| w.fork == fork(1, 0);
+        // Resent alone, write 1 would be applied over writes 3 and 4: they go again after it.
+        let resent: Vec<u64> = log.to_resend(9, mine).into_iter().map(|(s, _)| s).collect();
+        assert_eq!(resent, vec![1, 3, 4]);
+        // Nothing stale: nothing to send.
+        assert!(log.to_resend(5, |w| w.fork == fork(1, 1)).is_empty());
+        for sequence in resent {
+            log.resent(sequence, 9);
+        }
+        assert!(log.to_resend(9, mine).is_empty());
     }
 
     #[test]
