@@ -2,7 +2,8 @@
 //! pairwise disjoint chains, `flotilla stat` shows each subfile's replicas and follows a
 //! member's death, a create asking for more replicas than failure groups is refused naming
 //! them; with the chain head on the servers, a put/get round trip and four writers
-//! surviving the SIGKILL of one server mid-write; and resync: a member SIGKILLed, written
+//! surviving the SIGKILL of one server mid-write; a write resent at close after its head
+//! died not landing over a newer write of the same bytes; and resync: a member SIGKILLed, written
 //! past and restarted catches up (every chain serves again) and then serves every byte
 //! alone.
 
