@@ -381,24 +381,57 @@ pub(crate) async fn call_into(
 /// serving member; a change to a head that stays silent (its host cut off: no reset comes)
 /// is sent again after a refetch of the chain, to the head the metadata service named once
 /// it fenced the silent one (chained changes are rewrites of the same bytes, so a change
-/// sent twice lands as once).
+/// sent twice lands as once). Meanwhile the chain is asked for every
+/// [`fence_watch_period`]: once a newer version no longer has the member serving, the
+/// attempt is given up at once rather than at the limit (a fenced member's change can never
+/// be acknowledged by the chain, nor its read reach the client from a current member).
 async fn limited<T>(
     transport: &Transport,
     destination: &Destination,
     _request: &IoRequest,
     call: impl std::future::Future<Output = Result<T, ClientError>>,
 ) -> Result<T, ClientError> {
-    if destination.chained.is_none() {
-        return call.await;
-    }
+    let Some(member) = destination.chained else { return call.await };
     let limit = read_attempt_limit(transport.outage.wait_ms);
-    match tokio::time::timeout(limit, call).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(ClientError::ReplicaTimeout {
-            server: destination.addr.clone(),
-            waited_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
-        }),
+    let started = std::time::Instant::now();
+    let gave_up = |started: std::time::Instant| ClientError::ReplicaTimeout {
+        server: destination.addr.clone(),
+        waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    };
+    tokio::select! {
+        outcome = tokio::time::timeout(limit, call) => outcome.unwrap_or_else(|_| Err(gave_up(started))),
+        () = fenced(transport, member, fence_watch_period(limit)) => {
+            tracing::debug!(chain = member.chain, server = %destination.addr, "member fenced during the attempt; trying the chain's new view");
+            Err(gave_up(started))
+        }
     }
+}
+
+/// How often a chained attempt still unanswered asks for its chain: a fifteenth of the
+/// attempt's limit, at least 250 ms (1 s with the default outage wait).
+pub(crate) fn fence_watch_period(limit: Duration) -> Duration {
+    (limit / 15).max(Duration::from_millis(250))
+}
+
+/// Resolves once the metadata service shows `member` out of its chain's serving members
+/// under a newer version; never otherwise (a failed ask is asked again next period).
+async fn fenced(transport: &Transport, member: Member, period: Duration) {
+    loop {
+        tokio::time::sleep(period).await;
+        let asked = transport.meta_call(MetaRequest::GetChains { chains: vec![member.chain] }).await;
+        if let Ok(MetaReply::SubfileChains(chains)) = asked {
+            if chains.iter().any(|chain| fenced_in(chain, &member)) {
+                return;
+            }
+        }
+    }
+}
+
+/// Whether `chain`, a view of `member`'s chain, is newer and no longer has the member serving.
+pub(crate) fn fenced_in(chain: &SubfileChain, member: &Member) -> bool {
+    chain.chain == member.chain
+        && chain.version > member.version
+        && !chain.members.iter().any(|m| m.target == member.target && m.state == ChainMemberState::Serving)
 }
 
 /// Judges one chained attempt's outcome (see [`call`]).
@@ -448,6 +481,28 @@ mod tests {
             Pick::Go(destination) => destination.chained.unwrap().target.0,
             other => panic!("no destination: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_member_is_fenced_only_by_a_newer_view_without_it_serving() {
+        let member = Member { chain: 7, version: 3, target: TargetId(1) };
+        let serving =
+            chain(4, vec![place(1, ChainMemberState::Serving), place(2, ChainMemberState::Serving)]);
+        assert!(!fenced_in(&serving, &member), "still serving under the new version");
+        let same = chain(3, vec![place(2, ChainMemberState::Serving)]);
+        assert!(!fenced_in(&same, &member), "not a newer version");
+        let gone = chain(4, vec![place(2, ChainMemberState::Serving)]);
+        assert!(fenced_in(&gone, &member));
+        let syncing = chain(
+            5,
+            vec![
+                place(2, ChainMemberState::Serving),
+                place(1, ChainMemberState::Syncing { missed_since: 4, full: false }),
+            ],
+        );
+        assert!(fenced_in(&syncing, &member));
+        assert_eq!(fence_watch_period(Duration::from_secs(15)), Duration::from_secs(1));
+        assert_eq!(fence_watch_period(Duration::from_secs(1)), Duration::from_millis(250));
     }
 
     #[test]
