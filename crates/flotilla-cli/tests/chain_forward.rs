@@ -8,7 +8,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{cli, client_key, path, server_key, target_spec, Cluster, Process};
+use common::{cli, client_key, hex_target, server_key, status_field, Cluster};
 use flotilla_proto::{
     ChainForward, ErrorCode, ForkRef, ForwardEntry, ForwardRefusalReason, ForwardRefused, IoReply, IoRequest,
 };
@@ -28,44 +28,17 @@ const MEMBERSHIP: &str =
 const SETTLE: Duration = Duration::from_secs(15);
 const GROUPS: [&str; 3] = ["rack-a", "rack-b", "rack-c"];
 
-fn start_server(cluster: &Cluster, index: usize, group: &str) -> Process {
-    let dir = cluster.target_dir(index);
-    std::fs::create_dir_all(&dir).expect("target folder");
-    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
-    let args = [
-        "--config",
-        path(&config),
-        "server",
-        "--meta",
-        &meta,
-        "--target",
-        path(&target),
-        "--listen",
-        "127.0.0.1:0",
-        "--failure-group",
-        group,
-    ];
-    Process::start(&args, "server").expect("start server")
-}
-
 fn status(cluster: &Cluster) -> String {
     let (ok, stdout, stderr) = cli(&["status", "--chains", "--meta", &cluster.meta_addr()]);
     assert!(ok, "status failed: {stderr}");
     stdout
 }
 
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-}
-
-fn hex_target(text: &str) -> TargetId {
-    TargetId(u64::from_str_radix(text, 16).expect("a target id in hex"))
-}
-
 /// The target of the server in `group`.
 fn target_of(status: &str, group: &str) -> Option<TargetId> {
-    let line = status.lines().find(|l| l.starts_with("target=") && field(l, "group") == Some(group))?;
-    field(line, "target").map(hex_target)
+    let line =
+        status.lines().find(|l| l.starts_with("target=") && status_field(l, "group") == Some(group))?;
+    status_field(line, "target").map(hex_target)
 }
 
 /// Every chain: id → (version, members).
@@ -74,9 +47,9 @@ fn chains(status: &str) -> BTreeMap<u32, (u64, Vec<TargetId>)> {
         .lines()
         .filter(|l| l.starts_with("chain="))
         .map(|l| {
-            let id = field(l, "chain").and_then(|v| v.parse().ok()).expect("chain id");
-            let version = field(l, "version").and_then(|v| v.parse().ok()).expect("chain version");
-            let members = field(l, "members").unwrap_or_default();
+            let id = status_field(l, "chain").and_then(|v| v.parse().ok()).expect("chain id");
+            let version = status_field(l, "version").and_then(|v| v.parse().ok()).expect("chain version");
+            let members = status_field(l, "members").unwrap_or_default();
             let targets = members.split(',').filter_map(|m| m.split(':').next()).map(hex_target).collect();
             (id, (version, targets))
         })
@@ -159,7 +132,7 @@ fn applied(reply: IoReply) -> u64 {
 fn forwards_are_fenced_by_member_version_and_credential_and_applied_in_order() {
     let mut cluster = Cluster::start_with(0, MEMBERSHIP);
     for (index, group) in GROUPS.iter().enumerate() {
-        let server = start_server(&cluster, index, group);
+        let server = cluster.start_server_in_group(index, group);
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(GROUPS.len());

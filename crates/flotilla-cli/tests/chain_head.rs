@@ -10,7 +10,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{cli, path, server_key, target_spec, Cluster, Process};
+use common::{cli, hex_target, server_key, status_field, Cluster};
 use flotilla_proto::{ForkRef, ForwardRefusalReason, ForwardRefused, IoReply, IoRequest};
 use flotilla_request::Shape;
 use flotilla_rpc::Connection;
@@ -27,43 +27,16 @@ const MEMBERSHIP: &str =
 const SETTLE: Duration = Duration::from_secs(20);
 const GROUPS: [&str; 3] = ["rack-a", "rack-b", "rack-c"];
 
-fn start_server(cluster: &Cluster, index: usize, group: &str) -> Process {
-    let dir = cluster.target_dir(index);
-    std::fs::create_dir_all(&dir).expect("target folder");
-    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
-    let args = [
-        "--config",
-        path(&config),
-        "server",
-        "--meta",
-        &meta,
-        "--target",
-        path(&target),
-        "--listen",
-        "127.0.0.1:0",
-        "--failure-group",
-        group,
-    ];
-    Process::start(&args, "server").expect("start server")
-}
-
 fn status(cluster: &Cluster) -> String {
     let (ok, stdout, stderr) = cli(&["status", "--chains", "--meta", &cluster.meta_addr()]);
     assert!(ok, "status failed: {stderr}");
     stdout
 }
 
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-}
-
-fn hex_target(text: &str) -> TargetId {
-    TargetId(u64::from_str_radix(text, 16).expect("a target id in hex"))
-}
-
 fn target_of(status: &str, group: &str) -> Option<TargetId> {
-    let line = status.lines().find(|l| l.starts_with("target=") && field(l, "group") == Some(group))?;
-    field(line, "target").map(hex_target)
+    let line =
+        status.lines().find(|l| l.starts_with("target=") && status_field(l, "group") == Some(group))?;
+    status_field(line, "target").map(hex_target)
 }
 
 /// Every chain: id → (version, members as (target, state)).
@@ -72,9 +45,9 @@ fn chains(status: &str) -> BTreeMap<u32, (u64, Vec<(TargetId, String)>)> {
         .lines()
         .filter(|l| l.starts_with("chain="))
         .map(|l| {
-            let id = field(l, "chain").and_then(|v| v.parse().ok()).expect("chain id");
-            let version = field(l, "version").and_then(|v| v.parse().ok()).expect("chain version");
-            let members = field(l, "members").unwrap_or_default();
+            let id = status_field(l, "chain").and_then(|v| v.parse().ok()).expect("chain id");
+            let version = status_field(l, "version").and_then(|v| v.parse().ok()).expect("chain version");
+            let members = status_field(l, "members").unwrap_or_default();
             let targets = members
                 .split(',')
                 .filter(|m| !m.is_empty())
@@ -203,7 +176,7 @@ fn done(reply: IoReply) {
 fn chained_changes_reach_every_member_and_survive_a_member_killed() {
     let mut cluster = Cluster::start_with(0, MEMBERSHIP);
     for (index, group) in GROUPS.iter().enumerate() {
-        let server = start_server(&cluster, index, group);
+        let server = cluster.start_server_in_group(index, group);
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(GROUPS.len());
@@ -347,7 +320,7 @@ fn chained_changes_reach_every_member_and_survive_a_member_killed() {
     assert_eq!(data, third, "the tail holds the write made after the change");
 
     // The killed member comes back: it is syncing (it missed writes) and serves no read.
-    let restarted = start_server(&cluster, middle_index, GROUPS[middle_index]);
+    let restarted = cluster.start_server_in_group(middle_index, GROUPS[middle_index]);
     cluster.servers[middle_index] = Some(restarted);
     let back = wait_status(&cluster, "the middle member back as syncing", |s| {
         chains(s)[&chain].1.iter().any(|(t, state)| *t == middle && state.starts_with("syncing"))
@@ -407,7 +380,7 @@ fn current(cluster_meta: &str, chain: u32) -> Option<(u64, TargetId)> {
 fn a_writer_goes_on_when_the_tail_then_the_head_are_killed() {
     let mut cluster = Cluster::start_with(0, MEMBERSHIP);
     for (index, group) in GROUPS.iter().enumerate() {
-        let server = start_server(&cluster, index, group);
+        let server = cluster.start_server_in_group(index, group);
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(GROUPS.len());

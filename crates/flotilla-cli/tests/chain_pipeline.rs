@@ -9,7 +9,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{cli, path, server_key, target_spec, Cluster, Process};
+use common::{cli, hex_target, server_key, status_field, Cluster};
 use flotilla_proto::{ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
 use flotilla_rpc::Connection;
@@ -31,38 +31,10 @@ const CLIENTS: usize = 4;
 const LANES: usize = 6;
 const WRITES_PER_LANE: usize = 24;
 
-fn start_server(cluster: &Cluster, index: usize, group: &str) -> Process {
-    let dir = cluster.target_dir(index);
-    std::fs::create_dir_all(&dir).expect("target folder");
-    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
-    let args = [
-        "--config",
-        path(&config),
-        "server",
-        "--meta",
-        &meta,
-        "--target",
-        path(&target),
-        "--listen",
-        "127.0.0.1:0",
-        "--failure-group",
-        group,
-    ];
-    Process::start(&args, "server").expect("start server")
-}
-
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-}
-
-fn hex_target(text: &str) -> TargetId {
-    TargetId(u64::from_str_radix(text, 16).expect("a target id in hex"))
-}
-
 /// A chain whose members all serve: (chain, version, members in order).
 fn serving_chain(status: &str) -> Option<(u32, u64, Vec<TargetId>)> {
     status.lines().filter(|l| l.starts_with("chain=")).find_map(|l| {
-        let members: Vec<(TargetId, &str)> = field(l, "members")?
+        let members: Vec<(TargetId, &str)> = status_field(l, "members")?
             .split(',')
             .filter(|m| !m.is_empty())
             .map(|m| {
@@ -73,15 +45,16 @@ fn serving_chain(status: &str) -> Option<(u32, u64, Vec<TargetId>)> {
         if members.len() != 2 || !members.iter().all(|(_, state)| state.starts_with("serving")) {
             return None;
         }
-        let chain = field(l, "chain")?.parse().ok()?;
-        let version = field(l, "version")?.parse().ok()?;
+        let chain = status_field(l, "chain")?.parse().ok()?;
+        let version = status_field(l, "version")?.parse().ok()?;
         Some((chain, version, members.into_iter().map(|(t, _)| t).collect()))
     })
 }
 
 fn target_of(status: &str, group: &str) -> Option<TargetId> {
-    let line = status.lines().find(|l| l.starts_with("target=") && field(l, "group") == Some(group))?;
-    field(line, "target").map(hex_target)
+    let line =
+        status.lines().find(|l| l.starts_with("target=") && status_field(l, "group") == Some(group))?;
+    status_field(line, "target").map(hex_target)
 }
 
 fn fork(target: TargetId) -> ForkRef {
@@ -105,7 +78,7 @@ fn shape_of(client: usize, n: usize) -> (u64, u64) {
 fn overlapping_pipelined_writes_from_several_clients_leave_both_replicas_identical() {
     let mut cluster = Cluster::start_configured(0, MEMBERSHIP, SERVER);
     for (index, group) in GROUPS.iter().enumerate() {
-        let server = start_server(&cluster, index, group);
+        let server = cluster.start_server_in_group(index, group);
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(GROUPS.len());

@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{cli, client_key, http_get, kill_and_restart_meta, path, target_spec, Cluster, Process};
+use common::{
+    cli, client_key, http_get, kill_and_restart_meta, path, status_field, target_spec, Cluster, Process,
+};
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::time::{Duration, Instant};
@@ -81,14 +83,9 @@ fn status(cluster: &Cluster) -> String {
     stdout
 }
 
-/// The value of `key=` on `line`.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-}
-
 /// The status line of the target in `group`.
 fn target_line<'a>(status: &'a str, group: &str) -> Option<&'a str> {
-    status.lines().find(|l| l.starts_with("target=") && field(l, "group") == Some(group))
+    status.lines().find(|l| l.starts_with("target=") && status_field(l, "group") == Some(group))
 }
 
 /// Every chain's version and members, by chain id.
@@ -97,9 +94,9 @@ fn chains(status: &str) -> BTreeMap<u32, (u64, String)> {
         .lines()
         .filter(|l| l.starts_with("chain="))
         .map(|l| {
-            let id = field(l, "chain").and_then(|v| v.parse().ok()).expect("chain id");
-            let version = field(l, "version").and_then(|v| v.parse().ok()).expect("chain version");
-            (id, (version, field(l, "members").unwrap_or_default().to_string()))
+            let id = status_field(l, "chain").and_then(|v| v.parse().ok()).expect("chain id");
+            let version = status_field(l, "version").and_then(|v| v.parse().ok()).expect("chain version");
+            (id, (version, status_field(l, "members").unwrap_or_default().to_string()))
         })
         .collect()
 }
@@ -132,8 +129,8 @@ fn groups_show_a_killed_server_is_fenced_and_returns_and_the_table_survives_a_me
     let built = wait_status(&cluster, "the chain table", |s| !chains(s).is_empty());
     for group in ["rack-a", "rack-b"] {
         let line = target_line(&built, group).unwrap_or_else(|| panic!("no target in {group}:\n{built}"));
-        assert_eq!(field(line, "health"), Some("up"), "{line}");
-        assert_eq!(field(line, "chains"), Some("2"), "two targets, two chains each of two: {line}");
+        assert_eq!(status_field(line, "health"), Some("up"), "{line}");
+        assert_eq!(status_field(line, "chains"), Some("2"), "two targets, two chains each of two: {line}");
     }
     assert!(built.contains("chains=2 degraded=0 unavailable=0 replicas=2 failure_groups=2"), "{built}");
     let before = chains(&built);
@@ -148,14 +145,14 @@ fn groups_show_a_killed_server_is_fenced_and_returns_and_the_table_survives_a_me
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(held.contains("flotilla_server_chains 2"));
-    let b_target = field(target_line(&built, "rack-b").unwrap(), "target").unwrap().to_string();
+    let b_target = status_field(target_line(&built, "rack-b").unwrap(), "target").unwrap().to_string();
 
     // SIGKILL the server of rack-b: fenced (offline in every chain, versions up) in about
     // fence_after_ms.
     let killed_at = Instant::now();
     cluster.servers[1].take().expect("server b").kill();
     let fenced = wait_status(&cluster, "rack-b fenced", |s| {
-        target_line(s, "rack-b").and_then(|l| field(l, "health")) == Some("down")
+        target_line(s, "rack-b").and_then(|l| status_field(l, "health")) == Some("down")
     });
     println!("fenced {:?} after the kill:\n{fenced}", killed_at.elapsed());
     let after_kill = chains(&fenced);
@@ -171,7 +168,7 @@ fn groups_show_a_killed_server_is_fenced_and_returns_and_the_table_survives_a_me
     let server = start_server(&cluster, 1, Some("rack-b"));
     cluster.servers[1] = Some(server);
     let back = wait_status(&cluster, "rack-b back and syncing", |s| {
-        let up = target_line(s, "rack-b").and_then(|l| field(l, "health")) == Some("up");
+        let up = target_line(s, "rack-b").and_then(|l| status_field(l, "health")) == Some("up");
         up && member_states(s, &b_target).iter().all(|state| state.starts_with("syncing@"))
     });
     println!("after the restart:\n{back}");
@@ -214,7 +211,7 @@ fn replicated_creates_are_refused_naming_the_groups_then_the_tables_replica_coun
     // The table was extended with chains that use the new target (chains_per_target = 2).
     assert!(shown.contains("chains=4 degraded=0"), "{shown}");
     let third = shown.lines().filter(|l| l.starts_with("target=")).find(|l| !l.contains("group=rack-"));
-    assert_eq!(third.and_then(|l| field(l, "chains")), Some("2"), "{shown}");
+    assert_eq!(third.and_then(|l| status_field(l, "chains")), Some("2"), "{shown}");
     let (ok, _, stderr) = put("stripe:64k:2,replicas=3");
     assert!(!ok && stderr.contains("the chain table has 2 replicas per chain"), "{stderr}");
 

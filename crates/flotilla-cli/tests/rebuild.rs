@@ -14,7 +14,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{cli, path, random_bytes, server_key, target_spec, Cluster, Process};
+use common::{cli, random_bytes, server_key, status_field, Cluster};
 use flotilla_client::{Client, CreateOptions};
 use flotilla_proto::{ChainMemberState, ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
@@ -44,7 +44,7 @@ fn cluster() -> Cluster {
 fn cluster_with(server_extra: &str) -> Cluster {
     let mut cluster = Cluster::start_configured(0, MEMBERSHIP, server_extra);
     for (index, group) in GROUPS.iter().enumerate() {
-        let server = start_in_group(&cluster, index, group);
+        let server = cluster.start_server_in_group(index, group);
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(GROUPS.len());
@@ -52,26 +52,6 @@ fn cluster_with(server_extra: &str) -> Cluster {
         cli_ok(&["status", "--chains", "--meta", &cluster.meta_addr()]).contains("chain=")
     });
     cluster
-}
-
-fn start_in_group(cluster: &Cluster, index: usize, group: &str) -> Process {
-    let dir = cluster.target_dir(index);
-    std::fs::create_dir_all(&dir).expect("target folder");
-    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
-    let args = [
-        "--config",
-        path(&config),
-        "server",
-        "--meta",
-        &meta,
-        "--target",
-        path(&target),
-        "--listen",
-        "127.0.0.1:0",
-        "--failure-group",
-        group,
-    ];
-    Process::start(&args, "server").expect("start server")
 }
 
 fn cli_ok(args: &[&str]) -> String {
@@ -86,10 +66,6 @@ fn wait(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out ({SETTLE:?}) waiting for {what}");
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// `subfiles` stripes of 64 KiB, two replicas.
@@ -267,8 +243,8 @@ fn summary(meta: &str) -> String {
 fn health(meta: &str, target: TargetId) -> Option<String> {
     let status = cli_ok(&["status", "--meta", meta]);
     let wanted = target.to_string();
-    let line = status.lines().find(|l| field(l, "target") == Some(wanted.as_str()))?;
-    field(line, "health").map(str::to_string)
+    let line = status.lines().find(|l| status_field(l, "target") == Some(wanted.as_str()))?;
+    status_field(line, "health").map(str::to_string)
 }
 
 /// Chains of `flotilla status --chains` that still list `target`.
@@ -278,8 +254,8 @@ fn chains_with(meta: &str, target: TargetId) -> BTreeSet<u32> {
     status
         .lines()
         .filter(|l| l.starts_with("chain="))
-        .filter(|l| field(l, "members").unwrap_or_default().split(',').any(|m| m.starts_with(&wanted)))
-        .filter_map(|l| field(l, "chain")?.parse().ok())
+        .filter(|l| status_field(l, "members").unwrap_or_default().split(',').any(|m| m.starts_with(&wanted)))
+        .filter_map(|l| status_field(l, "chain")?.parse().ok())
         .collect()
 }
 
@@ -299,7 +275,7 @@ fn a_lost_disk_is_rebuilt_to_two_serving_replicas_while_every_file_reads_back() 
     let dir = cluster.target_dir(index);
     std::fs::remove_dir_all(&dir).expect("delete the target folder");
     let lost_at = Instant::now();
-    cluster.servers[index] = Some(start_in_group(&cluster, index, GROUPS[index]));
+    cluster.servers[index] = Some(cluster.start_server_in_group(index, GROUPS[index]));
 
     wait("the lost target declared dead", || health(&meta, lost).as_deref() == Some("dead"));
     let dead_after = lost_at.elapsed();
@@ -307,11 +283,11 @@ fn a_lost_disk_is_rebuilt_to_two_serving_replicas_while_every_file_reads_back() 
     let mut bytes_seen = 0u64;
     wait("every chain to leave the lost target and serve two replicas", || {
         let line = summary(&meta);
-        let rebuilding: u64 = field(&line, "rebuilding").and_then(|v| v.parse().ok()).unwrap_or(0);
-        let left: u64 = field(&line, "rebuild_bytes_left").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let rebuilding: u64 = status_field(&line, "rebuilding").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let left: u64 = status_field(&line, "rebuild_bytes_left").and_then(|v| v.parse().ok()).unwrap_or(0);
         rebuilding_seen |= rebuilding > 0;
         bytes_seen = bytes_seen.max(left);
-        chains_with(&meta, lost).is_empty() && field(&line, "degraded") == Some("0") && rebuilding == 0
+        chains_with(&meta, lost).is_empty() && status_field(&line, "degraded") == Some("0") && rebuilding == 0
     });
     let rebuilt_after = lost_at.elapsed();
     // A few more passes of the reader after the rebuild, then it stops.
@@ -354,8 +330,8 @@ fn a_drained_target_leaves_every_chain_with_two_serving_replicas_elsewhere() {
     wait("every chain to leave the drained target", || {
         let line = summary(&meta);
         chains_with(&meta, drained).is_empty()
-            && field(&line, "degraded") == Some("0")
-            && field(&line, "rebuilding") == Some("0")
+            && status_field(&line, "degraded") == Some("0")
+            && status_field(&line, "rebuilding") == Some("0")
     });
     let took = started.elapsed();
     std::thread::sleep(Duration::from_millis(300));

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{cli, path, random_bytes, target_spec, Cluster, Process};
+use common::{cli, path, random_bytes, status_field, Cluster};
 use flotilla_client::CreateOptions;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ const SETTLE: Duration = Duration::from_secs(20);
 fn cluster_in_groups(groups: &[&str]) -> Cluster {
     let mut cluster = Cluster::start_with(0, MEMBERSHIP);
     for (index, group) in groups.iter().enumerate() {
-        let server = start_in_group(&cluster, index, group);
+        let server = cluster.start_server_in_group(index, group);
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(groups.len());
@@ -35,27 +35,6 @@ fn cluster_in_groups(groups: &[&str]) -> Cluster {
         cli_ok(&["status", "--chains", "--meta", &c.meta_addr()]).contains("chain=")
     });
     cluster
-}
-
-/// Server `index` of `cluster` (its target folder kept across restarts) in `group`.
-fn start_in_group(cluster: &Cluster, index: usize, group: &str) -> Process {
-    let dir = cluster.target_dir(index);
-    std::fs::create_dir_all(&dir).expect("target folder");
-    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
-    let args = [
-        "--config",
-        path(&config),
-        "server",
-        "--meta",
-        &meta,
-        "--target",
-        path(&target),
-        "--listen",
-        "127.0.0.1:0",
-        "--failure-group",
-        group,
-    ];
-    Process::start(&args, "server").expect("start server")
 }
 
 fn cli_ok(args: &[&str]) -> String {
@@ -79,11 +58,6 @@ where
     }
 }
 
-/// The value of `key=` on `line`.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-}
-
 /// One subfile line of `flotilla stat`: its target, chain, version and replicas as
 /// `(target, server, state)`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -99,7 +73,7 @@ fn subfiles(meta: &str, file: &str) -> Vec<Subfile> {
     stat.lines()
         .filter(|l| l.starts_with("subfile="))
         .map(|l| {
-            let replicas = field(l, "replicas")
+            let replicas = status_field(l, "replicas")
                 .unwrap_or_else(|| panic!("no replicas on {l:?}"))
                 .split(',')
                 .map(|r| {
@@ -111,9 +85,9 @@ fn subfiles(meta: &str, file: &str) -> Vec<Subfile> {
                 })
                 .collect();
             Subfile {
-                target: field(l, "target").expect("target").to_string(),
-                chain: field(l, "chain").and_then(|c| c.parse().ok()).expect("chain"),
-                version: field(l, "version").and_then(|v| v.parse().ok()).expect("version"),
+                target: status_field(l, "target").expect("target").to_string(),
+                chain: status_field(l, "chain").and_then(|c| c.parse().ok()).expect("chain"),
+                version: status_field(l, "version").and_then(|v| v.parse().ok()).expect("version"),
                 replicas,
             }
         })
@@ -320,8 +294,8 @@ fn chain_states(meta: &str) -> Vec<(u32, Vec<String>)> {
     status
         .lines()
         .filter_map(|line| {
-            let chain = field(line, "chain")?.parse().ok()?;
-            let members = field(line, "members")?;
+            let chain = status_field(line, "chain")?.parse().ok()?;
+            let members = status_field(line, "members")?;
             Some((chain, members.split(',').map(str::to_string).collect()))
         })
         .collect()
@@ -423,7 +397,7 @@ fn a_restarted_member_catches_up_and_then_serves_alone() {
         })
     };
     let restarted_at = Instant::now();
-    cluster.servers[1] = Some(start_in_group(&cluster, 1, groups[1]));
+    cluster.servers[1] = Some(cluster.start_server_in_group(1, groups[1]));
     let deadline = restarted_at + Duration::from_secs(60);
     loop {
         let states = chain_states(&meta);
@@ -481,7 +455,7 @@ fn replica_counts(meta: &str, file: &str) -> Vec<usize> {
     let stat = cli_ok(&["stat", file, "--meta", meta]);
     let lines: Vec<&str> = stat.lines().filter(|l| l.starts_with("subfile=")).collect();
     assert!(!lines.is_empty(), "{file} has no subfile: {stat}");
-    lines.iter().filter_map(|l| field(l, "replicas")).map(|r| r.split(',').count()).collect()
+    lines.iter().filter_map(|l| status_field(l, "replicas")).map(|r| r.split(',').count()).collect()
 }
 
 /// Every subfile of `file` on a chain of two members.
@@ -587,7 +561,7 @@ fn flotilla_local_with_two_replicas_replicates_every_new_file() {
     let counts: Vec<usize> = stat
         .lines()
         .filter(|l| l.starts_with("subfile="))
-        .map(|l| field(l, "replicas").map_or(1, |r| r.split(',').count()))
+        .map(|l| status_field(l, "replicas").map_or(1, |r| r.split(',').count()))
         .collect();
     assert!(!counts.is_empty() && counts.iter().all(|&c| c == 2), "{stat}");
     let output = dir.path().join("out.bin");

@@ -19,7 +19,7 @@ mod common;
 
 use bytes::Bytes;
 use common::netns::Netns;
-use common::{cli, client_key, path, random_bytes, server_key, target_spec, Process, FLOTILLA};
+use common::{cli, client_key, path, random_bytes, server_key, status_field, target_spec, Process, FLOTILLA};
 use flotilla_client::CreateOptions;
 use flotilla_proto::{ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
@@ -89,10 +89,6 @@ fn cli_ok(args: &[&str]) -> String {
     stdout
 }
 
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-}
-
 /// One replicated subfile of `flotilla stat`: (chain, version, members as (target, server)).
 type Placed = (u32, u64, Vec<(TargetId, String)>);
 
@@ -101,7 +97,7 @@ fn placed(meta: &str, file: &str) -> Vec<Placed> {
         .lines()
         .filter(|l| l.starts_with("subfile="))
         .map(|l| {
-            let members = field(l, "replicas")
+            let members = status_field(l, "replicas")
                 .unwrap_or_else(|| panic!("no replicas on {l:?}"))
                 .split(',')
                 .map(|r| {
@@ -112,8 +108,8 @@ fn placed(meta: &str, file: &str) -> Vec<Placed> {
                     (TargetId(target), format!("{host}:{port}"))
                 })
                 .collect();
-            let chain = field(l, "chain").and_then(|c| c.parse().ok()).expect("chain");
-            let version = field(l, "version").and_then(|v| v.parse().ok()).expect("version");
+            let chain = status_field(l, "chain").and_then(|c| c.parse().ok()).expect("chain");
+            let version = status_field(l, "version").and_then(|v| v.parse().ok()).expect("version");
             (chain, version, members)
         })
         .collect()
@@ -128,9 +124,9 @@ fn chain_states(meta: &str) -> Vec<(u32, u64, Vec<String>)> {
     stdout
         .lines()
         .filter_map(|line| {
-            let chain = field(line, "chain")?.parse().ok()?;
-            let version = field(line, "version").and_then(|v| v.parse().ok()).unwrap_or(0);
-            let members = field(line, "members")?;
+            let chain = status_field(line, "chain")?.parse().ok()?;
+            let version = status_field(line, "version").and_then(|v| v.parse().ok()).unwrap_or(0);
+            let members = status_field(line, "members")?;
             Some((chain, version, members.split(',').map(str::to_string).collect()))
         })
         .collect()

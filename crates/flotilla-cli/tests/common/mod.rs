@@ -240,6 +240,27 @@ impl Cluster {
         Process::start_with_env(&args, "server", &self.server_env).expect("start server")
     }
 
+    /// Starts I/O server `index` on its own target folder, declaring failure group `group`.
+    pub fn start_server_in_group(&self, index: usize, group: &str) -> Process {
+        let dir = self.target_dir(index);
+        std::fs::create_dir_all(&dir).expect("target folder");
+        let (config, meta, target) = (self.config(), self.meta_addr(), target_spec(&dir));
+        let args = [
+            "--config",
+            path(&config),
+            "server",
+            "--meta",
+            &meta,
+            "--target",
+            path(&target),
+            "--listen",
+            "127.0.0.1:0",
+            "--failure-group",
+            group,
+        ];
+        Process::start_with_env(&args, "server", &self.server_env).expect("start server")
+    }
+
     pub fn client(&self) -> Client {
         client_at(&self.meta_addr())
     }
@@ -626,4 +647,14 @@ pub fn allocated_bytes_under(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
+}
+
+/// The value of `key=` in a line `flotilla status` prints.
+pub fn status_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// A target id as `flotilla status` prints it (hex).
+pub fn hex_target(text: &str) -> flotilla_types::TargetId {
+    flotilla_types::TargetId(u64::from_str_radix(text, 16).expect("a target id in hex"))
 }
