@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{cli, path, random_bytes, target_spec, Cluster, Process};
+use common::{cli, random_bytes, Cluster};
 use flotilla_client::CreateOptions;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -21,23 +21,7 @@ const SERVER: &str = "block_bytes = 32768\nbulk_bytes_min = 32768\nscrub_bytes_p
 fn cluster_in_groups(groups: &[&str]) -> Cluster {
     let mut cluster = Cluster::start_configured(0, MEMBERSHIP, SERVER);
     for (index, group) in groups.iter().enumerate() {
-        let dir = cluster.target_dir(index);
-        std::fs::create_dir_all(&dir).expect("target folder");
-        let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
-        let args = [
-            "--config",
-            path(&config),
-            "server",
-            "--meta",
-            &meta,
-            "--target",
-            path(&target),
-            "--listen",
-            "127.0.0.1:0",
-            "--failure-group",
-            group,
-        ];
-        let server = Process::start(&args, "server").expect("start server");
+        let server = cluster.start_server_in_group(index, group);
         cluster.servers.push(Some(server));
     }
     cluster.wait_up(groups.len());
