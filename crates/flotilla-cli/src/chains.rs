@@ -12,10 +12,7 @@ use std::collections::BTreeMap;
 
 /// Sends one request to the metadata service at `meta` with the client credential.
 fn call(meta: &str, request: &MetaRequest) -> anyhow::Result<MetaReply> {
-    let key = crate::keys::client_key();
-    let credential = flotilla_auth::load_credential(key.as_deref(), "flotilla", flotilla_auth::Role::Client)?;
-    let bounds = flotilla_auth::AuthBounds { integrity: crate::keys::integrity(), ..Default::default() };
-    let auth = flotilla_auth::ClientAuth { credential, bounds };
+    let auth = crate::keys::client_auth()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let connection = Connection::connect(meta, ConnectionConfig::with_auth(auth))

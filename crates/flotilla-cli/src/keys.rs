@@ -203,3 +203,12 @@ pub fn client_with(meta: &str, key: Option<&Path>) -> anyhow::Result<Client> {
     }
     Ok(Client::with_config(config)?)
 }
+
+/// The client credential (`FLOTILLA_CLIENT_KEY` or the default key) with this process's
+/// integrity setting, for the CLI's own calls to a service.
+pub fn client_auth() -> anyhow::Result<flotilla_auth::ClientAuth> {
+    let key = client_key();
+    let credential = flotilla_auth::load_credential(key.as_deref(), "flotilla", flotilla_auth::Role::Client)?;
+    let bounds = flotilla_auth::AuthBounds { integrity: integrity(), ..Default::default() };
+    Ok(flotilla_auth::ClientAuth { credential, bounds })
+}

@@ -140,10 +140,7 @@ fn through_leader(target: &GroupTarget, request: GroupMembershipRequest) -> anyh
 
 /// One request to the node at `addr` with the client credential, within `timeout`.
 fn call(addr: &str, request: &MetaRequest, timeout: Duration) -> anyhow::Result<MetaReply> {
-    let key = crate::keys::client_key();
-    let credential = flotilla_auth::load_credential(key.as_deref(), "flotilla", flotilla_auth::Role::Client)?;
-    let bounds = flotilla_auth::AuthBounds { integrity: crate::keys::integrity(), ..Default::default() };
-    let auth = flotilla_auth::ClientAuth { credential, bounds };
+    let auth = crate::keys::client_auth()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let call = async {

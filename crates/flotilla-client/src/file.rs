@@ -112,18 +112,27 @@ impl File {
         }
     }
 
+    /// Each subfile with its forks; a subfile not yet created on its server (created on first
+    /// write) is left out.
+    fn forks_of_every_subfile(&self) -> Result<Vec<(u32, Vec<ForkInfo>)>, ClientError> {
+        let mut every = Vec::new();
+        for subfile in 0..self.subfile_count() {
+            match self.list_forks(subfile) {
+                Ok(forks) => every.push((subfile, forks)),
+                Err(error) if error.code() == Some(flotilla_proto::ErrorCode::NotFound) => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(every)
+    }
+
     /// `flotilla scrub` on every fork of every subfile: each range's checksums checked on
     /// disk and, for a replicated subfile, compared across its serving members and bad
     /// blocks repaired from a member whose block verifies (`Fork::block_checksums`). A
     /// subfile not yet created on its server has no forks.
     pub fn scrub(&self) -> Result<Vec<ForkScrub>, ClientError> {
         let mut found = Vec::new();
-        for subfile in 0..self.subfile_count() {
-            let forks = match self.list_forks(subfile) {
-                Ok(forks) => forks,
-                Err(error) if error.code() == Some(flotilla_proto::ErrorCode::NotFound) => continue,
-                Err(error) => return Err(error),
-            };
+        for (subfile, forks) in self.forks_of_every_subfile()? {
             for info in forks {
                 let fork = self.fork(subfile, &info.name)?;
                 let mut offset = 0u64;
@@ -177,12 +186,7 @@ impl File {
 
     fn hsm_each(&self, action: flotilla_proto::HsmAction) -> Result<Vec<ForkHsm>, ClientError> {
         let mut states = Vec::new();
-        for subfile in 0..self.subfile_count() {
-            let forks = match self.list_forks(subfile) {
-                Ok(forks) => forks,
-                Err(error) if error.code() == Some(flotilla_proto::ErrorCode::NotFound) => continue,
-                Err(error) => return Err(error),
-            };
+        for (subfile, forks) in self.forks_of_every_subfile()? {
             for info in forks {
                 let fork = self.fork(subfile, &info.name)?;
                 let state = fork.hsm(action)?;

@@ -173,6 +173,16 @@ impl ChainPaths {
         }
     }
 
+    /// A connection to another member: this server's credential, connects and calls bounded
+    /// by `chain_forward_timeout_ms`.
+    pub(crate) fn peer_config(&self) -> ConnectionConfig {
+        let mut config = ConnectionConfig::with_auth(self.auth.clone());
+        config.connect_timeout_ms =
+            u64::try_from(self.config.forward_timeout.as_millis()).unwrap_or(u64::MAX);
+        config.call_timeout_ms = config.connect_timeout_ms;
+        config
+    }
+
     fn state(&self, chain: u32) -> Arc<ChainSlot> {
         let mut chains = self.chains.lock();
         let state = chains.entry(chain).or_insert_with(|| {
@@ -906,11 +916,7 @@ impl ChainPaths {
             state.link = Some((successor, addr, connection.clone()));
             return Ok(connection);
         }
-        let mut config = ConnectionConfig::with_auth(self.auth.clone());
-        config.connect_timeout_ms =
-            u64::try_from(self.config.forward_timeout.as_millis()).unwrap_or(u64::MAX);
-        config.call_timeout_ms = config.connect_timeout_ms;
-        let connection = Connection::connect(&addr, config).await.map_err(|error| {
+        let connection = Connection::connect(&addr, self.peer_config()).await.map_err(|error| {
             // The member may have restarted elsewhere: ask for the addresses again.
             self.held.address_failed();
             Trouble::Wait(error.to_string())

@@ -23,7 +23,7 @@ use flotilla_proto::{
     ErrorCode, ForkRef, IoReply, IoRequest, ScrubBlock, ScrubReport, WireError, SCRUB_BLOCKS_MAX,
 };
 use flotilla_request::{Shape, ShapeLimits};
-use flotilla_rpc::{Connection, ConnectionConfig};
+use flotilla_rpc::Connection;
 use flotilla_types::TargetId;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -236,11 +236,7 @@ impl ChainPaths {
         let connection = match shared {
             Some(connection) => connection,
             None => {
-                let mut config = ConnectionConfig::with_auth(self.auth.clone());
-                config.connect_timeout_ms =
-                    u64::try_from(self.config.forward_timeout.as_millis()).unwrap_or(u64::MAX);
-                config.call_timeout_ms = config.connect_timeout_ms;
-                let connection = Connection::connect(&addr, config).await.map_err(|error| {
+                let connection = Connection::connect(&addr, self.peer_config()).await.map_err(|error| {
                     self.held.address_failed();
                     unavailable(error.to_string())
                 })?;
