@@ -108,7 +108,7 @@ impl<S: StateMachine> GroupNode<S> {
         let raft = Raft::new(id, config, network, log, state.clone())
             .await
             .map_err(|e| GroupError::Raft(e.to_string()))?;
-        tokio::spawn(Self::keep_single_voter_leading(raft.clone(), id, timing));
+        tokio::spawn(Self::keep_electing(raft.clone(), id, timing));
         Ok(GroupNode { id, raft, state, limits })
     }
 
@@ -137,39 +137,41 @@ impl<S: StateMachine> GroupNode<S> {
         }
     }
 
-    /// Keeps a group whose only voter is this node led by it (spawn it once per node).
+    /// Keeps an election going on a voter that has known no leader for too long (spawn it
+    /// once per node).
     ///
-    /// Openraft elects a single voter at once on its election tick, but skips the tick while
-    /// a campaign of its own is in progress; a campaign whose own vote response was dropped
-    /// (the vote changed between saving it and hearing back, as under heavy load) would then
-    /// never end, and the node answers `NotLeader` forever. This watch starts a fresh campaign
-    /// (a higher term) whenever the only voter has not led for `election_timeout_ms_max`;
-    /// openraft ignores the trigger on a node that leads.
-    pub async fn keep_single_voter_leading(raft: Raft, id: NodeId, timing: GroupTiming) {
+    /// Openraft elects on its election tick, but skips the tick while a campaign of its own
+    /// is in progress; a campaign whose own vote response was dropped (the vote changed
+    /// between saving it and hearing back, as under heavy load) would then never end, and
+    /// the node answers `NotLeader` with no leader forever (seen with a group of one, and
+    /// with the two survivors of a group of three after its leader was killed). This watch
+    /// starts a fresh campaign (a higher term) whenever this voter has known no leader for
+    /// twice `election_timeout_ms_max` (once for a group of one, which needs nobody's
+    /// vote); openraft ignores the trigger on a node that leads.
+    pub async fn keep_electing(raft: Raft, id: NodeId, timing: GroupTiming) {
         let period = std::time::Duration::from_millis(timing.election_timeout_ms_max.max(1));
         let mut not_leading_since: Option<tokio::time::Instant> = None;
         loop {
             tokio::time::sleep(period / 2).await;
-            let (alone, leading) = {
+            let (alone, voter, leaderless) = {
                 let metrics = raft.metrics();
                 let metrics = metrics.borrow();
                 if metrics.running_state.is_err() || metrics.state == openraft::ServerState::Shutdown {
                     return;
                 }
-                let mut voters = metrics.membership_config.membership().voter_ids();
-                let alone = voters.next() == Some(id) && voters.next().is_none();
-                (alone, metrics.state.is_leader() && metrics.current_leader == Some(id))
+                let voters: Vec<NodeId> = metrics.membership_config.membership().voter_ids().collect();
+                let leading = metrics.state.is_leader() && metrics.current_leader == Some(id);
+                let leaderless = if voters == [id] { !leading } else { metrics.current_leader.is_none() };
+                (voters == [id], voters.contains(&id), leaderless)
             };
-            if !alone || leading {
+            if !voter || !leaderless {
                 not_leading_since = None;
                 continue;
             }
+            let wait = if alone { period } else { period * 2 };
             let since = *not_leading_since.get_or_insert_with(tokio::time::Instant::now);
-            if since.elapsed() >= period {
-                tracing::warn!(
-                    node = id,
-                    "the group's only voter has not led for {period:?}; campaigning again"
-                );
+            if since.elapsed() >= wait {
+                tracing::warn!(node = id, "this voter has known no leader for {wait:?}; campaigning again");
                 if raft.trigger().elect().await.is_err() {
                     return;
                 }
