@@ -600,6 +600,28 @@ fn kill_at_once(processes: Vec<common::Process>) {
 
 /// A replicated create of the checker's writers: `replicas` copies, 256 KiB stripe units
 /// over as many disjoint chains as the table has.
+/// Files the checker's writers had acknowledged: path, seed of their bytes and size.
+type AckedFiles = Arc<Mutex<Vec<(String, u64, u64)>>>;
+
+/// `count` checker writers on `replicas`-way replicated files, each on its own thread.
+fn replicated_writers(
+    count: u64,
+    meta: &str,
+    seed: u64,
+    stop: &Arc<AtomicBool>,
+    acked: &AckedFiles,
+    replicas: u32,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..count)
+        .map(|writer| {
+            let (meta, stop, acked) = (meta.to_string(), stop.clone(), acked.clone());
+            std::thread::spawn(move || {
+                checker_writer_with(meta, writer, seed, stop, acked, replicated(replicas))
+            })
+        })
+        .collect()
+}
+
 fn replicated(replicas: u32) -> CreateOptions {
     CreateOptions {
         subfiles: 0,
@@ -638,12 +660,7 @@ fn crash_checker_with_three_replicas_survives_two_servers_killed_at_once() {
     let meta = cluster.meta_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let writers: Vec<_> = (0..3)
-        .map(|writer| {
-            let (meta, stop, acked) = (meta.clone(), stop.clone(), acked.clone());
-            std::thread::spawn(move || checker_writer_with(meta, writer, seed, stop, acked, replicated(3)))
-        })
-        .collect();
+    let writers = replicated_writers(3, &meta, seed, &stop, &acked, 3);
     // Reads go on through the kills: a reader checks acknowledged files as they come.
     let reader = {
         let (meta, stop, acked) = (meta.clone(), stop.clone(), acked.clone());
@@ -734,12 +751,7 @@ fn a_power_cut_of_every_process_keeps_every_closed_file() {
     let meta = cluster.meta_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let writers: Vec<_> = (0..3)
-        .map(|writer| {
-            let (meta, stop, acked) = (meta.clone(), stop.clone(), acked.clone());
-            std::thread::spawn(move || checker_writer_with(meta, writer, seed, stop, acked, replicated(2)))
-        })
-        .collect();
+    let writers = replicated_writers(3, &meta, seed, &stop, &acked, 2);
     let deadline = Instant::now() + SETTLE;
     while acked.lock().expect("acked").len() < 6 {
         assert!(Instant::now() < deadline, "too few files were acknowledged before the cut");
