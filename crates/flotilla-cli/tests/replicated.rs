@@ -220,6 +220,62 @@ fn a_replicated_put_reads_back() {
     assert!(std::fs::read(&back).unwrap() == expected, "the write through the mount did not read back");
 }
 
+/// Bytes and requests each server has read for clients so far (`IoRequest::Stats`).
+fn reads_by_server(client: &flotilla_client::Client, servers: &[String]) -> Vec<(u64, u64)> {
+    let stats = |addr: &String| client.server_stats(addr).unwrap_or_else(|e| panic!("stats of {addr}: {e}"));
+    servers.iter().map(stats).map(|s| (s.total.read_bytes, s.total.read_ops)).collect()
+}
+
+/// CRAQ-style reads: one large read of a `replicas=2` file (two subfiles on two disjoint
+/// chains over four servers) is cut per chain into one part per serving member, so every
+/// one of the four servers answers part of it (counted by each server's read counters);
+/// with one member SIGKILLed the same read fails over to the other member of its chain and
+/// reads back the same bytes.
+#[test]
+fn one_large_read_is_served_by_every_member_of_its_chains() {
+    let mut cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
+    let meta = cluster.meta_addr();
+    let client = cluster.client();
+    let file = client.create("/big", &replicated(2)).expect("create");
+    let data = random_bytes(11, 16 << 20);
+    file.write_at(0, &data).expect("write");
+    file.sync().expect("sync");
+    let placed = subfiles(&meta, "/big");
+    let servers: Vec<String> = placed.iter().flat_map(|s| s.replicas.iter().map(|r| r.1.clone())).collect();
+    assert_eq!(servers.iter().collect::<BTreeSet<_>>().len(), 4, "four distinct members: {placed:?}");
+    assert!(placed.iter().flat_map(|s| &s.replicas).all(|r| r.2 == "serving"), "{placed:?}");
+
+    let before = reads_by_server(&client, &servers);
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(file.read_at(0, &mut back).expect("read"), data.len());
+    assert!(back == data, "the bytes read back differ");
+    let after = reads_by_server(&client, &servers);
+    for ((server, (bytes0, ops0)), (bytes1, ops1)) in servers.iter().zip(&before).zip(&after) {
+        assert!(ops1 > ops0, "{server} answered no part of the read ({ops0} -> {ops1} reads)");
+        // Each chain holds 8 MiB of the read, cut in two parts of 4 MiB.
+        assert!(bytes1 - bytes0 >= 2 << 20, "{server} read only {} bytes of the 16 MiB", bytes1 - bytes0);
+    }
+
+    // SIGKILL the first member of subfile 0's chain: its part fails over to the other member.
+    let (dead, alive) = (servers[0].clone(), servers[1].clone());
+    let index = cluster
+        .servers
+        .iter()
+        .position(|s| s.as_ref().is_some_and(|p| p.addr == dead))
+        .expect("the member's server is one of the cluster's");
+    cluster.servers[index].take().unwrap().kill();
+    let before = reads_by_server(&client, std::slice::from_ref(&alive));
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(file.read_at(0, &mut back).expect("a read with one member dead"), data.len());
+    assert!(back == data, "the bytes read back with one member dead differ");
+    let after = reads_by_server(&client, std::slice::from_ref(&alive));
+    assert!(
+        after[0].0 - before[0].0 >= 8 << 20,
+        "the surviving member {alive} read {} bytes, not the whole 8 MiB of its chain",
+        after[0].0 - before[0].0
+    );
+}
+
 /// The end-to-end test of issue 32: replicas=2 over four servers in four failure groups,
 /// four writers (library clients, each its own file), one server SIGKILLed while every
 /// writer is part-way through; every write and close succeeds and every byte reads back (by

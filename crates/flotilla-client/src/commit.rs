@@ -37,11 +37,25 @@ pub(crate) struct UnstableWrites {
     draining: AtomicBool,
     /// The views of the chains replicated subfiles are on (`replicas.rs`).
     pub chains: Arc<ChainViews>,
-    /// Held shared by a chained write from its sending until it is recorded, and
-    /// exclusively by a resend through a chain (`commit_chained_once`): no write is
-    /// acknowledged between the resend's choice of writes and its end, where an older
-    /// write resent could land over it unrecorded.
-    pub resending: tokio::sync::RwLock<()>,
+    /// Striped by fork ([`resend_stripe`]): held shared by a chained write from its sending
+    /// until it is recorded, and exclusively by a resend through a chain
+    /// (`commit_chained_once`): no write of the fork is acknowledged between the resend's
+    /// choice of writes and its end, where an older write resent could land over it
+    /// unrecorded. Writes of other forks (other byte spaces) go on meanwhile.
+    resending: Box<[tokio::sync::RwLock<()>]>,
+}
+
+/// Locks the resends of chained writes are striped over (forks sharing one only wait for
+/// each other more often).
+pub(crate) const RESEND_STRIPES: usize = 64;
+
+/// The resend lock stripe of `fork` among `stripes`: by file, subfile and fork name, not by
+/// target (a chained fork's target names the head the client knew, which changes).
+pub(crate) fn resend_stripe(fork: &ForkRef, stripes: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (fork.file, fork.subfile, &fork.fork).hash(&mut hasher);
+    usize::try_from(hasher.finish() % stripes.max(1) as u64).unwrap_or(0)
 }
 
 impl OnConnect for UnstableWrites {
@@ -63,8 +77,13 @@ impl UnstableWrites {
             drain: tokio::sync::Mutex::new(()),
             draining: AtomicBool::new(false),
             chains: Arc::default(),
-            resending: tokio::sync::RwLock::new(()),
+            resending: (0..RESEND_STRIPES).map(|_| tokio::sync::RwLock::new(())).collect(),
         }
+    }
+
+    /// The resend lock of `fork` (see `resending`).
+    pub fn resend_lock(&self, fork: &ForkRef) -> &tokio::sync::RwLock<()> {
+        &self.resending[resend_stripe(fork, self.resending.len())]
     }
 
     /// Sends again, oldest first, every unstable write to `addr` (of `fork`, or of every
@@ -167,7 +186,7 @@ impl UnstableWrites {
         let stale = |log: &UnstableLog| log.to_resend(epoch, |w| w.addr == route && w.fork == *fork);
         let any_stale = !stale(&self.log.lock()).is_empty();
         let resending = match any_stale {
-            true => Some(self.resending.write().await),
+            true => Some(self.resend_lock(fork).write().await),
             false => None,
         };
         let stale = stale(&self.log.lock());
@@ -271,5 +290,28 @@ async fn resend_one(
     match transport.io_call(server, &request, write.data.clone(), bytes).await? {
         (IoReply::Done { bytes: written }, _) if written == bytes => Ok(()),
         (other, _) => Err(unexpected("resend write", &other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_types::{FileId, SubfileIndex, TargetId};
+
+    fn fork(target: u64, file: u64, subfile: u32, name: &str) -> ForkRef {
+        ForkRef { target: TargetId(target), file: FileId(file), subfile: SubfileIndex(subfile), fork: name.into() }
+    }
+
+    #[test]
+    fn a_fork_keeps_its_resend_stripe_whatever_head_it_names() {
+        let stripe = resend_stripe(&fork(1, 5, 0, "data"), RESEND_STRIPES);
+        assert_eq!(resend_stripe(&fork(2, 5, 0, "data"), RESEND_STRIPES), stripe, "another head, the same fork");
+        assert!(stripe < RESEND_STRIPES);
+        let others: std::collections::BTreeSet<usize> =
+            (0..64).map(|file| resend_stripe(&fork(1, file, 0, "data"), RESEND_STRIPES)).collect();
+        assert!(others.len() > 1, "forks of different files spread over the stripes");
+        assert_eq!(resend_stripe(&fork(1, 5, 0, "data"), 0), 0, "no stripes asked: the first");
+        let writes = UnstableWrites::new(1 << 20);
+        assert!(std::ptr::eq(writes.resend_lock(&fork(1, 5, 0, "data")), writes.resend_lock(&fork(9, 5, 0, "data"))));
     }
 }

@@ -9,7 +9,8 @@ use crate::fork::{fork_ref, Fork, DEFAULT_FORK};
 use crate::handle::Handle;
 use crate::lease::OpenGuard;
 use crate::library_tokens::{cover, cover_async, read_range, write_range};
-use crate::replicas::{destination, Access};
+use crate::read_split::{read_parts, split_pieces, READ_PART_BYTES_MIN};
+use crate::replicas::{destination, route_chain, Access};
 use crate::tokens::{ByteRange, TokenCache, TokenUse, WHOLE_FILE};
 use crate::transfer::{check_call, read_into, read_shape, write_shape, WriteSource};
 use crate::transport::outage::Service;
@@ -473,23 +474,32 @@ pub(crate) async fn read_linear(
         return read_linear_copying(core, entry, lists, buffer).await.map(|()| summary.total_bytes);
     };
     let memory = &memory;
-    let reads =
-        lists.into_iter().enumerate().filter(|(_, pieces)| !pieces.is_empty()).map(|(subfile, pieces)| {
-            let place = fork_ref(entry, subfile as u32, DEFAULT_FORK);
-            async move {
-                let (fork, addr) = place?;
-                let (fork, addr, shape) = (&fork, addr.as_str(), &Shape::List { pieces });
-                // A read changes nothing: sent again while the server is away. Each subfile's
-                // pieces are its own: its targets share no byte with another's.
-                core.transport
-                    .outlast(Service::Server, move |_| async move {
-                        let destination =
-                            destination(&core.transport, core.chains(), addr, Access::Read).await?;
-                        read_into(core, &destination, fork, shape, buffer_bytes, memory).await
-                    })
-                    .await
+    // A replicated subfile's pieces are cut into one part per healthy serving member of its
+    // chain (`read_split.rs`), each part read, and failed over, on its own.
+    let mut parts = Vec::new();
+    for (subfile, pieces) in lists.into_iter().enumerate().filter(|(_, pieces)| !pieces.is_empty()) {
+        let (fork, addr) = fork_ref(entry, subfile as u32, DEFAULT_FORK)?;
+        let split = match route_chain(&addr) {
+            Some(chain) => {
+                let bytes = pieces.iter().map(|p| p.length).sum();
+                split_pieces(&pieces, read_parts(bytes, core.chains().readers(chain), READ_PART_BYTES_MIN))
             }
-        });
+            None => vec![pieces],
+        };
+        let fork = Arc::new(fork);
+        parts.extend(split.into_iter().map(|pieces| (fork.clone(), addr.clone(), Shape::List { pieces })));
+    }
+    let reads = parts.iter().map(|(fork, addr, shape)| async move {
+        let (fork, addr) = (&**fork, addr.as_str());
+        // A read changes nothing: sent again while the server is away. Each part's pieces
+        // are its own: no two parts share a byte.
+        core.transport
+            .outlast(Service::Server, move |_| async move {
+                let destination = destination(&core.transport, core.chains(), addr, Access::Read).await?;
+                read_into(core, &destination, fork, shape, buffer_bytes, memory).await
+            })
+            .await
+    });
     futures::future::try_join_all(reads).await?;
     Ok(summary.total_bytes)
 }

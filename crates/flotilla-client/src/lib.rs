@@ -34,6 +34,7 @@ mod opens;
 mod posix;
 mod posix_at;
 mod raw;
+mod read_split;
 mod replicas;
 mod tokens;
 mod transfer;

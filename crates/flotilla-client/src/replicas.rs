@@ -221,6 +221,21 @@ impl ChainViews {
         self.views.lock().get(&chain).map(|view| view.chain.clone())
     }
 
+    /// How many members a read of `chain` may be spread over now: its serving members not
+    /// known to have failed (all serving ones when every one failed); 1 when no current
+    /// view is kept (the read's first attempt refetches it).
+    pub(crate) fn readers(&self, chain: u32) -> usize {
+        let views = self.views.lock();
+        let Some(view) = views.get(&chain).filter(|view| !view.stale) else { return 1 };
+        let serving = view.chain.members.iter().filter(|m| m.state == ChainMemberState::Serving);
+        let healthy = serving.clone().filter(|m| !view.failed.contains(&m.target)).count();
+        if healthy > 0 {
+            healthy
+        } else {
+            serving.count().max(1)
+        }
+    }
+
     /// Where the next attempt of an `access` on `chain` goes.
     pub(crate) fn pick(&self, chain: u32, access: Access) -> Pick {
         let mut views = self.views.lock();
@@ -522,6 +537,20 @@ mod tests {
         }
         let reads: Vec<u64> = (0..4).map(|_| target_of(views.pick(7, Access::Read))).collect();
         assert_eq!(reads, vec![2, 3, 2, 3], "reads spread over the serving members only");
+    }
+
+    #[test]
+    fn reads_spread_over_the_healthy_serving_members_only() {
+        let views = ChainViews::default();
+        assert_eq!(views.readers(7), 1, "nothing known: one part");
+        views.learn(chain(3, vec![place(1, SERVING), place(2, SYNCING), place(3, SERVING)]));
+        assert_eq!(views.readers(7), 2, "a syncing member never serves a read");
+        views.failed(&Member { chain: 7, version: 3, target: TargetId(3) }, true);
+        assert_eq!(views.readers(7), 1, "stale: one part until refetched");
+        views.learn(chain(3, vec![place(1, SERVING), place(2, SYNCING), place(3, SERVING)]));
+        assert_eq!(views.readers(7), 1, "a member that failed under this version is left out");
+        views.learn(chain(4, vec![place(1, OFFLINE), place(2, SERVING), place(3, SERVING)]));
+        assert_eq!(views.readers(7), 2, "a new version forgets the failures");
     }
 
     #[test]

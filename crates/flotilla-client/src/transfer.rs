@@ -424,10 +424,10 @@ async fn write_once(
     data: &Bytes,
 ) -> Result<(), ClientError> {
     let (transport, chains) = (&core.transport, core.chains());
-    // A chained write is not acknowledged while older writes are resent through its chain
-    // (they would land over it): held until it is recorded (`commit.rs`).
+    // A chained write is not acknowledged while older writes of its fork are resent through
+    // its chain (they would land over it): held until it is recorded (`commit.rs`).
     let _recording = match route_chain(addr) {
-        Some(_) => Some(core.unstable.resending.read().await),
+        Some(_) => Some(core.unstable.resend_lock(fork).read().await),
         None => None,
     };
     let destination = destination(transport, chains, addr, Access::Change).await?;

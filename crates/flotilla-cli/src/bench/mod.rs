@@ -26,6 +26,7 @@ mod plot;
 mod report;
 mod runner;
 mod spread;
+mod stall;
 mod stream;
 mod worker;
 
@@ -68,6 +69,9 @@ pub enum BenchCommand {
     /// 1 MiB sequential write then read through the library, file per process and one
     /// shared file, beside the loopback baseline measured in the same run.
     Stream(stream::StreamArgs),
+    /// The stall a writer of a `replicas=2` file sees when a member of its chain is
+    /// SIGKILLed (and restarted), over `--kills` kills: each, then median and worst.
+    ReplicaStall(stall::StallArgs),
 }
 
 /// Options every workload takes.
@@ -234,6 +238,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Meta(args) => meta::run(args),
         BenchCommand::Net(args) => stream::net(args),
         BenchCommand::Stream(args) => stream::stream(args),
+        BenchCommand::ReplicaStall(args) => stall::run(args),
     }
 }
 
