@@ -299,19 +299,31 @@ mod tests {
     use flotilla_types::{FileId, SubfileIndex, TargetId};
 
     fn fork(target: u64, file: u64, subfile: u32, name: &str) -> ForkRef {
-        ForkRef { target: TargetId(target), file: FileId(file), subfile: SubfileIndex(subfile), fork: name.into() }
+        ForkRef {
+            target: TargetId(target),
+            file: FileId(file),
+            subfile: SubfileIndex(subfile),
+            fork: name.into(),
+        }
     }
 
     #[test]
     fn a_fork_keeps_its_resend_stripe_whatever_head_it_names() {
         let stripe = resend_stripe(&fork(1, 5, 0, "data"), RESEND_STRIPES);
-        assert_eq!(resend_stripe(&fork(2, 5, 0, "data"), RESEND_STRIPES), stripe, "another head, the same fork");
+        assert_eq!(
+            resend_stripe(&fork(2, 5, 0, "data"), RESEND_STRIPES),
+            stripe,
+            "another head, the same fork"
+        );
         assert!(stripe < RESEND_STRIPES);
         let others: std::collections::BTreeSet<usize> =
             (0..64).map(|file| resend_stripe(&fork(1, file, 0, "data"), RESEND_STRIPES)).collect();
         assert!(others.len() > 1, "forks of different files spread over the stripes");
         assert_eq!(resend_stripe(&fork(1, 5, 0, "data"), 0), 0, "no stripes asked: the first");
         let writes = UnstableWrites::new(1 << 20);
-        assert!(std::ptr::eq(writes.resend_lock(&fork(1, 5, 0, "data")), writes.resend_lock(&fork(9, 5, 0, "data"))));
+        assert!(std::ptr::eq(
+            writes.resend_lock(&fork(1, 5, 0, "data")),
+            writes.resend_lock(&fork(9, 5, 0, "data"))
+        ));
     }
 }

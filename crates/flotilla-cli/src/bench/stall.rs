@@ -50,6 +50,10 @@ pub struct StallArgs {
     /// Extra `[meta]` settings, e.g. "fence_after_ms = 1000" (default: the service's defaults).
     #[arg(long, default_value = "")]
     pub meta_config: String,
+    /// Extra `[server]` settings, e.g. "heartbeat_ms = 200" (a lease shorter than the
+    /// servers' heartbeat period runs out between heartbeats: set both).
+    #[arg(long, default_value = "")]
+    pub server_config: String,
     /// Print one JSON object instead of lines.
     #[arg(long)]
     pub json: bool,
@@ -134,12 +138,12 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(meta_config: &str) -> anyhow::Result<Cluster> {
+    fn start(meta_config: &str, server_config: &str) -> anyhow::Result<Cluster> {
         let exe = std::env::current_exe().context("find the flotilla executable")?;
         let dir = tempfile::Builder::new().prefix("flotilla-stall-").tempdir().context("make a folder")?;
         crate::keygen::create_cluster(&dir.path().join("keys"))?;
         let config = format!(
-            "[meta]\nchain_replicas = 2\nchains_per_target = 4\n{meta_config}\n\n[server]\n\n[client]\n"
+            "[meta]\nchain_replicas = 2\nchains_per_target = 4\n{meta_config}\n\n[server]\n{server_config}\n\n[client]\n"
         );
         std::fs::write(dir.path().join("flotilla.toml"), config)?;
         let mut args = Cluster::common_args(dir.path());
@@ -169,8 +173,7 @@ impl Cluster {
         std::fs::create_dir_all(&target).with_context(|| format!("create {}", target.display()))?;
         let mut args = Cluster::common_args(self.dir.path());
         let (target, group) = (target.display().to_string(), format!("group-{index}"));
-        let server =
-            ["server", "--meta", &self.meta.addr, "--target", &target, "--listen", "127.0.0.1:0"];
+        let server = ["server", "--meta", &self.meta.addr, "--target", &target, "--listen", "127.0.0.1:0"];
         args.extend(server.map(String::from));
         args.extend(["--failure-group".to_string(), group]);
         Child::start(&self.exe, &args, "server")
@@ -207,7 +210,10 @@ impl Cluster {
     fn all_serving(&self) -> bool {
         self.chains().is_ok_and(|report| {
             !report.chains.is_empty()
-                && report.chains.iter().all(|c| c.members.iter().all(|m| m.state == ChainMemberState::Serving))
+                && report
+                    .chains
+                    .iter()
+                    .all(|c| c.members.iter().all(|m| m.state == ChainMemberState::Serving))
         })
     }
 
@@ -239,11 +245,12 @@ pub fn run(args: StallArgs) -> anyhow::Result<()> {
         "--write-bytes must be between 1 and --file-bytes"
     );
     let wait = Duration::from_millis(args.wait_ms);
-    let mut cluster = Cluster::start(&args.meta_config)?;
+    let mut cluster = Cluster::start(&args.meta_config, &args.server_config)?;
     cluster.wait("every chain serving", wait, Cluster::all_serving)?;
     let client = cluster.client()?;
     let layout = Layout::Stripe { unit_bytes: 1 << 20, count: 1 };
-    let options = CreateOptions { subfiles: 1, layout: Some(layout), replicas: 2, ..CreateOptions::default() };
+    let options =
+        CreateOptions { subfiles: 1, layout: Some(layout), replicas: 2, ..CreateOptions::default() };
     let file = client.create("/stall", &options).context("create the replicated file")?;
     let write_bytes = usize::try_from(args.write_bytes)?;
     let block: Vec<u8> = (0..write_bytes).map(|i| (i % 251) as u8).collect();
@@ -313,7 +320,9 @@ pub fn run(args: StallArgs) -> anyhow::Result<()> {
                 c.chains().is_ok_and(|r| {
                     r.chains.iter().any(|c| {
                         c.chain == chain
-                            && c.members.iter().any(|m| m.target == victim && m.state != ChainMemberState::Serving)
+                            && c.members
+                                .iter()
+                                .any(|m| m.target == victim && m.state != ChainMemberState::Serving)
                     })
                 })
             })?;
