@@ -5,7 +5,8 @@
 # once with `--layout stripe:1m:4` (replicas=1: four subfiles, one per server) and once
 # with `stripe:1m:2,replicas=2` (two subfiles on chains with disjoint members: again all
 # four servers; four disjoint chains of two need eight targets), the order alternating
-# between rounds. Prints every time, the medians and the ratios.
+# between rounds; the machine's dirty pages are flushed (untimed) between a put and its get.
+# Prints every time, the medians and the ratios.
 # Usage: scripts/bench-replicas.sh [DIR] [ROUNDS] [SIZE_MIB]
 #   FLOTILLA_BIN: the binary (default target/debug/flotilla; build it first).
 #   CHAIN_WINDOW: the servers' `chain_window_max` (default 64; 1 is the unpipelined head).
@@ -65,12 +66,17 @@ for round in $(seq 1 "$ROUNDS"); do
     t0=$(ms)
     "${FL[@]}" put --meta "$META" --layout "$layout" "$D/input" "/r$n-$round" || exit 1
     t1=$(ms)
+    # The machine's dirty pages (the write just made: twice the bytes for replicas=2, on
+    # the one disk every server shares) are flushed, untimed, before the read: else their
+    # writeback competes with it and the layout written last reads slower.
+    sync
+    t1r=$(ms)
     "${FL[@]}" get --meta "$META" "/r$n-$round" "$D/output" || exit 1
     t2=$(ms)
     cmp -s "$D/input" "$D/output" || { echo "replicas=$n round $round: read back differs"; exit 1; }
     rm -f "$D/output"
-    W[$n]="${W[$n]:-} $((t1 - t0))"; R[$n]="${R[$n]:-} $((t2 - t1))"
-    echo "round $round replicas=$n write $((t1 - t0)) ms read $((t2 - t1)) ms"
+    W[$n]="${W[$n]:-} $((t1 - t0))"; R[$n]="${R[$n]:-} $((t2 - t1r))"
+    echo "round $round replicas=$n write $((t1 - t0)) ms read $((t2 - t1r)) ms"
     "${FL[@]}" rm --meta "$META" "/r$n-$round" > /dev/null 2>&1
   done
 done
