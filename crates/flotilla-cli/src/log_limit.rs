@@ -56,10 +56,10 @@ impl RepeatLimit {
     }
 }
 
-/// The peer a line names: its `target` field, else the first "node N" or "target=N" in
-/// its text.
+/// The peer a line names: its `target` field, else the first "target=N", "node N" or
+/// "->N" (openraft's "AppendEntries 1->2") in its text.
 fn peer_in(text: &str) -> Option<u64> {
-    ["target=", "node "].into_iter().find_map(|marker| {
+    ["target=", "node ", "->"].into_iter().find_map(|marker| {
         text.match_indices(marker).find_map(|(at, _)| {
             let digits: String = text[at + marker.len()..].chars().take_while(char::is_ascii_digit).collect();
             digits.parse().ok()
@@ -161,6 +161,7 @@ mod tests {
     fn the_peer_is_read_from_the_text() {
         assert_eq!(peer_in("error replication to target=3"), Some(3));
         assert_eq!(peer_in("Unreachable node 12 at 127.0.0.1:7771 is unreachable: refused"), Some(12));
+        assert_eq!(peer_in("timeout after 100ms when AppendEntries 1->3"), Some(3));
         assert_eq!(peer_in("nothing here"), None);
         assert_eq!(peer_in("node x"), None);
         assert_eq!(peer_in("Unreachable node: node 2 at a:1 is unreachable"), Some(2));
