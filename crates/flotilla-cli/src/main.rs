@@ -12,6 +12,7 @@ mod format_target;
 mod hsm;
 mod keygen;
 mod keys;
+mod log_limit;
 mod meta_admin;
 mod mount;
 mod mount_helper;
@@ -280,5 +281,14 @@ fn bound_allocator_memory() {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLOTILLA_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Openraft's per-heartbeat errors about a peer that is down are held back after the
+    // first (log_limit.rs).
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .finish()
+        .with(log_limit::RepeatLayer::new())
+        .init();
 }

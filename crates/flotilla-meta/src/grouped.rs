@@ -27,8 +27,8 @@ use anyhow::Context;
 use flotilla_auth::{Credential, Role};
 use flotilla_metagroup::types::SESSION_NONE;
 use flotilla_metagroup::{
-    member_address, raft_config, Batch, Change, GroupError, GroupLimits, GroupListener, GroupNode,
-    GroupTiming, MembershipError, NodeId, ReplyError, TcpConfig, TcpTransport,
+    member_address, raft_config, Batch, Change, GroupError, GroupIdentity, GroupLimits, GroupListener,
+    GroupNode, GroupTiming, MembershipError, NodeId, ReplyError, TcpConfig, TcpTransport,
 };
 use flotilla_proto::{ErrorCode, NotServed, WireError};
 use flotilla_types::Caller;
@@ -189,8 +189,13 @@ pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<St
     let (timing, limits) = (timing(config), limits(config));
     let tcp = TcpConfig::default();
     tcp.check(&limits).context("group transport settings")?;
-    let transport = Arc::new(TcpTransport::new(credential.clone(), tcp.clone()).context("group transport")?);
     let dir = config.data.clone();
+    let identity = Arc::new(GroupIdentity::open(&dir).context("the metadata group's id")?);
+    let transport = Arc::new(
+        TcpTransport::new(credential.clone(), tcp.clone())
+            .context("group transport")?
+            .with_identity(identity.clone()),
+    );
     let raft = raft_config(&timing, &limits).context("group timing")?;
     let node = GroupNode::start(me, &dir, machine, transport, raft, limits.clone())
         .await
@@ -199,11 +204,12 @@ pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<St
         .await
         .with_context(|| format!("group listener on {}", mine.group_addr))?;
     let listener =
-        GroupListener::start(listener, me, node.raft.clone(), credential, &tcp).context("serve the group")?;
+        GroupListener::start_in_group(listener, me, node.raft.clone(), credential, &tcp, identity.clone())
+            .context("serve the group")?;
     let node = Arc::new(node);
     // A joining node never forms a group: it waits, empty, for the leader to add it.
     if me == 1 && !config.join {
-        initialize(&node, &peers).await?;
+        initialize(&node, &peers, &identity).await?;
     }
     let (queue, waiting) = mpsc::channel(limits.batch_changes_max * 4);
     tokio::spawn(proposal_loop(node.clone(), waiting, limits, config.group_proposals_in_flight_max.max(1)));
@@ -268,10 +274,18 @@ async fn open_machine(path: &Path, members: usize, join: bool) -> anyhow::Result
 }
 
 /// Node 1 of a brand-new group names its members (nothing if the group has a log already).
-async fn initialize(node: &GroupNode<NamespaceMachine>, peers: &[Peer]) -> anyhow::Result<()> {
+/// The group's id (`group.id`, carried in every Raft request) is made first; the other
+/// members take it from the first request they receive.
+async fn initialize(
+    node: &GroupNode<NamespaceMachine>,
+    peers: &[Peer],
+    identity: &GroupIdentity,
+) -> anyhow::Result<()> {
     if node.raft.is_initialized().await.map_err(|e| anyhow::anyhow!("read the group's state: {e}"))? {
         return Ok(());
     }
+    let id = identity.create().context("make the group's id")?;
+    tracing::info!(group = %format!("{id:016x}"), "made the metadata group's id");
     let members: BTreeMap<NodeId, openraft::BasicNode> = peers
         .iter()
         .map(|p| (p.id, openraft::BasicNode { addr: member_address(&p.meta_addr, &p.group_addr) }))

@@ -7,10 +7,11 @@
 //! - [`limits`], [`record`], [`types`]: bounds, the checked on-disk record, the type config;
 //! - [`reply_table`]: exactly-once (no I/O);
 //! - [`log_store`], [`state_machine`], [`snapshot_buffer`], [`sm_store`], [`kv`]: storage;
-//! - [`network`], [`local_network`], [`tcp`]: RPCs;
+//! - [`network`], [`local_network`], [`tcp`], [`identity`]: RPCs and the group id they carry;
 //! - [`group`]: a node started from its files; [`membership`]: adding and removing nodes.
 
 pub mod group;
+pub mod identity;
 pub mod kv;
 pub mod limits;
 pub mod local_network;
@@ -26,6 +27,7 @@ pub mod tcp;
 pub mod types;
 
 pub use group::{raft_config, Committed, GroupError, GroupNode, GroupTiming};
+pub use identity::{ForeignGroup, GroupIdentity, IdentityError};
 pub use limits::GroupLimits;
 pub use log_store::{LogStoreError, RedbLogStore};
 pub use membership::{GroupView, Member, MembershipError};

@@ -16,6 +16,9 @@ pub struct GroupLimits {
     pub snapshot_chunk_bytes: u64,
     /// Most log entries returned by one read of the log.
     pub log_read_entries_max: u64,
+    /// Appends waiting for the log's next fsync (the flusher's queue); an append finding it
+    /// full waits.
+    pub log_flushes_waiting_max: usize,
 }
 
 impl Default for GroupLimits {
@@ -27,6 +30,7 @@ impl Default for GroupLimits {
             snapshot_bytes_max: 1 << 30,
             snapshot_chunk_bytes: 1 << 20,
             log_read_entries_max: 4096,
+            log_flushes_waiting_max: 4096,
         }
     }
 }

@@ -26,6 +26,7 @@ use flotilla_rpc::{Connection, ConnectionConfig, RpcError};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::identity::GroupIdentity;
 use crate::limits::GroupLimits;
 use crate::network::{RaftRpc, RaftRpcReply, Transport, TransportError};
 use crate::types::NodeId;
@@ -229,6 +230,8 @@ pub struct TcpTransport {
     config: TcpConfig,
     connection: ConnectionConfig,
     links: Mutex<HashMap<NodeId, Arc<Link>>>,
+    /// The group id every request carries.
+    identity: Arc<GroupIdentity>,
 }
 
 impl TcpTransport {
@@ -237,7 +240,15 @@ impl TcpTransport {
         check_meta(&credential)?;
         let auth = ClientAuth { credential, bounds: config.auth_bounds() };
         let connection = config.connection(&auth);
-        Ok(TcpTransport { config, connection, links: Mutex::new(HashMap::new()) })
+        let identity = Arc::new(GroupIdentity::in_memory(0));
+        Ok(TcpTransport { config, connection, links: Mutex::new(HashMap::new()), identity })
+    }
+
+    /// The same transport stamping its requests with `identity`'s group id (share it with
+    /// the node's [`listener::GroupListener`], which may learn the id).
+    pub fn with_identity(mut self, identity: Arc<GroupIdentity>) -> TcpTransport {
+        self.identity = identity;
+        self
     }
 
     /// The link to `target` at `address` (a new one if the address changed).
@@ -288,7 +299,8 @@ impl Transport for TcpTransport {
         address: &str,
         rpc: RaftRpc,
     ) -> Result<RaftRpcReply, TransportError> {
-        let (body, data) = codec::encode_request(from, target, &rpc, self.config.frame_bytes_max)
+        let group = self.identity.id();
+        let (body, data) = codec::encode_request(from, target, group, &rpc, self.config.frame_bytes_max)
             .map_err(|e| transport_error(target, address, Failure::Codec(e)))?;
         let link = self.link(target, address);
         let call_timeout = Duration::from_millis(self.config.call_timeout_ms.max(1));

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use flotilla_auth::{Acceptor, AuthBounds, ClientAuth, ClusterCa, Credential, IssueRequest, Limits, Role};
 use flotilla_metagroup::kv::{decode_outcomes, encode_op, KvOp, KvOutcome, KvStateMachine};
 use flotilla_metagroup::{
-    raft_config, Batch, Change, GroupError, GroupLimits, GroupListener, GroupNode, GroupTiming, NodeId,
-    RaftRpc, ReplyLimits, TcpConfig, TcpError, TcpTransport, Transport,
+    raft_config, Batch, Change, GroupError, GroupIdentity, GroupLimits, GroupListener, GroupNode,
+    GroupTiming, NodeId, RaftRpc, ReplyLimits, TcpConfig, TcpError, TcpTransport, Transport, TransportError,
 };
 use flotilla_proto::{decode_body, ErrorCode, GroupReply};
 use openraft::raft::VoteRequest;
@@ -53,6 +53,8 @@ struct Cluster {
     addrs: BTreeMap<NodeId, SocketAddr>,
     nodes: BTreeMap<NodeId, GroupNode<KvStateMachine>>,
     listeners: BTreeMap<NodeId, GroupListener>,
+    /// Each node's group id, kept in its directory.
+    identities: BTreeMap<NodeId, Arc<GroupIdentity>>,
     config: Arc<Config>,
     limits: GroupLimits,
     session_id: AtomicU64,
@@ -71,6 +73,7 @@ impl Cluster {
             addrs: BTreeMap::new(),
             nodes: BTreeMap::new(),
             listeners: BTreeMap::new(),
+            identities: BTreeMap::new(),
             config,
             limits,
             session_id: AtomicU64::new(0),
@@ -106,7 +109,11 @@ impl Cluster {
         let listener = self.bind(id).await;
         self.addrs.insert(id, listener.local_addr().unwrap());
         let credential = issue(&self.ca, Role::Meta, &format!("meta-{id}"));
-        let transport = Arc::new(TcpTransport::new(credential.clone(), self.tcp.clone()).unwrap());
+        let identity = Arc::new(GroupIdentity::open(&dir).unwrap());
+        self.identities.insert(id, identity.clone());
+        let transport = Arc::new(
+            TcpTransport::new(credential.clone(), self.tcp.clone()).unwrap().with_identity(identity.clone()),
+        );
         let deadline = Instant::now() + WAIT;
         let node = loop {
             let error = match KvStateMachine::open(
@@ -134,7 +141,9 @@ impl Cluster {
             assert!(Instant::now() < deadline, "node {id} does not start: {error}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let served = GroupListener::start(listener, id, node.raft.clone(), credential, &self.tcp).unwrap();
+        let served =
+            GroupListener::start_in_group(listener, id, node.raft.clone(), credential, &self.tcp, identity)
+                .unwrap();
         self.listeners.insert(id, served);
         self.nodes.insert(id, node);
     }
@@ -159,7 +168,9 @@ impl Cluster {
         BasicNode { addr: self.addrs[&id].to_string() }
     }
 
+    /// The first of `ids` makes the group's id and names the members.
     async fn initialize(&self, ids: &[NodeId]) {
+        self.identities[&ids[0]].create().unwrap();
         let members: BTreeMap<NodeId, BasicNode> = ids.iter().map(|id| (*id, self.member(*id))).collect();
         self.nodes[&ids[0]].raft.initialize(members).await.unwrap();
     }
@@ -450,6 +461,47 @@ async fn appends_too_large_for_one_frame_are_split() {
     let caught_up = cluster.nodes[&behind].state.with_state(|s| s.list(&big_key)).unwrap();
     assert_eq!(caught_up, expected);
     assert_eq!(cluster.list(behind), vec![0, 1]);
+    cluster.stop_all().await;
+}
+
+/// A node of another group (same cluster, same kind of credential) is refused by every node
+/// of this one with an error naming both groups, and this group goes on; the members that
+/// did not make the id took it from the first request they received and keep it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_of_another_group_is_refused_by_its_group_id() {
+    let mut cluster = Cluster::new(&[1, 2, 3], timing(), GroupLimits::default(), tcp()).await;
+    cluster.initialize(&[1, 2, 3]).await;
+    cluster.push_items(&[1]).await;
+    cluster.converge(&[1, 2, 3]).await;
+    let ours = cluster.identities[&1].id();
+    assert_ne!(ours, 0);
+    for id in [2, 3] {
+        assert_eq!(cluster.identities[&id].id(), ours, "node {id} took the group's id");
+    }
+    // Phase: a vote from a node of another group (a higher term: it would depose the leader).
+    let stranger = TcpTransport::new(issue(&cluster.ca, Role::Meta, "meta-9"), tcp())
+        .unwrap()
+        .with_identity(Arc::new(GroupIdentity::in_memory(ours ^ 0x5a5a)));
+    let term_before = cluster.nodes[&1].raft.metrics().borrow().current_term;
+    for target in [1, 2, 3] {
+        let vote = RaftRpc::Vote(VoteRequest::new(Vote::new(term_before + 100, 9), None));
+        let addr = cluster.addrs[&target].to_string();
+        let error = stranger.call(9, target, &addr, vote).await.unwrap_err();
+        assert!(matches!(error, TransportError::Refused { .. }), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains("from node 9 of group") && text.contains("belongs to group"), "{text}");
+        assert!(text.contains(&format!("{ours:016x}")), "{text}");
+    }
+    let term_after = cluster.nodes[&1].raft.metrics().borrow().current_term;
+    assert!(term_after < term_before + 100, "the stranger's term reached the group");
+    // Phase: the group still serves; after a restart a node still knows its group.
+    cluster.push_items(&[2]).await;
+    cluster.kill(3).await;
+    cluster.start(3).await;
+    assert_eq!(cluster.identities[&3].id(), ours);
+    cluster.push_items(&[3]).await;
+    cluster.converge(&[1, 2, 3]).await;
+    assert_eq!(cluster.list(3), vec![1, 2, 3]);
     cluster.stop_all().await;
 }
 

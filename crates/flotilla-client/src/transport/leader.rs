@@ -123,6 +123,14 @@ impl LeaderChase {
     }
 }
 
+/// Longest pause after a round of a group's addresses during the first
+/// [`ELECTION_CHASE_MS`] of an outage: a group elects a new leader within a few election
+/// timeouts (500–1000 ms each), and a pause of the full outage backoff (up to 1 s) after the
+/// election would add up to that much to a failover.
+pub const ELECTION_PAUSE_MS_MAX: u64 = 200;
+/// How long into an outage of a group (more than one address) pauses stay short.
+pub const ELECTION_CHASE_MS: u64 = 6_000;
+
 /// After a call at `at` failed with `failure` (not `Final`) at `now`: moves `chase` on and
 /// returns the pause before the next attempt (zero: at once), or `None` when `wait` is over.
 pub(crate) fn next_step(
@@ -135,7 +143,11 @@ pub(crate) fn next_step(
 ) -> Option<Duration> {
     match chase.failed(at, leader) {
         Move::Now => wait.note(failure, now).then_some(Duration::ZERO),
-        Move::Pause => wait.after_failure(failure, now),
+        Move::Pause => {
+            let pause = wait.after_failure(failure, now)?;
+            let electing = chase.addresses.len() > 1 && wait.waited_ms(now) < ELECTION_CHASE_MS;
+            Some(if electing { pause.min(Duration::from_millis(ELECTION_PAUSE_MS_MAX)) } else { pause })
+        }
     }
 }
 
@@ -175,6 +187,38 @@ mod tests {
         assert_eq!(chase.target(), "a", "round robin wraps");
         chase.served("a");
         assert_eq!(chase.target(), "a", "the serving node stays in use");
+    }
+
+    #[test]
+    fn a_group_chase_pauses_briefly_while_a_new_leader_is_elected_then_backs_off() {
+        let settings = OutageSettings { wait_ms: 60_000, backoff_ms_min: 50, backoff_ms_max: 1_000 };
+        let (mut group, mut wait) = (chase("a:1,b:2,c:3"), OutageWait::new(settings));
+        let start = Instant::now();
+        let (mut now, mut pauses) = (start, Vec::new());
+        while now < start + Duration::from_millis(ELECTION_CHASE_MS + 5_000) {
+            let at = group.target().to_string();
+            let pause = next_step(&mut group, &mut wait, &at, None, Failure::NotSent, now).unwrap();
+            if pause > Duration::ZERO {
+                pauses.push((now.duration_since(start).as_millis() as u64, pause.as_millis() as u64));
+            }
+            now += pause + Duration::from_millis(1);
+        }
+        let early: Vec<u64> =
+            pauses.iter().filter(|(at, _)| *at < ELECTION_CHASE_MS).map(|(_, pause)| *pause).collect();
+        assert!(early.iter().all(|pause| *pause <= ELECTION_PAUSE_MS_MAX), "{pauses:?}");
+        assert_eq!(&early[..3], [50, 100, 200], "{pauses:?}");
+        let late: Vec<u64> =
+            pauses.iter().filter(|(at, _)| *at >= ELECTION_CHASE_MS).map(|(_, pause)| *pause).collect();
+        assert!(late.contains(&1_000), "the full backoff after the election window: {pauses:?}");
+        // One address (no group) keeps the full backoff from the start.
+        let (mut one, mut wait) = (chase("a:1"), OutageWait::new(settings));
+        let pauses: Vec<u64> = (0..6)
+            .map(|_| {
+                next_step(&mut one, &mut wait, "a:1", None, Failure::NotSent, start).unwrap().as_millis()
+                    as u64
+            })
+            .collect();
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1_000]);
     }
 
     #[test]
@@ -243,7 +287,8 @@ mod tests {
                 None => break now,
             }
         };
-        assert_eq!(&pauses[..8], [0, 50, 0, 100, 0, 200, 0, 400], "at once to the next, pause after a round");
+        // A group's pauses stay at most ELECTION_PAUSE_MS_MAX early in an outage.
+        assert_eq!(&pauses[..8], [0, 50, 0, 100, 0, 200, 0, 200], "at once to the next, pause after a round");
         assert!(pauses.iter().all(|pause| *pause <= 400), "{pauses:?}");
         let waited = gave_up.duration_since(start).as_millis() as u64;
         assert!((2_000..2_100).contains(&waited), "gave up after {waited} ms");

@@ -1,7 +1,9 @@
 //! Raft RPCs in group frames and back, without sockets.
 //!
-//! A request frame's body is `GroupRequest::Raft { from, target }` and its data section the
-//! postcard-encoded [`RaftRpc`]; a reply frame's body is `GroupReply::Raft` with the
+//! A request frame's body is `GroupRequest::Raft { from, target }` and its data section
+//! `[RPC_DATA_V2 u8][group id u64 LE][postcard-encoded RaftRpc]` (the sender's group id, 0 if
+//! it has none yet; see [`crate::identity`]); a data section without the version byte is the
+//! first format, the RPC alone (a node of an older version), read as group id 0; a reply frame's body is `GroupReply::Raft` with the
 //! postcard-encoded [`RaftRpcReply`] as data, or `GroupReply::Error`. Invariants: nothing is
 //! sent that the peer's `frame_bytes_max` (the same setting on every node) would refuse; an
 //! append too large for one frame comes back as a hint to split it; decoding never panics
@@ -16,6 +18,12 @@ use crate::types::NodeId;
 
 /// Bytes of a frame besides the RPC: header and body (a body is at most 21 bytes).
 pub const FRAME_OVERHEAD_BYTES: usize = HEADER_BYTES + 64;
+
+/// First byte of a request's data section in the second format (with the group id). A
+/// postcard `RaftRpc` starts with its variant (0, 1 or 2), never with this byte.
+pub const RPC_DATA_V2: u8 = 0xF2;
+/// Bytes before the RPC in a second-format data section.
+pub const RPC_DATA_HEADER_BYTES: usize = 1 + 8;
 
 /// Why an RPC could not be put into a frame or taken out of one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,16 +40,21 @@ pub enum CodecError {
     Refused(WireError),
 }
 
-/// The body and data of the request frame carrying `rpc` from `from` to `target`.
+/// The body and data of the request frame carrying `rpc` from `from` (of group `group`) to
+/// `target`.
 pub fn encode_request(
     from: NodeId,
     target: NodeId,
+    group: u64,
     rpc: &RaftRpc,
     frame_bytes_max: u32,
 ) -> Result<(Vec<u8>, Vec<u8>), CodecError> {
     let body = encode_body(&GroupRequest::Raft { from, target })
         .map_err(|e| CodecError::Encode { what: "group request", message: e.to_string() })?;
-    let data = postcard::to_stdvec(rpc)
+    let mut data = Vec::with_capacity(256);
+    data.push(RPC_DATA_V2);
+    data.extend_from_slice(&group.to_le_bytes());
+    let data = postcard::to_extend(rpc, data)
         .map_err(|e| CodecError::Encode { what: "Raft RPC", message: e.to_string() })?;
     check_fits(rpc, data.len(), frame_bytes_max)?;
     Ok((body, data))
@@ -73,9 +86,17 @@ fn rpc_name(rpc: &RaftRpc) -> &'static str {
     }
 }
 
-/// The sender and RPC of a request frame that reached node `node`; an error is the
+/// A request as it arrived: who sent it, its group id (0: none), and the RPC.
+#[derive(Debug)]
+pub struct Request {
+    pub from: NodeId,
+    pub group: u64,
+    pub rpc: RaftRpc,
+}
+
+/// The sender, group id and RPC of a request frame that reached node `node`; an error is the
 /// `GroupReply::Error` to answer with (the connection stays open).
-pub fn decode_request(node: NodeId, body: &[u8], data: &[u8]) -> Result<(NodeId, RaftRpc), WireError> {
+pub fn decode_request(node: NodeId, body: &[u8], data: &[u8]) -> Result<Request, WireError> {
     let bad = |e: String| WireError::new(ErrorCode::BadRequest, e);
     let request = decode_body::<GroupRequest>(body, "group request").map_err(|e| bad(e.to_string()))?;
     let GroupRequest::Raft { from, target } = request;
@@ -85,10 +106,24 @@ pub fn decode_request(node: NodeId, body: &[u8], data: &[u8]) -> Result<(NodeId,
         );
         return Err(WireError::new(ErrorCode::InvalidArgument, message));
     }
-    let rpc = postcard::from_bytes::<RaftRpc>(data).map_err(|e| {
+    let (group, rpc_bytes) = match data.first() {
+        Some(&RPC_DATA_V2) => {
+            let Some(id) = data.get(1..RPC_DATA_HEADER_BYTES) else {
+                return Err(bad(format!(
+                    "a Raft RPC from node {from} of {} bytes is too short for its group id",
+                    data.len()
+                )));
+            };
+            let mut le = [0u8; 8];
+            le.copy_from_slice(id);
+            (u64::from_le_bytes(le), &data[RPC_DATA_HEADER_BYTES..])
+        }
+        _ => (0, data),
+    };
+    let rpc = postcard::from_bytes::<RaftRpc>(rpc_bytes).map_err(|e| {
         bad(format!("cannot decode the Raft RPC from node {from} ({} bytes): {e}", data.len()))
     })?;
-    Ok((from, rpc))
+    Ok(Request { from, group, rpc })
 }
 
 /// The body and data of the reply frame carrying `reply`.
@@ -144,21 +179,37 @@ mod tests {
 
     #[test]
     fn a_request_round_trips_and_names_its_nodes() {
-        let (body, data) = encode_request(1, 2, &append(3, 10), 1 << 20).unwrap();
-        let (from, rpc) = decode_request(2, &body, &data).unwrap();
-        assert_eq!(from, 1);
+        let (body, data) = encode_request(1, 2, 0x77, &append(3, 10), 1 << 20).unwrap();
+        let Request { from, group, rpc } = decode_request(2, &body, &data).unwrap();
+        assert_eq!((from, group), (1, 0x77));
         match rpc {
             RaftRpc::Append(a) => assert_eq!(a.entries.len(), 3),
             other => panic!("{other:?}"),
         }
         let vote = RaftRpc::Vote(VoteRequest::new(Vote::new(4, 1), None));
-        let (body, data) = encode_request(1, 3, &vote, 1 << 20).unwrap();
-        assert!(matches!(decode_request(3, &body, &data), Ok((1, RaftRpc::Vote(_)))));
+        let (body, data) = encode_request(1, 3, 0x77, &vote, 1 << 20).unwrap();
+        assert!(matches!(
+            decode_request(3, &body, &data),
+            Ok(Request { from: 1, rpc: RaftRpc::Vote(_), .. })
+        ));
+    }
+
+    #[test]
+    fn a_request_in_the_first_format_reads_as_no_group() {
+        let vote = RaftRpc::Vote(VoteRequest::new(Vote::new(4, 1), None));
+        let (body, _) = encode_request(1, 3, 0x77, &vote, 1 << 20).unwrap();
+        let data = postcard::to_stdvec(&vote).unwrap();
+        let request = decode_request(3, &body, &data).unwrap();
+        assert_eq!((request.from, request.group), (1, 0));
+        assert!(matches!(request.rpc, RaftRpc::Vote(_)));
+        // A second-format section cut inside its group id is refused by name.
+        let error = decode_request(3, &body, &[RPC_DATA_V2, 1, 2]).unwrap_err();
+        assert!(error.message.contains("too short for its group id"), "{error}");
     }
 
     #[test]
     fn a_request_for_another_node_is_refused_by_name() {
-        let (body, data) = encode_request(1, 2, &append(1, 1), 1 << 20).unwrap();
+        let (body, data) = encode_request(1, 2, 9, &append(1, 1), 1 << 20).unwrap();
         let error = decode_request(3, &body, &data).unwrap_err();
         assert_eq!(error.code, ErrorCode::InvalidArgument);
         assert!(error.message.contains("for node 2 reached node 3"), "{error}");
@@ -167,26 +218,26 @@ mod tests {
     #[test]
     fn an_append_over_the_frame_limit_gets_a_smaller_entries_hint() {
         let rpc = append(100, 1000);
-        let error = encode_request(1, 2, &rpc, 20_000).unwrap_err();
+        let error = encode_request(1, 2, 9, &rpc, 20_000).unwrap_err();
         match error {
             CodecError::TooLarge { entries_hint: Some(hint), bytes, .. } => {
                 assert!((1..100).contains(&hint), "hint {hint}");
                 assert!(bytes > 100_000);
                 // The hinted number of entries fits.
-                let (body, data) = encode_request(1, 2, &append(hint as usize, 1000), 20_000).unwrap();
+                let (body, data) = encode_request(1, 2, 9, &append(hint as usize, 1000), 20_000).unwrap();
                 assert!(HEADER_BYTES + body.len() + data.len() <= 20_000);
             }
             other => panic!("{other:?}"),
         }
         // One entry that does not fit cannot be split.
-        let error = encode_request(1, 2, &append(1, 30_000), 20_000).unwrap_err();
+        let error = encode_request(1, 2, 9, &append(1, 30_000), 20_000).unwrap_err();
         assert!(matches!(error, CodecError::TooLarge { entries_hint: None, .. }), "{error:?}");
         assert!(error.to_string().contains("frame_bytes_max"), "{error}");
     }
 
     #[test]
     fn bad_bytes_are_typed_errors_never_panics() {
-        let (body, data) = encode_request(1, 2, &append(2, 50), 1 << 20).unwrap();
+        let (body, data) = encode_request(1, 2, 9, &append(2, 50), 1 << 20).unwrap();
         // Every truncation of the RPC and a few corruptions decode to BadRequest or a value.
         for cut in 0..data.len() {
             if let Err(error) = decode_request(2, &body, &data[..cut]) {

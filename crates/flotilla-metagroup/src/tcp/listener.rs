@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 
 use super::{check_meta, codec, TcpConfig, TcpError};
+use crate::identity::GroupIdentity;
 use crate::network::serve;
 use crate::types::{NodeId, Raft};
 
@@ -38,6 +39,8 @@ type Outgoing = (u64, Vec<u8>, Vec<u8>, Option<Reservation>);
 struct Shared {
     node: NodeId,
     raft: Raft,
+    /// This node's group id: requests of another group are refused.
+    identity: Arc<GroupIdentity>,
     requests_max: usize,
     read_bounds: ReadBounds,
     budget: FrameBudget,
@@ -66,10 +69,24 @@ impl GroupListener {
         credential: Arc<Credential>,
         config: &TcpConfig,
     ) -> Result<GroupListener, TcpError> {
+        let identity = Arc::new(GroupIdentity::in_memory(0));
+        GroupListener::start_in_group(listener, node, raft, credential, config, identity)
+    }
+
+    /// [`GroupListener::start`] for a node of the group `identity` names: requests carrying
+    /// another group's id are refused; a node with no id yet takes the first one it hears.
+    pub fn start_in_group(
+        listener: TcpListener,
+        node: NodeId,
+        raft: Raft,
+        credential: Arc<Credential>,
+        config: &TcpConfig,
+        identity: Arc<GroupIdentity>,
+    ) -> Result<GroupListener, TcpError> {
         check_meta(&credential)?;
         let local_addr = listener.local_addr()?;
         let acceptor = Arc::new(Acceptor::new(credential, vec![Role::Meta], config.auth_bounds()));
-        let shared = Arc::new(shared(node, raft, config));
+        let shared = Arc::new(shared(node, raft, config, identity));
         let (stop, stopped) = watch::channel(false);
         let limits = accept_limits(config);
         let (accepting, serving) = (acceptor.clone(), shared.clone());
@@ -109,7 +126,7 @@ impl Drop for GroupListener {
     }
 }
 
-fn shared(node: NodeId, raft: Raft, config: &TcpConfig) -> Shared {
+fn shared(node: NodeId, raft: Raft, config: &TcpConfig, identity: Arc<GroupIdentity>) -> Shared {
     let progress = ProgressRule {
         interval: Duration::from_millis(config.progress_interval_ms.max(1)),
         bytes_min: config.progress_bytes_min,
@@ -117,6 +134,7 @@ fn shared(node: NodeId, raft: Raft, config: &TcpConfig) -> Shared {
     Shared {
         node,
         raft,
+        identity,
         requests_max: config.requests_per_connection_max.max(1),
         read_bounds: ReadBounds {
             frame_bytes_max: config.frame_bytes_max,
@@ -215,7 +233,18 @@ async fn read_requests(
             }
         };
         let (from, rpc) = match codec::decode_request(shared.node, &frame.body, &frame.data) {
-            Ok(request) => request,
+            Ok(request) => match shared.identity.admit(request.from, request.group) {
+                Ok(()) => (request.from, request.rpc),
+                // Another group's request: refused (logged by the identity, rate-limited).
+                Err(refusal) => {
+                    shared.frames_refused.fetch_add(1, Ordering::Relaxed);
+                    let error = WireError::new(ErrorCode::InvalidArgument, refusal.to_string());
+                    let _ = replies
+                        .send((frame.request_id, codec::encode_error(&error), Vec::new(), Some(memory)))
+                        .await;
+                    continue;
+                }
+            },
             Err(error) => {
                 shared.frames_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, "refusing a metadata group request");
