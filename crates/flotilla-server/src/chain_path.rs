@@ -344,11 +344,6 @@ impl ChainPaths {
         }
     }
 
-    /// Whether this server's targets are in any chain (as the last heartbeat said).
-    pub(crate) fn holds_chains(&self) -> bool {
-        !self.view().0.is_empty()
-    }
-
     /// ENWRICH (issue 32): the chain of each replicated subfile of `file`, as the metadata
     /// service says (the flush of a subfile on a chain goes through it; nothing the job's
     /// members say decides it).
@@ -377,21 +372,31 @@ impl ChainPaths {
     /// `chain`) taken as the head takes a client's: ordered with the chain's other changes,
     /// applied here and by every member of the write path before it returns; a member's
     /// death meanwhile is handled as for any change (fence, new version, go on). A version
-    /// that moved on before the change was taken is followed (at most
+    /// that moved on before the change was taken, or a view or lease not there yet, is
+    /// waited for (at most
     /// `chain_change_wait_ms`); a refusal otherwise (this server no longer the head) fails
     /// the flush naming the chain.
     pub(crate) async fn flush_change(&self, chain: u32, request: IoRequest, data: Bytes) -> Result<(), WireError> {
         let until = Instant::now() + self.config.change_wait;
         loop {
             let Some(info) = self.held.chain(chain) else {
+                if Instant::now() < until {
+                    // Not heard of yet (a server just started): ask for news and look again.
+                    self.held.nudge();
+                    tokio::time::sleep(self.config.retry).await;
+                    continue;
+                }
                 let message = format!("ENWRICH flush: this server holds no view of chain {chain}");
                 return Err(WireError::new(ErrorCode::Unavailable, message));
             };
             let reply = self.change(0, (chain, info.version), request.clone(), data.clone()).await;
             match reply.message {
                 IoReply::Error(error) => return Err(error),
-                IoReply::ForwardRefused(ForwardRefused { reason: ForwardRefusalReason::Stale { .. }, .. })
-                    if Instant::now() < until =>
+                // Another version, no lease, not yet a member as far as this server knows:
+                // news may come (at most chain_change_wait_ms). No longer the head: fail.
+                IoReply::ForwardRefused(refused)
+                    if Instant::now() < until
+                        && !matches!(refused.reason, ForwardRefusalReason::NotHead { .. }) =>
                 {
                     self.held.nudge();
                     let retry = (Instant::now() + self.config.retry).min(until);

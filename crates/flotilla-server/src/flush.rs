@@ -353,13 +353,12 @@ impl Conductor {
         };
         let steps = plan(&entries, bounds);
         // Replicated subfiles (issue 32): which are on a chain, as the metadata service says
-        // (asked only by a server whose targets are in some chain: no other heads one);
+        // (asked on every flush with data: a server that has not heard of its chains yet
+        // must not write a chained subfile alone);
         // their blocks go through the chain (this server must be its head) and are synced
         // on every member before the flush returns.
         let chained = match &self.sessions.chains {
-            Some(paths) if !steps.is_empty() && paths.holds_chains() => {
-                paths.subfile_chains(self.job.file).await?
-            }
+            Some(paths) if !steps.is_empty() => paths.subfile_chains(self.job.file).await?,
             _ => HashMap::new(),
         };
         let mut chained_forks = BTreeMap::new();

@@ -22,13 +22,17 @@ pub(crate) async fn places(
     views: &ChainViews,
     entry: &EntryInfo,
 ) -> Result<Places, ClientError> {
-    views.learn_entry(entry);
     let mut places = Vec::with_capacity(entry.subfiles.len());
     for place in &entry.subfiles {
         let Some(chain) = &place.chain else {
             places.push((place.server.clone(), place.target));
             continue;
         };
+        // The entry's view only where none is kept: learning it again would clear the
+        // staleness a failed flush marked (and route to a dead head forever).
+        if views.get(chain.chain).is_none() {
+            views.learn(chain.clone());
+        }
         let head = destination(transport, views, &chain_route(chain.chain), Access::Change).await?;
         let target = head.chained.map_or(place.target, |member| member.target);
         places.push((head.addr, target));
