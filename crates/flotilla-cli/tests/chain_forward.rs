@@ -222,7 +222,11 @@ fn forwards_are_fenced_by_member_version_and_credential_and_applied_in_order() {
     }
     let server = Caller { key: server_key(), ..intruder };
     assert_eq!(server.read(&fork, 0, 4), first[..4], "nothing refused reached the target");
-    assert_eq!(applied(server.forward(write(chain, version, 2, &fork, 4096, 4), b"dupl")), 2, "position 3 was never applied");
+    assert_eq!(
+        applied(server.forward(write(chain, version, 2, &fork, 4096, 4), b"dupl")),
+        2,
+        "position 3 was never applied"
+    );
 
     // SIGKILL the chain's other member: it is fenced and the chain's version grows; once the
     // server holds the new version, the old one is refused and the new one applies in order.
@@ -262,8 +266,18 @@ fn forwards_are_fenced_by_member_version_and_credential_and_applied_in_order() {
 fn issue_server_credential(cluster: &Cluster, name: &str) -> std::path::PathBuf {
     let out = cluster.dir.path().join(format!("{name}.cred"));
     let ca = common::test_keys().join("cluster.key");
-    let args =
-        ["keygen", "issue", "--ca", common::path(&ca), "--name", name, "--out", common::path(&out), "--role", "server"];
+    let args = [
+        "keygen",
+        "issue",
+        "--ca",
+        common::path(&ca),
+        "--name",
+        name,
+        "--out",
+        common::path(&out),
+        "--role",
+        "server",
+    ];
     let (ok, _, stderr) = cli(&args);
     assert!(ok, "keygen issue: {stderr}");
     out

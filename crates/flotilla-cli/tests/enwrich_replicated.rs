@@ -159,8 +159,9 @@ fn read_whole(cluster: &Cluster, file: &str, expected: &[u8]) {
 fn server_call(server: &str, request: IoRequest) -> (IoReply, Bytes) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let connection =
-            Connection::connect(server, common::connection_config_with(&server_key())).await.expect("connect");
+        let connection = Connection::connect(server, common::connection_config_with(&server_key()))
+            .await
+            .expect("connect");
         connection.call::<IoRequest, IoReply>(&request, Bytes::new()).await.expect("a reply")
     })
 }

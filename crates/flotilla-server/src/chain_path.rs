@@ -34,8 +34,8 @@ pub(crate) use repair::{report_of, RepairCounters};
 
 use crate::chain_write::{
     copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order,
-    resync_step, retarget, retarget_entry, sender_may_forward, store_request, Admitted, Copied, Early, Lease, MemberLog, Payload,
-    ResyncStep, Role, Sent,
+    resync_step, retarget, retarget_entry, sender_may_forward, store_request, Admitted, Copied, Early, Lease,
+    MemberLog, Payload, ResyncStep, Role, Sent,
 };
 use crate::execute::{Executor, Reply};
 use crate::membership::HeldChains;
@@ -348,9 +348,13 @@ impl ChainPaths {
     /// service says (the flush of a subfile on a chain goes through it; nothing the job's
     /// members say decides it).
     pub(crate) async fn subfile_chains(&self, file: FileId) -> Result<HashMap<SubfileIndex, u32>, WireError> {
-        let asked = self.held.ask_meta(MetaRequest::GetById { id: file.0 }, self.config.forward_timeout).await;
+        let asked =
+            self.held.ask_meta(MetaRequest::GetById { id: file.0 }, self.config.forward_timeout).await;
         let unavailable = |why: String| {
-            WireError::new(ErrorCode::Unavailable, format!("ENWRICH flush of file {file}: its placement: {why}"))
+            WireError::new(
+                ErrorCode::Unavailable,
+                format!("ENWRICH flush of file {file}: its placement: {why}"),
+            )
         };
         match asked {
             Ok(MetaReply::Entry(entry)) => Ok(entry
@@ -376,7 +380,12 @@ impl ChainPaths {
     /// waited for (at most
     /// `chain_change_wait_ms`); a refusal otherwise (this server no longer the head) fails
     /// the flush naming the chain.
-    pub(crate) async fn flush_change(&self, chain: u32, request: IoRequest, data: Bytes) -> Result<(), WireError> {
+    pub(crate) async fn flush_change(
+        &self,
+        chain: u32,
+        request: IoRequest,
+        data: Bytes,
+    ) -> Result<(), WireError> {
         let until = Instant::now() + self.config.change_wait;
         loop {
             let Some(info) = self.held.chain(chain) else {

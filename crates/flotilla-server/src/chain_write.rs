@@ -485,10 +485,8 @@ mod tests {
 
     #[test]
     fn only_a_member_servers_credential_forwards_into_a_chain() {
-        let member = |t: u64| flotilla_proto::ChainMember {
-            target: TargetId(t),
-            state: ChainMemberState::Serving,
-        };
+        let member =
+            |t: u64| flotilla_proto::ChainMember { target: TargetId(t), state: ChainMemberState::Serving };
         let chain = ChainInfo { chain: 7, version: 3, members: vec![member(1), member(2)] };
         let credentials: std::collections::HashMap<TargetId, String> = [
             (TargetId(1), "io-a".to_string()),

@@ -564,7 +564,8 @@ impl Conductor {
     async fn sync_chained(&self, forks: BTreeMap<(TargetId, SubfileIndex), u32>) -> Result<(), WireError> {
         let Some(paths) = &self.sessions.chains else { return Ok(()) };
         for ((target, subfile), chain) in forks {
-            let fork = flotilla_proto::ForkRef { target, file: self.job.file, subfile, fork: DATA_FORK.into() };
+            let fork =
+                flotilla_proto::ForkRef { target, file: self.job.file, subfile, fork: DATA_FORK.into() };
             paths.flush_change(chain, IoRequest::Sync { fork }, Bytes::new()).await?;
         }
         Ok(())

@@ -4,10 +4,10 @@
 
 use super::cache::{LogCache, LogEntry};
 use crate::error::{unexpected, ClientError};
+use crate::replicas::{chain_route, destination, Access, ChainViews};
 use crate::transport::Transport;
 use bytes::{Bytes, BytesMut};
 use flotilla_proto::{EntryInfo, FlushEntry, FlushJob, IoReply, IoRequest, PullRange};
-use crate::replicas::{chain_route, destination, Access, ChainViews};
 use flotilla_types::{Layout, SubfileIndex, TargetId};
 use std::collections::BTreeMap;
 

@@ -403,14 +403,13 @@ fn take_part(shared: &Shared, epoch: u64, event: &JobEvent) {
         durable: event.durable_asked.is_some_and(|asked| asked >= epoch),
     };
     let client = &shared.file.client;
-    let outcome =
-        client.block_on(flush::flush(
-            &client.core.transport,
-            client.core.chains(),
-            shared.file.entry(),
-            &job,
-            &state.cache,
-        ));
+    let outcome = client.block_on(flush::flush(
+        &client.core.transport,
+        client.core.chains(),
+        shared.file.entry(),
+        &job,
+        &state.cache,
+    ));
     let outcome = outcome.and_then(|servers| settle(shared, &mut state, &servers, job.durable));
     match outcome {
         Ok(()) => {
