@@ -210,8 +210,23 @@ fn forwards_are_fenced_by_member_version_and_credential_and_applied_in_order() {
         }
         other => panic!("a client's forward must be refused: {other:?}"),
     }
-    let server = Caller { key: server_key(), ..client };
+    // A server credential of this cluster that reported none of the chain's members.
+    let intruder = Caller { key: issue_server_credential(&cluster, "intruder"), ..client };
+    match intruder.forward(write(chain, version, 3, &fork, 0, 4), b"evil") {
+        IoReply::Error(error) => {
+            assert_eq!(error.code, ErrorCode::PermissionDenied, "{error:?}");
+            assert!(error.message.contains(&format!("chain {chain} v{version}")), "{}", error.message);
+            assert!(error.message.contains("\"intruder\""), "{}", error.message);
+        }
+        other => panic!("a non-member's forward must be refused: {other:?}"),
+    }
+    let server = Caller { key: server_key(), ..intruder };
     assert_eq!(server.read(&fork, 0, 4), first[..4], "nothing refused reached the target");
+    assert_eq!(
+        applied(server.forward(write(chain, version, 2, &fork, 4096, 4), b"dupl")),
+        2,
+        "position 3 was never applied"
+    );
 
     // SIGKILL the chain's other member: it is fenced and the chain's version grows; once the
     // server holds the new version, the old one is refused and the new one applies in order.
@@ -245,6 +260,27 @@ fn forwards_are_fenced_by_member_version_and_credential_and_applied_in_order() {
         next + 1
     );
     assert_eq!(server.read(&fork, 16384, third.len()), third);
+}
+
+/// A server credential named `name` from the test CA (`flotilla keygen issue --role server`).
+fn issue_server_credential(cluster: &Cluster, name: &str) -> std::path::PathBuf {
+    let out = cluster.dir.path().join(format!("{name}.cred"));
+    let ca = common::test_keys().join("cluster.key");
+    let args = [
+        "keygen",
+        "issue",
+        "--ca",
+        common::path(&ca),
+        "--name",
+        name,
+        "--out",
+        common::path(&out),
+        "--role",
+        "server",
+    ];
+    let (ok, _, stderr) = cli(&args);
+    assert!(ok, "keygen issue: {stderr}");
+    out
 }
 
 /// The last position the server applied in `chain` (a duplicate of position 1 answers it).

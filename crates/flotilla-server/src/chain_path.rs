@@ -34,8 +34,8 @@ pub(crate) use repair::{report_of, RepairCounters};
 
 use crate::chain_write::{
     copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order,
-    resync_step, retarget, retarget_entry, store_request, Admitted, Copied, Early, Lease, MemberLog, Payload,
-    ResyncStep, Role, Sent,
+    resync_step, retarget, retarget_entry, sender_may_forward, store_request, Admitted, Copied, Early, Lease,
+    MemberLog, Payload, ResyncStep, Role, Sent,
 };
 use crate::execute::{Executor, Reply};
 use crate::membership::HeldChains;
@@ -344,6 +344,85 @@ impl ChainPaths {
         }
     }
 
+    /// ENWRICH (issue 32): the chain of each replicated subfile of `file`, as the metadata
+    /// service says (the flush of a subfile on a chain goes through it; nothing the job's
+    /// members say decides it).
+    pub(crate) async fn subfile_chains(&self, file: FileId) -> Result<HashMap<SubfileIndex, u32>, WireError> {
+        let asked =
+            self.held.ask_meta(MetaRequest::GetById { id: file.0 }, self.config.forward_timeout).await;
+        let unavailable = |why: String| {
+            WireError::new(
+                ErrorCode::Unavailable,
+                format!("ENWRICH flush of file {file}: its placement: {why}"),
+            )
+        };
+        match asked {
+            Ok(MetaReply::Entry(entry)) => Ok(entry
+                .subfiles
+                .iter()
+                .enumerate()
+                .filter_map(|(index, place)| {
+                    let index = u32::try_from(index).ok()?;
+                    place.chain.as_ref().map(|chain| (SubfileIndex(index), chain.chain))
+                })
+                .collect()),
+            Ok(MetaReply::Error(error)) => Err(unavailable(error.to_string())),
+            Ok(other) => Err(unavailable(format!("unexpected reply {other:?}"))),
+            Err(why) => Err(unavailable(why)),
+        }
+    }
+
+    /// ENWRICH (issue 32): a flush's change (`Write` or `Sync` of this server's member of
+    /// `chain`) taken as the head takes a client's: ordered with the chain's other changes,
+    /// applied here and by every member of the write path before it returns; a member's
+    /// death meanwhile is handled as for any change (fence, new version, go on). A version
+    /// that moved on before the change was taken, or a view or lease not there yet, is
+    /// waited for (at most
+    /// `chain_change_wait_ms`); a refusal otherwise (this server no longer the head) fails
+    /// the flush naming the chain.
+    pub(crate) async fn flush_change(
+        &self,
+        chain: u32,
+        request: IoRequest,
+        data: Bytes,
+    ) -> Result<(), WireError> {
+        let until = Instant::now() + self.config.change_wait;
+        loop {
+            let Some(info) = self.held.chain(chain) else {
+                if Instant::now() < until {
+                    // Not heard of yet (a server just started): ask for news and look again.
+                    self.held.nudge();
+                    tokio::time::sleep(self.config.retry).await;
+                    continue;
+                }
+                let message = format!("ENWRICH flush: this server holds no view of chain {chain}");
+                return Err(WireError::new(ErrorCode::Unavailable, message));
+            };
+            let reply = self.change(0, (chain, info.version), request.clone(), data.clone()).await;
+            match reply.message {
+                IoReply::Error(error) => return Err(error),
+                // Another version, no lease, not yet a member as far as this server knows:
+                // news may come (at most chain_change_wait_ms). No longer the head: fail.
+                IoReply::ForwardRefused(refused)
+                    if Instant::now() < until
+                        && !matches!(refused.reason, ForwardRefusalReason::NotHead { .. }) =>
+                {
+                    self.held.nudge();
+                    let retry = (Instant::now() + self.config.retry).min(until);
+                    self.wait_change(chain, info.version, retry).await;
+                }
+                IoReply::ForwardRefused(refused) => {
+                    let message = format!(
+                        "ENWRICH flush through the chain refused ({refused}); the job's data stays in its \
+                         caches: flush again"
+                    );
+                    return Err(WireError::new(ErrorCode::Unavailable, message));
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// Sends one applied entry to the successor outside the chain's lock and takes its
     /// acknowledgement. Anything but an acknowledgement covering the entry (a refusal, a
     /// gap, no answer, a version change) falls back to [`drain`](Self::drain) under the
@@ -452,11 +531,27 @@ impl ChainPaths {
     /// positions is held, at most `chain_gap_wait_ms`, until they are applied), applied,
     /// sent on to this member's successor outside the chain's lock (as the head does), and
     /// answered with the cumulative acknowledgement.
-    pub(crate) async fn forward(&self, request_id: u64, forward: ChainForward, data: Bytes) -> IoReply {
+    pub(crate) async fn forward(
+        &self,
+        request_id: u64,
+        forward: ChainForward,
+        data: Bytes,
+        sender: &str,
+    ) -> IoReply {
         if let Err(error) = forwardable(&forward) {
             return IoReply::Error(error);
         }
         let (chain, version) = (forward.chain, forward.version);
+        // Only a member's server credential forwards into the chain (the fence below
+        // refuses a chain this server does not hold).
+        if let Some(info) = self.held.chain(chain) {
+            if let Err(error) = sender_may_forward(&info, &self.held.credentials(), sender) {
+                // A member just registered may be missing from the list: ask for it again.
+                self.held.address_failed();
+                tracing::warn!(chain, sender, "forward from a non-member refused");
+                return IoReply::Error(error);
+            }
+        }
         let slot = self.state(chain);
         let hold_until = Instant::now() + self.config.gap_wait;
         let (me, sent) = loop {

@@ -18,9 +18,11 @@
 //! 4. [`resync_step`]: whether this member is a copy source with a copy to make (or a
 //!    made copy to report) for the chain's syncing member.
 //!
+//! 5. [`sender_may_forward`]: a forward into a chain is taken only from the server
+//!    credential that reported one of the chain's members (as held now).
+//!
 //! Not yet here: the positions and unsettled ranges kept durably with the data, and
-//! checking that the sender is the predecessor (a forward is accepted from any server
-//! credential).
+//! checking that the sender is exactly the predecessor (any member's credential may send).
 
 use bytes::Bytes;
 use flotilla_proto::{
@@ -219,6 +221,36 @@ pub(crate) fn copy_tolerates(request: &IoRequest, code: ErrorCode) -> bool {
 /// so at most one of a server's targets).
 pub(crate) fn my_member(chain: &ChainInfo, mine: &[TargetId]) -> Option<TargetId> {
     chain.members.iter().map(|m| m.target).find(|t| mine.contains(t))
+}
+
+/// Whether server credential `sender` may send forwards into `chain` (as held now, the
+/// version the fence requires): only the credential that reported one of its members
+/// (`credentials`: each target's reporting credential, from the metadata service's
+/// `Status`). Refused naming the chain and the sender; a member whose credential is not
+/// known yet counts for nobody (the caller asks for the list again).
+pub(crate) fn sender_may_forward(
+    chain: &ChainInfo,
+    credentials: &std::collections::HashMap<TargetId, String>,
+    sender: &str,
+) -> Result<(), WireError> {
+    let ours = chain
+        .members
+        .iter()
+        .any(|m| credentials.get(&m.target).is_some_and(|c| !c.is_empty() && c == sender));
+    if ours {
+        return Ok(());
+    }
+    let members: Vec<String> = chain.members.iter().map(|m| m.target.to_string()).collect();
+    Err(WireError::new(
+        ErrorCode::PermissionDenied,
+        format!(
+            "chain {} v{}: forward from server credential {sender:?} refused: it serves none of the \
+             chain's members ({})",
+            chain.chain,
+            chain.version,
+            members.join(", ")
+        ),
+    ))
 }
 
 /// Whether a chained request reads (served by any serving member) or changes (taken by
@@ -450,6 +482,31 @@ pub(crate) fn forwardable(forward: &ChainForward) -> Result<(), WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_member_servers_credential_forwards_into_a_chain() {
+        let member =
+            |t: u64| flotilla_proto::ChainMember { target: TargetId(t), state: ChainMemberState::Serving };
+        let chain = ChainInfo { chain: 7, version: 3, members: vec![member(1), member(2)] };
+        let credentials: std::collections::HashMap<TargetId, String> = [
+            (TargetId(1), "io-a".to_string()),
+            (TargetId(2), "io-b".to_string()),
+            (TargetId(3), "io-c".to_string()),
+            (TargetId(4), String::new()),
+        ]
+        .into_iter()
+        .collect();
+        assert!(sender_may_forward(&chain, &credentials, "io-a").is_ok());
+        assert!(sender_may_forward(&chain, &credentials, "io-b").is_ok());
+        let refused = sender_may_forward(&chain, &credentials, "io-c").unwrap_err();
+        assert_eq!(refused.code, ErrorCode::PermissionDenied);
+        assert!(refused.message.contains("chain 7 v3"), "{}", refused.message);
+        assert!(refused.message.contains("\"io-c\""), "{}", refused.message);
+        // A member whose credential is unknown (or empty) vouches for nobody.
+        let unknown = ChainInfo { chain: 8, version: 1, members: vec![member(4), member(5)] };
+        assert!(sender_may_forward(&unknown, &credentials, "").is_err());
+        assert!(sender_may_forward(&unknown, &credentials, "io-a").is_err());
+    }
 
     #[test]
     fn an_early_forward_is_held_only_within_a_window_and_until_its_wait_runs_out() {

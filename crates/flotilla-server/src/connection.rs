@@ -366,8 +366,9 @@ impl Reader {
     ) -> bool {
         let Ok(slot) = self.slots.clone().acquire_owned().await else { return false };
         let (shared, replies) = (self.shared.clone(), self.replies.clone());
+        let sender = self.principal.name.clone();
         tokio::spawn(async move {
-            let message = shared.chain_paths.forward(request_id, forward, data).await;
+            let message = shared.chain_paths.forward(request_id, forward, data, &sender).await;
             drop(held);
             let _ = replies.send(Reply { request_id, message, data: Vec::new(), memory: None }).await;
             drop(slot);

@@ -87,6 +87,8 @@ pub(crate) struct Sessions {
     memory: Arc<Semaphore>,
     memory_units_max: u32,
     server_name: String,
+    /// The chain data path: a subfile on a chain (replicated file) is flushed through it.
+    chains: Option<Arc<crate::chain_path::ChainPaths>>,
 }
 
 /// Whether `request` belongs to the flush sessions rather than the workers.
@@ -111,6 +113,7 @@ impl Sessions {
         executor: Arc<Executor>,
         (memory, memory_units_max): (Arc<Semaphore>, u32),
         server_name: String,
+        chains: Option<Arc<crate::chain_path::ChainPaths>>,
     ) -> Sessions {
         Sessions {
             sessions: Mutex::new(HashMap::new()),
@@ -120,6 +123,7 @@ impl Sessions {
             memory,
             memory_units_max,
             server_name,
+            chains,
         }
     }
 
@@ -348,6 +352,16 @@ impl Conductor {
             segments_per_step_max: config.segments_per_step_max,
         };
         let steps = plan(&entries, bounds);
+        // Replicated subfiles (issue 32): which are on a chain, as the metadata service says
+        // (asked on every flush with data: a server that has not heard of its chains yet
+        // must not write a chained subfile alone);
+        // their blocks go through the chain (this server must be its head) and are synced
+        // on every member before the flush returns.
+        let chained = match &self.sessions.chains {
+            Some(paths) if !steps.is_empty() => paths.subfile_chains(self.job.file).await?,
+            _ => HashMap::new(),
+        };
+        let mut chained_forks = BTreeMap::new();
         let mut forks = BTreeSet::new();
         let mut writing: Option<tokio::task::JoinHandle<Result<(), WireError>>> = None;
         let mut total = 0;
@@ -356,9 +370,17 @@ impl Conductor {
             if let Some(previous) = writing.take() {
                 join(previous).await?;
             }
-            forks.insert((step.target, step.subfile));
+            let chain = chained.get(&step.subfile).copied();
+            match chain {
+                Some(chain) => {
+                    chained_forks.insert((step.target, step.subfile), chain);
+                }
+                None => {
+                    forks.insert((step.target, step.subfile));
+                }
+            }
             total += step.bytes();
-            writing = Some(self.write(&step, extents, packed, permit));
+            writing = Some(self.write(&step, chain, extents, packed, permit));
         }
         if let Some(previous) = writing {
             join(previous).await?;
@@ -379,6 +401,7 @@ impl Conductor {
             }
         };
         self.sync(to_sync).await?;
+        self.sync_chained(chained_forks).await?;
         Ok(total)
     }
 
@@ -493,15 +516,36 @@ impl Conductor {
     }
 
     /// Writes one block through the store on a blocking thread, holding its memory.
+    /// A block of a subfile on `chain` goes through the chain instead, one chained write
+    /// per extent, each applied by every member of the write path before the next.
     fn write(
         &self,
         step: &Step,
+        chain: Option<u32>,
         extents: Vec<Extent>,
         packed: Vec<u8>,
         permit: OwnedSemaphorePermit,
     ) -> tokio::task::JoinHandle<Result<(), WireError>> {
         let executor = self.sessions.executor.clone();
         let (target, file, subfile) = (step.target, self.job.file, step.subfile);
+        if let (Some(chain), Some(paths)) = (chain, self.sessions.chains.clone()) {
+            let packed = Bytes::from(packed);
+            return tokio::spawn(async move {
+                let _memory = permit;
+                let mut at = 0usize;
+                for extent in extents {
+                    let end = at.saturating_add(usize::try_from(extent.length).unwrap_or(usize::MAX));
+                    let Some(piece) = (end <= packed.len()).then(|| packed.slice(at..end)) else {
+                        return Err(bad(format!("flush block of chain {chain}: extents outrun the block")));
+                    };
+                    at = end;
+                    let fork = flotilla_proto::ForkRef { target, file, subfile, fork: DATA_FORK.into() };
+                    let shape = flotilla_request::Shape::contiguous(extent.offset, extent.length);
+                    paths.flush_change(chain, IoRequest::Write { fork, shape }, piece).await?;
+                }
+                Ok(())
+            });
+        }
         tokio::task::spawn_blocking(move || {
             let _memory = permit;
             let fork = ForkRef::new(target, file, subfile, DATA_FORK);
@@ -513,6 +557,18 @@ impl Conductor {
             )
             .map_err(store_error)
         })
+    }
+
+    /// Syncs every flushed fork of a chain on every member of its write path (a chained
+    /// `Sync`), durable flush or not.
+    async fn sync_chained(&self, forks: BTreeMap<(TargetId, SubfileIndex), u32>) -> Result<(), WireError> {
+        let Some(paths) = &self.sessions.chains else { return Ok(()) };
+        for ((target, subfile), chain) in forks {
+            let fork =
+                flotilla_proto::ForkRef { target, file: self.job.file, subfile, fork: DATA_FORK.into() };
+            paths.flush_change(chain, IoRequest::Sync { fork }, Bytes::new()).await?;
+        }
+        Ok(())
     }
 
     async fn sync(&self, forks: BTreeSet<(TargetId, SubfileIndex)>) -> Result<(), WireError> {
@@ -588,7 +644,7 @@ mod tests {
                 segments_per_step_max: 4,
             };
             let memory = (Arc::new(Semaphore::new(1 << 10)), 1 << 10);
-            let sessions = Arc::new(Sessions::new(config, executor, memory, "server-t".into()));
+            let sessions = Arc::new(Sessions::new(config, executor, memory, "server-t".into(), None));
             Rig { sessions, target, frames: Arc::new(Semaphore::new(64)), _dir: dir }
         }
 

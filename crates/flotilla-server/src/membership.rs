@@ -36,6 +36,9 @@ pub struct HeldChains {
     /// Where each chain member's target is served (from the service's `Status`), and
     /// whether it must be asked again (a successor could not be reached there).
     addresses: Mutex<(HashMap<TargetId, String>, bool)>,
+    /// The server credential that reported each target (from the same `Status`): a forward
+    /// into a chain is taken only from the credential of one of its members.
+    credentials: Mutex<HashMap<TargetId, String>>,
     /// Requests of the chain data path (resync) to the metadata service, sent on the
     /// heartbeat loop's connection (at most `META_ASKS_MAX` waiting).
     asks: tokio::sync::mpsc::Sender<MetaAsk>,
@@ -69,6 +72,7 @@ impl HeldChains {
             nudge: tokio::sync::Notify::new(),
             stored: tokio::sync::watch::channel(0).0,
             addresses: Mutex::new((HashMap::new(), false)),
+            credentials: Mutex::new(HashMap::new()),
             asks,
             asked: tokio::sync::Mutex::new(asked),
         }
@@ -125,7 +129,13 @@ impl HeldChains {
             || view.chains.iter().flat_map(|c| &c.members).any(|m| !addresses.0.contains_key(&m.target))
     }
 
+    /// The server credential of each target, as the metadata service last told it.
+    pub(crate) fn credentials(&self) -> HashMap<TargetId, String> {
+        self.credentials.lock().clone()
+    }
+
     fn store_addresses(&self, status: Vec<flotilla_proto::TargetStatus>) {
+        *self.credentials.lock() = status.iter().map(|t| (t.target, t.credential.clone())).collect();
         let mut addresses = self.addresses.lock();
         addresses.0 = status.into_iter().map(|t| (t.target, t.server)).collect();
         addresses.1 = false;

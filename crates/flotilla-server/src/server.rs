@@ -59,12 +59,6 @@ impl Server {
         let memory_units_max =
             u32::try_from((config.data_bytes_in_memory_max / 1024).max(1)).unwrap_or(u32::MAX >> 4);
         let memory = Arc::new(Semaphore::new(memory_units_max as usize));
-        let flush = Arc::new(crate::flush::Sessions::new(
-            flush_config(&config),
-            executor.clone(),
-            (memory.clone(), memory_units_max),
-            advertise.clone(),
-        ));
         let held = Arc::new(crate::membership::HeldChains::new(member_info(&config)?));
         let meta_auth = ClientAuth { credential: credential.clone(), bounds: auth_bounds(&config) };
         let chain_paths = Arc::new(crate::chain_path::ChainPaths::new(
@@ -72,6 +66,13 @@ impl Server {
             executor.clone(),
             held.clone(),
             meta_auth.clone(),
+        ));
+        let flush = Arc::new(crate::flush::Sessions::new(
+            flush_config(&config),
+            executor.clone(),
+            (memory.clone(), memory_units_max),
+            advertise.clone(),
+            Some(chain_paths.clone()),
         ));
         let shared = Arc::new(Shared {
             executor,

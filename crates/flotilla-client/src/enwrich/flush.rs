@@ -4,28 +4,59 @@
 
 use super::cache::{LogCache, LogEntry};
 use crate::error::{unexpected, ClientError};
+use crate::replicas::{chain_route, destination, Access, ChainViews};
 use crate::transport::Transport;
 use bytes::{Bytes, BytesMut};
 use flotilla_proto::{EntryInfo, FlushEntry, FlushJob, IoReply, IoRequest, PullRange};
-use flotilla_types::{Layout, SubfileIndex};
+use flotilla_types::{Layout, SubfileIndex, TargetId};
 use std::collections::BTreeMap;
 
-/// Each server's directory part (every server holding a subfile of the file gets one, empty
-/// or not: a server waits for every member), entries of `file` only.
+/// Where each subfile's part goes: (server, target), by subfile.
+pub(crate) type Places = Vec<(String, TargetId)>;
+
+/// Each subfile's server and target: its own for a plain subfile; for a replicated one
+/// (issue 32) its chain's head as this client knows it (refetched when stale): the head
+/// pulls the data and applies it through the chain.
+pub(crate) async fn places(
+    transport: &Transport,
+    views: &ChainViews,
+    entry: &EntryInfo,
+) -> Result<Places, ClientError> {
+    let mut places = Vec::with_capacity(entry.subfiles.len());
+    for place in &entry.subfiles {
+        let Some(chain) = &place.chain else {
+            places.push((place.server.clone(), place.target));
+            continue;
+        };
+        // The entry's view only where none is kept: learning it again would clear the
+        // staleness a failed flush marked (and route to a dead head forever).
+        if views.get(chain.chain).is_none() {
+            views.learn(chain.clone());
+        }
+        let head = destination(transport, views, &chain_route(chain.chain), Access::Change).await?;
+        let target = head.chained.map_or(place.target, |member| member.target);
+        places.push((head.addr, target));
+    }
+    Ok(places)
+}
+
+/// Each server's directory part (every server holding a subfile of the file, at `places`,
+/// gets one, empty or not: a server waits for every member), entries of `file` only.
 pub(crate) fn directories(
     entry: &EntryInfo,
+    places: &Places,
     log: &[LogEntry],
 ) -> Result<BTreeMap<String, Vec<FlushEntry>>, ClientError> {
     let layout = entry.layout.unwrap_or(Layout::Explicit);
     let subfiles = entry.subfiles.len() as u32;
     let mut parts: BTreeMap<String, Vec<FlushEntry>> =
-        entry.subfiles.iter().map(|place| (place.server.clone(), Vec::new())).collect();
+        places.iter().map(|(server, _)| (server.clone(), Vec::new())).collect();
     for logged in log.iter().filter(|l| l.file == entry.id) {
         layout.for_each_extent(entry.file_id(), subfiles, logged.offset, logged.length, |extent| {
-            let place = &entry.subfiles[extent.subfile as usize];
-            if let Some(part) = parts.get_mut(&place.server) {
+            let Some((server, target)) = places.get(extent.subfile as usize) else { return };
+            if let Some(part) = parts.get_mut(server) {
                 part.push(FlushEntry {
-                    target: place.target,
+                    target: *target,
                     subfile: SubfileIndex(extent.subfile),
                     offset: extent.subfile_offset,
                     length: extent.length,
@@ -66,16 +97,28 @@ pub(crate) type ServerDone = (String, u64, u64);
 /// Flushes the log's entries for `entry` as member `job.member`: every server's part, all at
 /// once; what each server reported. Fails naming the first server (or member, as the server
 /// reports) that failed.
+/// A replicated file's chains are refetched after a failed flush (a head may have died).
 pub(crate) async fn flush(
     transport: &Transport,
+    views: &ChainViews,
     entry: &EntryInfo,
     job: &FlushJob,
     cache: &LogCache,
 ) -> Result<Vec<ServerDone>, ClientError> {
-    let parts = directories(entry, cache.entries())?;
-    let calls =
-        parts.into_iter().map(|(server, entries)| flush_server(transport, server, job, entries, cache));
-    futures::future::try_join_all(calls).await
+    let outcome = async {
+        let places = places(transport, views, entry).await?;
+        let parts = directories(entry, &places, cache.entries())?;
+        let calls =
+            parts.into_iter().map(|(server, entries)| flush_server(transport, server, job, entries, cache));
+        futures::future::try_join_all(calls).await
+    }
+    .await;
+    if outcome.is_err() {
+        for chain in entry.subfiles.iter().filter_map(|place| place.chain.as_ref()) {
+            views.mark_stale(chain.chain);
+        }
+    }
+    outcome
 }
 
 async fn flush_server(
@@ -153,14 +196,15 @@ mod tests {
             LogEntry { file: 5, timestamp: 1, offset: 5, length: 30, cache_offset: 100 },
             LogEntry { file: 6, timestamp: 2, offset: 0, length: 30, cache_offset: 0 },
         ];
-        let parts = directories(&file, &log).unwrap();
+        let places: Places = file.subfiles.iter().map(|p| (p.server.clone(), p.target)).collect();
+        let parts = directories(&file, &places, &log).unwrap();
         assert_eq!(parts.keys().collect::<Vec<_>>(), vec!["a", "b"]);
         let all: Vec<FlushEntry> = parts.values().flatten().copied().collect();
         assert_eq!(all.iter().map(|e| e.length).sum::<u64>(), 30, "file 6's entry is not file 5's");
         let mut caches: Vec<u64> = all.iter().map(|e| e.cache_offset).collect();
         caches.sort_unstable();
         assert_eq!(caches, vec![100, 105, 115, 125]);
-        assert!(directories(&file, &[]).unwrap().values().all(|p| p.is_empty()));
+        assert!(directories(&file, &places, &[]).unwrap().values().all(|p| p.is_empty()));
     }
 
     #[test]

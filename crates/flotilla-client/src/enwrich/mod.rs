@@ -152,15 +152,8 @@ impl Client {
 impl EnwrichFile {
     /// Joins the job group of `options` with `file`, open for writing (`Client::open_enwrich`).
     pub(crate) fn join(file: File, options: EnwrichOptions) -> Result<EnwrichFile, ClientError> {
-        // The servers pull a flush's data and write it locally: nothing would order it down
-        // a replicated subfile's chain, so it would land on one copy. Refused until it can.
-        if file.entry().subfiles.iter().any(|place| place.chain.is_some()) {
-            return Err(ClientError::Enwrich(format!(
-                "{} is a replicated file: ENWRICH flushes (servers pulling the data) write one copy \
-                 only, so they are refused for replicated files; open it without ENWRICH",
-                file.path()
-            )));
-        }
+        // A replicated file (issue 32): each subfile's part goes to its chain's head, which
+        // applies the pulled data through the chain (docs/architecture.md "ENWRICH").
         let group = format!("{}/{}", options.job_name, file.id());
         let request = MetaRequest::JobJoin { name: group.clone(), size: options.job_size };
         let (member, epoch, event) = match file.client.meta(request)? {
@@ -410,8 +403,13 @@ fn take_part(shared: &Shared, epoch: u64, event: &JobEvent) {
         durable: event.durable_asked.is_some_and(|asked| asked >= epoch),
     };
     let client = &shared.file.client;
-    let outcome =
-        client.block_on(flush::flush(&client.core.transport, shared.file.entry(), &job, &state.cache));
+    let outcome = client.block_on(flush::flush(
+        &client.core.transport,
+        client.core.chains(),
+        shared.file.entry(),
+        &job,
+        &state.cache,
+    ));
     let outcome = outcome.and_then(|servers| settle(shared, &mut state, &servers, job.durable));
     match outcome {
         Ok(()) => {
