@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 /// Membership timings: a lease of 1 s, fencing after 3 s of silence (more than the lease
 /// plus the clock margin, as the engine requires); dead only after the test ends.
-const MEMBERSHIP: &str = "lease_ms = 1000\nclock_margin_ms = 500\nfence_after_ms = 3000\nchains_per_target = 2\n";
+const MEMBERSHIP: &str =
+    "lease_ms = 1000\nclock_margin_ms = 500\nfence_after_ms = 3000\nchains_per_target = 2\n";
 const CHUNK_BYTES: usize = 256 << 10;
 /// Most chunks the writer writes (a bound on the run, far above what it needs).
 const CHUNKS_MAX: usize = 4096;
@@ -43,8 +44,11 @@ fn chain_lines(meta: &str) -> Vec<String> {
     if !ok {
         return Vec::new();
     }
-    let mut lines: Vec<String> =
-        stdout.lines().filter(|l| l.trim_start().starts_with("chain=")).map(|l| l.trim().to_string()).collect();
+    let mut lines: Vec<String> = stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("chain="))
+        .map(|l| l.trim().to_string())
+        .collect();
     lines.sort();
     lines
 }
@@ -63,7 +67,8 @@ fn until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
 fn start_server(group: &MetaGroup, index: usize) -> Process {
     let dir = group.dir.path().join(format!("target-{index}"));
     std::fs::create_dir_all(&dir).expect("target folder");
-    let (config, meta, target) = (group.dir.path().join("flotilla.toml"), group.addresses(), target_spec(&dir));
+    let (config, meta, target) =
+        (group.dir.path().join("flotilla.toml"), group.addresses(), target_spec(&dir));
     let failure_group = format!("rack-{index}");
     let args = [
         "--config",
@@ -83,7 +88,10 @@ fn start_server(group: &MetaGroup, index: usize) -> Process {
 
 #[test]
 fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
-    let mut group = MetaGroup::loopback_configured(3, &[], MEMBERSHIP);
+    // The nodes read `[meta]`, the servers `[server]` of one file (heartbeats every 200 ms).
+    let key = common::server_key();
+    let toml = format!("heartbeat_ms = 200\ndown_after_ms = 1000\n{MEMBERSHIP}\n[server]\nheartbeat_ms = 200\nkey = {key:?}\n");
+    let mut group = MetaGroup::loopback_configured(3, &[], &toml);
     let metas = group.addresses();
     let mut servers: Vec<Option<Process>> = (0..4).map(|i| Some(start_server(&group, i))).collect();
     // Phase: the leader builds the chain table once the four groups reported.
@@ -95,7 +103,8 @@ fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
     let stop = Arc::new(AtomicBool::new(false));
     let client = common::client_at(&metas);
     let layout = flotilla_types::Layout::Stripe { unit_bytes: 64 << 10, count: 2 };
-    let options = CreateOptions { subfiles: 2, layout: Some(layout), replicas: 2, ..CreateOptions::default() };
+    let options =
+        CreateOptions { subfiles: 2, layout: Some(layout), replicas: 2, ..CreateOptions::default() };
     let file = client.create("/w", &options).expect("a replicated create on the group");
     let writer = {
         let (written, stop) = (written.clone(), stop.clone());
@@ -142,8 +151,8 @@ fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
         let status = cli_ok(&["status", "--meta", &metas]);
         status
             .lines()
-            .find(|l| l.contains(&victim.addr))
-            .and_then(|l| l.split_whitespace().find(|w| w.len() == 16 && w.chars().all(|c| c.is_ascii_hexdigit())))
+            .find(|l| status_field(l, "server") == Some(victim.addr.as_str()))
+            .and_then(|l| status_field(l, "target"))
             .map(str::to_string)
     });
     let holding: Vec<String> = before.iter().filter(|l| l.contains(&victim_target)).cloned().collect();
@@ -185,14 +194,16 @@ fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
     for node in &group.nodes {
         assert_eq!(chain_lines(&node.meta), agreed, "status --chains through node {}", node.id);
     }
-    std::thread::sleep(Duration::from_secs(2));
+    // The nodes stop before the servers, so no fence is decided while they stop (a leader
+    // elected meanwhile gives every target a fresh lease of fence_after_ms).
+    std::thread::sleep(Duration::from_secs(1));
+    for node in &mut group.nodes {
+        node.stop();
+    }
     for server in servers.iter_mut() {
         if let Some(server) = server.take() {
             server.kill();
         }
-    }
-    for node in &mut group.nodes {
-        node.stop();
     }
     let tables: Vec<_> = group
         .nodes

@@ -771,6 +771,62 @@ mod tests {
         MemberInfo { failure_group: group.into(), incarnation }
     }
 
+    /// A store whose writes may fail and whose settling the test decides (a group node whose
+    /// proposal's outcome is unknown).
+    struct Flaky {
+        ns: Namespace,
+        failing: std::cell::Cell<bool>,
+        settled: std::cell::Cell<bool>,
+    }
+
+    impl ChainStore for Flaky {
+        fn stored(&self) -> Result<StoredChains, WireError> {
+            self.ns.stored()
+        }
+
+        fn record(&self, change: ChainChange<'_>) -> Result<(), WireError> {
+            if self.failing.get() {
+                return Err(WireError::new(ErrorCode::Unavailable, "no quorum"));
+            }
+            self.ns.record(change)
+        }
+
+        fn settled(&self) -> bool {
+            self.settled.get()
+        }
+    }
+
+    /// A failed write leaves the engine at what is durable, never ahead of it, and it
+    /// decides nothing until the store settled; then it reloads and goes on.
+    #[test]
+    fn a_write_of_unknown_outcome_stops_decisions_until_the_store_settled() {
+        let store = Flaky {
+            ns: Namespace::open_in_memory().unwrap(),
+            failing: std::cell::Cell::new(false),
+            settled: std::cell::Cell::new(true),
+        };
+        let chains = Chains::load(&store, settings()).unwrap();
+        chains.report(&store, &[report(1)], &member("a", 1)).unwrap();
+        chains.report(&store, &[report(2)], &member("b", 1)).unwrap();
+        let durable = chains.report_status(true).chains;
+        store.failing.set(true);
+        store.settled.set(false);
+        // A restart of target 2's server changes its chains: the write fails.
+        assert!(chains.report(&store, &[report(2)], &member("b", 2)).is_err());
+        assert_eq!(chains.report_status(true).chains, durable, "memory is what is durable");
+        let refused = chains.tick(&store).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Unavailable);
+        assert!(refused.message.contains("settling"), "{refused:?}");
+        store.failing.set(false);
+        assert!(chains.report(&store, &[report(2)], &member("b", 2)).is_err(), "still not settled");
+        store.settled.set(true);
+        chains.report(&store, &[report(2)], &member("b", 2)).unwrap();
+        let after = chains.report_status(true).chains;
+        assert!(after.iter().zip(&durable).all(|(a, d)| a.version >= d.version), "{after:?}");
+        assert_ne!(after, durable, "the restart was decided once settled");
+        assert_eq!(Chains::load(&store, settings()).unwrap().report_status(true).chains, after);
+    }
+
     #[test]
     fn the_table_is_built_with_enough_groups_and_survives_a_reload() {
         let ns = Namespace::open_in_memory().unwrap();

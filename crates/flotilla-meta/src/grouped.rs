@@ -445,7 +445,9 @@ impl Group {
         let metrics = self.node.raft.metrics();
         let metrics = metrics.borrow();
         let applied = metrics.last_applied.map(|id| id.index);
-        metrics.state.is_leader() && metrics.current_leader == Some(self.me) && applied >= metrics.last_log_index
+        metrics.state.is_leader()
+            && metrics.current_leader == Some(self.me)
+            && applied >= metrics.last_log_index
     }
 
     /// The namespace had its genesis (or was adopted).
@@ -996,10 +998,12 @@ impl crate::handle::State {
         use crate::replicated::Place;
         use flotilla_proto::MetaRequest as R;
         let (at, spec, asked) = match request {
-            R::CreateReplicated { path, spec, replicas } => (Place::Path(path.clone()), spec, Some(*replicas)),
-            R::Create { path, spec } | R::CreateOpen { path, spec, .. } | R::CreateOpenCached { path, spec, .. } => {
-                (Place::Path(path.clone()), spec, None)
+            R::CreateReplicated { path, spec, replicas } => {
+                (Place::Path(path.clone()), spec, Some(*replicas))
             }
+            R::Create { path, spec }
+            | R::CreateOpen { path, spec, .. }
+            | R::CreateOpenCached { path, spec, .. } => (Place::Path(path.clone()), spec, None),
             R::CreateAt { parent, name, spec } | R::CreateAtOpen { parent, name, spec, .. } => {
                 (Place::At { parent: *parent, name: crate::handle_at::name(name)?.to_vec() }, spec, None)
             }
@@ -1059,7 +1063,17 @@ impl crate::handle::State {
     ) -> Result<flotilla_proto::MetaReply, WireError> {
         use flotilla_proto::{MetaReply, MetaRequest as R};
         let entry = match applied {
-            Applied::Entry(entry) => entry.into_entry(),
+            Applied::Entry(entry) => {
+                let entry = entry.into_entry();
+                // The reply carries no chains and no default replica count: a replicated
+                // file or a directory with a default is read back (applied here already).
+                let replicated =
+                    entry.file.as_ref().map_or(entry.default_layout.is_some(), |f| f.replicas > 1);
+                match replicated {
+                    true => self.ns()?.get(entry.id).unwrap_or(entry),
+                    false => entry,
+                }
+            }
             Applied::Attributes(attrs) => return Ok(MetaReply::Attributes(attrs)),
             Applied::Removed { orphaned } => {
                 if let Some(id) = orphaned {

@@ -580,13 +580,16 @@ async fn a_leader_killed_mid_run_loses_nothing_acknowledged() {
 #[test]
 fn three_machines_given_the_same_chain_changes_hold_equal_chain_tables() {
     use flotilla_meta::replicated::{ChainRow, ChainTargetRow};
-    use flotilla_replica::{ChainTable, Command, Event, FailureGroup, Incarnation, Membership, MembershipConfig};
+    use flotilla_replica::{
+        ChainTable, Command, Event, FailureGroup, Incarnation, Membership, MembershipConfig,
+    };
     let seed: u64 = std::env::var("FLOTILLA_CHAIN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(32);
     let rng = &mut StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let open = |name: &str| NamespaceMachine::open(&dir.path().join(name), MachineLimits::default()).unwrap();
     let mut machines = [open("a.redb"), open("b.redb"), open("c.redb")];
-    let config = MembershipConfig { lease_ms: 100, clock_margin_ms: 50, fence_after_ms: 200, dead_after_ms: 5_000 };
+    let config =
+        MembershipConfig { lease_ms: 100, clock_margin_ms: 50, fence_after_ms: 200, dead_after_ms: 5_000 };
     let groups: BTreeMap<TargetId, FailureGroup> =
         TARGETS.iter().map(|&t| (TargetId(t), FailureGroup::new(&format!("g{t}")).unwrap())).collect();
     let table = ChainTable::build(groups.clone(), 2, 2).unwrap();
@@ -595,7 +598,11 @@ fn three_machines_given_the_same_chain_changes_hold_equal_chain_tables() {
     let target_rows = |incarnations: &BTreeMap<u64, u64>| -> Vec<ChainTargetRow> {
         incarnations
             .iter()
-            .map(|(&t, &i)| ChainTargetRow { target: TargetId(t), group: format!("g{t}"), incarnation: Some(i) })
+            .map(|(&t, &i)| ChainTargetRow {
+                target: TargetId(t),
+                group: format!("g{t}"),
+                incarnation: Some(i),
+            })
             .collect()
     };
     let whole = Op::ChainChanges {
@@ -634,7 +641,11 @@ fn three_machines_given_the_same_chain_changes_hold_equal_chain_tables() {
             _ => {}
         }
         for &t in TARGETS.iter().filter(|t| !silent.contains(t)) {
-            events.push(Event::Heartbeat { target: TargetId(t), incarnation: Incarnation(incarnations[&t]), at_ms: now_ms });
+            events.push(Event::Heartbeat {
+                target: TargetId(t),
+                incarnation: Incarnation(incarnations[&t]),
+                at_ms: now_ms,
+            });
         }
         events.push(Event::Tick { at_ms: now_ms });
         let mut changed = BTreeSet::new();
@@ -690,8 +701,11 @@ fn three_machines_given_the_same_chain_changes_hold_equal_chain_tables() {
     for (&t, record) in &stored.targets {
         reloaded.remember_incarnation(t, record.incarnation.unwrap());
     }
-    let first_tick = reloaded.handle(Event::Tick { at_ms: now_ms + 10_000 + config.fence_after_ms / 2 });
-    assert!(first_tick.is_empty(), "a new leader fences nobody within a lease of loading: {first_tick:?}");
+    reloaded.handle(Event::Tick { at_ms: now_ms + 10_000 + config.fence_after_ms / 2 });
+    for t in TARGETS {
+        let health = reloaded.health(TargetId(t)).expect("every target is in the loaded table");
+        assert!(!health.down, "a new leader fences nobody before fence_after_ms: target {t} {health:?}");
+    }
     // Phase: a change whose chain breaks the invariants is refused when decoded.
     let bad = ChainRow {
         id: 0,
@@ -701,6 +715,10 @@ fn three_machines_given_the_same_chain_changes_hold_equal_chain_tables() {
             flotilla_replica::Member { target: TargetId(11), state: flotilla_replica::MemberState::Serving },
         ],
     };
-    let bad = NamespaceChange::new(Caller::root(), 0, Op::ChainChanges { replicas: None, chains: vec![bad], targets: vec![] });
+    let bad = NamespaceChange::new(
+        Caller::root(),
+        0,
+        Op::ChainChanges { replicas: None, chains: vec![bad], targets: vec![] },
+    );
     assert!(bad.encode().is_err(), "duplicate members refused");
 }

@@ -16,8 +16,9 @@ use crate::ids::{InodeIds, ID_KEY_BYTES, ROOT_SEQ};
 use crate::namespace::{new_attrs, Namespace};
 use crate::record::{Body, Inode};
 use crate::schema::{
-    CHAINS, CHAIN_TARGETS, COUNTERS, DIRENTS, DIR_PARENTS, DIR_PARENTS_BY_SEQ, ID_KEY_NAME, INODES, INODES_BY_SEQ, INODE_SEQ_KEY,
-    KEYS, NO_OVERLAP, ORPHANS, PENDING_DELETES, SCHEMA_VERSION, SCHEMA_VERSION_KEY, TARGETS, TARGET_OWNERS,
+    CHAINS, CHAIN_TARGETS, COUNTERS, DIRENTS, DIR_PARENTS, DIR_PARENTS_BY_SEQ, ID_KEY_NAME, INODES,
+    INODES_BY_SEQ, INODE_SEQ_KEY, KEYS, NO_OVERLAP, ORPHANS, PENDING_DELETES, SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY, TARGETS, TARGET_OWNERS,
 };
 use flotilla_types::{FileKind, TimeNs};
 use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};

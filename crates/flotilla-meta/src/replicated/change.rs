@@ -474,12 +474,12 @@ impl ReplyEntry {
                 layout,
                 targets,
                 replicas,
-                // A metadata group creates no replicated file yet (its chain table is per node).
+                // Not carried: the service reads a replicated file back (`answer`).
                 chains: Vec::new(),
             }),
             symlink_target: self.symlink_target,
             default_layout: self.default_layout,
-            // A metadata group sets no replicated default layout (refused before proposing).
+            // Not carried: the service reads a directory with a default back (`answer`).
             default_replicas: 1,
         }
     }
@@ -617,8 +617,8 @@ mod tests {
             (any::<u64>(), targets)
                 .prop_map(|(t, targets)| Op::BindTargets { credential: format!("server-{t}"), targets }),
             any::<u64>().prop_map(|id| Op::ReleaseOrphan { id }),
-            (0u32..64, 1u64..100, proptest::collection::vec(any::<u64>(), 1..4), any::<Option<u64>>()).prop_map(
-                |(id, version, members, incarnation)| {
+            (0u32..64, 1u64..100, proptest::collection::vec(any::<u64>(), 1..4), any::<Option<u64>>())
+                .prop_map(|(id, version, members, incarnation)| {
                     let mut members: Vec<u64> = members;
                     members.sort_unstable();
                     members.dedup();
@@ -638,8 +638,7 @@ mod tests {
                             incarnation,
                         }],
                     }
-                }
-            ),
+                }),
         ]
     }
 

@@ -687,8 +687,12 @@ fn execute(ns: &Namespace, change: &NamespaceChange) -> Result<Applied, Namespac
             let chains: Vec<&flotilla_replica::Chain> = chains.iter().collect();
             let targets: Vec<(flotilla_types::TargetId, &flotilla_namespace::ChainTarget)> =
                 targets.iter().map(|(t, r)| (*t, r)).collect();
-            ns.record_chains(flotilla_namespace::ChainChange { replicas: *replicas, chains: &chains, targets: &targets })
-                .map(|()| Applied::Done)
+            ns.record_chains(flotilla_namespace::ChainChange {
+                replicas: *replicas,
+                chains: &chains,
+                targets: &targets,
+            })
+            .map(|()| Applied::Done)
         }
         Op::CreateChained { at, owner, subfile_count, layout, exclusive, replicas, chains } => {
             let spec = CreateFile {
