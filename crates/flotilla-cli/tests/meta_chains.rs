@@ -40,8 +40,9 @@ fn cli_ok(args: &[&str]) -> String {
 
 /// The chain lines of `flotilla status --chains` (`chain=N version=V members=...`), sorted.
 fn chain_lines(meta: &str) -> Vec<String> {
-    let (ok, stdout, _) = cli(&["status", "--chains", "--meta", meta]);
+    let (ok, stdout, stderr) = cli(&["status", "--chains", "--meta", meta]);
     if !ok {
+        eprintln!("status --chains --meta {meta}: {stderr}");
         return Vec::new();
     }
     let mut lines: Vec<String> = stdout
@@ -83,7 +84,21 @@ fn start_server(group: &MetaGroup, index: usize) -> Process {
         "--failure-group",
         &failure_group,
     ];
-    Process::start(&args, "server").expect("start server")
+    let quiet = [("FLOTILLA_LOG".to_string(), "error".to_string())];
+    Process::start_with_env(&args, "server", &quiet).expect("start server")
+}
+
+/// The servers, SIGKILLed when the test ends (also when it fails).
+struct Servers(Vec<Option<Process>>);
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for server in self.0.iter_mut() {
+            if let Some(server) = server.take() {
+                server.kill();
+            }
+        }
+    }
 }
 
 #[test]
@@ -93,9 +108,24 @@ fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
     let toml = format!("heartbeat_ms = 200\ndown_after_ms = 1000\n{MEMBERSHIP}\n[server]\nheartbeat_ms = 200\nkey = {key:?}\n");
     let mut group = MetaGroup::loopback_configured(3, &[], &toml);
     let metas = group.addresses();
-    let mut servers: Vec<Option<Process>> = (0..4).map(|i| Some(start_server(&group, i))).collect();
+    let mut servers = Servers((0..4).map(|i| Some(start_server(&group, i))).collect());
     // Phase: the leader builds the chain table once the four groups reported.
-    let built = until("the chain table", || Some(chain_lines(&metas)).filter(|l| l.len() >= 4));
+    let deadline = Instant::now() + WAIT;
+    let built = loop {
+        let lines = chain_lines(&metas);
+        if !lines.is_empty() {
+            break lines;
+        }
+        if Instant::now() > deadline {
+            for node in &group.nodes {
+                let log = node.log_text();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                eprintln!("node {} log tail: {tail:#?}", node.id);
+            }
+            panic!("no chain table within {WAIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     eprintln!("chain table built: {} chains", built.len());
 
     // Phase: a writer writes a replicas=2 file of two subfiles, chunk after chunk.
@@ -106,6 +136,7 @@ fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
     let options =
         CreateOptions { subfiles: 2, layout: Some(layout), replicas: 2, ..CreateOptions::default() };
     let file = client.create("/w", &options).expect("a replicated create on the group");
+    eprintln!("phase: /w created on the group");
     let writer = {
         let (written, stop) = (written.clone(), stop.clone());
         std::thread::spawn(move || -> Result<(), String> {
@@ -127,6 +158,7 @@ fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
         })
     };
     progressed(0, "the writer's first chunks");
+    eprintln!("phase: the writer wrote its first chunks");
 
     // Phase: SIGKILL the metadata leader; a new one serves the same chain table and the
     // writer goes on.
@@ -142,11 +174,12 @@ fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
     eprintln!("new leader node {} serving after {:?}", group.nodes[next].id, killed_at.elapsed());
     assert_eq!(after, before, "the new leader's chain table is the old one's");
     progressed(at_kill, "the writer after the leader's kill");
+    eprintln!("phase: the writer went on after the leader's kill");
     group.nodes[leader].start();
 
     // Phase: SIGKILL a server holding a replica: the leader fences it (its chains move to a
     // higher version with it offline) and the writer goes on.
-    let victim = servers[1].take().expect("server 1");
+    let victim = servers.0[1].take().expect("server 1");
     let victim_target = until("server 1's target in the status", || {
         let status = cli_ok(&["status", "--meta", &metas]);
         status
@@ -173,10 +206,12 @@ fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
     });
     eprintln!("fenced: {fenced:?}");
     progressed(at_server_kill, "the writer after the server's kill");
+    eprintln!("phase: the writer went on after the server's kill");
 
     // Phase: the writer stops; everything it was acknowledged reads back.
     stop.store(true, Ordering::SeqCst);
     let outcome = writer.join().expect("writer thread");
+    eprintln!("phase: the writer stopped: {outcome:?}");
     assert!(outcome.is_ok(), "writer: {outcome:?}");
     let chunks = written.load(Ordering::SeqCst);
     let back = group.dir.path().join("back.bin");
@@ -200,7 +235,7 @@ fn a_replicated_writer_outlives_a_metadata_leader_kill_and_a_fenced_server() {
     for node in &mut group.nodes {
         node.stop();
     }
-    for server in servers.iter_mut() {
+    for server in servers.0.iter_mut() {
         if let Some(server) = server.take() {
             server.kill();
         }
