@@ -44,7 +44,7 @@ fn call(meta: &str, request: &MetaRequest) -> anyhow::Result<MetaReply> {
                 Ok(MetaReply::NotServed(_)) | Err(_) if std::time::Instant::now() < deadline => {}
                 other => return other,
             }
-            if next % addrs.len() == 0 {
+            if next.is_multiple_of(addrs.len()) {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }
