@@ -14,14 +14,45 @@ use std::collections::BTreeMap;
 fn call(meta: &str, request: &MetaRequest) -> anyhow::Result<MetaReply> {
     let auth = crate::keys::client_auth()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // `meta` may list every node of a metadata group: the leader answers, a follower names
+    // it (`NotServed::NotLeader`), and during an election the call waits (bounded).
+    let mut addrs: Vec<String> =
+        meta.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect();
+    anyhow::ensure!(!addrs.is_empty(), "no metadata address given");
+    let deadline = std::time::Instant::now() + LEADER_WAIT;
+    let mut next = 0usize;
     runtime.block_on(async {
-        let connection = Connection::connect(meta, ConnectionConfig::with_auth(auth))
-            .await
-            .context("connect to the metadata service")?;
-        let (reply, _) = connection.call::<MetaRequest, MetaReply>(request, bytes::Bytes::new()).await?;
-        Ok(reply)
+        loop {
+            let addr = addrs[next % addrs.len()].clone();
+            next += 1;
+            let outcome = async {
+                let connection = Connection::connect(&addr, ConnectionConfig::with_auth(auth.clone()))
+                    .await
+                    .context("connect to the metadata service")?;
+                let (reply, _) =
+                    connection.call::<MetaRequest, MetaReply>(request, bytes::Bytes::new()).await?;
+                anyhow::Ok(reply)
+            }
+            .await;
+            match outcome {
+                Ok(MetaReply::NotServed(flotilla_proto::NotServed::NotLeader { leader: Some(leader) })) => {
+                    if !addrs.contains(&leader) {
+                        addrs.push(leader.clone());
+                    }
+                    next = addrs.iter().position(|a| *a == leader).unwrap_or(next);
+                }
+                Ok(MetaReply::NotServed(_)) | Err(_) if std::time::Instant::now() < deadline => {}
+                other => return other,
+            }
+            if next.is_multiple_of(addrs.len()) {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
     })
 }
+
+/// How long a chain request looks for the leader of a metadata group.
+const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// `flotilla target drain|remove TARGET`: asks the metadata service to move every chain
 /// off `target` (drain) or to declare it dead now (remove); returns once the change is

@@ -259,11 +259,6 @@ pub fn local(args: LocalArgs, file: &FileConfig) -> anyhow::Result<()> {
             "--replicas {replicas} needs at least {replicas} servers (one failure group each), not --servers {}",
             local.servers
         );
-        anyhow::ensure!(
-            replicas == 1 || args.meta_replicas == 1,
-            "--replicas {replicas} with --meta-replicas {}: a metadata group does not create replicated files yet",
-            args.meta_replicas
-        );
     }
     let meta_config = match args.replicas {
         Some(replicas) if replicas > 1 => MetaConfig { chain_replicas: replicas as usize, ..meta_config },

@@ -17,7 +17,7 @@
 //!   are live (naming both), then because the data path is not built
 //!   ([`replicated_writes_supported`], the one switch to turn when it is).
 
-use flotilla_namespace::{ChainChange, ChainTarget, Namespace};
+use flotilla_namespace::{ChainChange, ChainTarget, Namespace, StoredChains};
 use flotilla_proto::{
     ChainInfo, ChainMember, ChainMemberState, ChainReport, ChainView, ErrorCode, MemberHealth, MemberInfo,
     TargetAction, TargetChains, TargetReport, WireError,
@@ -38,6 +38,35 @@ use std::time::Instant;
 /// The one switch for it.
 pub(crate) const fn replicated_writes_supported() -> bool {
     true
+}
+
+/// Where the chain table is kept: the namespace itself on the direct path; on a metadata
+/// group the leader's changes are proposed to the log ([`Op::ChainChanges`]) and read back
+/// from the state machine's namespace.
+///
+/// [`Op::ChainChanges`]: crate::replicated::Op::ChainChanges
+pub(crate) trait ChainStore {
+    /// The table as durably kept (on a group: as applied on this node).
+    fn stored(&self) -> Result<StoredChains, WireError>;
+    /// Records `change` durably (on a group: committed by a majority and applied here)
+    /// before returning.
+    fn record(&self, change: ChainChange<'_>) -> Result<(), WireError>;
+    /// Whether `stored` holds every change `record` was ever asked for that may still take
+    /// effect (on a group: everything this leader appended to its log is applied). Until it
+    /// does, an engine whose write failed is not reloaded and decides nothing.
+    fn settled(&self) -> bool {
+        true
+    }
+}
+
+impl ChainStore for Namespace {
+    fn stored(&self) -> Result<StoredChains, WireError> {
+        self.chain_table().map_err(crate::handle::wire)
+    }
+
+    fn record(&self, change: ChainChange<'_>) -> Result<(), WireError> {
+        self.record_chains(change).map_err(crate::handle::wire)
+    }
 }
 
 /// Why a replicated create is refused.
@@ -108,6 +137,9 @@ struct Inner {
     regrouped: BTreeSet<TargetId>,
     /// Files this service placed on each chain since it started (placement's load).
     placed: BTreeMap<ChainId, u64>,
+    /// A write failed and what is durable was not settled yet: the engine decides nothing
+    /// until it is reloaded (a group node whose proposal may still commit).
+    stale: bool,
 }
 
 /// The chain table and its engine.
@@ -121,7 +153,7 @@ pub(crate) struct Chains {
 
 impl Chains {
     /// Loads the table kept in `namespace` (none in a new database).
-    pub fn load(namespace: &Namespace, settings: ChainSettings) -> Result<Chains, WireError> {
+    pub fn load(namespace: &dyn ChainStore, settings: ChainSettings) -> Result<Chains, WireError> {
         let invalid = |e: flotilla_replica::ConfigError| {
             WireError::new(ErrorCode::InvalidArgument, format!("[meta] {e}"))
         };
@@ -132,6 +164,7 @@ impl Chains {
                 targets: BTreeMap::new(),
                 regrouped: BTreeSet::new(),
                 placed: BTreeMap::new(),
+                stale: false,
             }),
             settings,
             epoch: Instant::now(),
@@ -147,8 +180,40 @@ impl Chains {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn load_inner(&self, namespace: &Namespace) -> Result<Inner, WireError> {
-        let stored = namespace.chain_table().map_err(crate::handle::wire)?;
+    /// Loads the engine again from what `store` keeps, every target given a fresh lease (a
+    /// new leader of a metadata group: the heartbeats went to the old one, so nobody is
+    /// fenced before `fence_after_ms` passed under this one).
+    pub fn reload(&self, store: &dyn ChainStore) -> Result<(), WireError> {
+        let reloaded = self.load_inner(store)?;
+        let mut inner = self.inner.lock();
+        *inner = reloaded;
+        self.update_gauges(&inner);
+        tracing::info!(
+            chains = inner.engine.as_ref().map_or(0, |e| e.table().chains().count()),
+            targets = inner.targets.len(),
+            "chain table loaded"
+        );
+        Ok(())
+    }
+
+    /// Reloads a stale engine if the store settled; else refuses (the caller retries).
+    fn fresh(&self, store: &dyn ChainStore, inner: &mut Inner) -> Result<(), WireError> {
+        if !inner.stale {
+            return Ok(());
+        }
+        if !store.settled() {
+            return Err(WireError::new(
+                ErrorCode::Unavailable,
+                "the chain table is settling after a change of unknown outcome; retry",
+            ));
+        }
+        *inner = self.load_inner(store)?;
+        self.update_gauges(inner);
+        Ok(())
+    }
+
+    fn load_inner(&self, namespace: &dyn ChainStore) -> Result<Inner, WireError> {
+        let stored = namespace.stored()?;
         let targets = stored.targets;
         let engine = match stored.replicas {
             Some(replicas) if !stored.chains.is_empty() => {
@@ -173,7 +238,7 @@ impl Chains {
             }
             _ => None,
         };
-        Ok(Inner { engine, targets, regrouped: BTreeSet::new(), placed: BTreeMap::new() })
+        Ok(Inner { engine, targets, regrouped: BTreeSet::new(), placed: BTreeMap::new(), stale: false })
     }
 
     /// A registration or heartbeat of `reports` from a server declaring `member`: records
@@ -181,7 +246,7 @@ impl Chains {
     /// commits every change before returning.
     pub fn report(
         &self,
-        namespace: &Namespace,
+        namespace: &dyn ChainStore,
         reports: &[TargetReport],
         member: &MemberInfo,
     ) -> Result<(), WireError> {
@@ -189,6 +254,7 @@ impl Chains {
         let incarnation = Incarnation(member.incarnation);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
+        self.fresh(namespace, inner)?;
         let (mut changed_targets, mut commands) = (BTreeSet::new(), Vec::new());
         let now_ms = self.now_ms();
         for report in reports {
@@ -286,12 +352,13 @@ impl Chains {
     /// resync restarts under the new version), and the change is committed.
     pub fn sync_done(
         &self,
-        namespace: &Namespace,
+        namespace: &dyn ChainStore,
         chain: u32,
         target: TargetId,
         version: u64,
     ) -> Result<(), WireError> {
         let mut inner = self.inner.lock();
+        self.fresh(namespace, &mut inner)?;
         let Some(engine) = inner.engine.as_mut() else {
             return Err(WireError::new(ErrorCode::NotFound, "the chain table is not built"));
         };
@@ -312,11 +379,12 @@ impl Chains {
     /// holds a chain's last serving copy (naming those chains).
     pub fn admin(
         &self,
-        namespace: &Namespace,
+        namespace: &dyn ChainStore,
         target: TargetId,
         action: TargetAction,
     ) -> Result<(), WireError> {
         let mut inner = self.inner.lock();
+        self.fresh(namespace, &mut inner)?;
         let Some(engine) = inner.engine.as_mut() else {
             return Err(WireError::new(
                 ErrorCode::NotFound,
@@ -368,8 +436,9 @@ impl Chains {
     }
 
     /// Time passed: fences silent members, declares dead ones, and commits the changes.
-    pub fn tick(&self, namespace: &Namespace) -> Result<(), WireError> {
+    pub fn tick(&self, namespace: &dyn ChainStore) -> Result<(), WireError> {
         let mut inner = self.inner.lock();
+        self.fresh(namespace, &mut inner)?;
         let now_ms = self.now_ms();
         let Some(engine) = inner.engine.as_mut() else { return Ok(()) };
         let commands = engine.handle(Event::Tick { at_ms: now_ms });
@@ -381,7 +450,7 @@ impl Chains {
     /// target records, in one durable transaction.
     fn commit(
         &self,
-        namespace: &Namespace,
+        namespace: &dyn ChainStore,
         inner: &Inner,
         commands: &[Command],
         changed_targets: &BTreeSet<TargetId>,
@@ -404,9 +473,7 @@ impl Chains {
         };
         let targets: Vec<(TargetId, &ChainTarget)> =
             changed_targets.iter().filter_map(|t| inner.targets.get(t).map(|r| (*t, r))).collect();
-        namespace
-            .record_chains(ChainChange { replicas: built, chains: &chains, targets: &targets })
-            .map_err(crate::handle::wire)?;
+        namespace.record(ChainChange { replicas: built, chains: &chains, targets: &targets })?;
         for command in commands {
             log_command(command);
         }
@@ -416,16 +483,25 @@ impl Chains {
     /// After a commit: on failure, the engine is reloaded from what is durable.
     fn settle(
         &self,
-        namespace: &Namespace,
+        namespace: &dyn ChainStore,
         inner: &mut Inner,
         outcome: Result<(), WireError>,
     ) -> Result<(), WireError> {
         if let Err(error) = outcome {
             tracing::error!(%error, "cannot record a chain change; reloading the chain table");
-            match self.load_inner(namespace) {
-                Ok(reloaded) => *inner = reloaded,
-                Err(reload) => tracing::error!(%reload, "cannot reload the chain table"),
-            }
+            // What is applied may be behind a change still on its way (a group node): the
+            // engine serves it, never more than is durable, and decides nothing until settled.
+            let reloaded = match self.load_inner(namespace) {
+                Ok(reloaded) => {
+                    *inner = reloaded;
+                    true
+                }
+                Err(reload) => {
+                    tracing::error!(%reload, "cannot reload the chain table");
+                    false
+                }
+            };
+            inner.stale = !reloaded || !namespace.settled();
             self.update_gauges(inner);
             return Err(error);
         }
@@ -693,6 +769,62 @@ mod tests {
 
     fn member(group: &str, incarnation: u64) -> MemberInfo {
         MemberInfo { failure_group: group.into(), incarnation }
+    }
+
+    /// A store whose writes may fail and whose settling the test decides (a group node whose
+    /// proposal's outcome is unknown).
+    struct Flaky {
+        ns: Namespace,
+        failing: std::cell::Cell<bool>,
+        settled: std::cell::Cell<bool>,
+    }
+
+    impl ChainStore for Flaky {
+        fn stored(&self) -> Result<StoredChains, WireError> {
+            self.ns.stored()
+        }
+
+        fn record(&self, change: ChainChange<'_>) -> Result<(), WireError> {
+            if self.failing.get() {
+                return Err(WireError::new(ErrorCode::Unavailable, "no quorum"));
+            }
+            self.ns.record(change)
+        }
+
+        fn settled(&self) -> bool {
+            self.settled.get()
+        }
+    }
+
+    /// A failed write leaves the engine at what is durable, never ahead of it, and it
+    /// decides nothing until the store settled; then it reloads and goes on.
+    #[test]
+    fn a_write_of_unknown_outcome_stops_decisions_until_the_store_settled() {
+        let store = Flaky {
+            ns: Namespace::open_in_memory().unwrap(),
+            failing: std::cell::Cell::new(false),
+            settled: std::cell::Cell::new(true),
+        };
+        let chains = Chains::load(&store, settings()).unwrap();
+        chains.report(&store, &[report(1)], &member("a", 1)).unwrap();
+        chains.report(&store, &[report(2)], &member("b", 1)).unwrap();
+        let durable = chains.report_status(true).chains;
+        store.failing.set(true);
+        store.settled.set(false);
+        // A restart of target 2's server changes its chains: the write fails.
+        assert!(chains.report(&store, &[report(2)], &member("b", 2)).is_err());
+        assert_eq!(chains.report_status(true).chains, durable, "memory is what is durable");
+        let refused = chains.tick(&store).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Unavailable);
+        assert!(refused.message.contains("settling"), "{refused:?}");
+        store.failing.set(false);
+        assert!(chains.report(&store, &[report(2)], &member("b", 2)).is_err(), "still not settled");
+        store.settled.set(true);
+        chains.report(&store, &[report(2)], &member("b", 2)).unwrap();
+        let after = chains.report_status(true).chains;
+        assert!(after.iter().zip(&durable).all(|(a, d)| a.version >= d.version), "{after:?}");
+        assert_ne!(after, durable, "the restart was decided once settled");
+        assert_eq!(Chains::load(&store, settings()).unwrap().report_status(true).chains, after);
     }
 
     #[test]

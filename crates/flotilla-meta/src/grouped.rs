@@ -453,6 +453,17 @@ impl Group {
         self.leading_term().is_ok_and(|term| term != *self.led_term.lock())
     }
 
+    /// This node leads and has applied every entry of its log (so no change it proposed is
+    /// still on its way).
+    pub(crate) fn all_applied(&self) -> bool {
+        let metrics = self.node.raft.metrics();
+        let metrics = metrics.borrow();
+        let applied = metrics.last_applied.map(|id| id.index);
+        metrics.state.is_leader()
+            && metrics.current_leader == Some(self.me)
+            && applied >= metrics.last_log_index
+    }
+
     /// The namespace had its genesis (or was adopted).
     pub(crate) fn born(&self) -> bool {
         self.node.state.with_state(|machine| machine.born())
@@ -765,6 +776,41 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// The chain table of a group node: the leader's engine proposes its changes
+/// (`Op::ChainChanges`) and they are told to anyone only once applied here.
+pub(crate) struct GroupChains<'a> {
+    pub(crate) group: &'a Group,
+    pub(crate) state: &'a crate::handle::State,
+}
+
+impl crate::chains::ChainStore for GroupChains<'_> {
+    fn stored(&self) -> Result<flotilla_namespace::StoredChains, WireError> {
+        self.state.ns()?.chain_table().map_err(crate::handle::wire)
+    }
+
+    fn record(&self, change: flotilla_namespace::ChainChange<'_>) -> Result<(), WireError> {
+        use crate::replicated::{ChainRow, ChainTargetRow};
+        let op = Op::ChainChanges {
+            replicas: change.replicas,
+            chains: change.chains.iter().map(|c| ChainRow::of(c)).collect(),
+            targets: change
+                .targets
+                .iter()
+                .map(|(target, record)| ChainTargetRow {
+                    target: *target,
+                    group: record.group.to_string(),
+                    incarnation: record.incarnation.map(|i| i.0),
+                })
+                .collect(),
+        };
+        self.group.write_blocking(op).map(|_| ())
+    }
+
+    fn settled(&self) -> bool {
+        self.group.all_applied()
+    }
+}
+
 /// What a proposing leader knows that replicas must not decide themselves.
 impl crate::replicated::propose::ProposerView for crate::handle::State {
     fn ranked_targets(&self) -> Vec<flotilla_types::TargetId> {
@@ -824,6 +870,13 @@ impl crate::handle::State {
         if *led == term {
             return Ok(());
         }
+        // Everything committed under earlier terms applied here first (read index), so the
+        // chain table this term starts from is the last leader's, whole.
+        group.read_barrier_blocking()?;
+        if let Err(error) = self.chains.reload(&GroupChains { group, state: self }) {
+            tracing::error!(%error, "a new leader cannot load the chain table");
+            return Err(NotServed::NoQuorum);
+        }
         let now = std::time::Instant::now();
         let grace = if group.born() {
             group.grace
@@ -878,7 +931,10 @@ impl crate::handle::State {
             });
         }
         self.check_before_proposing(&request, asker)?;
-        let change = crate::replicated::propose::change_for(&request, asker.who, now_ns(), self)?;
+        let change = match self.chained_create(&request, asker.who)? {
+            Some(op) => Some(NamespaceChange::new(asker.who.clone(), now_ns(), op)),
+            None => crate::replicated::propose::change_for(&request, asker.who, now_ns(), self)?,
+        };
         let Some(change) = change else {
             if let Err(reason) = group.read_barrier_blocking() {
                 return Ok(MetaReply::NotServed(reason));
@@ -936,28 +992,68 @@ impl crate::handle::State {
             | R::CreateOpen { spec, .. }
             | R::CreateOpenCached { spec, .. }
             | R::CreateAt { spec, .. }
-            | R::CreateAtOpen { spec, .. } => self.prepare_create(asker.who, spec.clone()).map(|_| ()),
-            R::SetLayout { replicas, .. } | R::SetLayoutId { replicas, .. } if *replicas > 1 => {
-                Err(WireError::new(
-                    ErrorCode::Unsupported,
-                    format!(
-                        "a default layout of {replicas} replicas: a metadata group does not create \
-                         replicated files yet (its chain table is kept per node); use replicas=1"
-                    ),
-                ))
-            }
+            | R::CreateAtOpen { spec, .. }
+            | R::CreateReplicated { spec, .. } => self.prepare_create(asker.who, spec.clone()).map(|_| ()),
             R::SetLayout { layout, .. } | R::SetLayoutId { layout, .. } => self.check_layout(layout.as_ref()),
             R::GrowSize { id, .. } => self.require_writer(*id, asker),
-            // Not proposed: a replicated create would change one node's namespace only.
-            R::CreateReplicated { path, replicas, .. } if *replicas > 1 => Err(WireError::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "create {path} with {replicas} replicas: a metadata group does not create replicated \
-                     files yet (its chain table is kept per node); use replicas=1"
-                ),
-            )),
             _ => Ok(()),
         }
+    }
+
+    /// A create whose file gets more than one replica (`CreateReplicated`, or any create in
+    /// a directory whose default is replicated): the proposer checks it as the direct path
+    /// does and places it on chains of its table (the leader's, which every node holds the
+    /// same through the log), carried in the change as a plain file's ranking is.
+    fn chained_create(
+        &self,
+        request: &flotilla_proto::MetaRequest,
+        who: &Caller,
+    ) -> Result<Option<Op>, WireError> {
+        use crate::replicated::Place;
+        use flotilla_proto::MetaRequest as R;
+        let (at, spec, asked) = match request {
+            R::CreateReplicated { path, spec, replicas } => {
+                (Place::Path(path.clone()), spec, Some(*replicas))
+            }
+            R::Create { path, spec }
+            | R::CreateOpen { path, spec, .. }
+            | R::CreateOpenCached { path, spec, .. } => (Place::Path(path.clone()), spec, None),
+            R::CreateAt { parent, name, spec } | R::CreateAtOpen { parent, name, spec, .. } => {
+                (Place::At { parent: *parent, name: crate::handle_at::name(name)?.to_vec() }, spec, None)
+            }
+            _ => return Ok(None),
+        };
+        let ns = self.ns()?;
+        let parent = match &at {
+            Place::Path(path) => {
+                let parent = match path.trim_end_matches('/').rsplit_once('/') {
+                    Some(("", _)) | None => "/",
+                    Some((parent, _)) => parent,
+                };
+                ns.lookup_follow(parent).ok()
+            }
+            Place::At { parent, .. } => ns.get(*parent).ok(),
+        };
+        let (default_layout, default_replicas) =
+            parent.map(|p| (p.default_layout, p.default_replicas)).unwrap_or((None, 1));
+        let replicas = asked.unwrap_or(default_replicas);
+        if replicas <= 1 {
+            return Ok(None);
+        }
+        let (create, live) = self.prepare_create(who, spec.clone())?;
+        self.check_replicas(spec.layout.or(default_layout), replicas, &live)?;
+        let chains = self.place_with_default(&create, default_layout, replicas)?;
+        let replicas = u8::try_from(replicas)
+            .map_err(|_| WireError::new(ErrorCode::InvalidArgument, format!("{replicas} replicas")))?;
+        Ok(Some(Op::CreateChained {
+            at,
+            owner: create.owner.into(),
+            subfile_count: create.subfile_count,
+            layout: create.layout,
+            exclusive: create.exclusive,
+            replicas,
+            chains,
+        }))
     }
 
     fn revoke_inodes(&self, touched: &[crate::replicated::TouchedInode]) {
@@ -981,7 +1077,17 @@ impl crate::handle::State {
     ) -> Result<flotilla_proto::MetaReply, WireError> {
         use flotilla_proto::{MetaReply, MetaRequest as R};
         let entry = match applied {
-            Applied::Entry(entry) => entry.into_entry(),
+            Applied::Entry(entry) => {
+                let entry = entry.into_entry();
+                // The reply carries no chains and no default replica count: a replicated
+                // file or a directory with a default is read back (applied here already).
+                let replicated =
+                    entry.file.as_ref().map_or(entry.default_layout.is_some(), |f| f.replicas > 1);
+                match replicated {
+                    true => self.ns()?.get(entry.id).unwrap_or(entry),
+                    false => entry,
+                }
+            }
             Applied::Attributes(attrs) => return Ok(MetaReply::Attributes(attrs)),
             Applied::Removed { orphaned } => {
                 if let Some(id) = orphaned {

@@ -94,6 +94,14 @@ impl State {
         })
     }
 
+    /// Where the chain table's changes go: the namespace (direct path) or the group's log.
+    pub(crate) fn chain_store(&self) -> Result<Box<dyn crate::chains::ChainStore + '_>, WireError> {
+        Ok(match &self.group {
+            Some(group) => Box::new(crate::grouped::GroupChains { group, state: self }),
+            None => Box::new(DirectChains(self.ns()?)),
+        })
+    }
+
     /// A namespace write outside a client's change (orphan release, target records): made
     /// here on the direct path, proposed to the group on a group node.
     pub(crate) fn write(&self, op: crate::replicated::Op) -> Result<(), WireError> {
@@ -445,12 +453,12 @@ impl State {
             }
             MetaRequest::RegisterMember { server, targets, member } => {
                 self.report(&server, &targets)?;
-                self.chains.report(ns, &targets, &member)?;
+                self.chains.report(&*self.chain_store()?, &targets, &member)?;
                 MetaReply::Registered { heartbeat_ms: self.heartbeat_ms }
             }
             MetaRequest::HeartbeatMember { server, targets, deleted, member } => {
                 self.report(&server, &targets)?;
-                self.chains.report(ns, &targets, &member)?;
+                self.chains.report(&*self.chain_store()?, &targets, &member)?;
                 self.acknowledge(&deleted)?;
                 let delete = self.delete_orders(&targets)?;
                 MetaReply::HeartbeatChains { delete, view: self.chains.view_for(&targets) }
@@ -474,7 +482,7 @@ impl State {
                         ),
                     ));
                 }
-                self.chains.admin(ns, target, action)?;
+                self.chains.admin(&*self.chain_store()?, target, action)?;
                 MetaReply::Done
             }
             MetaRequest::CreateReplicated { path, spec, replicas } => {
@@ -509,7 +517,7 @@ impl State {
                 MetaReply::ChainSubfiles { subfiles: page.subfiles, next: page.next }
             }
             MetaRequest::SyncDone { chain, target, version } => {
-                self.chains.sync_done(ns, chain, target, version)?;
+                self.chains.sync_done(&*self.chain_store()?, chain, target, version)?;
                 MetaReply::Done
             }
             // Answered before dispatch (`group_membership`).
@@ -773,7 +781,7 @@ impl State {
 
     /// Refuses a create of more than one replica: too few failure groups, or (for now) no
     /// data path for replicated writes; see `chains.rs`.
-    fn check_replicas(
+    pub(crate) fn check_replicas(
         &self,
         layout: Option<flotilla_types::Layout>,
         replicas: u32,
@@ -806,7 +814,7 @@ impl State {
     }
 
     /// `place_on_chains` with the parent directory's default layout given.
-    fn place_with_default(
+    pub(crate) fn place_with_default(
         &self,
         create: &CreateFile,
         parent_default: Option<flotilla_types::Layout>,
@@ -990,6 +998,19 @@ impl State {
                 SubfilePlace { target, server, up, chain: Some(chain) }
             })
             .collect()
+    }
+}
+
+/// The direct path's chain store: the namespace itself.
+struct DirectChains(std::sync::Arc<Namespace>);
+
+impl crate::chains::ChainStore for DirectChains {
+    fn stored(&self) -> Result<flotilla_namespace::StoredChains, WireError> {
+        crate::chains::ChainStore::stored(&*self.0)
+    }
+
+    fn record(&self, change: flotilla_namespace::ChainChange<'_>) -> Result<(), WireError> {
+        crate::chains::ChainStore::record(&*self.0, change)
     }
 }
 

@@ -417,7 +417,7 @@ fn new_state(
     let (membership_config, replicas, chains_per_target) = config.membership()?;
     let settings =
         crate::chains::ChainSettings { membership: membership_config, replicas, chains_per_target };
-    let chains = crate::chains::Chains::load(&namespace, settings)
+    let chains = crate::chains::Chains::load(&*namespace, settings)
         .map_err(|e| anyhow::anyhow!("load the chain table: {e}"))?;
     let namespace_created = namespace.created();
     let no_overlap = namespace.no_overlap_files().context("load no-overlap hints")?;
@@ -495,8 +495,14 @@ async fn tick_chains(state: Arc<State>, period: Duration) {
         tokio::time::sleep(period).await;
         let state = state.clone();
         let _ = tokio::task::spawn_blocking(move || {
-            let Ok(namespace) = state.ns() else { return };
-            if let Err(error) = state.chains.tick(&namespace) {
+            // On a group, only the leader's engine judges silences (heartbeats go to it).
+            if let Some(group) = &state.group {
+                if !group.is_leader() || state.lead(group).is_err() {
+                    return;
+                }
+            }
+            let Ok(store) = state.chain_store() else { return };
+            if let Err(error) = state.chains.tick(&*store) {
                 tracing::warn!(%error, "chain tick failed; will retry");
             }
         })

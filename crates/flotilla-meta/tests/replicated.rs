@@ -571,3 +571,154 @@ async fn a_leader_killed_mid_run_loses_nothing_acknowledged() {
     }
     cluster.stop_all().await;
 }
+
+/// The chain table through the log (issue 32 on a group): a membership engine driven by a
+/// seeded run of heartbeats, silences, restarts, drains and finished resyncs decides chain
+/// changes; each decision becomes one `Op::ChainChanges` in a batch among random namespace
+/// changes, and three fresh machines given the same batches hold equal chain tables, equal
+/// to the engine's, which a new leader loading them gets back whole.
+#[test]
+fn three_machines_given_the_same_chain_changes_hold_equal_chain_tables() {
+    use flotilla_meta::replicated::{ChainRow, ChainTargetRow};
+    use flotilla_replica::{
+        ChainTable, Command, Event, FailureGroup, Incarnation, Membership, MembershipConfig,
+    };
+    let seed: u64 = std::env::var("FLOTILLA_CHAIN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(32);
+    let rng = &mut StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str| NamespaceMachine::open(&dir.path().join(name), MachineLimits::default()).unwrap();
+    let mut machines = [open("a.redb"), open("b.redb"), open("c.redb")];
+    let config =
+        MembershipConfig { lease_ms: 100, clock_margin_ms: 50, fence_after_ms: 200, dead_after_ms: 5_000 };
+    let groups: BTreeMap<TargetId, FailureGroup> =
+        TARGETS.iter().map(|&t| (TargetId(t), FailureGroup::new(&format!("g{t}")).unwrap())).collect();
+    let table = ChainTable::build(groups.clone(), 2, 2).unwrap();
+    let mut engine = Membership::new(config, table, 0).unwrap();
+    let mut incarnations: BTreeMap<u64, u64> = TARGETS.iter().map(|&t| (t, 1)).collect();
+    let target_rows = |incarnations: &BTreeMap<u64, u64>| -> Vec<ChainTargetRow> {
+        incarnations
+            .iter()
+            .map(|(&t, &i)| ChainTargetRow {
+                target: TargetId(t),
+                group: format!("g{t}"),
+                incarnation: Some(i),
+            })
+            .collect()
+    };
+    let whole = Op::ChainChanges {
+        replicas: Some(2),
+        chains: engine.table().chains().map(ChainRow::of).collect(),
+        targets: target_rows(&incarnations),
+    };
+    let mut batches = vec![
+        Batch::new(1, vec![plain(Op::Genesis { id_key: [7; 16] }, 1)]),
+        Batch::new(2, vec![plain(Op::OpenSession, 2), plain(whole, 2)]),
+    ];
+    let (mut now_ms, mut sequence, mut decided) = (0u64, 1u64, 0usize);
+    let mut silent: BTreeSet<u64> = BTreeSet::new();
+    for b in 0..200u64 {
+        now_ms += rng.random_range(10..120);
+        // Phase: what happens to the targets in this step.
+        let mut events = Vec::new();
+        match rng.random_range(0..10) {
+            0 => {
+                silent.insert(TARGETS[rng.random_range(0..4)]);
+            }
+            1 => {
+                silent.clear();
+            }
+            2 => {
+                let t = TARGETS[rng.random_range(0..4)];
+                *incarnations.get_mut(&t).unwrap() += 1;
+            }
+            3 => {
+                let chain = engine.table().chains().find(|c| c.syncing().is_some()).cloned();
+                if let Some(chain) = chain {
+                    let target = chain.syncing().unwrap().target;
+                    events.push(Event::SyncDone { chain: chain.id(), target, version: chain.version() });
+                }
+            }
+            _ => {}
+        }
+        for &t in TARGETS.iter().filter(|t| !silent.contains(t)) {
+            events.push(Event::Heartbeat {
+                target: TargetId(t),
+                incarnation: Incarnation(incarnations[&t]),
+                at_ms: now_ms,
+            });
+        }
+        events.push(Event::Tick { at_ms: now_ms });
+        let mut changed = BTreeSet::new();
+        for event in events {
+            for command in engine.handle(event) {
+                if let Command::ChainChanged { chain, .. } = command {
+                    changed.insert(chain);
+                }
+            }
+        }
+        let mut changes: Vec<Change> = Vec::new();
+        if !changed.is_empty() || rng.random_bool(0.1) {
+            decided += changed.len();
+            let op = Op::ChainChanges {
+                replicas: None,
+                chains: changed.iter().filter_map(|id| engine.table().chain(*id)).map(ChainRow::of).collect(),
+                targets: target_rows(&incarnations),
+            };
+            changes.push(plain(op, 1_000 + b as i64));
+        }
+        for _ in 0..rng.random_range(0..3) {
+            let (caller, op) = random_op(rng);
+            changes.push(numbered(1, sequence, caller, 1_000 + sequence as i64, op));
+            sequence += 1;
+        }
+        changes.shuffle(rng);
+        if !changes.is_empty() {
+            batches.push(Batch::new(10 + b, changes));
+        }
+    }
+    assert!(decided > 10, "only {decided} chain changes decided: the run tests too little");
+    for (i, batch) in batches.iter().enumerate() {
+        let index = i as u64 + 1;
+        let replies: Vec<_> = machines.iter_mut().map(|m| m.apply(&mark(index), batch).unwrap()).collect();
+        assert!(replies.windows(2).all(|w| w[0] == w[1]), "batch {index} answered differently");
+    }
+    // Phase: equal tables on the three, equal to the engine's.
+    let tables: Vec<_> = machines.iter().map(|m| m.namespace().unwrap().chain_table().unwrap()).collect();
+    assert_eq!(tables[0], tables[1]);
+    assert_eq!(tables[1], tables[2]);
+    let engine_chains: Vec<_> = engine.table().chains().cloned().collect();
+    assert_eq!(tables[0].chains, engine_chains, "the replicated table is the engine's");
+    assert_eq!(tables[0].replicas, Some(2));
+    for (t, record) in &tables[0].targets {
+        assert_eq!(record.incarnation, Some(Incarnation(incarnations[&t.0])), "target {t}");
+    }
+    // Phase: a new leader loads an engine from a replica's rows: the same table, every target
+    // with a fresh lease (nobody fenced by the first tick).
+    let stored = tables[0].clone();
+    let groups = stored.targets.iter().map(|(&t, r)| (t, r.group.clone())).collect();
+    let table = ChainTable::from_parts(2, stored.chains.clone(), groups).expect("a whole table");
+    let mut reloaded = Membership::new(config, table, now_ms + 10_000).unwrap();
+    for (&t, record) in &stored.targets {
+        reloaded.remember_incarnation(t, record.incarnation.unwrap());
+    }
+    reloaded.handle(Event::Tick { at_ms: now_ms + 10_000 + config.fence_after_ms / 2 });
+    for t in TARGETS {
+        let health = reloaded.health(TargetId(t)).expect("every target is in the loaded table");
+        assert!(!health.down, "a new leader fences nobody before fence_after_ms: target {t} {health:?}");
+    }
+    // Phase: a change whose chain breaks the invariants is refused when decoded.
+    let bad = ChainRow {
+        id: 0,
+        version: 9,
+        members: vec![
+            flotilla_replica::Member { target: TargetId(11), state: flotilla_replica::MemberState::Serving },
+            flotilla_replica::Member { target: TargetId(11), state: flotilla_replica::MemberState::Serving },
+        ],
+    };
+    let bad = NamespaceChange::new(
+        Caller::root(),
+        0,
+        Op::ChainChanges { replicas: None, chains: vec![bad], targets: vec![] },
+    );
+    assert!(bad.encode().is_err(), "duplicate members refused");
+}

@@ -16,8 +16,9 @@ use crate::ids::{InodeIds, ID_KEY_BYTES, ROOT_SEQ};
 use crate::namespace::{new_attrs, Namespace};
 use crate::record::{Body, Inode};
 use crate::schema::{
-    COUNTERS, DIRENTS, DIR_PARENTS, DIR_PARENTS_BY_SEQ, ID_KEY_NAME, INODES, INODES_BY_SEQ, INODE_SEQ_KEY,
-    KEYS, NO_OVERLAP, ORPHANS, PENDING_DELETES, SCHEMA_VERSION, SCHEMA_VERSION_KEY, TARGETS, TARGET_OWNERS,
+    CHAINS, CHAIN_TARGETS, COUNTERS, DIRENTS, DIR_PARENTS, DIR_PARENTS_BY_SEQ, ID_KEY_NAME, INODES,
+    INODES_BY_SEQ, INODE_SEQ_KEY, KEYS, NO_OVERLAP, ORPHANS, PENDING_DELETES, SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY, TARGETS, TARGET_OWNERS,
 };
 use flotilla_types::{FileKind, TimeNs};
 use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
@@ -39,6 +40,9 @@ pub struct NamespaceImage {
     pub target_owners: Vec<(u64, Vec<u8>)>,
     pub counters: Vec<(String, u64)>,
     pub no_overlap: Vec<u64>,
+    /// The chain table of replication (issue 32), records as stored.
+    pub chains: Vec<(u32, Vec<u8>)>,
+    pub chain_targets: Vec<(u64, Vec<u8>)>,
 }
 
 /// Rows of a `u64 → bytes` table.
@@ -108,6 +112,15 @@ impl NamespaceImage {
             target_owners: bytes_rows(txn, TARGET_OWNERS)?,
             counters,
             no_overlap: set_rows(txn, NO_OVERLAP)?,
+            chains: {
+                let mut rows = Vec::new();
+                for item in txn.open_table(CHAINS)?.iter()? {
+                    let (key, value) = item?;
+                    rows.push((key.value(), value.value().to_vec()));
+                }
+                rows
+            },
+            chain_targets: bytes_rows(txn, CHAIN_TARGETS)?,
         })
     }
 
@@ -131,6 +144,8 @@ impl NamespaceImage {
     /// Rows in all tables.
     pub fn rows(&self) -> usize {
         self.inodes_by_seq.len()
+            + self.chains.len()
+            + self.chain_targets.len()
             + self.legacy_inodes.len()
             + self.dir_parents_by_seq.len()
             + self.legacy_dir_parents.len()
@@ -219,6 +234,13 @@ impl NamespaceImage {
         put_bytes(txn, TARGETS, &self.targets)?;
         put_set(txn, ORPHANS, &self.orphans)?;
         put_bytes(txn, TARGET_OWNERS, &self.target_owners)?;
+        put_bytes(txn, CHAIN_TARGETS, &self.chain_targets)?;
+        {
+            let mut table = txn.open_table(CHAINS)?;
+            for (key, value) in &self.chains {
+                table.insert(*key, value.as_slice())?;
+            }
+        }
         put_set(txn, NO_OVERLAP, &self.no_overlap)
     }
 }

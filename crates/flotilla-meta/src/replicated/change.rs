@@ -229,6 +229,76 @@ pub enum Op {
     ReleaseOrphan {
         id: u64,
     },
+    /// Chain changes the leader's membership engine decided (issue 32 on a group): chains
+    /// written whole, target records (failure group, incarnation) written whole, and the
+    /// replica count when the table is built. Applied into the tables `chains` and
+    /// `chain_targets` as the direct path writes them.
+    ChainChanges {
+        replicas: Option<u32>,
+        chains: Vec<ChainRow>,
+        targets: Vec<ChainTargetRow>,
+    },
+    /// A replicated create: subfile `i` on chain `chains[i].0` with head `chains[i].1`, as
+    /// the proposer placed it from its chain table.
+    CreateChained {
+        at: Place,
+        owner: NewOwner,
+        subfile_count: u32,
+        layout: Option<Layout>,
+        exclusive: bool,
+        replicas: u8,
+        chains: Vec<(u32, TargetId)>,
+    },
+    /// `SetLayout`/`SetLayoutId` with a directory's default replica count.
+    SetLayoutReplicated {
+        on: LayoutOn,
+        layout: Option<Layout>,
+        replicas: u32,
+    },
+}
+
+/// One chain of an [`Op::ChainChanges`], as the engine holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainRow {
+    pub id: u32,
+    pub version: u64,
+    pub members: Vec<flotilla_replica::Member>,
+}
+
+impl ChainRow {
+    pub fn of(chain: &flotilla_replica::Chain) -> ChainRow {
+        ChainRow { id: chain.id().0, version: chain.version().0, members: chain.members().to_vec() }
+    }
+
+    /// The chain, if it keeps the chain invariants (distinct members, at most one syncing).
+    pub fn chain(&self) -> Option<flotilla_replica::Chain> {
+        if self.members.is_empty() || self.members.len() > flotilla_replica::MEMBERS_PER_CHAIN_MAX {
+            return None;
+        }
+        flotilla_replica::Chain::from_parts(
+            flotilla_replica::ChainId(self.id),
+            flotilla_replica::ChainVersion(self.version),
+            self.members.clone(),
+        )
+    }
+}
+
+/// One target record of an [`Op::ChainChanges`]: its failure group and incarnation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainTargetRow {
+    pub target: TargetId,
+    pub group: String,
+    pub incarnation: Option<u64>,
+}
+
+impl ChainTargetRow {
+    pub fn record(&self) -> Option<flotilla_namespace::ChainTarget> {
+        let group = flotilla_replica::FailureGroup::new(&self.group).ok()?;
+        Some(flotilla_namespace::ChainTarget {
+            group,
+            incarnation: self.incarnation.filter(|&i| i != 0).map(flotilla_replica::Incarnation),
+        })
+    }
 }
 
 /// A change as the proposer sends it.
@@ -345,6 +415,25 @@ impl NamespaceChange {
             Op::AckDeletes { done, .. } => {
                 check_len("acknowledged deletions", done.len(), PENDING_DELETES_BATCH_MAX)
             }
+            Op::ChainChanges { chains, targets, .. } => {
+                check_len("chains", chains.len(), flotilla_replica::CHAINS_MAX)?;
+                check_len("chain targets", targets.len(), flotilla_replica::CHAINS_MAX)?;
+                if let Some(bad) = chains.iter().find(|c| c.chain().is_none()) {
+                    return Err(format!("chain {} breaks the chain invariants", bad.id));
+                }
+                match targets.iter().find(|t| t.record().is_none()) {
+                    Some(bad) => Err(format!("target {} has a bad failure group", bad.target)),
+                    None => Ok(()),
+                }
+            }
+            Op::CreateChained { at, chains, .. } => {
+                at.check()?;
+                check_len("chains", chains.len(), subfiles)
+            }
+            Op::SetLayoutReplicated { on: LayoutOn::Path(path), .. } => {
+                check_len("path", path.len(), PATH_BYTES_MAX)
+            }
+            Op::SetLayoutReplicated { .. } => Ok(()),
         }
     }
 }
@@ -385,12 +474,12 @@ impl ReplyEntry {
                 layout,
                 targets,
                 replicas,
-                // A metadata group creates no replicated file yet (its chain table is per node).
+                // Not carried: the service reads a replicated file back (`answer`).
                 chains: Vec::new(),
             }),
             symlink_target: self.symlink_target,
             default_layout: self.default_layout,
-            // A metadata group sets no replicated default layout (refused before proposing).
+            // Not carried: the service reads a directory with a default back (`answer`).
             default_replicas: 1,
         }
     }
@@ -528,6 +617,28 @@ mod tests {
             (any::<u64>(), targets)
                 .prop_map(|(t, targets)| Op::BindTargets { credential: format!("server-{t}"), targets }),
             any::<u64>().prop_map(|id| Op::ReleaseOrphan { id }),
+            (0u32..64, 1u64..100, proptest::collection::vec(any::<u64>(), 1..4), any::<Option<u64>>())
+                .prop_map(|(id, version, members, incarnation)| {
+                    let mut members: Vec<u64> = members;
+                    members.sort_unstable();
+                    members.dedup();
+                    let members = members
+                        .into_iter()
+                        .map(|t| flotilla_replica::Member {
+                            target: TargetId(t),
+                            state: flotilla_replica::MemberState::Serving,
+                        })
+                        .collect();
+                    Op::ChainChanges {
+                        replicas: Some(2),
+                        chains: vec![ChainRow { id, version, members }],
+                        targets: vec![ChainTargetRow {
+                            target: TargetId(u64::from(id)),
+                            group: format!("g{id}"),
+                            incarnation,
+                        }],
+                    }
+                }),
         ]
     }
 

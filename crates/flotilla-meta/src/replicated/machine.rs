@@ -674,6 +674,43 @@ fn execute(ns: &Namespace, change: &NamespaceChange) -> Result<Applied, Namespac
         }
         Op::AckDeletes { target, done } => ns.ack_deletes(*target, done).map(|()| Applied::Done),
         Op::ReleaseOrphan { id } => ns.release_orphan(*id).map(Applied::Released),
+        Op::ChainChanges { replicas, chains, targets } => {
+            let bad = |what: String| NamespaceError::InvalidArgument { what };
+            let chains = chains
+                .iter()
+                .map(|c| c.chain().ok_or_else(|| bad(format!("chain {} breaks its invariants", c.id))))
+                .collect::<Result<Vec<_>, _>>()?;
+            let targets = targets
+                .iter()
+                .map(|t| t.record().map(|r| (t.target, r)).ok_or_else(|| bad(format!("target {}", t.target))))
+                .collect::<Result<Vec<_>, _>>()?;
+            let chains: Vec<&flotilla_replica::Chain> = chains.iter().collect();
+            let targets: Vec<(flotilla_types::TargetId, &flotilla_namespace::ChainTarget)> =
+                targets.iter().map(|(t, r)| (*t, r)).collect();
+            ns.record_chains(flotilla_namespace::ChainChange {
+                replicas: *replicas,
+                chains: &chains,
+                targets: &targets,
+            })
+            .map(|()| Applied::Done)
+        }
+        Op::CreateChained { at, owner, subfile_count, layout, exclusive, replicas, chains } => {
+            let spec = CreateFile {
+                owner: (*owner).into(),
+                subfile_count: *subfile_count,
+                targets: None,
+                layout: *layout,
+                exclusive: *exclusive,
+            };
+            ns.create_file_chained_in(who, at.as_namespace(), &spec, *replicas, chains, now).map(entry)
+        }
+        Op::SetLayoutReplicated { on, layout, replicas } => {
+            let of = match on {
+                LayoutOn::Path(path) => LayoutOf::Path(path),
+                LayoutOn::Id(id) => LayoutOf::Id(*id),
+            };
+            ns.set_layout_replicated_as(who, of, *layout, *replicas, now).map(entry)
+        }
         Op::Genesis { .. } | Op::OpenSession | Op::CloseSession { .. } => {
             Err(NamespaceError::InvalidArgument { what: "not a namespace operation".into() })
         }

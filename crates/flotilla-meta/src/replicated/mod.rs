@@ -9,7 +9,8 @@ mod machine;
 pub mod propose;
 
 pub use change::{
-    Applied, BatchReply, ChangeError, ChangeResult, LayoutOn, NamespaceChange, NewOwner, Op, OpenHint,
-    Outcome, Place, RenameMode, ReplyEntry, TouchedInode, CHANGE_BYTES_MAX, CHANGE_VERSION,
+    Applied, BatchReply, ChainRow, ChainTargetRow, ChangeError, ChangeResult, LayoutOn, NamespaceChange,
+    NewOwner, Op, OpenHint, Outcome, Place, RenameMode, ReplyEntry, TouchedInode, CHANGE_BYTES_MAX,
+    CHANGE_VERSION,
 };
 pub use machine::{MachineLimits, NamespaceMachine, SharedNamespace};

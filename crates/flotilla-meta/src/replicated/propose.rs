@@ -126,10 +126,18 @@ fn op_for(request: &MetaRequest, who: &Caller, view: &impl ProposerView) -> Resu
         R::GrowSize { id, size_bytes, mtime_ns } => {
             Op::GrowSize { id: *id, size_bytes: *size_bytes, mtime_ns: *mtime_ns }
         }
+        R::SetLayout { path: p, layout, replicas } if *replicas > 1 => {
+            Op::SetLayoutReplicated { on: LayoutOn::Path(p.clone()), layout: *layout, replicas: *replicas }
+        }
+        R::SetLayoutId { id, layout, replicas } if *replicas > 1 => {
+            Op::SetLayoutReplicated { on: LayoutOn::Id(*id), layout: *layout, replicas: *replicas }
+        }
         R::SetLayout { path: p, layout, .. } => {
             Op::SetLayout { on: LayoutOn::Path(p.clone()), layout: *layout }
         }
         R::SetLayoutId { id, layout, .. } => Op::SetLayout { on: LayoutOn::Id(*id), layout: *layout },
+        // More replicas than one are placed on chains by the service (`chained_create`).
+        R::CreateReplicated { path: p, spec, replicas } if *replicas <= 1 => create(who, path(p), spec, view),
         R::TouchAtime { id, atime_ns } => Op::TouchAtime { id: *id, atime_ns: *atime_ns },
         R::SetNoOverlapId { id, no_overlap } => Op::SetNoOverlap { id: *id, no_overlap: *no_overlap },
         _ => return Ok(None),
