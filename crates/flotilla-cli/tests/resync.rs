@@ -1,12 +1,14 @@
 //! Resync from a record (issue 32), with real processes: a member SIGKILLed while a few
-//! MiB of a much larger replicated data set change, then restarted, is copied only what
+//! MiB of a 24 MiB replicated data set change, then restarted, is copied only what
 //! it missed (the copy sources' `server_resync_copied_bytes` metrics add up to far fewer
 //! bytes than the data set) and then serves every byte alone; and a metadata service
 //! SIGKILLed and restarted keeps a target's drain and dead marks.
 
 mod common;
 
-use common::{cli, http_get, kill_and_restart_meta, path, random_bytes, status_field, target_spec, Cluster, Process};
+use common::{
+    cli, http_get, kill_and_restart_meta, path, random_bytes, status_field, target_spec, Cluster, Process,
+};
 use flotilla_client::CreateOptions;
 use flotilla_types::TargetId;
 use std::time::{Duration, Instant};
@@ -30,9 +32,10 @@ fn wait(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn replicated() -> CreateOptions {
-    let layout = flotilla_types::Layout::Stripe { unit_bytes: 256 << 10, count: 2 };
-    CreateOptions { subfiles: 2, layout: Some(layout), replicas: 2, ..CreateOptions::default() }
+/// Two replicas of `subfiles` subfiles (each on a chain of its own, sharing no target).
+fn replicated(subfiles: u32) -> CreateOptions {
+    let layout = flotilla_types::Layout::Stripe { unit_bytes: 256 << 10, count: subfiles };
+    CreateOptions { subfiles, layout: Some(layout), replicas: 2, ..CreateOptions::default() }
 }
 
 /// A loopback port free now (for a metrics endpoint).
@@ -104,7 +107,7 @@ fn a_restarted_member_is_copied_only_what_it_missed_and_then_serves_alone() {
     for index in 0..FILES {
         let name = format!("/f{index}");
         let data = random_bytes(10 + index as u64, FILE_BYTES);
-        let file = client.create(&name, &replicated()).expect("create");
+        let file = client.create(&name, &replicated(1)).expect("create");
         file.write_at(0, &data).expect("write");
         file.close().expect("close");
         expected.push((name, data));
@@ -113,8 +116,8 @@ fn a_restarted_member_is_copied_only_what_it_missed_and_then_serves_alone() {
     let before: u64 = metrics.iter().map(|m| counter(m, "server_resync_copied_bytes")).sum();
     let victim = cluster.servers[1].take().expect("server 1");
     victim.kill();
-    // About 2 MiB changed while server 1 is down: overwrites, a truncation, an extension,
-    // a removal and a new file.
+    // About 2 MiB changed while server 1 is down: overwrites, a truncation, extensions and
+    // a removal.
     let mut changed = 0usize;
     for (index, (name, data)) in expected.iter_mut().enumerate().take(8) {
         let file = client.open(name).expect("open");
@@ -137,12 +140,14 @@ fn a_restarted_member_is_copied_only_what_it_missed_and_then_serves_alone() {
     }
     let (gone, _) = expected.remove(FILES - 1);
     client.remove(&gone).expect("remove a file while a member is down");
-    let data = random_bytes(500, 512 << 10);
-    let file = client.create("/new", &replicated()).expect("create while a member is down");
-    file.write_at(0, &data).expect("write");
+    // (A new file needs both failure groups: a create is refused while one is down.)
+    let (name, data) = &mut expected[9];
+    let tail = random_bytes(500, 512 << 10);
+    let file = client.open(name).expect("open");
+    file.write_at(data.len() as u64, &tail).expect("append");
     file.close().expect("close");
-    changed += data.len();
-    expected.push(("/new".to_string(), data));
+    data.extend_from_slice(&tail);
+    changed += tail.len();
 
     let restarted_at = Instant::now();
     cluster.servers[1] = Some(start_server(&cluster, 1, groups[1], &metrics[1]));
@@ -185,7 +190,8 @@ fn a_restarted_member_is_copied_only_what_it_missed_and_then_serves_alone() {
 fn health(meta: &str, target: TargetId) -> (String, String) {
     let status = cli_ok(&["status", "--meta", meta]);
     let wanted = target.to_string();
-    let line = status.lines().find(|l| status_field(l, "target") == Some(wanted.as_str())).unwrap_or_default();
+    let line =
+        status.lines().find(|l| status_field(l, "target") == Some(wanted.as_str())).unwrap_or_default();
     let field = |key| status_field(line, key).unwrap_or_default().to_string();
     (field("health"), field("chains"))
 }
@@ -209,7 +215,7 @@ fn drain_and_dead_marks_survive_a_killed_metadata_service() {
     wait("the chain table", || cli_ok(&["status", "--chains", "--meta", &meta]).contains("chain="));
     let client = cluster.client();
     for index in 0..4 {
-        let file = client.create(&format!("/m{index}"), &replicated()).expect("create");
+        let file = client.create(&format!("/m{index}"), &replicated(2)).expect("create");
         file.write_at(0, &random_bytes(index, 300_000)).expect("write");
         file.close().expect("close");
     }

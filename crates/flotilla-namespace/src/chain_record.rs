@@ -258,8 +258,12 @@ mod tests {
         assert_eq!(record[36], STATE_OFFLINE);
         assert_eq!(&record[37..45], &4u64.to_le_bytes());
         assert_eq!(record.len(), 10 + 2 * 18 + 4);
-        let target =
-            ChainTarget { group: FailureGroup::new("rack-a").unwrap(), incarnation: Some(Incarnation(3)), dead: false, draining: false };
+        let target = ChainTarget {
+            group: FailureGroup::new("rack-a").unwrap(),
+            incarnation: Some(Incarnation(3)),
+            dead: false,
+            draining: false,
+        };
         let bytes = encode_chain_target(&target);
         assert_eq!(&bytes[1..9], &3u64.to_le_bytes());
         assert_eq!(&bytes[9..11], &6u16.to_le_bytes());
@@ -276,7 +280,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ns.redb");
         let chain = Chain::new(ChainId(0), &[TargetId(1), TargetId(2)]);
-        let target = ChainTarget { group: FailureGroup::new("a").unwrap(), incarnation: None, dead: false, draining: true };
+        let target = ChainTarget {
+            group: FailureGroup::new("a").unwrap(),
+            incarnation: None,
+            dead: false,
+            draining: true,
+        };
         {
             let ns = Namespace::open(&path).unwrap();
             assert_eq!(ns.chain_table().unwrap(), StoredChains::default());

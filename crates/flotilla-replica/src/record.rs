@@ -181,8 +181,12 @@ mod tests {
 
     #[test]
     fn a_record_merges_and_overflows_past_its_bound() {
-        let mut record: MissedRecord<u32> =
-            MissedRecord::new(ChainVersion(3), [TargetId(2)].into(), 4, RECORD_KEY_BYTES + 2 * RECORD_RANGE_BYTES);
+        let mut record: MissedRecord<u32> = MissedRecord::new(
+            ChainVersion(3),
+            [TargetId(2)].into(),
+            4,
+            RECORD_KEY_BYTES + 2 * RECORD_RANGE_BYTES,
+        );
         record.record(1, range(0, 10));
         record.record(1, range(5, 10));
         assert_eq!(record.keys()[&1].len(), 1);

@@ -48,8 +48,12 @@ fn apply(forks: &mut Forks, op: &Op) {
 /// What a serving member records of `op` (as `chain_path.rs` records a change).
 fn record(rec: &mut MissedRecord<u8>, op: &Op) {
     match *op {
-        Op::Write { fork, offset, length, .. } => rec.record(fork, ByteRange::new(offset, length).unwrap().unwrap()),
-        Op::Truncate { fork, size } => rec.record(fork, ByteRange::new(size, u64::MAX - size).unwrap().unwrap()),
+        Op::Write { fork, offset, length, .. } => {
+            rec.record(fork, ByteRange::new(offset, length).unwrap().unwrap())
+        }
+        Op::Truncate { fork, size } => {
+            rec.record(fork, ByteRange::new(size, u64::MAX - size).unwrap().unwrap())
+        }
         Op::Remove { fork } => rec.record(fork, WHOLE),
     }
 }

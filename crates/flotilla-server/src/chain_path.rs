@@ -35,27 +35,28 @@ mod repair;
 pub(crate) use repair::{report_of, RepairCounters};
 
 use crate::chain_write::{
-    copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order, record_step,
-    recorded, resync_step, retarget, retarget_entry, store_request, Admitted, Copied, Early, Lease, MemberLog,
-    Payload, Record, RecordStep, ResyncStep, Role, Sent,
+    copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order,
+    record_step, recorded, resync_step, retarget, retarget_entry, store_request, Admitted, Copied, Early,
+    Lease, MemberLog, Payload, Record, RecordStep, ResyncStep, Role, Sent,
 };
 use crate::execute::{Executor, Reply};
 use crate::membership::HeldChains;
 use bytes::Bytes;
 use flotilla_proto::{
-    ChainForward, ChainInfo, ChainMemberState, ErrorCode, ForkRef, ForwardAck, ForwardEntry, ForwardRefusalReason,
-    ForwardRefused, IoReply, IoRequest, MetaReply, MetaRequest, WireError, CHAIN_SUBFILES_SCAN_MAX,
+    ChainForward, ChainInfo, ChainMemberState, ErrorCode, ForkRef, ForwardAck, ForwardEntry,
+    ForwardRefusalReason, ForwardRefused, IoReply, IoRequest, MetaReply, MetaRequest, WireError,
+    CHAIN_SUBFILES_SCAN_MAX,
 };
 use flotilla_replica::{
     pieces_within, ChainHead, ChainId, ChainMemberLog, ChainVersion, MissedRecord, RangeSet, Receive,
     RANGES_PER_FORK_MAX,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
 use flotilla_request::Shape;
 use flotilla_rpc::{Connection, ConnectionConfig};
 use flotilla_types::TargetId;
 use flotilla_types::{FileId, SubfileIndex};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -644,7 +645,8 @@ impl ChainPaths {
             });
             let plan = state.record.as_ref().filter(|r| !joiner_full && r.covers_target(joiner)).cloned();
             let covers = [joiner].into_iter().collect();
-            state.dirty = Some(MissedRecord::new(version, covers, RANGES_PER_FORK_MAX, self.config.record_bytes_max));
+            state.dirty =
+                Some(MissedRecord::new(version, covers, RANGES_PER_FORK_MAX, self.config.record_bytes_max));
             let connection = self.link(state, joiner).await?;
             let position = state.log.as_ref().map_or(0, |log| log.applied());
             let sender = CopySender { paths: self, connection, chain, version, position, joiner, bytes: 0 };
@@ -659,7 +661,9 @@ impl ChainPaths {
         let mut guard = slot.state.lock().await;
         let state: &mut ChainState = &mut guard;
         let again = self.follow(state, chain, me).ok().and_then(|_| self.held.chain(chain));
-        if again.map(|info| resync_step(&info, me, state.copied)) != Some(ResyncStep::Copy { joiner, version }) {
+        if again.map(|info| resync_step(&info, me, state.copied))
+            != Some(ResyncStep::Copy { joiner, version })
+        {
             state.dirty = None;
             return Err(Trouble::Changed);
         }
@@ -784,7 +788,10 @@ impl ChainPaths {
         sender.request(IoRequest::CreateFork { fork: theirs.clone() }, Bytes::new()).await?;
         for piece in pieces_within(set, size, self.config.copy_chunk_bytes) {
             self.copy_rate.take(piece.length_bytes).await;
-            let read = IoRequest::Read { fork: mine.clone(), shape: Shape::contiguous(piece.offset, piece.length_bytes) };
+            let read = IoRequest::Read {
+                fork: mine.clone(),
+                shape: Shape::contiguous(piece.offset, piece.length_bytes),
+            };
             let data = match self.local(read).await {
                 Ok((_, data)) => data,
                 Err(error) => return Err(Trouble::Wait(format!("reading {file} to copy it: {error}"))),
@@ -792,7 +799,10 @@ impl ChainPaths {
             if data.is_empty() {
                 break;
             }
-            let write = IoRequest::Write { fork: theirs.clone(), shape: Shape::contiguous(piece.offset, data.len() as u64) };
+            let write = IoRequest::Write {
+                fork: theirs.clone(),
+                shape: Shape::contiguous(piece.offset, data.len() as u64),
+            };
             sender.request(write, Bytes::from(data)).await?;
         }
         sender.request(IoRequest::Truncate { fork: theirs.clone(), size_bytes: size }, Bytes::new()).await?;

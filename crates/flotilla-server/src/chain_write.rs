@@ -31,9 +31,9 @@ use flotilla_replica::{
     admit, Access, Admission, ByteRange, ChainEntry, ChainMemberLog, ChainVersion, EntryKind, MemberState,
     MemberView, MissedRecord, OrderRefusal, Receive, WHOLE,
 };
-use std::collections::BTreeSet;
 use flotilla_request::Shape;
 use flotilla_types::TargetId;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// The subfile fork an entry touches (the unsettled ranges' key; "" for a whole subfile).
@@ -219,23 +219,36 @@ pub(crate) type Record = MissedRecord<RecordKey>;
 pub(crate) fn recorded(request: &IoRequest) -> Option<(RecordKey, ByteRange)> {
     let key = |fork: &ForkRef| (fork.file.0, fork.subfile.0, Some(fork.fork.clone()));
     match request {
-        IoRequest::Write { fork, shape: Shape::Contiguous { file_offset, length, .. } } => {
-            let range = ByteRange::new(*file_offset, *length).ok().flatten().unwrap_or(WHOLE);
-            Some((key(fork), range))
-        }
+        IoRequest::Write { fork, shape } => Some((key(fork), extent(shape).unwrap_or(WHOLE))),
         IoRequest::Truncate { fork, size_bytes } => {
             let range = ByteRange::new(*size_bytes, u64::MAX - size_bytes).ok().flatten().unwrap_or(WHOLE);
             Some((key(fork), range))
         }
-        IoRequest::Write { fork, .. }
-        | IoRequest::Extend { fork, .. }
-        | IoRequest::CreateFork { fork }
-        | IoRequest::RemoveFork { fork } => Some((key(fork), WHOLE)),
+        IoRequest::Extend { fork, .. } | IoRequest::CreateFork { fork } | IoRequest::RemoveFork { fork } => {
+            Some((key(fork), WHOLE))
+        }
         IoRequest::CreateSubfile { file, subfile, .. } | IoRequest::RemoveSubfile { file, subfile, .. } => {
             Some(((file.0, subfile.0, None), WHOLE))
         }
         _ => None,
     }
+}
+
+/// The file bytes a write's shape touches, from its first to its last (a superset for a
+/// strided or batched shape); `None` for a shape that does not walk.
+fn extent(shape: &Shape) -> Option<ByteRange> {
+    if let Shape::Contiguous { file_offset, length, .. } = shape {
+        return ByteRange::new(*file_offset, *length).ok().flatten();
+    }
+    let (mut start, mut end) = (u64::MAX, 0u64);
+    shape
+        .for_each_piece(|piece| {
+            start = start.min(piece.file_offset);
+            end = end.max(piece.file_offset.saturating_add(piece.length));
+            Ok::<(), flotilla_request::ShapeError>(())
+        })
+        .ok()?;
+    ByteRange::new(start, end.checked_sub(start)?).ok().flatten()
 }
 
 /// What a member does with its resync record of a chain on a new view of it.
@@ -546,7 +559,10 @@ mod tests {
         let two_out = view(5, &[(1, Serving), (2, offline), (3, Serving)]);
         let cover = |ts: &[u64]| ts.iter().map(|&t| TargetId(t)).collect::<BTreeSet<_>>();
         assert_eq!(record_step(Some(&all), &all, TargetId(1), None), RecordStep::Drop, "everyone serves");
-        assert_eq!(record_step(Some(&all), &two_out, TargetId(1), None), RecordStep::Start { cover: cover(&[2]) });
+        assert_eq!(
+            record_step(Some(&all), &two_out, TargetId(1), None),
+            RecordStep::Start { cover: cover(&[2]) }
+        );
         assert_eq!(record_step(Some(&all), &two_out, TargetId(2), None), RecordStep::Drop, "not serving");
         assert_eq!(
             record_step(None, &two_out, TargetId(1), None),
@@ -586,6 +602,17 @@ mod tests {
         assert_eq!(recorded(&truncate), Some((key, ByteRange { offset: 100, length_bytes: u64::MAX - 100 })));
         let remove = IoRequest::RemoveSubfile { target: TargetId(3), file: fork.file, subfile: fork.subfile };
         assert_eq!(recorded(&remove), Some(((7, 1, None), WHOLE)));
+        let strided = Shape::Strided {
+            file_offset: 100,
+            memory_offset: 0,
+            record_bytes: 10,
+            file_stride: 50,
+            memory_stride: 10,
+            count: 3,
+        };
+        let write = IoRequest::Write { fork: fork.clone(), shape: strided };
+        let range = recorded(&write).map(|(_, r)| r);
+        assert_eq!(range, Some(ByteRange { offset: 100, length_bytes: 110 }), "first to last byte");
         assert_eq!(recorded(&IoRequest::Sync { fork }), None);
     }
 
