@@ -120,7 +120,7 @@ pub(crate) fn encode_chain_target(target: &ChainTarget) -> Vec<u8> {
     writer.u16(group.len() as u16);
     writer.raw(group.as_bytes());
     if target.dead || target.draining {
-        writer.u8(u8::from(target.dead) * MARK_DEAD | u8::from(target.draining) * MARK_DRAINING);
+        writer.u8((u8::from(target.dead) * MARK_DEAD) | (u8::from(target.draining) * MARK_DRAINING));
     }
     writer.finish()
 }
