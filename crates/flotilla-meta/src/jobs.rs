@@ -9,9 +9,24 @@
 //! may not leave once a flush of that generation was asked (it must take part first), so
 //! the set of members of a generation is fixed when its flush is asked. A job whose members
 //! all left, or were not heard from for a lease, is forgotten.
+//!
+//! The table lives in the service's memory and is **reclaimed** after a failover or a
+//! restart (issue 33; docs/architecture.md "Metadata group", *A new term*): the new leader
+//! starts with no job and a grace period ([`JobTable::begin_grace`]); a member whose request
+//! names a job (or a member) the table does not know is answered `NotFound` and presents
+//! what it knows (`JobReclaim`: its index, its next generation, the highest generations it
+//! asked for or learned were asked, the clock, the members it learned left); the table
+//! merges every member's account (maxima and unions, so the order of reclaims does not
+//! matter). Joins wait for the grace period to end, so no index a member of the previous
+//! term holds is handed to a newcomer; after it, a reclaim of an index a newcomer took is
+//! refused. Why this is safe: a generation's flush is keyed by (job, generation) at the
+//! servers and each member takes part in each generation once (its own next generation
+//! only grows), so nothing is flushed twice; a flush any member asked or took part in is
+//! known again as soon as that member reclaims, so no member waits for a flush the table
+//! forgot, and a member's logged bytes stay in its cache until it took part.
 
 use flotilla_proto::{ErrorCode, JobEvent, WireError};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 /// Bounds of the job table.
@@ -34,9 +49,28 @@ struct Job {
     /// Last time each joined member was heard from.
     seen: Vec<Instant>,
     clock: u64,
+    /// Members known in this service's term: joined here, or reclaimed. Any other member's
+    /// request is answered `NotFound`, so it reclaims (and its account is merged) first.
+    present: BTreeSet<u32>,
+    /// Indexes handed out by a join in this term (a reclaim of one of them is refused).
+    fresh: BTreeSet<u32>,
 }
 
 impl Job {
+    fn new(size: u32) -> Job {
+        Job {
+            size,
+            joined: 0,
+            flush_asked: None,
+            durable_asked: None,
+            left: BTreeMap::new(),
+            seen: Vec::new(),
+            clock: 0,
+            present: BTreeSet::new(),
+            fresh: BTreeSet::new(),
+        }
+    }
+
     fn event(&self) -> JobEvent {
         JobEvent {
             flush_asked: self.flush_asked,
@@ -56,6 +90,27 @@ impl Job {
 pub(crate) struct JobTable {
     jobs: HashMap<String, Job>,
     bounds: JobBounds,
+    /// Until then (a new term or a restart), members reclaim and joins wait.
+    grace_until: Option<Instant>,
+}
+
+/// What a member presents in a reclaim (`JobReclaim`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Reclaim {
+    pub size: u32,
+    pub member: u32,
+    /// The member's next generation (it took part in every one before it).
+    pub epoch: u64,
+    /// The highest generations it asked for or learned were asked, its clock, the members
+    /// it learned left.
+    pub known: JobEvent,
+}
+
+fn unknown(name: &str) -> WireError {
+    WireError::new(
+        ErrorCode::NotFound,
+        format!("no job group named {name:?} here (a new metadata leader or a restart): reclaim it"),
+    )
 }
 
 fn refused(message: String) -> WireError {
@@ -64,7 +119,83 @@ fn refused(message: String) -> WireError {
 
 impl JobTable {
     pub fn new(bounds: JobBounds) -> JobTable {
-        JobTable { jobs: HashMap::new(), bounds }
+        JobTable { jobs: HashMap::new(), bounds, grace_until: None }
+    }
+
+    /// A new term (or a restart): every job is forgotten (a deposed leader's table is stale)
+    /// and members reclaim until `until`; joins wait for it.
+    pub fn begin_grace(&mut self, until: Instant) {
+        self.jobs.clear();
+        self.grace_until = Some(until);
+    }
+
+    /// When the grace period ends, if it has not.
+    pub fn grace_left(&self, now: Instant) -> Option<Duration> {
+        self.grace_until.filter(|until| *until > now).map(|until| until - now)
+    }
+
+    /// Member `reclaim.member` of `name` presents its account of the job: merged into the
+    /// job (created if absent). The member's index, its next generation and the job's state.
+    pub fn reclaim(
+        &mut self,
+        name: &str,
+        reclaim: &Reclaim,
+        now: Instant,
+    ) -> Result<(u32, u64, JobEvent), WireError> {
+        let bounds = self.bounds;
+        let Reclaim { size, member, epoch, known } = reclaim;
+        let (size, member, epoch) = (*size, *member, *epoch);
+        if name.is_empty() || name.len() > bounds.name_bytes_max {
+            return Err(refused(format!("job name must be 1..={} bytes", bounds.name_bytes_max)));
+        }
+        if size == 0 || size > bounds.members_max || member >= size {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("reclaim of member {member} of job {name:?} of size {size}: outside 1..={} members", bounds.members_max),
+            ));
+        }
+        if known.left.len() > size as usize || known.left.iter().any(|(m, _)| *m >= size) {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("reclaim of job {name:?}: its list of members that left names members outside 0..{size}"),
+            ));
+        }
+        if !self.jobs.contains_key(name) && self.jobs.len() >= bounds.jobs_max {
+            let message =
+                format!("{} jobs exist, the limit jobs_max; job {name:?} not reclaimed", self.jobs.len());
+            return Err(WireError::new(ErrorCode::OverLimit, message));
+        }
+        let job = self.jobs.entry(name.to_string()).or_insert_with(|| Job::new(size));
+        if job.size != size {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("job {name:?} has size {}, not {size}: not reclaimed", job.size),
+            ));
+        }
+        if job.fresh.contains(&member) {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "member {member} of job {name:?} was given to another process after the reclaim period: \
+                     the job's state was lost"
+                ),
+            ));
+        }
+        // Every generation below the member's next one was asked (it took part in them).
+        let asked = [known.flush_asked, epoch.checked_sub(1)].into_iter().flatten().max();
+        job.flush_asked = job.flush_asked.max(asked);
+        job.durable_asked = job.durable_asked.max(known.durable_asked);
+        job.clock = job.clock.max(known.clock);
+        for (gone, from) in &known.left {
+            job.left.entry(*gone).or_insert(*from);
+        }
+        if member >= job.joined {
+            job.seen.resize(member as usize + 1, now);
+            job.joined = member + 1;
+        }
+        job.seen[member as usize] = now;
+        job.present.insert(member);
+        Ok((member, epoch, job.event()))
     }
 
     /// Joins `name` (created with `size` if absent): the member index, the generation the
@@ -86,15 +217,13 @@ impl JobTable {
                 format!("{} jobs exist, the limit jobs_max; job {name:?} not created", self.jobs.len());
             return Err(WireError::new(ErrorCode::OverLimit, message));
         }
-        let job = self.jobs.entry(name.to_string()).or_insert_with(|| Job {
-            size,
-            joined: 0,
-            flush_asked: None,
-            durable_asked: None,
-            left: BTreeMap::new(),
-            seen: Vec::new(),
-            clock: 0,
-        });
+        if let Some(left) = self.grace_left(now) {
+            return Err(WireError::new(
+                ErrorCode::Recovering,
+                format!("jobs are being reclaimed for {} ms more; join after", left.as_millis()),
+            ));
+        }
+        let job = self.jobs.entry(name.to_string()).or_insert_with(|| Job::new(size));
         if job.size != size {
             return Err(refused(format!("job {name:?} has size {}, not {size}", job.size)));
         }
@@ -104,14 +233,22 @@ impl JobTable {
         let member = job.joined;
         job.joined += 1;
         job.seen.push(now);
+        job.present.insert(member);
+        job.fresh.insert(member);
         let epoch = job.flush_asked.map_or(0, |e| e + 1);
         Ok((member, epoch, job.event()))
     }
 
     fn job(&mut self, name: &str, member: u32, now: Instant) -> Result<&mut Job, WireError> {
-        let job = self.jobs.get_mut(name).ok_or_else(|| refused(format!("no job group named {name:?}")))?;
-        if member >= job.joined {
+        let job = self.jobs.get_mut(name).ok_or_else(|| unknown(name))?;
+        if member >= job.size {
             return Err(refused(format!("job {name:?} has no member {member}")));
+        }
+        if !job.present.contains(&member) {
+            return Err(WireError::new(
+                ErrorCode::NotFound,
+                format!("member {member} of job {name:?} is not known here (a new metadata leader): reclaim it"),
+            ));
         }
         job.seen[member as usize] = now;
         Ok(job)
@@ -194,8 +331,26 @@ impl Jobs {
         Jobs { table: parking_lot::Mutex::new(JobTable::new(bounds)), changed: parking_lot::Condvar::new() }
     }
 
+    /// Joins `name`; during a grace period, waits (on a blocking thread) for it to end first.
     pub fn join(&self, name: &str, size: u32) -> Result<(u32, u64, JobEvent), WireError> {
-        self.table.lock().join(name, size, Instant::now())
+        let mut table = self.table.lock();
+        while let Some(left) = table.grace_left(Instant::now()) {
+            self.changed.wait_for(&mut table, left);
+        }
+        table.join(name, size, Instant::now())
+    }
+
+    /// `JobReclaim`.
+    pub fn reclaim(&self, name: &str, reclaim: &Reclaim) -> Result<(u32, u64, JobEvent), WireError> {
+        let reclaimed = self.table.lock().reclaim(name, reclaim, Instant::now())?;
+        self.changed.notify_all();
+        Ok(reclaimed)
+    }
+
+    /// A new term or a restart: jobs are forgotten and reclaimed until `until`.
+    pub fn begin_grace(&self, until: Instant) {
+        self.table.lock().begin_grace(until);
+        self.changed.notify_all();
     }
 
     pub fn ask_flush(

@@ -229,6 +229,11 @@ pub enum Op {
     ReleaseOrphan {
         id: u64,
     },
+    /// Opens an exactly-once session owned by the client credential `owner` (a client's
+    /// `OpenGroupSession`): only that credential may send changes in it. The result is its id.
+    OpenSessionFor {
+        owner: String,
+    },
 }
 
 /// A change as the proposer sends it.
@@ -307,6 +312,7 @@ impl NamespaceChange {
         let subfiles = SUBFILE_COUNT_MAX as usize;
         match &self.op {
             Op::Genesis { .. } | Op::OpenSession | Op::CloseSession { .. } => Ok(()),
+            Op::OpenSessionFor { owner } => check_len("session owner", owner.len(), OWNER_NAME_BYTES_MAX),
             Op::Mkdir { at, .. } | Op::Mknod { at, .. } | Op::Rmdir { at } | Op::LinkAt { at, .. } => {
                 at.check()
             }
@@ -528,6 +534,7 @@ mod tests {
             (any::<u64>(), targets)
                 .prop_map(|(t, targets)| Op::BindTargets { credential: format!("server-{t}"), targets }),
             any::<u64>().prop_map(|id| Op::ReleaseOrphan { id }),
+            "[a-z]{1,12}".prop_map(|owner| Op::OpenSessionFor { owner }),
         ]
     }
 

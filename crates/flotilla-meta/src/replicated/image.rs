@@ -2,7 +2,7 @@
 //! namespace and the machine's own records (genesis, the reply table), read from one read
 //! transaction.
 //!
-//! Format (version 1): `[magic "FLNSSNAP"][version u16 LE][crc32c u32 LE of payload]
+//! Format (version 2): `[magic "FLNSSNAP"][version u16 LE][crc32c u32 LE of payload]
 //! [payload length u64 LE][payload: postcard of MachineImage]`. The applied mark is not in
 //! it: the group sends it beside the snapshot and the install records it.
 //!
@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 /// The snapshot's first bytes.
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"FLNSSNAP";
 /// The snapshot format this build writes and reads.
-pub const SNAPSHOT_VERSION: u16 = 1;
+/// 2: sessions carry their owner (issue 33); a version-1 snapshot is refused by name.
+pub const SNAPSHOT_VERSION: u16 = 2;
 const HEADER_BYTES: usize = 8 + 2 + 4 + 8;
 
 /// The reply table's counters (its sessions are records of their own).
