@@ -572,6 +572,79 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Across terms (leaders, on any node): after a term begins no session holds a token
+        /// (each holder's next poll is told its tokens are lost), every grant of a later term
+        /// is numbered above every grant of an earlier one, and a late release of an earlier
+        /// term's grant never drops a grant of the current term (whose holder would then
+        /// trust a cache no change revokes).
+        #[test]
+        fn a_new_term_forgets_every_token_and_outnumbers_the_old_grants(
+            terms in proptest::collection::vec(
+                proptest::collection::vec((0u8..2, 0u64..3, 0u64..3), 0..30), 1..5),
+            nodes in proptest::collection::vec(0usize..3, 1..5),
+        ) {
+            // One table per node; each term is led by one of them.
+            let mut tables: Vec<InodeTable> = (0..3).map(|_| InodeTable::default()).collect();
+            let mut earlier: Vec<(u64, InodeToken)> = Vec::new();
+            for (term, ops) in terms.iter().enumerate() {
+                let term = term as u64 + 1;
+                let node = nodes[term as usize % nodes.len()];
+                let table = &mut tables[node];
+                table.begin_term(term);
+                for session in 0..3 {
+                    proptest::prop_assert!(!table.holds_any(session), "a token outlived its term");
+                }
+                let oldest_here = earlier.iter().map(|(_, t)| t.seq).max().unwrap_or(0);
+                let mut granted: Vec<(u64, InodeToken)> = Vec::new();
+                for (op, session, id) in ops {
+                    if *op == 0 {
+                        let token = table.grant(*session, &[(Attr, *id)], (100, 100)).unwrap()[0];
+                        proptest::prop_assert!(token.seq > oldest_here, "a grant numbered below an earlier term's");
+                        granted.push((*session, token));
+                    } else if let Some((old_session, old)) = earlier.get(*id as usize) {
+                        let before = table.holders(&[(old.kind, old.id)]);
+                        proptest::prop_assert!(!table.release(*old_session, old), "an earlier term's release dropped a grant");
+                        proptest::prop_assert_eq!(table.holders(&[(old.kind, old.id)]), before);
+                    }
+                }
+                earlier.extend(granted);
+            }
+        }
+
+        /// The timing rule: a holder of an earlier term trusts its cache until `p + lease`
+        /// for a poll sent at `p` no later than the new term began; the first change of the
+        /// new term is acknowledged after every such cache went stale whenever the lease is
+        /// below the wait (as `attr_lease_ms` < `token_wait_ms_max` is required).
+        #[test]
+        fn no_change_is_acknowledged_while_an_old_cache_is_trusted(
+            before_ms in 0u64..10_000,
+            lease_ms in 1u64..1000,
+            extra_ms in 1u64..1000,
+            change_ms in 0u64..5000,
+        ) {
+            let began = Instant::now() + Duration::from_secs(20);
+            let wait_ms = lease_ms + extra_ms;
+            let polled = began - Duration::from_millis(before_ms);
+            let trusted_until = polled + Duration::from_millis(lease_ms);
+            let acknowledged = acknowledge_from(began, wait_ms).max(began + Duration::from_millis(change_ms));
+            proptest::prop_assert!(trusted_until < acknowledged);
+        }
+    }
+
+    #[test]
+    fn a_new_term_holds_changes_and_tells_pollers_their_tokens_are_lost() {
+        let tokens = InodeTokens::new(InodeBounds { wait_ms_max: 80, ..bounds() }, false);
+        tokens.grant(10, &[(Attr, 1)]).unwrap();
+        tokens.begin_term(Instant::now(), 7);
+        assert_eq!(tokens.wait(10, true, 0).unwrap(), (Vec::new(), true));
+        let started = Instant::now();
+        tokens.revoke(&[(Attr, 1)]);
+        assert!(started.elapsed() >= Duration::from_millis(80), "a change acknowledged within the hold");
+        let granted = tokens.grant(10, &[(Attr, 1)]).unwrap();
+        assert!(granted[0].seq > 7 << TERM_SEQ_SHIFT);
+    }
+
     fn revokes_of(tokens: &[InodeToken]) -> Vec<InodeToken> {
         tokens.to_vec()
     }

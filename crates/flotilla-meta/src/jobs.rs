@@ -396,6 +396,7 @@ impl Jobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn table() -> JobTable {
         JobTable::new(JobBounds {
@@ -436,6 +437,131 @@ mod tests {
         assert_eq!(jobs.event("j", 0, now).unwrap().left, vec![(1, 1)]);
         jobs.leave("j", 0, 1, now).unwrap();
         assert!(jobs.event("j", 0, now).is_err(), "a job all members left is forgotten");
+    }
+
+    #[test]
+    fn a_job_is_reclaimed_after_a_failover_and_joins_wait_for_the_grace_period() {
+        let (mut jobs, now) = (table(), Instant::now());
+        for _ in 0..3 {
+            jobs.join("j", 3, now).unwrap();
+        }
+        jobs.ask_flush("j", 1, (0, true), 4, now).unwrap();
+        jobs.begin_grace(now + Duration::from_secs(5));
+        assert_eq!(jobs.poll("j", 0, (0, 0), now).unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(jobs.join("j", 3, now).unwrap_err().code, ErrorCode::Recovering);
+        // Member 2 took part in generation 0 already; member 0 had not heard of it.
+        let took_part = Reclaim { size: 3, member: 2, epoch: 1, known: event(Some(0), Some(0), 4) };
+        assert_eq!(jobs.reclaim("j", &took_part, now).unwrap().0, 2);
+        assert_eq!(jobs.poll("j", 0, (0, 0), now).unwrap_err().code, ErrorCode::NotFound, "0 not reclaimed");
+        let unaware = Reclaim { size: 3, member: 0, epoch: 0, known: event(None, None, 0) };
+        jobs.reclaim("j", &unaware, now).unwrap();
+        jobs.reclaim("j", &unaware, now).unwrap();
+        let event = jobs.poll("j", 0, (0, 0), now).unwrap().expect("generation 0 was asked");
+        assert_eq!((event.flush_asked, event.durable_asked, event.clock), (Some(0), Some(0), 4));
+        assert_eq!(jobs.poll("j", 2, (1, 0), now).unwrap(), None, "generation 1 was never asked");
+        let wrong = Reclaim { size: 4, ..unaware.clone() };
+        assert_eq!(jobs.reclaim("j", &wrong, now).unwrap_err().code, ErrorCode::InvalidArgument);
+        // After the period joins go on: a newcomer's index cannot be reclaimed by a late
+        // member of the previous term (refused), an index nobody took can.
+        let after = now + Duration::from_secs(6);
+        assert_eq!(jobs.join("k", 2, after).unwrap().0, 0);
+        let late = Reclaim { size: 2, member: 0, epoch: 0, known: event(None, None, 0) };
+        assert!(jobs.reclaim("k", &late, after).unwrap_err().message.contains("another process"));
+        let member_one = Reclaim { member: 1, ..late };
+        assert_eq!(jobs.reclaim("k", &member_one, after).unwrap().0, 1, "an index nobody took");
+        assert!(jobs.join("k", 2, after).unwrap_err().message.contains("full"));
+    }
+
+    fn event(flush_asked: Option<u64>, durable_asked: Option<u64>, clock: u64) -> JobEvent {
+        JobEvent { flush_asked, durable_asked, clock, left: Vec::new() }
+    }
+
+    /// A member as the model knows it: its next generation and what it knows of the job.
+    #[derive(Clone, Debug)]
+    struct Model {
+        epoch: u64,
+        known: JobEvent,
+        asked: Option<u64>,
+    }
+
+    fn merge(known: &mut JobEvent, event: &JobEvent) {
+        known.flush_asked = known.flush_asked.max(event.flush_asked);
+        known.durable_asked = known.durable_asked.max(event.durable_asked);
+        known.clock = known.clock.max(event.clock);
+    }
+
+    proptest::proptest! {
+        /// A job run under one leader (members asking for flushes, polling, taking part in
+        /// what was asked), then a failover: whatever order the members reclaim in, the new
+        /// table agrees on one state, forgets no generation a member asked for or took part
+        /// in, invents none the old table did not have, and no member is told to flush a
+        /// generation it already took part in.
+        #[test]
+        fn reclaims_in_any_order_rebuild_what_the_members_knew(
+            steps in proptest::collection::vec((0u32..4, 0u8..3, proptest::bool::ANY), 0..60),
+            order in proptest::sample::subsequence((0u32..4).collect::<Vec<_>>(), 4).prop_shuffle(),
+        ) {
+            let now = Instant::now();
+            let mut old = table();
+            let mut members = Vec::new();
+            for _ in 0..4 {
+                let (_, epoch, event) = old.join("j", 4, now).unwrap();
+                members.push(Model { epoch, known: event, asked: None });
+            }
+            for (member, action, durable) in steps {
+                let m = &mut members[member as usize];
+                match action {
+                    0 => {
+                        old.ask_flush("j", member, (m.epoch, durable), 1, now).unwrap();
+                        m.asked = m.asked.max(Some(m.epoch));
+                        let asked = JobEvent {
+                            flush_asked: Some(m.epoch),
+                            durable_asked: durable.then_some(m.epoch),
+                            clock: 1,
+                            left: Vec::new(),
+                        };
+                        merge(&mut m.known, &asked);
+                    }
+                    _ => {
+                        if let Some(event) = old.poll("j", member, (m.epoch, 0), now).unwrap() {
+                            merge(&mut m.known, &event);
+                            m.epoch += 1; // took part
+                        } else {
+                            let event = old.event("j", member, now).unwrap();
+                            merge(&mut m.known, &event);
+                        }
+                    }
+                }
+            }
+            let old_event = old.event("j", 0, now).unwrap();
+            let rebuild = |order: &[u32]| {
+                let mut new = table();
+                new.begin_grace(now + Duration::from_secs(5));
+                for member in order {
+                    let m = &members[*member as usize];
+                    let reclaim = Reclaim { size: 4, member: *member, epoch: m.epoch, known: m.known.clone() };
+                    let (index, epoch, _) = new.reclaim("j", &reclaim, now).unwrap();
+                    prop_assert_eq!((index, epoch), (*member, m.epoch));
+                }
+                Ok(new)
+            };
+            let mut new = rebuild(&order)?;
+            let mut reversed = order.clone();
+            reversed.reverse();
+            let mut other = rebuild(&reversed)?;
+            let event = new.event("j", order[0], now).unwrap();
+            prop_assert_eq!(&event, &other.event("j", order[0], now).unwrap(), "the order of reclaims matters");
+            prop_assert!(event.flush_asked <= old_event.flush_asked, "a generation nobody asked");
+            prop_assert!(event.durable_asked <= old_event.durable_asked);
+            for member in &order {
+                let m = &members[*member as usize];
+                prop_assert!(m.asked <= event.flush_asked, "member {}'s ask was forgotten", member);
+                prop_assert!(m.epoch == 0 || event.flush_asked >= Some(m.epoch - 1), "a generation taken part in was forgotten");
+                // Told to flush only a generation at or past its own next one.
+                let polled = new.poll("j", *member, (m.epoch, 0), now).unwrap();
+                prop_assert_eq!(polled.is_some(), event.flush_asked >= Some(m.epoch));
+            }
+        }
     }
 
     #[test]
