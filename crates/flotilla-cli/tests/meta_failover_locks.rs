@@ -17,14 +17,14 @@ mod common;
 mod locking;
 
 use common::{cli, client_at, client_key, path, server_key, test_keys, Mount, Process, FLOTILLA};
-use flotilla_types::SetAttr;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::process::{Child, ChildStdin, ChildStdout};
 use flotilla_proto::{MetaReply, MetaRequest};
 use flotilla_rpc::Connection;
+use flotilla_types::SetAttr;
 use locking::{check, set_lock, TEST_LOCK, TRY_LOCKF};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -251,7 +251,7 @@ fn an_attribute_cache_sees_every_change_made_after_a_failover() {
     let target = tempfile::tempdir().unwrap();
     let _server = start_server(&meta, &common::target_spec(target.path()));
     let (a, b) = (client_at(&meta), client_at(&meta));
-    b.create("/cached", &flotilla_client::CreateOptions::default()).expect("create").close().expect("close");
+    create_when_served(&b, "/cached");
     let id = b.stat("/cached").expect("stat on B").id;
     b.set_attr(id, mode(0o644)).expect("chmod 644");
     for _ in 0..3 {
@@ -264,13 +264,36 @@ fn an_attribute_cache_sees_every_change_made_after_a_failover() {
     assert_ne!(second, first);
     b.set_attr(id, mode(0o600)).expect("chmod 600 after the failover");
     println!("a change acknowledged {:?} after the leader was killed", killed.elapsed());
-    assert_eq!(a.stat("/cached").expect("stat on A").attrs.mode & 0o7777, 0o600, "A saw the mode from before the failover");
+    assert_eq!(
+        a.stat("/cached").expect("stat on A").attrs.mode & 0o7777,
+        0o600,
+        "A saw the mode from before the failover"
+    );
     // A caches again under the new leader; the next change revokes that.
     for _ in 0..3 {
         assert_eq!(a.stat("/cached").expect("stat on A").attrs.mode & 0o7777, 0o600);
     }
     b.set_attr(id, mode(0o640)).expect("chmod 640");
-    assert_eq!(a.stat("/cached").expect("stat on A").attrs.mode & 0o7777, 0o640, "A saw the mode the new leader replaced");
+    assert_eq!(
+        a.stat("/cached").expect("stat on A").attrs.mode & 0o7777,
+        0o640,
+        "A saw the mode the new leader replaced"
+    );
+}
+
+/// Creates `path` once the I/O server registered with the group (bounded).
+fn create_when_served(client: &flotilla_client::Client, path: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match client.create(path, &flotilla_client::CreateOptions::default()) {
+            Ok(file) => return file.close().expect("close"),
+            Err(error) if Instant::now() < deadline => {
+                println!("create {path}: {error}; the server may not be registered yet");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(error) => panic!("create {path}: {error}"),
+        }
+    }
 }
 
 /// One `flotilla enwrich-member` process driven over stdin (killed when dropped).
@@ -307,7 +330,10 @@ impl Member {
 
     fn flushes(&mut self) -> u64 {
         let answer = self.ask("flushes");
-        answer.strip_prefix("flushes=").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("flushes: {answer}"))
+        answer
+            .strip_prefix("flushes=")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("flushes: {answer}"))
     }
 
     /// Waits (bounded) until this member took part in `count` flushes; their number.
@@ -343,7 +369,7 @@ fn an_enwrich_job_flushes_across_a_failover() {
     let target = tempfile::tempdir().unwrap();
     let _server = start_server(&meta, &common::target_spec(target.path()));
     let client = client_at(&meta);
-    client.create("/job", &flotilla_client::CreateOptions::default()).expect("create").close().expect("close");
+    create_when_served(&client, "/job");
     let mut members: Vec<Member> = (0..2).map(|_| Member::start(&meta, "failover", 2)).collect();
     let mut indexes: Vec<String> = members.iter_mut().map(|m| m.ask("open /job 1048576 0.1 0")).collect();
     indexes.sort();

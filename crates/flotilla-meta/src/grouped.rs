@@ -627,9 +627,8 @@ impl Group {
             Some(owner) => Op::OpenSessionFor { owner: owner.to_string() },
             None => Op::OpenSession,
         };
-        let body = NamespaceChange::new(Caller::root(), now_ns(), op)
-            .encode()
-            .map_err(|_| NotServed::NoQuorum)?;
+        let body =
+            NamespaceChange::new(Caller::root(), now_ns(), op).encode().map_err(|_| NotServed::NoQuorum)?;
         let change = Change { session_id: SESSION_NONE, sequence: 0, acknowledged_through: 0, body };
         match self.propose_blocking(change)? {
             Outcome::Applied { result: Ok(Applied::Session(opened)), .. } => Ok(opened),

@@ -151,13 +151,18 @@ impl JobTable {
         if size == 0 || size > bounds.members_max || member >= size {
             return Err(WireError::new(
                 ErrorCode::InvalidArgument,
-                format!("reclaim of member {member} of job {name:?} of size {size}: outside 1..={} members", bounds.members_max),
+                format!(
+                    "reclaim of member {member} of job {name:?} of size {size}: outside 1..={} members",
+                    bounds.members_max
+                ),
             ));
         }
         if known.left.len() > size as usize || known.left.iter().any(|(m, _)| *m >= size) {
             return Err(WireError::new(
                 ErrorCode::InvalidArgument,
-                format!("reclaim of job {name:?}: its list of members that left names members outside 0..{size}"),
+                format!(
+                    "reclaim of job {name:?}: its list of members that left names members outside 0..{size}"
+                ),
             ));
         }
         if !self.jobs.contains_key(name) && self.jobs.len() >= bounds.jobs_max {
@@ -247,7 +252,9 @@ impl JobTable {
         if !job.present.contains(&member) {
             return Err(WireError::new(
                 ErrorCode::NotFound,
-                format!("member {member} of job {name:?} is not known here (a new metadata leader): reclaim it"),
+                format!(
+                    "member {member} of job {name:?} is not known here (a new metadata leader): reclaim it"
+                ),
             ));
         }
         job.seen[member as usize] = now;

@@ -356,7 +356,8 @@ mod tests {
     /// merged (this branch alone has no 66 or 67, so it encodes 66 here). Its fields in order.
     #[test]
     fn job_reclaim_index_is_the_documented_one() {
-        let known = crate::JobEvent { flush_asked: Some(2), durable_asked: None, clock: 9, left: vec![(1, 3)] };
+        let known =
+            crate::JobEvent { flush_asked: Some(2), durable_asked: None, clock: 9, left: vec![(1, 3)] };
         let reclaim = MetaRequest::JobReclaim { name: "j".into(), size: 2, member: 1, epoch: 3, known };
         let body = encode_body(&reclaim).unwrap();
         assert!(body[0] == 66 || body[0] == 68, "JobReclaim encodes as {}", body[0]);

@@ -449,10 +449,12 @@ fn remove_unfinished_install(path: &Path) -> Result<(), StateMachineError> {
 fn decode_session(bytes: &[u8], record_bytes_max: usize, id: u64) -> Result<Session, StateMachineError> {
     match record::decode::<Session>(bytes, record_bytes_max) {
         Ok(session) => Ok(session),
-        Err(error) => match record::decode::<flotilla_metagroup::reply_table::SessionV1>(bytes, record_bytes_max) {
-            Ok(old) => Ok(old.into()),
-            Err(_) => Err(corrupt("group_sessions", id, error)),
-        },
+        Err(error) => {
+            match record::decode::<flotilla_metagroup::reply_table::SessionV1>(bytes, record_bytes_max) {
+                Ok(old) => Ok(old.into()),
+                Err(_) => Err(corrupt("group_sessions", id, error)),
+            }
+        }
     }
 }
 
