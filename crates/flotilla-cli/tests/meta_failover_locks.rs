@@ -421,3 +421,70 @@ fn flotilla_cli_bytes(seed: u64, length: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// One request on a new connection to `addr` with credential `key`.
+fn call_with(group: &Group, addr: &str, key: &Path, request: &MetaRequest) -> MetaReply {
+    group.runtime.block_on(async {
+        let config = common::connection_config_with(key);
+        let connection = Connection::connect(addr, config).await.expect("connect");
+        let (reply, _) = connection.call::<_, MetaReply>(request, bytes::Bytes::new()).await.expect("call");
+        reply
+    })
+}
+
+/// A group session is bound to the credential that opened it: a change sent in it under
+/// another client credential is refused `PermissionDenied` (naming the session), an id no
+/// one was handed is `SessionExpired`, and neither is applied; the owner's changes go on.
+#[test]
+fn a_group_session_is_usable_only_by_the_credential_that_opened_it() {
+    let group = Group::start();
+    let leader = group.leader();
+    let keys = tempfile::tempdir().unwrap();
+    let intruder = keys.path().join("intruder.cred");
+    let ca = test_keys().join("cluster.key");
+    let issue = ["keygen", "issue", "--ca", path(&ca), "--role", "client", "--name", "intruder", "--out"];
+    let (ok, _, stderr) = cli(&[&issue[..], &[path(&intruder)]].concat());
+    assert!(ok, "keygen issue --role client: {stderr}");
+    let mkdir = |name: &str| MetaRequest::Mkdir { path: format!("/{name}"), mode: 0o755, uid: 0, gid: 0 };
+    let sequenced = |session, sequence, name: &str| MetaRequest::Sequenced {
+        session,
+        sequence,
+        acknowledged_through: 0,
+        request: Box::new(mkdir(name)),
+    };
+    let session = match call_with(&group, &leader, &client_key(), &MetaRequest::OpenGroupSession) {
+        MetaReply::GroupSession { session } => session,
+        other => panic!("OpenGroupSession: {other:?}"),
+    };
+    assert!(session > 0, "no group session handed out");
+    let mine = call_with(&group, &leader, &client_key(), &sequenced(session, 1, "mine"));
+    assert!(matches!(mine, MetaReply::Entry(_)), "the owner's change: {mine:?}");
+
+    match call_with(&group, &leader, &intruder, &sequenced(session, 2, "theirs")) {
+        MetaReply::Error(error) => {
+            assert_eq!(error.code, flotilla_proto::ErrorCode::PermissionDenied, "{error:?}");
+            assert!(error.message.contains(&format!("group session {session}")), "{}", error.message);
+            assert!(error.message.contains("another client's credential"), "{}", error.message);
+        }
+        other => panic!("a change in another credential's session was answered {other:?}"),
+    }
+    match call_with(&group, &leader, &intruder, &sequenced(session + 1000, 1, "guessed")) {
+        MetaReply::Error(error) => {
+            assert_eq!(error.code, flotilla_proto::ErrorCode::SessionExpired, "{error:?}")
+        }
+        other => panic!("a change in a session never handed out was answered {other:?}"),
+    }
+    // The intruder's own session works for it.
+    let own = match call_with(&group, &leader, &intruder, &MetaRequest::OpenGroupSession) {
+        MetaReply::GroupSession { session } => session,
+        other => panic!("OpenGroupSession: {other:?}"),
+    };
+    assert_ne!(own, session);
+    let listing = call_with(&group, &leader, &client_key(), &MetaRequest::Readdir { path: "/".into() });
+    let MetaReply::Entries(entries) = listing else { panic!("readdir: {listing:?}") };
+    let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+    assert!(names.contains(&"mine".to_string()), "{names:?}");
+    assert!(!names.contains(&"theirs".to_string()) && !names.contains(&"guessed".to_string()), "{names:?}");
+    let again = call_with(&group, &leader, &client_key(), &sequenced(session, 2, "mine-too"));
+    assert!(matches!(again, MetaReply::Entry(_)), "the owner's next change: {again:?}");
+}

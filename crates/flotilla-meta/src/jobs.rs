@@ -457,10 +457,10 @@ mod tests {
         assert_eq!(jobs.poll("j", 0, (0, 0), now).unwrap_err().code, ErrorCode::NotFound);
         assert_eq!(jobs.join("j", 3, now).unwrap_err().code, ErrorCode::Recovering);
         // Member 2 took part in generation 0 already; member 0 had not heard of it.
-        let took_part = Reclaim { size: 3, member: 2, epoch: 1, known: event(Some(0), Some(0), 4) };
+        let took_part = Reclaim { size: 3, member: 2, epoch: 1, known: known(Some(0), Some(0), 4) };
         assert_eq!(jobs.reclaim("j", &took_part, now).unwrap().0, 2);
         assert_eq!(jobs.poll("j", 0, (0, 0), now).unwrap_err().code, ErrorCode::NotFound, "0 not reclaimed");
-        let unaware = Reclaim { size: 3, member: 0, epoch: 0, known: event(None, None, 0) };
+        let unaware = Reclaim { size: 3, member: 0, epoch: 0, known: known(None, None, 0) };
         jobs.reclaim("j", &unaware, now).unwrap();
         jobs.reclaim("j", &unaware, now).unwrap();
         let event = jobs.poll("j", 0, (0, 0), now).unwrap().expect("generation 0 was asked");
@@ -472,14 +472,14 @@ mod tests {
         // member of the previous term (refused), an index nobody took can.
         let after = now + Duration::from_secs(6);
         assert_eq!(jobs.join("k", 2, after).unwrap().0, 0);
-        let late = Reclaim { size: 2, member: 0, epoch: 0, known: event(None, None, 0) };
+        let late = Reclaim { size: 2, member: 0, epoch: 0, known: known(None, None, 0) };
         assert!(jobs.reclaim("k", &late, after).unwrap_err().message.contains("another process"));
         let member_one = Reclaim { member: 1, ..late };
         assert_eq!(jobs.reclaim("k", &member_one, after).unwrap().0, 1, "an index nobody took");
         assert!(jobs.join("k", 2, after).unwrap_err().message.contains("full"));
     }
 
-    fn event(flush_asked: Option<u64>, durable_asked: Option<u64>, clock: u64) -> JobEvent {
+    fn known(flush_asked: Option<u64>, durable_asked: Option<u64>, clock: u64) -> JobEvent {
         JobEvent { flush_asked, durable_asked, clock, left: Vec::new() }
     }
 
