@@ -195,7 +195,8 @@ fn a_held_lock_survives_a_failover_of_the_metadata_group() {
     // A writer through mount A, holding its write token across the kill.
     let half = 256 << 10;
     let expected: Vec<u8> = (0..2 * half).map(|i| (i * 7 % 251) as u8).collect();
-    let mut writer = std::fs::OpenOptions::new().create(true).write(true).open(a.path("written")).unwrap();
+    let mut writer =
+        std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(a.path("written")).unwrap();
     writer.write_all(&expected[..half]).expect("write before the kill");
     let holder = std::fs::OpenOptions::new().read(true).write(true).open(a.path("locked")).unwrap();
     check(set_lock(holder.as_raw_fd(), libc::F_WRLCK), "F_SETLK through mount A");
