@@ -59,7 +59,15 @@ struct Group {
 impl Group {
     fn start() -> Group {
         let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        // Six distinct ports (a port freed by one probe may come back from the next).
+        let mut distinct: Vec<u16> = Vec::new();
+        while distinct.len() < 6 {
+            let port = free_port();
+            if !distinct.contains(&port) {
+                distinct.push(port);
+            }
+        }
+        let ports: Vec<(u16, u16)> = distinct.chunks(2).map(|pair| (pair[0], pair[1])).collect();
         let peers = ports
             .iter()
             .enumerate()
