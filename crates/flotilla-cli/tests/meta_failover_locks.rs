@@ -7,16 +7,24 @@
 //! Real processes: three `flotilla meta` nodes with a group key, one I/O server and two
 //! `flotilla mount` processes given every metadata address; locks taken with fcntl by this
 //! process (mount A) and by Python processes (mount B). Needs root (to mount).
+//!
+//! Also: a writer holding a write token through mount A across the kill (its data intact);
+//! a library client's attribute cache (inode tokens) across a kill, seeing every change
+//! acknowledged after it; an ENWRICH job whose members are mid-run when the leader dies,
+//! reclaimed by its members and flushed after the election, every byte read back.
 
 mod common;
 mod locking;
 
-use common::{cli, client_key, path, server_key, test_keys, Mount, Process};
+use common::{cli, client_at, client_key, path, server_key, test_keys, Mount, Process, FLOTILLA};
 use flotilla_proto::{MetaReply, MetaRequest};
 use flotilla_rpc::Connection;
+use flotilla_types::SetAttr;
 use locking::{check, set_lock, TEST_LOCK, TRY_LOCKF};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -51,7 +59,15 @@ struct Group {
 impl Group {
     fn start() -> Group {
         let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        // Six distinct ports (a port freed by one probe may come back from the next).
+        let mut distinct: Vec<u16> = Vec::new();
+        while distinct.len() < 6 {
+            let port = free_port();
+            if !distinct.contains(&port) {
+                distinct.push(port);
+            }
+        }
+        let ports: Vec<(u16, u16)> = distinct.chunks(2).map(|pair| (pair[0], pair[1])).collect();
         let peers = ports
             .iter()
             .enumerate()
@@ -184,6 +200,12 @@ fn a_held_lock_survives_a_failover_of_the_metadata_group() {
     let _server = start_server(&meta, &common::target_spec(target.path()));
     let (a, b) = (Mount::start(&meta), Mount::start(&meta));
     std::fs::write(a.path("locked"), b"0123456789abcdef").unwrap();
+    // A writer through mount A, holding its write token across the kill.
+    let half = 256 << 10;
+    let expected: Vec<u8> = (0..2 * half).map(|i| (i * 7 % 251) as u8).collect();
+    let mut writer =
+        std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(a.path("written")).unwrap();
+    writer.write_all(&expected[..half]).expect("write before the kill");
     let holder = std::fs::OpenOptions::new().read(true).write(true).open(a.path("locked")).unwrap();
     check(set_lock(holder.as_raw_fd(), libc::F_WRLCK), "F_SETLK through mount A");
     assert_eq!(python(TRY_LOCKF, &b.path("locked")), "busy", "B locked what A holds");
@@ -193,6 +215,9 @@ fn a_held_lock_survives_a_failover_of_the_metadata_group() {
     let second = group.leader();
     assert_ne!(second, first);
     println!("{second} leads {:?} after {first} was killed", killed.elapsed());
+    writer.write_all(&expected[half..]).expect("write after the kill");
+    writer.sync_all().expect("fsync after the kill");
+    drop(writer);
     // Through the grace period and a while after it, B never gets A's lock.
     let until = Instant::now() + Duration::from_millis(RECLAIM_MS + 2000);
     let mut tries = 0;
@@ -206,4 +231,269 @@ fn a_held_lock_survives_a_failover_of_the_metadata_group() {
 
     check(set_lock(holder.as_raw_fd(), libc::F_UNLCK), "F_UNLCK through mount A");
     assert_eq!(python(TRY_LOCKF, &b.path("locked")), "got", "B gets the lock A let go");
+
+    let mut read = Vec::new();
+    std::fs::File::open(b.path("written")).unwrap().read_to_end(&mut read).expect("read through mount B");
+    assert_eq!(read.len(), expected.len(), "the writer's file has the wrong size");
+    assert!(read == expected, "the writer's bytes differ after the failover");
+    let mut again = std::fs::File::open(a.path("written")).unwrap();
+    let mut tail = vec![0u8; 16];
+    again.seek(SeekFrom::Start(half as u64 - 8)).unwrap();
+    again.read_exact(&mut tail).unwrap();
+    assert_eq!(tail, expected[half - 8..half + 8], "mount A reads the bytes across the kill");
+}
+
+fn mode(mode: u32) -> SetAttr {
+    SetAttr { mode: Some(mode), ..SetAttr::default() }
+}
+
+/// A library client (A) caches a file's attributes under inode tokens; the leader is
+/// SIGKILLed; every change another client (B) makes after the election is seen by A's next
+/// stat: the new leader knows none of the old tokens, acknowledges nothing until A's cache
+/// went stale, and A's next poll is told its tokens are lost. Once A cached again under the
+/// new leader, its tokens are revoked by the next change as before.
+#[test]
+fn an_attribute_cache_sees_every_change_made_after_a_failover() {
+    let mut group = Group::start();
+    let first = group.leader();
+    let meta = group.addresses();
+    let target = tempfile::tempdir().unwrap();
+    let _server = start_server(&meta, &common::target_spec(target.path()));
+    let (a, b) = (client_at(&meta), client_at(&meta));
+    create_when_served(&b, "/cached");
+    let id = b.stat("/cached").expect("stat on B").id;
+    b.set_attr(id, mode(0o644)).expect("chmod 644");
+    for _ in 0..3 {
+        assert_eq!(a.stat("/cached").expect("stat on A").attrs.mode & 0o7777, 0o644);
+    }
+
+    let killed = Instant::now();
+    group.kill(&first);
+    let second = group.leader();
+    assert_ne!(second, first);
+    b.set_attr(id, mode(0o600)).expect("chmod 600 after the failover");
+    println!("a change acknowledged {:?} after the leader was killed", killed.elapsed());
+    assert_eq!(
+        a.stat("/cached").expect("stat on A").attrs.mode & 0o7777,
+        0o600,
+        "A saw the mode from before the failover"
+    );
+    // A caches again under the new leader; the next change revokes that.
+    for _ in 0..3 {
+        assert_eq!(a.stat("/cached").expect("stat on A").attrs.mode & 0o7777, 0o600);
+    }
+    b.set_attr(id, mode(0o640)).expect("chmod 640");
+    assert_eq!(
+        a.stat("/cached").expect("stat on A").attrs.mode & 0o7777,
+        0o640,
+        "A saw the mode the new leader replaced"
+    );
+}
+
+/// Creates `path` once the I/O server registered with the group (bounded).
+fn create_when_served(client: &flotilla_client::Client, path: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match client.create(path, &flotilla_client::CreateOptions::default()) {
+            Ok(file) => return file.close().expect("close"),
+            Err(error) if Instant::now() < deadline => {
+                println!("create {path}: {error}; the server may not be registered yet");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(error) => panic!("create {path}: {error}"),
+        }
+    }
+}
+
+/// One `flotilla enwrich-member` process driven over stdin (killed when dropped).
+struct Member {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Member {
+    fn start(meta: &str, job: &str, size: u32) -> Member {
+        let mut child = Command::new(FLOTILLA)
+            .args(["enwrich-member", "--meta", meta])
+            .env("FLOTILLA_KEY", client_key())
+            .env("FLOTILLA_JOB_NAME", job)
+            .env("FLOTILLA_JOB_SIZE", size.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start a member");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Member { child, stdin, stdout }
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").expect("send a command");
+        self.stdin.flush().expect("flush stdin");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read an answer");
+        line.trim().to_string()
+    }
+
+    fn flushes(&mut self) -> u64 {
+        let answer = self.ask("flushes");
+        answer
+            .strip_prefix("flushes=")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("flushes: {answer}"))
+    }
+
+    /// Waits (bounded) until this member took part in `count` flushes; their number.
+    fn wait_flushes(&mut self, count: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let done = self.flushes();
+            if done >= count {
+                return done;
+            }
+            assert!(Instant::now() < deadline, "{done} flushes, {count} expected: {}", self.ask("failure"));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An ENWRICH job of two member processes, mid-run when the leader is SIGKILLed (one flush
+/// done, new bytes logged in both caches): after the election a member's sync asks the new
+/// leader, which does not know the job; the members reclaim it, the flush runs, each member
+/// took part in exactly two flushes, and every byte reads back.
+#[test]
+fn an_enwrich_job_flushes_across_a_failover() {
+    let mut group = Group::start();
+    let first = group.leader();
+    let meta = group.addresses();
+    let target = tempfile::tempdir().unwrap();
+    let _server = start_server(&meta, &common::target_spec(target.path()));
+    let client = client_at(&meta);
+    create_when_served(&client, "/job");
+    let mut members: Vec<Member> = (0..2).map(|_| Member::start(&meta, "failover", 2)).collect();
+    let mut indexes: Vec<String> = members.iter_mut().map(|m| m.ask("open /job 1048576 0.1 0")).collect();
+    indexes.sort();
+    assert_eq!(indexes, ["member=0", "member=1"]);
+    let chunk = 64 << 10;
+    let mut expected = vec![0u8; 4 * chunk];
+    let mut write = |members: &mut Vec<Member>, round: usize| {
+        for (i, member) in members.iter_mut().enumerate() {
+            let (offset, seed) = ((2 * round + i) * chunk, (10 * round + i) as u64 + 1);
+            let answer = member.ask(&format!("write {offset} {chunk} {seed}"));
+            assert!(answer.starts_with("stamp="), "write: {answer}");
+            expected[offset..offset + chunk].copy_from_slice(&flotilla_cli_bytes(seed, chunk));
+        }
+    };
+    write(&mut members, 0);
+    assert_eq!(members[0].ask("sync"), "ok");
+    members[1].wait_flushes(1);
+    write(&mut members, 1);
+
+    let killed = Instant::now();
+    group.kill(&first);
+    let second = group.leader();
+    assert_ne!(second, first);
+    assert_eq!(members[1].ask("sync"), "ok", "a sync after the failover");
+    println!("a job flush done {:?} after the leader was killed", killed.elapsed());
+    for member in &mut members {
+        assert_eq!(member.wait_flushes(2), 2, "a member took part in a flush twice");
+        assert_eq!(member.ask("failure"), "failure=");
+    }
+    for member in &mut members {
+        assert_eq!(member.ask("close"), "ok");
+    }
+    let file = client.open("/job").expect("open for reading");
+    assert_eq!(file.size(), expected.len() as u64, "the published size");
+    let mut read = vec![0u8; expected.len()];
+    file.read_at(0, &mut read).expect("read");
+    assert!(read == expected, "the job's bytes differ after the failover");
+}
+
+/// The bytes `flotilla enwrich-member` writes for `(seed, length)`.
+fn flotilla_cli_bytes(seed: u64, length: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..length)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// One request on a new connection to `addr` with credential `key`.
+fn call_with(group: &Group, addr: &str, key: &Path, request: &MetaRequest) -> MetaReply {
+    group.runtime.block_on(async {
+        let config = common::connection_config_with(key);
+        let connection = Connection::connect(addr, config).await.expect("connect");
+        let (reply, _) = connection.call::<_, MetaReply>(request, bytes::Bytes::new()).await.expect("call");
+        reply
+    })
+}
+
+/// A group session is bound to the credential that opened it: a change sent in it under
+/// another client credential is refused `PermissionDenied` (naming the session), an id no
+/// one was handed is `SessionExpired`, and neither is applied; the owner's changes go on.
+#[test]
+fn a_group_session_is_usable_only_by_the_credential_that_opened_it() {
+    let group = Group::start();
+    let leader = group.leader();
+    let keys = tempfile::tempdir().unwrap();
+    let intruder = keys.path().join("intruder.cred");
+    let ca = test_keys().join("cluster.key");
+    let issue = ["keygen", "issue", "--ca", path(&ca), "--role", "client", "--name", "intruder", "--out"];
+    let (ok, _, stderr) = cli(&[&issue[..], &[path(&intruder)]].concat());
+    assert!(ok, "keygen issue --role client: {stderr}");
+    let mkdir = |name: &str| MetaRequest::Mkdir { path: format!("/{name}"), mode: 0o755, uid: 0, gid: 0 };
+    let sequenced = |session, sequence, name: &str| MetaRequest::Sequenced {
+        session,
+        sequence,
+        acknowledged_through: 0,
+        request: Box::new(mkdir(name)),
+    };
+    let session = match call_with(&group, &leader, &client_key(), &MetaRequest::OpenGroupSession) {
+        MetaReply::GroupSession { session } => session,
+        other => panic!("OpenGroupSession: {other:?}"),
+    };
+    assert!(session > 0, "no group session handed out");
+    let mine = call_with(&group, &leader, &client_key(), &sequenced(session, 1, "mine"));
+    assert!(matches!(mine, MetaReply::Entry(_)), "the owner's change: {mine:?}");
+
+    match call_with(&group, &leader, &intruder, &sequenced(session, 2, "theirs")) {
+        MetaReply::Error(error) => {
+            assert_eq!(error.code, flotilla_proto::ErrorCode::PermissionDenied, "{error:?}");
+            assert!(error.message.contains(&format!("group session {session}")), "{}", error.message);
+            assert!(error.message.contains("another client's credential"), "{}", error.message);
+        }
+        other => panic!("a change in another credential's session was answered {other:?}"),
+    }
+    match call_with(&group, &leader, &intruder, &sequenced(session + 1000, 1, "guessed")) {
+        MetaReply::Error(error) => {
+            assert_eq!(error.code, flotilla_proto::ErrorCode::SessionExpired, "{error:?}")
+        }
+        other => panic!("a change in a session never handed out was answered {other:?}"),
+    }
+    // The intruder's own session works for it.
+    let own = match call_with(&group, &leader, &intruder, &MetaRequest::OpenGroupSession) {
+        MetaReply::GroupSession { session } => session,
+        other => panic!("OpenGroupSession: {other:?}"),
+    };
+    assert_ne!(own, session);
+    let listing = call_with(&group, &leader, &client_key(), &MetaRequest::Readdir { path: "/".into() });
+    let MetaReply::Entries(entries) = listing else { panic!("readdir: {listing:?}") };
+    let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+    assert!(names.contains(&"mine".to_string()), "{names:?}");
+    assert!(!names.contains(&"theirs".to_string()) && !names.contains(&"guessed".to_string()), "{names:?}");
+    let again = call_with(&group, &leader, &client_key(), &sequenced(session, 2, "mine-too"));
+    assert!(matches!(again, MetaReply::Entry(_)), "the owner's next change: {again:?}");
 }

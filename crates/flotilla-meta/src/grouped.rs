@@ -645,11 +645,15 @@ pub(crate) struct Sequenced {
 }
 
 impl Group {
-    /// Opens a client session in the group's reply table (`OpenGroupSession`).
-    fn open_session(&self) -> Result<u64, NotServed> {
-        let body = NamespaceChange::new(Caller::root(), now_ns(), Op::OpenSession)
-            .encode()
-            .map_err(|_| NotServed::NoQuorum)?;
+    /// Opens a session in the group's reply table: a client's own (`OpenGroupSession`,
+    /// owned by its credential `owner`), or a connection's (`None`: the service's own).
+    fn open_session(&self, owner: Option<&str>) -> Result<u64, NotServed> {
+        let op = match owner {
+            Some(owner) => Op::OpenSessionFor { owner: owner.to_string() },
+            None => Op::OpenSession,
+        };
+        let body =
+            NamespaceChange::new(Caller::root(), now_ns(), op).encode().map_err(|_| NotServed::NoQuorum)?;
         let change = Change { session_id: SESSION_NONE, sequence: 0, acknowledged_through: 0, body };
         match self.propose_blocking(change)? {
             Outcome::Applied { result: Ok(Applied::Session(opened)), .. } => Ok(opened),
@@ -708,7 +712,7 @@ impl ClientSession {
         if let Some(id) = *id {
             return Ok(id);
         }
-        let opened = group.open_session()?;
+        let opened = group.open_session(None)?;
         *id = Some(opened);
         self.sequence.store(0, Ordering::Relaxed);
         Ok(opened)
@@ -748,6 +752,12 @@ pub(crate) fn close_session(group: Arc<Group>, session_id: u64) {
             let _ = group.write_blocking(Op::CloseSession { session_id });
         }
     });
+}
+
+/// Why a sequenced change is not proposed.
+enum SessionRefusal {
+    NotServed(NotServed),
+    Refused(WireError),
 }
 
 pub(crate) fn not_served(reason: NotServed) -> WireError {
@@ -890,6 +900,13 @@ impl crate::handle::State {
         *self.recovery_until.lock() = now + self.recovery_window;
         self.locks.begin_grace(now + grace.locks);
         self.tokens.begin_grace(now + grace.tokens);
+        // Jobs are reclaimed by their members for as long as opens are.
+        self.jobs.begin_grace(now + grace.opens);
+        if group.born() {
+            // Inode tokens are outlived, not reclaimed: no change acknowledged until every
+            // cache an earlier leader covered went stale (inode_tokens.rs).
+            self.inode_tokens.begin_term(now, term);
+        }
         let orphans = self.ns().ok().map(|ns| ns.orphans(crate::service::ORPHANS_LOADED_MAX));
         let mut opens = self.opens.lock();
         opens.begin_grace(now + grace.opens);
@@ -901,7 +918,7 @@ impl crate::handle::State {
             None => tracing::warn!("a new leader has no namespace to list the orphans of"),
         }
         drop(opens);
-        tracing::info!(term, ?grace, "leading a new term: locks, tokens and opens are reclaimed");
+        tracing::info!(term, ?grace, "leading a new term: locks, tokens, opens and jobs are reclaimed");
         *led = term;
         Ok(())
     }
@@ -927,7 +944,7 @@ impl crate::handle::State {
             return Ok(MetaReply::NotServed(NotServed::NotLeader { leader: None }));
         }
         if matches!(request, flotilla_proto::MetaRequest::OpenGroupSession) {
-            return Ok(match group.open_session() {
+            return Ok(match group.open_session(Some(asker.holder)) {
                 Ok(session) => MetaReply::GroupSession { session },
                 Err(reason) => MetaReply::NotServed(reason),
             });
@@ -943,6 +960,13 @@ impl crate::handle::State {
             }
             return self.dispatch(request, asker);
         };
+        if let Some(id) = sequenced {
+            match self.session_usable(group, id.session, asker.holder) {
+                Ok(()) => {}
+                Err(SessionRefusal::NotServed(reason)) => return Ok(MetaReply::NotServed(reason)),
+                Err(SessionRefusal::Refused(error)) => return Err(error),
+            }
+        }
         let proposed = match sequenced {
             Some(id) => group.propose_sequenced(&change, id),
             None => session.propose(group, &change),
@@ -979,6 +1003,53 @@ impl crate::handle::State {
             Outcome::Invalid(reason) => return Err(WireError::new(ErrorCode::Io, reason)),
         };
         self.answer(request, result?, asker)
+    }
+
+    /// Whether the client with credential `who` may send changes in group session `session`
+    /// (issue 33: a session is bound to the credential that opened it). Checked on the
+    /// leader before proposing, against its applied state; a session not found there is
+    /// looked for again after a read barrier (the leader has then applied everything
+    /// committed when the request came, so every session any leader handed out before is
+    /// known), and answered `SessionExpired` if still unknown — never proposed, so a guessed
+    /// id of a session opened later cannot be used either. Ids are never reused and an
+    /// owner never changes, so the check cannot go stale before the change is applied.
+    fn session_usable(&self, group: &Group, session: u64, who: &str) -> Result<(), SessionRefusal> {
+        use flotilla_metagroup::reply_table::Usable;
+        let record_bytes_max = MachineLimits::default().record_bytes_max;
+        let look = || -> Result<Option<Usable>, SessionRefusal> {
+            let ns = self.ns().map_err(SessionRefusal::Refused)?;
+            let stored = crate::replicated::stored_session(&ns, session, record_bytes_max)
+                .map_err(|e| SessionRefusal::Refused(WireError::new(ErrorCode::Io, e.to_string())))?;
+            Ok(stored.map(|s| s.usable_by(who)))
+        };
+        let usable = match look()? {
+            Some(usable) => usable,
+            None => {
+                group.read_barrier_blocking().map_err(SessionRefusal::NotServed)?;
+                look()?.unwrap_or(Usable::Unknown)
+            }
+        };
+        match usable {
+            Usable::Yes => Ok(()),
+            Usable::Unknown => Err(SessionRefusal::Refused(WireError::new(
+                ErrorCode::SessionExpired,
+                format!("group session {session} is unknown or expired: open a new one"),
+            ))),
+            Usable::Unowned => Err(SessionRefusal::Refused(WireError::new(
+                ErrorCode::SessionExpired,
+                format!("group session {session} is not a client's session (none opened it with OpenGroupSession): open your own"),
+            ))),
+            Usable::OtherOwner(_) => {
+                tracing::warn!(session, who, "a change in another credential's group session refused");
+                Err(SessionRefusal::Refused(WireError::new(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "group session {session} was opened by another client's credential, not by {who:?}: \
+                         a session is usable only by the credential that opened it; open your own (OpenGroupSession)"
+                    ),
+                )))
+            }
+        }
     }
 
     /// The checks the direct path makes before executing a change (layout bounds, a

@@ -63,7 +63,7 @@ pub(crate) struct Issuer {
 /// authenticated with (a capability's holder), and whether the connection is read-only.
 pub(crate) struct Asker<'a> {
     pub(crate) who: &'a Caller,
-    holder: &'a str,
+    pub(crate) holder: &'a str,
     read_only: bool,
 }
 
@@ -436,6 +436,11 @@ impl State {
             }
             MetaRequest::JobWait { name, member, epoch, clock, wait_ms } => {
                 MetaReply::Job(self.jobs.wait(&name, member, (epoch, clock), wait_ms)?)
+            }
+            MetaRequest::JobReclaim { name, size, member, epoch, known } => {
+                let reclaim = crate::jobs::Reclaim { size, member, epoch, known };
+                let (member, epoch, event) = self.jobs.reclaim(&name, &reclaim)?;
+                MetaReply::JobJoined { member, epoch, event }
             }
             MetaRequest::JobLeave { name, member, epoch } => {
                 self.jobs.leave(&name, member, epoch)?;

@@ -16,6 +16,19 @@
 //! service reads again after registering), so a change committed after the read revokes
 //! it. Each grant carries a sequence number; a revocation names the newest grant of the
 //! token it knew of, and a release drops a token only if no newer grant replaced it.
+//!
+//! **A failover** (issue 33; [`InodeTokens::begin_term`]): tokens are not reclaimed but
+//! outlived. A new leader (or a restarted service) starts with no token and acknowledges no
+//! change until `token_wait_ms_max` after its term began ([`acknowledge_from`]). A client of
+//! an earlier leader trusts its cache until `p + attr_lease_ms` for the last poll it sent
+//! at `p` that was answered; an earlier leader answers a poll only after a read barrier
+//! confirmed it still led, i.e. before a quorum voted for the new term, so `p` is before
+//! the new term began and `p + attr_lease_ms < begin + token_wait_ms_max`: every such cache
+//! has gone stale before the first change of the new term is acknowledged. Its next poll
+//! (to the new leader) is answered `lost` (the table knows none of its tokens), and the
+//! client drops its cache. The cost is a pause of at most `token_wait_ms_max` (1 s) on the
+//! first changes after an election, beside the election itself; a reclaim would not avoid
+//! it (until every holder reclaimed, a change could not tell whose cache it spoils).
 
 use crate::tokens::{wait_for_answer, PollSlot};
 use flotilla_proto::{ErrorCode, InodeToken, InodeTokenKind, WireError, INODE_TOKENS_PER_REQUEST_MAX};
@@ -103,7 +116,19 @@ pub struct InodeTable {
     next_seq: u64,
 }
 
+/// Grant sequence numbers of term `t` start at `t << TERM_SEQ_SHIFT`, so a grant of a
+/// later term (on any node) is newer than every grant of an earlier one, and a client's late
+/// release of an earlier leader's grant never drops a grant of this term.
+pub const TERM_SEQ_SHIFT: u32 = 40;
+
 impl InodeTable {
+    /// A new term: no token is held; grants go on with sequence numbers above every one an
+    /// earlier term's leader gave.
+    pub fn begin_term(&mut self, term: u64) {
+        let floor = term.saturating_mul(1 << TERM_SEQ_SHIFT);
+        *self = InodeTable { next_seq: self.next_seq.max(floor), ..InodeTable::default() };
+    }
+
     pub fn len(&self) -> usize {
         self.count
     }
@@ -226,6 +251,16 @@ struct Shared {
     events: HashMap<u64, Vec<InodeToken>>,
     /// Sessions whose queue overflowed: their next poll is told everything is lost.
     overflowed: std::collections::HashSet<u64>,
+    /// Until then (a restart or a new term: clients may still trust caches of the previous
+    /// run until their polls go stale), a change is not acknowledged.
+    changes_from: Option<Instant>,
+}
+
+/// When a change may be acknowledged at the earliest after a term (or a run) began at
+/// `began`, given that a holder trusts its cache for `attr_lease_ms` after a poll it sent
+/// and that `token_wait_ms_max` is above it: `began + token_wait_ms_max`.
+pub fn acknowledge_from(began: Instant, wait_ms_max: u64) -> Instant {
+    began + Duration::from_millis(wait_ms_max)
 }
 
 /// The inode token table shared by request handlers, with revocation queues.
@@ -234,21 +269,34 @@ pub struct InodeTokens {
     changed: parking_lot::Condvar,
     pollers: AtomicUsize,
     bounds: InodeBounds,
-    /// Until then (a restart: clients may still trust caches of the previous run until
-    /// their polls go stale), a change is not acknowledged.
-    changes_from: Instant,
 }
 
 impl InodeTokens {
     pub fn new(bounds: InodeBounds, restarted: bool) -> InodeTokens {
-        let hold = if restarted { bounds.wait_ms_max } else { 0 };
+        let shared = Shared {
+            changes_from: restarted.then(|| acknowledge_from(Instant::now(), bounds.wait_ms_max)),
+            ..Shared::default()
+        };
         InodeTokens {
-            shared: parking_lot::Mutex::new(Shared::default()),
+            shared: parking_lot::Mutex::new(shared),
             changed: parking_lot::Condvar::new(),
             pollers: AtomicUsize::new(0),
             bounds,
-            changes_from: Instant::now() + Duration::from_millis(hold),
         }
+    }
+
+    /// A new term `term` this node leads (at `began`): every token and queued revocation of
+    /// an earlier term is dropped (holders polling are told their tokens are lost), and no
+    /// change is acknowledged before [`acknowledge_from`].
+    pub fn begin_term(&self, began: Instant, term: u64) {
+        let mut shared = self.shared.lock();
+        shared.table.begin_term(term);
+        shared.events.clear();
+        shared.overflowed.clear();
+        let from = acknowledge_from(began, self.bounds.wait_ms_max);
+        shared.changes_from = Some(shared.changes_from.map_or(from, |at| at.max(from)));
+        drop(shared);
+        self.changed.notify_all();
     }
 
     /// Registers grants of `keys` to `session` (before the answer is read); `None` past
@@ -291,8 +339,9 @@ impl InodeTokens {
     /// lose the token (their caches go stale on their own).
     pub fn revoke(&self, keys: &[Key]) {
         let now = Instant::now();
-        if now < self.changes_from {
-            std::thread::sleep(self.changes_from - now);
+        let changes_from = self.shared.lock().changes_from;
+        if let Some(from) = changes_from.filter(|from| now < *from) {
+            std::thread::sleep(from - now);
         }
         if keys.is_empty() {
             return;
@@ -304,7 +353,7 @@ impl InodeTokens {
             return;
         }
         for (session, token) in &revoked {
-            let Shared { events, overflowed, table } = &mut *shared;
+            let Shared { events, overflowed, table, .. } = &mut *shared;
             let queue = events.entry(*session).or_default();
             if queue.len() >= QUEUED_PER_SESSION_MAX {
                 // The session is not answering: all of its tokens go, and it is told so.
@@ -521,6 +570,79 @@ mod tests {
                 }
             }
         }
+    }
+
+    proptest::proptest! {
+        /// Across terms (leaders, on any node): after a term begins no session holds a token
+        /// (each holder's next poll is told its tokens are lost), every grant of a later term
+        /// is numbered above every grant of an earlier one, and a late release of an earlier
+        /// term's grant never drops a grant of the current term (whose holder would then
+        /// trust a cache no change revokes).
+        #[test]
+        fn a_new_term_forgets_every_token_and_outnumbers_the_old_grants(
+            terms in proptest::collection::vec(
+                proptest::collection::vec((0u8..2, 0u64..3, 0u64..3), 0..30), 1..5),
+            nodes in proptest::collection::vec(0usize..3, 1..5),
+        ) {
+            // One table per node; each term is led by one of them.
+            let mut tables: Vec<InodeTable> = (0..3).map(|_| InodeTable::default()).collect();
+            let mut earlier: Vec<(u64, InodeToken)> = Vec::new();
+            for (term, ops) in terms.iter().enumerate() {
+                let term = term as u64 + 1;
+                let node = nodes[term as usize % nodes.len()];
+                let table = &mut tables[node];
+                table.begin_term(term);
+                for session in 0..3 {
+                    proptest::prop_assert!(!table.holds_any(session), "a token outlived its term");
+                }
+                let oldest_here = earlier.iter().map(|(_, t)| t.seq).max().unwrap_or(0);
+                let mut granted: Vec<(u64, InodeToken)> = Vec::new();
+                for (op, session, id) in ops {
+                    if *op == 0 {
+                        let token = table.grant(*session, &[(Attr, *id)], (100, 100)).unwrap()[0];
+                        proptest::prop_assert!(token.seq > oldest_here, "a grant numbered below an earlier term's");
+                        granted.push((*session, token));
+                    } else if let Some((old_session, old)) = earlier.get(*id as usize) {
+                        let before = table.holders(&[(old.kind, old.id)]);
+                        proptest::prop_assert!(!table.release(*old_session, old), "an earlier term's release dropped a grant");
+                        proptest::prop_assert_eq!(table.holders(&[(old.kind, old.id)]), before);
+                    }
+                }
+                earlier.extend(granted);
+            }
+        }
+
+        /// The timing rule: a holder of an earlier term trusts its cache until `p + lease`
+        /// for a poll sent at `p` no later than the new term began; the first change of the
+        /// new term is acknowledged after every such cache went stale whenever the lease is
+        /// below the wait (as `attr_lease_ms` < `token_wait_ms_max` is required).
+        #[test]
+        fn no_change_is_acknowledged_while_an_old_cache_is_trusted(
+            before_ms in 0u64..10_000,
+            lease_ms in 1u64..1000,
+            extra_ms in 1u64..1000,
+            change_ms in 0u64..5000,
+        ) {
+            let began = Instant::now() + Duration::from_secs(20);
+            let wait_ms = lease_ms + extra_ms;
+            let polled = began - Duration::from_millis(before_ms);
+            let trusted_until = polled + Duration::from_millis(lease_ms);
+            let acknowledged = acknowledge_from(began, wait_ms).max(began + Duration::from_millis(change_ms));
+            proptest::prop_assert!(trusted_until < acknowledged);
+        }
+    }
+
+    #[test]
+    fn a_new_term_holds_changes_and_tells_pollers_their_tokens_are_lost() {
+        let tokens = InodeTokens::new(InodeBounds { wait_ms_max: 80, ..bounds() }, false);
+        tokens.grant(10, &[(Attr, 1)]).unwrap();
+        tokens.begin_term(Instant::now(), 7);
+        assert_eq!(tokens.wait(10, true, 0).unwrap(), (Vec::new(), true));
+        let started = Instant::now();
+        tokens.revoke(&[(Attr, 1)]);
+        assert!(started.elapsed() >= Duration::from_millis(80), "a change acknowledged within the hold");
+        let granted = tokens.grant(10, &[(Attr, 1)]).unwrap();
+        assert!(granted[0].seq > 7 << TERM_SEQ_SHIFT);
     }
 
     fn revokes_of(tokens: &[InodeToken]) -> Vec<InodeToken> {

@@ -433,13 +433,20 @@ fn new_state(
         targets_per_server_max: config.targets_per_server_max,
         layout_bounds: config.layout_bounds()?,
         issuer,
-        jobs: crate::jobs::Jobs::new(crate::jobs::JobBounds {
-            jobs_max: config.jobs_max,
-            members_max: config.job_members_max,
-            wait_ms_max: config.job_wait_ms_max,
-            lease: Duration::from_millis(config.job_member_lease_ms),
-            name_bytes_max: 255,
-        }),
+        jobs: {
+            let jobs = crate::jobs::Jobs::new(crate::jobs::JobBounds {
+                jobs_max: config.jobs_max,
+                members_max: config.job_members_max,
+                wait_ms_max: config.job_wait_ms_max,
+                lease: Duration::from_millis(config.job_member_lease_ms),
+                name_bytes_max: 255,
+            });
+            // A restart lost the jobs: their members reclaim them for as long as locks.
+            if !namespace_created {
+                jobs.begin_grace(std::time::Instant::now() + Duration::from_millis(config.lock_reclaim_ms));
+            }
+            jobs
+        },
         locks: crate::locks::Locks::new(crate::locks::LockBounds {
             locks_max: config.locks_max,
             wait_ms_max: config.lock_wait_ms_max,

@@ -49,6 +49,51 @@ pub struct Session {
     pub dropped_through: u64,
     /// Replies kept, by sequence; every key is above `dropped_through`.
     pub replies: BTreeMap<u64, Vec<u8>>,
+    /// The credential that opened the session, the only one that may use it (issue 33);
+    /// `None`: a session the service opened for itself, that no client may use.
+    pub owner: Option<String>,
+}
+
+/// A session's record as stored before sessions had owners (read, never written).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionV1 {
+    pub last_active_ms: u64,
+    pub dropped_through: u64,
+    pub replies: BTreeMap<u64, Vec<u8>>,
+}
+
+impl From<SessionV1> for Session {
+    fn from(old: SessionV1) -> Session {
+        Session {
+            last_active_ms: old.last_active_ms,
+            dropped_through: old.dropped_through,
+            replies: old.replies,
+            owner: None,
+        }
+    }
+}
+
+/// Who may use a session, asked by a client presenting its credential's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Usable {
+    Yes,
+    /// No such session (never opened, closed or expired).
+    Unknown,
+    /// Opened by the service for itself (no owner): no client may use it.
+    Unowned,
+    /// Opened by another credential.
+    OtherOwner(String),
+}
+
+impl Session {
+    /// Whether the client with credential `who` may send changes in this session.
+    pub fn usable_by(&self, who: &str) -> Usable {
+        match &self.owner {
+            Some(owner) if owner == who => Usable::Yes,
+            Some(owner) => Usable::OtherOwner(owner.clone()),
+            None => Usable::Unowned,
+        }
+    }
 }
 
 /// What to do with a request.
@@ -137,6 +182,12 @@ impl ReplyTable {
 
     /// Opens a session; ids are never reused.
     pub fn open_session(&mut self, now_ms: u64) -> Result<u64, ReplyError> {
+        self.open_session_for(now_ms, None)
+    }
+
+    /// Opens a session owned by `owner` (a client's credential name; `None`: the service's
+    /// own); ids are never reused.
+    pub fn open_session_for(&mut self, now_ms: u64, owner: Option<String>) -> Result<u64, ReplyError> {
         self.tick(now_ms);
         if self.sessions.len() >= self.limits.sessions_max {
             return Err(ReplyError::TooManySessions {
@@ -146,7 +197,7 @@ impl ReplyTable {
         }
         let id = self.next_session_id;
         self.next_session_id += 1;
-        self.sessions.insert(id, Session { last_active_ms: self.clock_ms, ..Session::default() });
+        self.sessions.insert(id, Session { last_active_ms: self.clock_ms, owner, ..Session::default() });
         Ok(id)
     }
 
@@ -238,6 +289,19 @@ mod tests {
             session_idle_ms_max: 1_000,
             ..ReplyLimits::default()
         }
+    }
+
+    #[test]
+    fn a_session_is_usable_by_its_owner_only() {
+        let mut table = ReplyTable::new(ReplyLimits::default());
+        let mine = table.open_session_for(0, Some("alice".into())).unwrap();
+        let service = table.open_session(0).unwrap();
+        assert_eq!(table.session(mine).unwrap().usable_by("alice"), Usable::Yes);
+        assert_eq!(table.session(mine).unwrap().usable_by("bob"), Usable::OtherOwner("alice".into()));
+        assert_eq!(table.session(service).unwrap().usable_by("alice"), Usable::Unowned);
+        // A record stored before owners is read as the service's own.
+        let old = SessionV1 { last_active_ms: 3, dropped_through: 1, replies: BTreeMap::new() };
+        assert_eq!(Session::from(old).usable_by("alice"), Usable::Unowned);
     }
 
     #[test]

@@ -352,6 +352,17 @@ mod tests {
         assert_eq!(encode_body(&remove).unwrap().last(), Some(&1));
     }
 
+    /// ENWRICH job reclaim (issue 33): request 66. Its fields in order.
+    #[test]
+    fn job_reclaim_index_is_the_documented_one() {
+        let known =
+            crate::JobEvent { flush_asked: Some(2), durable_asked: None, clock: 9, left: vec![(1, 3)] };
+        let reclaim = MetaRequest::JobReclaim { name: "j".into(), size: 2, member: 1, epoch: 3, known };
+        let body = encode_body(&reclaim).unwrap();
+        assert_eq!(body[0], 66, "JobReclaim encodes as {}", body[0]);
+        assert_eq!(body[1..], [1, b'j', 2, 1, 3, 1, 2, 0, 9, 1, 1, 3]);
+    }
+
     /// The metadata group's membership (issue 33): request 65, reply 25.
     #[test]
     fn group_membership_indexes_are_the_documented_ones() {

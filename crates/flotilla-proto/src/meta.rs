@@ -583,6 +583,20 @@ pub enum MetaRequest {
     /// `Add` and `Remove` by the leader (others answer `NotServed::NotLeader`). Replies
     /// `GroupStatus` (after a change: the leader's view once the change committed).
     GroupMembership(GroupMembershipRequest),
+    /// ENWRICH (issue 33): member `member` of job `name` (`size` members) presents what it
+    /// knows of the job to a metadata service that lost it (a new group leader, a restart;
+    /// the job requests answer `NotFound` for a job the service does not know): its next
+    /// generation `epoch` and `known`, the highest generations it asked for or learned were
+    /// asked, the largest clock and the members it learned left. Replies `JobJoined` (its own
+    /// index again). Refused (`InvalidArgument`, naming why) when the size differs or the
+    /// index was given to another process after the reclaim period.
+    JobReclaim {
+        name: String,
+        size: u32,
+        member: u32,
+        epoch: u64,
+        known: JobEvent,
+    },
 }
 
 /// Most bytes of an address in a `GroupMembershipRequest::Add`.

@@ -36,8 +36,8 @@ pub(crate) use repair::{report_of, RepairCounters};
 
 use crate::chain_write::{
     copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order,
-    record_step, recorded, resync_step, retarget, retarget_entry, sender_may_forward, store_request, Admitted,
-    Copied, Early, Lease, MemberLog, Payload, Record, RecordStep, ResyncStep, Role, Sent,
+    record_step, recorded, resync_step, retarget, retarget_entry, sender_may_forward, store_request,
+    Admitted, Copied, Early, Lease, MemberLog, Payload, Record, RecordStep, ResyncStep, Role, Sent,
 };
 use crate::execute::{Executor, Reply};
 use crate::membership::HeldChains;

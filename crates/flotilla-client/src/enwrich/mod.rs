@@ -118,6 +118,22 @@ struct State {
     unsynced: HashMap<String, u64>,
     /// Set once a server restart may have lost flushed bytes: every later sync fails.
     lost: Option<String>,
+    /// What this member knows of the job: the highest generations it asked for or learned
+    /// were asked, the largest clock, the members that left. Presented in a `JobReclaim`
+    /// when the metadata service lost the job (a new leader, a restart).
+    known: JobEvent,
+}
+
+/// Merges `event` into what a member knows of its job (maxima and unions).
+fn merge_known(known: &mut JobEvent, event: &JobEvent) {
+    known.flush_asked = known.flush_asked.max(event.flush_asked);
+    known.durable_asked = known.durable_asked.max(event.durable_asked);
+    known.clock = known.clock.max(event.clock);
+    for gone in &event.left {
+        if !known.left.iter().any(|(member, _)| *member == gone.0) {
+            known.left.push(*gone);
+        }
+    }
 }
 
 /// A file open for writing in ENWRICH mode. Reads go through [`Client::open`], which flushes
@@ -173,6 +189,7 @@ impl EnwrichFile {
             durable_done: None,
             unsynced: HashMap::new(),
             lost: None,
+            known: event,
         };
         let size = options.job_size;
         let shared = Arc::new(Shared {
@@ -267,7 +284,7 @@ impl EnwrichFile {
             }
             let epoch = shared.state.lock().epoch;
             let request = MetaRequest::JobLeave { name: shared.group.clone(), member: shared.member, epoch };
-            match shared.file.client.meta(request) {
+            match job_call(shared, request) {
                 Ok(_) => return Ok(()),
                 // A flush of this generation was asked: take part (the watcher does), then leave.
                 Err(ClientError::Meta(error)) if error.code == ErrorCode::Unavailable => {
@@ -325,7 +342,56 @@ fn flush_and_wait(shared: &Shared, durable: bool) -> Result<(), ClientError> {
 fn ask_flush(shared: &Shared, (epoch, durable): (u64, bool), clock: u64) -> Result<(), ClientError> {
     let request =
         MetaRequest::JobFlush { name: shared.group.clone(), member: shared.member, epoch, clock, durable };
-    shared.file.client.meta(request).map(|_| ())
+    job_call(shared, request)?;
+    let mut state = shared.state.lock();
+    let asked = JobEvent {
+        flush_asked: Some(epoch),
+        durable_asked: durable.then_some(epoch),
+        clock,
+        left: Vec::new(),
+    };
+    merge_known(&mut state.known, &asked);
+    Ok(())
+}
+
+/// A job request; when the metadata service does not know the job or this member (a new
+/// leader after a failover, a restart: `NotFound`), the member reclaims its place with what
+/// it knows (`JobReclaim`) and sends the request once more.
+fn job_call(shared: &Shared, request: MetaRequest) -> Result<MetaReply, ClientError> {
+    match shared.file.client.meta(request.clone()) {
+        Err(ClientError::Meta(error)) if error.code == ErrorCode::NotFound => {
+            tracing::info!(job = %shared.group, member = shared.member, %error, "ENWRICH: reclaiming the job");
+            reclaim(shared)?;
+            shared.file.client.meta(request)
+        }
+        other => other,
+    }
+}
+
+/// Presents this member's account of the job to a metadata service that lost it.
+fn reclaim(shared: &Shared) -> Result<(), ClientError> {
+    let (epoch, known) = {
+        let state = shared.state.lock();
+        let mut known = state.known.clone();
+        known.clock = known.clock.max(state.clock.last());
+        (state.epoch, known)
+    };
+    let request = MetaRequest::JobReclaim {
+        name: shared.group.clone(),
+        size: shared.size,
+        member: shared.member,
+        epoch,
+        known,
+    };
+    match shared.file.client.meta(request)? {
+        MetaReply::JobJoined { member, event, .. } if member == shared.member => {
+            let mut state = shared.state.lock();
+            state.clock.observe(event.clock);
+            merge_known(&mut state.known, &event);
+            Ok(())
+        }
+        other => Err(unexpected("job reclaim", &other)),
+    }
 }
 
 /// Waits until generation `epoch` is flushed (or failed) by the watcher.
@@ -366,7 +432,7 @@ fn watch(shared: &Arc<Shared>) {
             clock,
             wait_ms: shared.options.job_wait_ms.max(1),
         };
-        match shared.file.client.meta(request) {
+        match job_call(shared, request) {
             Ok(MetaReply::Job(event)) => take_part(shared, epoch, &event),
             Ok(other) => tracing::warn!(reply = ?other, "ENWRICH: unexpected reply to a job wait"),
             Err(error) => {
@@ -384,6 +450,7 @@ fn take_part(shared: &Shared, epoch: u64, event: &JobEvent) {
         return;
     }
     state.clock.observe(event.clock);
+    merge_known(&mut state.known, event);
     if event.flush_asked.is_none_or(|asked| asked < epoch) || state.epoch != epoch {
         return;
     }

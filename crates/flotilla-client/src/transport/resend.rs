@@ -69,6 +69,8 @@ pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
         | R::InodeTokenRelease { .. }
         | R::JobFlush { .. }
         | R::JobLeave { .. }
+        // A reclaim merges maxima and unions: presenting it twice changes nothing.
+        | R::JobReclaim { .. }
         | R::OpenGroupSession
         // Issue 33's membership (a re-sent add of a node that became a voter is refused by
         // name, nothing applied twice).

@@ -255,6 +255,11 @@ pub enum Op {
         layout: Option<Layout>,
         replicas: u32,
     },
+    /// Opens an exactly-once session owned by the client credential `owner` (a client's
+    /// `OpenGroupSession`): only that credential may send changes in it. The result is its id.
+    OpenSessionFor {
+        owner: String,
+    },
 }
 
 /// One chain of an [`Op::ChainChanges`], as the engine holds it.
@@ -382,6 +387,7 @@ impl NamespaceChange {
         let subfiles = SUBFILE_COUNT_MAX as usize;
         match &self.op {
             Op::Genesis { .. } | Op::OpenSession | Op::CloseSession { .. } => Ok(()),
+            Op::OpenSessionFor { owner } => check_len("session owner", owner.len(), OWNER_NAME_BYTES_MAX),
             Op::Mkdir { at, .. } | Op::Mknod { at, .. } | Op::Rmdir { at } | Op::LinkAt { at, .. } => {
                 at.check()
             }
@@ -646,6 +652,7 @@ mod tests {
                         }],
                     }
                 }),
+            "[a-z]{1,12}".prop_map(|owner| Op::OpenSessionFor { owner }),
         ]
     }
 

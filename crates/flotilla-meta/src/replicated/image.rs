@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 /// The snapshot's first bytes.
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"FLNSSNAP";
 /// The snapshot format this build writes and reads.
-/// 2: the namespace image carries the chain table (`chains`, `chain_targets`).
+/// 2: the namespace image carries the chain table (`chains`, `chain_targets`) and sessions
+/// carry their owner (issue 33); a version-1 snapshot is refused by name.
 pub const SNAPSHOT_VERSION: u16 = 2;
 const HEADER_BYTES: usize = 8 + 2 + 4 + 8;
 

@@ -307,7 +307,7 @@ impl NamespaceMachine {
         };
         let mut sessions = Vec::with_capacity(raw.sessions.len());
         for (id, bytes) in &raw.sessions {
-            sessions.push((*id, self.decode::<Session>("group_sessions", id, bytes)?));
+            sessions.push((*id, decode_session(bytes, self.limits.record_bytes_max, *id)?));
         }
         Ok(MachineImage { born, replies, sessions, namespace: raw.namespace.unwrap_or_default() })
     }
@@ -444,6 +444,40 @@ fn remove_unfinished_install(path: &Path) -> Result<(), StateMachineError> {
     }
 }
 
+/// A session's record: as written now, or as written before sessions had owners (then the
+/// service's own, usable by no client).
+fn decode_session(bytes: &[u8], record_bytes_max: usize, id: u64) -> Result<Session, StateMachineError> {
+    match record::decode::<Session>(bytes, record_bytes_max) {
+        Ok(session) => Ok(session),
+        Err(error) => {
+            match record::decode::<flotilla_metagroup::reply_table::SessionV1>(bytes, record_bytes_max) {
+                Ok(old) => Ok(old.into()),
+                Err(_) => Err(corrupt("group_sessions", id, error)),
+            }
+        }
+    }
+}
+
+/// The session `id` as the namespace's database holds it (`None`: no such session), for a
+/// leader checking who may use it before proposing (`grouped.rs`).
+pub fn stored_session(
+    ns: &Namespace,
+    id: u64,
+    record_bytes_max: usize,
+) -> Result<Option<Session>, StateMachineError> {
+    let bytes = ns
+        .read_transaction(|txn| {
+            let table = match txn.open_table(SESSIONS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(error) => return Err(error.into()),
+            };
+            Ok(table.get(id)?.map(|value| value.value().to_vec()))
+        })
+        .map_err(storage)?;
+    bytes.map(|bytes| decode_session(&bytes, record_bytes_max, id)).transpose()
+}
+
 /// The machine's records as stored, read from one transaction.
 struct RawState {
     mark: Option<Vec<u8>>,
@@ -552,9 +586,13 @@ fn run(
     if let Some(forced) = context.forced {
         return Ok(Ran::Result(forced.clone(), Vec::new()));
     }
-    match change.op {
-        Op::OpenSession => {
-            let result = match replies.open_session(context.now_ms) {
+    match &change.op {
+        Op::OpenSession | Op::OpenSessionFor { .. } => {
+            let owner = match &change.op {
+                Op::OpenSessionFor { owner } => Some(owner.clone()),
+                _ => None,
+            };
+            let result = match replies.open_session_for(context.now_ms, owner) {
                 Ok(id) => {
                     dirty.insert(id);
                     Ok(Applied::Session(id))
@@ -564,8 +602,8 @@ fn run(
             return Ok(Ran::Result(result, Vec::new()));
         }
         Op::CloseSession { session_id } => {
-            replies.close_session(session_id);
-            dirty.insert(session_id);
+            replies.close_session(*session_id);
+            dirty.insert(*session_id);
             return Ok(Ran::Result(Ok(Applied::Done), Vec::new()));
         }
         _ => {}
@@ -711,7 +749,7 @@ fn execute(ns: &Namespace, change: &NamespaceChange) -> Result<Applied, Namespac
             };
             ns.set_layout_replicated_as(who, of, *layout, *replicas, now).map(entry)
         }
-        Op::Genesis { .. } | Op::OpenSession | Op::CloseSession { .. } => {
+        Op::Genesis { .. } | Op::OpenSession | Op::OpenSessionFor { .. } | Op::CloseSession { .. } => {
             Err(NamespaceError::InvalidArgument { what: "not a namespace operation".into() })
         }
     }

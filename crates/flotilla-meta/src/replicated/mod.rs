@@ -13,4 +13,4 @@ pub use change::{
     NewOwner, Op, OpenHint, Outcome, Place, RenameMode, ReplyEntry, TouchedInode, CHANGE_BYTES_MAX,
     CHANGE_VERSION,
 };
-pub use machine::{MachineLimits, NamespaceMachine, SharedNamespace};
+pub use machine::{stored_session, MachineLimits, NamespaceMachine, SharedNamespace};
