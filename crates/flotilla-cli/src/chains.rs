@@ -95,11 +95,7 @@ pub fn target_fields(report: &ChainReport) -> BTreeMap<TargetId, String> {
         format!(
             "group={} health={} chains={} degraded={}",
             quote(&t.failure_group),
-            match (t.health, t.chains) {
-                // The drain finished: it holds no chain any more (and takes no new one).
-                (MemberHealth::Draining, 0) => "drained",
-                (health, _) => health_name(health),
-            },
+            health_name(t.health),
             t.chains,
             t.degraded
         )

@@ -288,15 +288,12 @@ impl ChainRow {
     }
 }
 
-/// One target record of an [`Op::ChainChanges`]: its failure group, incarnation and the
-/// dead and draining marks (so a new leader keeps them).
+/// One target record of an [`Op::ChainChanges`]: its failure group and incarnation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainTargetRow {
     pub target: TargetId,
     pub group: String,
     pub incarnation: Option<u64>,
-    pub dead: bool,
-    pub draining: bool,
 }
 
 impl ChainTargetRow {
@@ -305,8 +302,6 @@ impl ChainTargetRow {
         Some(flotilla_namespace::ChainTarget {
             group,
             incarnation: self.incarnation.filter(|&i| i != 0).map(flotilla_replica::Incarnation),
-            dead: self.dead,
-            draining: self.draining,
         })
     }
 }
@@ -647,8 +642,6 @@ mod tests {
                             target: TargetId(u64::from(id)),
                             group: format!("g{id}"),
                             incarnation,
-                            dead: id % 3 == 0,
-                            draining: id % 5 == 0,
                         }],
                     }
                 }),
