@@ -7,11 +7,10 @@
 
 mod common;
 
-use common::{client_key, path, Cluster, FLOTILLA};
+use common::enwrich_member::{member_bytes, Member};
+use common::{path, Cluster};
 use flotilla_client::{Client, CreateOptions, Layout};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Servers answer a missing member within this long (the tests' `flush_member_wait_ms`).
 const MEMBER_WAIT_MS: u64 = 3000;
@@ -19,117 +18,6 @@ const MEMBER_WAIT_MS: u64 = 3000;
 fn cluster() -> Cluster {
     let server = format!("flush_member_wait_ms = {MEMBER_WAIT_MS}\nflush_block_bytes = 16384");
     Cluster::start_configured(4, "", &server)
-}
-
-/// The bytes `flotilla enwrich-member` writes for `(seed, length)`.
-fn member_bytes(seed: u64, length: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..length)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
-
-struct Member {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    index: u32,
-}
-
-impl Member {
-    fn start(meta: &str, job: &str, size: u32) -> Member {
-        let mut child = Command::new(FLOTILLA)
-            .args(["enwrich-member", "--meta", meta])
-            .env("FLOTILLA_KEY", client_key())
-            .env("FLOTILLA_JOB_NAME", job)
-            .env("FLOTILLA_JOB_SIZE", size.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start a member");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Member { child, stdin, stdout, index: 0 }
-    }
-
-    fn send(&mut self, command: &str) {
-        writeln!(self.stdin, "{command}").expect("send a command");
-        self.stdin.flush().expect("flush stdin");
-    }
-
-    fn answer(&mut self) -> String {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("read an answer");
-        line.trim().to_string()
-    }
-
-    fn ask(&mut self, command: &str) -> String {
-        self.send(command);
-        self.answer()
-    }
-
-    fn value(&mut self, command: &str, key: &str) -> String {
-        let answer = self.ask(command);
-        match answer.strip_prefix(&format!("{key}=")) {
-            Some(value) => value.to_string(),
-            None => panic!("{command:?} answered {answer:?}"),
-        }
-    }
-
-    fn open(&mut self, file: &str, cache_bytes: u64, fraction: f64, timeout_ms: u64) {
-        self.index = self
-            .value(&format!("open {file} {cache_bytes} {fraction} {timeout_ms}"), "member")
-            .parse()
-            .unwrap();
-    }
-
-    /// Writes and returns the write's stamp.
-    fn write(&mut self, offset: u64, length: usize, seed: u64) -> u64 {
-        self.value(&format!("write {offset} {length} {seed}"), "stamp").parse().unwrap()
-    }
-
-    fn flushes(&mut self) -> u64 {
-        self.value("flushes", "flushes").parse().unwrap()
-    }
-
-    /// Waits (bounded) until this member took part in at least `count` flushes.
-    fn wait_flushes(&mut self, count: u64) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.flushes() < count {
-            assert!(Instant::now() < deadline, "member {} never reached {count} flushes", self.index);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits (bounded) until this member's watcher recorded a failed flush; its message.
-    fn wait_failure(&mut self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let failure = self.value("failure", "failure");
-            if !failure.is_empty() {
-                return failure;
-            }
-            assert!(Instant::now() < deadline, "member {} recorded no failed flush", self.index);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// Members of one job, each with `path` open in ENWRICH mode, indexed by member index.
@@ -297,7 +185,7 @@ fn a_member_killed_mid_flush_fails_the_flush_on_every_member_naming_it() {
     // Member 2 is stopped, so the flush cannot finish before it is killed: the servers hold
     // the other members' directories (and may be pulling from them) when it dies.
     // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
-    unsafe { libc::kill(members[2].child.id() as i32, libc::SIGSTOP) };
+    unsafe { libc::kill(members[2].pid() as i32, libc::SIGSTOP) };
     members[0].send("sync");
     std::thread::sleep(Duration::from_millis(300));
     members[2].kill();
@@ -325,14 +213,14 @@ fn a_server_killed_mid_flush_fails_the_flush_naming_it_and_loses_nothing_durable
     // Member 2 is stopped, so every server's flush waits for its directory while the
     // server is killed.
     // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
-    unsafe { libc::kill(members[2].child.id() as i32, libc::SIGSTOP) };
+    unsafe { libc::kill(members[2].pid() as i32, libc::SIGSTOP) };
     members[0].send("sync");
     std::thread::sleep(Duration::from_millis(300));
     let victim = cluster.servers[3].take().expect("server 3");
     let victim_addr = victim.addr.clone();
     victim.kill();
     // SAFETY: as above.
-    unsafe { libc::kill(members[2].child.id() as i32, libc::SIGCONT) };
+    unsafe { libc::kill(members[2].pid() as i32, libc::SIGCONT) };
     let answer = members[0].answer();
     assert!(answer.starts_with("error=") && answer.contains(&victim_addr), "member 0 got {answer:?}");
     let failure = members[1].wait_failure();

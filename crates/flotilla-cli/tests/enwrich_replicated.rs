@@ -10,14 +10,13 @@
 mod common;
 
 use bytes::Bytes;
-use common::{client_key, server_key, Cluster, FLOTILLA};
+use common::enwrich_member::{member_bytes, Member};
+use common::{server_key, Cluster};
 use flotilla_client::{CreateOptions, Layout};
 use flotilla_proto::{EntryInfo, ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
 use flotilla_rpc::Connection;
 use flotilla_types::{FileId, SubfileIndex};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MEMBERSHIP: &str =
@@ -41,67 +40,6 @@ fn cluster() -> Cluster {
         }
         assert!(Instant::now() < deadline, "no chain table: {status}");
         std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The bytes `flotilla enwrich-member` writes for `(seed, length)`.
-fn member_bytes(seed: u64, length: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..length)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
-
-/// One job member process, driven over stdin.
-struct Member {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Member {
-    fn start(meta: &str, job: &str, size: u32) -> Member {
-        let mut child = Command::new(FLOTILLA)
-            .args(["enwrich-member", "--meta", meta])
-            .env("FLOTILLA_KEY", client_key())
-            .env("FLOTILLA_JOB_NAME", job)
-            .env("FLOTILLA_JOB_SIZE", size.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start a member");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Member { child, stdin, stdout }
-    }
-
-    fn send(&mut self, command: &str) {
-        writeln!(self.stdin, "{command}").expect("send a command");
-        self.stdin.flush().expect("flush stdin");
-    }
-
-    fn answer(&mut self) -> String {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("read an answer");
-        line.trim().to_string()
-    }
-
-    fn ask(&mut self, command: &str) -> String {
-        self.send(command);
-        self.answer()
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -253,14 +191,14 @@ fn a_server_killed_during_a_replicated_flush_fails_it_by_name_and_the_next_flush
     // Member 2 stopped: every server's part of the flush waits for its directory while a
     // server is killed.
     // SAFETY: kill with a valid pid and signal has no memory-safety preconditions.
-    unsafe { libc::kill(members[2].child.id() as i32, libc::SIGSTOP) };
+    unsafe { libc::kill(members[2].pid() as i32, libc::SIGSTOP) };
     members[0].send("sync");
     std::thread::sleep(Duration::from_millis(300));
     let victim = cluster.servers[0].take().expect("server 0");
     let victim_addr = victim.addr.clone();
     victim.kill();
     // SAFETY: as above.
-    unsafe { libc::kill(members[2].child.id() as i32, libc::SIGCONT) };
+    unsafe { libc::kill(members[2].pid() as i32, libc::SIGCONT) };
     let first = members[0].answer();
     println!("the flush during the kill: {first}");
     if first != "ok" {

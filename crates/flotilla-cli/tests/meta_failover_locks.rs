@@ -16,15 +16,15 @@
 mod common;
 mod locking;
 
-use common::{cli, client_at, client_key, path, server_key, test_keys, Mount, Process, FLOTILLA};
+use common::enwrich_member::Member;
+use common::{cli, client_at, client_key, path, server_key, test_keys, Mount, Process};
 use flotilla_proto::{MetaReply, MetaRequest};
 use flotilla_rpc::Connection;
 use flotilla_types::SetAttr;
 use locking::{check, set_lock, TEST_LOCK, TRY_LOCKF};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -305,67 +305,6 @@ fn create_when_served(client: &flotilla_client::Client, path: &str) {
     }
 }
 
-/// One `flotilla enwrich-member` process driven over stdin (killed when dropped).
-struct Member {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Member {
-    fn start(meta: &str, job: &str, size: u32) -> Member {
-        let mut child = Command::new(FLOTILLA)
-            .args(["enwrich-member", "--meta", meta])
-            .env("FLOTILLA_KEY", client_key())
-            .env("FLOTILLA_JOB_NAME", job)
-            .env("FLOTILLA_JOB_SIZE", size.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start a member");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Member { child, stdin, stdout }
-    }
-
-    fn ask(&mut self, command: &str) -> String {
-        writeln!(self.stdin, "{command}").expect("send a command");
-        self.stdin.flush().expect("flush stdin");
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("read an answer");
-        line.trim().to_string()
-    }
-
-    fn flushes(&mut self) -> u64 {
-        let answer = self.ask("flushes");
-        answer
-            .strip_prefix("flushes=")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("flushes: {answer}"))
-    }
-
-    /// Waits (bounded) until this member took part in `count` flushes; their number.
-    fn wait_flushes(&mut self, count: u64) -> u64 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let done = self.flushes();
-            if done >= count {
-                return done;
-            }
-            assert!(Instant::now() < deadline, "{done} flushes, {count} expected: {}", self.ask("failure"));
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// An ENWRICH job of two member processes, mid-run when the leader is SIGKILLed (one flush
 /// done, new bytes logged in both caches): after the election a member's sync asks the new
 /// leader, which does not know the job; the members reclaim it, the flush runs, each member
@@ -405,7 +344,8 @@ fn an_enwrich_job_flushes_across_a_failover() {
     assert_eq!(members[1].ask("sync"), "ok", "a sync after the failover");
     println!("a job flush done {:?} after the leader was killed", killed.elapsed());
     for member in &mut members {
-        assert_eq!(member.wait_flushes(2), 2, "a member took part in a flush twice");
+        member.wait_flushes(2);
+        assert_eq!(member.flushes(), 2, "a member took part in a flush twice");
         assert_eq!(member.ask("failure"), "failure=");
     }
     for member in &mut members {

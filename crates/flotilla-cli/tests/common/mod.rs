@@ -3,6 +3,7 @@
 //! Everything is killed and removed when the `Cluster` is dropped.
 #![allow(dead_code)]
 
+pub mod enwrich_member;
 pub mod metagroup;
 pub mod netns;
 pub mod s3;
