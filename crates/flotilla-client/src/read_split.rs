@@ -29,8 +29,11 @@ pub(crate) fn read_parts(total_bytes: u64, readers: usize, part_bytes_min: u64) 
 /// with no bytes at all the pieces come back as one list.
 pub(crate) fn split_pieces(pieces: &[Piece], parts: usize) -> Vec<Vec<Piece>> {
     let total: u64 = pieces.iter().map(|p| p.length).sum();
-    if total == 0 || parts <= 1 {
+    if total == 0 {
         return vec![pieces.to_vec()];
+    }
+    if parts <= 1 {
+        return vec![pieces.iter().filter(|p| p.length > 0).copied().collect()];
     }
     let parts = (parts as u64).min(total);
     // Part `index` ends at byte total * (index + 1) / parts of the read (strictly increasing,
@@ -116,6 +119,12 @@ mod tests {
             ]
         );
         assert_eq!(split_pieces(&pieces, 1), vec![pieces.to_vec()]);
+        let with_empty = [Piece { file_offset: 0, memory_offset: 0, length: 0 }, pieces[0]];
+        assert_eq!(
+            split_pieces(&with_empty, 1),
+            vec![vec![pieces[0]]],
+            "an empty piece is dropped in one part too"
+        );
         assert_eq!(split_pieces(&[], 3), vec![Vec::<Piece>::new()]);
     }
 
