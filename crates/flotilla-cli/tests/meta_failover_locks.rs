@@ -16,7 +16,7 @@
 mod common;
 mod locking;
 
-use common::enwrich_member::Member;
+use common::enwrich_member::{member_bytes, Member};
 use common::{cli, client_at, client_key, path, server_key, test_keys, Mount, Process};
 use flotilla_proto::{MetaReply, MetaRequest};
 use flotilla_rpc::Connection;
@@ -329,7 +329,7 @@ fn an_enwrich_job_flushes_across_a_failover() {
             let (offset, seed) = ((2 * round + i) * chunk, (10 * round + i) as u64 + 1);
             let answer = member.ask(&format!("write {offset} {chunk} {seed}"));
             assert!(answer.starts_with("stamp="), "write: {answer}");
-            expected[offset..offset + chunk].copy_from_slice(&flotilla_cli_bytes(seed, chunk));
+            expected[offset..offset + chunk].copy_from_slice(&member_bytes(seed, chunk));
         }
     };
     write(&mut members, 0);
@@ -356,19 +356,6 @@ fn an_enwrich_job_flushes_across_a_failover() {
     let mut read = vec![0u8; expected.len()];
     file.read_at(0, &mut read).expect("read");
     assert!(read == expected, "the job's bytes differ after the failover");
-}
-
-/// The bytes `flotilla enwrich-member` writes for `(seed, length)`.
-fn flotilla_cli_bytes(seed: u64, length: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..length)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
 }
 
 /// One request on a new connection to `addr` with credential `key`.
