@@ -1,8 +1,10 @@
 //! Random readers through the mount (issue 34): the mount's read-ahead recognises them and
 //! fetches nothing ahead for them, the reads of one `O_DIRECT` descriptor that the kernel
-//! sends at once (asynchronous direct I/O, fio's `iodepth`) reach the servers at once, and an
-//! `O_DIRECT` open never goes through the kernel's page cache. Counted by the servers (read
-//! requests and bytes) and by the bytes queued at a stopped server's socket, not timed.
+//! sends at once (asynchronous direct I/O, fio's `iodepth`; one `io_submit` of 16 reads too)
+//! reach the servers at once, an `O_DIRECT` open never goes through the kernel's page cache,
+//! and a random reader of a page-cache open is sent about what it reads. Counted by the
+//! servers (read requests and bytes) and by the bytes queued at a stopped server's socket,
+//! not timed.
 //!
 //! Real processes: a cluster and `flotilla mount` processes. Needs root (to mount).
 
@@ -170,6 +172,36 @@ fn an_o_direct_open_reaches_the_servers_every_time() {
     );
 }
 
+/// A random reader of a page-cache open (a read-only open with the defaults, no `O_DIRECT`)
+/// churns no page cache: the kernel reads a small read that follows no sequential run as it
+/// is, so the servers are sent about the bytes read, not the mount's kernel read-ahead
+/// (`read_ahead_kb`, 4 MiB) per read. Bound: 4 times the bytes read (a page folio may be
+/// larger than a record).
+#[test]
+fn a_random_reader_of_a_page_cache_open_is_sent_about_what_it_reads() {
+    let cluster = Cluster::start(1);
+    let client = cluster.client();
+    let mount = Mount::start(&cluster.meta_addr());
+    let bytes = content(16 << 20);
+    fs::write(mount.path("data"), &bytes).unwrap();
+    let file = fs::File::open(mount.path("data")).unwrap();
+    let reads = 64u64;
+    let (_, before) = server_reads(&client);
+    let mut record = vec![0u8; RECORD];
+    for index in 0..reads {
+        use std::os::unix::fs::FileExt;
+        // Records 1..4000 of the file, scattered (the first record would start a run).
+        let offset = RECORD as u64 * (1 + (index.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) % 4000);
+        file.read_exact_at(&mut record, offset).unwrap();
+        let at = offset as usize;
+        assert!(record == bytes[at..at + RECORD], "record at {offset} differs");
+    }
+    let (_, after) = server_reads(&client);
+    let asked = reads * RECORD as u64;
+    eprintln!("{reads} random buffered reads of {RECORD} bytes: {} bytes from the servers", after - before);
+    assert!(after - before <= 4 * asked, "{} bytes sent for {asked} bytes read", after - before);
+}
+
 /// Bytes waiting in the receive queues of the established TCP connections to local port
 /// `port` (IPv4 loopback), from /proc/net/tcp.
 fn queued_bytes_at(port: u16) -> u64 {
@@ -266,6 +298,183 @@ fn reads_of_one_o_direct_descriptor_reach_the_server_at_once() {
     assert!(
         sixteen >= 8 * one,
         "16 readers queued {sixteen} bytes, one reader {one}: the reads went one at a time"
+    );
+}
+
+/// The kernel's asynchronous I/O (`io_submit`, what fio's `libaio` engine uses), with the
+/// structures of `linux/aio_abi.h` (little-endian layout).
+mod aio {
+    /// `struct iocb`.
+    #[repr(C)]
+    #[derive(Default)]
+    pub struct Iocb {
+        pub data: u64,
+        pub key: u32,
+        pub rw_flags: i32,
+        pub opcode: u16,
+        pub reqprio: i16,
+        pub fildes: u32,
+        pub buf: u64,
+        pub nbytes: u64,
+        pub offset: i64,
+        pub reserved2: u64,
+        pub flags: u32,
+        pub resfd: u32,
+    }
+
+    /// `struct io_event`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    pub struct Event {
+        pub data: u64,
+        pub obj: u64,
+        pub res: i64,
+        pub res2: i64,
+    }
+
+    pub const CMD_PREAD: u16 = 0;
+
+    /// An `io_setup` context, destroyed when dropped.
+    pub struct Context(pub u64);
+
+    impl Context {
+        pub fn new(events: usize) -> Context {
+            let mut context = 0u64;
+            // SAFETY: io_setup writes one aio_context_t to the pointer given.
+            let done = unsafe { libc::syscall(libc::SYS_io_setup, events as libc::c_long, &mut context) };
+            assert_eq!(done, 0, "io_setup: {}", std::io::Error::last_os_error());
+            Context(context)
+        }
+
+        /// Submits every request; the number the kernel took.
+        pub fn submit(&self, requests: &mut [Iocb]) -> usize {
+            let mut pointers: Vec<*mut Iocb> = requests.iter_mut().map(|r| r as *mut Iocb).collect();
+            // SAFETY: the pointers are to live iocbs whose buffers outlive their completion
+            // (the caller reaps every event before dropping them).
+            let taken = unsafe {
+                libc::syscall(
+                    libc::SYS_io_submit,
+                    self.0,
+                    pointers.len() as libc::c_long,
+                    pointers.as_mut_ptr(),
+                )
+            };
+            assert!(taken >= 0, "io_submit: {}", std::io::Error::last_os_error());
+            taken as usize
+        }
+
+        /// Waits for `count` completions.
+        pub fn reap(&self, count: usize) -> Vec<Event> {
+            let mut events = vec![Event::default(); count];
+            let mut reaped = 0;
+            while reaped < count {
+                let rest = &mut events[reaped..];
+                // SAFETY: the kernel writes at most `rest.len()` events into `rest`.
+                let got = unsafe {
+                    libc::syscall(
+                        libc::SYS_io_getevents,
+                        self.0,
+                        1 as libc::c_long,
+                        rest.len() as libc::c_long,
+                        rest.as_mut_ptr(),
+                        std::ptr::null_mut::<libc::timespec>(),
+                    )
+                };
+                if got < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                assert!(got > 0, "io_getevents: {}", std::io::Error::last_os_error());
+                reaped += got as usize;
+            }
+            events
+        }
+    }
+
+    impl Drop for Context {
+        fn drop(&mut self) {
+            // SAFETY: destroys the context this value owns.
+            unsafe { libc::syscall(libc::SYS_io_destroy, self.0) };
+        }
+    }
+}
+
+/// One thread submitting 16 `O_DIRECT` reads of one descriptor with `io_submit` (fio's
+/// `libaio` engine at `iodepth=16`) has 16 requests at the servers at once: the mount asks the
+/// kernel for asynchronous direct I/O (`FUSE_ASYNC_DIO`), so `io_submit` hands all of them to
+/// the mount instead of waiting for each in turn. With the server stopped, the one submission
+/// leaves many times one read's request bytes queued at its socket; then every read completes
+/// with the right bytes. Without asynchronous direct I/O the submission would wait on the
+/// first read and one request would be queued.
+#[test]
+fn one_io_submit_of_sixteen_direct_reads_has_sixteen_at_the_server() {
+    const DEPTH: usize = 16;
+    let cluster = Cluster::start(1);
+    let mount = Mount::start(&cluster.meta_addr());
+    let bytes = content(4 << 20);
+    fs::write(mount.path("data"), &bytes).unwrap();
+    let file = std::sync::Arc::new(open_direct(&mount.path("data")));
+    for index in 0..8u64 {
+        read_direct(&file, scattered(index));
+    }
+    let watch = Duration::from_millis(700);
+    let one = queued_while_stopped(&cluster, &file, 1, watch);
+
+    let server = cluster.servers[0].as_ref().expect("server running");
+    let port: u16 = server.addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("server port");
+    let stopped = Stopped::new(server.child.id());
+    let baseline = queued_bytes_at(port);
+    let submitter = {
+        let file = file.clone();
+        std::thread::spawn(move || {
+            let buffers: Vec<Aligned> = (0..DEPTH).map(|_| Aligned::new(RECORD)).collect();
+            let offsets: Vec<u64> = (0..DEPTH as u64).map(|index| scattered(200 + index)).collect();
+            let mut requests: Vec<aio::Iocb> = (0..DEPTH)
+                .map(|index| aio::Iocb {
+                    data: index as u64,
+                    opcode: aio::CMD_PREAD,
+                    fildes: file.as_raw_fd() as u32,
+                    buf: buffers[index].pointer as u64,
+                    nbytes: RECORD as u64,
+                    offset: offsets[index] as i64,
+                    ..aio::Iocb::default()
+                })
+                .collect();
+            let context = aio::Context::new(DEPTH);
+            let mut taken = 0;
+            while taken < DEPTH {
+                taken += context.submit(&mut requests[taken..]);
+            }
+            let events = context.reap(DEPTH);
+            let read: Vec<(u64, i64, Vec<u8>)> = events
+                .iter()
+                .map(|event| {
+                    let index = event.data as usize;
+                    // SAFETY: the buffer holds RECORD bytes, filled by the completed read.
+                    let got = unsafe { std::slice::from_raw_parts(buffers[index].pointer, RECORD) };
+                    (offsets[index], event.res, got.to_vec())
+                })
+                .collect();
+            read
+        })
+    };
+    let started = Instant::now();
+    let mut most = 0;
+    while started.elapsed() < watch {
+        most = most.max(queued_bytes_at(port).saturating_sub(baseline));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stopped);
+    let read = submitter.join().expect("the submitting thread failed");
+    eprintln!("bytes queued at the stopped server: {one} for one read, {most} for one io_submit of {DEPTH}");
+    for (offset, result, got) in read {
+        assert_eq!(result, RECORD as i64, "the asynchronous read at {offset}");
+        let at = offset as usize;
+        assert!(got == bytes[at..at + RECORD], "the asynchronous read at {offset} differs");
+    }
+    assert!(one > 0, "one read's request never reached the server's socket");
+    assert!(
+        most >= 8 * one,
+        "one io_submit of {DEPTH} reads queued {most} bytes, one read {one}: they went one at a time"
     );
 }
 

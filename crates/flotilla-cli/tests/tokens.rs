@@ -2,7 +2,9 @@
 //! is read through another as soon as the `write` returned (no `close` between), a
 //! truncate through one mount is seen by the other's open file, concurrent overlapping
 //! writes through two mounts are never mixed within one write as a reader sees them, and
-//! the no-overlap hint makes the token traffic zero (counted by the metadata service), and a
+//! the no-overlap hint makes the token traffic zero (counted by the metadata service),
+//! writers of disjoint segments of one file through four mounts split its token once
+//! instead of trading it (counted the same way), and a
 //! SIGKILLed metadata service makes token holders write back (they are told their tokens were
 //! lost) before anyone is granted their bytes.
 //!
@@ -26,13 +28,62 @@ fn mount(local: &Local, extra: &[&str]) -> Mount {
 
 /// `TokenAcquire` requests the metadata service answered so far (its metrics endpoint).
 fn token_acquires(local: &Local) -> u64 {
+    meta_requests(local, "token_acquire")
+}
+
+/// Requests of `kind` the metadata service answered so far (its metrics endpoint).
+fn meta_requests(local: &Local, kind: &str) -> u64 {
     let addr = local.metrics.as_deref().expect("a metrics endpoint");
     let text = common::http_get(addr, "/metrics").expect("scrape the metrics");
+    let label = format!("kind=\"{kind}\"");
     text.lines()
         .filter(|line| line.starts_with("flotilla_meta_request_duration_seconds_count"))
-        .filter(|line| line.contains("kind=\"token_acquire\""))
+        .filter(|line| line.contains(&label))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
+}
+
+/// Four mounts (four client sessions, as four nodes) each writing its own 4 MiB segment of
+/// one shared file in 1 MiB writes, all at once, twice over: the writers do not trade a
+/// byte-range token back and forth. Each asks for what its write requires and is granted as
+/// much of the file as nobody else holds (GPFS's required and desired ranges), so the token
+/// requests (`TokenAcquire`; `TokenRelease` answers a revocation) stay a few per writer
+/// however many writes there are — a token traded per write would be 32 acquires. Counted
+/// by the metadata service, not timed; the file reads back whole.
+#[test]
+fn writers_of_disjoint_segments_through_four_mounts_split_the_token_once() {
+    const SEGMENT: usize = 4 << 20;
+    const WRITE: usize = 1 << 20;
+    let local = Local::start(4, true);
+    let mounts: Vec<Mount> = (0..4).map(|_| mount(&local, &[])).collect();
+    fs::write(mounts[0].path("shared"), b"").expect("create");
+    let (acquires_before, releases_before) = (token_acquires(&local), meta_requests(&local, "token_release"));
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+    std::thread::scope(|scope| {
+        for (index, mount) in mounts.iter().enumerate() {
+            let (path, barrier) = (mount.path("shared"), barrier.clone());
+            scope.spawn(move || {
+                let file = fs::OpenOptions::new().write(true).open(&path).expect("open");
+                for round in 0..2u8 {
+                    barrier.wait();
+                    for at in (0..SEGMENT).step_by(WRITE) {
+                        let offset = (index * SEGMENT + at) as u64;
+                        file.write_all_at(&vec![index as u8 * 2 + round; WRITE], offset).expect("write");
+                    }
+                }
+            });
+        }
+    });
+    let acquires = token_acquires(&local) - acquires_before;
+    let releases = meta_requests(&local, "token_release") - releases_before;
+    let writes = 4 * 2 * SEGMENT / WRITE;
+    eprintln!("{writes} writes of 4 writers: {acquires} token acquires, {releases} token releases");
+    assert!(acquires <= 16, "{acquires} token acquires for {writes} writes: the writers traded the token");
+    let whole = fs::read(mounts[1].path("shared")).expect("read back");
+    assert_eq!(whole.len(), 4 * SEGMENT);
+    for (index, segment) in whole.chunks(SEGMENT).enumerate() {
+        assert!(segment.iter().all(|byte| *byte == index as u8 * 2 + 1), "segment {index} differs");
+    }
 }
 
 fn pattern(seed: u8, length: usize) -> Vec<u8> {
