@@ -17,7 +17,8 @@
 #
 # Usage: scripts/bench-readers.sh [DIR] (default target/bench-readers); needs root and fio.
 # Environment: FILE_MB (default 512), RAND_S (default 10), ROUNDS (default 3), READERS (a
-# subset of "randread randread-buffered seqread strided"), ORDER (the mounts' order in a
+# subset of "randread randread-buffered seqread strided"), WRITER (the mount that writes the
+# file, default defaults), ORDER (the mounts' order in a
 # first round, rotated by one each round; default "defaults kernel-cache-off readahead-0"),
 # FLOTILLA_BIN (a flotilla binary to
 # measure instead of building target/release/flotilla), BASE_BIN (another build's flotilla
@@ -80,7 +81,7 @@ fi
 read -r -a SETTINGS <<< "${ORDER:-$DEFAULT_ORDER}"
 READERS=${READERS:-randread randread-buffered seqread strided}
 
-fio --name=layout --filename="$WORK/defaults/file" --rw=write --bs=1m --size="${FILE_MB}m" \
+fio --name=layout --filename="$WORK/${WRITER:-defaults}/file" --rw=write --bs=1m --size="${FILE_MB}m" \
     --ioengine=psync --end_fsync=1 > /dev/null
 
 drop_caches() {
