@@ -134,7 +134,8 @@ fn a_deposed_leader_acknowledges_nothing_and_the_majority_serves() {
     let followed: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let follow_errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let follower = {
-        let (stop, meta, followed, errors) = (stop.clone(), meta.clone(), followed.clone(), follow_errors.clone());
+        let (stop, meta, followed, errors) =
+            (stop.clone(), meta.clone(), followed.clone(), follow_errors.clone());
         std::thread::spawn(move || {
             // A call to the cut-off node gets no reply at all (its packets go nowhere): a
             // call timeout of 5 s (120 s by default) makes it an error the client chases

@@ -775,7 +775,10 @@ pub(crate) fn close_session(group: Arc<Group>, session_id: u64) {
 /// one rebuilds its own from the clients' reclaims), and an orphan it would release goes
 /// through the group as a proposal, which needs a quorum.
 fn leader_local(request: &flotilla_proto::MetaRequest) -> bool {
-    matches!(request, flotilla_proto::MetaRequest::Closed { .. } | flotilla_proto::MetaRequest::KeepOpen { .. })
+    matches!(
+        request,
+        flotilla_proto::MetaRequest::Closed { .. } | flotilla_proto::MetaRequest::KeepOpen { .. }
+    )
 }
 
 /// Why a sequenced change is not proposed.

@@ -146,7 +146,9 @@ fn write_log(store: RedbLogStore, jobs: std::sync::mpsc::Receiver<Job>) {
                 Ok(job) => job,
                 Err(_) => {
                     if let Some(latest) = unwritten {
-                        if let Err(error) = store.write_meta_with(KEY_COMMITTED, &latest, Durability::Immediate) {
+                        if let Err(error) =
+                            store.write_meta_with(KEY_COMMITTED, &latest, Durability::Immediate)
+                        {
                             tracing::warn!(%error, "the metadata group's committed id was not recorded");
                         }
                     }

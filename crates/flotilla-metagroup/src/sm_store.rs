@@ -67,7 +67,8 @@ impl<S: StateMachine> StateMachineStore<S> {
 
     /// Applies `entries` (consecutive, committed) in runs of at most
     /// `GroupLimits::apply_run_entries_max`, each run handed to the state machine at once.
-    fn apply_entries(&self, entries: Vec<Entry>) -> Result<Vec<Reply>, StorageError> {
+    /// An error names the first entry of the run that failed.
+    fn apply_entries(&self, entries: Vec<Entry>) -> Result<Vec<Reply>, (LogId, StateMachineError)> {
         let run_max = self.limits.apply_run_entries_max.max(1);
         let mut replies = Vec::with_capacity(entries.len());
         let mut entries = entries.into_iter().peekable();
@@ -115,8 +116,7 @@ impl<S: StateMachine> StateMachineStore<S> {
                     if let Ok(mark) = self.state.lock().last_applied() {
                         *self.membership.lock() = mark.map(|m| m.membership).unwrap_or_default();
                     }
-                    let log_id = run[0].log_id;
-                    return Err(StorageError::from(openraft::StorageIOError::apply(log_id, AnyError::new(&e))));
+                    return Err((run[0].log_id, e));
                 }
             }
         }
@@ -161,7 +161,9 @@ impl<S: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        self.apply_entries(entries.into_iter().collect())
+        self.apply_entries(entries.into_iter().collect()).map_err(|(log_id, e)| {
+            StorageError::from(openraft::StorageIOError::apply(log_id, AnyError::new(&e)))
+        })
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

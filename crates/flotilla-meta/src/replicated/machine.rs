@@ -804,7 +804,9 @@ impl StateMachine for NamespaceMachine {
                 Some(outcomes) => {
                     for outcomes in outcomes {
                         replies.push(match outcomes {
-                            Some(outcomes) => Reply { bytes: BatchReply { outcomes }.encode().map_err(storage)? },
+                            Some(outcomes) => {
+                                Reply { bytes: BatchReply { outcomes }.encode().map_err(storage)? }
+                            }
                             None => Reply::default(),
                         });
                     }
@@ -904,7 +906,10 @@ impl NamespaceMachine {
     /// Applies the entries of `piece` (no genesis among them) in one transaction with the
     /// last one's mark; `None` if a change failed after writing (nothing of it stays, and
     /// the reply table in memory must be loaded again).
-    fn try_run(&mut self, piece: &[RunEntry<'_>]) -> Result<Option<Vec<Option<Vec<Outcome>>>>, StateMachineError> {
+    fn try_run(
+        &mut self,
+        piece: &[RunEntry<'_>],
+    ) -> Result<Option<Vec<Option<Vec<Outcome>>>>, StateMachineError> {
         let Some(last) = piece.last() else { return Ok(Some(Vec::new())) };
         let mark_bytes = self.encode(last.mark)?;
         let record_bytes_max = self.limits.record_bytes_max;
