@@ -78,10 +78,14 @@ impl Group {
         std::fs::write(&config, format!("[meta]\nlock_reclaim_ms = {RECLAIM_MS}\n")).unwrap();
         let ca = test_keys().join("cluster.key");
         let server_key = server_key();
-        let mut nodes = Vec::new();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        // Each node is the group's as soon as it runs: a later node failing to start panics,
+        // and the group's drop kills those started before it.
+        let mut group = Group { _dir: dir, nodes: Vec::new(), runtime };
+        let dir = group._dir.path().to_path_buf();
         for (i, (meta, _)) in ports.iter().enumerate() {
             let id = (i + 1).to_string();
-            let key = dir.path().join(format!("meta-{id}.cred"));
+            let key = dir.join(format!("meta-{id}.cred"));
             let name = format!("meta-{id}");
             let issue = [
                 "keygen",
@@ -97,7 +101,7 @@ impl Group {
             ];
             let (ok, _, stderr) = cli(&issue);
             assert!(ok, "keygen issue --role meta: {stderr}");
-            let data = dir.path().join(&name);
+            let data = dir.join(&name);
             let args = [
                 "--config",
                 path(&config),
@@ -114,10 +118,9 @@ impl Group {
                 path(&key),
             ];
             let process = Process::start(&args, "meta").expect("start a metadata node");
-            nodes.push((format!("127.0.0.1:{meta}"), Some(process)));
+            group.nodes.push((format!("127.0.0.1:{meta}"), Some(process)));
         }
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        Group { _dir: dir, nodes, runtime }
+        group
     }
 
     /// Every node's client address, as `--meta` takes them.

@@ -92,11 +92,14 @@ impl Group {
             .to_vec();
             nodes.push(Node { id, meta: format!("127.0.0.1:{meta}"), args, process: None });
         }
-        for node in &mut nodes {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        // The group owns its nodes before any starts: a node failing to start panics, and
+        // the group's drop kills the nodes started before it.
+        let mut group = Group { dir, nodes, runtime };
+        for node in &mut group.nodes {
             node.start();
         }
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        Group { dir, nodes, runtime }
+        group
     }
 
     /// One request to one node on a fresh connection (`None`: no answer).

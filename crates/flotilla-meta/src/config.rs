@@ -170,6 +170,8 @@ pub struct MetaConfig {
     pub group_batch_bytes_max: usize,
     /// Proposals (batches) in flight at once; more changes wait and are batched.
     pub group_proposals_in_flight_max: usize,
+    /// Most committed log entries a node applies in one namespace transaction.
+    pub group_apply_run_entries_max: usize,
     /// A change or read the group cannot confirm within this long is answered `NoQuorum`.
     pub quorum_wait_ms: u64,
     /// A node joining a group that runs already (`flotilla meta --join`): it never
@@ -329,6 +331,7 @@ impl Default for MetaConfig {
             group_batch_changes_max: 1024,
             group_batch_bytes_max: 4 << 20,
             group_proposals_in_flight_max: 4,
+            group_apply_run_entries_max: 256,
             quorum_wait_ms: 3_000,
             join: false,
             group_snapshot_every_entries: 5_000,

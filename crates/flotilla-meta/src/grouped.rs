@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,6 +103,8 @@ pub(crate) struct Group {
     barriers: Barriers,
     /// The term this node last started as leader (`State::lead`), 0 for none.
     led_term: parking_lot::Mutex<u64>,
+    /// The namespace was seen born (`Group::born`).
+    born: AtomicBool,
     grace: Grace,
     /// `flotilla meta add` waits this long for a new node to catch up (`group_catch_up_wait_ms`).
     catch_up_wait: Duration,
@@ -170,6 +172,7 @@ fn limits(config: &MetaConfig) -> GroupLimits {
         batch_changes_max: config.group_batch_changes_max.max(1),
         batch_bytes_max: config.group_batch_bytes_max.max(1),
         snapshot_bytes_max: config.group_snapshot_bytes_max.max(1),
+        apply_run_entries_max: config.group_apply_run_entries_max.max(1),
         ..GroupLimits::default()
     }
 }
@@ -223,6 +226,7 @@ pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<St
         cursor: AtomicU64::new(0),
         barriers: Barriers::default(),
         led_term: parking_lot::Mutex::new(0),
+        born: AtomicBool::new(false),
         grace: Grace::of(config),
         catch_up_wait: Duration::from_millis(config.group_catch_up_wait_ms.max(1)),
         _listener: listener,
@@ -464,9 +468,19 @@ impl Group {
             && applied >= metrics.last_log_index
     }
 
-    /// The namespace had its genesis (or was adopted).
+    /// The namespace had its genesis (or was adopted). Once true it stays true (a genesis is
+    /// applied once, and every snapshot after it is of a born namespace), so it is latched:
+    /// every request asks, and the state machine's lock is held while a run of entries is
+    /// applied.
     pub(crate) fn born(&self) -> bool {
-        self.node.state.with_state(|machine| machine.born())
+        if self.born.load(Ordering::Acquire) {
+            return true;
+        }
+        let born = self.node.state.with_state(|machine| machine.born());
+        if born {
+            self.born.store(true, Ordering::Release);
+        }
+        born
     }
 
     /// The leader's answer if `error` says this node is not it.
@@ -754,6 +768,19 @@ pub(crate) fn close_session(group: Arc<Group>, session_id: u64) {
     });
 }
 
+/// Requests that read no replicated state and change only the leader's own table of opens
+/// (`Closed`, `KeepOpen`): served once `State::lead` found this node leading in a started
+/// term, without a read barrier (a quorum round each; every file a client closes sends
+/// one). A deposed leader serving one changes only a table no other leader uses (the next
+/// one rebuilds its own from the clients' reclaims), and an orphan it would release goes
+/// through the group as a proposal, which needs a quorum.
+fn leader_local(request: &flotilla_proto::MetaRequest) -> bool {
+    matches!(
+        request,
+        flotilla_proto::MetaRequest::Closed { .. } | flotilla_proto::MetaRequest::KeepOpen { .. }
+    )
+}
+
 /// Why a sequenced change is not proposed.
 enum SessionRefusal {
     NotServed(NotServed),
@@ -953,8 +980,10 @@ impl crate::handle::State {
             None => crate::replicated::propose::change_for(&request, asker.who, now_ns(), self)?,
         };
         let Some(change) = change else {
-            if let Err(reason) = group.read_barrier_blocking() {
-                return Ok(MetaReply::NotServed(reason));
+            if !leader_local(&request) {
+                if let Err(reason) = group.read_barrier_blocking() {
+                    return Ok(MetaReply::NotServed(reason));
+                }
             }
             return self.dispatch(request, asker);
         };

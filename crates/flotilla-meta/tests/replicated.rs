@@ -375,6 +375,72 @@ fn the_same_batches_on_two_fresh_machines_give_identical_namespaces() {
     assert_eq!(held(&open("c.redb")), before, "the installed state is on disk");
 }
 
+/// Runs of committed entries applied in one transaction each (`apply_run`, what a node does
+/// with what openraft hands it) give the same replies, rows and reply table as the same
+/// entries applied one by one, with entries without a batch (blank, membership) and the
+/// genesis among them; reopened, the machine stands at the run's last mark.
+#[test]
+fn runs_applied_in_one_transaction_answer_as_entries_applied_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str| NamespaceMachine::open(&dir.path().join(name), MachineLimits::default()).unwrap();
+    let (mut one, mut runs) = (open("one.redb"), open("runs.redb"));
+    let mut rng = StdRng::seed_from_u64(3301);
+    let mut entries: Vec<Option<Batch>> = vec![
+        None,
+        Some(Batch::new(2, vec![plain(Op::Genesis { id_key: [7; 16] }, 2)])),
+        Some(Batch::new(3, TARGETS.iter().map(|t| plain(target_op(*t), 3)).collect())),
+        Some(Batch::new(4, vec![plain(Op::OpenSession, 4)])),
+    ];
+    for batch in random_batches(&mut rng, 1, 1, 200) {
+        entries.push(Some(batch));
+        if rng.random_bool(0.05) {
+            entries.push(None);
+        }
+    }
+    let marks: Vec<AppliedMark> = (1..=entries.len() as u64).map(mark).collect();
+    // Phase: one by one on one machine.
+    let mut expected = Vec::new();
+    for (entry, mark) in entries.iter().zip(&marks) {
+        expected.push(match entry {
+            Some(batch) => one.apply(mark, batch).unwrap(),
+            None => {
+                one.record_mark(mark).unwrap();
+                flotilla_metagroup::Reply::default()
+            }
+        });
+    }
+    // Phase: in runs of 1 to 40 entries on the other.
+    let mut answered = Vec::new();
+    let mut at = 0;
+    while at < entries.len() {
+        let end = (at + rng.random_range(1..=40)).min(entries.len());
+        let run: Vec<flotilla_metagroup::RunEntry<'_>> = (at..end)
+            .map(|i| flotilla_metagroup::RunEntry { mark: &marks[i], batch: entries[i].as_ref() })
+            .collect();
+        answered.extend(runs.apply_run(&run).unwrap());
+        assert_eq!(runs.last_applied().unwrap().map(|m| m.index()), Some(end as u64), "the run's last mark");
+        at = end;
+    }
+    assert_eq!(answered.len(), expected.len());
+    for (i, (a, b)) in expected.iter().zip(&answered).enumerate() {
+        assert_eq!(a, b, "entry {} answered differently in a run", i + 1);
+    }
+    let successes: usize = expected
+        .iter()
+        .filter(|r| !r.bytes.is_empty())
+        .map(|r| BatchReply::decode(&r.bytes).unwrap().outcomes.iter().filter(|o| ok(o)).count())
+        .sum();
+    assert!(successes > 100, "only {successes} changes succeeded: the runs test too little");
+    assert_eq!(held(&one), held(&runs));
+    // Phase: reopened (every run's commit made durable first), the state and mark are kept.
+    let before = held(&runs);
+    runs.namespace().unwrap().sync_batches().unwrap();
+    drop(runs);
+    let runs = open("runs.redb");
+    assert_eq!(runs.last_applied().unwrap().map(|m| m.index()), Some(entries.len() as u64));
+    assert_eq!(held(&runs), before);
+}
+
 /// A session closed by a change numbered in it is gone (its later requests are refused as
 /// of an unknown session) and the machine goes on.
 #[test]

@@ -37,7 +37,7 @@ pub use network::{
 };
 pub use reply_table::{Lookup, ReplyError, ReplyLimits, ReplyTable};
 pub use sm_store::StateMachineStore;
-pub use state_machine::{AppliedMark, BoundedWriter, StateMachine, StateMachineError};
+pub use state_machine::{AppliedMark, BoundedWriter, RunEntry, StateMachine, StateMachineError};
 pub use tcp::listener::GroupListener;
 pub use tcp::{TcpConfig, TcpError, TcpTransport};
 pub use types::{Batch, BatchError, Change, NodeId, Raft, Reply, TypeConfig, BATCH_VERSION};

@@ -19,6 +19,9 @@ pub struct GroupLimits {
     /// Appends waiting for the log's next fsync (the flusher's queue); an append finding it
     /// full waits.
     pub log_flushes_waiting_max: usize,
+    /// Most committed entries handed to the state machine at once (`StateMachine::apply_run`:
+    /// one transaction for the run).
+    pub apply_run_entries_max: usize,
 }
 
 impl Default for GroupLimits {
@@ -31,6 +34,7 @@ impl Default for GroupLimits {
             snapshot_chunk_bytes: 1 << 20,
             log_read_entries_max: 4096,
             log_flushes_waiting_max: 4096,
+            apply_run_entries_max: 256,
         }
     }
 }

@@ -132,37 +132,35 @@ impl Drop for Writer {
 }
 
 /// The writer thread: runs the jobs in order; appends waiting together share a transaction.
+/// The committed hint is kept in memory and written with the next appends' transaction (a
+/// transaction of its own for every commit cost each node a redb commit per round), and
+/// when the thread ends (the store dropped: a clean stop).
 fn write_log(store: RedbLogStore, jobs: std::sync::mpsc::Receiver<Job>) {
     let mut held: Option<Job> = None;
+    // The latest committed hint not written yet.
+    let mut unwritten: Option<Option<LogId>> = None;
     loop {
         let job = match held.take() {
             Some(job) => job,
             None => match jobs.recv() {
                 Ok(job) => job,
-                Err(_) => return,
+                Err(_) => {
+                    if let Some(latest) = unwritten {
+                        if let Err(error) =
+                            store.write_meta_with(KEY_COMMITTED, &latest, Durability::Immediate)
+                        {
+                            tracing::warn!(%error, "the metadata group's committed id was not recorded");
+                        }
+                    }
+                    return;
+                }
             },
         };
         match job {
-            Job::Committed(committed) => {
-                // The latest of the hints waiting is enough.
-                let mut latest = committed;
-                loop {
-                    match jobs.try_recv() {
-                        Ok(Job::Committed(committed)) => latest = committed,
-                        Ok(other) => {
-                            held = Some(other);
-                            break;
-                        }
-                        Err(_) => break,
-                    }
-                }
-                if let Err(error) = store.write_meta_with(KEY_COMMITTED, &latest, Durability::None) {
-                    tracing::warn!(%error, "the metadata group's committed id was not recorded");
-                }
-            }
+            Job::Committed(committed) => unwritten = Some(committed),
             Job::Append { entries, callback } => {
                 let mut appends = vec![(entries, callback)];
-                let mut committed = None;
+                let mut committed = unwritten.take();
                 loop {
                     match jobs.try_recv() {
                         Ok(Job::Append { entries, callback }) => appends.push((entries, callback)),
@@ -448,8 +446,8 @@ impl RaftLogStorage<TypeConfig> for RedbLogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // A hint for re-applying at start (openraft's save_committed may lose it): not worth
-        // an fsync per commit, nor a wait for the writer's; the writer records it with the
-        // next appends (a full queue waits, as an append does).
+        // an fsync per commit, nor a wait for the writer's, nor a transaction of its own; the
+        // writer records it with the next appends (a full queue waits, as an append does).
         self.writer
             .send(Job::Committed(committed))
             .map_err(|_| LogStoreError::Durability("the log writer thread stopped".into()))

@@ -1,7 +1,8 @@
 //! The adapter from openraft's `RaftStateMachine` to a [`StateMachine`].
 //!
-//! Invariants: entries are handed to the state machine one by one, in log order, each with the
-//! mark (log id and membership) it must record atomically; snapshots are built from one
+//! Invariants: entries are handed to the state machine in log order, in runs of consecutive
+//! committed entries (at most `apply_run_entries_max` each), each entry with the mark (log id
+//! and membership) it must record atomically with its effects; snapshots are built from one
 //! consistent view, bounded by `snapshot_bytes_max`, and sent in chunks of
 //! `snapshot_chunk_bytes` by openraft; a snapshot received over the bound is refused.
 
@@ -14,7 +15,7 @@ use parking_lot::Mutex;
 
 use crate::limits::GroupLimits;
 use crate::snapshot_buffer::SnapshotBuffer;
-use crate::state_machine::{AppliedMark, BoundedWriter, StateMachine, StateMachineError};
+use crate::state_machine::{AppliedMark, BoundedWriter, RunEntry, StateMachine, StateMachineError};
 use crate::types::{Entry, LogId, NodeId, Reply, StorageError, StoredMembership, TypeConfig};
 
 type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
@@ -64,21 +65,62 @@ impl<S: StateMachine> StateMachineStore<S> {
         f(&self.state.lock())
     }
 
-    fn apply_entry(&self, entry: Entry) -> Result<Reply, StateMachineError> {
-        let log_id = Some(entry.log_id);
-        let mut membership = self.membership.lock();
-        if let EntryPayload::Membership(m) = &entry.payload {
-            *membership = StoredMembership::new(log_id, m.clone());
-        }
-        let mark = AppliedMark { log_id, membership: membership.clone() };
-        drop(membership);
-        let mut state = self.state.lock();
-        match &entry.payload {
-            EntryPayload::Normal(batch) => state.apply(&mark, batch),
-            EntryPayload::Blank | EntryPayload::Membership(_) => {
-                state.record_mark(&mark).map(|()| Reply::default())
+    /// Applies `entries` (consecutive, committed) in runs of at most
+    /// `GroupLimits::apply_run_entries_max`, each run handed to the state machine at once.
+    /// An error names the first entry of the run that failed.
+    fn apply_entries(&self, entries: Vec<Entry>) -> Result<Vec<Reply>, (LogId, StateMachineError)> {
+        let run_max = self.limits.apply_run_entries_max.max(1);
+        let mut replies = Vec::with_capacity(entries.len());
+        let mut entries = entries.into_iter().peekable();
+        while entries.peek().is_some() {
+            let run: Vec<Entry> = entries.by_ref().take(run_max).collect();
+            let marks: Vec<AppliedMark> = {
+                let mut membership = self.membership.lock();
+                run.iter()
+                    .map(|entry| {
+                        let log_id = Some(entry.log_id);
+                        if let EntryPayload::Membership(m) = &entry.payload {
+                            *membership = StoredMembership::new(log_id, m.clone());
+                        }
+                        AppliedMark { log_id, membership: membership.clone() }
+                    })
+                    .collect()
+            };
+            let items: Vec<RunEntry<'_>> = run
+                .iter()
+                .zip(&marks)
+                .map(|(entry, mark)| RunEntry {
+                    mark,
+                    batch: match &entry.payload {
+                        EntryPayload::Normal(batch) => Some(batch),
+                        EntryPayload::Blank | EntryPayload::Membership(_) => None,
+                    },
+                })
+                .collect();
+            let applied = self.state.lock().apply_run(&items).and_then(|applied| {
+                if applied.len() == items.len() {
+                    Ok(applied)
+                } else {
+                    Err(StateMachineError::Storage(format!(
+                        "the state machine answered {} replies for a run of {} entries",
+                        applied.len(),
+                        items.len()
+                    )))
+                }
+            });
+            match applied {
+                Ok(applied) => replies.extend(applied),
+                Err(e) => {
+                    // The membership kept in memory may be ahead of what was applied: take
+                    // it back from the state machine's own mark.
+                    if let Ok(mark) = self.state.lock().last_applied() {
+                        *self.membership.lock() = mark.map(|m| m.membership).unwrap_or_default();
+                    }
+                    return Err((run[0].log_id, e));
+                }
             }
         }
+        Ok(replies)
     }
 
     fn build(&self) -> Result<Snapshot<TypeConfig>, StateMachineError> {
@@ -119,15 +161,9 @@ impl<S: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut replies = Vec::new();
-        for entry in entries {
-            let log_id = entry.log_id;
-            let reply = self.apply_entry(entry).map_err(|e| {
-                StorageError::from(openraft::StorageIOError::apply(log_id, AnyError::new(&e)))
-            })?;
-            replies.push(reply);
-        }
-        Ok(replies)
+        self.apply_entries(entries.into_iter().collect()).map_err(|(log_id, e)| {
+            StorageError::from(openraft::StorageIOError::apply(log_id, AnyError::new(&e)))
+        })
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

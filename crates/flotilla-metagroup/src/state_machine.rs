@@ -45,12 +45,33 @@ pub enum StateMachineError {
     Io(#[from] std::io::Error),
 }
 
+/// One committed entry of a run handed to [`StateMachine::apply_run`]: the mark to record
+/// with it and its batch (`None`: a blank or membership entry, only the mark).
+#[derive(Clone, Copy, Debug)]
+pub struct RunEntry<'a> {
+    pub mark: &'a AppliedMark,
+    pub batch: Option<&'a Batch>,
+}
+
 /// The replicated state: the metadata service implements this over its namespace.
 pub trait StateMachine: Send + Sync + 'static {
     /// Applies one batch and records `mark` atomically with it; returns the reply.
     fn apply(&mut self, mark: &AppliedMark, batch: &Batch) -> Result<Reply, StateMachineError>;
     /// Records `mark` for an entry with no batch (a blank or membership entry).
     fn record_mark(&mut self, mark: &AppliedMark) -> Result<(), StateMachineError>;
+    /// Applies a run of consecutive committed entries, in order; one reply per entry (the
+    /// default for an entry with no batch). The effects of every entry and the last mark
+    /// may be recorded in one transaction, as long as the replies and the state are those
+    /// of applying the entries one by one, and a crash keeps a prefix of the run whose
+    /// last entry is the recorded mark. The default applies them one by one.
+    fn apply_run(&mut self, run: &[RunEntry<'_>]) -> Result<Vec<Reply>, StateMachineError> {
+        run.iter()
+            .map(|entry| match entry.batch {
+                Some(batch) => self.apply(entry.mark, batch),
+                None => self.record_mark(entry.mark).map(|()| Reply::default()),
+            })
+            .collect()
+    }
     /// The last recorded mark (`None` on a new state).
     fn last_applied(&self) -> Result<Option<AppliedMark>, StateMachineError>;
     /// Writes a consistent snapshot of the whole state to `out`; returns the mark it covers.

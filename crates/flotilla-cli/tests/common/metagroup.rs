@@ -69,14 +69,18 @@ impl MetaNode {
             .spawn()
             .map_err(|e| format!("spawn node {}: {e}", self.id))?;
         let mut line = String::new();
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
-        match line.trim().strip_prefix("meta=") {
-            Some(addr) if addr == self.meta => Ok(child),
-            _ => {
+        let read = match child.stdout.take() {
+            Some(stdout) => BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string()),
+            None => Err("no stdout".to_string()),
+        };
+        match (read, line.trim().strip_prefix("meta=")) {
+            (Ok(_), Some(addr)) if addr == self.meta => Ok(child),
+            (read, _) => {
+                // Never left running: a node that did not start as asked is killed and reaped.
                 let _ = child.kill();
                 let status = child.wait().map_err(|e| e.to_string())?;
-                Err(format!("node {} printed {line:?} and exited with {status}", self.id))
+                let read = read.err().map(|e| format!(" (reading its stdout: {e})")).unwrap_or_default();
+                Err(format!("node {} printed {line:?}{read} and exited with {status}", self.id))
             }
         }
     }

@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use flotilla_metagroup::reply_table::Session;
 use flotilla_metagroup::types::SESSION_NONE;
 use flotilla_metagroup::{
-    record, AppliedMark, Batch, Change, Lookup, Reply, ReplyError, ReplyLimits, ReplyTable, StateMachine,
-    StateMachineError,
+    record, AppliedMark, Batch, Change, Lookup, Reply, ReplyError, ReplyLimits, ReplyTable, RunEntry,
+    StateMachine, StateMachineError,
 };
 use flotilla_namespace::{BatchDurability, CreateFile, LayoutOf, Namespace, NamespaceError, NamespaceImage};
 use flotilla_proto::{ErrorCode, WireError};
@@ -755,16 +755,81 @@ fn execute(ns: &Namespace, change: &NamespaceChange) -> Result<Applied, Namespac
     }
 }
 
+/// The batch's genesis change, if it is a batch of one `Genesis` (applied alone).
+fn genesis_of(batch: &Batch) -> Option<NamespaceChange> {
+    match batch.changes.as_slice() {
+        [only] => NamespaceChange::decode(&only.body).ok().filter(|c| matches!(c.op, Op::Genesis { .. })),
+        _ => None,
+    }
+}
+
+/// What the body of a run's transaction came to.
+enum RunBody {
+    /// Each entry's outcomes (`None`: an entry with no batch), and the records to write.
+    Done { outcomes: Vec<Option<Vec<Outcome>>>, sessions: SessionRecords, meta: Vec<u8> },
+    /// A change failed after writing: nothing of the run stays.
+    Undone,
+}
+
 impl StateMachine for NamespaceMachine {
-    fn apply(&mut self, mark: &AppliedMark, batch: &Batch) -> Result<Reply, StateMachineError> {
-        if self.namespace.is_none() {
-            self.set_namespace(Some(Namespace::open(&self.path).map_err(storage)?));
-            self.load()?;
+    /// A run of entries in one transaction of the namespace (one commit, the run's last mark):
+    /// the same outcomes as applying them one by one, as each change sees the ones before it
+    /// in the transaction. A genesis is applied alone; a run in which a change fails after
+    /// writing is undone whole and applied again entry by entry (`apply`).
+    fn apply_run(&mut self, run: &[RunEntry<'_>]) -> Result<Vec<Reply>, StateMachineError> {
+        self.reopen_if_closed()?;
+        let mut replies = Vec::with_capacity(run.len());
+        let mut start = 0;
+        while start < run.len() {
+            let genesis = |entry: &RunEntry<'_>| entry.batch.is_some_and(|b| genesis_of(b).is_some());
+            let end = if genesis(&run[start]) {
+                start + 1
+            } else {
+                (start..run.len()).find(|&i| genesis(&run[i])).unwrap_or(run.len())
+            };
+            let piece = &run[start..end];
+            start = end;
+            let together = match piece {
+                [_, _, ..] => match self.try_run(piece) {
+                    Ok(together) => together,
+                    Err(error) => {
+                        // The reply table in memory saw changes that were not committed.
+                        let _ = self.load();
+                        return Err(error);
+                    }
+                },
+                _ => None,
+            };
+            match together {
+                Some(outcomes) => {
+                    for outcomes in outcomes {
+                        replies.push(match outcomes {
+                            Some(outcomes) => {
+                                Reply { bytes: BatchReply { outcomes }.encode().map_err(storage)? }
+                            }
+                            None => Reply::default(),
+                        });
+                    }
+                }
+                None => {
+                    if piece.len() > 1 {
+                        self.load()?;
+                    }
+                    for entry in piece {
+                        replies.push(match entry.batch {
+                            Some(batch) => self.apply(entry.mark, batch)?,
+                            None => self.record_mark(entry.mark).map(|()| Reply::default())?,
+                        });
+                    }
+                }
+            }
         }
-        let genesis = match batch.changes.as_slice() {
-            [only] => NamespaceChange::decode(&only.body).ok().filter(|c| matches!(c.op, Op::Genesis { .. })),
-            _ => None,
-        };
+        Ok(replies)
+    }
+
+    fn apply(&mut self, mark: &AppliedMark, batch: &Batch) -> Result<Reply, StateMachineError> {
+        self.reopen_if_closed()?;
+        let genesis = genesis_of(batch);
         let outcomes = match genesis {
             Some(change) => vec![self.apply_genesis(mark, &change)?],
             None => self.apply_runs(mark, batch)?,
@@ -829,6 +894,65 @@ impl StateMachine for NamespaceMachine {
 }
 
 impl NamespaceMachine {
+    /// Opens the namespace again after an install that failed left it closed.
+    fn reopen_if_closed(&mut self) -> Result<(), StateMachineError> {
+        if self.namespace.is_none() {
+            self.set_namespace(Some(Namespace::open(&self.path).map_err(storage)?));
+            self.load()?;
+        }
+        Ok(())
+    }
+
+    /// Applies the entries of `piece` (no genesis among them) in one transaction with the
+    /// last one's mark; `None` if a change failed after writing (nothing of it stays, and
+    /// the reply table in memory must be loaded again).
+    fn try_run(
+        &mut self,
+        piece: &[RunEntry<'_>],
+    ) -> Result<Option<Vec<Option<Vec<Outcome>>>>, StateMachineError> {
+        let Some(last) = piece.last() else { return Ok(Some(Vec::new())) };
+        let mark_bytes = self.encode(last.mark)?;
+        let record_bytes_max = self.limits.record_bytes_max;
+        let durability = self.next_durability();
+        let NamespaceMachine { namespace, replies, born, .. } = self;
+        let ns = namespace.as_deref().ok_or_else(|| storage("namespace closed after a failed install"))?;
+        let born = *born;
+        let body = || -> Result<RunBody, StateMachineError> {
+            let mut dirty: BTreeSet<u64> = BTreeSet::new();
+            let mut all = Vec::with_capacity(piece.len());
+            for entry in piece {
+                let Some(batch) = entry.batch else {
+                    all.push(None);
+                    continue;
+                };
+                dirty.extend(replies.tick(batch.proposed_at_ms));
+                let mut outcomes = Vec::with_capacity(batch.changes.len());
+                for change in &batch.changes {
+                    let context = Context { ns, born, now_ms: batch.proposed_at_ms, forced: None };
+                    match apply_change(&context, replies, &mut dirty, change)? {
+                        Step::Done(outcome) => outcomes.push(outcome),
+                        Step::Undone(_) => return Ok(RunBody::Undone),
+                    }
+                }
+                all.push(Some(outcomes));
+            }
+            let (sessions, meta) = Self::session_records(replies, &dirty, record_bytes_max)?;
+            Ok(RunBody::Done { outcomes: all, sessions, meta })
+        };
+        let finish = |txn: &WriteTransaction, body: &Result<RunBody, StateMachineError>| {
+            let Ok(RunBody::Done { sessions, meta, .. }) = body else {
+                return Err(NamespaceError::Storage("the run did not finish".into()));
+            };
+            write_records(txn, sessions, meta, &mark_bytes)
+        };
+        let batched = ns.apply_batch_with(durability, body, finish).map_err(storage)?;
+        match (batched.committed, batched.value?) {
+            (true, RunBody::Done { outcomes, .. }) => Ok(Some(outcomes)),
+            (false, RunBody::Undone) => Ok(None),
+            (_, _) => Err(storage("a run was neither committed nor undone at a change")),
+        }
+    }
+
     /// Runs a batch until one run commits (each run that was undone at a change answers
     /// that change with its error in the next).
     fn apply_runs(&mut self, mark: &AppliedMark, batch: &Batch) -> Result<Vec<Outcome>, StateMachineError> {
