@@ -243,7 +243,8 @@ impl Connection {
         let modelled = netmodel::model();
         let mut target_bytes = 0;
         if let Some(model) = &modelled {
-            target_bytes = target.as_ref().and_then(|t| t.lock().as_ref().map(ScatterTarget::data_bytes)).unwrap_or(0);
+            target_bytes =
+                target.as_ref().and_then(|t| t.lock().as_ref().map(ScatterTarget::data_bytes)).unwrap_or(0);
             let bytes = (FRAME_OVERHEAD_BYTES + body.len() + data.len()) as u64;
             netmodel::hold_until(model.request_arrives(&self.addr, bytes, std::time::Instant::now())).await;
         }

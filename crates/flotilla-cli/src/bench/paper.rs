@@ -9,8 +9,8 @@
 
 use super::plan::{GalleyPattern, GpfsPattern, Interface, Op, RamaOrder};
 use super::report::{PointResult, Report};
-use super::verdict::{Rule, Tolerance, Verdict};
 use super::spread;
+use super::verdict::{Rule, Tolerance, Verdict};
 use super::{
     galley_jobs, gpfs_jobs, rama_jobs, run_jobs, CommonArgs, GalleyArgs, GpfsArgs, RamaArgs, RamaExperiment,
 };
@@ -54,7 +54,7 @@ const ALL: [Paper; 8] = [
 
 impl Paper {
     fn name(self) -> String {
-        format!("{self:?}").to_lowercase()
+        self.to_possible_value().map_or_else(|| format!("{self:?}"), |v| v.get_name().to_string())
     }
 
     /// The network a paper ran on, modelled by default (`--network` overrides it).
@@ -157,15 +157,25 @@ pub fn run(args: PaperArgs) -> anyhow::Result<()> {
         super::network::apply(network)?;
         let findings = run_one(&args, paper, network.unwrap_or("none"))?;
         super::network::apply(None)?;
-        broken.extend(
-            findings
-                .iter()
-                .filter(|f| f.rule.checked && !f.verdict().direction_holds())
-                .map(|f| format!("{}: {} (paper {}, ours {:.2}, {})", paper.name(), f.what, f.paper, f.ours, f.verdict().label())),
-        );
+        broken.extend(findings.iter().filter(|f| f.rule.checked && !f.verdict().direction_holds()).map(
+            |f| {
+                format!(
+                    "{}: {} (paper {}, ours {:.2}, {})",
+                    paper.name(),
+                    f.what,
+                    f.paper,
+                    f.ours,
+                    f.verdict().label()
+                )
+            },
+        ));
     }
     if args.check {
-        anyhow::ensure!(broken.is_empty(), "findings whose direction no longer holds:\n{}", broken.join("\n"));
+        anyhow::ensure!(
+            broken.is_empty(),
+            "findings whose direction no longer holds:\n{}",
+            broken.join("\n")
+        );
     }
     Ok(())
 }
@@ -250,7 +260,10 @@ fn network_checks(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>
         println!("== Galley Fig. 5 in the model: aggregate MB/s, 16 sinks, 64 KiB messages");
         let sp2 = preset("sp2")?;
         for sources in [4, 8, 16, 32, 64] {
-            println!("{sources:>3} sources {:>8.1}", sources_to_sinks_mb_s(sp2, sources, 16, 64 << 10, 1 << 20));
+            println!(
+                "{sources:>3} sources {:>8.1}",
+                sources_to_sinks_mb_s(sp2, sources, 16, 64 << 10, 1 << 20)
+            );
         }
         println!();
     }
@@ -264,7 +277,9 @@ fn network_checks(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>
         });
     }
     let bytes: u64 = if args.quick { 8 << 20 } else { 32 << 20 };
-    for (name, paper_mb_s, source) in [("sp2", 17.0, "Galley §6.1: ~17 MB/s"), ("asci-blue", 83.0, "GPFS §2: 83 MB/s")] {
+    for (name, paper_mb_s, source) in
+        [("sp2", 17.0, "Galley §6.1: ~17 MB/s"), ("asci-blue", 83.0, "GPFS §2: 83 MB/s")]
+    {
         super::network::apply(Some(name))?;
         let measured = measured_read_mb_s(args, bytes)?;
         findings.push(Finding {
@@ -290,7 +305,8 @@ fn measured_read_mb_s(args: &PaperArgs, bytes: u64) -> anyhow::Result<f64> {
     let outcome = (|| {
         let client = cluster.client()?;
         let path = format!("/network-check-{}", std::process::id());
-        let options = flotilla_client::CreateOptions { subfiles: 1, ..flotilla_client::CreateOptions::default() };
+        let options =
+            flotilla_client::CreateOptions { subfiles: 1, ..flotilla_client::CreateOptions::default() };
         let file = client.create(&path, &options)?;
         let chunk = vec![7u8; 1 << 20];
         for at in (0..bytes).step_by(chunk.len()) {
@@ -364,21 +380,21 @@ fn galley(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             what: format!("interleaved, {small} B records: strided / traditional"),
             paper: "up to 98x (Fig. 13)".into(),
             paper_ratio: 98.0,
-            rule: Rule::standard(98.0),
+            rule: Rule::standard(98.0).checked(),
             ours: speedup("interleaved", small),
         },
         Finding {
             what: format!("partitioned, {small} B records: strided / traditional"),
             paper: "up to 92x (Fig. 13)".into(),
             paper_ratio: 92.0,
-            rule: Rule::standard(92.0),
+            rule: Rule::standard(92.0).checked(),
             ours: speedup("partitioned", small),
         },
         Finding {
             what: format!("broadcast, {small} B records: strided / traditional"),
             paper: "150x to 350x (Fig. 13)".into(),
             paper_ratio: 230.0,
-            rule: Rule::standard(230.0),
+            rule: Rule::standard(230.0).checked(),
             ours: speedup("broadcast", small),
         },
         Finding {
@@ -392,7 +408,7 @@ fn galley(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             what: format!("interleaved traditional, {large} B / {small} B records"),
             paper: "throughput rises with record size (Fig. 7)".into(),
             paper_ratio: 100.0,
-            rule: Rule::above(0.1, Tolerance::Ratio(10.0)),
+            rule: Rule::above(0.1, Tolerance::Ratio(10.0)).checked(),
             ours: ratio(
                 median_of(
                     &report,
@@ -421,7 +437,11 @@ fn galley(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
 
 /// Galley Figs. 8, 9 (traditional) and 11, 12 (strided) writes, overwriting and creating a
 /// file, interleaved and partitioned; the speedups of Figs. 14 and 15.
-fn galley_writes(args: &PaperArgs, common: &CommonArgs, records: &[u64]) -> anyhow::Result<(Report, Vec<Finding>)> {
+fn galley_writes(
+    args: &PaperArgs,
+    common: &CommonArgs,
+    records: &[u64],
+) -> anyhow::Result<(Report, Vec<Finding>)> {
     let write_args = GalleyArgs {
         common: common.clone(),
         pattern: vec![GalleyPattern::Interleaved, GalleyPattern::Partitioned],
@@ -679,7 +699,7 @@ fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             what: "whole file: best stripe unit / worst stripe unit".into(),
             paper: "a factor of 5 (Fig. 7-2)".into(),
             paper_ratio: 5.0,
-            rule: Rule::standard(5.0),
+            rule: Rule::standard(5.0).checked(),
             ours: ratio(best, worst),
         },
         Finding {
@@ -742,7 +762,7 @@ fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             what: "GATOR: worst stripe / best stripe (CPU utilization)".into(),
             paper: "as low as 21% (Fig. 7-8)".into(),
             paper_ratio: 0.21,
-            rule: Rule::standard(0.21),
+            rule: Rule::standard(0.21).checked(),
             ours: ratio(gator_worst, gator_best),
         },
     ];
@@ -996,7 +1016,14 @@ fn group(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
                     ),
                     paper: format!("{paper:.2} (Table 3)"),
                     paper_ratio: paper,
-                    rule: Rule::standard(paper),
+                    // The 16 KiB elements' gains over synchronous (the paper's headline, and
+                    // the target) are asserted by --check; the 16 B ones are within
+                    // 17% of no effect in the paper and noisy here.
+                    rule: if m == 1 && base == 0 {
+                        Rule::standard(paper).checked()
+                    } else {
+                        Rule::standard(paper)
+                    },
                     ours: ratio(ours(d, m, base), ours(d, m, program)),
                 });
             }
@@ -1209,7 +1236,13 @@ fn enwrich_findings(setup: &EnwrichSetup, layout: &str, rates: &EnwrichRates) ->
             what: format!("{layout}, {record} B records: ENWRICH over TC, mean of patterns but wnn"),
             paper: paper.into(),
             paper_ratio,
-            rule: Rule::standard(paper_ratio),
+            // The 512 B records' gain is large here on both layouts; the 8 KiB one is near
+            // the no-effect band on a quick run.
+            rule: if record == 512 {
+                Rule::standard(paper_ratio).checked()
+            } else {
+                Rule::standard(paper_ratio)
+            },
             ours: others.iter().sum::<f64>() / others.len().max(1) as f64,
         });
         findings.push(Finding {
@@ -1277,7 +1310,7 @@ fn sweep_finding(setup: &EnwrichSetup, sweep: &[(String, u64, f64)]) -> Finding 
         what: "ENWRICH, 4x the cache per writer: speedup, mean".into(),
         paper: ">1: rises with the cache (Fig. 6)".into(),
         paper_ratio: 1.2,
-        rule: Rule::above(0.05, Tolerance::Effect(3.0)),
+        rule: Rule::above(0.05, Tolerance::Effect(3.0)).checked(),
         ours: gains.iter().sum::<f64>() / gains.len().max(1) as f64,
     }
 }

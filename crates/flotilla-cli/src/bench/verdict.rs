@@ -87,7 +87,12 @@ impl Rule {
 
     /// The paper reports no effect (or one smaller than `band`).
     pub const fn near(band: f64) -> Rule {
-        Rule { direction: Direction::Near, no_effect: band, tolerance: Tolerance::Ratio(1.0 + band), checked: false }
+        Rule {
+            direction: Direction::Near,
+            no_effect: band,
+            tolerance: Tolerance::Ratio(1.0 + band),
+            checked: false,
+        }
     }
 
     /// The same rule, asserted by `--check`.
@@ -98,7 +103,11 @@ impl Rule {
     /// The rule for a paper's ratio: its direction with a 10% no-effect band, the magnitude
     /// within 2× (of the ratio when it is 2 or more, of the effect otherwise).
     pub fn standard(paper_ratio: f64) -> Rule {
-        let tolerance = if paper_ratio >= 2.0 || paper_ratio <= 0.5 { Tolerance::Ratio(2.0) } else { Tolerance::Effect(2.0) };
+        let tolerance = if paper_ratio >= 2.0 || paper_ratio <= 0.5 {
+            Tolerance::Ratio(2.0)
+        } else {
+            Tolerance::Effect(2.0)
+        };
         if paper_ratio >= 1.1 {
             Rule::above(0.1, tolerance)
         } else if paper_ratio <= 1.0 / 1.1 {
