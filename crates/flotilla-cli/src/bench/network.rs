@@ -217,13 +217,10 @@ pub fn sources_to_sinks_mb_s(
     let mut sent = vec![0u64; sources];
     let total = messages * sinks as u64;
     let mut last_ns: f64 = 0.0;
-    loop {
-        // The source whose next message is due first sends it (ties: the lowest index).
-        let Some(s) =
-            (0..sources).filter(|&s| sent[s] < total).min_by(|&a, &b| next_ns[a].total_cmp(&next_ns[b]))
-        else {
-            break;
-        };
+    // The source whose next message is due first sends it (ties: the lowest index).
+    while let Some(s) =
+        (0..sources).filter(|&s| sent[s] < total).min_by(|&a, &b| next_ns[a].total_cmp(&next_ns[b]))
+    {
         let sink = (s + sent[s] as usize) % sinks;
         let delivered = links.send(&format!("source{s}"), &format!("sink{sink}"), record_bytes, next_ns[s]);
         last_ns = last_ns.max(delivered);

@@ -150,6 +150,11 @@ pub fn run(args: PaperArgs) -> anyhow::Result<()> {
     let papers = if args.name == Paper::All { ALL.to_vec() } else { vec![args.name] };
     let mut broken = Vec::new();
     for paper in papers {
+        // rama-migration states no finding to check (its own test replays the month), and
+        // is half of `all --quick`'s time: `all --check` leaves it out.
+        if args.check && args.name == Paper::All && paper == Paper::RamaMigration {
+            continue;
+        }
         let network = match args.network.as_deref() {
             Some(given) => Some(given),
             None => paper.network(),
