@@ -10,9 +10,11 @@
 //! frame's tag or checksum matched.
 
 mod admission;
+mod netmodel;
 mod scatter;
 
 pub use admission::{Admission, HandshakeGate, HandshakeLimits};
+pub use netmodel::{install_network_model, NetworkModel};
 pub use scatter::{check_disjoint, ScatterTarget, Segment, SegmentError};
 
 use bytes::{Bytes, BytesMut};
@@ -90,6 +92,9 @@ impl ConnectionConfig {
         ConnectionConfig { auth: Some(auth), ..ConnectionConfig::default() }
     }
 }
+
+/// Bytes a frame adds to its body and data, as the network model counts them.
+const FRAME_OVERHEAD_BYTES: usize = 32;
 
 struct Outgoing {
     request_id: u64,
@@ -235,6 +240,14 @@ impl Connection {
         data: Bytes,
         target: Option<SharedTarget>,
     ) -> Result<Received, RpcError> {
+        let modelled = netmodel::model();
+        let mut target_bytes = 0;
+        if let Some(model) = &modelled {
+            target_bytes =
+                target.as_ref().and_then(|t| t.lock().as_ref().map(ScatterTarget::data_bytes)).unwrap_or(0);
+            let bytes = (FRAME_OVERHEAD_BYTES + body.len() + data.len()) as u64;
+            netmodel::hold_until(model.request_arrives(&self.addr, bytes, std::time::Instant::now())).await;
+        }
         let (reply_tx, reply_rx) = oneshot::channel();
         self.pending.lock().insert(request_id, Waiter { reply: reply_tx, target });
         if self.is_broken() {
@@ -245,7 +258,13 @@ impl Connection {
             self.pending.lock().remove(&request_id);
             return Err(self.lost("writer stopped"));
         }
-        reply_rx.await.map_err(|_| self.lost("reply channel closed"))?
+        let received = reply_rx.await.map_err(|_| self.lost("reply channel closed"))??;
+        if let Some(model) = modelled {
+            let data_bytes = if received.placed { target_bytes } else { received.frame.data.len() as u64 };
+            let bytes = (FRAME_OVERHEAD_BYTES + received.frame.body.len()) as u64 + data_bytes;
+            netmodel::hold_until(model.reply_arrives(&self.addr, bytes, std::time::Instant::now())).await;
+        }
+        Ok(received)
     }
 
     /// Sends a typed request and decodes the typed reply, returning it with the data bytes.

@@ -20,6 +20,7 @@ mod group;
 mod hpf;
 mod meta;
 mod migration;
+mod network;
 mod paper;
 mod plan;
 mod plot;
@@ -28,6 +29,7 @@ mod runner;
 mod spread;
 mod stall;
 mod stream;
+mod verdict;
 mod worker;
 
 pub use meta::{meta_worker, MetaWorkerArgs};
@@ -110,6 +112,9 @@ pub struct CommonArgs {
     /// Keep server caches warm between runs (sim targets restart servers before each run).
     #[arg(long)]
     pub warm: bool,
+    /// Model a 1990s network in the clients' transport (sp2, cm5, fddi, asci-blue; none: off).
+    #[arg(long, env = "FLOTILLA_NETWORK")]
+    pub network: Option<String>,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -516,6 +521,9 @@ fn rama_report(args: &RamaArgs) -> anyhow::Result<Report> {
 }
 
 fn start_cluster(common: &CommonArgs, servers: usize) -> anyhow::Result<Cluster> {
+    if common.network.is_some() {
+        network::apply(common.network.as_deref())?;
+    }
     Ok(match &common.meta {
         Some(meta) => Cluster::Attached { meta: meta.clone() },
         None => Cluster::Embedded(Embedded::start(ClusterSpec {

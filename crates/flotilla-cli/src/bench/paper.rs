@@ -10,6 +10,7 @@
 use super::plan::{GalleyPattern, GpfsPattern, Interface, Op, RamaOrder};
 use super::report::{PointResult, Report};
 use super::spread;
+use super::verdict::{Rule, Tolerance, Verdict};
 use super::{
     galley_jobs, gpfs_jobs, rama_jobs, run_jobs, CommonArgs, GalleyArgs, GpfsArgs, RamaArgs, RamaExperiment,
 };
@@ -32,6 +33,40 @@ pub enum Paper {
     /// RAMA chapter 3 and §4.2.3: a synthetic month of file references replayed on a small
     /// lines target with a directory archive, one run per migration policy.
     RamaMigration,
+    /// The network model's presets checked against the papers' stated network figures
+    /// (Galley Fig. 5, GPFS §2), in the model and measured through the transport.
+    Network,
+    /// Every paper above, one after another (`--quick`: in minutes).
+    All,
+}
+
+/// What `all` runs, in order.
+const ALL: [Paper; 8] = [
+    Paper::Network,
+    Paper::Galley,
+    Paper::Gpfs,
+    Paper::Rama,
+    Paper::Group,
+    Paper::Enwrich,
+    Paper::RamaSpread,
+    Paper::RamaMigration,
+];
+
+impl Paper {
+    fn name(self) -> String {
+        self.to_possible_value().map_or_else(|| format!("{self:?}"), |v| v.get_name().to_string())
+    }
+
+    /// The network a paper ran on, modelled by default (`--network` overrides it).
+    fn network(self) -> Option<&'static str> {
+        match self {
+            Paper::Galley => Some("sp2"),
+            Paper::Gpfs => Some("asci-blue"),
+            Paper::Group => Some("fddi"),
+            Paper::Enwrich => Some("cm5"),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Args, Clone, Debug)]
@@ -53,6 +88,13 @@ pub struct PaperArgs {
     /// Directory for CSV files and charts, one per experiment.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Network model of the clients' transport: sp2, cm5, fddi, asci-blue, or none (default:
+    /// the paper's machine; none for RAMA, which modelled only its disks here).
+    #[arg(long)]
+    pub network: Option<String>,
+    /// Fail when a finding whose rule is marked checked does not hold its direction (CI).
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// One comparison with the paper.
@@ -61,16 +103,29 @@ struct Finding {
     what: String,
     paper: String,
     paper_ratio: f64,
+    rule: Rule,
     ours: f64,
 }
 
 impl Finding {
-    fn direction_agrees(&self) -> bool {
-        (self.paper_ratio >= 1.0) == (self.ours >= 1.0) || (self.paper_ratio - self.ours).abs() < 0.05
+    fn verdict(&self) -> Verdict {
+        self.rule.judge(self.paper_ratio, self.ours)
     }
+}
 
-    fn magnitude_agrees(&self) -> bool {
-        self.ours > 0.0 && (self.ours.log10() - self.paper_ratio.log10()).abs() < 1.0
+/// Prints the findings, each with its rule and verdict.
+fn print_findings(findings: &[Finding]) {
+    println!("{:<60} {:>30} {:>9} {:>18} {:>15}", "finding", "paper", "ours", "rule", "verdict");
+    for f in findings {
+        let check = if f.rule.checked { " (CI)" } else { "" };
+        println!(
+            "{:<60} {:>30} {:>9.2} {:>18} {:>15}",
+            f.what,
+            f.paper,
+            f.ours,
+            f.rule.to_string(),
+            format!("{}{check}", f.verdict().label())
+        );
     }
 }
 
@@ -87,18 +142,67 @@ fn common(args: &PaperArgs, kind: &str, servers: Vec<usize>) -> CommonArgs {
         json: false,
         plot: None,
         warm: false,
+        network: None,
     }
 }
 
 pub fn run(args: PaperArgs) -> anyhow::Result<()> {
-    let (reports, findings) = match args.name {
-        Paper::Galley => galley(&args)?,
-        Paper::Gpfs => gpfs(&args)?,
-        Paper::Rama => rama(&args)?,
-        Paper::Group => group(&args)?,
-        Paper::Enwrich => enwrich(&args)?,
-        Paper::RamaSpread => rama_spread(&args)?,
-        Paper::RamaMigration => return super::migration::run(args.quick, args.json),
+    let papers = if args.name == Paper::All { ALL.to_vec() } else { vec![args.name] };
+    let mut broken = Vec::new();
+    for paper in papers {
+        // rama-migration states no finding to check (its own test replays the month), and
+        // is half of `all --quick`'s time: `all --check` leaves it out.
+        if args.check && args.name == Paper::All && paper == Paper::RamaMigration {
+            continue;
+        }
+        let network = match args.network.as_deref() {
+            Some(given) => Some(given),
+            None => paper.network(),
+        };
+        super::network::apply(network)?;
+        let findings = run_one(&args, paper, network.unwrap_or("none"))?;
+        super::network::apply(None)?;
+        broken.extend(findings.iter().filter(|f| f.rule.checked && !f.verdict().direction_holds()).map(
+            |f| {
+                format!(
+                    "{}: {} (paper {}, ours {:.2}, {})",
+                    paper.name(),
+                    f.what,
+                    f.paper,
+                    f.ours,
+                    f.verdict().label()
+                )
+            },
+        ));
+    }
+    if args.check {
+        anyhow::ensure!(
+            broken.is_empty(),
+            "findings whose direction no longer holds:\n{}",
+            broken.join("\n")
+        );
+    }
+    Ok(())
+}
+
+fn run_one(args: &PaperArgs, paper: Paper, network: &str) -> anyhow::Result<Vec<Finding>> {
+    let began = std::time::Instant::now();
+    if !args.json {
+        println!("######## {} (network model: {network})", paper.name());
+    }
+    let (reports, findings) = match paper {
+        Paper::Galley => galley(args)?,
+        Paper::Gpfs => gpfs(args)?,
+        Paper::Rama => rama(args)?,
+        Paper::Group => group(args)?,
+        Paper::Enwrich => enwrich(args)?,
+        Paper::RamaSpread => rama_spread(args)?,
+        Paper::RamaMigration => {
+            super::migration::run(args.quick, args.json)?;
+            return Ok(Vec::new());
+        }
+        Paper::Network => network_checks(args)?,
+        Paper::All => anyhow::bail!("all is not one paper"),
     };
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)?;
@@ -109,38 +213,127 @@ pub fn run(args: PaperArgs) -> anyhow::Result<()> {
         }
     }
     if args.json {
-        let findings: Vec<Value> = findings
+        let found: Vec<Value> = findings
             .iter()
             .map(|f| {
+                let verdict = f.verdict();
                 json!({"what": f.what, "paper": f.paper, "paper_ratio": f.paper_ratio, "ours": f.ours,
-                       "direction_agrees": f.direction_agrees(), "magnitude_agrees": f.magnitude_agrees()})
+                       "rule": f.rule.to_string(), "checked": f.rule.checked, "verdict": verdict.label(),
+                       "direction_agrees": verdict.direction_holds(),
+                       "magnitude_agrees": verdict == Verdict::Agrees})
             })
             .collect();
         let reports: Vec<Value> = reports.iter().map(Report::json).collect();
         println!(
             "{}",
-            json!({"paper": format!("{:?}", args.name).to_lowercase(), "findings": findings, "experiments": reports})
+            json!({"paper": paper.name(), "network": network, "findings": found, "experiments": reports})
         );
-        return Ok(());
+        return Ok(findings);
     }
     for report in &reports {
         println!("== {}", report.workload);
         print!("{}", report.table());
         println!();
     }
-    println!("{:<58} {:>28} {:>10} {:>9} {:>9}", "finding", "paper", "ours", "direction", "magnitude");
-    for f in &findings {
-        let yes = |b: bool| if b { "agrees" } else { "DIFFERS" };
-        println!(
-            "{:<58} {:>28} {:>10.2} {:>9} {:>9}",
-            f.what,
-            f.paper,
-            f.ours,
-            yes(f.direction_agrees()),
-            yes(f.magnitude_agrees())
-        );
+    print_findings(&findings);
+    println!("({} took {:.0} s)\n", paper.name(), began.elapsed().as_secs_f64());
+    Ok(findings)
+}
+
+/// The network model against the papers' stated network figures: in the model (Galley
+/// Fig. 5's sources × sinks, the SP switches' point-to-point rates), and measured through
+/// the transport of a cluster (one client reading 1 MiB requests from one server over the
+/// model of the paper's machine; the servers on `dir` targets so the network is the limit).
+fn network_checks(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
+    use super::network::{checks, preset, sources_to_sinks_mb_s, PRESETS};
+    let mut findings = Vec::new();
+    if !args.json {
+        println!("== network presets");
+        for p in PRESETS {
+            println!(
+                "{:<10} latency {:>6.1} us, per message {:>6.1} us, link {:>5.1} MB/s, fan-in {:>5.2} MB/s{}  [{}]",
+                p.name,
+                p.latency_us,
+                p.per_message_us,
+                p.link_bytes_per_s / 1e6,
+                p.fan_in_bytes_per_s / 1e6,
+                if p.shared { ", shared medium" } else { "" },
+                p.source
+            );
+        }
+        println!();
+        println!("== Galley Fig. 5 in the model: aggregate MB/s, 16 sinks, 64 KiB messages");
+        let sp2 = preset("sp2")?;
+        for sources in [4, 8, 16, 32, 64] {
+            println!(
+                "{sources:>3} sources {:>8.1}",
+                sources_to_sinks_mb_s(sp2, sources, 16, 64 << 10, 1 << 20)
+            );
+        }
+        println!();
     }
-    Ok(())
+    for check in checks() {
+        findings.push(Finding {
+            what: format!("model: {}", check.what),
+            paper: format!("{:.1} MB/s", check.paper_mb_s),
+            paper_ratio: 1.0,
+            rule: Rule::near(0.1).checked(),
+            ours: ratio(check.model_mb_s, check.paper_mb_s),
+        });
+    }
+    let bytes: u64 = if args.quick { 8 << 20 } else { 32 << 20 };
+    for (name, paper_mb_s, source) in
+        [("sp2", 17.0, "Galley §6.1: ~17 MB/s"), ("asci-blue", 83.0, "GPFS §2: 83 MB/s")]
+    {
+        super::network::apply(Some(name))?;
+        let measured = measured_read_mb_s(args, bytes)?;
+        findings.push(Finding {
+            what: format!("measured: {name}, 1 client <- 1 server, 1 MiB reads ({source})"),
+            paper: format!("{paper_mb_s:.1} MB/s"),
+            paper_ratio: 1.0,
+            rule: Rule::near(0.1),
+            ours: ratio(measured, paper_mb_s),
+        });
+        if !args.json {
+            println!("measured through the transport, {name}: {measured:.2} MB/s (paper {paper_mb_s} MB/s)");
+        }
+    }
+    super::network::apply(None)?;
+    Ok((Vec::new(), findings))
+}
+
+/// One client reading `bytes` from a one-server cluster in 1 MiB requests: MB/s (median).
+fn measured_read_mb_s(args: &PaperArgs, bytes: u64) -> anyhow::Result<f64> {
+    let mut common = common(args, "dir", vec![1]);
+    common.target_kind = "dir".into();
+    let cluster = super::start_cluster(&common, 1)?;
+    let outcome = (|| {
+        let client = cluster.client()?;
+        let path = format!("/network-check-{}", std::process::id());
+        let options =
+            flotilla_client::CreateOptions { subfiles: 1, ..flotilla_client::CreateOptions::default() };
+        let file = client.create(&path, &options)?;
+        let chunk = vec![7u8; 1 << 20];
+        for at in (0..bytes).step_by(chunk.len()) {
+            file.write_at(at, &chunk)?;
+        }
+        file.sync()?;
+        let mut rates = Vec::new();
+        let mut buffer = vec![0u8; 1 << 20];
+        for _ in 0..args.runs.max(1) {
+            let began = std::time::Instant::now();
+            for at in (0..bytes).step_by(buffer.len()) {
+                file.read_at(at, &mut buffer)?;
+            }
+            rates.push(bytes as f64 / began.elapsed().as_secs_f64() / 1e6);
+        }
+        drop(file);
+        client.remove(&path)?;
+        rates.sort_by(f64::total_cmp);
+        Ok::<f64, anyhow::Error>(rates[rates.len() / 2])
+    })();
+    cluster.stop();
+    outcome
 }
 
 fn find<'a>(report: &'a Report, wanted: &[(&str, Value)]) -> Option<&'a PointResult> {
@@ -192,30 +385,35 @@ fn galley(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             what: format!("interleaved, {small} B records: strided / traditional"),
             paper: "up to 98x (Fig. 13)".into(),
             paper_ratio: 98.0,
+            rule: Rule::standard(98.0).checked(),
             ours: speedup("interleaved", small),
         },
         Finding {
             what: format!("partitioned, {small} B records: strided / traditional"),
             paper: "up to 92x (Fig. 13)".into(),
             paper_ratio: 92.0,
+            rule: Rule::standard(92.0).checked(),
             ours: speedup("partitioned", small),
         },
         Finding {
             what: format!("broadcast, {small} B records: strided / traditional"),
             paper: "150x to 350x (Fig. 13)".into(),
             paper_ratio: 230.0,
+            rule: Rule::standard(230.0).checked(),
             ours: speedup("broadcast", small),
         },
         Finding {
             what: format!("interleaved, {large} B records: strided / traditional"),
             paper: "1x to 2x at the largest (Fig. 13)".into(),
             paper_ratio: 1.5,
+            rule: Rule::above(0.0, Tolerance::Effect(2.0)),
             ours: speedup("interleaved", large),
         },
         Finding {
             what: format!("interleaved traditional, {large} B / {small} B records"),
             paper: "throughput rises with record size (Fig. 7)".into(),
             paper_ratio: 100.0,
+            rule: Rule::above(0.1, Tolerance::Ratio(10.0)).checked(),
             ours: ratio(
                 median_of(
                     &report,
@@ -236,7 +434,82 @@ fn galley(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             ),
         },
     ];
-    Ok((vec![report], findings))
+    let mut findings = findings;
+    let (write_report, mut write_findings) = galley_writes(args, &common, &records)?;
+    findings.append(&mut write_findings);
+    Ok((vec![report, write_report], findings))
+}
+
+/// Galley Figs. 8, 9 (traditional) and 11, 12 (strided) writes, overwriting and creating a
+/// file, interleaved and partitioned; the speedups of Figs. 14 and 15.
+fn galley_writes(
+    args: &PaperArgs,
+    common: &CommonArgs,
+    records: &[u64],
+) -> anyhow::Result<(Report, Vec<Finding>)> {
+    let write_args = GalleyArgs {
+        common: common.clone(),
+        pattern: vec![GalleyPattern::Interleaved, GalleyPattern::Partitioned],
+        record: records.to_vec(),
+        interface: vec![Interface::Traditional, Interface::Strided],
+        op: vec![Op::Overwrite, Op::Write],
+        fork_bytes: if args.quick { Some(64 << 10) } else { None },
+    };
+    let report = run_jobs(common, "galley write", galley_jobs(&write_args))?;
+    let (small, large) = (records[0], *records.last().unwrap_or(&64));
+    let speedup = |pattern: &str, op: &str, record: u64| {
+        let at = |interface: &str| {
+            median_of(
+                &report,
+                &[
+                    ("pattern", json!(pattern)),
+                    ("op", json!(op)),
+                    ("record_bytes", json!(record)),
+                    ("interface", json!(interface)),
+                ],
+            )
+        };
+        ratio(at("strided"), at("traditional"))
+    };
+    let big = Rule::above(0.1, Tolerance::Ratio(2.0));
+    let findings = vec![
+        Finding {
+            what: format!("interleaved overwrite, {small} B records: strided / traditional"),
+            paper: "up to 30x (Fig. 14)".into(),
+            paper_ratio: 30.0,
+            rule: big.checked(),
+            ours: speedup("interleaved", "overwrite", small),
+        },
+        Finding {
+            what: format!("partitioned overwrite, {small} B records: strided / traditional"),
+            paper: "up to 56x (Fig. 14)".into(),
+            paper_ratio: 56.0,
+            rule: big.checked(),
+            ours: speedup("partitioned", "overwrite", small),
+        },
+        Finding {
+            what: format!("interleaved new file, {small} B records: strided / traditional"),
+            paper: "up to 23x (Fig. 15)".into(),
+            paper_ratio: 23.0,
+            rule: big.checked(),
+            ours: speedup("interleaved", "write", small),
+        },
+        Finding {
+            what: format!("partitioned new file, {small} B records: strided / traditional"),
+            paper: "up to 35x (Fig. 15)".into(),
+            paper_ratio: 35.0,
+            rule: big.checked(),
+            ours: speedup("partitioned", "write", small),
+        },
+        Finding {
+            what: format!("interleaved new file, {large} B records: strided / traditional"),
+            paper: "0.95 to 1.25 at the largest (Figs. 14-15)".into(),
+            paper_ratio: 1.1,
+            rule: Rule::near(0.25),
+            ours: speedup("interleaved", "write", large),
+        },
+    ];
+    Ok((report, findings))
 }
 
 /// GPFS Figs. 4, 9 and 10: client:server ratio, segmented vs round robin, scaling.
@@ -297,30 +570,35 @@ fn gpfs(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             what: format!("{top}:1 clients:server vs the best ratio"),
             paper: "falls past ~4:1, no flow control (Fig. 4)".into(),
             paper_ratio: 0.6,
+            rule: Rule::standard(0.6),
             ours: ratio(at_ratio(top), best),
         },
         Finding {
             what: "1:1 clients:server vs the best ratio".into(),
             paper: "servers starved at 1:1 (Fig. 4)".into(),
             paper_ratio: 0.5,
+            rule: Rule::below(0.05, Tolerance::Ratio(4.0)),
             ours: ratio(at_ratio(ratios[0]), best),
         },
         Finding {
             what: format!("round robin / segmented, {small} B transfers"),
             paper: "extremely poor below 256 KiB (Fig. 9)".into(),
             paper_ratio: 0.05,
+            rule: Rule::below(0.1, Tolerance::Ratio(4.0)),
             ours: ratio(pattern_at("strided", small), pattern_at("segmented", small)),
         },
         Finding {
             what: format!("round robin / segmented, {large} B transfers"),
             paper: "about 1/3 for reads (Fig. 9)".into(),
             paper_ratio: 0.33,
+            rule: Rule::standard(0.33),
             ours: ratio(pattern_at("strided", large), pattern_at("segmented", large)),
         },
         Finding {
             what: format!("{most} servers / (1 server x {most}) (scaling)"),
             paper: "almost perfectly linear (Fig. 10)".into(),
             paper_ratio: 0.95,
+            rule: Rule::standard(0.95),
             ours: ratio(at_most, one * most as f64),
         },
     ];
@@ -426,60 +704,70 @@ fn rama(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
             what: "whole file: best stripe unit / worst stripe unit".into(),
             paper: "a factor of 5 (Fig. 7-2)".into(),
             paper_ratio: 5.0,
+            rule: Rule::standard(5.0).checked(),
             ours: ratio(best, worst),
         },
         Finding {
             what: format!("whole file: {hash_layout} / best stripe unit"),
             paper: "10% slower (Fig. 7-2)".into(),
             paper_ratio: 0.9,
+            rule: Rule::below(0.03, Tolerance::Effect(2.0)),
             ours: ratio(hash_mean, best),
         },
         Finding {
             what: format!("whole file: {hash_layout} node- / iteration-sequential"),
             paper: "within 0.4% (Fig. 7-2)".into(),
             paper_ratio: 1.0,
+            rule: Rule::near(0.05),
             ours: ratio(hash("node"), hash("iteration")),
         },
         Finding {
             what: format!("strided write: {hash_layout} (worse order) / best stripe"),
             paper: "within 5% (Fig. 7-4)".into(),
             paper_ratio: 0.95,
+            rule: Rule::standard(0.95),
             ours: ratio(strided_hash_min, strided_best),
         },
         Finding {
             what: format!("strided write: {hash_layout} / worst stripe"),
             paper: "up to 8x (Fig. 7-4)".into(),
             paper_ratio: 8.0,
+            rule: Rule::standard(8.0),
             ours: ratio(strided_hash_min, strided_worst),
         },
         Finding {
             what: format!("strided write: {hash_layout} CPU utilization"),
             paper: "nearly 100% (Fig. 7-4)".into(),
             paper_ratio: 1.0,
+            rule: Rule::standard(1.0),
             ours: strided_hash_util,
         },
         Finding {
             what: format!("LU: {hash_layout} / stripe:16k (rate)"),
             paper: "2% slower (Fig. 7-6)".into(),
             paper_ratio: 0.98,
+            rule: Rule::near(0.05),
             ours: ratio(lu_at(hash_layout), lu_at("stripe:16k")),
         },
         Finding {
             what: format!("LU: {hash_layout} / stripe:4m (rate)"),
             paper: "3x faster than the worst (Fig. 7-6)".into(),
             paper_ratio: 3.0,
+            rule: Rule::standard(3.0),
             ours: ratio(lu_at(hash_layout), lu_at("stripe:4m")),
         },
         Finding {
             what: format!("GATOR: {hash_layout} / best stripe (CPU utilization)"),
             paper: "2% lower on 8x8 (Fig. 7-8)".into(),
             paper_ratio: 0.98,
+            rule: Rule::near(0.05),
             ours: ratio(gator_hash, gator_best),
         },
         Finding {
             what: "GATOR: worst stripe / best stripe (CPU utilization)".into(),
             paper: "as low as 21% (Fig. 7-8)".into(),
             paper_ratio: 0.21,
+            rule: Rule::standard(0.21).checked(),
             ours: ratio(gator_worst, gator_best),
         },
     ];
@@ -607,41 +895,52 @@ fn rama_spread(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> 
             what: "LU striped: busiest / idlest disk, worst stripe unit".into(),
             paper: "a factor of 2.5 (Fig. 7-10)".into(),
             paper_ratio: 2.5,
+            rule: Rule::standard(2.5),
             ours: worst_stripe,
         },
         Finding {
             what: "whole-file read hashed: idlest disk / mean (64, 256 disks)".into(),
             paper: "all near the mean (Fig. 7-11)".into(),
             paper_ratio: 1.0,
+            rule: Rule::standard(1.0),
             ours: whole_min,
         },
         Finding {
             what: "LU hashed: busiest / idlest disk".into(),
             paper: "1.15/1.03 MB/s = 1.12 (Fig. 7-12)".into(),
             paper_ratio: 1.12,
+            rule: Rule::above(0.03, Tolerance::Effect(2.0)),
             ours: lu_hash.max_over_min(),
         },
         Finding {
             what: "LU hashed: busiest disk / mean".into(),
             paper: "at most 6.5% over (Fig. 7-12)".into(),
             paper_ratio: 1.065,
+            rule: Rule::near(0.1),
             ours: lu_hash.max_over_mean(),
         },
         Finding {
             what: "stripe:2m: iteration- / node-sequential (time model)".into(),
             paper: "twice the bandwidth (Fig. 7-13)".into(),
             paper_ratio: 2.0,
+            rule: Rule::standard(2.0),
             ours: ratio(efficiency(&iteration_order, "stripe:2m"), efficiency(&node_order, "stripe:2m")),
         },
         Finding {
             what: "hash:32k: node- / iteration-sequential (time model)".into(),
             paper: "no degradation (Fig. 7-14)".into(),
             paper_ratio: 1.0,
+            rule: Rule::standard(1.0),
             ours: ratio(efficiency(&node_order, "hash:32k"), efficiency(&iteration_order, "hash:32k")),
         },
     ];
     Ok((Vec::new(), findings))
 }
+
+/// Galley's IOP buffer cache (Galley §6.1: 24 MB) against the data each of GFS-GROUP's four
+/// IOPs held (256 MB / 4).
+const GROUP_IOP_CACHE_MB: u64 = 24;
+const GROUP_IOP_DATA_MB: u64 = 64;
 
 /// GFS-GROUP Table 1 (mean seconds; 256 MB, four IOPs): [write, read] × [16 B, 16 KiB]
 /// elements × [synchronous, asynchronous, group-nosend, group-send].
@@ -651,16 +950,20 @@ const GROUP_TABLE1_S: [[[f64; 4]; 2]; 2] = [
 ];
 
 /// GFS-GROUP Tables 1 and 3: the four programs on a 16 B-element and a 16 KiB-element matrix,
-/// scaled from 256 MB to 16 MiB (1024×1024×16 B and 32×32×16 KiB; --quick: 64×64×16 B and
-/// 8×8×16 KiB) on four simulated HP 97560 disks.
+/// scaled from 256 MB to 16 MiB (1024×1024×16 B and 32×32×16 KiB; --quick: 4 MiB,
+/// 512×512×16 B and 16×16×16 KiB) on four simulated HP 97560 disks, over the paper's network
+/// (FDDI, by default) and with each server's cache scaled as Galley's IOP cache was to the
+/// data an IOP held (24 MB of 64 MB: 3/8), so writes wait for the disks as the paper's did.
 fn group(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     use super::group::{measure, Matrix, PROGRAMS};
     let matrices = if args.quick {
-        [Matrix { order: 64, element_bytes: 16 }, Matrix { order: 8, element_bytes: 16 << 10 }]
+        [Matrix { order: 512, element_bytes: 16 }, Matrix { order: 16, element_bytes: 16 << 10 }]
     } else {
         [Matrix { order: 1024, element_bytes: 16 }, Matrix { order: 32, element_bytes: 16 << 10 }]
     };
-    let common = common(args, "sim:hp97560", vec![4]);
+    let mut common = common(args, "sim:hp97560", vec![4]);
+    let per_server_bytes = matrices[1].order * matrices[1].order * matrices[1].element_bytes / 4;
+    common.cache_bytes = per_server_bytes * GROUP_IOP_CACHE_MB / GROUP_IOP_DATA_MB;
     let mut cluster = super::start_cluster(&common, 4)?;
     let mut timings = Vec::new();
     for matrix in matrices {
@@ -718,6 +1021,14 @@ fn group(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
                     ),
                     paper: format!("{paper:.2} (Table 3)"),
                     paper_ratio: paper,
+                    // The 16 KiB elements' gains over synchronous (the paper's headline, and
+                    // the target) are asserted by --check; the 16 B ones are within
+                    // 17% of no effect in the paper and noisy here.
+                    rule: if m == 1 && base == 0 {
+                        Rule::standard(paper).checked()
+                    } else {
+                        Rule::standard(paper)
+                    },
                     ours: ratio(ours(d, m, base), ours(d, m, program)),
                 });
             }
@@ -743,6 +1054,7 @@ fn group(args: &PaperArgs) -> anyhow::Result<(Vec<Report>, Vec<Finding>)> {
     let facts = vec![
         ("target_kind".into(), json!(common.target_kind)),
         ("servers".into(), json!(4)),
+        ("cache_bytes".into(), json!(common.cache_bytes)),
         ("runs".into(), json!(args.runs)),
     ];
     Ok((vec![Report { workload: "gfs-group".into(), points, facts }], findings))
@@ -929,12 +1241,20 @@ fn enwrich_findings(setup: &EnwrichSetup, layout: &str, rates: &EnwrichRates) ->
             what: format!("{layout}, {record} B records: ENWRICH over TC, mean of patterns but wnn"),
             paper: paper.into(),
             paper_ratio,
+            // The 512 B records' gain is large here on both layouts; the 8 KiB one is near
+            // the no-effect band on a quick run.
+            rule: if record == 512 {
+                Rule::standard(paper_ratio).checked()
+            } else {
+                Rule::standard(paper_ratio)
+            },
             ours: others.iter().sum::<f64>() / others.len().max(1) as f64,
         });
         findings.push(Finding {
             what: format!("{layout}, {record} B records: ENWRICH over TC, wnn"),
             paper: "<1 (Figs. 4/5: TC wins wnn)".into(),
             paper_ratio: 0.5,
+            rule: Rule::below(0.05, Tolerance::Ratio(4.0)),
             ours: over(record, "wnn"),
         });
     }
@@ -995,6 +1315,7 @@ fn sweep_finding(setup: &EnwrichSetup, sweep: &[(String, u64, f64)]) -> Finding 
         what: "ENWRICH, 4x the cache per writer: speedup, mean".into(),
         paper: ">1: rises with the cache (Fig. 6)".into(),
         paper_ratio: 1.2,
+        rule: Rule::above(0.05, Tolerance::Effect(3.0)).checked(),
         ours: gains.iter().sum::<f64>() / gains.len().max(1) as f64,
     }
 }

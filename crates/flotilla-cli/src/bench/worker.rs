@@ -111,6 +111,7 @@ enum Pending {
 pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let spec: PointSpec = serde_json::from_str(&args.spec).context("parse the point spec")?;
     let plan = client_plan(&spec, &args.path, args.client, args.clients);
+    super::network::apply_from_env()?;
     let client = crate::keys::client(&args.meta)?;
     // Connecting to the cluster is the program's setup, as mounting is for a local file
     // system: the handshakes happen before the start. Opening the file is timed.
