@@ -173,6 +173,11 @@ impl<K: Ord + Clone, P: Clone> ChainMemberLog<K, P> {
         self.applied
     }
 
+    /// Whether this member forwards what it applies (and waits for acknowledgements).
+    pub fn has_successor(&self) -> bool {
+        self.has_successor
+    }
+
     pub fn unsettled(&self) -> &Unsettled<K> {
         &self.unsettled
     }
