@@ -105,7 +105,7 @@ impl Net {
     fn tag_of(entry: &Entry) -> u64 {
         match &entry.kind {
             EntryKind::Write { payload, .. } => *payload,
-            EntryKind::Sync => 0,
+            EntryKind::Sync | EntryKind::SyncFork { .. } => 0,
         }
     }
 
@@ -380,6 +380,23 @@ fn a_tail_settles_by_a_sync_and_a_new_tail_acknowledges_what_it_applied() {
     let progress = log.change_version(ChainVersion(2), true, false);
     assert_eq!((progress.ack_up, progress.settled_sync), (3, Some(2)), "its successor left: it is the tail");
     assert_eq!(log.unsettled().ranges(8)[&0].iter().collect::<Vec<_>>(), vec![write_range(3)]);
+}
+
+/// A store syncs one fork at a time: a settled sync of fork 1 must leave fork 0's ranges
+/// unsettled (a member killed before fork 0 was synced lost them; a resync must copy them).
+#[test]
+fn a_sync_of_one_fork_settles_only_that_forks_ranges() {
+    let mut log: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, V1, 0, false);
+    log.applied_entry(write(1, 11));
+    let other = ByteRange::new(200, 5).unwrap().unwrap();
+    log.applied_entry(ChainEntry { position: 2, kind: EntryKind::Write { fork: 1, range: other, payload: 12 } });
+    let progress = log.applied_entry(ChainEntry { position: 3, kind: EntryKind::SyncFork { fork: 1 } });
+    assert_eq!(progress.settled_sync, Some(3), "the tail settles the sync at once");
+    let unsettled = log.unsettled().ranges(8);
+    assert!(!unsettled.contains_key(&1), "fork 1 was synced: {unsettled:?}");
+    assert_eq!(unsettled[&0].iter().collect::<Vec<_>>(), vec![write_range(1)], "fork 0 was not synced");
+    log.applied_entry(ChainEntry { position: 4, kind: EntryKind::Sync });
+    assert!(log.unsettled().is_empty(), "a sync of everything settles every fork");
 }
 
 fn write_range(position: u64) -> ByteRange {

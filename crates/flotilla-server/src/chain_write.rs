@@ -490,7 +490,7 @@ pub(crate) fn kind_of(request: &IoRequest) -> EntryKind<ForkKey, ()> {
                 _ => write(fork_key(fork), whole()),
             }
         }
-        IoRequest::Sync { .. } => EntryKind::Sync,
+        IoRequest::Sync { fork } => EntryKind::SyncFork { fork: fork_key(fork) },
         IoRequest::Write { fork, .. }
         | IoRequest::Truncate { fork, .. }
         | IoRequest::Extend { fork, .. }
