@@ -8,8 +8,9 @@
 
 use flotilla_replica::{
     ByteRange, ChainEntry, ChainHead, ChainId, ChainMemberLog, ChainVersion, EntryKind, HeadRefusal,
-    OrderRefusal, RangeSet, Receive,
+    MissedRecord, OrderRefusal, RangeSet, Receive,
 };
+use flotilla_types::TargetId;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -397,6 +398,37 @@ fn a_sync_of_one_fork_settles_only_that_forks_ranges() {
     assert_eq!(unsettled[&0].iter().collect::<Vec<_>>(), vec![write_range(1)], "fork 0 was not synced");
     log.applied_entry(ChainEntry { position: 4, kind: EntryKind::Sync });
     assert!(log.unsettled().is_empty(), "a sync of everything settles every fork");
+}
+
+/// A member that joins by a resync copy starts its log at the source's position; it must
+/// take the source's unsettled ranges with it (`copied_to`): another member may still hold
+/// them unsynced, and when that member is killed and returns, a resync record this joiner
+/// started (seeded from its unsettled ranges) is all it is copied. A joiner that started
+/// with an empty set (the crash checker's lost file on t-resync) seeds a record that misses
+/// them.
+#[test]
+fn a_joiner_takes_the_sources_unsettled_ranges_into_its_log() {
+    // The old member: a write at 1, not yet synced by anyone.
+    let mut old: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, V1, 0, false);
+    old.applied_entry(write(1, 11));
+    // The joiner's log as the copy's end starts it, with and without the source's ranges.
+    let fresh: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, ChainVersion(2), old.applied(), false);
+    let mut joined: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, ChainVersion(2), old.applied(), false);
+    joined.copied_to(old.applied(), old.unsettled());
+    // The old member is killed (its unsynced write lost); the joiner seeds its record.
+    let seed = |log: &ChainMemberLog<u8, u64>| {
+        let mut record: MissedRecord<u8> = MissedRecord::new(ChainVersion(3), [TargetId(1)].into(), 8, 1 << 20);
+        for (fork, set) in log.unsettled().ranges(8) {
+            set.iter().for_each(|range| record.record(fork, range));
+        }
+        record
+    };
+    assert!(seed(&fresh).keys().is_empty(), "the bug: a fresh log seeds nothing");
+    let record = seed(&joined);
+    assert_eq!(record.keys()[&0].iter().collect::<Vec<_>>(), vec![write_range(1)]);
+    // A sync after the copy's position, settled, makes it durable everywhere: it goes.
+    joined.applied_entry(ChainEntry { position: 2, kind: EntryKind::SyncFork { fork: 0 } });
+    assert!(joined.unsettled().is_empty(), "a later settled sync of the fork settles the inherited range");
 }
 
 fn write_range(position: u64) -> ByteRange {

@@ -37,7 +37,7 @@ pub(crate) use repair::{report_of, RepairCounters};
 use crate::chain_write::{
     copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order,
     record_step, recorded, resync_step, retarget, retarget_entry, sender_may_forward, store_request,
-    Admitted, Copied, Early, Lease, MemberLog, Payload, Record, RecordStep, ResyncStep, Role, Sent,
+    Admitted, Copied, Early, ForkKey, Lease, MemberLog, Payload, Record, RecordStep, ResyncStep, Role, Sent,
 };
 use crate::execute::{Executor, Reply};
 use crate::membership::HeldChains;
@@ -48,8 +48,8 @@ use flotilla_proto::{
     CHAIN_SUBFILES_SCAN_MAX,
 };
 use flotilla_replica::{
-    pieces_within, ChainHead, ChainId, ChainMemberLog, ChainVersion, MissedRecord, RangeSet, Receive,
-    RANGES_PER_FORK_MAX,
+    pieces_within, ByteRange, ChainHead, ChainId, ChainMemberLog, ChainVersion, MissedRecord, RangeSet,
+    Receive, Unsettled, RANGES_PER_FORK_MAX, RECORD_RANGE_BYTES,
 };
 use flotilla_request::Shape;
 use flotilla_rpc::{Connection, ConnectionConfig};
@@ -110,6 +110,16 @@ struct ChainState {
     /// While a resync copy runs outside the lock: what was applied since it started (its
     /// last pass, under the lock, copies these).
     dirty: Option<Record>,
+    /// As a syncing member: the copy source's unsettled ranges (`ForwardEntry::Unsettled`),
+    /// taken into the log `CopyDone` starts; bounded by `inherited_max`.
+    inherited: Unsettled<ForkKey>,
+    inherited_count: usize,
+    /// More ranges came than `inherited_max`: the rest were dropped.
+    inherited_overflowed: bool,
+    /// The inherited ranges passed their bound, so this member's unsettled ranges may miss
+    /// some another member holds unsynced: a resync record it keeps covers nobody (a
+    /// returning member is copied whole) until the next resync copy it takes.
+    unsettled_partial: bool,
 }
 
 impl ChainState {
@@ -226,6 +236,10 @@ impl ChainPaths {
                     record: None,
                     seen: None,
                     dirty: None,
+                    inherited: Unsettled::default(),
+                    inherited_count: 0,
+                    inherited_overflowed: false,
+                    unsettled_partial: false,
                 }),
                 moved: tokio::sync::Notify::new(),
             })
@@ -605,7 +619,10 @@ impl ChainPaths {
                 Ok(role) => role,
                 Err(stop) => return self.stopped(chain, version, stop),
             };
-            if matches!(forward.entry, ForwardEntry::Copy { .. } | ForwardEntry::CopyDone { .. }) {
+            if matches!(
+                forward.entry,
+                ForwardEntry::Copy { .. } | ForwardEntry::CopyDone { .. } | ForwardEntry::Unsettled { .. }
+            ) {
                 return self.take_copy(request_id, state, admitted, &forward, data).await;
             }
             let log = state.log.get_or_insert_with(|| {
@@ -699,9 +716,27 @@ impl ChainPaths {
                     _ => IoReply::Forwarded(done),
                 }
             }
+            ForwardEntry::Unsettled { fork, offset, length_bytes } => {
+                let Some(range) = ByteRange::new(*offset, *length_bytes).ok().flatten() else {
+                    return IoReply::Forwarded(done);
+                };
+                if state.inherited_count >= self.inherited_max() {
+                    state.inherited_overflowed = true;
+                    return IoReply::Forwarded(done);
+                }
+                let key = (fork.target, fork.file.0, fork.subfile.0, fork.fork.clone());
+                state.inherited.record(position, key, range);
+                state.inherited_count += 1;
+                IoReply::Forwarded(done)
+            }
             _ => {
-                let log =
+                let mut log =
                     ChainMemberLog::new(ChainId(chain), admitted.version, position, admitted.has_successor);
+                // The source's unsettled ranges become this member's: another member may
+                // hold them unsynced, and a record this member starts must cover them.
+                log.copied_to(position, &std::mem::take(&mut state.inherited));
+                state.inherited_count = 0;
+                state.unsettled_partial = std::mem::take(&mut state.inherited_overflowed);
                 state.log = Some(log);
                 state.payloads.clear();
                 tracing::info!(
@@ -771,6 +806,17 @@ impl ChainPaths {
             return Err(Trouble::Wait(format!("chain {chain}: no member log to copy from")));
         };
         sender.position = position;
+        // What this member has not seen settled, the joiner counts unsettled too: a member
+        // may hold it unsynced, and a record the joiner starts later must cover it.
+        let unsettled = state.log.as_ref().map(|log| log.unsettled().ranges(RANGES_PER_FORK_MAX));
+        for ((_, file, subfile, fork), set) in unsettled.unwrap_or_default() {
+            let fork = ForkRef { target: joiner, file: FileId(file), subfile: SubfileIndex(subfile), fork };
+            for range in set.iter() {
+                let (offset, length_bytes) = (range.offset, range.length_bytes);
+                let entry = ForwardEntry::Unsettled { fork: fork.clone(), offset, length_bytes };
+                sender.send(entry, Bytes::new()).await?;
+            }
+        }
         sender.send(ForwardEntry::CopyDone { target: joiner }, Bytes::new()).await?;
         let bytes = sender.bytes;
         let log = state.log.as_mut().ok_or(Trouble::Changed)?;
@@ -949,6 +995,12 @@ impl ChainPaths {
         Ok(())
     }
 
+    /// Bound on the unsettled ranges a syncing member takes from its copy source (the
+    /// `resync_record_bytes_max` a record of as many ranges would reach).
+    fn inherited_max(&self) -> usize {
+        usize::try_from(self.config.record_bytes_max / RECORD_RANGE_BYTES).unwrap_or(usize::MAX).max(1)
+    }
+
     /// Runs a read of this server's own store (no subfile made on demand).
     async fn local(&self, request: IoRequest) -> Result<(IoReply, Vec<u8>), WireError> {
         let executor = self.executor.clone();
@@ -1058,7 +1110,14 @@ impl ChainPaths {
     /// a member that just left may lack them, or may have lost them unsynced).
     fn observe(&self, state: &mut ChainState, info: &ChainInfo, me: TargetId) {
         let covered = state.record.as_ref().map(|r| r.covers().clone());
-        match record_step(state.seen.as_ref(), info, me, covered.as_ref()) {
+        let mut step = record_step(state.seen.as_ref(), info, me, covered.as_ref());
+        if state.unsettled_partial {
+            // This member's unsettled ranges may miss some: it cannot vouch for anyone.
+            if let RecordStep::Start { cover } | RecordStep::Keep { cover } = &mut step {
+                cover.clear();
+            }
+        }
+        match step {
             RecordStep::Drop => state.record = None,
             RecordStep::Keep { cover } => {
                 if let Some(record) = state.record.as_mut() {

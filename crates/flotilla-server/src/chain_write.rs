@@ -519,7 +519,9 @@ pub(crate) fn store_request(forward: &ChainForward) -> IoRequest {
         ForwardEntry::Request { request } | ForwardEntry::Copy { request } => (**request).clone(),
         // Never applied as a store request: `chain_path.rs` takes copies apart before
         // ordering; a lone `Hello` changes nothing if one ever got here.
-        ForwardEntry::CopyDone { .. } => IoRequest::Hello { client: "copy done".into() },
+        ForwardEntry::CopyDone { .. } | ForwardEntry::Unsettled { .. } => {
+            IoRequest::Hello { client: "copy done".into() }
+        }
     }
 }
 
@@ -549,7 +551,9 @@ pub(crate) fn retarget(request: &IoRequest, target: TargetId) -> IoRequest {
 pub(crate) fn retarget_entry(entry: &ForwardEntry, target: TargetId) -> ForwardEntry {
     let mut entry = entry.clone();
     match &mut entry {
-        ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => fork.target = target,
+        ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } | ForwardEntry::Unsettled { fork, .. } => {
+            fork.target = target
+        }
         ForwardEntry::Request { request } | ForwardEntry::Copy { request } => {
             **request = retarget(request, target)
         }
