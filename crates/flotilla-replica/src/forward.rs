@@ -41,12 +41,18 @@ pub struct ChainEntry<K, P> {
 /// What an entry does. `K` names a fork (subfile and fork name), `P` carries the bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EntryKind<K, P> {
-    Write { fork: K, range: ByteRange, payload: P },
+    Write {
+        fork: K,
+        range: ByteRange,
+        payload: P,
+    },
     /// Makes everything applied before it durable.
     Sync,
     /// Makes only `fork`'s writes applied before it durable (a store syncs one fork at a
     /// time): it settles that fork's ranges, never another's.
-    SyncFork { fork: K },
+    SyncFork {
+        fork: K,
+    },
 }
 
 /// Why a forward or an acknowledgement was not taken.

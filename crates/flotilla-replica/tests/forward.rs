@@ -390,7 +390,10 @@ fn a_sync_of_one_fork_settles_only_that_forks_ranges() {
     let mut log: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, V1, 0, false);
     log.applied_entry(write(1, 11));
     let other = ByteRange::new(200, 5).unwrap().unwrap();
-    log.applied_entry(ChainEntry { position: 2, kind: EntryKind::Write { fork: 1, range: other, payload: 12 } });
+    log.applied_entry(ChainEntry {
+        position: 2,
+        kind: EntryKind::Write { fork: 1, range: other, payload: 12 },
+    });
     let progress = log.applied_entry(ChainEntry { position: 3, kind: EntryKind::SyncFork { fork: 1 } });
     assert_eq!(progress.settled_sync, Some(3), "the tail settles the sync at once");
     let unsettled = log.unsettled().ranges(8);
@@ -413,11 +416,13 @@ fn a_joiner_takes_the_sources_unsettled_ranges_into_its_log() {
     old.applied_entry(write(1, 11));
     // The joiner's log as the copy's end starts it, with and without the source's ranges.
     let fresh: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, ChainVersion(2), old.applied(), false);
-    let mut joined: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, ChainVersion(2), old.applied(), false);
+    let mut joined: ChainMemberLog<u8, u64> =
+        ChainMemberLog::new(CHAIN, ChainVersion(2), old.applied(), false);
     joined.copied_to(old.applied(), old.unsettled());
     // The old member is killed (its unsynced write lost); the joiner seeds its record.
     let seed = |log: &ChainMemberLog<u8, u64>| {
-        let mut record: MissedRecord<u8> = MissedRecord::new(ChainVersion(3), [TargetId(1)].into(), 8, 1 << 20);
+        let mut record: MissedRecord<u8> =
+            MissedRecord::new(ChainVersion(3), [TargetId(1)].into(), 8, 1 << 20);
         for (fork, set) in log.unsettled().ranges(8) {
             set.iter().for_each(|range| record.record(fork, range));
         }

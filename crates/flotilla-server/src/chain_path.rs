@@ -774,6 +774,9 @@ impl ChainPaths {
                 m.target == joiner && !matches!(m.state, ChainMemberState::Syncing { full: false, .. })
             });
             let plan = state.record.as_ref().filter(|r| !joiner_full && r.covers_target(joiner)).cloned();
+            if let Some(record) = &plan {
+                tracing::debug!(chain, %me, %joiner, version = version.0, members = ?info.members, since = record.since().0, keys = ?record.keys(), "resync plan from the record");
+            }
             let covers = [joiner].into_iter().collect();
             state.dirty =
                 Some(MissedRecord::new(version, covers, RANGES_PER_FORK_MAX, self.config.record_bytes_max));
@@ -1118,6 +1121,7 @@ impl ChainPaths {
             }
         }
         match step {
+            RecordStep::Ignore => return,
             RecordStep::Drop => state.record = None,
             RecordStep::Keep { cover } => {
                 if let Some(record) = state.record.as_mut() {
@@ -1142,7 +1146,7 @@ impl ChainPaths {
                         }
                     }
                 }
-                tracing::debug!(chain = info.chain, version = info.version, covers = ?record.covers(), "resync record started");
+                tracing::debug!(chain = info.chain, version = info.version, %me, applied = state.log.as_ref().map(|l| l.applied()), members = ?info.members, old = ?state.seen.as_ref().map(|s| (s.version, s.members.clone())), covers = ?record.covers(), seed = ?record.keys(), "resync record started");
                 state.record = Some(record);
             }
         }

@@ -262,6 +262,9 @@ pub(crate) enum RecordStep {
     Start { cover: BTreeSet<TargetId> },
     /// Keep the record, now covering these members.
     Keep { cover: BTreeSet<TargetId> },
+    /// The view is not newer than the one the record was brought to (views of a chain can
+    /// arrive out of order): change nothing, and remember the newer view.
+    Ignore,
 }
 
 /// Decides about `me`'s record on the view `new` (the view before: `old`; the members the
@@ -275,6 +278,12 @@ pub(crate) fn record_step(
     me: TargetId,
     covered: Option<&BTreeSet<TargetId>>,
 ) -> RecordStep {
+    if old.is_some_and(|o| o.version >= new.version) {
+        // An older view arriving late said every member serves again: dropping the record
+        // on it (and starting a fresh one on the newer view after it) lost every range
+        // recorded meanwhile that a sync then settled — the crash checker's lost files.
+        return RecordStep::Ignore;
+    }
     let serving = |chain: &ChainInfo, target: TargetId| {
         chain.members.iter().any(|m| m.target == target && m.state == ChainMemberState::Serving)
     };
@@ -551,9 +560,9 @@ pub(crate) fn retarget(request: &IoRequest, target: TargetId) -> IoRequest {
 pub(crate) fn retarget_entry(entry: &ForwardEntry, target: TargetId) -> ForwardEntry {
     let mut entry = entry.clone();
     match &mut entry {
-        ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } | ForwardEntry::Unsettled { fork, .. } => {
-            fork.target = target
-        }
+        ForwardEntry::Write { fork, .. }
+        | ForwardEntry::Sync { fork }
+        | ForwardEntry::Unsettled { fork, .. } => fork.target = target,
         ForwardEntry::Request { request } | ForwardEntry::Copy { request } => {
             **request = retarget(request, target)
         }
@@ -614,6 +623,15 @@ mod tests {
         assert_eq!(
             record_step(Some(&syncing), &three_out, TargetId(1), Some(&cover(&[2]))),
             RecordStep::Keep { cover: cover(&[2, 3]) }
+        );
+        assert_eq!(
+            record_step(Some(&three_out), &all, TargetId(1), Some(&cover(&[2, 3]))),
+            RecordStep::Ignore,
+            "an older view arriving late (all serving at v4) neither drops nor restarts the record"
+        );
+        assert_eq!(
+            record_step(Some(&syncing), &syncing, TargetId(1), Some(&cover(&[2]))),
+            RecordStep::Ignore
         );
         let replacement = view(8, &[(1, Serving), (9, Syncing { missed_since: 8, full: true })]);
         assert_eq!(
