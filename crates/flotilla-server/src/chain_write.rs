@@ -603,7 +603,7 @@ mod tests {
         let all = view(4, &[(1, Serving), (2, Serving), (3, Serving)]);
         let two_out = view(5, &[(1, Serving), (2, offline), (3, Serving)]);
         let cover = |ts: &[u64]| ts.iter().map(|&t| TargetId(t)).collect::<BTreeSet<_>>();
-        assert_eq!(record_step(Some(&all), &all, TargetId(1), None), RecordStep::Drop, "everyone serves");
+        assert_eq!(record_step(None, &all, TargetId(1), None), RecordStep::Drop, "everyone serves");
         assert_eq!(
             record_step(Some(&all), &two_out, TargetId(1), None),
             RecordStep::Start { cover: cover(&[2]) }
