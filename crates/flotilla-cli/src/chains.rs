@@ -95,7 +95,11 @@ pub fn target_fields(report: &ChainReport) -> BTreeMap<TargetId, String> {
         format!(
             "group={} health={} chains={} degraded={}",
             quote(&t.failure_group),
-            health_name(t.health),
+            match (t.health, t.chains) {
+                // The drain finished: it holds no chain any more (and takes no new one).
+                (MemberHealth::Draining, 0) => "drained",
+                (health, _) => health_name(health),
+            },
             t.chains,
             t.degraded
         )

@@ -334,6 +334,7 @@ fn a_drained_target_leaves_every_chain_with_two_serving_replicas_elsewhere() {
             && status_field(&line, "rebuilding") == Some("0")
     });
     let took = started.elapsed();
+    assert_eq!(health(&meta, drained).as_deref(), Some("drained"), "a finished drain says so");
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::SeqCst);
     let (passes, failures) = reading.join().expect("reader thread");

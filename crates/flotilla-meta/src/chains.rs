@@ -233,6 +233,7 @@ impl Chains {
                     if let Some(incarnation) = record.incarnation {
                         engine.remember_incarnation(target, incarnation);
                     }
+                    engine.restore_marks(target, record.dead, record.draining);
                 }
                 Some(engine)
             }
@@ -264,7 +265,7 @@ impl Chains {
             commands.extend(self.drive(inner, report, incarnation, now_ms));
         }
         let built = if inner.engine.is_none() { self.try_build(inner, now_ms) } else { None };
-        let outcome = self.commit(namespace, inner, &commands, &changed_targets, built);
+        let outcome = self.commit(namespace, inner, &commands, changed_targets, built);
         self.settle(namespace, inner, outcome)
     }
 
@@ -279,7 +280,7 @@ impl Chains {
         let mut changed = false;
         let record = inner.targets.entry(target).or_insert_with(|| {
             changed = true;
-            ChainTarget { group: group.clone(), incarnation: None }
+            ChainTarget { group: group.clone(), incarnation: None, dead: false, draining: false }
         });
         if record.group != *group && inner.regrouped.insert(target) {
             tracing::warn!(%target, recorded = %record.group, declared = %group,
@@ -337,6 +338,7 @@ impl Chains {
             if let Some(incarnation) = record.incarnation {
                 engine.remember_incarnation(target, incarnation);
             }
+            engine.restore_marks(target, record.dead, record.draining);
         }
         tracing::info!(
             chains = engine.table().chains().count(),
@@ -369,7 +371,7 @@ impl Chains {
         };
         let commands = engine.handle(event);
         tracing::info!(chain, %target, version, changed = !commands.is_empty(), "resync reported done");
-        let outcome = self.commit(namespace, &inner, &commands, &BTreeSet::new(), None);
+        let outcome = self.commit(namespace, &mut inner, &commands, BTreeSet::new(), None);
         self.settle(namespace, &mut inner, outcome)
     }
 
@@ -424,7 +426,7 @@ impl Chains {
         };
         let commands = engine.handle(event);
         tracing::info!(%target, %action, changes = commands.len(), "target admin");
-        let outcome = self.commit(namespace, &inner, &commands, &BTreeSet::new(), None);
+        let outcome = self.commit(namespace, &mut inner, &commands, BTreeSet::new(), None);
         self.settle(namespace, &mut inner, outcome)
     }
 
@@ -442,20 +444,31 @@ impl Chains {
         let now_ms = self.now_ms();
         let Some(engine) = inner.engine.as_mut() else { return Ok(()) };
         let commands = engine.handle(Event::Tick { at_ms: now_ms });
-        let outcome = self.commit(namespace, &inner, &commands, &BTreeSet::new(), None);
+        let outcome = self.commit(namespace, &mut inner, &commands, BTreeSet::new(), None);
         self.settle(namespace, &mut inner, outcome)
     }
 
     /// Writes the chains `commands` changed (whole table when `built`) and the changed
-    /// target records, in one durable transaction.
+    /// target records (with every dead or draining mark the engine set or cleared since
+    /// the last commit), in one durable transaction.
     fn commit(
         &self,
         namespace: &dyn ChainStore,
-        inner: &Inner,
+        inner: &mut Inner,
         commands: &[Command],
-        changed_targets: &BTreeSet<TargetId>,
+        mut changed_targets: BTreeSet<TargetId>,
         built: Option<u32>,
     ) -> Result<(), WireError> {
+        if let Some(engine) = inner.engine.as_ref() {
+            for (&target, record) in inner.targets.iter_mut() {
+                let Some(health) = engine.health(target) else { continue };
+                if (record.dead, record.draining) != (health.dead, health.draining) {
+                    (record.dead, record.draining) = (health.dead, health.draining);
+                    changed_targets.insert(target);
+                }
+            }
+        }
+        let changed_targets = &changed_targets;
         let changed: BTreeSet<ChainId> = commands
             .iter()
             .filter_map(|c| match c {
@@ -881,6 +894,32 @@ mod tests {
                 "restarted: left its chains {after:?}"
             );
         }
+    }
+
+    #[test]
+    fn dead_and_draining_marks_survive_a_reload() {
+        let ns = Namespace::open_in_memory().unwrap();
+        let chains = Chains::load(&ns, settings()).unwrap();
+        for (target, group) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
+            chains.report(&ns, &[report(target)], &member(group, 1)).unwrap();
+        }
+        chains.admin(&ns, TargetId(3), TargetAction::Drain).unwrap();
+        chains.admin(&ns, TargetId(4), TargetAction::Remove).unwrap();
+        let health = |c: &Chains, t: u64| {
+            c.report_status(true).targets.iter().find(|x| x.target == TargetId(t)).map(|x| x.health)
+        };
+        assert_eq!(health(&chains, 3), Some(MemberHealth::Draining));
+        assert_eq!(health(&chains, 4), Some(MemberHealth::Dead));
+        drop(chains);
+        let reloaded = Chains::load(&ns, settings()).unwrap();
+        assert_eq!(health(&reloaded, 3), Some(MemberHealth::Draining), "the drain mark is durable");
+        assert_eq!(health(&reloaded, 4), Some(MemberHealth::Dead), "the dead mark is durable");
+        // A heartbeat of the removed target does not bring it back.
+        reloaded.report(&ns, &[report(4)], &member("d", 1)).unwrap();
+        assert_eq!(health(&reloaded, 4), Some(MemberHealth::Dead));
+        let stored = ns.chain_table().unwrap();
+        assert!(stored.targets[&TargetId(3)].draining && stored.targets[&TargetId(4)].dead);
+        assert!(!stored.targets[&TargetId(1)].dead && !stored.targets[&TargetId(1)].draining);
     }
 
     #[test]

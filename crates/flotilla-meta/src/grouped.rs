@@ -837,6 +837,8 @@ impl crate::chains::ChainStore for GroupChains<'_> {
                     target: *target,
                     group: record.group.to_string(),
                     incarnation: record.incarnation.map(|i| i.0),
+                    dead: record.dead,
+                    draining: record.draining,
                 })
                 .collect(),
         };

@@ -668,6 +668,8 @@ fn three_machines_given_the_same_chain_changes_hold_equal_chain_tables() {
                 target: TargetId(t),
                 group: format!("g{t}"),
                 incarnation: Some(i),
+                dead: false,
+                draining: false,
             })
             .collect()
     };

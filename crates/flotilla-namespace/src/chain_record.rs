@@ -29,13 +29,21 @@ const STATE_SYNCING: u8 = 1;
 const STATE_OFFLINE: u8 = 2;
 const STATE_DEAD: u8 = 3;
 
-/// What the chain table remembers of one target: its failure group and the highest
-/// incarnation heard from its server.
+/// What the chain table remembers of one target: its failure group, the highest
+/// incarnation heard from its server, and the operator's and the engine's marks (declared
+/// dead, draining), so a restarted metadata service keeps them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChainTarget {
     pub group: FailureGroup,
     pub incarnation: Option<Incarnation>,
+    pub dead: bool,
+    pub draining: bool,
 }
+
+/// Mark bits of a chain target record (an optional last byte; records written before it
+/// existed have none: no marks).
+const MARK_DEAD: u8 = 1;
+const MARK_DRAINING: u8 = 2;
 
 /// The chain table as stored: the replica count (`None` before the table is built), every
 /// chain in id order, and every target's group and incarnation.
@@ -111,6 +119,9 @@ pub(crate) fn encode_chain_target(target: &ChainTarget) -> Vec<u8> {
     writer.u64(target.incarnation.map_or(0, |i| i.0));
     writer.u16(group.len() as u16);
     writer.raw(group.as_bytes());
+    if target.dead || target.draining {
+        writer.u8((u8::from(target.dead) * MARK_DEAD) | (u8::from(target.draining) * MARK_DRAINING));
+    }
     writer.finish()
 }
 
@@ -124,8 +135,12 @@ pub(crate) fn decode_chain_target(record: &[u8]) -> Result<ChainTarget, Namespac
     let name = std::str::from_utf8(reader.take(length)?)
         .map_err(|_| reader.error("has a failure group that is not UTF-8".into()))?;
     let group = FailureGroup::new(name).map_err(|e| reader.error(e.to_string()))?;
+    let marks = if reader.is_empty() { 0 } else { reader.u8()? };
+    if marks & !(MARK_DEAD | MARK_DRAINING) != 0 {
+        return Err(reader.error(format!("has unknown mark bits {marks:#04x}")));
+    }
     reader.finish()?;
-    Ok(ChainTarget { group, incarnation })
+    Ok(ChainTarget { group, incarnation, dead: marks & MARK_DEAD != 0, draining: marks & MARK_DRAINING != 0 })
 }
 
 impl Namespace {
@@ -207,8 +222,8 @@ mod tests {
         }
 
         #[test]
-        fn chain_target_records_round_trip(name in "[a-z0-9.-]{1,255}", incarnation in proptest::option::of(1u64..)) {
-            let target = ChainTarget { group: FailureGroup::new(&name).unwrap(), incarnation: incarnation.map(Incarnation) };
+        fn chain_target_records_round_trip(name in "[a-z0-9.-]{1,255}", incarnation in proptest::option::of(1u64..), dead: bool, draining: bool) {
+            let target = ChainTarget { group: FailureGroup::new(&name).unwrap(), incarnation: incarnation.map(Incarnation), dead, draining };
             prop_assert_eq!(decode_chain_target(&encode_chain_target(&target)).unwrap(), target);
         }
 
@@ -243,13 +258,21 @@ mod tests {
         assert_eq!(record[36], STATE_OFFLINE);
         assert_eq!(&record[37..45], &4u64.to_le_bytes());
         assert_eq!(record.len(), 10 + 2 * 18 + 4);
-        let target =
-            ChainTarget { group: FailureGroup::new("rack-a").unwrap(), incarnation: Some(Incarnation(3)) };
+        let target = ChainTarget {
+            group: FailureGroup::new("rack-a").unwrap(),
+            incarnation: Some(Incarnation(3)),
+            dead: false,
+            draining: false,
+        };
         let bytes = encode_chain_target(&target);
         assert_eq!(&bytes[1..9], &3u64.to_le_bytes());
         assert_eq!(&bytes[9..11], &6u16.to_le_bytes());
         assert_eq!(&bytes[11..17], b"rack-a");
         assert_eq!(bytes.len(), 17 + 4);
+        let marked = ChainTarget { dead: true, draining: true, ..target };
+        let bytes = encode_chain_target(&marked);
+        assert_eq!(bytes[17], 3, "mark bits: dead 1, draining 2");
+        assert_eq!(bytes.len(), 18 + 4);
     }
 
     #[test]
@@ -257,7 +280,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ns.redb");
         let chain = Chain::new(ChainId(0), &[TargetId(1), TargetId(2)]);
-        let target = ChainTarget { group: FailureGroup::new("a").unwrap(), incarnation: None };
+        let target = ChainTarget {
+            group: FailureGroup::new("a").unwrap(),
+            incarnation: None,
+            dead: false,
+            draining: true,
+        };
         {
             let ns = Namespace::open(&path).unwrap();
             assert_eq!(ns.chain_table().unwrap(), StoredChains::default());

@@ -115,6 +115,11 @@ impl<'a> Reader<'a> {
         Ok(i64::from_le_bytes(self.array()?))
     }
 
+    /// Whether every field was consumed (an optional last field is absent).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rest.is_empty()
+    }
+
     /// Errors unless every field was consumed.
     pub(crate) fn finish(self) -> Result<(), NamespaceError> {
         if self.rest.is_empty() {

@@ -164,6 +164,12 @@ pub enum ForwardEntry {
     /// member `target`, `Syncing`) continues the order from that position. Every copied
     /// fork was synced by a `Copy` of a `Sync` before it.
     CopyDone { target: flotilla_types::TargetId },
+    /// Resync: `[offset, offset + length_bytes)` of `fork` (the receiver's member) is a range
+    /// the copy source applied and has not seen settled by a sync every member made; the
+    /// syncing receiver counts it unsettled in the log `CopyDone` starts, as if it had
+    /// applied it itself, so that a resync record it later starts covers what another
+    /// member may have lost unsynced. Sent before `CopyDone`; changes no byte.
+    Unsettled { fork: crate::ForkRef, offset: u64, length_bytes: u64 },
 }
 
 impl ChainForward {
@@ -176,7 +182,7 @@ impl ChainForward {
             ForwardEntry::Request { request } | ForwardEntry::Copy { request } => {
                 request.data_bytes().unwrap_or(0)
             }
-            ForwardEntry::CopyDone { .. } => 0,
+            ForwardEntry::CopyDone { .. } | ForwardEntry::Unsettled { .. } => 0,
         }
     }
 
@@ -184,7 +190,9 @@ impl ChainForward {
     /// entry names one (a request that names no target is refused by the receiver).
     pub fn target(&self) -> Option<flotilla_types::TargetId> {
         match &self.entry {
-            ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => Some(fork.target),
+            ForwardEntry::Write { fork, .. }
+            | ForwardEntry::Sync { fork }
+            | ForwardEntry::Unsettled { fork, .. } => Some(fork.target),
             ForwardEntry::Request { request } | ForwardEntry::Copy { request } => request.target(),
             ForwardEntry::CopyDone { target } => Some(*target),
         }
@@ -328,6 +336,10 @@ mod tests {
         let copy = ForwardEntry::Copy { request: Box::new(IoRequest::Stats) };
         assert_eq!(encode_body(&copy).unwrap()[0], 3);
         assert_eq!(encode_body(&ForwardEntry::CopyDone { target: TargetId(1) }).unwrap()[0], 4);
+        let fork =
+            ForkRef { target: TargetId(1), file: FileId(2), subfile: SubfileIndex(0), fork: "data".into() };
+        let unsettled = ForwardEntry::Unsettled { fork, offset: 0, length_bytes: 1 };
+        assert_eq!(encode_body(&unsettled).unwrap()[0], 5);
     }
 
     /// Resync: `ChainSubfiles` and `SyncDone` are metadata requests 62, 63; the

@@ -25,7 +25,7 @@
 
 use crate::ids::{ChainId, ChainVersion};
 use crate::ranges::{ByteRange, RangeSet};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Default bound on entries a head keeps in flight (`forward_window_max`).
 pub const FORWARD_WINDOW_MAX: usize = 64;
@@ -41,8 +41,18 @@ pub struct ChainEntry<K, P> {
 /// What an entry does. `K` names a fork (subfile and fork name), `P` carries the bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EntryKind<K, P> {
-    Write { fork: K, range: ByteRange, payload: P },
+    Write {
+        fork: K,
+        range: ByteRange,
+        payload: P,
+    },
+    /// Makes everything applied before it durable.
     Sync,
+    /// Makes only `fork`'s writes applied before it durable (a store syncs one fork at a
+    /// time): it settles that fork's ranges, never another's.
+    SyncFork {
+        fork: K,
+    },
 }
 
 /// Why a forward or an acknowledgement was not taken.
@@ -104,9 +114,10 @@ impl<K: Ord + Clone> Unsettled<K> {
         self.entries.push((position, fork, range));
     }
 
-    /// A sync at `sync_position` was settled: drops every range applied before it.
-    pub fn settle(&mut self, sync_position: u64) {
-        self.entries.retain(|(p, _, _)| *p > sync_position);
+    /// A sync at `sync_position` was settled: drops every range applied before it (of
+    /// `fork` only, when the sync made only that fork durable).
+    pub fn settle(&mut self, sync_position: u64, fork: Option<&K>) {
+        self.entries.retain(|(p, k, _)| *p > sync_position || fork.is_some_and(|f| f != k));
     }
 
     /// The unsettled ranges of every fork, each bounded to `ranges_max` ranges (a superset
@@ -141,7 +152,8 @@ pub struct ChainMemberLog<K, P> {
     acked_down: u64,
     /// Entries applied and forwarded, not yet acknowledged by the successor.
     outbox: VecDeque<ChainEntry<K, P>>,
-    syncs: BTreeSet<u64>,
+    /// Syncs applied and not yet settled, by position (`None`: of every fork).
+    syncs: BTreeMap<u64, Option<K>>,
     unsettled: Unsettled<K>,
 }
 
@@ -155,7 +167,7 @@ impl<K: Ord + Clone, P: Clone> ChainMemberLog<K, P> {
             applied,
             acked_down: applied,
             outbox: VecDeque::new(),
-            syncs: BTreeSet::new(),
+            syncs: BTreeMap::new(),
             unsettled: Unsettled::default(),
         }
     }
@@ -171,6 +183,11 @@ impl<K: Ord + Clone, P: Clone> ChainMemberLog<K, P> {
     /// The last position applied here.
     pub fn applied(&self) -> u64 {
         self.applied
+    }
+
+    /// Whether this member forwards what it applies (and waits for acknowledgements).
+    pub fn has_successor(&self) -> bool {
+        self.has_successor
     }
 
     pub fn unsettled(&self) -> &Unsettled<K> {
@@ -219,7 +236,10 @@ impl<K: Ord + Clone, P: Clone> ChainMemberLog<K, P> {
                 self.unsettled.record(entry.position, fork.clone(), *range)
             }
             EntryKind::Sync => {
-                self.syncs.insert(entry.position);
+                self.syncs.insert(entry.position, None);
+            }
+            EntryKind::SyncFork { fork } => {
+                self.syncs.insert(entry.position, Some(fork.clone()));
             }
         }
         if self.has_successor {
@@ -245,10 +265,12 @@ impl<K: Ord + Clone, P: Clone> ChainMemberLog<K, P> {
     /// Everything up to `position` is applied from here to the tail: the latest sync at or
     /// before it settles the ranges applied before that sync.
     fn settle_to(&mut self, position: u64) -> Progress {
-        let settled_sync = self.syncs.range(..=position).next_back().copied();
+        let settled_sync = self.syncs.range(..=position).next_back().map(|(p, _)| *p);
         if let Some(sync) = settled_sync {
-            self.unsettled.settle(sync);
-            self.syncs = self.syncs.split_off(&(sync + 1));
+            let later = self.syncs.split_off(&(sync + 1));
+            for (at, fork) in std::mem::replace(&mut self.syncs, later) {
+                self.unsettled.settle(at, fork.as_ref());
+            }
         }
         Progress { ack_up: position, settled_sync }
     }

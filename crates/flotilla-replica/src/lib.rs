@@ -32,6 +32,7 @@ mod member;
 mod membership;
 mod placement;
 mod ranges;
+mod record;
 mod table;
 
 pub use chain::{Chain, MEMBERS_PER_CHAIN_MAX};
@@ -49,4 +50,5 @@ pub use member::{Member, MemberState};
 pub use membership::{Membership, TargetHealth};
 pub use placement::{build_chains, choose_chains, CHAINS_PER_TARGET_MAX, REPLICAS_MAX};
 pub use ranges::{ByteRange, RangeSet, RANGES_ENCODING_VERSION, RANGES_PER_FORK_MAX};
+pub use record::{pieces_within, MissedRecord, RECORD_KEY_BYTES, RECORD_RANGE_BYTES, WHOLE};
 pub use table::{ChainTable, CHAINS_MAX};

@@ -79,6 +79,15 @@ impl Membership {
         }
     }
 
+    /// Restores `target`'s marks as persisted (declared dead, draining), so a restarted
+    /// metadata service neither forgets a drain nor re-admits a dead target.
+    pub fn restore_marks(&mut self, target: TargetId, dead: bool, draining: bool) {
+        if let Some(health) = self.health.get_mut(&target) {
+            health.dead |= dead;
+            health.draining |= draining;
+        }
+    }
+
     pub fn table(&self) -> &ChainTable {
         &self.table
     }

@@ -8,8 +8,9 @@
 
 use flotilla_replica::{
     ByteRange, ChainEntry, ChainHead, ChainId, ChainMemberLog, ChainVersion, EntryKind, HeadRefusal,
-    OrderRefusal, RangeSet, Receive,
+    MissedRecord, OrderRefusal, RangeSet, Receive,
 };
+use flotilla_types::TargetId;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -105,7 +106,7 @@ impl Net {
     fn tag_of(entry: &Entry) -> u64 {
         match &entry.kind {
             EntryKind::Write { payload, .. } => *payload,
-            EntryKind::Sync => 0,
+            EntryKind::Sync | EntryKind::SyncFork { .. } => 0,
         }
     }
 
@@ -380,6 +381,59 @@ fn a_tail_settles_by_a_sync_and_a_new_tail_acknowledges_what_it_applied() {
     let progress = log.change_version(ChainVersion(2), true, false);
     assert_eq!((progress.ack_up, progress.settled_sync), (3, Some(2)), "its successor left: it is the tail");
     assert_eq!(log.unsettled().ranges(8)[&0].iter().collect::<Vec<_>>(), vec![write_range(3)]);
+}
+
+/// A store syncs one fork at a time: a settled sync of fork 1 must leave fork 0's ranges
+/// unsettled (a member killed before fork 0 was synced lost them; a resync must copy them).
+#[test]
+fn a_sync_of_one_fork_settles_only_that_forks_ranges() {
+    let mut log: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, V1, 0, false);
+    log.applied_entry(write(1, 11));
+    let other = ByteRange::new(200, 5).unwrap().unwrap();
+    log.applied_entry(ChainEntry {
+        position: 2,
+        kind: EntryKind::Write { fork: 1, range: other, payload: 12 },
+    });
+    let progress = log.applied_entry(ChainEntry { position: 3, kind: EntryKind::SyncFork { fork: 1 } });
+    assert_eq!(progress.settled_sync, Some(3), "the tail settles the sync at once");
+    let unsettled = log.unsettled().ranges(8);
+    assert!(!unsettled.contains_key(&1), "fork 1 was synced: {unsettled:?}");
+    assert_eq!(unsettled[&0].iter().collect::<Vec<_>>(), vec![write_range(1)], "fork 0 was not synced");
+    log.applied_entry(ChainEntry { position: 4, kind: EntryKind::Sync });
+    assert!(log.unsettled().is_empty(), "a sync of everything settles every fork");
+}
+
+/// A member that joins by a resync copy starts its log at the source's position; it must
+/// take the source's unsettled ranges with it (`copied_to`): another member may still hold
+/// them unsynced, and when that member is killed and returns, a resync record this joiner
+/// started (seeded from its unsettled ranges) is all it is copied. A joiner that started
+/// with an empty set (the crash checker's lost file on t-resync) seeds a record that misses
+/// them.
+#[test]
+fn a_joiner_takes_the_sources_unsettled_ranges_into_its_log() {
+    // The old member: a write at 1, not yet synced by anyone.
+    let mut old: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, V1, 0, false);
+    old.applied_entry(write(1, 11));
+    // The joiner's log as the copy's end starts it, with and without the source's ranges.
+    let fresh: ChainMemberLog<u8, u64> = ChainMemberLog::new(CHAIN, ChainVersion(2), old.applied(), false);
+    let mut joined: ChainMemberLog<u8, u64> =
+        ChainMemberLog::new(CHAIN, ChainVersion(2), old.applied(), false);
+    joined.copied_to(old.applied(), old.unsettled());
+    // The old member is killed (its unsynced write lost); the joiner seeds its record.
+    let seed = |log: &ChainMemberLog<u8, u64>| {
+        let mut record: MissedRecord<u8> =
+            MissedRecord::new(ChainVersion(3), [TargetId(1)].into(), 8, 1 << 20);
+        for (fork, set) in log.unsettled().ranges(8) {
+            set.iter().for_each(|range| record.record(fork, range));
+        }
+        record
+    };
+    assert!(seed(&fresh).keys().is_empty(), "the bug: a fresh log seeds nothing");
+    let record = seed(&joined);
+    assert_eq!(record.keys()[&0].iter().collect::<Vec<_>>(), vec![write_range(1)]);
+    // A sync after the copy's position, settled, makes it durable everywhere: it goes.
+    joined.applied_entry(ChainEntry { position: 2, kind: EntryKind::SyncFork { fork: 0 } });
+    assert!(joined.unsettled().is_empty(), "a later settled sync of the fork settles the inherited range");
 }
 
 fn write_range(position: u64) -> ByteRange {

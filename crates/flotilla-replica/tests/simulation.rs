@@ -786,7 +786,7 @@ impl Sim {
             order: e.position,
             kind: match e.kind {
                 LogKind::Write { payload: (lo, hi, tag), .. } => EntryKind::Write { lo, hi, tag },
-                LogKind::Sync => EntryKind::Sync,
+                LogKind::Sync | LogKind::SyncFork { .. } => EntryKind::Sync,
             },
         });
         let entries: Vec<Entry> = s.copy_out.clone().into_iter().chain(forwarded).collect();

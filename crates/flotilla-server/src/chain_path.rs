@@ -21,11 +21,13 @@
 //! head, for a client's change), the request is refused naming the new version, and the
 //! client refetches the chain.
 //!
-//! Resync (first cut): the last serving member, under the same lock, copies every subfile
-//! of the chain (listed by the metadata service, `ChainSubfiles`) whole to the syncing
-//! member after it (`ForwardEntry::Copy` steps, then `CopyDone` at its position) before
-//! sending it anything else, then reports `SyncDone`; `resync_pass` runs it on every new
-//! view even when no write comes. Range records instead of whole copies are the next step.
+//! Resync: the last serving member copies the syncing member after it what it missed —
+//! the ranges its resync record holds (`observe`, `copy_recorded`) or, when no record
+//! covers the joiner, every subfile of the chain (listed by the metadata service,
+//! `ChainSubfiles`) whole — as `ForwardEntry::Copy` steps, outside the chain's lock while
+//! writes go on (it acts as the tail meanwhile; `copy_live`), then, under the lock, what
+//! changed meanwhile and `CopyDone` at its position; then it reports `SyncDone`.
+//! `resync_pass` runs it on every new view even when no write comes.
 
 // Read repair and scrub (issue 32) run under this module's per-chain lock.
 #[path = "repair.rs"]
@@ -34,22 +36,27 @@ pub(crate) use repair::{report_of, RepairCounters};
 
 use crate::chain_write::{
     copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order,
-    resync_step, retarget, retarget_entry, sender_may_forward, store_request, Admitted, Copied, Early, Lease,
-    MemberLog, Payload, ResyncStep, Role, Sent,
+    record_step, recorded, resync_step, retarget, retarget_entry, sender_may_forward, store_request,
+    Admitted, Copied, Early, ForkKey, Lease, MemberLog, Payload, Record, RecordStep, ResyncStep, Role, Sent,
 };
 use crate::execute::{Executor, Reply};
 use crate::membership::HeldChains;
 use bytes::Bytes;
 use flotilla_proto::{
-    ChainForward, ChainInfo, ErrorCode, ForkRef, ForwardAck, ForwardEntry, ForwardRefusalReason,
-    ForwardRefused, IoReply, IoRequest, MetaReply, MetaRequest, WireError, CHAIN_SUBFILES_SCAN_MAX,
+    ChainForward, ChainInfo, ChainMemberState, ErrorCode, ForkRef, ForwardAck, ForwardEntry,
+    ForwardRefusalReason, ForwardRefused, IoReply, IoRequest, MetaReply, MetaRequest, WireError,
+    CHAIN_SUBFILES_SCAN_MAX,
 };
-use flotilla_replica::{ChainHead, ChainId, ChainMemberLog, ChainVersion, Receive};
+use flotilla_replica::{
+    pieces_within, ByteRange, ChainHead, ChainId, ChainMemberLog, ChainVersion, MissedRecord, RangeSet,
+    Receive, Unsettled, RANGES_PER_FORK_MAX, RECORD_RANGE_BYTES,
+};
 use flotilla_request::Shape;
 use flotilla_rpc::{Connection, ConnectionConfig};
 use flotilla_types::TargetId;
 use flotilla_types::{FileId, SubfileIndex};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,6 +77,19 @@ pub(crate) struct PathConfig {
     pub copy_chunk_bytes: u64,
     /// The rate every resync copy of this server takes together (0: unlimited).
     pub resync_bytes_per_s: u64,
+    /// Bound on one chain's resync record (`resync_record_bytes_max`).
+    pub record_bytes_max: u64,
+}
+
+/// What this server's resync copies did (as copy source), for the metrics.
+#[derive(Debug, Default)]
+pub(crate) struct ResyncCounters {
+    /// Fork bytes sent to syncing members.
+    pub bytes_copied: AtomicU64,
+    /// Copies made from a resync record (only what the member missed).
+    pub recorded_copies: AtomicU64,
+    /// Copies of every subfile of the chain (no record covered the member).
+    pub full_copies: AtomicU64,
 }
 
 /// One chain's state on this server.
@@ -83,6 +103,23 @@ struct ChainState {
     payloads: BTreeMap<u64, Payload>,
     /// The resync copy this member made, as its copy source (see `resync_step`).
     copied: Option<Copied>,
+    /// What this member applied while another member was out (serving members only).
+    record: Option<Record>,
+    /// The view of the chain the record was last brought to.
+    seen: Option<ChainInfo>,
+    /// While a resync copy runs outside the lock: what was applied since it started (its
+    /// last pass, under the lock, copies these).
+    dirty: Option<Record>,
+    /// As a syncing member: the copy source's unsettled ranges (`ForwardEntry::Unsettled`),
+    /// taken into the log `CopyDone` starts; bounded by `inherited_max`.
+    inherited: Unsettled<ForkKey>,
+    inherited_count: usize,
+    /// More ranges came than `inherited_max`: the rest were dropped.
+    inherited_overflowed: bool,
+    /// The inherited ranges passed their bound, so this member's unsettled ranges may miss
+    /// some another member holds unsynced: a resync record it keeps covers nobody (a
+    /// returning member is copied whole) until the next resync copy it takes.
+    unsettled_partial: bool,
 }
 
 impl ChainState {
@@ -146,6 +183,8 @@ pub(crate) struct ChainPaths {
     copy_rate: crate::rate::ByteRate,
     /// Read repair and scrub counters (`repair.rs`).
     pub(crate) repairs: RepairCounters,
+    /// Resync copy counters.
+    pub(crate) resyncs: ResyncCounters,
 }
 
 impl ChainPaths {
@@ -170,6 +209,7 @@ impl ChainPaths {
                 (config.resync_bytes_per_s / 10).max(config.copy_chunk_bytes),
             ),
             repairs: RepairCounters::default(),
+            resyncs: ResyncCounters::default(),
         }
     }
 
@@ -193,6 +233,13 @@ impl ChainPaths {
                     link: None,
                     payloads: BTreeMap::new(),
                     copied: None,
+                    record: None,
+                    seen: None,
+                    dirty: None,
+                    inherited: Unsettled::default(),
+                    inherited_count: 0,
+                    inherited_overflowed: false,
+                    unsettled_partial: false,
                 }),
                 moved: tokio::sync::Notify::new(),
             })
@@ -305,6 +352,7 @@ impl ChainPaths {
             if matches!(done.message, IoReply::Error(_)) {
                 return done;
             }
+            note(state, &request);
             let kind = kind_of(&request);
             let payload: Payload =
                 Arc::new(Sent { entry: ForwardEntry::Request { request: Box::new(request) }, data });
@@ -571,7 +619,10 @@ impl ChainPaths {
                 Ok(role) => role,
                 Err(stop) => return self.stopped(chain, version, stop),
             };
-            if matches!(forward.entry, ForwardEntry::Copy { .. } | ForwardEntry::CopyDone { .. }) {
+            if matches!(
+                forward.entry,
+                ForwardEntry::Copy { .. } | ForwardEntry::CopyDone { .. } | ForwardEntry::Unsettled { .. }
+            ) {
                 return self.take_copy(request_id, state, admitted, &forward, data).await;
             }
             let log = state.log.get_or_insert_with(|| {
@@ -598,6 +649,7 @@ impl ChainPaths {
                     if let IoReply::Error(error) = done.message {
                         return IoReply::Error(error);
                     }
+                    note(state, &store_request(&forward));
                     let Some(log) = state.log.as_mut() else { return IoReply::Error(lost_log(chain)) };
                     log.applied_entry(entry_of(&forward));
                     let payload = Arc::new(Sent { entry: forward.entry.clone(), data });
@@ -664,9 +716,27 @@ impl ChainPaths {
                     _ => IoReply::Forwarded(done),
                 }
             }
+            ForwardEntry::Unsettled { fork, offset, length_bytes } => {
+                let Some(range) = ByteRange::new(*offset, *length_bytes).ok().flatten() else {
+                    return IoReply::Forwarded(done);
+                };
+                if state.inherited_count >= self.inherited_max() {
+                    state.inherited_overflowed = true;
+                    return IoReply::Forwarded(done);
+                }
+                let key = (fork.target, fork.file.0, fork.subfile.0, fork.fork.clone());
+                state.inherited.record(position, key, range);
+                state.inherited_count += 1;
+                IoReply::Forwarded(done)
+            }
             _ => {
-                let log =
+                let mut log =
                     ChainMemberLog::new(ChainId(chain), admitted.version, position, admitted.has_successor);
+                // The source's unsettled ranges become this member's: another member may
+                // hold them unsynced, and a record this member starts must cover them.
+                log.copied_to(position, &std::mem::take(&mut state.inherited));
+                state.inherited_count = 0;
+                state.unsettled_partial = std::mem::take(&mut state.inherited_overflowed);
                 state.log = Some(log);
                 state.payloads.clear();
                 tracing::info!(
@@ -680,25 +750,101 @@ impl ChainPaths {
         }
     }
 
-    /// The copy source's resync of `joiner` (see `resync_step`), under the chain's lock at
-    /// this member's position: every subfile the metadata service lists on the chain is
-    /// copied whole (the joiner's subfile removed, then each fork created, written in
-    /// pieces of `copy_chunk_bytes`, truncated to its size and synced), then `CopyDone`;
-    /// the joiner's acknowledgement makes it this member's successor from that position,
-    /// and the metadata service is told (`SyncDone`).
-    async fn copy(
-        &self,
-        state: &mut ChainState,
-        (chain, version): (u32, ChainVersion),
-        me: TargetId,
-        joiner: TargetId,
-    ) -> Result<(), Trouble> {
+    /// The copy source's resync of its syncing successor (see `resync_step`), with writes
+    /// going on: under the chain's lock, the plan is taken (the resync record if it covers
+    /// the joiner, else every subfile the metadata service lists on the chain) and a
+    /// `dirty` record started; the plan is copied outside the lock, piece by piece (each
+    /// copy step read from the store and sent; changes applied meanwhile are acknowledged by
+    /// this member as the tail and land in `dirty`); then, under the lock again, whatever
+    /// `dirty` holds is copied (everything, if it overflowed), `CopyDone` is sent at this
+    /// member's position, the joiner becomes its successor from there, and the metadata
+    /// service is told (`SyncDone`). A byte copied before a change meanwhile is copied
+    /// again in the last pass, so the joiner never ends with stale bytes over newer ones.
+    async fn copy_live(&self, slot: &ChainSlot, chain: u32, me: TargetId) -> Result<(), Trouble> {
         let started = Instant::now();
+        let (joiner, version, plan, mut sender) = {
+            let mut guard = slot.state.lock().await;
+            let state: &mut ChainState = &mut guard;
+            self.follow(state, chain, me).map_err(|_| Trouble::Changed)?;
+            let Some(info) = self.held.chain(chain) else { return Err(Trouble::Changed) };
+            let ResyncStep::Copy { joiner, version } = resync_step(&info, me, state.copied) else {
+                return Ok(());
+            };
+            let joiner_full = info.members.iter().any(|m| {
+                m.target == joiner && !matches!(m.state, ChainMemberState::Syncing { full: false, .. })
+            });
+            let plan = state.record.as_ref().filter(|r| !joiner_full && r.covers_target(joiner)).cloned();
+            if let Some(record) = &plan {
+                tracing::debug!(chain, %me, %joiner, version = version.0, members = ?info.members, since = record.since().0, keys = ?record.keys(), "resync plan from the record");
+            }
+            let covers = [joiner].into_iter().collect();
+            state.dirty =
+                Some(MissedRecord::new(version, covers, RANGES_PER_FORK_MAX, self.config.record_bytes_max));
+            let connection = self.link(state, joiner).await?;
+            let position = state.log.as_ref().map_or(0, |log| log.applied());
+            let sender = CopySender { paths: self, connection, chain, version, position, joiner, bytes: 0 };
+            (joiner, version, plan, sender)
+        };
+        let mode = if plan.is_some() { "recorded" } else { "full" };
+        let mut keys = match &plan {
+            Some(record) => self.copy_recorded(&mut sender, me, record).await?,
+            None => self.copy_all(&mut sender, chain, me).await?,
+        };
+        let outside = sender.bytes;
+        let mut guard = slot.state.lock().await;
+        let state: &mut ChainState = &mut guard;
+        let again = self.follow(state, chain, me).ok().and_then(|_| self.held.chain(chain));
+        if again.map(|info| resync_step(&info, me, state.copied))
+            != Some(ResyncStep::Copy { joiner, version })
+        {
+            state.dirty = None;
+            return Err(Trouble::Changed);
+        }
+        let dirty = state.dirty.take();
+        match dirty {
+            Some(dirty) if !dirty.overflowed() => keys += self.copy_recorded(&mut sender, me, &dirty).await?,
+            _ => keys += self.copy_all(&mut sender, chain, me).await?,
+        }
         let Some(position) = state.log.as_ref().map(|log| log.applied()) else {
             return Err(Trouble::Wait(format!("chain {chain}: no member log to copy from")));
         };
-        let connection = self.link(state, joiner).await?;
-        let mut sender = CopySender { paths: self, connection, chain, version, position, joiner, bytes: 0 };
+        sender.position = position;
+        // What this member has not seen settled, the joiner counts unsettled too: a member
+        // may hold it unsynced, and a record the joiner starts later must cover it.
+        let unsettled = state.log.as_ref().map(|log| log.unsettled().ranges(RANGES_PER_FORK_MAX));
+        for ((_, file, subfile, fork), set) in unsettled.unwrap_or_default() {
+            let fork = ForkRef { target: joiner, file: FileId(file), subfile: SubfileIndex(subfile), fork };
+            for range in set.iter() {
+                let (offset, length_bytes) = (range.offset, range.length_bytes);
+                let entry = ForwardEntry::Unsettled { fork: fork.clone(), offset, length_bytes };
+                sender.send(entry, Bytes::new()).await?;
+            }
+        }
+        sender.send(ForwardEntry::CopyDone { target: joiner }, Bytes::new()).await?;
+        let bytes = sender.bytes;
+        let log = state.log.as_mut().ok_or(Trouble::Changed)?;
+        if log.version() != version || log.applied() != position {
+            return Err(Trouble::Changed);
+        }
+        log.change_version(version, true, true);
+        log.successor_acked(version, position).map_err(|_| Trouble::Changed)?;
+        state.copied = Some(Copied { version, joiner, reported: false });
+        let counter = match mode {
+            "recorded" => &self.resyncs.recorded_copies,
+            _ => &self.resyncs.full_copies,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            chain, version = version.0, %joiner, position, keys, bytes, outside_lock_bytes = outside, mode,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "resync copy done"
+        );
+        self.report(state, chain, joiner, version).await;
+        Ok(())
+    }
+
+    /// Copies every subfile the metadata service lists on `chain` whole; returns how many.
+    async fn copy_all(&self, sender: &mut CopySender<'_>, chain: u32, me: TargetId) -> Result<u64, Trouble> {
         let (mut after, mut subfiles) = (0u64, 0u64);
         loop {
             let ask = MetaRequest::ChainSubfiles { chain, after, scan_max: CHAIN_SUBFILES_SCAN_MAX };
@@ -712,29 +858,14 @@ impl ChainPaths {
                 }
             };
             for (file, subfile) in page.0 {
-                self.copy_subfile(&mut sender, me, (FileId(file), SubfileIndex(subfile))).await?;
+                self.copy_subfile(sender, me, (FileId(file), SubfileIndex(subfile))).await?;
                 subfiles += 1;
             }
             match page.1 {
                 Some(next) => after = next,
-                None => break,
+                None => return Ok(subfiles),
             }
         }
-        sender.send(ForwardEntry::CopyDone { target: joiner }, Bytes::new()).await?;
-        let bytes = sender.bytes;
-        let log = state.log.as_mut().ok_or(Trouble::Changed)?;
-        if log.version() != version || log.applied() != position {
-            return Err(Trouble::Changed);
-        }
-        log.successor_acked(version, position).map_err(|_| Trouble::Changed)?;
-        state.copied = Some(Copied { version, joiner, reported: false });
-        tracing::info!(
-            chain, version = version.0, %joiner, position, subfiles, bytes,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "resync copy done"
-        );
-        self.report(state, chain, joiner, version).await;
-        Ok(())
     }
 
     /// Tells the metadata service that `joiner` caught up on `chain` at `version`; a
@@ -749,6 +880,77 @@ impl ChainPaths {
             Ok(other) => tracing::warn!(chain, %joiner, reply = ?other, "SyncDone not taken; will retry"),
             Err(error) => tracing::warn!(chain, %joiner, %error, "SyncDone not sent; will retry"),
         }
+    }
+
+    /// Copies the joiner what `record` holds: subfiles created or removed whole, every
+    /// other fork only its recorded ranges (see `copy_ranges`). Returns the keys copied.
+    async fn copy_recorded(
+        &self,
+        sender: &mut CopySender<'_>,
+        me: TargetId,
+        record: &Record,
+    ) -> Result<u64, Trouble> {
+        let whole: std::collections::BTreeSet<(u64, u32)> =
+            record.keys().keys().filter(|(_, _, fork)| fork.is_none()).map(|&(f, s, _)| (f, s)).collect();
+        let mut keys = 0u64;
+        for ((file_id, subfile_index, fork), set) in record.keys() {
+            let (file_id, subfile_index) = (*file_id, *subfile_index);
+            let at = (FileId(file_id), SubfileIndex(subfile_index));
+            match fork {
+                None => self.copy_subfile(sender, me, at).await?,
+                Some(_) if whole.contains(&(file_id, subfile_index)) => continue,
+                Some(fork) => self.copy_ranges(sender, me, at, fork, set).await?,
+            }
+            keys += 1;
+        }
+        Ok(keys)
+    }
+
+    /// Copies the recorded ranges of one fork: clipped to this member's size of it now,
+    /// then the joiner's fork truncated to that size and synced; a fork this member no
+    /// longer has is removed at the joiner.
+    async fn copy_ranges(
+        &self,
+        sender: &mut CopySender<'_>,
+        me: TargetId,
+        (file, subfile): (FileId, SubfileIndex),
+        fork: &str,
+        set: &RangeSet,
+    ) -> Result<(), Trouble> {
+        let joiner = sender.joiner;
+        let mine = ForkRef { target: me, file, subfile, fork: fork.to_string() };
+        let theirs = ForkRef { target: joiner, ..mine.clone() };
+        let size = match self.local(IoRequest::ForkSize { fork: mine.clone() }).await {
+            Ok((IoReply::Size { bytes }, _)) => bytes,
+            Err(error) if error.code == ErrorCode::NotFound => {
+                return sender.request(IoRequest::RemoveFork { fork: theirs }, Bytes::new()).await;
+            }
+            Ok((other, _)) => return Err(Trouble::Wait(format!("the size of {file}: {other:?}"))),
+            Err(error) => return Err(Trouble::Wait(format!("the size of {file}: {error}"))),
+        };
+        sender.request(IoRequest::CreateSubfile { target: joiner, file, subfile }, Bytes::new()).await?;
+        sender.request(IoRequest::CreateFork { fork: theirs.clone() }, Bytes::new()).await?;
+        for piece in pieces_within(set, size, self.config.copy_chunk_bytes) {
+            self.copy_rate.take(piece.length_bytes).await;
+            let read = IoRequest::Read {
+                fork: mine.clone(),
+                shape: Shape::contiguous(piece.offset, piece.length_bytes),
+            };
+            let data = match self.local(read).await {
+                Ok((_, data)) => data,
+                Err(error) => return Err(Trouble::Wait(format!("reading {file} to copy it: {error}"))),
+            };
+            if data.is_empty() {
+                break;
+            }
+            let write = IoRequest::Write {
+                fork: theirs.clone(),
+                shape: Shape::contiguous(piece.offset, data.len() as u64),
+            };
+            sender.request(write, Bytes::from(data)).await?;
+        }
+        sender.request(IoRequest::Truncate { fork: theirs.clone(), size_bytes: size }, Bytes::new()).await?;
+        sender.request(IoRequest::Sync { fork: theirs }, Bytes::new()).await
     }
 
     /// Copies one subfile of this member's target to the joiner, whole.
@@ -796,6 +998,12 @@ impl ChainPaths {
         Ok(())
     }
 
+    /// Bound on the unsettled ranges a syncing member takes from its copy source (the
+    /// `resync_record_bytes_max` a record of as many ranges would reach).
+    fn inherited_max(&self) -> usize {
+        usize::try_from(self.config.record_bytes_max / RECORD_RANGE_BYTES).unwrap_or(usize::MAX).max(1)
+    }
+
     /// Runs a read of this server's own store (no subfile made on demand).
     async fn local(&self, request: IoRequest) -> Result<(IoReply, Vec<u8>), WireError> {
         let executor = self.executor.clone();
@@ -816,7 +1024,16 @@ impl ChainPaths {
             let Some(me) = my_member(&info, &self.mine) else { continue };
             let chain = info.chain;
             let slot = self.state(chain);
-            if resync_step(&info, me, slot.state.lock().await.copied) == ResyncStep::Nothing {
+            let copied = {
+                let mut guard = slot.state.lock().await;
+                // Every view reaches the record, even of a chain nobody writes: a member
+                // seen leaving is covered when it returns.
+                if guard.seen.as_ref().map(|seen| seen.version) != Some(info.version) {
+                    self.observe(&mut guard, &info, me);
+                }
+                guard.copied
+            };
+            if resync_step(&info, me, copied) == ResyncStep::Nothing {
                 continue;
             }
             let mut guard = slot.state.lock().await;
@@ -826,8 +1043,10 @@ impl ChainPaths {
                 ResyncStep::Nothing => {}
                 ResyncStep::Report { joiner, version } => self.report(state, chain, joiner, version).await,
                 ResyncStep::Copy { .. } => {
-                    if let Err(Stop::Failed(error)) = self.drain(state, chain, me).await {
-                        tracing::warn!(chain, %error, "resync copy did not finish; will retry");
+                    drop(guard);
+                    if let Err(Trouble::Wait(what)) = self.copy_live(&slot, chain, me).await {
+                        tracing::warn!(chain, %what, "resync copy did not finish; will retry");
+                        self.held.nudge();
                     }
                 }
             }
@@ -853,7 +1072,14 @@ impl ChainPaths {
             return Err(Stop::Refused(ForwardRefusalReason::NotMember));
         }
         let role = Role::of(&info, me);
-        let has_successor = role.successor.is_some();
+        if state.seen.as_ref().map(|seen| seen.version) != Some(info.version) {
+            self.observe(state, &info, me);
+        }
+        // While this member owes its syncing successor a copy, it is the tail of the write
+        // path: what it applies is acknowledged at once, and reaches the joiner through the
+        // copy (`copy_live`), which reattaches it.
+        let copying = matches!(resync_step(&info, me, state.copied), ResyncStep::Copy { .. });
+        let has_successor = role.successor.is_some() && !copying;
         let log = state
             .log
             .get_or_insert_with(|| ChainMemberLog::new(ChainId(chain), role.version, 0, has_successor));
@@ -864,6 +1090,8 @@ impl ChainPaths {
                 // (one entry at a time, applied before it is sent).
                 let _dropped = head.change_version(log);
             }
+        } else if copying && log.has_successor() {
+            log.change_version(role.version, role.serving, false);
         }
         if state.link.as_ref().map(|(t, _, _)| *t) != role.successor {
             state.link = None;
@@ -880,6 +1108,51 @@ impl ChainPaths {
         Ok(role)
     }
 
+    /// Brings the chain's resync record to the view `info` (before the log follows it, so a
+    /// record started now takes the ranges this member applied since the last settled sync:
+    /// a member that just left may lack them, or may have lost them unsynced).
+    fn observe(&self, state: &mut ChainState, info: &ChainInfo, me: TargetId) {
+        let covered = state.record.as_ref().map(|r| r.covers().clone());
+        let mut step = record_step(state.seen.as_ref(), info, me, covered.as_ref());
+        if state.unsettled_partial {
+            // This member's unsettled ranges may miss some: it cannot vouch for anyone.
+            if let RecordStep::Start { cover } | RecordStep::Keep { cover } = &mut step {
+                cover.clear();
+            }
+        }
+        match step {
+            RecordStep::Ignore => return,
+            RecordStep::Drop => state.record = None,
+            RecordStep::Keep { cover } => {
+                if let Some(record) = state.record.as_mut() {
+                    let gone: Vec<TargetId> =
+                        record.covers().iter().copied().filter(|t| !cover.contains(t)).collect();
+                    for target in gone {
+                        record.uncover(target);
+                    }
+                    for target in cover {
+                        record.cover(target);
+                    }
+                }
+            }
+            RecordStep::Start { cover } => {
+                let since = ChainVersion(info.version);
+                let mut record =
+                    MissedRecord::new(since, cover, RANGES_PER_FORK_MAX, self.config.record_bytes_max);
+                if let Some(log) = &state.log {
+                    for ((_, file, subfile, fork), set) in log.unsettled().ranges(RANGES_PER_FORK_MAX) {
+                        for range in set.iter() {
+                            record.record((file, subfile, Some(fork.clone())), range);
+                        }
+                    }
+                }
+                tracing::debug!(chain = info.chain, version = info.version, %me, applied = state.log.as_ref().map(|l| l.applied()), members = ?info.members, old = ?state.seen.as_ref().map(|s| (s.version, s.members.clone())), covers = ?record.covers(), seed = ?record.keys(), "resync record started");
+                state.record = Some(record);
+            }
+        }
+        state.seen = Some(info.clone());
+    }
+
     /// Sends everything this member applied and its successor has not acknowledged, until
     /// it is acknowledged, following version changes (see the module's comment).
     async fn drain(&self, state: &mut ChainState, chain: u32, me: TargetId) -> Result<(), Stop> {
@@ -888,15 +1161,10 @@ impl ChainPaths {
         loop {
             let role = self.follow(state, chain, me)?;
             state.prune();
-            // The syncing successor gets its copy before anything else.
+            // The syncing successor gets its copy (`resync_pass`) before anything else.
             let step = self.held.chain(chain).map(|info| resync_step(&info, me, state.copied));
             let trouble = match step {
-                Some(ResyncStep::Copy { joiner, version }) => {
-                    match self.copy(state, (chain, version), me, joiner).await {
-                        Ok(()) => continue,
-                        Err(trouble) => trouble,
-                    }
-                }
+                Some(ResyncStep::Copy { .. }) => return Ok(()),
                 _ => {
                     let Some(log) = state.log.as_ref() else { return Ok(()) };
                     if log.in_flight() == 0 {
@@ -1087,6 +1355,7 @@ impl CopySender<'_> {
         let length = data.len() as u64;
         self.send(ForwardEntry::Copy { request: Box::new(request) }, data).await?;
         self.bytes += length;
+        self.paths.resyncs.bytes_copied.fetch_add(length, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1108,4 +1377,15 @@ fn not_acknowledged(chain: u32, position: u64, acked: u64) -> WireError {
 
 fn lost_log(chain: u32) -> WireError {
     WireError::new(ErrorCode::Io, format!("chain {chain}: the member log vanished"))
+}
+
+/// Records an applied change in the chain's resync record, if this member keeps one.
+fn note(state: &mut ChainState, request: &IoRequest) {
+    let Some((key, range)) = recorded(request) else { return };
+    if let Some(record) = state.record.as_mut() {
+        record.record(key.clone(), range);
+    }
+    if let Some(dirty) = state.dirty.as_mut() {
+        dirty.record(key, range);
+    }
 }

@@ -31,10 +31,11 @@ use flotilla_proto::{
 };
 use flotilla_replica::{
     admit, Access, Admission, ByteRange, ChainEntry, ChainMemberLog, ChainVersion, EntryKind, MemberState,
-    MemberView, OrderRefusal, Receive,
+    MemberView, MissedRecord, OrderRefusal, Receive, WHOLE,
 };
 use flotilla_request::Shape;
 use flotilla_types::TargetId;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// The subfile fork an entry touches (the unsettled ranges' key; "" for a whole subfile).
@@ -204,6 +205,106 @@ pub(crate) fn resync_step(chain: &ChainInfo, me: TargetId, copied: Option<Copied
             ResyncStep::Report { joiner, version }
         }
         _ => ResyncStep::Copy { joiner, version },
+    }
+}
+
+/// A resync record's key: a subfile's fork, or the whole subfile (`None`: created or
+/// removed). Keys drop the target: every member keeps the subfile under its own.
+pub(crate) type RecordKey = (u64, u32, Option<String>);
+
+/// A member's resync record of one chain (see `flotilla_replica::MissedRecord`).
+pub(crate) type Record = MissedRecord<RecordKey>;
+
+/// What a serving member records of a change it applied while a member was out: its key
+/// and range (a truncation: from the new size on; anything but a contiguous write or a
+/// truncation: the whole fork or subfile); nothing for a sync.
+pub(crate) fn recorded(request: &IoRequest) -> Option<(RecordKey, ByteRange)> {
+    let key = |fork: &ForkRef| (fork.file.0, fork.subfile.0, Some(fork.fork.clone()));
+    match request {
+        IoRequest::Write { fork, shape } => Some((key(fork), extent(shape).unwrap_or(WHOLE))),
+        IoRequest::Truncate { fork, size_bytes } => {
+            let range = ByteRange::new(*size_bytes, u64::MAX - size_bytes).ok().flatten().unwrap_or(WHOLE);
+            Some((key(fork), range))
+        }
+        IoRequest::Extend { fork, .. } | IoRequest::CreateFork { fork } | IoRequest::RemoveFork { fork } => {
+            Some((key(fork), WHOLE))
+        }
+        IoRequest::CreateSubfile { file, subfile, .. } | IoRequest::RemoveSubfile { file, subfile, .. } => {
+            Some(((file.0, subfile.0, None), WHOLE))
+        }
+        _ => None,
+    }
+}
+
+/// The file bytes a write's shape touches, from its first to its last (a superset for a
+/// strided or batched shape); `None` for a shape that does not walk.
+fn extent(shape: &Shape) -> Option<ByteRange> {
+    if let Shape::Contiguous { file_offset, length, .. } = shape {
+        return ByteRange::new(*file_offset, *length).ok().flatten();
+    }
+    let (mut start, mut end) = (u64::MAX, 0u64);
+    shape
+        .for_each_piece(|piece| {
+            start = start.min(piece.file_offset);
+            end = end.max(piece.file_offset.saturating_add(piece.length));
+            Ok::<(), flotilla_request::ShapeError>(())
+        })
+        .ok()?;
+    ByteRange::new(start, end.checked_sub(start)?).ok().flatten()
+}
+
+/// What a member does with its resync record of a chain on a new view of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RecordStep {
+    /// This member is not serving, or every member serves: no record.
+    Drop,
+    /// Start a record (none was kept) covering these members.
+    Start { cover: BTreeSet<TargetId> },
+    /// Keep the record, now covering these members.
+    Keep { cover: BTreeSet<TargetId> },
+    /// The view is not newer than the one the record was brought to (views of a chain can
+    /// arrive out of order): change nothing, and remember the newer view.
+    Ignore,
+}
+
+/// Decides about `me`'s record on the view `new` (the view before: `old`; the members the
+/// record covered: `covered`, none without a record). A member is covered if this member
+/// saw it leave while serving itself (it was `Serving` in the view before and is out now),
+/// or was covered and is still out (`Offline` or `Syncing`); a member that left unseen
+/// (before this member served, or while it kept no record) is not, and gets the whole copy.
+pub(crate) fn record_step(
+    old: Option<&ChainInfo>,
+    new: &ChainInfo,
+    me: TargetId,
+    covered: Option<&BTreeSet<TargetId>>,
+) -> RecordStep {
+    if old.is_some_and(|o| o.version >= new.version) {
+        // An older view arriving late said every member serves again: dropping the record
+        // on it (and starting a fresh one on the newer view after it) lost every range
+        // recorded meanwhile that a sync then settled — the crash checker's lost files.
+        return RecordStep::Ignore;
+    }
+    let serving = |chain: &ChainInfo, target: TargetId| {
+        chain.members.iter().any(|m| m.target == target && m.state == ChainMemberState::Serving)
+    };
+    if !serving(new, me) || new.members.iter().all(|m| m.state == ChainMemberState::Serving) {
+        return RecordStep::Drop;
+    }
+    let was_serving = old.is_some_and(|o| serving(o, me));
+    let out = new
+        .members
+        .iter()
+        .filter(|m| matches!(m.state, ChainMemberState::Offline { .. } | ChainMemberState::Syncing { .. }))
+        .map(|m| m.target);
+    let cover = out
+        .filter(|&t| {
+            let left_seen = was_serving && old.is_some_and(|o| serving(o, t));
+            left_seen || covered.is_some_and(|c| c.contains(&t))
+        })
+        .collect();
+    match covered {
+        Some(_) => RecordStep::Keep { cover },
+        None => RecordStep::Start { cover },
     }
 }
 
@@ -398,7 +499,7 @@ pub(crate) fn kind_of(request: &IoRequest) -> EntryKind<ForkKey, ()> {
                 _ => write(fork_key(fork), whole()),
             }
         }
-        IoRequest::Sync { .. } => EntryKind::Sync,
+        IoRequest::Sync { fork } => EntryKind::SyncFork { fork: fork_key(fork) },
         IoRequest::Write { fork, .. }
         | IoRequest::Truncate { fork, .. }
         | IoRequest::Extend { fork, .. }
@@ -427,7 +528,9 @@ pub(crate) fn store_request(forward: &ChainForward) -> IoRequest {
         ForwardEntry::Request { request } | ForwardEntry::Copy { request } => (**request).clone(),
         // Never applied as a store request: `chain_path.rs` takes copies apart before
         // ordering; a lone `Hello` changes nothing if one ever got here.
-        ForwardEntry::CopyDone { .. } => IoRequest::Hello { client: "copy done".into() },
+        ForwardEntry::CopyDone { .. } | ForwardEntry::Unsettled { .. } => {
+            IoRequest::Hello { client: "copy done".into() }
+        }
     }
 }
 
@@ -457,7 +560,9 @@ pub(crate) fn retarget(request: &IoRequest, target: TargetId) -> IoRequest {
 pub(crate) fn retarget_entry(entry: &ForwardEntry, target: TargetId) -> ForwardEntry {
     let mut entry = entry.clone();
     match &mut entry {
-        ForwardEntry::Write { fork, .. } | ForwardEntry::Sync { fork } => fork.target = target,
+        ForwardEntry::Write { fork, .. }
+        | ForwardEntry::Sync { fork }
+        | ForwardEntry::Unsettled { fork, .. } => fork.target = target,
         ForwardEntry::Request { request } | ForwardEntry::Copy { request } => {
             **request = retarget(request, target)
         }
@@ -482,6 +587,88 @@ pub(crate) fn forwardable(forward: &ChainForward) -> Result<(), WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn view(version: u64, members: &[(u64, ChainMemberState)]) -> ChainInfo {
+        let members = members
+            .iter()
+            .map(|&(t, state)| flotilla_proto::ChainMember { target: TargetId(t), state })
+            .collect();
+        ChainInfo { chain: 1, version, members }
+    }
+
+    #[test]
+    fn a_record_covers_only_members_seen_leaving_while_this_member_served() {
+        use ChainMemberState::{Serving, Syncing};
+        let offline = ChainMemberState::Offline { missed_since: 5, full: false };
+        let all = view(4, &[(1, Serving), (2, Serving), (3, Serving)]);
+        let two_out = view(5, &[(1, Serving), (2, offline), (3, Serving)]);
+        let cover = |ts: &[u64]| ts.iter().map(|&t| TargetId(t)).collect::<BTreeSet<_>>();
+        assert_eq!(record_step(None, &all, TargetId(1), None), RecordStep::Drop, "everyone serves");
+        assert_eq!(
+            record_step(Some(&all), &two_out, TargetId(1), None),
+            RecordStep::Start { cover: cover(&[2]) }
+        );
+        assert_eq!(record_step(Some(&all), &two_out, TargetId(2), None), RecordStep::Drop, "not serving");
+        assert_eq!(
+            record_step(None, &two_out, TargetId(1), None),
+            RecordStep::Start { cover: cover(&[]) },
+            "a member that left unseen (this server just started) is not covered"
+        );
+        let syncing = view(6, &[(1, Serving), (3, Serving), (2, Syncing { missed_since: 5, full: false })]);
+        assert_eq!(
+            record_step(Some(&two_out), &syncing, TargetId(3), Some(&cover(&[2]))),
+            RecordStep::Keep { cover: cover(&[2]) }
+        );
+        let three_out = view(7, &[(1, Serving), (3, offline), (2, Syncing { missed_since: 5, full: false })]);
+        assert_eq!(
+            record_step(Some(&syncing), &three_out, TargetId(1), Some(&cover(&[2]))),
+            RecordStep::Keep { cover: cover(&[2, 3]) }
+        );
+        assert_eq!(
+            record_step(Some(&three_out), &all, TargetId(1), Some(&cover(&[2, 3]))),
+            RecordStep::Ignore,
+            "an older view arriving late (all serving at v4) neither drops nor restarts the record"
+        );
+        assert_eq!(
+            record_step(Some(&syncing), &syncing, TargetId(1), Some(&cover(&[2]))),
+            RecordStep::Ignore
+        );
+        let replacement = view(8, &[(1, Serving), (9, Syncing { missed_since: 8, full: true })]);
+        assert_eq!(
+            record_step(Some(&three_out), &replacement, TargetId(1), Some(&cover(&[2, 3]))),
+            RecordStep::Keep { cover: cover(&[]) },
+            "a replacement was never seen serving"
+        );
+    }
+
+    #[test]
+    fn a_truncation_records_from_its_new_size_and_a_subfile_change_the_whole_subfile() {
+        let fork = ForkRef {
+            target: TargetId(3),
+            file: flotilla_types::FileId(7),
+            subfile: flotilla_types::SubfileIndex(1),
+            fork: "data".into(),
+        };
+        let key = (7, 1, Some("data".to_string()));
+        let write = IoRequest::Write { fork: fork.clone(), shape: Shape::contiguous(10, 5) };
+        assert_eq!(recorded(&write), Some((key.clone(), ByteRange { offset: 10, length_bytes: 5 })));
+        let truncate = IoRequest::Truncate { fork: fork.clone(), size_bytes: 100 };
+        assert_eq!(recorded(&truncate), Some((key, ByteRange { offset: 100, length_bytes: u64::MAX - 100 })));
+        let remove = IoRequest::RemoveSubfile { target: TargetId(3), file: fork.file, subfile: fork.subfile };
+        assert_eq!(recorded(&remove), Some(((7, 1, None), WHOLE)));
+        let strided = Shape::Strided {
+            file_offset: 100,
+            memory_offset: 0,
+            record_bytes: 10,
+            file_stride: 50,
+            memory_stride: 10,
+            count: 3,
+        };
+        let write = IoRequest::Write { fork: fork.clone(), shape: strided };
+        let range = recorded(&write).map(|(_, r)| r);
+        assert_eq!(range, Some(ByteRange { offset: 100, length_bytes: 110 }), "first to last byte");
+        assert_eq!(recorded(&IoRequest::Sync { fork }), None);
+    }
 
     #[test]
     fn only_a_member_servers_credential_forwards_into_a_chain() {

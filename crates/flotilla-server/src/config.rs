@@ -168,6 +168,10 @@ pub struct ServerConfig {
     /// Bytes per second every resync copy of this server takes together (a token bucket;
     /// 0: unlimited), so a rebuild leaves foreground programs most of the bandwidth.
     pub resync_bytes_per_s: u64,
+    /// Bound on the estimated bytes of one chain's resync record (what a serving member
+    /// applied while another member was out, per fork ranges): past it the record is
+    /// dropped and a returning member gets the whole copy.
+    pub resync_record_bytes_max: u64,
     /// Background scrub (issue 32): bytes per second this server reads back from disk and
     /// checks against their checksums, over its serving members of replicated subfiles,
     /// repairing bad blocks from another member; 0 turns it off.
@@ -323,6 +327,7 @@ impl Default for ServerConfig {
             chain_copy_chunk_bytes: 1 << 20,
             chain_resync_period_ms: 1000,
             resync_bytes_per_s: 200_000_000,
+            resync_record_bytes_max: 16 << 20,
             scrub_bytes_per_s: 4 << 20,
             scrub_step_bytes: 1 << 20,
         }

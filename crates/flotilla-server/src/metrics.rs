@@ -238,6 +238,21 @@ impl Collector for ServerCollector {
                 load(&repairs.bad_blocks),
             ),
             ("server_scrubbed_bytes", "Bytes the background scrub checked.", load(&repairs.scrubbed_bytes)),
+            (
+                "server_resync_copied_bytes",
+                "Fork bytes this server sent to syncing members as their copy source.",
+                load(&shared.chain_paths.resyncs.bytes_copied),
+            ),
+            (
+                "server_resync_recorded_copies",
+                "Resync copies made from a record of what the member missed.",
+                load(&shared.chain_paths.resyncs.recorded_copies),
+            ),
+            (
+                "server_resync_full_copies",
+                "Resync copies of every subfile of a chain (no record covered the member).",
+                load(&shared.chain_paths.resyncs.full_copies),
+            ),
         ];
         for (name, help, value) in repair_counters {
             write::counter(&mut encoder, name, help, None, value)?;

@@ -240,6 +240,7 @@ fn chain_path_config(config: &ServerConfig) -> crate::chain_path::PathConfig {
         gap_wait: Duration::from_millis(config.chain_gap_wait_ms),
         copy_chunk_bytes: config.chain_copy_chunk_bytes.max(1),
         resync_bytes_per_s: config.resync_bytes_per_s,
+        record_bytes_max: config.resync_record_bytes_max,
     }
 }
 

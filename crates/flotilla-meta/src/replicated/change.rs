@@ -288,12 +288,15 @@ impl ChainRow {
     }
 }
 
-/// One target record of an [`Op::ChainChanges`]: its failure group and incarnation.
+/// One target record of an [`Op::ChainChanges`]: its failure group, incarnation and the
+/// dead and draining marks (so a new leader keeps them).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainTargetRow {
     pub target: TargetId,
     pub group: String,
     pub incarnation: Option<u64>,
+    pub dead: bool,
+    pub draining: bool,
 }
 
 impl ChainTargetRow {
@@ -302,6 +305,8 @@ impl ChainTargetRow {
         Some(flotilla_namespace::ChainTarget {
             group,
             incarnation: self.incarnation.filter(|&i| i != 0).map(flotilla_replica::Incarnation),
+            dead: self.dead,
+            draining: self.draining,
         })
     }
 }
@@ -642,6 +647,8 @@ mod tests {
                             target: TargetId(u64::from(id)),
                             group: format!("g{id}"),
                             incarnation,
+                            dead: id % 3 == 0,
+                            draining: id % 5 == 0,
                         }],
                     }
                 }),
