@@ -156,11 +156,7 @@ fn single_run(nests: &[Nest]) -> &[Nest] {
 /// `other` with its displacements moved into the space of the single run `run` (whose
 /// displacement at stream position `s` is `run.disp + s - run.stream`).
 fn translate(other: &Nest, run: &Nest) -> Nest {
-    let levels = other
-        .levels
-        .iter()
-        .map(|l| Level { disp_stride: l.stream_stride as i64, ..*l })
-        .collect();
+    let levels = other.levels.iter().map(|l| Level { disp_stride: l.stream_stride as i64, ..*l }).collect();
     Nest { disp: run.disp + other.stream as i64 - run.stream as i64, levels, ..other.clone() }
 }
 
@@ -185,7 +181,11 @@ fn to_access(pairs: &[(Nest, Nest)], bytes: u64) -> Result<Access, LayoutError> 
                     .levels
                     .iter()
                     .zip(&memory.levels)
-                    .map(|(f, m)| StrideLevel { file_stride: f.disp_stride, memory_stride: m.disp_stride, count: f.count })
+                    .map(|(f, m)| StrideLevel {
+                        file_stride: f.disp_stride,
+                        memory_stride: m.disp_stride,
+                        count: f.count,
+                    })
                     .collect();
                 Shape::Nested { file_offset, memory_offset, record_bytes: file.record, levels }
             }
@@ -194,7 +194,11 @@ fn to_access(pairs: &[(Nest, Nest)], bytes: u64) -> Result<Access, LayoutError> 
             pieces: pairs
                 .iter()
                 .map(|(f, m)| {
-                    Ok(Piece { file_offset: nonnegative(f.disp)?, memory_offset: (m.disp - base) as u64, length: f.record })
+                    Ok(Piece {
+                        file_offset: nonnegative(f.disp)?,
+                        memory_offset: (m.disp - base) as u64,
+                        length: f.record,
+                    })
                 })
                 .collect::<Result<_, LayoutError>>()?,
         },
@@ -315,7 +319,8 @@ mod tests {
             .map(|s| {
                 let t = start + s;
                 let (tile, within) = (t / view.filetype.size, t % view.filetype.size);
-                let file = view.disp as i64 + tile as i64 * view.filetype.extent + file_type[within as usize].1;
+                let file =
+                    view.disp as i64 + tile as i64 * view.filetype.extent + file_type[within as usize].1;
                 (file as u64, memory[s as usize].1)
             })
             .collect()
@@ -396,8 +401,14 @@ mod tests {
         leaf.prop_recursive(3, 24, 3, |inner| {
             prop_oneof![
                 (1i64..4, inner.clone()).prop_map(|(n, t)| Layout::contiguous(n, &t).unwrap()),
-                (1i64..4, 1i64..3, 0i64..4, inner.clone())
-                    .prop_map(|(n, b, extra, t)| Layout::vector(n, b, b + extra, false, &t).unwrap()),
+                (1i64..4, 1i64..3, 0i64..4, inner.clone()).prop_map(|(n, b, extra, t)| Layout::vector(
+                    n,
+                    b,
+                    b + extra,
+                    false,
+                    &t
+                )
+                .unwrap()),
                 (prop::collection::vec((0i64..3, 1u64..3), 1..4), inner.clone()).prop_map(|(blocks, t)| {
                     // Increasing displacements: gaps of 0..3 extents after each block.
                     let mut at = 0;

@@ -177,16 +177,33 @@ fn span_of(record: u64, levels: &[Level]) -> u64 {
     })
 }
 
-fn cut_levels(disp: i64, stream: u64, record: u64, levels: &[Level], from: u64, to: u64, out: &mut Vec<Nest>) {
+fn cut_levels(
+    disp: i64,
+    stream: u64,
+    record: u64,
+    levels: &[Level],
+    from: u64,
+    to: u64,
+    out: &mut Vec<Nest>,
+) {
     let Some((outer, inner)) = levels.split_last() else {
         let (low, high) = (stream.max(from), (stream + record).min(to));
         if low < high {
-            out.push(Nest { disp: disp + (low - stream) as i64, stream: low, record: high - low, levels: vec![] });
+            out.push(Nest {
+                disp: disp + (low - stream) as i64,
+                stream: low,
+                record: high - low,
+                levels: vec![],
+            });
         }
         return;
     };
     let span = span_of(record, inner);
-    if outer.count == 0 || span == 0 || to <= stream || from >= stream + outer.stream_stride * (outer.count - 1) + span {
+    if outer.count == 0
+        || span == 0
+        || to <= stream
+        || from >= stream + outer.stream_stride * (outer.count - 1) + span
+    {
         return;
     }
     let stride = outer.stream_stride;
@@ -236,7 +253,8 @@ impl Layout {
                 "predefined type of size {size} with lower bound {lb} and extent {extent} (pair types such as MPI_DOUBLE_INT)"
             )));
         }
-        let nests = if size == 0 { vec![] } else { vec![Nest { disp: 0, stream: 0, record: size, levels: vec![] }] };
+        let nests =
+            if size == 0 { vec![] } else { vec![Nest { disp: 0, stream: 0, record: size, levels: vec![] }] };
         Ok(Layout { nests, size, lb: 0, extent })
     }
 
@@ -264,7 +282,13 @@ impl Layout {
     }
 
     /// `MPI_Type_vector` (stride in elements) or `hvector` (`stride_is_bytes`).
-    pub fn vector(count: i64, blocklength: i64, stride: i64, stride_is_bytes: bool, old: &Layout) -> Result<Layout, LayoutError> {
+    pub fn vector(
+        count: i64,
+        blocklength: i64,
+        stride: i64,
+        stride_is_bytes: bool,
+        old: &Layout,
+    ) -> Result<Layout, LayoutError> {
         let count = count_of(count, "count")?;
         let blocklength = count_of(blocklength, "block length")?;
         let stride = if stride_is_bytes { stride } else { mul(stride, old.extent)? };
@@ -284,7 +308,8 @@ impl Layout {
     /// Blocks of `(displacement in bytes, element count)` of one type (`indexed`, `hindexed`,
     /// `indexed_block`, `contiguous`); element counts of zero are skipped.
     pub fn blocks(blocks: &[(i64, u64)], old: &Layout) -> Result<Layout, LayoutError> {
-        let typed: Vec<(i64, u64, &Layout)> = blocks.iter().map(|&(disp, count)| (disp, count, old)).collect();
+        let typed: Vec<(i64, u64, &Layout)> =
+            blocks.iter().map(|&(disp, count)| (disp, count, old)).collect();
         Layout::structure(&typed)
     }
 
@@ -303,7 +328,8 @@ impl Layout {
                 }
                 let mut nest = nest;
                 nest.disp = add(nest.disp, disp)?;
-                nest.stream = nest.stream.checked_add(size).ok_or_else(|| LayoutError::TooLarge("size".into()))?;
+                nest.stream =
+                    nest.stream.checked_add(size).ok_or_else(|| LayoutError::TooLarge("size".into()))?;
                 nests.push(nest);
             }
             size = size
@@ -322,7 +348,13 @@ impl Layout {
     }
 
     /// `MPI_Type_create_subarray`: `order_c` true for MPI_ORDER_C.
-    pub fn subarray(sizes: &[i64], subsizes: &[i64], starts: &[i64], order_c: bool, old: &Layout) -> Result<Layout, LayoutError> {
+    pub fn subarray(
+        sizes: &[i64],
+        subsizes: &[i64],
+        starts: &[i64],
+        order_c: bool,
+        old: &Layout,
+    ) -> Result<Layout, LayoutError> {
         let dims = sizes.len();
         if dims == 0 || dims > DIMS_MAX || subsizes.len() != dims || starts.len() != dims {
             return Err(LayoutError::Invalid(format!("subarray of {dims} dimensions (1 to {DIMS_MAX})")));
@@ -345,7 +377,8 @@ impl Layout {
             offset = add(offset, mul(starts[d], stride)?)?;
             stride = mul(stride, sizes[d])?;
         }
-        let mut shifted = Layout::blocks(&[(offset, 1)], &Layout { lb: 0, extent: current.extent, ..current })?;
+        let mut shifted =
+            Layout::blocks(&[(offset, 1)], &Layout { lb: 0, extent: current.extent, ..current })?;
         shifted.lb = old.lb;
         shifted.extent = stride;
         Ok(shifted)
@@ -473,7 +506,8 @@ pub(crate) mod tests {
 
     #[test]
     fn cutting_a_nest_keeps_exactly_the_range() {
-        let s = Layout::subarray(&[6, 5, 7], &[3, 4, 5], &[1, 1, 2], true, &Layout::named(2, 0, 2).unwrap()).unwrap();
+        let s = Layout::subarray(&[6, 5, 7], &[3, 4, 5], &[1, 1, 2], true, &Layout::named(2, 0, 2).unwrap())
+            .unwrap();
         let all = bytes(&s);
         for (from, to) in [(0, 120), (1, 119), (7, 8), (10, 50), (13, 97), (0, 1), (119, 120), (40, 80)] {
             let mut cut = Vec::new();

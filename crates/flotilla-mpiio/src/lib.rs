@@ -86,13 +86,13 @@ impl From<LayoutError> for Failure {
 impl From<ClientError> for Failure {
     fn from(error: ClientError) -> Failure {
         let class = match error.errno() {
-            2 => FMPI_ERR_NO_SUCH_FILE,      // ENOENT
-            17 => FMPI_ERR_FILE_EXISTS,      // EEXIST
-            1 | 13 => FMPI_ERR_ACCESS,       // EPERM, EACCES
-            28 => FMPI_ERR_NO_SPACE,         // ENOSPC
-            30 => FMPI_ERR_READ_ONLY,        // EROFS
-            122 => FMPI_ERR_QUOTA,           // EDQUOT
-            22 => FMPI_ERR_ARG,              // EINVAL
+            2 => FMPI_ERR_NO_SUCH_FILE, // ENOENT
+            17 => FMPI_ERR_FILE_EXISTS, // EEXIST
+            1 | 13 => FMPI_ERR_ACCESS,  // EPERM, EACCES
+            28 => FMPI_ERR_NO_SPACE,    // ENOSPC
+            30 => FMPI_ERR_READ_ONLY,   // EROFS
+            122 => FMPI_ERR_QUOTA,      // EDQUOT
+            22 => FMPI_ERR_ARG,         // EINVAL
             _ => FMPI_ERR_IO,
         };
         Failure::new(class, error.to_string())
@@ -175,8 +175,9 @@ pub unsafe extern "C" fn fmpi_type_build(
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller passes arrays of the given counts.
-        let (ints, addresses, children) =
-            unsafe { (slice(ints, int_count)?, slice(addresses, address_count)?, slice(children, child_count)?) };
+        let (ints, addresses, children) = unsafe {
+            (slice(ints, int_count)?, slice(addresses, address_count)?, slice(children, child_count)?)
+        };
         let children: Vec<Arc<Layout>> = children.iter().map(|&id| layout(id)).collect::<Result<_, _>>()?;
         let layout = build(kind, ints, addresses, &children)?;
         register_type(layout, out)
@@ -193,13 +194,16 @@ fn arg<T: Copy>(items: &[T], index: usize) -> Result<T, Failure> {
 fn counts(values: &[i64]) -> Result<Vec<u64>, Failure> {
     values
         .iter()
-        .map(|&v| u64::try_from(v).map_err(|_| Failure::new(FMPI_ERR_TYPE, format!("negative block length {v}"))))
+        .map(|&v| {
+            u64::try_from(v).map_err(|_| Failure::new(FMPI_ERR_TYPE, format!("negative block length {v}")))
+        })
         .collect()
 }
 
 /// A derived type from its constructor's arguments (the layout of `MPI_Type_get_contents`).
 fn build(kind: u32, ints: &[i64], addresses: &[i64], children: &[Arc<Layout>]) -> Result<Layout, Failure> {
-    let old = children.first().ok_or_else(|| Failure::new(FMPI_ERR_TYPE, "derived type without an old type"))?;
+    let old =
+        children.first().ok_or_else(|| Failure::new(FMPI_ERR_TYPE, "derived type without an old type"))?;
     let count = || -> Result<usize, Failure> {
         usize::try_from(arg(ints, 0)?).map_err(|_| Failure::new(FMPI_ERR_TYPE, "negative count"))
     };
@@ -212,7 +216,9 @@ fn build(kind: u32, ints: &[i64], addresses: &[i64], children: &[Arc<Layout>]) -
     let scaled = |displacements: Vec<i64>, scale: i64| -> Result<Vec<i64>, Failure> {
         displacements
             .into_iter()
-            .map(|d| d.checked_mul(scale).ok_or_else(|| Failure::new(FMPI_ERR_TYPE, "displacement overflows")))
+            .map(|d| {
+                d.checked_mul(scale).ok_or_else(|| Failure::new(FMPI_ERR_TYPE, "displacement overflows"))
+            })
             .collect()
     };
     let layout = match kind {
@@ -289,7 +295,6 @@ pub unsafe extern "C" fn fmpi_type_info(id: u64, size: *mut u64, lb: *mut i64, e
 
 /// One open file of this process.
 struct OpenFile {
-    path: String,
     file: File,
     amode: u32,
     state: Mutex<FileState>,
@@ -307,7 +312,11 @@ fn files() -> &'static Mutex<HashMap<u64, Arc<OpenFile>>> {
 }
 
 fn open_file(id: u64) -> Result<Arc<OpenFile>, Failure> {
-    files().lock().get(&id).cloned().ok_or_else(|| Failure::new(FMPI_ERR_BAD_FILE, format!("no open file {id}")))
+    files()
+        .lock()
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| Failure::new(FMPI_ERR_BAD_FILE, format!("no open file {id}")))
 }
 
 /// The process's client, connected on first use to `FLOTILLA_META` with `FLOTILLA_KEY`.
@@ -332,7 +341,10 @@ unsafe fn path_of(path: *const c_char) -> Result<String, Failure> {
         .map_err(|_| Failure::new(FMPI_ERR_ARG, "path is not UTF-8"))?;
     let path = text.strip_prefix("flotilla:").unwrap_or(text);
     if !path.starts_with('/') {
-        return Err(Failure::new(FMPI_ERR_ARG, format!("`{text}`: a Flotilla path is absolute (flotilla:/dir/file)")));
+        return Err(Failure::new(
+            FMPI_ERR_ARG,
+            format!("`{text}`: a Flotilla path is absolute (flotilla:/dir/file)"),
+        ));
     }
     Ok(path.to_string())
 }
@@ -352,15 +364,22 @@ pub unsafe extern "C" fn fmpi_open(
         // SAFETY: the caller passes a NUL-terminated path.
         let path = unsafe { path_of(path)? };
         let access = amode & (FMPI_MODE_RDONLY | FMPI_MODE_WRONLY | FMPI_MODE_RDWR);
-        if access.count_ones() != 1 || (access == FMPI_MODE_RDONLY && amode & (FMPI_MODE_CREATE | FMPI_MODE_EXCL) != 0) {
+        if access.count_ones() != 1
+            || (access == FMPI_MODE_RDONLY && amode & (FMPI_MODE_CREATE | FMPI_MODE_EXCL) != 0)
+        {
             return Err(Failure::new(FMPI_ERR_AMODE, format!("access mode {amode:#x}: exactly one of RDONLY, WRONLY, RDWR, and no CREATE or EXCL with RDONLY")));
         }
         let client = client()?;
         let file = if amode & FMPI_MODE_CREATE != 0 {
-            let mut options = CreateOptions { exclusive: amode & FMPI_MODE_EXCL != 0, no_overlap: true, ..CreateOptions::default() };
+            let mut options = CreateOptions {
+                exclusive: amode & FMPI_MODE_EXCL != 0,
+                no_overlap: true,
+                ..CreateOptions::default()
+            };
             if striping_factor > 0 && striping_unit > 0 {
                 let text = format!("stripe:{striping_unit}:{striping_factor}");
-                let parsed = ReplicatedLayout::parse(&text).map_err(|e| Failure::new(FMPI_ERR_ARG, format!("striping hints: {e}")))?;
+                let parsed = ReplicatedLayout::parse(&text)
+                    .map_err(|e| Failure::new(FMPI_ERR_ARG, format!("striping hints: {e}")))?;
                 options.layout = Some(parsed.layout);
                 options.subfiles = striping_factor;
             }
@@ -375,7 +394,7 @@ pub unsafe extern "C" fn fmpi_open(
         };
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let state = Mutex::new(FileState { view: View::bytes(), pointer: 0 });
-        files().lock().insert(id, Arc::new(OpenFile { path, file, amode, state }));
+        files().lock().insert(id, Arc::new(OpenFile { file, amode, state }));
         // SAFETY: the caller passes a writable `out`.
         unsafe { *out.as_mut().ok_or_else(|| Failure::new(FMPI_ERR_ARG, "output is NULL"))? = id };
         Ok(())
@@ -386,7 +405,10 @@ pub unsafe extern "C" fn fmpi_open(
 #[no_mangle]
 pub extern "C" fn fmpi_close(id: u64) -> c_int {
     guard(|| {
-        let file = files().lock().remove(&id).ok_or_else(|| Failure::new(FMPI_ERR_BAD_FILE, format!("no open file {id}")))?;
+        let file = files()
+            .lock()
+            .remove(&id)
+            .ok_or_else(|| Failure::new(FMPI_ERR_BAD_FILE, format!("no open file {id}")))?;
         file.file.flush()?;
         Ok(())
     })
@@ -409,7 +431,8 @@ pub unsafe extern "C" fn fmpi_delete(path: *const c_char) -> c_int {
 pub extern "C" fn fmpi_set_view(id: u64, disp: i64, etype: u64, filetype: u64) -> c_int {
     guard(|| {
         let file = open_file(id)?;
-        let disp = u64::try_from(disp).map_err(|_| Failure::new(FMPI_ERR_ARG, format!("negative displacement {disp}")))?;
+        let disp = u64::try_from(disp)
+            .map_err(|_| Failure::new(FMPI_ERR_ARG, format!("negative displacement {disp}")))?;
         let view = View::new(disp, &*layout(etype)?, &*layout(filetype)?)?;
         *file.state.lock() = FileState { view, pointer: 0 };
         Ok(())
@@ -440,11 +463,13 @@ pub unsafe extern "C" fn fmpi_io(
         if !write && access == FMPI_MODE_WRONLY {
             return Err(Failure::new(FMPI_ERR_ACCESS, "the file was opened MPI_MODE_WRONLY"));
         }
-        let count = u64::try_from(count).map_err(|_| Failure::new(FMPI_ERR_ARG, format!("negative count {count}")))?;
+        let count = u64::try_from(count)
+            .map_err(|_| Failure::new(FMPI_ERR_ARG, format!("negative count {count}")))?;
         let memtype = layout(memtype)?;
         let mut state = file.state.lock();
         let position = if explicit != 0 {
-            u64::try_from(offset).map_err(|_| Failure::new(FMPI_ERR_ARG, format!("negative offset {offset}")))?
+            u64::try_from(offset)
+                .map_err(|_| Failure::new(FMPI_ERR_ARG, format!("negative offset {offset}")))?
         } else {
             state.pointer
         };
@@ -454,7 +479,8 @@ pub unsafe extern "C" fn fmpi_io(
                 if buffer.is_null() {
                     return Err(Failure::new(FMPI_ERR_ARG, "buffer is NULL"));
                 }
-                let span = usize::try_from(request.memory_span).map_err(|_| Failure::new(FMPI_ERR_ARG, "buffer too large"))?;
+                let span = usize::try_from(request.memory_span)
+                    .map_err(|_| Failure::new(FMPI_ERR_ARG, "buffer too large"))?;
                 // SAFETY: MPI's contract: `count` items of `memtype` are valid at `buffer`, so
                 // every byte from the lowest to the highest the type touches is in one object.
                 let base = unsafe { buffer.cast::<u8>().offset(request.memory_base as isize) };
@@ -481,10 +507,11 @@ pub unsafe extern "C" fn fmpi_io(
     })
 }
 
-/// The file's size in bytes: the largest of what the metadata service knows and what this
-/// process wrote.
+/// The file's size in bytes: the largest of what the metadata service knows (asked by id, past
+/// the client's attribute cache, so that a size another rank published before a barrier is
+/// seen) and what this process wrote.
 fn size_of(file: &OpenFile) -> Result<u64, Failure> {
-    let published = client()?.stat(&file.path)?.attrs.size_bytes;
+    let published = client()?.stat_id(file.file.id())?.attrs.size_bytes;
     Ok(published.max(file.file.size()))
 }
 
@@ -503,7 +530,8 @@ pub unsafe extern "C" fn fmpi_get_size(id: u64, out: *mut u64) -> c_int {
 #[no_mangle]
 pub extern "C" fn fmpi_set_size(id: u64, size: i64) -> c_int {
     guard(|| {
-        let size = u64::try_from(size).map_err(|_| Failure::new(FMPI_ERR_ARG, format!("negative size {size}")))?;
+        let size =
+            u64::try_from(size).map_err(|_| Failure::new(FMPI_ERR_ARG, format!("negative size {size}")))?;
         let file = open_file(id)?;
         file.file.flush()?;
         file.file.set_size(size)?;
@@ -569,7 +597,9 @@ pub unsafe extern "C" fn fmpi_position(id: u64, out: *mut i64) -> c_int {
     guard(|| {
         let pointer = open_file(id)?.state.lock().pointer;
         // SAFETY: writable by the caller's contract.
-        unsafe { *out.as_mut().ok_or_else(|| Failure::new(FMPI_ERR_ARG, "output is NULL"))? = pointer as i64 };
+        unsafe {
+            *out.as_mut().ok_or_else(|| Failure::new(FMPI_ERR_ARG, "output is NULL"))? = pointer as i64
+        };
         Ok(())
     })
 }
