@@ -26,7 +26,7 @@ impl View {
         if etype.size == 0 {
             return Err(LayoutError::Invalid("the etype has no data".into()));
         }
-        if filetype.size == 0 || filetype.size % etype.size != 0 {
+        if filetype.size == 0 || !filetype.size.is_multiple_of(etype.size) {
             return Err(LayoutError::Invalid(format!(
                 "the filetype's size {} is not a positive multiple of the etype's size {}",
                 filetype.size, etype.size
@@ -124,7 +124,7 @@ pub fn plan(view: &View, position: u64, count: u64, memtype: &Layout) -> Result<
     if bytes == 0 {
         return Ok(None);
     }
-    if bytes % view.etype_size != 0 {
+    if !bytes.is_multiple_of(view.etype_size) {
         return Err(LayoutError::Invalid(format!(
             "{bytes} bytes of data is not a whole number of etypes of {} bytes",
             view.etype_size
