@@ -580,10 +580,11 @@ fn unmodified_programs_work_on_the_mount() {
 
 /// Each MPI by its own name (Debian's `mpicc`/`mpiexec` alternatives point at whichever was
 /// installed last, and Open MPI's refuses to run as root without a flag): the compiler and the
-/// launcher command line.
+/// launcher command line. Open MPI's default MPI-IO component (OMPIO) does not know the
+/// `ufs:` prefix, so its ROMIO component is asked for by name.
 const MPIS: [(&str, &str); 2] = [
     ("mpicc.mpich", "mpiexec.mpich"),
-    ("mpicc.openmpi", "mpirun.openmpi --allow-run-as-root --oversubscribe"),
+    ("mpicc.openmpi", "mpirun.openmpi --allow-run-as-root --oversubscribe --mca io romio321"),
 ];
 
 #[test]
