@@ -17,7 +17,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde_json::json;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -61,6 +61,9 @@ pub struct MetaTreeArgs {
 struct Side {
     label: String,
     dir: PathBuf,
+    /// The device of `dir` when the run began: a mount that went away under the run (its
+    /// directory now the one beneath) is caught instead of measured as the other disk.
+    device: u64,
 }
 
 fn parse_side(text: &str) -> anyhow::Result<Side> {
@@ -71,7 +74,8 @@ fn parse_side(text: &str) -> anyhow::Result<Side> {
     if label.is_empty() || !dir.is_dir() {
         bail!("side {text:?}: {} is not a directory", dir.display());
     }
-    Ok(Side { label: label.to_string(), dir })
+    let device = std::fs::metadata(&dir)?.dev();
+    Ok(Side { label: label.to_string(), dir, device })
 }
 
 pub fn run(args: MetaTreeArgs) -> anyhow::Result<()> {
@@ -88,10 +92,18 @@ pub fn run(args: MetaTreeArgs) -> anyhow::Result<()> {
         for (index, side) in sides.iter().enumerate() {
             let measured = run_side(side, round, &args)
                 .with_context(|| format!("round {round} on {} ({})", side.label, side.dir.display()))?;
+            let said: Vec<String> =
+                PHASES.iter().zip(&measured).map(|(p, r)| format!("{p} {r:.0}")).collect();
+            eprintln!(
+                "meta-tree: round {} of {} on {}: {} (ops/s)",
+                round + 1,
+                args.rounds,
+                side.label,
+                said.join(", ")
+            );
             for (phase, rate) in measured.into_iter().enumerate() {
                 rates[index][phase].push(rate);
             }
-            eprintln!("meta-tree: round {} of {} done on {}", round + 1, args.rounds, side.label);
         }
     }
     let medians: Vec<Vec<f64>> = rates.iter().map(|side| side.iter().map(|r| median(r)).collect()).collect();
@@ -231,6 +243,12 @@ fn run_side(side: &Side, round: usize, args: &MetaTreeArgs) -> anyhow::Result<Ve
         rates.push(if seconds > 0.0 { ops as f64 / seconds } else { 0.0 });
     }
     drop(workers);
+    if std::fs::metadata(&side.dir)?.dev() != side.device {
+        bail!(
+            "the file system at {} changed during the run (unmounted?): its figures are not kept",
+            side.dir.display()
+        );
+    }
     std::fs::remove_dir_all(&base).with_context(|| format!("removing {}", base.display()))?;
     Ok(rates)
 }
