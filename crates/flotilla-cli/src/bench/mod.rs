@@ -19,6 +19,7 @@ mod enwrich;
 mod group;
 mod hpf;
 mod meta;
+mod meta_tree;
 mod migration;
 mod network;
 mod paper;
@@ -74,6 +75,10 @@ pub enum BenchCommand {
     /// The stall a writer of a `replicas=2` file sees when a member of its chain is
     /// SIGKILLed (and restarted), over `--kills` kills: each, then median and worst.
     ReplicaStall(stall::StallArgs),
+    /// Metadata and small-file rates through mounted directories (`LABEL=DIR`, e.g. Flotilla's
+    /// mount, MooseFS, GlusterFS, local disk), one program in one run: creates, stats, small
+    /// writes and reads, removals, directory creates, renames, removals; ops/s per phase.
+    MetaTree(meta_tree::MetaTreeArgs),
 }
 
 /// Options every workload takes.
@@ -244,6 +249,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Net(args) => stream::net(args),
         BenchCommand::Stream(args) => stream::stream(args),
         BenchCommand::ReplicaStall(args) => stall::run(args),
+        BenchCommand::MetaTree(args) => meta_tree::run(args),
     }
 }
 
