@@ -70,9 +70,6 @@ pub struct OpenFile {
     coherent: bool,
     /// A coherent read-only open served through the kernel's page cache.
     pub cached: bool,
-    /// Opened for writing (not in ENWRICH mode): counted as one of the file's writers by the
-    /// write-behind buffers until released.
-    writer: bool,
 }
 
 impl OpenFile {
@@ -287,28 +284,11 @@ impl FlotillaFs {
             }
         }
         let file = parking_lot::RwLock::new(file);
-        let writer = !read_only && enwrich.lock().is_none();
-        if writer {
-            self.write_behind.opened_for_writing(ino);
-        }
-        let open = OpenFile {
-            ino,
-            file,
-            sync_writes,
-            setid,
-            read_once,
-            enwrich,
-            readahead,
-            coherent,
-            cached,
-            writer,
-        };
+        let open =
+            OpenFile { ino, file, sync_writes, setid, read_once, enwrich, readahead, coherent, cached };
         match self.files.insert(open) {
             Ok(handle) => Ok((handle, crate::fs::open_flags(cached, keep_cache))),
             Err(errno) => {
-                if writer {
-                    self.write_behind.closed_for_writing(ino);
-                }
                 self.abandon_open(ino, (cached, coherent));
                 Err(errno)
             }
@@ -652,9 +632,6 @@ impl FlotillaFs {
             Some(enwrich) => enwrich.close().map_err(failed),
             None => self.publish(&open),
         };
-        if open.writer {
-            self.write_behind.closed_for_writing(open.ino);
-        }
         if let Some(unchanged) = self.sizes.released_last(open.ino, open.cached) {
             self.write_behind.forget(open.ino);
             if published.is_err() {

@@ -64,11 +64,6 @@ pub struct WriteBehindLimits {
     pub total_bytes_max: u64,
 }
 
-/// Most writers of one file whose shares of the queue (`file_bytes_max` each) and background
-/// threads (one each) the file gets; `write_behind_total_bytes_max` bounds every file's
-/// queue together in any case.
-pub const SHARED_WRITERS_MAX: usize = 8;
-
 /// A batch taken out of a buffer: the pieces and their bytes.
 type Batch = (Vec<Piece>, Vec<u8>);
 
@@ -95,25 +90,15 @@ struct Pending {
     in_flight: Vec<InFlight>,
     /// Bytes of the queued batches and of those being sent.
     queued_bytes: u64,
-    /// Background threads sending the queue (they only speed things up: writers past the
-    /// limit and flushes send queued batches themselves, so nothing waits on a thread): one,
-    /// or one per writer of a shared file (`shares`).
-    draining: usize,
-    /// Handles open for writing the file through this mount (`opened_for_writing`).
-    writers: usize,
+    /// A background thread sends the queue (it only speeds things up: writers past the
+    /// limit and flushes send queued batches themselves, so nothing waits on the thread).
+    draining: bool,
     /// The first failure of a send: every later flush of the file reports it (some writer's
     /// data was lost), until the file is no longer open in this mount.
     error: Option<Errno>,
 }
 
 impl Pending {
-    /// How many writers' shares of the queue and of the background threads the file gets:
-    /// one per handle open for writing (several processes writing one shared file get what
-    /// each would get writing a file of its own), at most `SHARED_WRITERS_MAX`.
-    fn shares(&self) -> usize {
-        self.writers.clamp(1, SHARED_WRITERS_MAX)
-    }
-
     fn overlaps(&self, offset: u64, end: u64) -> bool {
         let before = self.extents.range(..end).next_back();
         before.is_some_and(|(_, piece_end)| *piece_end > offset)
@@ -269,16 +254,14 @@ impl WriteBehind {
         send: Send<'_>,
         sender: &Sender,
     ) -> Result<Buffered, Errno> {
-        // Copied before the file's lock is taken: several writers of one shared file copy
-        // their large writes at the same time instead of one after the other.
-        let mut copy = self.accounts.pool.take(data.len());
-        copy.extend_from_slice(data);
         let buffer = self.buffer(ino);
         let pending = buffer.pending.lock();
         let mut pending = self.pass_on(&buffer, pending, send, sender);
         let length = data.len() as u64;
         let piece = Piece { file_offset: offset, memory_offset: 0, length };
         self.accounts.buffered_bytes.fetch_add(length, Ordering::Relaxed);
+        let mut copy = self.accounts.pool.take(data.len());
+        copy.extend_from_slice(data);
         self.enqueue(&buffer, &mut pending, (vec![piece], copy), (send, sender));
         drop(pending);
         Ok(Buffered::Yes)
@@ -312,19 +295,18 @@ impl WriteBehind {
         (send, sender): (Send<'_>, &Sender),
     ) {
         Self::push(pending, batch);
-        if pending.draining < pending.shares() {
-            pending.draining += 1;
+        if !pending.draining {
+            pending.draining = true;
             let (buffer, sender, accounts) = (buffer.clone(), sender.clone(), self.accounts.clone());
             let spawned = std::thread::Builder::new()
                 .name("flotilla-write-behind".into())
                 .spawn(move || drain(&buffer, &sender, &accounts));
             if let Err(error) = spawned {
                 tracing::warn!(%error, "cannot start a write-behind thread; writers and flushes send the queue");
-                pending.draining -= 1;
+                pending.draining = false;
             }
         }
-        let queue_bytes_max = self.limits.file_bytes_max.saturating_mul(pending.shares() as u64);
-        while pending.queued_bytes > queue_bytes_max {
+        while pending.queued_bytes > self.limits.file_bytes_max {
             if !send_front(buffer, pending, send, &self.accounts) {
                 wait_for_sends(buffer, pending);
             }
@@ -379,20 +361,6 @@ impl WriteBehind {
         self.flush(ino, &send)
     }
 
-    /// A handle of file `ino` was opened for writing: the file's queue and background
-    /// threads grow by one writer's share (see `Pending::shares`).
-    pub fn opened_for_writing(&self, ino: u64) {
-        self.buffer(ino).pending.lock().writers += 1;
-    }
-
-    /// A handle `opened_for_writing` was released (before `forget`).
-    pub fn closed_for_writing(&self, ino: u64) {
-        if let Some(buffer) = self.existing(ino) {
-            let mut pending = buffer.pending.lock();
-            pending.writers = pending.writers.saturating_sub(1);
-        }
-    }
-
     /// Whether writes to file `ino` wait in its buffer or queue.
     pub fn holds(&self, ino: u64) -> bool {
         self.existing(ino).is_some_and(|buffer| {
@@ -414,10 +382,7 @@ impl WriteBehind {
         let mut files = self.files.lock();
         let idle = |buffer: &Arc<FileBuffer>| {
             let pending = buffer.pending.lock();
-            pending.pieces.is_empty()
-                && pending.queued_bytes == 0
-                && pending.draining == 0
-                && pending.writers == 0
+            pending.pieces.is_empty() && pending.queued_bytes == 0 && !pending.draining
         };
         if files.get(&ino).is_some_and(idle) {
             files.remove(&ino);
@@ -495,7 +460,7 @@ fn drain(buffer: &FileBuffer, sender: &Sender, accounts: &Accounts) {
             wait_for_sends(buffer, &mut pending);
         }
     }
-    pending.draining -= 1;
+    pending.draining = false;
     buffer.sent.notify_all();
 }
 
@@ -727,44 +692,6 @@ mod tests {
         assert_eq!(*sent.lock(), vec![(0, 10), (5, 10), (20, 10)], "in the order written");
     }
 
-    /// A file open for writing by two handles (two processes writing one shared file) queues
-    /// twice a file's bytes before a writer has to send a batch itself, and two background
-    /// threads send its batches at once; once both handles are released it is forgotten.
-    #[test]
-    fn a_file_with_several_writers_gets_a_queue_and_a_thread_per_writer() {
-        let limits = WriteBehindLimits { piece_bytes_max: 10, file_bytes_max: 20, total_bytes_max: 1000 };
-        let behind = WriteBehind::new(limits, BufferPool::new(16 << 20));
-        let sent: Sent = Arc::default();
-        let gate: Gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
-        let sender = gated(sent.clone(), gate.clone());
-        let direct = |_: Shape, _: Bytes| -> Result<(), Errno> { panic!("a writer sent a batch itself") };
-        behind.opened_for_writing(1);
-        behind.opened_for_writing(1);
-        for index in 0..4u64 {
-            let written = behind.write(1, (index * 10, &[index as u8; 10]), &direct, &sender).unwrap();
-            assert!(matches!(written, Buffered::Yes));
-        }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while behind.existing(1).unwrap().pending.lock().in_flight.len() < 2 {
-            assert!(std::time::Instant::now() < deadline, "no second background thread took a batch");
-            std::thread::yield_now();
-        }
-        open_gate(&gate);
-        behind.flush(1, &*recorder(sent.clone())).unwrap();
-        let mut landed = sent.lock().clone();
-        landed.sort_unstable();
-        assert_eq!(landed, vec![(0, 10), (10, 10), (20, 10), (30, 10)]);
-        behind.closed_for_writing(1);
-        behind.forget(1);
-        assert!(behind.existing(1).is_some(), "forgotten while a writer still has it open");
-        behind.closed_for_writing(1);
-        while behind.existing(1).unwrap().pending.lock().draining > 0 {
-            std::thread::yield_now();
-        }
-        behind.forget(1);
-        assert!(behind.existing(1).is_none());
-    }
-
     #[test]
     fn disjoint_batches_of_one_file_are_sent_at_the_same_time() {
         // The second batch (10..20) is disjoint from the first, held at the gate: the writer
@@ -926,7 +853,7 @@ mod tests {
         for index in 0..6u64 {
             behind.write(4, (index * 10, &[1u8; 10]), &direct, &panicking).unwrap();
         }
-        while behind.existing(4).is_some_and(|buffer| buffer.pending.lock().draining > 0) {
+        while behind.existing(4).is_some_and(|buffer| buffer.pending.lock().draining) {
             std::thread::yield_now();
         }
         assert!(!behind.holds(4), "every batch was booked, none left for a thread that is gone");
