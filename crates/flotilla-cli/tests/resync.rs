@@ -6,9 +6,7 @@
 
 mod common;
 
-use common::{
-    cli, http_get, kill_and_restart_meta, path, random_bytes, status_field, target_spec, Cluster, Process,
-};
+use common::{cli, http_get, kill_and_restart_meta, path, random_bytes, status_field, Cluster, Process};
 use flotilla_client::CreateOptions;
 use flotilla_types::TargetId;
 use std::time::{Duration, Instant};
@@ -46,25 +44,7 @@ fn free_port() -> u16 {
 
 /// Server `index` in `group`, with a metrics endpoint at `metrics`.
 fn start_server(cluster: &Cluster, index: usize, group: &str, metrics: &str) -> Process {
-    let dir = cluster.target_dir(index);
-    std::fs::create_dir_all(&dir).expect("target folder");
-    let (config, meta, target) = (cluster.config(), cluster.meta_addr(), target_spec(&dir));
-    let args = [
-        "--config",
-        path(&config),
-        "server",
-        "--meta",
-        &meta,
-        "--target",
-        path(&target),
-        "--listen",
-        "127.0.0.1:0",
-        "--failure-group",
-        group,
-        "--metrics-listen",
-        metrics,
-    ];
-    Process::start_with_env(&args, "server", &cluster.server_env).expect("start server")
+    cluster.start_server_in_group_with(index, group, &["--metrics-listen", metrics])
 }
 
 /// A counter of a server's metrics endpoint (0 if it is not listed).

@@ -243,10 +243,16 @@ impl Cluster {
 
     /// Starts I/O server `index` on its own target folder, declaring failure group `group`.
     pub fn start_server_in_group(&self, index: usize, group: &str) -> Process {
+        self.start_server_in_group_with(index, group, &[])
+    }
+
+    /// [`Cluster::start_server_in_group`] with `extra` arguments for `flotilla server`
+    /// (e.g. `--metrics-listen ADDR`).
+    pub fn start_server_in_group_with(&self, index: usize, group: &str, extra: &[&str]) -> Process {
         let dir = self.target_dir(index);
         std::fs::create_dir_all(&dir).expect("target folder");
         let (config, meta, target) = (self.config(), self.meta_addr(), target_spec(&dir));
-        let args = [
+        let mut args = vec![
             "--config",
             path(&config),
             "server",
@@ -259,6 +265,7 @@ impl Cluster {
             "--failure-group",
             group,
         ];
+        args.extend_from_slice(extra);
         Process::start_with_env(&args, "server", &self.server_env).expect("start server")
     }
 
