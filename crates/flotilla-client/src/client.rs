@@ -268,7 +268,7 @@ impl Client {
             let _ = core.transport.job.set(job);
         }
         // Every replaced metadata connection reclaims the locks held here.
-        let reclaimer = crate::locks::LockReclaimer::new(&core, runtime.handle().clone());
+        let reclaimer = crate::lock_reclaim::LockReclaimer::new(&core, runtime.handle().clone());
         core.transport.set_on_meta_reconnect(Arc::new(reclaimer));
         let endpoint = match &config.metrics_listen {
             Some(listen) => Some(Arc::new(serve_metrics(&core, &runtime, listen)?)),

@@ -45,7 +45,7 @@ pub(crate) struct Core {
     pub buffers: Arc<flotilla_proto::buffers::BufferPool>,
     /// The byte-range locks this client was granted, reclaimed after a restart of the
     /// metadata service (`locks.rs`).
-    pub locks: crate::locks::LockRecord,
+    pub locks: crate::lock_record::LockRecord,
 }
 
 impl Core {
@@ -79,7 +79,7 @@ impl Core {
             buffers: flotilla_proto::buffers::BufferPool::new(
                 (unstable_bytes_max / 2).min(usize::MAX as u64) as usize,
             ),
-            locks: crate::locks::LockRecord::default(),
+            locks: crate::lock_record::LockRecord::default(),
         }
     }
 

@@ -27,6 +27,8 @@ mod group_plan;
 mod handle;
 mod lease;
 mod library_tokens;
+mod lock_reclaim;
+mod lock_record;
 mod locks;
 mod metrics;
 mod nonblocking;
