@@ -1,6 +1,7 @@
 //! `flotilla local`, `flotilla meta` and `flotilla server`.
 
 use crate::config::FileConfig;
+use crate::process::{announce, shutdown_signal};
 use anyhow::Context;
 use clap::Args;
 use flotilla_meta::{MetaConfig, MetaService};
@@ -9,7 +10,6 @@ use flotilla_rpc::{Connection, ConnectionConfig};
 use flotilla_server::{Server, ServerConfig};
 use flotilla_types::Layout;
 use readiness::wait_for_targets;
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -129,27 +129,6 @@ pub struct ServerArgs {
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the async runtime")
-}
-
-/// Completes on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-}
-
-pub fn announce(line: String) {
-    let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "{line}");
-    let _ = stdout.flush();
 }
 
 pub fn meta(args: MetaArgs, file: &FileConfig) -> anyhow::Result<()> {

@@ -24,7 +24,7 @@ const CHUNK_BYTES: usize = 8 << 20;
 #[derive(Args)]
 pub struct CpArgs {
     #[command(flatten)]
-    meta: crate::files::MetaArg,
+    meta: crate::args::MetaArg,
     /// Copy directories and everything under them.
     #[arg(short = 'r', long)]
     recursive: bool,

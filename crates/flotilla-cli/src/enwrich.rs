@@ -18,7 +18,7 @@ use std::io::{BufRead, Write};
 #[derive(Args)]
 pub struct MemberArgs {
     #[command(flatten)]
-    meta: crate::files::MetaArg,
+    meta: crate::args::MetaArg,
 }
 
 /// The bytes a member writes for `(seed, length)` (the tests compute the same).

@@ -1,5 +1,6 @@
 //! File commands: status, mkdir, ls, stat, rm, put, get, fork.
 
+use crate::args::{MetaArg, ReportArgs};
 use crate::copy::{stream, Progress, Sink, Source};
 use crate::show::Output;
 use anyhow::Context;
@@ -11,40 +12,10 @@ use std::path::PathBuf;
 const COPY_CHUNK_BYTES: usize = 16 << 20;
 
 #[derive(Args)]
-pub struct MetaArg {
-    /// Address of the metadata service, or every address of its group as `a,b,c` (the
-    /// node that serves is found and followed).
-    #[arg(long, env = "FLOTILLA_META", default_value = flotilla_meta::config::DEFAULT_META_ADDR)]
-    pub meta: String,
-}
-
-impl MetaArg {
-    pub(crate) fn client(&self) -> anyhow::Result<Client> {
-        crate::keys::client(&self.meta).context("connect to the metadata service")
-    }
-}
-
-#[derive(Args)]
 pub struct PathArgs {
     #[command(flatten)]
     meta: MetaArg,
     path: String,
-}
-
-/// A report on the cluster, in human units, bytes or JSON.
-#[derive(Args)]
-pub struct ReportArgs {
-    #[command(flatten)]
-    meta: MetaArg,
-    #[command(flatten)]
-    output: Output,
-}
-
-impl ReportArgs {
-    /// A client of the cluster and the output style.
-    pub fn parts(self) -> anyhow::Result<(Client, Output)> {
-        Ok((self.meta.client()?, self.output))
-    }
 }
 
 /// A report on one path, in human units, bytes or JSON.

@@ -54,7 +54,7 @@ pub enum TargetCommand {
         /// The target id, in hex as `flotilla status` shows it.
         target: String,
         #[command(flatten)]
-        meta: crate::files::MetaArg,
+        meta: crate::args::MetaArg,
     },
     /// Declares TARGET dead now (as if silent past `dead_after_ms`): it leaves every chain at
     /// once and each gets a replacement copied from the remaining members. Refused where
@@ -63,7 +63,7 @@ pub enum TargetCommand {
         /// The target id, in hex as `flotilla status` shows it.
         target: String,
         #[command(flatten)]
-        meta: crate::files::MetaArg,
+        meta: crate::args::MetaArg,
     },
 }
 

@@ -3,7 +3,7 @@
 //! each on one server's lines target; the file's state sums up its forks' states. The
 //! summary is pure and tested apart from the commands.
 
-use crate::files::MetaArg;
+use crate::args::MetaArg;
 use crate::show::{table, Output};
 use clap::{Args, Subcommand};
 use flotilla_client::{Client, ForkHsm};
@@ -22,7 +22,7 @@ pub enum HsmCommand {
     /// Recalls every part of the file that is only in the archive.
     Restore(HsmPathArgs),
     /// The tier counters of every server's targets: archived, recalled, reclaimed, space.
-    Status(crate::files::ReportArgs),
+    Status(crate::args::ReportArgs),
 }
 
 #[derive(Args)]
@@ -150,7 +150,7 @@ pub fn stat_line(client: &Client, path: &str) -> Option<String> {
     }
 }
 
-fn status(args: crate::files::ReportArgs) -> anyhow::Result<()> {
+fn status(args: crate::args::ReportArgs) -> anyhow::Result<()> {
     let (client, output) = args.parts()?;
     let mut servers: Vec<String> = client.status()?.into_iter().map(|target| target.server).collect();
     servers.sort();

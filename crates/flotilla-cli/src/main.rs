@@ -1,6 +1,7 @@
 //! `flotilla`: one binary for the local cluster, the metadata service, the I/O server, the
 //! file commands and the benchmarks.
 
+mod args;
 mod bench;
 mod chains;
 mod cluster;
@@ -17,6 +18,7 @@ mod meta_admin;
 mod mount;
 mod mount_helper;
 mod ops;
+mod process;
 mod publish;
 mod scrub;
 mod show;
@@ -49,7 +51,7 @@ enum Command {
     /// One line per storage target: server, state, space used and free, credential.
     Status(files::StatusArgs),
     /// Space per storage target and in total.
-    Df(files::ReportArgs),
+    Df(args::ReportArgs),
     /// Bytes, files and directories under a path.
     Du(files::PathReportArgs),
     /// Creates a directory.
@@ -68,7 +70,7 @@ enum Command {
     /// Copies files and trees (-r) between local paths and flotilla:/PATHs, in parallel.
     Cp(copy::CpArgs),
     /// The busiest jobs (by job id from SLURM_JOB_ID or FLOTILLA_JOB) over all I/O servers.
-    Jobs(files::ReportArgs),
+    Jobs(args::ReportArgs),
     /// Throughput, IOPS and latency per server and per job, refreshed every second.
     Top(ops::TopArgs),
     /// Links DIR/mount.flotilla (default /sbin) to this binary, for mount -t flotilla and fstab.

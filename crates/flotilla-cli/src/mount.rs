@@ -2,7 +2,7 @@
 //! someone unmounts it) and `flotilla umount` (the clean way down, also after the mount
 //! process was killed).
 
-use crate::cluster::shutdown_signal;
+use crate::process::shutdown_signal;
 use anyhow::Context;
 use clap::Args;
 use flotilla_fuse::{MountConfig, Mounted};
@@ -120,7 +120,7 @@ pub fn mount_at(
     let client = client.context("connect to the metadata service")?;
     client.status().with_context(|| format!("reach the metadata service at {meta}"))?;
     if let Some(addr) = client.metrics_addr() {
-        crate::cluster::announce(format!("metrics={addr}"));
+        crate::process::announce(format!("metrics={addr}"));
     }
     prepare_mount_point(mountpoint)?;
     let mounted = flotilla_fuse::mount(client, mountpoint, config)

@@ -31,14 +31,14 @@ pub async fn serve_metrics(
         }
     }
     let handle = flotilla_metrics::bind(&EndpointConfig::on(listen), Arc::new(registry)).await?;
-    crate::cluster::announce(format!("metrics={}", handle.local_addr()));
+    crate::process::announce(format!("metrics={}", handle.local_addr()));
     Ok(handle)
 }
 
 #[derive(Args)]
 pub struct TopArgs {
     #[command(flatten)]
-    report: crate::files::ReportArgs,
+    report: crate::args::ReportArgs,
     /// Time between refreshes, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
@@ -105,7 +105,7 @@ fn job_json(job: &JobStats) -> Value {
 }
 
 /// `flotilla jobs`: the busiest jobs over all servers.
-pub fn jobs(args: crate::files::ReportArgs) -> anyhow::Result<()> {
+pub fn jobs(args: crate::args::ReportArgs) -> anyhow::Result<()> {
     let (client, output) = args.parts()?;
     let stats = gather(&client, &servers(&client)?);
     let jobs = merge_jobs(&stats);

@@ -4,7 +4,7 @@
 //! Prints one line per file and what it found, then a total; fails when a bad block stays
 //! unrepaired or replicas differ.
 
-use crate::files::MetaArg;
+use crate::args::MetaArg;
 use clap::Args;
 use flotilla_client::{Client, ForkScrub};
 use flotilla_types::FileKind;
