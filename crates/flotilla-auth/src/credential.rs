@@ -166,7 +166,7 @@ impl ClusterCa {
         if request.role != Role::Client && request.limits != Limits::default() {
             return Err(AuthError::BadRequest("limits apply to client credentials only".into()));
         }
-        let keypair = crate::handshake::generate_static_keypair()?;
+        let keypair = crate::keypair::generate_static_keypair()?;
         let cert = Certificate {
             role: request.role,
             name: request.name,
@@ -254,7 +254,7 @@ impl Credential {
             .certificate
             .verify(&file.ca_public_key, crate::now_unix_secs())
             .map_err(|e| bad(e.to_string()))?;
-        let public = crate::handshake::public_key_of(&file.static_private_key)?;
+        let public = crate::keypair::public_key_of(&file.static_private_key)?;
         if public != cert.static_public_key {
             return Err(bad("the certificate does not match the credential's private key".into()));
         }

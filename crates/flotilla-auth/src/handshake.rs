@@ -17,28 +17,20 @@
 
 use std::time::Duration;
 
-use snow::params::{DHChoice, NoiseParams};
-use snow::resolvers::{CryptoResolver, DefaultResolver};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::credential::{Certificate, Credential, Limits, Role, SignedCertificate};
 use crate::crypt::CryptKeys;
+use crate::integrity::Integrity;
+pub use crate::keypair::{generate_static_keypair, public_key_of, StaticKeypair, NOISE_PARAMS};
+use crate::keypair::{noise, params};
 use crate::tag::TagKeys;
-use crate::wire::Integrity;
 use crate::AuthError;
 
-/// The Noise protocol name.
-pub const NOISE_PARAMS: &str = "Noise_XX_25519_ChaChaPoly_BLAKE2s";
 /// Bound into the handshake so a different protocol version cannot complete it.
 pub const PROLOGUE: &[u8] = b"flotilla frame v2";
 /// Largest handshake message either side accepts or sends (Noise's own limit is 65535).
 pub const HANDSHAKE_MESSAGE_BYTES_MAX: usize = 4096;
-
-/// An X25519 key pair.
-pub struct StaticKeypair {
-    pub private: [u8; 32],
-    pub public: [u8; 32],
-}
 
 /// The authenticated other end of a connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,34 +55,6 @@ pub struct Established {
     pub integrity: Integrity,
     /// The frame encryption keys, when the agreed level is `encrypt`.
     pub crypt: Option<CryptKeys>,
-}
-
-fn params() -> NoiseParams {
-    // The constant is a valid Noise name; parsing it cannot fail.
-    NOISE_PARAMS.parse().unwrap_or_else(|_| unreachable!("NOISE_PARAMS is valid"))
-}
-
-/// A fresh X25519 key pair.
-pub fn generate_static_keypair() -> Result<StaticKeypair, AuthError> {
-    let pair = snow::Builder::new(params()).generate_keypair().map_err(noise)?;
-    Ok(StaticKeypair { private: to_key(&pair.private)?, public: to_key(&pair.public)? })
-}
-
-/// The X25519 public key of `private`.
-pub fn public_key_of(private: &[u8; 32]) -> Result<[u8; 32], AuthError> {
-    let mut dh = DefaultResolver
-        .resolve_dh(&DHChoice::Curve25519)
-        .ok_or_else(|| AuthError::Handshake("no X25519 implementation".into()))?;
-    dh.set(private);
-    to_key(dh.pubkey())
-}
-
-fn to_key(bytes: &[u8]) -> Result<[u8; 32], AuthError> {
-    bytes.try_into().map_err(|_| AuthError::Handshake(format!("key of {} bytes, expected 32", bytes.len())))
-}
-
-fn noise(e: snow::Error) -> AuthError {
-    AuthError::Handshake(format!("noise: {e}"))
 }
 
 /// Runs the initiator side (the connecting side) asking for `integrity = mac`, and

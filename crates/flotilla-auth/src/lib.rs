@@ -5,6 +5,8 @@ pub mod capability;
 pub mod credential;
 pub mod crypt;
 pub mod handshake;
+pub mod integrity;
+pub mod keypair;
 pub mod tag;
 pub mod wire;
 
