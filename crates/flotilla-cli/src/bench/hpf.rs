@@ -263,7 +263,7 @@ mod tests {
         // 5 columns over 2 processes: process 0 writes columns 0, 2, 4 of each row.
         assert_eq!(wss.writes(5, 2, 0), Workload::One(PATTERNS[5]).writes(5, 2, 0));
         assert_eq!(wss.rounds(5, 2), 15);
-        let mut seen = vec![0u32; 25];
+        let mut seen = [0u32; 25];
         for process in 0..2 {
             for (_, record) in wss.writes(5, 2, process) {
                 seen[record as usize] += 1;
