@@ -58,7 +58,8 @@ cargo test -p flotilla-capi --test c_example --test header
 # The papers' findings (issue 35): every experiment of `flotilla bench paper` at reduced size,
 # on the modelled disks and networks; fails when a finding whose rule is marked (CI) in the
 # printed tables no longer holds its direction (rama-migration, which has none, is left out;
-# measured 2026-12-02: 2 min 50 s in a debug build, see docs/performance.md).
+# measured 2026-12-02: 2 min 50 s in a debug build at load 3-6; 5 min 14 s at load 17-20 with
+# the experiments t-paper2 added, see docs/performance.md).
 cargo run --quiet -p flotilla-cli -- bench paper all --quick --runs 1 --check
 
 # POSIX conformance through the mount (issue 11): pjdfstest against a `flotilla local` mount.

@@ -107,6 +107,9 @@ struct Received {
     frame: Frame,
     /// The data section went straight into the call's target (`frame.data` is empty).
     placed: bool,
+    /// When the frame's header had arrived: the network model times the reply from here, so
+    /// the real copy of its payload runs inside the modelled transfer instead of adding to it.
+    header_at: std::time::Instant,
 }
 
 /// A call's target, shared with the reader while the call runs; the call takes it back
@@ -262,7 +265,7 @@ impl Connection {
         if let Some(model) = modelled {
             let data_bytes = if received.placed { target_bytes } else { received.frame.data.len() as u64 };
             let bytes = (FRAME_OVERHEAD_BYTES + received.frame.body.len()) as u64 + data_bytes;
-            netmodel::hold_until(model.reply_arrives(&self.addr, bytes, std::time::Instant::now())).await;
+            netmodel::hold_until(model.reply_arrives(&self.addr, bytes, received.header_at)).await;
         }
         Ok(received)
     }
@@ -395,15 +398,16 @@ impl Reader {
     /// call has one of the data's length, else whole into the frame buffer.
     async fn next(&mut self, pending: &Pending) -> Result<Received, FrameError> {
         let header = read_frame_header(&mut self.read_half, self.frame_bytes_max).await?;
+        let header_at = std::time::Instant::now();
         if let Some(target) = target_for(pending, &header) {
             if let Some(frame) = self.read_scattered(&header, &target).await? {
-                return Ok(Received { frame, placed: true });
+                return Ok(Received { frame, placed: true, header_at });
             }
         }
         let decrypt = self.opener.as_mut().map(|o| o as &mut dyn PayloadOpener);
         let frame = read_frame_payload(&mut self.read_half, &mut self.buffer, &header, decrypt).await?;
         check_frame(self.opener.as_mut(), &mut self.read_half, &frame).await?;
-        Ok(Received { frame, placed: false })
+        Ok(Received { frame, placed: false, header_at })
     }
 
     /// Reads a frame's body into the buffer and its data into `target`, checking each byte as

@@ -1,7 +1,8 @@
 //! An optional model of a slower network, for benchmarks (`flotilla bench --network MODEL`):
 //! off unless a process installs one, and then every call on a [`crate::Connection`] of that
 //! process is held until the model says its request has arrived, and its reply until the
-//! model says the reply has arrived. The model keeps its own links' state in modelled time
+//! model says the reply has arrived, timed from when the reply's frame header arrived (so the
+//! real read of its payload runs inside the modelled transfer rather than adding to it). The model keeps its own links' state in modelled time
 //! (as the simulated disks keep their arm's); this module only asks it and waits. When no
 //! model is installed a call pays one atomic load.
 

@@ -8,6 +8,9 @@
 //! - *ENWRICH*: every writer opens the file in ENWRICH mode in one job; records go to its
 //!   log cache; flushes are triggered by full caches and by the final close.
 //!
+//! `wss` (synchronous sequential) writers keep lock-step rounds through a barrier, one record
+//! each per round. Fig. 7's sweep gives a point its own writer count.
+//!
 //! Two-array workloads write two files (each array half the bytes); in ENWRICH each file is
 //! its own job (of the processes writing that array), the cache split between them.
 //!
@@ -20,8 +23,11 @@ use flotilla_client::{Client, CreateOptions, EnwrichOptions, Layout};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-/// Writer processes (threads with their own clients) per run.
+/// Writer processes (threads with their own clients) per run, unless a point says otherwise
+/// (Fig. 7's sweep of the compute processors).
 pub const MEMBERS: u64 = 4;
+/// Most writers a point may have.
+pub const WRITERS_MAX: u64 = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
@@ -46,6 +52,8 @@ pub struct Point {
     pub file_bytes: u64,
     pub cache_bytes: u64,
     pub method: Method,
+    /// Writer processes (1..=`WRITERS_MAX`).
+    pub writers: u64,
 }
 
 impl Point {
@@ -73,7 +81,7 @@ fn record(index: u64, bytes: u64) -> Vec<u8> {
 fn arrays_of(point: Point, path: &str, member: u64) -> Vec<(usize, String, u64)> {
     (0..point.workload.arrays())
         .filter_map(|array| {
-            let (first, count) = point.workload.writers(array, MEMBERS);
+            let (first, count) = point.workload.writers(array, point.writers);
             (member >= first && member < first + count).then(|| (array, format!("{path}-{array}"), count))
         })
         .collect()
@@ -84,9 +92,9 @@ fn writer(
     path: &str,
     point: Point,
     member: u64,
-    start: &Barrier,
+    (start, rounds): (&Barrier, &Barrier),
 ) -> anyhow::Result<(Instant, Instant)> {
-    let writes = point.workload.writes(point.order(), MEMBERS, member);
+    let writes = point.workload.writes(point.order(), point.writers, member);
     let arrays = arrays_of(point, path, member);
     let slot = |array: usize| arrays.iter().position(|a| a.0 == array).unwrap_or(0);
     match point.method {
@@ -94,9 +102,9 @@ fn writer(
             let files = arrays.iter().map(|(_, file, _)| client.open(file)).collect::<Result<Vec<_>, _>>()?;
             start.wait();
             let began = Instant::now();
-            for (array, r) in writes {
-                files[slot(array)].write_at(r * point.record_bytes, &record(r, point.record_bytes))?;
-            }
+            write_records(point, &writes, rounds, |array, at, data| {
+                files[slot(array)].write_at(at, data).map(drop).map_err(anyhow::Error::from)
+            })?;
             for file in &files {
                 file.sync()?;
             }
@@ -113,15 +121,41 @@ fn writer(
             }
             start.wait();
             let began = Instant::now();
-            for (array, r) in writes {
-                files[slot(array)].write_at(r * point.record_bytes, &record(r, point.record_bytes))?;
-            }
+            write_records(point, &writes, rounds, |array, at, data| {
+                files[slot(array)].write_at(at, data).map(drop).map_err(anyhow::Error::from)
+            })?;
             for file in files {
                 file.close()?;
             }
             Ok((began, Instant::now()))
         }
     }
+}
+
+/// Writes a writer's records in its order through `write(array, offset, bytes)`. For a
+/// synchronous workload (`wss`) every writer passes `rounds` after each round, as many
+/// rounds as the busiest writer has records (a writer with fewer, or one whose write failed,
+/// still keeps the rounds, so the others are never left waiting).
+fn write_records(
+    point: Point,
+    writes: &[(usize, u64)],
+    rounds: &Barrier,
+    mut write: impl FnMut(usize, u64, &[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let synchronous = point.workload.synchronous();
+    let count = if synchronous { point.workload.rounds(point.order(), point.writers) } else { writes.len() };
+    let mut failed = None;
+    for k in 0..count {
+        if let (None, Some(&(array, r))) = (&failed, writes.get(k)) {
+            if let Err(error) = write(array, r * point.record_bytes, &record(r, point.record_bytes)) {
+                failed = Some(error);
+            }
+        }
+        if synchronous {
+            rounds.wait();
+        }
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 /// Runs `point` once on a fresh file; its seconds.
@@ -144,11 +178,18 @@ pub fn run_once(cluster: &Cluster, point: Point, run: usize) -> anyhow::Result<f
     for array in 0..point.workload.arrays() {
         client.create(&format!("{path}-{array}"), &options)?.close()?;
     }
-    let start = Arc::new(Barrier::new(MEMBERS as usize));
-    let writers: Vec<_> = (0..MEMBERS)
+    anyhow::ensure!(
+        (1..=WRITERS_MAX).contains(&point.writers),
+        "writers must be 1 to {WRITERS_MAX}, not {}",
+        point.writers
+    );
+    let start = Arc::new(Barrier::new(point.writers as usize));
+    let rounds = Arc::new(Barrier::new(point.writers as usize));
+    let writers: Vec<_> = (0..point.writers)
         .map(|member| {
-            let (client, path, start) = (cluster.client(), path.clone(), start.clone());
-            std::thread::spawn(move || writer(client?, &path, point, member, &start))
+            let (client, path, start, rounds) =
+                (cluster.client(), path.clone(), start.clone(), rounds.clone());
+            std::thread::spawn(move || writer(client?, &path, point, member, (&start, &rounds)))
         })
         .collect();
     let mut spans = Vec::new();

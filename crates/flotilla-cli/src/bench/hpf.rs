@@ -93,7 +93,13 @@ pub enum Workload {
     RoundRobin(Pattern, Pattern),
     /// The first half of the processes writes the first array, the rest the second (`wpXYZW`).
     Partition(Pattern, Pattern),
+    /// `wss` (Write Synchronous Sequential, §4): NONE-CYCLIC, every process writing its k-th
+    /// record only after every process has written its (k-1)-th (the writers keep the rounds).
+    Synchronous,
 }
+
+/// `wss`'s array layout: NONE-CYCLIC.
+const WSS_PATTERN: Pattern = Pattern { rows: Dist::None, columns: Dist::Cyclic };
 
 const fn pattern(rows: Dist, columns: Dist) -> Pattern {
     Pattern { rows, columns }
@@ -123,12 +129,13 @@ impl Workload {
             Workload::One(p) => p.name(),
             Workload::RoundRobin(a, b) => format!("wr{}", tail(a, b)),
             Workload::Partition(a, b) => format!("wp{}", tail(a, b)),
+            Workload::Synchronous => "wss".to_string(),
         }
     }
 
     pub fn arrays(self) -> usize {
         match self {
-            Workload::One(_) => 1,
+            Workload::One(_) | Workload::Synchronous => 1,
             _ => 2,
         }
     }
@@ -144,11 +151,22 @@ impl Workload {
         }
     }
 
+    /// Whether the processes write in lock-step rounds (one record each per round).
+    pub fn synchronous(self) -> bool {
+        self == Workload::Synchronous
+    }
+
+    /// Rounds of a synchronous workload: the most records any process writes.
+    pub fn rounds(self, order: u64, processes: u64) -> usize {
+        (0..processes).map(|p| self.writes(order, processes, p).len()).max().unwrap_or(0)
+    }
+
     /// Process `process`'s writes, in its order: (array, record index in that array).
     pub fn writes(self, order: u64, processes: u64, process: u64) -> Vec<(usize, u64)> {
         let tag = |array: usize, records: Vec<u64>| records.into_iter().map(move |r| (array, r));
         match self {
             Workload::One(p) => tag(0, p.records(order, processes, process)).collect(),
+            Workload::Synchronous => tag(0, WSS_PATTERN.records(order, processes, process)).collect(),
             Workload::RoundRobin(a, b) => {
                 let (mut a, mut b) = (
                     tag(0, a.records(order, processes, process)),
@@ -234,5 +252,23 @@ mod tests {
         assert_eq!(names, ["wrnnbb", "wpnncc", "wrnncc", "wrnbbn", "wrbccb", "wpnnbb", "wpnbbn", "wpbccb"]);
         let round_robin = TWO_ARRAYS[0].writes(2, 4, 0);
         assert_eq!(&round_robin[..3], &[(0, 0), (1, 0), (0, 1)], "alternating between the arrays");
+    }
+
+    #[test]
+    fn wss_is_none_cyclic_in_rounds() {
+        let wss = Workload::Synchronous;
+        assert_eq!(wss.name(), "wss");
+        assert_eq!(wss.arrays(), 1);
+        assert!(wss.synchronous() && !Workload::One(PATTERNS[5]).synchronous());
+        // 5 columns over 2 processes: process 0 writes columns 0, 2, 4 of each row.
+        assert_eq!(wss.writes(5, 2, 0), Workload::One(PATTERNS[5]).writes(5, 2, 0));
+        assert_eq!(wss.rounds(5, 2), 15);
+        let mut seen = [0u32; 25];
+        for process in 0..2 {
+            for (_, record) in wss.writes(5, 2, process) {
+                seen[record as usize] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1));
     }
 }

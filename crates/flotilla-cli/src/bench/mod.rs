@@ -30,6 +30,7 @@ mod runner;
 mod spread;
 mod stall;
 mod stream;
+mod ttest;
 mod verdict;
 mod worker;
 
