@@ -259,7 +259,9 @@ fn four_writers_survive_a_server_killed_mid_write() {
             let (client, progress) = (cluster.client(), progress.clone());
             std::thread::spawn(move || -> Result<(), String> {
                 let name = format!("/w{writer}");
-                let file = client.create(&name, &replicated(2, UNIT_BYTES)).map_err(|e| format!("create {name}: {e}"))?;
+                let file = client
+                    .create(&name, &replicated(2, UNIT_BYTES))
+                    .map_err(|e| format!("create {name}: {e}"))?;
                 for index in 0..CHUNKS {
                     let offset = (index * CHUNK_BYTES) as u64;
                     file.write_at(offset, &chunk(writer, index))

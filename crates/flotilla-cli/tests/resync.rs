@@ -7,7 +7,9 @@
 mod common;
 
 use common::replication::{chain_lines, chain_table_built, replicated, wait_until};
-use common::{cli, cli_ok, http_get, kill_and_restart_meta, path, random_bytes, status_field, Cluster, Process};
+use common::{
+    cli, cli_ok, http_get, kill_and_restart_meta, path, random_bytes, status_field, Cluster, Process,
+};
 use flotilla_types::TargetId;
 use std::time::{Duration, Instant};
 
