@@ -12,7 +12,8 @@
 mod common;
 
 use common::metagroup::MetaGroup;
-use common::{cli, path, random_bytes, status_field, target_spec, Process};
+use common::replication::chain_lines;
+use common::{cli_ok, path, random_bytes, server_args, status_field, Process};
 use flotilla_client::CreateOptions;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,58 +33,16 @@ fn chunk(index: usize) -> Vec<u8> {
     random_bytes(index as u64 + 3300, CHUNK_BYTES)
 }
 
-fn cli_ok(args: &[&str]) -> String {
-    let (ok, stdout, stderr) = cli(args);
-    assert!(ok, "flotilla {args:?} failed: {stderr}");
-    stdout
-}
-
-/// The chain lines of `flotilla status --chains` (`chain=N version=V members=...`), sorted.
-fn chain_lines(meta: &str) -> Vec<String> {
-    let (ok, stdout, stderr) = cli(&["status", "--chains", "--meta", meta]);
-    if !ok {
-        eprintln!("status --chains --meta {meta}: {stderr}");
-        return Vec::new();
-    }
-    let mut lines: Vec<String> = stdout
-        .lines()
-        .filter(|l| l.trim_start().starts_with("chain="))
-        .map(|l| l.trim().to_string())
-        .collect();
-    lines.sort();
-    lines
-}
-
-fn until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(found) = probe() {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "timed out after {WAIT:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn until<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
+    common::replication::until(what, WAIT, probe)
 }
 
 fn start_server(group: &MetaGroup, index: usize) -> Process {
     let dir = group.dir.path().join(format!("target-{index}"));
     std::fs::create_dir_all(&dir).expect("target folder");
-    let (config, meta, target) =
-        (group.dir.path().join("flotilla.toml"), group.addresses(), target_spec(&dir));
-    let failure_group = format!("rack-{index}");
-    let args = [
-        "--config",
-        path(&config),
-        "server",
-        "--meta",
-        &meta,
-        "--target",
-        path(&target),
-        "--listen",
-        "127.0.0.1:0",
-        "--failure-group",
-        &failure_group,
-    ];
+    let (config, meta) = (group.dir.path().join("flotilla.toml"), group.addresses());
+    let args = server_args(&config, &meta, &dir, "127.0.0.1:0", &format!("rack-{index}"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let quiet = [("FLOTILLA_LOG".to_string(), "error".to_string())];
     Process::start_with_env(&args, "server", &quiet).expect("start server")
 }

@@ -14,8 +14,9 @@
 mod common;
 
 use bytes::Bytes;
-use common::{cli, random_bytes, server_key, status_field, Cluster};
-use flotilla_client::{Client, CreateOptions};
+use common::replication::{replicated, wait_until};
+use common::{cli, cli_ok, random_bytes, server_key, status_field, Cluster};
+use flotilla_client::Client;
 use flotilla_proto::{ChainMemberState, ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
 use flotilla_rpc::Connection;
@@ -42,36 +43,7 @@ fn cluster() -> Cluster {
 
 /// `cluster` with `server_extra` added to every server's `[server]` table.
 fn cluster_with(server_extra: &str) -> Cluster {
-    let mut cluster = Cluster::start_configured(0, MEMBERSHIP, server_extra);
-    for (index, group) in GROUPS.iter().enumerate() {
-        let server = cluster.start_server_in_group(index, group);
-        cluster.servers.push(Some(server));
-    }
-    cluster.wait_up(GROUPS.len());
-    wait("the chain table", || {
-        cli_ok(&["status", "--chains", "--meta", &cluster.meta_addr()]).contains("chain=")
-    });
-    cluster
-}
-
-fn cli_ok(args: &[&str]) -> String {
-    let (ok, stdout, stderr) = cli(args);
-    assert!(ok, "flotilla {args:?} failed: {stderr}");
-    stdout
-}
-
-fn wait(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + SETTLE;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out ({SETTLE:?}) waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// `subfiles` stripes of 64 KiB, two replicas.
-fn replicated(subfiles: u32) -> CreateOptions {
-    let layout = flotilla_types::Layout::Stripe { unit_bytes: UNIT_BYTES, count: subfiles };
-    CreateOptions { subfiles, layout: Some(layout), replicas: 2, ..CreateOptions::default() }
+    Cluster::start_in_groups(MEMBERSHIP, server_extra, &GROUPS, SETTLE)
 }
 
 /// Files of one or two subfiles (stripes of 64 KiB), with two replicas each.
@@ -79,7 +51,7 @@ fn put_files(client: &Client) -> Vec<(String, Vec<u8>)> {
     (0..FILES)
         .map(|index| {
             let name = format!("/f{index}");
-            let options = replicated(1 + (index % 2) as u32);
+            let options = replicated(1 + (index % 2) as u32, UNIT_BYTES);
             let data = random_bytes(500 + index as u64, (1 << 20) + 4321 * index);
             let file = client.create(&name, &options).expect("create");
             file.write_at(0, &data).expect("write");
@@ -277,11 +249,11 @@ fn a_lost_disk_is_rebuilt_to_two_serving_replicas_while_every_file_reads_back() 
     let lost_at = Instant::now();
     cluster.servers[index] = Some(cluster.start_server_in_group(index, GROUPS[index]));
 
-    wait("the lost target declared dead", || health(&meta, lost).as_deref() == Some("dead"));
+    wait_until("the lost target declared dead", SETTLE, || health(&meta, lost).as_deref() == Some("dead"));
     let dead_after = lost_at.elapsed();
     let mut rebuilding_seen = false;
     let mut bytes_seen = 0u64;
-    wait("every chain to leave the lost target and serve two replicas", || {
+    wait_until("every chain to leave the lost target and serve two replicas", SETTLE, || {
         let line = summary(&meta);
         let rebuilding: u64 = status_field(&line, "rebuilding").and_then(|v| v.parse().ok()).unwrap_or(0);
         let left: u64 = status_field(&line, "rebuild_bytes_left").and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -327,7 +299,7 @@ fn a_drained_target_leaves_every_chain_with_two_serving_replicas_elsewhere() {
     let out = cli_ok(&["target", "drain", &drained.to_string(), "--meta", &meta]);
     assert!(out.contains("draining"), "{out}");
     assert_eq!(health(&meta, drained).as_deref(), Some("draining"));
-    wait("every chain to leave the drained target", || {
+    wait_until("every chain to leave the drained target", SETTLE, || {
         let line = summary(&meta);
         chains_with(&meta, drained).is_empty()
             && status_field(&line, "degraded") == Some("0")
@@ -347,7 +319,7 @@ fn a_drained_target_leaves_every_chain_with_two_serving_replicas_elsewhere() {
         .map(|index| {
             let name = format!("/after{index}");
             let data = random_bytes(900 + index, 200_000);
-            let file = client.create(&name, &replicated(1)).expect("create after the drain");
+            let file = client.create(&name, &replicated(1, UNIT_BYTES)).expect("create after the drain");
             file.write_at(0, &data).expect("write");
             file.close().expect("close");
             (name, data)
@@ -360,83 +332,5 @@ fn a_drained_target_leaves_every_chain_with_two_serving_replicas_elsewhere() {
             let chain = place.chain.as_ref().expect("chain");
             assert!(chain.members.iter().all(|m| m.target != drained), "{name} placed on the drained target");
         }
-    }
-}
-
-/// Writes `bytes` to a new replicated file `name` (one subfile) in 1 MiB writes and closes it; MB/s.
-fn timed_write(client: &Client, name: &str, bytes: usize) -> f64 {
-    // One subfile: while a target drains, three targets make one disjoint pair of chains.
-    let options = replicated(1);
-    let chunk = random_bytes(77, 1 << 20);
-    let started = Instant::now();
-    let file = client.create(name, &options).expect("create");
-    for index in 0..bytes / chunk.len() {
-        file.write_at((index * chunk.len()) as u64, &chunk).expect("write");
-    }
-    file.close().expect("close");
-    bytes as f64 / 1e6 / started.elapsed().as_secs_f64()
-}
-
-/// The measurement of docs/performance.md ("Rebuild"), not run by default: for an unlimited
-/// and a bounded `resync_bytes_per_s`, 8 files of 8 MiB with two replicas; a foreground
-/// writer's MB/s (32 MiB, 1 MiB writes) alone, then while a target holding replicas is
-/// drained (the rebuild copy, the writer started with it); the copy's MB/s (data-fork
-/// bytes on the drained target's chains over the time until every chain left it, polled
-/// every 200 ms). The rate bound is per server: copies from several sources add up.
-/// `cargo test -p flotilla-cli --test rebuild measure -- --ignored --nocapture`
-#[test]
-#[ignore]
-fn measure_rebuild_rate_and_foreground_writes() {
-    for rate in [0u64, 8_000_000] {
-        let cluster = cluster_with(&format!("resync_bytes_per_s = {rate}"));
-        let (meta, client) = (cluster.meta_addr(), cluster.client());
-        let files: Vec<(String, Vec<u8>)> = (0..8)
-            .map(|index| {
-                let name = format!("/big{index}");
-                let options = replicated(1);
-                let data = random_bytes(700 + index, 8 << 20);
-                let file = client.create(&name, &options).expect("create");
-                file.write_at(0, &data).expect("write");
-                file.close().expect("close");
-                (name, data)
-            })
-            .collect();
-        let alone = timed_write(&client, "/fg-alone", 32 << 20);
-        let (drained, _) = victim_of(&cluster, &client, &files[0].0);
-        let on_drained = chains_with(&meta, drained);
-        let mut copy_bytes = 0usize;
-        for (name, data) in &files {
-            let entry = client.stat(name).expect("stat");
-            let count = entry.subfiles.len();
-            for (index, place) in entry.subfiles.iter().enumerate() {
-                if place.chain.as_ref().is_some_and(|c| on_drained.contains(&c.chain)) {
-                    copy_bytes += subfile_bytes(data, count, index).len();
-                }
-            }
-        }
-        let started = Instant::now();
-        cli_ok(&["target", "drain", &drained.to_string(), "--meta", &meta]);
-        let writer = {
-            let client = cluster.client();
-            std::thread::spawn(move || (timed_write(&client, "/fg-during", 32 << 20), Instant::now()))
-        };
-        wait("the drain", || {
-            chains_with(&meta, drained).is_empty() && summary(&meta).contains("rebuilding=0")
-        });
-        let took = started.elapsed();
-        let (during, writer_end) = writer.join().expect("writer");
-        let writer_done = writer_end.duration_since(started);
-        let problems = check_replicas(&cluster.client(), &files, drained);
-        assert!(problems.is_empty(), "{problems:#?}");
-        eprintln!(
-            "rebuild figures: resync_bytes_per_s={rate}: copy of {copy_bytes} bytes ({} chains) in {} ms = {:.1} MB/s \
-             (the writer finished after {} ms); foreground writes {alone:.1} MB/s alone, {during:.1} MB/s during the copy \
-             ({:.2}x)",
-            on_drained.len(),
-            took.as_millis(),
-            copy_bytes as f64 / 1e6 / took.as_secs_f64(),
-            writer_done.as_millis(),
-            during / alone
-        );
     }
 }

@@ -9,7 +9,8 @@
 
 mod common;
 
-use common::{cli, path, random_bytes, status_field, Cluster};
+use common::replication::{replicated, until};
+use common::{cli, cli_ok, path, random_bytes, status_field, Cluster};
 use flotilla_client::CreateOptions;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -21,41 +22,12 @@ const MEMBERSHIP: &str =
 /// Bound on waiting for a chain change (about `fence_after_ms`, plus a tick and a slow
 /// machine's scheduling).
 const SETTLE: Duration = Duration::from_secs(20);
+/// The stripe unit of the test files.
+const UNIT_BYTES: u64 = 64 << 10;
 
 /// One metadata service and one server per group, in those groups.
 fn cluster_in_groups(groups: &[&str]) -> Cluster {
-    let mut cluster = Cluster::start_with(0, MEMBERSHIP);
-    for (index, group) in groups.iter().enumerate() {
-        let server = cluster.start_server_in_group(index, group);
-        cluster.servers.push(Some(server));
-    }
-    cluster.wait_up(groups.len());
-    // The chain table is built once the targets span the groups.
-    wait(&cluster, "the chain table", |c| {
-        cli_ok(&["status", "--chains", "--meta", &c.meta_addr()]).contains("chain=")
-    });
-    cluster
-}
-
-fn cli_ok(args: &[&str]) -> String {
-    let (ok, stdout, stderr) = cli(args);
-    assert!(ok, "flotilla {args:?} failed: {stderr}");
-    stdout
-}
-
-fn wait<T>(cluster: &Cluster, what: &str, done: impl Fn(&Cluster) -> T) -> T
-where
-    T: Default + PartialEq,
-{
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let got = done(cluster);
-        if got != T::default() {
-            return got;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    Cluster::start_in_groups(MEMBERSHIP, "", groups, SETTLE)
 }
 
 /// One subfile line of `flotilla stat`: its target, chain, version and replicas as
@@ -94,17 +66,12 @@ fn subfiles(meta: &str, file: &str) -> Vec<Subfile> {
         .collect()
 }
 
-fn replicated(subfiles: u32) -> CreateOptions {
-    let layout = flotilla_types::Layout::Stripe { unit_bytes: 64 << 10, count: subfiles };
-    CreateOptions { subfiles, layout: Some(layout), replicas: 2, ..CreateOptions::default() }
-}
-
 #[test]
 fn a_replicated_file_sits_on_disjoint_chains_and_stat_follows_a_dead_member() {
     let mut cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
     let meta = cluster.meta_addr();
     let client = cluster.client();
-    client.create("/r", &replicated(2)).expect("a replicated create over four groups");
+    client.create("/r", &replicated(2, UNIT_BYTES)).expect("a replicated create over four groups");
 
     let placed = subfiles(&meta, "/r");
     assert_eq!(placed.len(), 2, "{placed:?}");
@@ -130,15 +97,11 @@ fn a_replicated_file_sits_on_disjoint_chains_and_stat_follows_a_dead_member() {
         .position(|s| s.as_ref().is_some_and(|p| p.addr == dead_server))
         .expect("the head's server is one of the cluster's");
     cluster.servers[index].take().unwrap().kill();
-    let after = wait(&cluster, "the chain to drop its dead head", |_| {
+    let after = until("the chain to drop its dead head", SETTLE, || {
         let now = subfiles(&meta, "/r");
         let changed =
             now[0].version > before.version && now[0].replicas.iter().any(|r| r.2.starts_with("offline"));
-        if changed {
-            now
-        } else {
-            Vec::new()
-        }
+        changed.then_some(now)
     });
     let chain = &after[0];
     assert_eq!(chain.chain, before.chain, "the file keeps its chain: {after:?}");
@@ -163,7 +126,7 @@ fn a_write_resent_after_its_head_died_does_not_land_over_newer_bytes() {
     let mut cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c"]);
     let meta = cluster.meta_addr();
     let client = cluster.client();
-    let file = client.create("/over", &replicated(1)).expect("create");
+    let file = client.create("/over", &replicated(1, UNIT_BYTES)).expect("create");
     let (old, new) = (random_bytes(11, 200_000), random_bytes(12, 200_000));
     file.write_at(0, &old).expect("the write through the first head");
     let head = subfiles(&meta, "/over")[0].replicas[0].1.clone();
@@ -236,7 +199,7 @@ fn one_large_read_is_served_by_every_member_of_its_chains() {
     let mut cluster = cluster_in_groups(&["rack-a", "rack-b", "rack-c", "rack-d"]);
     let meta = cluster.meta_addr();
     let client = cluster.client();
-    let file = client.create("/big", &replicated(2)).expect("create");
+    let file = client.create("/big", &replicated(2, UNIT_BYTES)).expect("create");
     let data = random_bytes(11, 16 << 20);
     file.write_at(0, &data).expect("write");
     file.sync().expect("sync");
@@ -296,7 +259,9 @@ fn four_writers_survive_a_server_killed_mid_write() {
             let (client, progress) = (cluster.client(), progress.clone());
             std::thread::spawn(move || -> Result<(), String> {
                 let name = format!("/w{writer}");
-                let file = client.create(&name, &replicated(2)).map_err(|e| format!("create {name}: {e}"))?;
+                let file = client
+                    .create(&name, &replicated(2, UNIT_BYTES))
+                    .map_err(|e| format!("create {name}: {e}"))?;
                 for index in 0..CHUNKS {
                     let offset = (index * CHUNK_BYTES) as u64;
                     file.write_at(offset, &chunk(writer, index))
@@ -377,7 +342,7 @@ fn a_restarted_member_catches_up_and_then_serves_alone() {
     for index in 0..FILES {
         let name = format!("/r{index}");
         let data = random_bytes(100 + index as u64, FILE_BYTES);
-        let file = client.create(&name, &replicated(1)).expect("create");
+        let file = client.create(&name, &replicated(1, UNIT_BYTES)).expect("create");
         file.write_at(0, &data).expect("write");
         file.close().expect("close");
         expected.push((name, data));
@@ -414,7 +379,7 @@ fn a_restarted_member_catches_up_and_then_serves_alone() {
     for index in FILES..FILES + 2 {
         let name = format!("/r{index}");
         let data = random_bytes(400 + index as u64, FILE_BYTES / 2);
-        let file = client.create(&name, &replicated(1)).expect("create while a member is down");
+        let file = client.create(&name, &replicated(1, UNIT_BYTES)).expect("create while a member is down");
         file.write_at(0, &data).expect("write");
         file.close().expect("close");
         expected.push((name, data));

@@ -19,7 +19,9 @@ mod common;
 
 use bytes::Bytes;
 use common::netns::Netns;
-use common::{cli, client_key, path, random_bytes, server_key, status_field, target_spec, Process, FLOTILLA};
+use common::{
+    cli, cli_ok, client_key, path, random_bytes, server_args, server_key, status_field, Process, FLOTILLA,
+};
 use flotilla_client::CreateOptions;
 use flotilla_proto::{ForkRef, IoReply, IoRequest};
 use flotilla_request::Shape;
@@ -81,12 +83,6 @@ fn start_in(netns: &Netns, host: usize, args: &[&str], key: &str) -> Process {
             panic!("flotilla {args:?} in host {host} printed {line:?} and exited: {status:?}")
         }
     }
-}
-
-fn cli_ok(args: &[&str]) -> String {
-    let (ok, stdout, stderr) = cli(args);
-    assert!(ok, "flotilla {args:?} failed: {stderr}");
-    stdout
 }
 
 /// One replicated subfile of `flotilla stat`: (chain, version, members as (target, server)).
@@ -241,21 +237,9 @@ fn a_partitioned_server_never_serves_old_bytes_and_catches_up() {
     for host in 1..=SERVERS {
         let target = dir.path().join(format!("target-{host}"));
         std::fs::create_dir_all(&target).expect("target folder");
-        let spec = target_spec(&target);
         let (listen, group) = (format!("{}:0", netns.address(host)), format!("host-{host}"));
-        let args = [
-            "--config",
-            path(&config),
-            "server",
-            "--meta",
-            &meta,
-            "--target",
-            path(&spec),
-            "--listen",
-            &listen,
-            "--failure-group",
-            &group,
-        ];
+        let args = server_args(&config, &meta, &target, &listen, &group);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         hosts.0.push(Some(start_in(&netns, host, &args, "server")));
     }
     let deadline = Instant::now() + SETTLE;

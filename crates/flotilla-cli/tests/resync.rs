@@ -6,8 +6,10 @@
 
 mod common;
 
-use common::{cli, http_get, kill_and_restart_meta, path, random_bytes, status_field, Cluster, Process};
-use flotilla_client::CreateOptions;
+use common::replication::{chain_lines, chain_table_built, replicated, wait_until};
+use common::{
+    cli, cli_ok, http_get, kill_and_restart_meta, path, random_bytes, status_field, Cluster, Process,
+};
 use flotilla_types::TargetId;
 use std::time::{Duration, Instant};
 
@@ -15,26 +17,8 @@ use std::time::{Duration, Instant};
 const MEMBERSHIP: &str =
     "lease_ms = 400\nclock_margin_ms = 100\nfence_after_ms = 1000\nchains_per_target = 2\n";
 const SETTLE: Duration = Duration::from_secs(60);
-
-fn cli_ok(args: &[&str]) -> String {
-    let (ok, stdout, stderr) = cli(args);
-    assert!(ok, "flotilla {args:?} failed: {stderr}");
-    stdout
-}
-
-fn wait(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + SETTLE;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Two replicas of `subfiles` subfiles (each on a chain of its own, sharing no target).
-fn replicated(subfiles: u32) -> CreateOptions {
-    let layout = flotilla_types::Layout::Stripe { unit_bytes: 256 << 10, count: subfiles };
-    CreateOptions { subfiles, layout: Some(layout), replicas: 2, ..CreateOptions::default() }
-}
+/// The stripe unit of the files (each subfile on a chain of its own, sharing no target).
+const UNIT_BYTES: u64 = 256 << 10;
 
 /// A loopback port free now (for a metrics endpoint).
 fn free_port() -> u16 {
@@ -59,8 +43,7 @@ fn counter(metrics: &str, name: &str) -> u64 {
 
 /// Every chain's members as `TARGET:STATE`, from `flotilla status --chains`.
 fn all_serving(meta: &str) -> bool {
-    let status = cli_ok(&["status", "--chains", "--meta", meta]);
-    let lines: Vec<&str> = status.lines().filter(|l| l.starts_with("chain=")).collect();
+    let lines = chain_lines(meta);
     !lines.is_empty()
         && lines.iter().all(|l| {
             status_field(l, "members").is_some_and(|m| m.split(',').all(|s| s.ends_with(":serving")))
@@ -78,7 +61,7 @@ fn a_restarted_member_is_copied_only_what_it_missed_and_then_serves_alone() {
     }
     cluster.wait_up(groups.len());
     let meta = cluster.meta_addr();
-    wait("the chain table", || cli_ok(&["status", "--chains", "--meta", &meta]).contains("chain="));
+    wait_until("the chain table", SETTLE, || chain_table_built(&meta));
     let client = cluster.client();
     // 24 MiB on two servers (every chain has both: the restarted member holds it all).
     const FILES: usize = 16;
@@ -87,7 +70,7 @@ fn a_restarted_member_is_copied_only_what_it_missed_and_then_serves_alone() {
     for index in 0..FILES {
         let name = format!("/f{index}");
         let data = random_bytes(10 + index as u64, FILE_BYTES);
-        let file = client.create(&name, &replicated(1)).expect("create");
+        let file = client.create(&name, &replicated(1, UNIT_BYTES)).expect("create");
         file.write_at(0, &data).expect("write");
         file.close().expect("close");
         expected.push((name, data));
@@ -131,7 +114,7 @@ fn a_restarted_member_is_copied_only_what_it_missed_and_then_serves_alone() {
 
     let restarted_at = Instant::now();
     cluster.servers[1] = Some(start_server(&cluster, 1, groups[1], &metrics[1]));
-    wait("every chain serving again", || all_serving(&meta));
+    wait_until("every chain serving again", SETTLE, || all_serving(&meta));
     let took = restarted_at.elapsed();
     let copied: u64 = metrics.iter().map(|m| counter(m, "server_resync_copied_bytes")).sum::<u64>() - before;
     let recorded: u64 = metrics.iter().map(|m| counter(m, "server_resync_recorded_copies")).sum();
@@ -192,10 +175,10 @@ fn drain_and_dead_marks_survive_a_killed_metadata_service() {
     }
     cluster.wait_up(groups.len());
     let meta = cluster.meta_addr();
-    wait("the chain table", || cli_ok(&["status", "--chains", "--meta", &meta]).contains("chain="));
+    wait_until("the chain table", SETTLE, || chain_table_built(&meta));
     let client = cluster.client();
     for index in 0..4 {
-        let file = client.create(&format!("/m{index}"), &replicated(2)).expect("create");
+        let file = client.create(&format!("/m{index}"), &replicated(2, UNIT_BYTES)).expect("create");
         file.write_at(0, &random_bytes(index, 300_000)).expect("write");
         file.close().expect("close");
     }
@@ -203,16 +186,16 @@ fn drain_and_dead_marks_survive_a_killed_metadata_service() {
     assert_eq!(all.len(), 4, "{all:?}");
     let (drained, removed) = (all[2], all[3]);
     cli_ok(&["target", "drain", &drained.to_string(), "--meta", &meta]);
-    wait("the drain to finish", || health(&meta, drained) == ("drained".into(), "0".into()));
+    wait_until("the drain to finish", SETTLE, || health(&meta, drained) == ("drained".into(), "0".into()));
     cli_ok(&["target", "remove", &removed.to_string(), "--meta", &meta]);
-    wait("the removed target dead", || health(&meta, removed).0 == "dead");
+    wait_until("the removed target dead", SETTLE, || health(&meta, removed).0 == "dead");
     kill_and_restart_meta(&mut cluster);
     let meta = cluster.meta_addr();
     // Heartbeats of every server (the drained and the removed one too) come in meanwhile.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(health(&meta, drained), ("drained".into(), "0".into()), "the drain mark after a restart");
     assert_eq!(health(&meta, removed).0, "dead", "the dead mark after a restart");
-    wait("every chain serving", || all_serving(&meta));
+    wait_until("every chain serving", SETTLE, || all_serving(&meta));
     let status = cli_ok(&["status", "--chains", "--meta", &meta]);
     for line in status.lines().filter(|l| l.starts_with("chain=")) {
         let members = status_field(line, "members").unwrap_or_default();

@@ -27,12 +27,18 @@
 //! `ChainSubfiles`) whole — as `ForwardEntry::Copy` steps, outside the chain's lock while
 //! writes go on (it acts as the tail meanwhile; `copy_live`), then, under the lock, what
 //! changed meanwhile and `CopyDone` at its position; then it reports `SyncDone`.
-//! `resync_pass` runs it on every new view even when no write comes.
+//! `resync_pass` runs it on every new view even when no write comes. Every view a record
+//! is brought to is read from the held table under the chain's lock (`follow`,
+//! `resync_look`): the table only moves forward, so neither does any record's view.
 
 // Read repair and scrub (issue 32) run under this module's per-chain lock.
 #[path = "repair.rs"]
 mod repair;
 pub(crate) use repair::{report_of, RepairCounters};
+
+#[cfg(test)]
+#[path = "chain_path_tests.rs"]
+mod tests;
 
 use crate::chain_write::{
     copy_tolerates, early, entry_of, fence, fence_chained, forwardable, kind_of, my_member, order,
@@ -1019,38 +1025,41 @@ impl ChainPaths {
     /// make or report, it makes it (under the chain's lock, as any change). Run on every
     /// new view and every `period`.
     pub(crate) async fn resync_pass(&self) {
-        let (chains, _) = self.view();
-        for info in chains {
-            let Some(me) = my_member(&info, &self.mine) else { continue };
-            let chain = info.chain;
+        for chain in self.held.chain_ids() {
             let slot = self.state(chain);
-            let copied = {
+            let me = {
                 let mut guard = slot.state.lock().await;
-                // Every view reaches the record, even of a chain nobody writes: a member
-                // seen leaving is covered when it returns.
-                if guard.seen.as_ref().map(|seen| seen.version) != Some(info.version) {
-                    self.observe(&mut guard, &info, me);
-                }
-                guard.copied
-            };
-            if resync_step(&info, me, copied) == ResyncStep::Nothing {
-                continue;
-            }
-            let mut guard = slot.state.lock().await;
-            let state: &mut ChainState = &mut guard;
-            let Some(info) = self.held.chain(chain) else { continue };
-            match resync_step(&info, me, state.copied) {
-                ResyncStep::Nothing => {}
-                ResyncStep::Report { joiner, version } => self.report(state, chain, joiner, version).await,
-                ResyncStep::Copy { .. } => {
-                    drop(guard);
-                    if let Err(Trouble::Wait(what)) = self.copy_live(&slot, chain, me).await {
-                        tracing::warn!(chain, %what, "resync copy did not finish; will retry");
-                        self.held.nudge();
+                let state: &mut ChainState = &mut guard;
+                match self.resync_look(state, chain) {
+                    Some((me, ResyncStep::Copy { .. })) => me,
+                    Some((_, ResyncStep::Report { joiner, version })) => {
+                        self.report(state, chain, joiner, version).await;
+                        continue;
                     }
+                    Some((_, ResyncStep::Nothing)) | None => continue,
                 }
+            };
+            if let Err(Trouble::Wait(what)) = self.copy_live(&slot, chain, me).await {
+                tracing::warn!(chain, %what, "resync copy did not finish; will retry");
+                self.held.nudge();
             }
         }
+    }
+
+    /// Under the chain's lock: brings the record to the chain as held *now* and says what
+    /// this member owes a syncing successor (none: not a member). Every view reaches the
+    /// record, even of a chain nobody writes, so a member seen leaving is covered when it
+    /// returns. The chain is read here, under the lock, never before it: the held table only
+    /// moves forward (`held_table.rs`) and the lock orders its readers, so no view older than
+    /// one `follow` brought the record to is observed (a snapshot taken before the lock was,
+    /// and dropped a record a newer view had started).
+    fn resync_look(&self, state: &mut ChainState, chain: u32) -> Option<(TargetId, ResyncStep)> {
+        let info = self.held.chain(chain)?;
+        let me = my_member(&info, &self.mine)?;
+        if state.seen.as_ref().map(|seen| seen.version) != Some(info.version) {
+            self.observe(state, &info, me);
+        }
+        Some((me, resync_step(&info, me, state.copied)))
     }
 
     fn stopped(&self, chain: u32, version: u64, stop: Stop) -> IoReply {

@@ -19,6 +19,7 @@ mod connection;
 mod execute;
 mod flush;
 mod flush_plan;
+mod held_table;
 mod membership;
 pub use membership::{ChainsSnapshot, HeldChains};
 pub mod metrics;

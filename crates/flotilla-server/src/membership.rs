@@ -7,6 +7,7 @@
 //! no quorum; after a round of failures it pauses.
 
 use crate::execute::Executor;
+use crate::held_table::HeldTable;
 use bytes::Bytes;
 use flotilla_client::{LeaderChase, Move};
 use flotilla_proto::{
@@ -19,14 +20,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What the server declares about itself, and the latest chain view the metadata service
-/// gave it: the chain data path (`chain_path.rs`) fences every chained request and forward
+/// What the server declares about itself, and the chains the metadata service's heartbeat
+/// replies gave it, never going back in a chain's version (`held_table.rs`): the chain data path (`chain_path.rs`) fences every chained request and forward
 /// with `flotilla_replica::admit` against it, asks for an early heartbeat when a successor
 /// fails ([`HeldChains::nudge`]) and waits for the next view ([`HeldChains::watch`]).
 #[derive(Debug)]
 pub struct HeldChains {
     member: MemberInfo,
-    held: Mutex<Option<(ChainView, Instant)>>,
+    /// The chains held (monotonic in each chain's version, see `held_table.rs`) and the
+    /// end of the lease.
+    held: Mutex<Option<(HeldTable, Instant)>>,
     /// The origin of the millisecond clock the fencing check reads.
     base: Instant,
     /// Wakes the heartbeat loop before its period ends.
@@ -106,10 +109,16 @@ impl HeldChains {
         self.stored.subscribe()
     }
 
-    /// The chain `chain` as held now.
+    /// The chain `chain` as held now (never older than it was at any earlier call).
     pub(crate) fn chain(&self, chain: u32) -> Option<ChainInfo> {
         let held = self.held.lock();
-        held.as_ref().and_then(|(view, _)| view.chains.iter().find(|c| c.chain == chain).cloned())
+        held.as_ref().and_then(|(table, _)| table.chain(chain).cloned())
+    }
+
+    /// The ids of the chains held now.
+    pub(crate) fn chain_ids(&self) -> Vec<u32> {
+        let held = self.held.lock();
+        held.as_ref().map(|(table, _)| table.chains().map(|c| c.chain).collect()).unwrap_or_default()
     }
 
     /// The address of the server of `target`, as the metadata service last told it.
@@ -149,24 +158,37 @@ impl HeldChains {
         };
         let now_ms = ms(Instant::now());
         match self.held.lock().as_ref() {
-            Some((view, until)) => {
-                (view.chains.clone(), crate::chain_write::Lease { valid_until_ms: ms(*until), now_ms })
+            Some((table, until)) => {
+                let chains = table.chains().cloned().collect();
+                (chains, crate::chain_write::Lease { valid_until_ms: ms(*until), now_ms })
             }
             None => (Vec::new(), crate::chain_write::Lease { valid_until_ms: 0, now_ms }),
         }
     }
 
-    /// Keeps `view`, whose lease runs `view.lease_ms` from `sent` (when the heartbeat left).
-    fn store(&self, view: ChainView, sent: Instant) {
+    /// Takes `view` into the chains held (a chain it lists older than held is ignored);
+    /// its lease runs `view.lease_ms` from `sent` (when the heartbeat left).
+    pub(crate) fn store(&self, view: ChainView, sent: Instant) {
         let until = sent + Duration::from_millis(view.lease_ms);
-        *self.held.lock() = Some((view, until));
+        let taken = {
+            let mut held = self.held.lock();
+            let (table, lease) = held.get_or_insert_with(|| (HeldTable::default(), until));
+            *lease = until;
+            table.take(view.chains)
+        };
+        if taken.stale > 0 {
+            tracing::warn!(
+                stale = taken.stale,
+                "a heartbeat reply listed chains older than held; kept the newer"
+            );
+        }
         self.stored.send_modify(|count| *count = count.wrapping_add(1));
     }
 
     pub fn snapshot(&self) -> ChainsSnapshot {
         let held = self.held.lock();
         let (chains, lease_valid) = match held.as_ref() {
-            Some((view, until)) => (view.chains.clone(), Instant::now() < *until),
+            Some((table, until)) => (table.chains().cloned().collect(), Instant::now() < *until),
             None => (Vec::new(), false),
         };
         ChainsSnapshot {

@@ -11,7 +11,9 @@
 //! Modules: `plan` (the access patterns, pure), `data` (the byte pattern), `worker` (a client
 //! process), `cluster` (the embedded cluster), `runner` (one point), `report`, `plot`,
 //! `paper` (the papers' headline experiments beside their published figures), `meta` (the
-//! mdtest-style metadata benchmark, with its own worker `bench-meta-worker`).
+//! mdtest-style metadata benchmark, with its own worker `bench-meta-worker`), `stall` and
+//! `rebuild` (replication: a writer's stall when a member dies, the rebuild copy's rate) on
+//! `replica_cluster`.
 
 mod cluster;
 mod data;
@@ -25,6 +27,8 @@ mod network;
 mod paper;
 mod plan;
 mod plot;
+mod rebuild;
+mod replica_cluster;
 mod report;
 mod runner;
 mod spread;
@@ -76,6 +80,9 @@ pub enum BenchCommand {
     /// The stall a writer of a `replicas=2` file sees when a member of its chain is
     /// SIGKILLed (and restarted), over `--kills` kills: each, then median and worst.
     ReplicaStall(stall::StallArgs),
+    /// The rebuild copy's MB/s and a foreground writer's MB/s alone and during it (a target
+    /// holding `replicas=2` files drained), for each `resync_bytes_per_s` of `--rates`.
+    Rebuild(rebuild::RebuildArgs),
     /// Metadata and small-file rates through mounted directories (`LABEL=DIR`, e.g. Flotilla's
     /// mount, MooseFS, GlusterFS, local disk), one program in one run: creates, stats, small
     /// writes and reads, removals, directory creates, renames, removals; ops/s per phase.
@@ -250,6 +257,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Net(args) => stream::net(args),
         BenchCommand::Stream(args) => stream::stream(args),
         BenchCommand::ReplicaStall(args) => stall::run(args),
+        BenchCommand::Rebuild(args) => rebuild::run(args),
         BenchCommand::MetaTree(args) => meta_tree::run(args),
     }
 }

@@ -6,6 +6,7 @@
 pub mod enwrich_member;
 pub mod metagroup;
 pub mod netns;
+pub mod replication;
 pub mod s3;
 
 use flotilla_client::{Client, TargetState};
@@ -251,21 +252,10 @@ impl Cluster {
     pub fn start_server_in_group_with(&self, index: usize, group: &str, extra: &[&str]) -> Process {
         let dir = self.target_dir(index);
         std::fs::create_dir_all(&dir).expect("target folder");
-        let (config, meta, target) = (self.config(), self.meta_addr(), target_spec(&dir));
-        let mut args = vec![
-            "--config",
-            path(&config),
-            "server",
-            "--meta",
-            &meta,
-            "--target",
-            path(&target),
-            "--listen",
-            "127.0.0.1:0",
-            "--failure-group",
-            group,
-        ];
-        args.extend_from_slice(extra);
+        let (config, meta) = (self.config(), self.meta_addr());
+        let mut args = server_args(&config, &meta, &dir, "127.0.0.1:0", group);
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         Process::start_with_env(&args, "server", &self.server_env).expect("start server")
     }
 
@@ -343,6 +333,15 @@ pub fn target_spec(target: &Path) -> PathBuf {
     }
 }
 
+/// The arguments of `flotilla server` on target folder `dir` (as `target_spec` names it),
+/// listening on `listen`, in failure group `group`.
+pub fn server_args(config: &Path, meta: &str, dir: &Path, listen: &str, group: &str) -> Vec<String> {
+    let target = target_spec(dir);
+    let args = ["--config", path(config), "server", "--meta", meta, "--target", path(&target)];
+    let rest = ["--listen", listen, "--failure-group", group];
+    args.iter().chain(rest.iter()).map(|arg| arg.to_string()).collect()
+}
+
 pub fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
@@ -351,6 +350,14 @@ pub fn path(p: &Path) -> &str {
 /// stdout, stderr).
 pub fn cli(args: &[&str]) -> (bool, String, String) {
     run_cli(Command::new(FLOTILLA).args(args).env("FLOTILLA_KEY", client_key()))
+}
+
+/// Runs the flotilla CLI with the shared test client credential; fails the test if it
+/// fails (naming its arguments and stderr); returns its stdout.
+pub fn cli_ok(args: &[&str]) -> String {
+    let (ok, stdout, stderr) = cli(args);
+    assert!(ok, "flotilla {args:?} failed: {stderr}");
+    stdout
 }
 
 /// Runs the flotilla CLI without any credential in its environment.
