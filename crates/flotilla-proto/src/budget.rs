@@ -12,7 +12,7 @@
 //! `bytes_min` bytes (or the rest) in every `interval`, else the connection ends and what it
 //! held is released.
 
-use crate::frame::FrameError;
+use crate::frame_error::FrameError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};

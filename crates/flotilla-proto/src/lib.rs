@@ -14,6 +14,7 @@ pub mod buffers;
 pub mod capability;
 pub mod chains;
 pub mod frame;
+mod frame_error;
 mod group;
 mod io;
 mod meta;

@@ -14,9 +14,11 @@
 use crate::chain::{Chain, MEMBERS_PER_CHAIN_MAX};
 use crate::error::PlacementError;
 use crate::ids::{ChainId, FailureGroup};
-use crate::table::CHAINS_MAX;
 use flotilla_types::TargetId;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Most chains one table may hold.
+pub const CHAINS_MAX: usize = 1 << 16;
 
 /// Most replicas a chain may have: one slot of [`MEMBERS_PER_CHAIN_MAX`] stays free for a
 /// replacement that syncs while the member it replaces still serves (a drain).

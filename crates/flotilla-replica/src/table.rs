@@ -11,13 +11,11 @@ use crate::chain::Chain;
 use crate::error::PlacementError;
 use crate::ids::{ChainId, FailureGroup};
 use crate::member::{Member, MemberState};
+pub use crate::placement::CHAINS_MAX;
 use crate::placement::{build_chains, chains_with, choose_chains};
 use flotilla_types::TargetId;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Most chains one table may hold.
-pub const CHAINS_MAX: usize = 1 << 16;
 
 /// Every chain and every target's failure group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
