@@ -330,7 +330,7 @@ impl Default for MetaConfig {
             group_election_timeout_ms_max: 1_000,
             group_batch_changes_max: 1024,
             group_batch_bytes_max: 4 << 20,
-            group_proposals_in_flight_max: 4,
+            group_proposals_in_flight_max: 1,
             group_apply_run_entries_max: 256,
             quorum_wait_ms: 3_000,
             join: false,

@@ -32,7 +32,6 @@ use flotilla_metagroup::{
 };
 use flotilla_proto::{ErrorCode, NotServed, WireError};
 use flotilla_types::Caller;
-use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::config::MetaConfig;
 use crate::replicated::{
@@ -84,10 +83,25 @@ fn port_plus_one(addr: &str) -> Result<String, String> {
     Ok(format!("{host}:{group}"))
 }
 
-/// A change waiting in the proposal queue, and where its outcome goes.
-struct Proposal {
-    change: Change,
-    reply: oneshot::Sender<Result<Outcome, NotServed>>,
+/// Proposes the handlers' batches of changes on this node (`proposals.rs` batches them).
+struct Proposer {
+    node: Arc<GroupNode<NamespaceMachine>>,
+}
+
+type Proposal = crate::proposals::Proposal<Proposer>;
+
+impl crate::proposals::Propose for Proposer {
+    type Change = Change;
+    type Outcome = Result<Outcome, NotServed>;
+
+    fn bytes(change: &Change) -> usize {
+        change_bytes(change)
+    }
+
+    fn propose(&self, batch: Vec<Proposal>) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let node = self.node.clone();
+        async move { propose_batch(&node, batch).await }
+    }
 }
 
 /// A started group node as the handlers use it.
@@ -95,7 +109,7 @@ pub(crate) struct Group {
     node: Arc<GroupNode<NamespaceMachine>>,
     me: NodeId,
     meta_addrs: BTreeMap<NodeId, String>,
-    queue: mpsc::Sender<Proposal>,
+    proposals: Arc<crate::proposals::Proposals<Proposer>>,
     quorum_wait: Duration,
     runtime: tokio::runtime::Handle,
     /// Rotates the placement ranking's start (the proposer keeps no spread memory yet).
@@ -214,13 +228,20 @@ pub(crate) async fn start(config: &MetaConfig, path: &Path) -> anyhow::Result<St
     if me == 1 && !config.join {
         initialize(&node, &peers, &identity).await?;
     }
-    let (queue, waiting) = mpsc::channel(limits.batch_changes_max * 4);
-    tokio::spawn(proposal_loop(node.clone(), waiting, limits, config.group_proposals_in_flight_max.max(1)));
+    let proposals = crate::proposals::Proposals::new(
+        Proposer { node: node.clone() },
+        crate::proposals::ProposalLimits {
+            batch_changes_max: limits.batch_changes_max,
+            batch_bytes_max: limits.batch_bytes_max,
+            in_flight_max: config.group_proposals_in_flight_max.max(1),
+            waiting_max: limits.batch_changes_max * 4,
+        },
+    );
     let group = Arc::new(Group {
         node,
         me,
+        proposals,
         meta_addrs: peers.iter().map(|p| (p.id, p.meta_addr.clone())).collect(),
-        queue,
         quorum_wait: Duration::from_millis(config.quorum_wait_ms.max(1)),
         runtime: tokio::runtime::Handle::current(),
         cursor: AtomicU64::new(0),
@@ -336,44 +357,6 @@ fn id_key() -> [u8; flotilla_namespace::ID_KEY_BYTES] {
         key[8..].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
     }
     key
-}
-
-/// Takes changes from the queue, batches those waiting together (bounded by the batch
-/// limits), and proposes the batches, at most `in_flight_max` at once.
-async fn proposal_loop(
-    node: Arc<GroupNode<NamespaceMachine>>,
-    mut waiting: mpsc::Receiver<Proposal>,
-    limits: GroupLimits,
-    in_flight_max: usize,
-) {
-    let in_flight = Arc::new(Semaphore::new(in_flight_max));
-    let mut held: Option<Proposal> = None;
-    loop {
-        let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
-        let first = match held.take() {
-            Some(first) => first,
-            None => match waiting.recv().await {
-                Some(first) => first,
-                None => return,
-            },
-        };
-        let mut bytes = change_bytes(&first.change);
-        let mut batch = vec![first];
-        while batch.len() < limits.batch_changes_max {
-            let Ok(next) = waiting.try_recv() else { break };
-            if bytes + change_bytes(&next.change) > limits.batch_bytes_max {
-                held = Some(next);
-                break;
-            }
-            bytes += change_bytes(&next.change);
-            batch.push(next);
-        }
-        let node = node.clone();
-        tokio::spawn(async move {
-            propose_batch(&node, batch).await;
-            drop(permit);
-        });
-    }
 }
 
 fn change_bytes(change: &Change) -> usize {
@@ -494,21 +477,14 @@ impl Group {
     }
 
     /// Proposes one change and waits (at most `quorum_wait_ms`) for its outcome; called from
-    /// the handlers' blocking threads.
+    /// the handlers' blocking threads, which propose the batches themselves
+    /// (`proposals.rs`). A change refused because too many wait was never proposed; either
+    /// way the caller hears `NoQuorum` (outcome unknown, resent by its class).
     pub(crate) fn propose_blocking(&self, change: Change) -> Result<Outcome, NotServed> {
-        let (reply, outcome) = oneshot::channel();
-        self.runtime.block_on(async {
-            let queued = self.queue.send(Proposal { change, reply });
-            match tokio::time::timeout(self.quorum_wait, async {
-                queued.await.map_err(|_| NotServed::NoQuorum)?;
-                outcome.await.map_err(|_| NotServed::NoQuorum)?
-            })
-            .await
-            {
-                Ok(result) => result,
-                Err(_) => Err(NotServed::NoQuorum),
-            }
-        })
+        match self.runtime.block_on(self.proposals.propose(change, self.quorum_wait)) {
+            Ok(result) => result,
+            Err(_) => Err(NotServed::NoQuorum),
+        }
     }
 
     /// Waits until a read on this node is linearizable (read index): for the first round

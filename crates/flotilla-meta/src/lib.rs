@@ -20,6 +20,7 @@ mod membership;
 mod metrics;
 mod opens;
 mod policy;
+mod proposals;
 pub mod replicated;
 mod service;
 mod tokens;
