@@ -13,6 +13,7 @@
 mod array;
 mod attr_cache;
 mod attr_leases;
+mod inode_cached;
 mod call_memory;
 mod client;
 mod commit;
@@ -54,7 +55,7 @@ pub use flotilla_proto::TokenMode;
 pub use flotilla_proto::{
     DirEntryInfo, EntryInfo, ErrorCode, ForkInfo, TargetState, TargetStatus, WireError,
 };
-pub use flotilla_proto::{ListedEntry, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX};
+pub use flotilla_proto::{InodeToken, InodeTokenKind, ListedEntry, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX};
 pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
 pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, ReplicatedLayout, SetAttr, SubfileIndex, TargetId,
@@ -63,6 +64,7 @@ pub use fork::{Fork, DEFAULT_FORK};
 pub use group::{Group, GroupError, GroupStats, GroupTarget, RequestFailure};
 pub use group_plan::{Admission, Direction, GroupConfig, GroupMode, Mixed, Planner};
 pub use handle::Handle;
+pub use inode_cached::CachedLookup;
 pub use posix::Owner;
 pub use posix_at::At;
 pub use raw::RawBuffer;
