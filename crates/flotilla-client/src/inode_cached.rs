@@ -57,7 +57,11 @@ impl Client {
     /// Waits up to `wait_ms` (bounded by the service) for revocations of this client's
     /// inode tokens: the tokens to give back, and whether the service holds none of them
     /// any more although `holding` said it should (drop everything cached).
-    pub fn inode_token_wait(&self, holding: bool, wait_ms: u64) -> Result<(Vec<InodeToken>, bool), ClientError> {
+    pub fn inode_token_wait(
+        &self,
+        holding: bool,
+        wait_ms: u64,
+    ) -> Result<(Vec<InodeToken>, bool), ClientError> {
         let session = self.core.transport.session();
         match self.meta(MetaRequest::InodeTokenWait { session, holding, wait_ms })? {
             MetaReply::InodeEvents { revokes, lost } => Ok((revokes, lost)),

@@ -13,7 +13,6 @@
 mod array;
 mod attr_cache;
 mod attr_leases;
-mod inode_cached;
 mod call_memory;
 mod client;
 mod commit;
@@ -26,6 +25,7 @@ mod fork;
 mod group;
 mod group_plan;
 mod handle;
+mod inode_cached;
 mod lease;
 mod library_tokens;
 mod locks;
@@ -55,7 +55,9 @@ pub use flotilla_proto::TokenMode;
 pub use flotilla_proto::{
     DirEntryInfo, EntryInfo, ErrorCode, ForkInfo, TargetState, TargetStatus, WireError,
 };
-pub use flotilla_proto::{InodeToken, InodeTokenKind, ListedEntry, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX};
+pub use flotilla_proto::{
+    InodeToken, InodeTokenKind, ListedEntry, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX,
+};
 pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
 pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, ReplicatedLayout, SetAttr, SubfileIndex, TargetId,

@@ -513,7 +513,14 @@ impl Filesystem for FlotillaFs {
         };
         for (index, entry) in listing.iter().enumerate().skip(offset as usize) {
             let Some(attr) = &entry.attr else { continue };
-            if reply.add(INodeNo(entry.ino), index as u64 + 1, &entry.name, &self.untokened_ttl(), attr, Generation(0)) {
+            if reply.add(
+                INodeNo(entry.ino),
+                index as u64 + 1,
+                &entry.name,
+                &self.untokened_ttl(),
+                attr,
+                Generation(0),
+            ) {
                 break;
             }
         }

@@ -4,18 +4,18 @@
 
 use crate::convert::{errno, file_attr, file_type, time_or_now};
 use crate::fs::{FlotillaFs, Listed};
+use crate::meta_tokens::Timeouts;
 use crate::nodes::{check_name, ROOT_INO};
 use crate::open_files::FILE_BYTES_MAX;
+use flotilla_client::CachedLookup;
 use flotilla_client::{
     At, ClientError, CreateOptions, EntryInfo, FileKind, Owner, RenameMode, SetAttr, TokenMode, WHOLE_FILE,
 };
-use crate::meta_tokens::Timeouts;
-use flotilla_client::CachedLookup;
 use fuser::{Errno, FileAttr, RenameFlags, Request, TimeOrNow};
-use std::time::Duration;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
+use std::time::Duration;
 
 /// The block `statfs` counts in.
 pub const STATFS_BLOCK_BYTES: u64 = 4096;
@@ -78,7 +78,8 @@ impl FlotillaFs {
     /// Whether `error` is an older service refusing `InodeCached`: the mount then goes on
     /// without inode tokens, with `attr_timeout_ms`.
     fn inode_tokens_refused(&self, error: &ClientError) -> bool {
-        let refused = matches!(error, ClientError::Meta(wire) if wire.code == flotilla_client::ErrorCode::BadRequest);
+        let refused =
+            matches!(error, ClientError::Meta(wire) if wire.code == flotilla_client::ErrorCode::BadRequest);
         if refused && !self.meta_refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::warn!(%error, "the metadata service refuses inode tokens; names and attributes are cached for attr_timeout_ms");
             self.client.set_changes_carry_session(false);
@@ -96,7 +97,9 @@ impl FlotillaFs {
         let asked = cache.generation();
         let (entry, grants) = match self.retrying(|| self.client.stat_id_cached(ino)) {
             Ok(answer) => answer,
-            Err(error) if self.inode_tokens_refused(&error) => return Ok((self.attributes(ino)?, self.untokened_ttl())),
+            Err(error) if self.inode_tokens_refused(&error) => {
+                return Ok((self.attributes(ino)?, self.untokened_ttl()))
+            }
             Err(error) => return Err(failed(error)),
         };
         if entry.attrs.kind == FileKind::File {

@@ -106,18 +106,10 @@ impl State {
     /// A change is acknowledged only once every other cached copy of what it touched is
     /// gone: its inode tokens are revoked (and given back, or the bounded wait is over)
     /// after it is durable and before the reply.
-    pub fn handle(
-        &self,
-        request: MetaRequest,
-        (policy, holder): (&CallerPolicy, &str),
-        session: &crate::grouped::ClientSession,
-    ) -> MetaReply {
-        let (changer, request) = changed_by(request);
-        self.handle_by(changer, request, (policy, holder), session)
-    }
-
-    /// `handle` of a request made by client session `changer` (`ChangedBy`, issue 34):
-    /// the change revokes every inode token it touched but the changer's own.
+    ///
+    /// `changer`: the client session a `ChangedBy` named (issue 34, peeled off by the
+    /// caller, `changed_by`): the change revokes every inode token it touched but that
+    /// session's own.
     pub fn handle_by(
         &self,
         changer: Option<u64>,

@@ -54,13 +54,17 @@ impl State {
 
     fn inode_answer(&self, ask: &InodeAsk, asker: &Asker) -> Result<Answer, WireError> {
         let request = match ask {
-            InodeAsk::Lookup { parent, name } => MetaRequest::LookupAt { parent: *parent, name: name.clone() },
+            InodeAsk::Lookup { parent, name } => {
+                MetaRequest::LookupAt { parent: *parent, name: name.clone() }
+            }
             InodeAsk::Attr { id } => MetaRequest::GetById { id: *id },
         };
         match self.dispatch(request, asker) {
             Ok(MetaReply::Entry(entry)) => Ok(Some(entry)),
             Ok(other) => Err(WireError::new(ErrorCode::Io, format!("an entry read answered {other:?}"))),
-            Err(error) if error.code == ErrorCode::NotFound && matches!(ask, InodeAsk::Lookup { .. }) => Ok(None),
+            Err(error) if error.code == ErrorCode::NotFound && matches!(ask, InodeAsk::Lookup { .. }) => {
+                Ok(None)
+            }
             Err(error) => Err(error),
         }
     }
@@ -88,7 +92,11 @@ mod tests {
     fn a_lookup_depends_on_its_directory_and_what_it_found() {
         let lookup = InodeAsk::Lookup { parent: 1, name: b"a".to_vec() };
         assert_eq!(keys_of(&lookup, Some(9)), vec![(InodeTokenKind::Names, 1), (InodeTokenKind::Attr, 9)]);
-        assert_eq!(keys_of(&lookup, None), vec![(InodeTokenKind::Names, 1)], "a negative entry: the names only");
+        assert_eq!(
+            keys_of(&lookup, None),
+            vec![(InodeTokenKind::Names, 1)],
+            "a negative entry: the names only"
+        );
         assert_eq!(keys_of(&InodeAsk::Attr { id: 4 }, Some(4)), vec![(InodeTokenKind::Attr, 4)]);
     }
 }

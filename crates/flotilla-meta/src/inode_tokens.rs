@@ -34,7 +34,7 @@ use crate::tokens::{wait_for_answer, PollSlot};
 use flotilla_proto::{ErrorCode, InodeToken, InodeTokenKind, WireError, INODE_TOKENS_PER_REQUEST_MAX};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// What one token covers.
@@ -263,12 +263,22 @@ pub fn acknowledge_from(began: Instant, wait_ms_max: u64) -> Instant {
     began + Duration::from_millis(wait_ms_max)
 }
 
+/// What the metrics endpoint shows of inode tokens (issue 34: the mechanism, counted).
+#[derive(Debug, Default)]
+pub struct InodeTokenCounts {
+    /// Revocations queued to holders.
+    pub revoked: AtomicU64,
+    /// Of them, tokens not given back within `token_wait_ms_max` (dropped anyway).
+    pub unanswered: AtomicU64,
+}
+
 /// The inode token table shared by request handlers, with revocation queues.
 pub struct InodeTokens {
     shared: parking_lot::Mutex<Shared>,
     changed: parking_lot::Condvar,
     pollers: AtomicUsize,
     bounds: InodeBounds,
+    pub counts: std::sync::Arc<InodeTokenCounts>,
 }
 
 impl InodeTokens {
@@ -282,6 +292,7 @@ impl InodeTokens {
             changed: parking_lot::Condvar::new(),
             pollers: AtomicUsize::new(0),
             bounds,
+            counts: std::sync::Arc::default(),
         }
     }
 
@@ -354,6 +365,7 @@ impl InodeTokens {
         if revoked.is_empty() {
             return;
         }
+        self.counts.revoked.fetch_add(revoked.len() as u64, Ordering::Relaxed);
         for (session, token) in &revoked {
             let Shared { events, overflowed, table, .. } = &mut *shared;
             let queue = events.entry(*session).or_default();
@@ -378,6 +390,7 @@ impl InodeTokens {
             if Instant::now() >= deadline {
                 for (session, token) in &revoked {
                     if shared.table.release(*session, token) {
+                        self.counts.unanswered.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(session, id = token.id, kind = ?token.kind, "an inode token was not given back in time; dropped");
                     }
                 }

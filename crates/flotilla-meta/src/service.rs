@@ -100,7 +100,12 @@ impl MetaService {
 
     /// Writes this service's metrics at scrape time (register it with a metrics registry).
     pub fn metrics_collector(&self) -> Box<dyn prometheus_client::collector::Collector> {
-        Box::new(crate::metrics::collector(&self.metrics, &self.acceptor, &self.state.chains.gauges))
+        Box::new(crate::metrics::collector(
+            &self.metrics,
+            &self.acceptor,
+            &self.state.chains.gauges,
+            &self.state.inode_tokens.counts,
+        ))
     }
 
     /// Serves until `shutdown`; every acknowledged change is already committed.
@@ -287,7 +292,8 @@ async fn read_requests(
         // A change carried with its changer's session (issue 34) counts as that change.
         let (changer, request) = crate::handle::changed_by(request);
         let variant_at = usize::from(changer.is_some());
-        let (started, variant) = (std::time::Instant::now(), frame.body.get(variant_at).copied().unwrap_or(0));
+        let (started, variant) =
+            (std::time::Instant::now(), frame.body.get(variant_at).copied().unwrap_or(0));
         tokio::spawn(async move {
             let reply = tokio::task::spawn_blocking(move || {
                 metrics.name_kind(variant, &request);
