@@ -14,7 +14,7 @@ use flotilla_proto::{EntryInfo, InodeAsk, InodeToken, MetaReply, MetaRequest, IN
 pub enum CachedLookup {
     /// The entry, and the tokens on its directory's names and its attributes (none when
     /// the service granted none).
-    Found { entry: EntryInfo, grants: Vec<InodeToken> },
+    Found { entry: Box<EntryInfo>, grants: Vec<InodeToken> },
     /// No such name; `grants` (its directory's names) cover that answer.
     Missing { grants: Vec<InodeToken> },
 }
@@ -32,7 +32,7 @@ impl Client {
         match self.inode_cached(ask)? {
             MetaReply::CachedEntry { mut entry, grants } => {
                 self.overlay(entry.id, &mut entry.attrs);
-                Ok(CachedLookup::Found { entry, grants })
+                Ok(CachedLookup::Found { entry: Box::new(entry), grants })
             }
             MetaReply::NoEntry { grants } => Ok(CachedLookup::Missing { grants }),
             other => Err(unexpected("lookup under tokens", &other)),
