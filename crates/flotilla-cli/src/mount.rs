@@ -27,6 +27,11 @@ pub struct MountArgs {
     /// How long the kernel may cache names and attributes, in milliseconds.
     #[arg(long)]
     attr_timeout_ms: Option<u64>,
+    /// How long the kernel may cache names and attributes the mount holds inode tokens on
+    /// (revoked the moment another client changes them), in milliseconds; 0: no inode
+    /// tokens (names and attributes then cached for --attr-timeout-ms, not coherent).
+    #[arg(long)]
+    metadata_timeout_ms: Option<u64>,
     /// Bytes of writes buffered and queued per file in the background before writers send
     /// the oldest themselves (0: no write-behind; every write goes straight to the servers).
     #[arg(long)]
@@ -85,6 +90,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     let mut config = MountConfig::default();
     config.threads = args.threads.unwrap_or(config.threads);
     config.attr_timeout_ms = args.attr_timeout_ms.unwrap_or(config.attr_timeout_ms);
+    config.metadata_timeout_ms = args.metadata_timeout_ms.unwrap_or(config.metadata_timeout_ms);
     config.atime = args.atime.unwrap_or(config.atime);
     if let Some(bytes) = args.write_behind_bytes {
         config.write_behind_bytes_max = bytes;

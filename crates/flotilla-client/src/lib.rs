@@ -25,6 +25,7 @@ mod fork;
 mod group;
 mod group_plan;
 mod handle;
+mod inode_cached;
 mod lease;
 mod library_tokens;
 mod lock_reclaim;
@@ -56,7 +57,9 @@ pub use flotilla_proto::TokenMode;
 pub use flotilla_proto::{
     DirEntryInfo, EntryInfo, ErrorCode, ForkInfo, TargetState, TargetStatus, WireError,
 };
-pub use flotilla_proto::{ListedEntry, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX};
+pub use flotilla_proto::{
+    InodeToken, InodeTokenKind, ListedEntry, LockInfo, LockKind, RenameMode, NAME_BYTES_MAX,
+};
 pub use flotilla_request::{BatchNode, BatchSub, Piece, Shape, StrideLevel};
 pub use flotilla_types::{
     Attributes, FileId, FileKind, Layout, LayoutError, ReplicatedLayout, SetAttr, SubfileIndex, TargetId,
@@ -65,6 +68,7 @@ pub use fork::{Fork, DEFAULT_FORK};
 pub use group::{Group, GroupError, GroupStats, GroupTarget, RequestFailure};
 pub use group_plan::{Admission, Direction, GroupConfig, GroupMode, Mixed, Planner};
 pub use handle::Handle;
+pub use inode_cached::CachedLookup;
 pub use posix::Owner;
 pub use posix_at::At;
 pub use raw::RawBuffer;

@@ -13,8 +13,16 @@ pub struct MountConfig {
     /// Most entries one open directory listing holds (a larger directory fails to open,
     /// with EINVAL).
     pub listing_entries_max: usize,
-    /// How long the kernel may cache attributes and names, in milliseconds.
+    /// How long the kernel may cache attributes and names held under no inode token, in
+    /// milliseconds, when inode tokens are off (`metadata_timeout_ms` 0, or a service that
+    /// does not know them); with them on, such answers are not cached (timeout 0).
     pub attr_timeout_ms: u64,
+    /// How long the kernel may cache names and attributes this mount holds inode tokens on
+    /// (`meta_tokens.rs`), in milliseconds; 0 turns inode tokens off.
+    pub metadata_timeout_ms: u64,
+    /// Most names and inodes recorded under inode tokens at once; past it answers are not
+    /// cached.
+    pub metadata_recorded_max: usize,
     /// Writes shorter than this wait in their file's write-behind buffer and travel packed;
     /// longer ones are queued on their own.
     pub write_behind_piece_bytes_max: u64,
@@ -60,6 +68,8 @@ impl Default for MountConfig {
             open_dirs_max: 4_096,
             listing_entries_max: 1 << 22,
             attr_timeout_ms: 1_000,
+            metadata_timeout_ms: 600_000,
+            metadata_recorded_max: 1 << 20,
             write_behind_piece_bytes_max: 512 << 10,
             write_behind_bytes_max: 4 << 20,
             write_behind_total_bytes_max: 256 << 20,

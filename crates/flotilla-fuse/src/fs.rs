@@ -48,7 +48,18 @@ pub struct FlotillaFs {
     pub(crate) holder: std::sync::Arc<crate::coherence::MountHolder>,
     /// Read-only opens of coherent files use the kernel's page cache.
     pub(crate) kernel_cache: bool,
+    /// The timeout of answers held under no inode token (`attr_timeout_ms`; 0 while inode
+    /// tokens are on).
     pub(crate) ttl: Duration,
+    /// Names and attributes given to the kernel under inode tokens (`meta_tokens.rs`);
+    /// `None` with `metadata_timeout_ms` 0.
+    pub(crate) meta_tokens: Option<std::sync::Arc<crate::meta_tokens::MetaTokens>>,
+    /// The service refused `InodeCached` (an older one): answers go as without tokens,
+    /// with `fallback_ttl`.
+    pub(crate) meta_refused: std::sync::atomic::AtomicBool,
+    pub(crate) fallback_ttl: Duration,
+    /// Ends the inode token poll thread.
+    pub(crate) meta_stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Most entries one open directory listing holds (`listing_entries_max`).
     pub(crate) listing_entries_max: usize,
     /// When reads update access times.
@@ -86,6 +97,15 @@ impl FlotillaFs {
                 std::sync::Arc::downgrade(&holder) as std::sync::Weak<crate::coherence::MountHolder>;
             flotilla_client::TokenCache::new(client.clone(), weak, flotilla_client::TokenSettings::default())
         });
+        let meta_tokens = (config.metadata_timeout_ms > 0).then(|| {
+            // This mount's own changes revoke none of its tokens (`meta_tokens.rs`).
+            client.set_changes_carry_session(true);
+            std::sync::Arc::new(crate::meta_tokens::MetaTokens::new(crate::meta_tokens::MetaTokenSettings {
+                timeout: Duration::from_millis(config.metadata_timeout_ms),
+                recorded_max: config.metadata_recorded_max,
+            }))
+        });
+        let fallback_ttl = Duration::from_millis(config.attr_timeout_ms);
         FlotillaFs {
             client,
             files: HandleTable::new(config.open_files_max),
@@ -95,7 +115,11 @@ impl FlotillaFs {
             tokens,
             holder,
             kernel_cache: config.kernel_cache,
-            ttl: Duration::from_millis(config.attr_timeout_ms),
+            ttl: if meta_tokens.is_some() { Duration::ZERO } else { fallback_ttl },
+            meta_tokens,
+            meta_refused: std::sync::atomic::AtomicBool::new(false),
+            fallback_ttl,
+            meta_stop: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
             listing_entries_max: config.listing_entries_max,
             atime: config.atime,
             enwrich_cache_bytes: config.enwrich.then_some(config.enwrich_cache_bytes),
@@ -131,9 +155,37 @@ impl FlotillaFs {
 
     fn reply_entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
         match result {
-            Ok(attr) => reply.entry(&self.ttl, &attr, Generation(0)),
+            Ok(attr) => reply.entry(&self.untokened_ttl(), &attr, Generation(0)),
             Err(errno) => reply.error(errno),
         }
+    }
+
+    /// The timeout of an answer held under no inode token.
+    pub(crate) fn untokened_ttl(&self) -> Duration {
+        if self.meta_refused.load(std::sync::atomic::Ordering::Relaxed) {
+            self.fallback_ttl
+        } else {
+            self.ttl
+        }
+    }
+
+    /// The inode token cache, while the service serves inode tokens.
+    pub(crate) fn active_meta_tokens(&self) -> Option<&crate::meta_tokens::MetaTokens> {
+        let refused = self.meta_refused.load(std::sync::atomic::Ordering::Relaxed);
+        self.meta_tokens.as_deref().filter(|_| !refused)
+    }
+
+    /// What the inode token poll thread needs (`None` without inode tokens).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn meta_poller(
+        &self,
+    ) -> Option<(
+        flotilla_client::Client,
+        std::sync::Arc<crate::meta_tokens::MetaTokens>,
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+    )> {
+        let tokens = self.meta_tokens.clone()?;
+        Some((self.client.clone(), tokens, self.meta_stop.clone()))
     }
 }
 
@@ -166,6 +218,7 @@ impl Filesystem for FlotillaFs {
     }
 
     fn destroy(&mut self) {
+        self.meta_stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.flush_all();
         if let Some(tokens) = &self.tokens {
             // Other clients need not wait a lease for the tokens of files closed here.
@@ -180,7 +233,12 @@ impl Filesystem for FlotillaFs {
     }
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.reply_entry(reply, self.lookup_entry(parent.0, name));
+        match self.lookup_entry(parent.0, name) {
+            Ok((attr, timeouts)) => {
+                reply.entry_with_ttls(&timeouts.attributes, &timeouts.entry, &attr, Generation(0))
+            }
+            Err(errno) => reply.error(errno),
+        }
     }
 
     fn forget(&self, _request: &Request, _ino: INodeNo, _nlookup: u64) {
@@ -188,8 +246,8 @@ impl Filesystem for FlotillaFs {
     }
 
     fn getattr(&self, _request: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attributes(ino.0) {
-            Ok(attr) => reply.attr(&self.ttl, &attr),
+        match self.attributes_timed(ino.0) {
+            Ok((attr, timeout)) => reply.attr(&timeout, &attr),
             Err(errno) => reply.error(errno),
         }
     }
@@ -214,7 +272,7 @@ impl Filesystem for FlotillaFs {
     ) {
         let change = crate::names::Change { mode, uid, gid, size, atime, mtime };
         match self.set_attributes(ino.0, change) {
-            Ok(attr) => reply.attr(&self.ttl, &attr),
+            Ok(attr) => reply.attr(&self.untokened_ttl(), &attr),
             Err(errno) => reply.error(errno),
         }
     }
@@ -455,7 +513,14 @@ impl Filesystem for FlotillaFs {
         };
         for (index, entry) in listing.iter().enumerate().skip(offset as usize) {
             let Some(attr) = &entry.attr else { continue };
-            if reply.add(INodeNo(entry.ino), index as u64 + 1, &entry.name, &self.ttl, attr, Generation(0)) {
+            if reply.add(
+                INodeNo(entry.ino),
+                index as u64 + 1,
+                &entry.name,
+                &self.untokened_ttl(),
+                attr,
+                Generation(0),
+            ) {
                 break;
             }
         }
@@ -544,7 +609,7 @@ impl Filesystem for FlotillaFs {
     ) {
         match self.create_file(request, parent.0, name, mode, flags) {
             Ok((attr, (handle, flags))) => {
-                reply.created(&self.ttl, &attr, Generation(0), FileHandle(handle), flags)
+                reply.created(&self.untokened_ttl(), &attr, Generation(0), FileHandle(handle), flags)
             }
             Err(errno) => reply.error(errno),
         }

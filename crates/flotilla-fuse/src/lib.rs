@@ -23,6 +23,7 @@ mod fs;
 mod handles;
 mod kept;
 mod locks;
+mod meta_tokens;
 mod names;
 pub mod nodes;
 mod open_files;
@@ -54,8 +55,15 @@ pub struct Mounted {
 pub fn mount(client: Client, mountpoint: &Path, config: &MountConfig) -> io::Result<Mounted> {
     let filesystem = FlotillaFs::new(client, config);
     let holder = filesystem.holder();
+    let poller = filesystem.meta_poller();
     let session = fuser::Session::new(filesystem, mountpoint, &session_config(config))?;
     let _ = holder.notifier.set(session.notifier());
+    if let Some((client, tokens, stop)) = poller {
+        let notifier = session.notifier();
+        std::thread::Builder::new()
+            .name("inode-token-poll".into())
+            .spawn(move || meta_tokens::poll(client, tokens, notifier, stop))?;
+    }
     let session = session.spawn()?;
     if config.kernel_cache {
         // After the session serves: finding the mount's device asks the mount itself.

@@ -4,8 +4,10 @@
 
 use crate::convert::{errno, file_attr, file_type, time_or_now};
 use crate::fs::{FlotillaFs, Listed};
+use crate::meta_tokens::Timeouts;
 use crate::nodes::{check_name, ROOT_INO};
 use crate::open_files::FILE_BYTES_MAX;
+use flotilla_client::CachedLookup;
 use flotilla_client::{
     At, ClientError, CreateOptions, EntryInfo, FileKind, Owner, RenameMode, SetAttr, TokenMode, WHOLE_FILE,
 };
@@ -13,6 +15,7 @@ use fuser::{Errno, FileAttr, RenameFlags, Request, TimeOrNow};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
+use std::time::Duration;
 
 /// The block `statfs` counts in.
 pub const STATFS_BLOCK_BYTES: u64 = 4096;
@@ -51,10 +54,59 @@ fn owner(request: &Request) -> Owner {
 }
 
 impl FlotillaFs {
-    pub(crate) fn lookup_entry(&self, parent: u64, name: &OsStr) -> Result<FileAttr, Errno> {
+    /// The entry `name` in directory `parent`, with the timeouts the kernel may cache it
+    /// for: long under inode tokens, recorded before the reply goes (`meta_tokens.rs`).
+    pub(crate) fn lookup_entry(&self, parent: u64, name: &OsStr) -> Result<(FileAttr, Timeouts), Errno> {
         let at = At { parent, name: check_name(name)? };
+        if let Some(cache) = self.active_meta_tokens() {
+            let asked = cache.generation();
+            match self.retrying(|| self.client.lookup_at_cached(at)) {
+                Ok(CachedLookup::Found { entry, grants }) => {
+                    let timeouts = cache.record_lookup(asked, (parent, name), Some(entry.id), &grants);
+                    return Ok((self.attr_of(&entry), timeouts));
+                }
+                Ok(CachedLookup::Missing { .. }) => return Err(Errno::ENOENT),
+                Err(error) if !self.inode_tokens_refused(&error) => return Err(failed(error)),
+                Err(_) => {}
+            }
+        }
         let entry = self.retrying(|| self.client.lookup_at(at)).map_err(failed)?;
-        Ok(self.attr_of(&entry))
+        let ttl = self.untokened_ttl();
+        Ok((self.attr_of(&entry), Timeouts { entry: ttl, attributes: ttl }))
+    }
+
+    /// Whether `error` is an older service refusing `InodeCached`: the mount then goes on
+    /// without inode tokens, with `attr_timeout_ms`.
+    fn inode_tokens_refused(&self, error: &ClientError) -> bool {
+        let refused =
+            matches!(error, ClientError::Meta(wire) if wire.code == flotilla_client::ErrorCode::BadRequest);
+        if refused && !self.meta_refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(%error, "the metadata service refuses inode tokens; names and attributes are cached for attr_timeout_ms");
+            self.client.set_changes_carry_session(false);
+        }
+        refused
+    }
+
+    /// `attributes`, with the timeout the kernel may cache them for (long under an inode
+    /// token).
+    pub(crate) fn attributes_timed(&self, ino: u64) -> Result<(FileAttr, Duration), Errno> {
+        let Some(cache) = self.active_meta_tokens() else {
+            return Ok((self.attributes(ino)?, self.untokened_ttl()));
+        };
+        let _token = self.token_cover(ino, self.sizes.cached_opens(ino) > 0, TokenMode::Read, WHOLE_FILE)?;
+        let asked = cache.generation();
+        let (entry, grants) = match self.retrying(|| self.client.stat_id_cached(ino)) {
+            Ok(answer) => answer,
+            Err(error) if self.inode_tokens_refused(&error) => {
+                return Ok((self.attributes(ino)?, self.untokened_ttl()))
+            }
+            Err(error) => return Err(failed(error)),
+        };
+        if entry.attrs.kind == FileKind::File {
+            self.sizes.observed(ino, entry.attrs.size_bytes, || self.write_behind.holds(ino));
+        }
+        let timeout = cache.record_attributes(asked, ino, &grants);
+        Ok((self.attr_of(&entry), timeout))
     }
 
     pub(crate) fn attributes(&self, ino: u64) -> Result<FileAttr, Errno> {

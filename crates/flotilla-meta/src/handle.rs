@@ -59,6 +59,40 @@ pub(crate) struct Issuer {
     pub lifetime_ms: u64,
 }
 
+thread_local! {
+    /// The client session whose request this thread is handling as `ChangedBy` (its inode
+    /// tokens are spared by the change's revocations); set for one request at a time.
+    static CHANGER: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Sets `CHANGER` for one request and clears it when dropped (a panic included).
+struct ChangerScope;
+
+impl ChangerScope {
+    fn enter(changer: Option<u64>) -> ChangerScope {
+        CHANGER.with(|cell| {
+            debug_assert!(cell.get().is_none(), "ChangedBy handled inside another");
+            cell.set(changer);
+        });
+        ChangerScope
+    }
+}
+
+impl Drop for ChangerScope {
+    fn drop(&mut self) {
+        CHANGER.with(|cell| cell.set(None));
+    }
+}
+
+/// The changer a `ChangedBy` names and the request it carries (`None` and the request
+/// itself for any other).
+pub(crate) fn changed_by(request: MetaRequest) -> (Option<u64>, MetaRequest) {
+    match request {
+        MetaRequest::ChangedBy { request, session } => (Some(session), *request),
+        bare => (None, bare),
+    }
+}
+
 /// Who asks: the caller after the connection's policy, the credential the connection
 /// authenticated with (a capability's holder), and whether the connection is read-only.
 pub(crate) struct Asker<'a> {
@@ -72,12 +106,18 @@ impl State {
     /// A change is acknowledged only once every other cached copy of what it touched is
     /// gone: its inode tokens are revoked (and given back, or the bounded wait is over)
     /// after it is durable and before the reply.
-    pub fn handle(
+    ///
+    /// `changer`: the client session a `ChangedBy` named (issue 34, peeled off by the
+    /// caller, `changed_by`): the change revokes every inode token it touched but that
+    /// session's own.
+    pub fn handle_by(
         &self,
+        changer: Option<u64>,
         request: MetaRequest,
         (policy, holder): (&CallerPolicy, &str),
         session: &crate::grouped::ClientSession,
     ) -> MetaReply {
+        let _changer = ChangerScope::enter(changer);
         let (outcome, touched) =
             flotilla_namespace::recording(|| self.admit(request, (policy, holder), session));
         self.revoke_touched(&touched);
@@ -140,7 +180,7 @@ impl State {
                 Touched::Names(id) => (InodeTokenKind::Names, *id),
             })
             .collect();
-        self.inode_tokens.revoke(&keys);
+        self.inode_tokens.revoke(&keys, CHANGER.with(std::cell::Cell::get));
     }
 
     /// `Lookup` with inode tokens on what the answer depends on, registered before the
@@ -222,7 +262,10 @@ impl State {
             MetaRequest::As { caller, request } => (caller, *request),
             bare => (Caller::root(), bare),
         };
-        if matches!(request, MetaRequest::As { .. } | MetaRequest::Sequenced { .. }) {
+        if matches!(
+            request,
+            MetaRequest::As { .. } | MetaRequest::Sequenced { .. } | MetaRequest::ChangedBy { .. }
+        ) {
             return Err(WireError::new(
                 ErrorCode::BadRequest,
                 "a caller or sequenced request may not be nested (Sequenced outermost, then As)",
@@ -271,9 +314,10 @@ impl State {
         let (ns, who) = (&*shared, asker.who);
         let now = now_ns();
         let reply = match request {
-            MetaRequest::As { .. } | MetaRequest::Sequenced { .. } => {
+            MetaRequest::As { .. } | MetaRequest::Sequenced { .. } | MetaRequest::ChangedBy { .. } => {
                 return Err(WireError::new(ErrorCode::BadRequest, "a caller request may not be nested"))
             }
+            MetaRequest::InodeCached { session, ask } => return self.inode_cached(session, ask, asker),
             // Not on a group: no reply table, changes are sent bare.
             MetaRequest::OpenGroupSession => MetaReply::GroupSession { session: 0 },
             request @ (MetaRequest::LookupAt { .. }

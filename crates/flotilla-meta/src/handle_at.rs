@@ -40,6 +40,9 @@ pub(crate) fn directories(request: &MetaRequest) -> Vec<u64> {
         | MetaRequest::RmdirAt { parent, .. } => vec![*parent],
         MetaRequest::RenameAt { from_parent, to_parent, .. } => vec![*from_parent, *to_parent],
         MetaRequest::ReaddirId { id, .. } | MetaRequest::ReaddirPlusId { id, .. } => vec![*id],
+        MetaRequest::InodeCached { ask: flotilla_proto::InodeAsk::Lookup { parent, .. }, .. } => {
+            vec![*parent]
+        }
         _ => Vec::new(),
     }
 }

@@ -34,7 +34,7 @@ use crate::tokens::{wait_for_answer, PollSlot};
 use flotilla_proto::{ErrorCode, InodeToken, InodeTokenKind, WireError, INODE_TOKENS_PER_REQUEST_MAX};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// What one token covers.
@@ -263,12 +263,22 @@ pub fn acknowledge_from(began: Instant, wait_ms_max: u64) -> Instant {
     began + Duration::from_millis(wait_ms_max)
 }
 
+/// What the metrics endpoint shows of inode tokens (issue 34: the mechanism, counted).
+#[derive(Debug, Default)]
+pub struct InodeTokenCounts {
+    /// Revocations queued to holders.
+    pub revoked: AtomicU64,
+    /// Of them, tokens not given back within `token_wait_ms_max` (dropped anyway).
+    pub unanswered: AtomicU64,
+}
+
 /// The inode token table shared by request handlers, with revocation queues.
 pub struct InodeTokens {
     shared: parking_lot::Mutex<Shared>,
     changed: parking_lot::Condvar,
     pollers: AtomicUsize,
     bounds: InodeBounds,
+    pub counts: std::sync::Arc<InodeTokenCounts>,
 }
 
 impl InodeTokens {
@@ -282,6 +292,7 @@ impl InodeTokens {
             changed: parking_lot::Condvar::new(),
             pollers: AtomicUsize::new(0),
             bounds,
+            counts: std::sync::Arc::default(),
         }
     }
 
@@ -336,8 +347,9 @@ impl InodeTokens {
 
     /// After a change that touched `keys` is durable: revokes them from every holder and
     /// waits (bounded) until each gave its token back; holders still silent at the deadline
-    /// lose the token (their caches go stale on their own).
-    pub fn revoke(&self, keys: &[Key]) {
+    /// lose the token (their caches go stale on their own). The tokens of session `except`
+    /// (the changer's, issue 34) are neither revoked nor waited for.
+    pub fn revoke(&self, keys: &[Key], except: Option<u64>) {
         let now = Instant::now();
         let changes_from = self.shared.lock().changes_from;
         if let Some(from) = changes_from.filter(|from| now < *from) {
@@ -348,10 +360,12 @@ impl InodeTokens {
         }
         let deadline = Instant::now() + Duration::from_millis(self.bounds.wait_ms_max);
         let mut shared = self.shared.lock();
-        let revoked = shared.table.holders(keys);
+        let mut revoked = shared.table.holders(keys);
+        revoked.retain(|(session, _)| Some(*session) != except);
         if revoked.is_empty() {
             return;
         }
+        self.counts.revoked.fetch_add(revoked.len() as u64, Ordering::Relaxed);
         for (session, token) in &revoked {
             let Shared { events, overflowed, table, .. } = &mut *shared;
             let queue = events.entry(*session).or_default();
@@ -376,6 +390,7 @@ impl InodeTokens {
             if Instant::now() >= deadline {
                 for (session, token) in &revoked {
                     if shared.table.release(*session, token) {
+                        self.counts.unanswered.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(session, id = token.id, kind = ?token.kind, "an inode token was not given back in time; dropped");
                     }
                 }
@@ -478,7 +493,7 @@ mod tests {
         let granted = tokens.grant(10, &[(Attr, 7)]).unwrap();
         let change = {
             let tokens = tokens.clone();
-            std::thread::spawn(move || tokens.revoke(&[(Attr, 7), (Names, 8)]))
+            std::thread::spawn(move || tokens.revoke(&[(Attr, 7), (Names, 8)], None))
         };
         let (revokes, lost) = tokens.wait(10, true, 5000).unwrap();
         assert_eq!((revokes, lost), (granted.clone(), false));
@@ -491,7 +506,7 @@ mod tests {
         let quick = InodeTokens::new(InodeBounds { wait_ms_max: 50, ..bounds() }, false);
         quick.grant(20, &[(Names, 1)]).unwrap();
         let started = Instant::now();
-        quick.revoke(&[(Names, 1)]);
+        quick.revoke(&[(Names, 1)], None);
         assert!(started.elapsed() >= Duration::from_millis(50));
         assert!(!quick.holds_any(20));
         assert_eq!(quick.wait(20, false, 0).unwrap().0.len(), 1, "the revocation stays queued");
@@ -639,10 +654,29 @@ mod tests {
         tokens.begin_term(Instant::now(), 7);
         assert_eq!(tokens.wait(10, true, 0).unwrap(), (Vec::new(), true));
         let started = Instant::now();
-        tokens.revoke(&[(Attr, 1)]);
+        tokens.revoke(&[(Attr, 1)], None);
         assert!(started.elapsed() >= Duration::from_millis(80), "a change acknowledged within the hold");
         let granted = tokens.grant(10, &[(Attr, 1)]).unwrap();
         assert!(granted[0].seq > 7 << TERM_SEQ_SHIFT);
+    }
+
+    #[test]
+    fn a_change_spares_the_changers_own_tokens() {
+        let tokens = InodeTokens::new(InodeBounds { wait_ms_max: 5000, ..bounds() }, false);
+        let mine = tokens.grant(10, &[(Names, 1)]).unwrap();
+        tokens.grant(20, &[(Names, 1)]).unwrap();
+        let started = Instant::now();
+        let change = std::thread::scope(|scope| {
+            let change = scope.spawn(|| tokens.revoke(&[(Names, 1)], Some(10)));
+            let (revokes, _) = tokens.wait(20, true, 5000).unwrap();
+            tokens.release(20, &revokes).unwrap();
+            change.join()
+        });
+        change.unwrap();
+        assert!(started.elapsed() < Duration::from_millis(5000), "the change waited for its own changer");
+        assert!(tokens.holds_any(10) && !tokens.holds_any(20));
+        assert_eq!(tokens.wait(10, true, 0).unwrap(), (Vec::new(), false), "nothing queued for the changer");
+        assert!(tokens.shared.lock().table.still_held(10, &mine[0]));
     }
 
     fn revokes_of(tokens: &[InodeToken]) -> Vec<InodeToken> {

@@ -13,6 +13,7 @@ pub mod config;
 pub mod grouped;
 mod handle;
 mod handle_at;
+mod inode_cached;
 mod inode_tokens;
 mod jobs;
 mod locks;

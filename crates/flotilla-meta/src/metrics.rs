@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 /// Request kinds counted apart; variant indexes at or past the last share it.
-const KINDS_MAX: usize = 64;
+const KINDS_MAX: usize = 96;
 
 #[derive(Debug)]
 pub(crate) struct MetaMetrics {
@@ -92,6 +92,7 @@ pub(crate) struct MetaCollector {
     pub metrics: Weak<MetaMetrics>,
     pub acceptor: Weak<flotilla_auth::Acceptor>,
     pub chains: Weak<crate::chains::ChainGauges>,
+    pub inode_tokens: Weak<crate::inode_tokens::InodeTokenCounts>,
 }
 
 impl Collector for MetaCollector {
@@ -114,6 +115,14 @@ impl Collector for MetaCollector {
         let opened = metrics.connections_total.load(Ordering::Relaxed);
         write::counter(&mut encoder, "meta_connections_opened", "Connections authenticated.", None, opened)?;
         write::counter(&mut encoder, "meta_auth_failures", "Handshakes refused.", None, acceptor.failures())?;
+        if let Some(counts) = self.inode_tokens.upgrade() {
+            let help = "Inode tokens revoked from their holders (issue 12, 34).";
+            let revoked = counts.revoked.load(Ordering::Relaxed);
+            write::counter(&mut encoder, "meta_inode_token_revocations", help, None, revoked)?;
+            let help = "Revoked inode tokens not given back within token_wait_ms_max (dropped anyway).";
+            let unanswered = counts.unanswered.load(Ordering::Relaxed);
+            write::counter(&mut encoder, "meta_inode_token_revocations_unanswered", help, None, unanswered)?;
+        }
         match self.chains.upgrade() {
             Some(chains) => write_chains(&mut encoder, &chains),
             None => Ok(()),
@@ -164,11 +173,13 @@ pub(crate) fn collector(
     metrics: &Arc<MetaMetrics>,
     acceptor: &Arc<flotilla_auth::Acceptor>,
     chains: &Arc<crate::chains::ChainGauges>,
+    inode_tokens: &Arc<crate::inode_tokens::InodeTokenCounts>,
 ) -> MetaCollector {
     MetaCollector {
         metrics: Arc::downgrade(metrics),
         acceptor: Arc::downgrade(acceptor),
         chains: Arc::downgrade(chains),
+        inode_tokens: Arc::downgrade(inode_tokens),
     }
 }
 

@@ -100,7 +100,12 @@ impl MetaService {
 
     /// Writes this service's metrics at scrape time (register it with a metrics registry).
     pub fn metrics_collector(&self) -> Box<dyn prometheus_client::collector::Collector> {
-        Box::new(crate::metrics::collector(&self.metrics, &self.acceptor, &self.state.chains.gauges))
+        Box::new(crate::metrics::collector(
+            &self.metrics,
+            &self.acceptor,
+            &self.state.chains.gauges,
+            &self.state.inode_tokens.counts,
+        ))
     }
 
     /// Serves until `shutdown`; every acknowledged change is already committed.
@@ -284,7 +289,11 @@ async fn read_requests(
         let Ok(permit) = in_progress.clone().acquire_owned().await else { return };
         let (state, replies, policy) = (state.clone(), replies.clone(), policy.clone());
         let (peer, metrics, session) = (peer.clone(), metrics.clone(), session.clone());
-        let (started, variant) = (std::time::Instant::now(), frame.body.first().copied().unwrap_or(0));
+        // A change carried with its changer's session (issue 34) counts as that change.
+        let (changer, request) = crate::handle::changed_by(request);
+        let variant_at = usize::from(changer.is_some());
+        let (started, variant) =
+            (std::time::Instant::now(), frame.body.get(variant_at).copied().unwrap_or(0));
         tokio::spawn(async move {
             let reply = tokio::task::spawn_blocking(move || {
                 metrics.name_kind(variant, &request);
@@ -296,7 +305,7 @@ async fn read_requests(
                 };
                 let reply = match leading.map(|()| admit(&state, &peer, &request)) {
                     Err(not_served) => MetaReply::NotServed(not_served),
-                    Ok(Ok(())) => state.handle(request, (&policy, &peer.name), &session),
+                    Ok(Ok(())) => state.handle_by(changer, request, (&policy, &peer.name), &session),
                     Ok(Err(refused)) => MetaReply::Error(refused),
                 };
                 metrics.handled(variant, &reply, started.elapsed());

@@ -375,6 +375,24 @@ mod tests {
         assert_eq!(body[1..], [1, b'j', 2, 1, 3, 1, 2, 0, 9, 1, 1, 3]);
     }
 
+    /// Metadata under inode tokens through the mount (issue 34): requests 67 and 68,
+    /// reply 26; a `ChangedBy` body's second byte is the carried request's variant (the
+    /// service counts it as that kind).
+    #[test]
+    fn inode_cached_and_changed_by_indexes_are_the_documented_ones() {
+        let ask = crate::InodeAsk::Lookup { parent: 1, name: b"a".to_vec() };
+        let cached = MetaRequest::InodeCached { session: 5, ask };
+        assert_eq!(encode_body(&cached).unwrap(), [67, 5, 0, 1, 1, b'a']);
+        let attr = MetaRequest::InodeCached { session: 5, ask: crate::InodeAsk::Attr { id: 2 } };
+        assert_eq!(encode_body(&attr).unwrap(), [67, 5, 1, 2]);
+        let unlink = MetaRequest::UnlinkAt { parent: 1, name: b"a".to_vec(), id: None };
+        let changed = MetaRequest::ChangedBy { request: Box::new(unlink), session: 7 };
+        let body = encode_body(&changed).unwrap();
+        assert_eq!((body[0], body[1], body.last()), (68, 28, Some(&7)));
+        let none = MetaReply::NoEntry { grants: Vec::new() };
+        assert_eq!(encode_body(&none).unwrap(), [26, 0]);
+    }
+
     /// The metadata group's membership (issue 33): request 65, reply 25.
     #[test]
     fn group_membership_indexes_are_the_documented_ones() {

@@ -50,8 +50,8 @@ pub use meta::{
 pub use meta::{GroupMemberInfo, GroupMembershipRequest, GroupStatus, GROUP_ADDRESS_BYTES_MAX};
 pub use meta::{HeldLock, RECLAIM_LOCKS_MAX};
 pub use meta::{
-    InodeToken, InodeTokenKind, ListedEntry, ListedEntryPlus, LockInfo, LockKind, RenameMode, TokenGrant,
-    TokenMode, TokenRevoke, INODE_TOKENS_PER_REQUEST_MAX, NAME_BYTES_MAX, READDIR_ENTRIES_MAX,
+    InodeAsk, InodeToken, InodeTokenKind, ListedEntry, ListedEntryPlus, LockInfo, LockKind, RenameMode,
+    TokenGrant, TokenMode, TokenRevoke, INODE_TOKENS_PER_REQUEST_MAX, NAME_BYTES_MAX, READDIR_ENTRIES_MAX,
     TOKEN_EVENTS_MAX,
 };
 pub use not_served::{NotServed, LEADER_ADDRESS_BYTES_MAX};

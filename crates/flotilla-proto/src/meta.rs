@@ -597,6 +597,33 @@ pub enum MetaRequest {
         epoch: u64,
         known: JobEvent,
     },
+    /// The mount's lookups and attribute reads under inode tokens (issue 34): `ask` as
+    /// `LookupAt` or `GetById` would answer it, and grants `session` what the answer
+    /// depends on — `Names(parent)` and `Attr(entry)` for a lookup, `Attr(id)` for an
+    /// attribute read — registered before the answer is read. Replies `CachedEntry`, or
+    /// `NoEntry` (with `Names(parent)`) when a looked-up name does not exist.
+    InodeCached {
+        session: u64,
+        ask: InodeAsk,
+    },
+    /// `request` (outermost, around `Sequenced` or `As`), made by client `session`: the
+    /// change revokes no inode token of `session` itself (the mount's kernel updates its
+    /// own caches for its own changes, and a revocation of its own `Names(dir)` would wait
+    /// for the kernel's lock on `dir` that the changing syscall holds). Any request may be
+    /// carried; only changes use it. Never nested.
+    ChangedBy {
+        request: Box<MetaRequest>,
+        session: u64,
+    },
+}
+
+/// What `MetaRequest::InodeCached` asks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InodeAsk {
+    /// The entry `name` in directory `parent`, as `LookupAt`.
+    Lookup { parent: u64, name: Vec<u8> },
+    /// The entry with id `id`, as `GetById`.
+    Attr { id: u64 },
 }
 
 /// Most bytes of an address in a `GroupMembershipRequest::Add`.
@@ -855,4 +882,10 @@ pub enum MetaReply {
     },
     /// Answers `GroupMembership`.
     GroupStatus(GroupStatus),
+    /// Answers `InodeCached` for a name that does not exist: `grants` (`Names(parent)`, or
+    /// none past the bounds) cover the answer, so the asker may cache it as a negative
+    /// entry until the token is revoked.
+    NoEntry {
+        grants: Vec<InodeToken>,
+    },
 }

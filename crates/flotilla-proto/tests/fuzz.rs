@@ -542,6 +542,23 @@ fn meta_request() -> impl Strategy<Value = MetaRequest> {
                 request: Box::new(MetaRequest::Unlink { path }),
             }
         }),
+        (any::<(u64, u64)>(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(
+            |((session, parent), name)| {
+                MetaRequest::InodeCached { session, ask: flotilla_proto::InodeAsk::Lookup { parent, name } }
+            }
+        ),
+        any::<(u64, u64)>().prop_map(|(session, id)| MetaRequest::InodeCached {
+            session,
+            ask: flotilla_proto::InodeAsk::Attr { id }
+        }),
+        (any::<(u64, u64)>(), prop::collection::vec(any::<u8>(), 0..8)).prop_map(
+            |((session, parent), name)| {
+                MetaRequest::ChangedBy {
+                    request: Box::new(MetaRequest::UnlinkAt { parent, name, id: None }),
+                    session,
+                }
+            }
+        ),
     ]
 }
 

@@ -611,11 +611,19 @@ impl Mount {
     /// A mount with extra `flotilla mount` arguments (`--key` for a `flotilla local`
     /// cluster's credential, `--tokens off`, ...).
     pub fn start_with(meta: &str, extra: &[&str]) -> Mount {
+        let mut args = vec!["--attr-timeout-ms", "0"];
+        args.extend_from_slice(extra);
+        Mount::start_default_timeouts(meta, &args)
+    }
+
+    /// A mount with `flotilla mount`'s own timeouts (the kernel caches names and attributes
+    /// as on a user's mount), and extra arguments.
+    pub fn start_default_timeouts(meta: &str, extra: &[&str]) -> Mount {
         use std::os::unix::fs::PermissionsExt;
         let holder = tempfile::tempdir().expect("temporary folder");
         std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let dir = holder.path().join("mnt");
-        let mut args = vec!["mount", "--meta", meta, "--attr-timeout-ms", "0"];
+        let mut args = vec!["mount", "--meta", meta];
         args.extend_from_slice(extra);
         args.push(path(&dir));
         let process = Process::start(&args, "mount").expect("start flotilla mount");

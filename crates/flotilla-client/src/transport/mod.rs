@@ -86,6 +86,34 @@ pub(crate) struct Transport {
     on_meta_reconnect: std::sync::OnceLock<Arc<dyn OnMetaReconnect>>,
     /// This client's session in the metadata group's reply table (`sequence.rs`).
     group_sessions: sequence::GroupSessions,
+    /// Changes go as `ChangedBy` this session (the mount's, issue 34: the service spares
+    /// its own inode tokens).
+    changes_carry_session: std::sync::atomic::AtomicBool,
+}
+
+/// Whether `request` (inside `Sequenced` and `As`) is a change whose own revocations
+/// would wait for a lock the kernel holds while the syscall making it waits: names in a
+/// directory (its lock), and `SetAttr` (the inode's lock; a directory's mode is its
+/// `Names` token). The kernel takes the new state from these replies itself. Sizes
+/// published at close and access times still revoke the changer's own `Attr` token: the
+/// mount's kernel may hold attributes from before them, and dropping attributes takes no
+/// lock.
+fn is_change(request: &MetaRequest) -> bool {
+    use MetaRequest as R;
+    match request {
+        R::Sequenced { request, .. } | R::As { request, .. } => is_change(request),
+        R::CreateAt { .. }
+        | R::CreateAtOpen { .. }
+        | R::MkdirAt { .. }
+        | R::MknodAt { .. }
+        | R::SymlinkAt { .. }
+        | R::LinkAt { .. }
+        | R::UnlinkAt { .. }
+        | R::RmdirAt { .. }
+        | R::RenameAt { .. }
+        | R::SetAttr { .. } => true,
+        _ => false,
+    }
 }
 
 impl Transport {
@@ -113,7 +141,13 @@ impl Transport {
             meta_reconnected: parking_lot::Mutex::new(None),
             on_meta_reconnect: std::sync::OnceLock::new(),
             group_sessions: sequence::GroupSessions::default(),
+            changes_carry_session: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Sends every later change as `ChangedBy` this client's session (or not).
+    pub fn set_changes_carry_session(&self, on: bool) {
+        self.changes_carry_session.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Sets what is told of every replaced metadata connection (the first call wins).
@@ -390,6 +424,13 @@ impl Transport {
             }
             (Some(caller), request) => MetaRequest::As { caller, request: Box::new(request) },
             (None, request) => request,
+        };
+        // `ChangedBy` outermost, around everything else.
+        let carry = self.changes_carry_session.load(std::sync::atomic::Ordering::Relaxed);
+        let request = if carry && is_change(&request) {
+            MetaRequest::ChangedBy { request: Box::new(request), session: self.session }
+        } else {
+            request
         };
         let connection = self.meta_connection(addr).await?;
         let (reply, _) = connection.call::<MetaRequest, MetaReply>(&request, Bytes::new()).await?;

@@ -31,8 +31,11 @@ pub(crate) enum Resend {
 pub(crate) fn resend_class(request: &MetaRequest) -> Resend {
     use MetaRequest as R;
     match request {
-        R::As { request, .. } | R::Sequenced { request, .. } => resend_class(request),
+        R::As { request, .. } | R::Sequenced { request, .. } | R::ChangedBy { request, .. } => {
+            resend_class(request)
+        }
         R::Lookup { .. }
+        | R::InodeCached { .. }
         | R::LookupAt { .. }
         | R::LookupCached { .. }
         | R::Readdir { .. }
