@@ -6,9 +6,9 @@ cd "$(dirname "$0")/.."
 
 # Install system packages for the mount tests: the programs they drive on the mount (rsync,
 # sqlite3, git, MPI-IO programs built with MPICH and with Open MPI, each run by its own name:
-# mpicc.mpich/mpiexec.mpich, mpicc.openmpi/mpirun.openmpi), fio for scripts/bench-fio.sh, and
-# the Prometheus server that scrapes a cluster in tests/ops.rs. Only what is missing; the
-# mount itself needs nothing but /dev/fuse and root.
+# mpicc.mpich/mpiexec.mpich, mpicc.openmpi/mpirun.openmpi; libflotilla_mpiio's tests too), fio
+# for scripts/bench-fio.sh, and the Prometheus server that scrapes a cluster in tests/ops.rs.
+# Only what is missing; the mount itself needs nothing but /dev/fuse and root.
 missing=()
 for pair in rsync:rsync sqlite3:sqlite3 git:git mpicc.mpich:libmpich-dev mpiexec.mpich:mpich mpicc.openmpi:libopenmpi-dev mpirun.openmpi:openmpi-bin fio:fio tar:tar diff:diffutils python3:python3 prometheus:prometheus; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
