@@ -430,41 +430,54 @@ static int access_data(fl_file *f, int write, int explicit_offset, MPI_Offset of
     return core(f, code, what);
 }
 
-#define READ_AT(NAME)                                                                                       \
+/* A collective access (`COLLECTIVE` 1) first waits for every rank of the file's communicator
+ * to enter it, as ROMIO's and OMPIO's collective paths do (both start with an exchange of
+ * every rank's offsets): no rank's data move before the slowest rank has called. Programs
+ * count on it: a rank's MPI_File_get_size between a sync-barrier and the next collective write
+ * must not see the writes of ranks that went ahead into that write (issue 36: 3 runs of 15 of
+ * the views test saw another rank's later records). */
+static int enter_collective(fl_file *f, int collective) { return collective ? MPI_Barrier(f->comm) : MPI_SUCCESS; }
+
+#define READ_AT(NAME, COLLECTIVE)                                                                           \
     int NAME(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype type, MPI_Status *status) { \
         fl_file *f = ours(fh);                                                                              \
         if (!f) return P##NAME(fh, offset, buf, count, type, status);                                      \
+        enter_collective(f, COLLECTIVE);                                                                    \
         return access_data(f, 0, 1, offset, buf, count, type, status, #NAME);                             \
     }
-#define WRITE_AT(NAME)                                                                                            \
+#define WRITE_AT(NAME, COLLECTIVE)                                                                                \
     int NAME(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype type, MPI_Status *status) { \
         fl_file *f = ours(fh);                                                                                    \
         if (!f) return P##NAME(fh, offset, buf, count, type, status);                                            \
+        enter_collective(f, COLLECTIVE);                                                                          \
         return access_data(f, 1, 1, offset, (void *)buf, count, type, status, #NAME);                            \
     }
-#define READ(NAME)                                                                          \
+#define READ(NAME, COLLECTIVE)                                                              \
     int NAME(MPI_File fh, void *buf, int count, MPI_Datatype type, MPI_Status *status) {    \
         fl_file *f = ours(fh);                                                              \
         if (!f) return P##NAME(fh, buf, count, type, status);                               \
+        enter_collective(f, COLLECTIVE);                                                    \
         return access_data(f, 0, 0, 0, buf, count, type, status, #NAME);                   \
     }
-#define WRITE(NAME)                                                                              \
+#define WRITE(NAME, COLLECTIVE)                                                                  \
     int NAME(MPI_File fh, const void *buf, int count, MPI_Datatype type, MPI_Status *status) {   \
         fl_file *f = ours(fh);                                                                   \
         if (!f) return P##NAME(fh, buf, count, type, status);                                    \
+        enter_collective(f, COLLECTIVE);                                                         \
         return access_data(f, 1, 0, 0, (void *)buf, count, type, status, #NAME);                \
     }
 
-/* The collective forms are served as independent accesses (no exchange between ranks yet,
- * docs/mpi-io.md): every rank's access is still one structured request. */
-READ_AT(MPI_File_read_at)
-READ_AT(MPI_File_read_at_all)
-WRITE_AT(MPI_File_write_at)
-WRITE_AT(MPI_File_write_at_all)
-READ(MPI_File_read)
-READ(MPI_File_read_all)
-WRITE(MPI_File_write)
-WRITE(MPI_File_write_all)
+/* The collective forms enter together, then each rank's access is served on its own (no
+ * exchange of data between ranks yet, docs/mpi-io.md): every rank's access is still one
+ * structured request. */
+READ_AT(MPI_File_read_at, 0)
+READ_AT(MPI_File_read_at_all, 1)
+WRITE_AT(MPI_File_write_at, 0)
+WRITE_AT(MPI_File_write_at_all, 1)
+READ(MPI_File_read, 0)
+READ(MPI_File_read_all, 1)
+WRITE(MPI_File_write, 0)
+WRITE(MPI_File_write_all, 1)
 
 /* Non-blocking forms complete before they return: the request handed back is a generalized
  * request already complete, whose status carries the bytes moved. */

@@ -3,7 +3,8 @@
 //! program `c/tests/views.c` is linked with it and run on 4 ranks (`--oversubscribe`) once on
 //! a local directory and once on `flotilla:/` paths of a live cluster (a metadata service and
 //! four I/O servers in this process, on loopback ports they pick). The files of both runs must
-//! be equal byte for byte, and so must the digests the program prints.
+//! be equal byte for byte, and so must the digests the program prints. The program also checks
+//! that a collective write starts only once every rank has entered it (`entry`).
 //!
 //! MPI is installed by `scripts/test.sh` (openmpi-bin, libopenmpi-dev, mpich, libmpich-dev); a
 //! missing MPI fails this test with that message rather than skipping it.
@@ -241,7 +242,7 @@ fn views_and_datatypes_match_a_local_run_under_both_mpis() {
             "{name}: digests of the local and the Flotilla run"
         );
         assert_eq!(digests(&local_out).len(), 3, "{local_out}");
-        for file in ["cube", "records", "structs"] {
+        for file in ["cube", "records", "structs", "entry"] {
             let expected = std::fs::read(local.join(file)).expect("local file");
             let remote = client.open(&format!("/{name}/{file}")).expect("open the Flotilla file");
             let mut got = vec![0u8; expected.len() + 64];

@@ -11,6 +11,8 @@
  *          individual file pointer in two calls, read back after a seek; then a strided
  *          memory type (every other int of a buffer) written through a contiguous view.
  * structs: a struct {int; double} resized to 24 bytes as the filetype.
+ * entry:   collective writes start only when every rank has entered them (a rank's get_size
+ *          before its write_at_all never sees the others' writes of that call).
  * Also: get_size, set_size, get_view, get_position, get_byte_offset, delete, and the error
  * classes of opening a missing file and writing a read-only one.
  */
@@ -264,6 +266,47 @@ static void errors_and_delete(const char *prefix) {
     expect(code != MPI_SUCCESS && (!on_flotilla || class == MPI_ERR_NO_SUCH_FILE), "a deleted file is gone");
 }
 
+/* A collective access starts only when every rank has entered it: the last rank asks the size
+ * ENTRY_ROUNDS times before it enters a write_at_all past the end, which the others enter at
+ * once and follow with a sync (which publishes their size); every answer must be the size from
+ * before that write. ROMIO and OMPIO begin a collective write with an exchange of offsets, and
+ * libflotilla_mpiio with a barrier; without one the others' writes and sync land during the
+ * last rank's questions. */
+#define ENTRY_BLOCK 64
+#define ENTRY_ROUNDS 200
+
+static void collectives_enter_together(const char *prefix) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/entry", prefix);
+    MPI_File fh;
+    check(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &fh), "open entry");
+    unsigned char block[ENTRY_BLOCK];
+    memset(block, 'a' + rank, sizeof block);
+    MPI_Status status;
+    check(MPI_File_write_at(fh, (MPI_Offset)rank * ENTRY_BLOCK, block, ENTRY_BLOCK, MPI_BYTE, &status), "write entry");
+    check(MPI_File_sync(fh), "sync entry");
+    MPI_Barrier(MPI_COMM_WORLD);
+    const MPI_Offset before = (MPI_Offset)size * ENTRY_BLOCK;
+    if (rank == size - 1) {
+        for (int round = 0; round < ENTRY_ROUNDS; round++) {
+            MPI_Offset bytes;
+            check(MPI_File_get_size(fh, &bytes), "get_size before the collective write");
+            if (bytes != before)
+                fprintf(stderr, "rank %d: round %d: the size is %lld before the collective write\n", rank, round,
+                        (long long)bytes);
+            expect(bytes == before, "no rank's collective write before every rank entered it");
+        }
+    }
+    MPI_Offset past = before + (MPI_Offset)rank * ENTRY_BLOCK;
+    check(MPI_File_write_at_all(fh, past, block, ENTRY_BLOCK, MPI_BYTE, &status), "write_at_all entry");
+    check(MPI_File_sync(fh), "sync entry 2");
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Offset after;
+    check(MPI_File_get_size(fh, &after), "get_size after the collective write");
+    expect(after == 2 * before, "size after the collective write");
+    check(MPI_File_close(&fh), "close entry");
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -277,6 +320,7 @@ int main(int argc, char **argv) {
     records(argv[1]);
     structs(argv[1]);
     errors_and_delete(argv[1]);
+    collectives_enter_together(argv[1]);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) printf("all checks passed\n");
     MPI_Finalize();
