@@ -11,6 +11,7 @@
 
 use flotilla_meta::{MetaConfig, MetaService};
 use flotilla_server::{Server, ServerConfig};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -160,8 +161,9 @@ fn run(command: &mut Command, what: &str) -> String {
     stdout
 }
 
-/// Builds libflotilla_mpiio.so and the test program for one MPI, in `dir`.
-fn build(compiler: &str, dir: &Path) -> PathBuf {
+/// Builds libflotilla_mpiio.so for one MPI, and each of `programs` (`c/tests/NAME.c`) linked
+/// with it, in `dir`; returns the programs' paths.
+fn build<const N: usize>(compiler: &str, dir: &Path, programs: [&str; N]) -> [PathBuf; N] {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let core = core_library_dir();
     let library = dir.join("libflotilla_mpiio.so");
@@ -177,20 +179,22 @@ fn build(compiler: &str, dir: &Path) -> PathBuf {
             .arg(&library),
         &format!("{compiler} libflotilla_mpiio.so"),
     );
-    let program = dir.join("views");
-    run(
-        Command::new(compiler)
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-            .arg(crate_dir.join("c/tests/views.c"))
-            .arg("-L")
-            .arg(dir)
-            .arg("-lflotilla_mpiio")
-            .arg(format!("-Wl,-rpath,{}", dir.display()))
-            .arg("-o")
-            .arg(&program),
-        &format!("{compiler} views.c"),
-    );
-    program
+    programs.map(|name| {
+        let program = dir.join(name);
+        run(
+            Command::new(compiler)
+                .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+                .arg(crate_dir.join(format!("c/tests/{name}.c")))
+                .arg("-L")
+                .arg(dir)
+                .arg("-lflotilla_mpiio")
+                .arg(format!("-Wl,-rpath,{}", dir.display()))
+                .arg("-o")
+                .arg(&program),
+            &format!("{compiler} {name}.c"),
+        );
+        program
+    })
 }
 
 /// Runs the program on 4 ranks with `prefix`; returns its stdout.
@@ -230,7 +234,7 @@ fn views_and_datatypes_match_a_local_run_under_both_mpis() {
     let client = cluster.client();
     for (name, compiler, launcher) in MPIS {
         let work = tempfile::tempdir().expect("work folder");
-        let program = build(compiler, work.path());
+        let [program] = build(compiler, work.path(), ["views"]);
         let local = work.path().join("local");
         std::fs::create_dir(&local).expect("local folder");
         let local_out = run_program(launcher, &program, &local.display().to_string(), &cluster);
@@ -258,6 +262,60 @@ fn views_and_datatypes_match_a_local_run_under_both_mpis() {
                 got.len(),
                 expected.len()
             );
+        }
+    }
+}
+
+/// Write and read requests each server has served so far, by server address.
+fn requests_per_server(client: &flotilla_client::Client) -> BTreeMap<String, (u64, u64)> {
+    let servers: BTreeSet<String> =
+        client.status().expect("status").into_iter().map(|target| target.server).collect();
+    servers
+        .into_iter()
+        .map(|server| {
+            let stats = client.server_stats(&server).expect("server statistics");
+            (server, (stats.total.write_ops, stats.total.read_ops))
+        })
+        .collect()
+}
+
+/// Issue 36's counted test: a 4-rank subarray write of a 3-D block (each rank's block strided
+/// in the file and touching every one of the file's 4 servers) is one write request per rank
+/// per server, and its collective read one read request per rank per server, by the servers'
+/// own statistics; the file holds every value.
+#[test]
+fn a_subarray_write_is_one_request_per_rank_per_server_under_both_mpis() {
+    const RANKS: u64 = 4;
+    const SERVERS: usize = 4;
+    const N: usize = 64;
+    for (_, compiler, launcher) in MPIS {
+        require(compiler);
+        require(launcher[0]);
+    }
+    let cluster = Cluster::start(SERVERS);
+    let client = cluster.client();
+    for (name, compiler, launcher) in MPIS {
+        let work = tempfile::tempdir().expect("work folder");
+        let [program] = build(compiler, work.path(), ["counted"]);
+        client.mkdir(&format!("/{name}"), 0o755).expect("mkdir");
+        let before = requests_per_server(&client);
+        assert_eq!(before.len(), SERVERS, "servers: {before:?}");
+        run_program(launcher, &program, &format!("flotilla:/{name}/cube"), &cluster);
+        let after = requests_per_server(&client);
+        for (server, (writes, reads)) in &after {
+            let (writes_before, reads_before) = before[server];
+            assert_eq!(
+                (writes - writes_before, reads - reads_before),
+                (RANKS, RANKS),
+                "{name}: write and read requests served by {server}"
+            );
+        }
+        let file = client.open(&format!("/{name}/cube")).expect("open the cube");
+        let mut bytes = vec![0u8; N * N * N * 8];
+        assert_eq!(file.read_at(0, &mut bytes).expect("read the cube"), bytes.len(), "{name}: cube size");
+        for (index, value) in bytes.chunks_exact(8).enumerate() {
+            let value = f64::from_ne_bytes(value.try_into().expect("8 bytes"));
+            assert_eq!(value, index as f64 + 0.5, "{name}: cell {index}");
         }
     }
 }
