@@ -310,12 +310,61 @@ fn a_subarray_write_is_one_request_per_rank_per_server_under_both_mpis() {
                 "{name}: write and read requests served by {server}"
             );
         }
-        let file = client.open(&format!("/{name}/cube")).expect("open the cube");
-        let mut bytes = vec![0u8; N * N * N * 8];
-        assert_eq!(file.read_at(0, &mut bytes).expect("read the cube"), bytes.len(), "{name}: cube size");
-        for (index, value) in bytes.chunks_exact(8).enumerate() {
-            let value = f64::from_ne_bytes(value.try_into().expect("8 bytes"));
-            assert_eq!(value, index as f64 + 0.5, "{name}: cell {index}");
-        }
+        check_cube(&client, &format!("/{name}/cube"), N);
     }
+}
+
+/// The Flotilla file `path` is an `n`³ float64 array whose cell i holds i + 0.5, no longer.
+fn check_cube(client: &flotilla_client::Client, path: &str, n: usize) {
+    let file = client.open(path).expect("open the cube");
+    let mut bytes = vec![0u8; n * n * n * 8 + 8];
+    assert_eq!(file.read_at(0, &mut bytes).expect("read the cube"), n * n * n * 8, "{path}: size");
+    for (index, value) in bytes[..n * n * n * 8].chunks_exact(8).enumerate() {
+        let value = f64::from_ne_bytes(value.try_into().expect("8 bytes"));
+        assert_eq!(value, index as f64 + 0.5, "{path}: cell {index}");
+    }
+}
+
+/// mpi4py's `MPI.File` with a subarray type, through the Open MPI build of the library
+/// preloaded into Debian's `python3-mpi4py` (built with Open MPI; `scripts/test.sh` installs
+/// it): `tests/python/subarray.py` on 4 ranks, then every value of the file.
+#[test]
+fn mpi4py_writes_a_subarray_through_the_preloaded_library() {
+    const PYTHON: &str = "/usr/bin/python3";
+    let (_, compiler, launcher) = MPIS[1];
+    require(compiler);
+    require(launcher[0]);
+    let found = Command::new(PYTHON).args(["-c", "import mpi4py.MPI"]).output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "Debian's mpi4py is not installed: scripts/test.sh installs it (apt-get install python3-mpi4py)"
+    );
+    let cluster = Cluster::start(4);
+    let client = cluster.client();
+    let work = tempfile::tempdir().expect("work folder");
+    build(compiler, work.path(), []);
+    client.mkdir("/py", 0o755).expect("mkdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/subarray.py");
+    let preload = format!("LD_PRELOAD={}", work.path().join("libflotilla_mpiio.so").display());
+    // Open MPI's launcher without its rank count, then the preload for the ranks only.
+    let launcher: Vec<&str> = launcher
+        .iter()
+        .copied()
+        .take_while(|argument| *argument != "-n")
+        .chain(["-x", &preload, "-n", "4"])
+        .collect();
+    let mut command = Command::new("timeout");
+    command
+        .arg(RUN_TIMEOUT_S.to_string())
+        .args(&launcher)
+        .arg(PYTHON)
+        .arg(&script)
+        .arg("flotilla:/py/cube")
+        .env_remove("LD_LIBRARY_PATH")
+        .env("FLOTILLA_META", &cluster.meta)
+        .env("FLOTILLA_KEY", &cluster.client_key)
+        .env("FLOTILLA_MPIIO_VERBOSE", "1");
+    let stdout = run(&mut command, "mpi4py subarray.py");
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    check_cube(&client, "/py/cube", 16);
 }
