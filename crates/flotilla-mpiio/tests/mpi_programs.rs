@@ -325,6 +325,15 @@ fn check_cube(client: &flotilla_client::Client, path: &str, n: usize) {
     }
 }
 
+/// Open MPI's `launcher` with `library` preloaded into the ranks only (not into `mpirun`).
+fn preloading(launcher: &[&str], library: &Path) -> Vec<String> {
+    let ranks = launcher.iter().position(|argument| *argument == "-n").unwrap_or(launcher.len());
+    let mut arguments: Vec<String> = launcher[..ranks].iter().map(|a| a.to_string()).collect();
+    arguments.extend(["-x".to_string(), format!("LD_PRELOAD={}", library.display())]);
+    arguments.extend(launcher[ranks..].iter().map(|a| a.to_string()));
+    arguments
+}
+
 /// mpi4py's `MPI.File` with a subarray type, through the Open MPI build of the library
 /// preloaded into Debian's `python3-mpi4py` (built with Open MPI; `scripts/test.sh` installs
 /// it): `tests/python/subarray.py` on 4 ranks, then every value of the file.
@@ -345,14 +354,8 @@ fn mpi4py_writes_a_subarray_through_the_preloaded_library() {
     build(compiler, work.path(), []);
     client.mkdir("/py", 0o755).expect("mkdir");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/subarray.py");
-    let preload = format!("LD_PRELOAD={}", work.path().join("libflotilla_mpiio.so").display());
-    // Open MPI's launcher without its rank count, then the preload for the ranks only.
-    let launcher: Vec<&str> = launcher
-        .iter()
-        .copied()
-        .take_while(|argument| *argument != "-n")
-        .chain(["-x", &preload, "-n", "4"])
-        .collect();
+    let launcher = preloading(launcher, &work.path().join("libflotilla_mpiio.so"));
+    let launcher: Vec<&str> = launcher.iter().map(String::as_str).collect();
     let mut command = Command::new("timeout");
     command
         .arg(RUN_TIMEOUT_S.to_string())
@@ -367,4 +370,39 @@ fn mpi4py_writes_a_subarray_through_the_preloaded_library() {
     let stdout = run(&mut command, "mpi4py subarray.py");
     assert!(stdout.contains("all checks passed"), "{stdout}");
     check_cube(&client, "/py/cube", 16);
+}
+
+/// Parallel HDF5 from Debian (`libhdf5-openmpi-dev`, `h5pcc.openmpi`; `scripts/test.sh`
+/// installs it) through the Open MPI build of the library, preloaded: `c/tests/hdf5.c` writes a
+/// contiguous and a chunked dataset by hyperslabs from 4 ranks with collective transfers, closes,
+/// opens the file again and reads every rank's part back; the file must then be on Flotilla.
+#[test]
+fn parallel_hdf5_writes_and_reads_hyperslabs_through_the_preloaded_library() {
+    const H5PCC: &str = "h5pcc.openmpi";
+    let (_, compiler, launcher) = MPIS[1];
+    require(compiler);
+    require(launcher[0]);
+    require(H5PCC);
+    let cluster = Cluster::start(4);
+    let client = cluster.client();
+    let work = tempfile::tempdir().expect("work folder");
+    build(compiler, work.path(), []);
+    let program = work.path().join("hdf5");
+    run(
+        Command::new(H5PCC)
+            .args(["-Wall", "-Werror"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("c/tests/hdf5.c"))
+            .arg("-o")
+            .arg(&program)
+            .current_dir(work.path()),
+        "h5pcc.openmpi hdf5.c",
+    );
+    client.mkdir("/h5", 0o755).expect("mkdir");
+    let launcher = preloading(launcher, &work.path().join("libflotilla_mpiio.so"));
+    let launcher: Vec<&str> = launcher.iter().map(String::as_str).collect();
+    run_program(&launcher, &program, "flotilla:/h5/data.h5", &cluster);
+    let file = client.open("/h5/data.h5").expect("the HDF5 file is on Flotilla");
+    let mut signature = [0u8; 8];
+    assert_eq!(file.read_at(0, &mut signature).expect("read the signature"), 8);
+    assert_eq!(&signature, b"\x89HDF\r\n\x1a\n", "the file starts with HDF5's signature");
 }
