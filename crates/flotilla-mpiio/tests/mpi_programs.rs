@@ -375,7 +375,8 @@ fn mpi4py_writes_a_subarray_through_the_preloaded_library() {
 /// Parallel HDF5 from Debian (`libhdf5-openmpi-dev`, `h5pcc.openmpi`; `scripts/test.sh`
 /// installs it) through the Open MPI build of the library, preloaded: `c/tests/hdf5.c` writes a
 /// contiguous and a chunked dataset by hyperslabs from 4 ranks with collective transfers, closes,
-/// opens the file again and reads every rank's part back; the file must then be on Flotilla.
+/// opens the file again and reads every rank's part back, once on a local directory and once on
+/// Flotilla; the two files must be equal byte for byte.
 #[test]
 fn parallel_hdf5_writes_and_reads_hyperslabs_through_the_preloaded_library() {
     const H5PCC: &str = "h5pcc.openmpi";
@@ -400,9 +401,18 @@ fn parallel_hdf5_writes_and_reads_hyperslabs_through_the_preloaded_library() {
     client.mkdir("/h5", 0o755).expect("mkdir");
     let launcher = preloading(launcher, &work.path().join("libflotilla_mpiio.so"));
     let launcher: Vec<&str> = launcher.iter().map(String::as_str).collect();
+    let local = work.path().join("local.h5");
+    run_program(&launcher, &program, &local.display().to_string(), &cluster);
     run_program(&launcher, &program, "flotilla:/h5/data.h5", &cluster);
+    let expected = std::fs::read(&local).expect("the local run's file");
+    assert!(expected.starts_with(b"\x89HDF\r\n\x1a\n"), "the local file is an HDF5 file");
     let file = client.open("/h5/data.h5").expect("the HDF5 file is on Flotilla");
-    let mut signature = [0u8; 8];
-    assert_eq!(file.read_at(0, &mut signature).expect("read the signature"), 8);
-    assert_eq!(&signature, b"\x89HDF\r\n\x1a\n", "the file starts with HDF5's signature");
+    let mut got = vec![0u8; expected.len() + 64];
+    let read = file.read_at(0, &mut got).expect("read the HDF5 file");
+    got.truncate(read);
+    assert!(
+        got == expected,
+        "the HDF5 file differs from the local run's ({read} vs {} bytes)",
+        expected.len()
+    );
 }

@@ -5,7 +5,7 @@
  * (each rank an 8x8 quarter, collective transfers), once contiguous and once chunked 8x8, close
  * the file, open it again read-only and read every rank's quarter back.
  *
- *   hdf5 flotilla:/dir/file.h5
+ *   hdf5 flotilla:/dir/file.h5   (or a local path, for the run to compare with)
  */
 #include <hdf5.h>
 #include <mpi.h>
@@ -41,6 +41,8 @@ static void write_dataset(hid_t file, const char *name, int chunked, const doubl
     hsize_t dims[2] = {N, N}, chunk[2] = {Q, Q};
     hid_t space = H5Screate_simple(2, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     if (chunked) expect(H5Pset_chunk(dcpl, 2, chunk) >= 0, "H5Pset_chunk");
+    /* No timestamps: the file must equal the same run's on a local directory byte for byte. */
+    expect(H5Pset_obj_track_times(dcpl, 0) >= 0, "H5Pset_obj_track_times");
     hid_t dset = H5Dcreate2(file, name, H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     expect(dset >= 0, "H5Dcreate2");
     hid_t memory = quarter(space);
