@@ -6,13 +6,16 @@ cd "$(dirname "$0")/.."
 
 # Install system packages for the mount tests: the programs they drive on the mount (rsync,
 # sqlite3, git, MPI-IO programs built with MPICH and with Open MPI, each run by its own name:
-# mpicc.mpich/mpiexec.mpich, mpicc.openmpi/mpirun.openmpi), fio for scripts/bench-fio.sh, and
-# the Prometheus server that scrapes a cluster in tests/ops.rs. Only what is missing; the
-# mount itself needs nothing but /dev/fuse and root.
+# mpicc.mpich/mpiexec.mpich, mpicc.openmpi/mpirun.openmpi; libflotilla_mpiio's tests too, and
+# Debian's python3-mpi4py and parallel HDF5 for its mpi4py and HDF5 tests), fio
+# for scripts/bench-fio.sh, and the Prometheus server that scrapes a cluster in tests/ops.rs.
+# Only what is missing; the mount itself needs nothing but /dev/fuse and root.
 missing=()
-for pair in rsync:rsync sqlite3:sqlite3 git:git mpicc.mpich:libmpich-dev mpiexec.mpich:mpich mpicc.openmpi:libopenmpi-dev mpirun.openmpi:openmpi-bin fio:fio tar:tar diff:diffutils python3:python3 prometheus:prometheus; do
+for pair in rsync:rsync sqlite3:sqlite3 git:git mpicc.mpich:libmpich-dev mpiexec.mpich:mpich mpicc.openmpi:libopenmpi-dev mpirun.openmpi:openmpi-bin h5pcc.openmpi:libhdf5-openmpi-dev fio:fio tar:tar diff:diffutils python3:python3 prometheus:prometheus; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
+# Debian's mpi4py (built with Open MPI) for libflotilla_mpiio's mpi4py test.
+/usr/bin/python3 -c 'import mpi4py' >/dev/null 2>&1 || missing+=(python3-mpi4py)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "scripts/test.sh: installing ${missing[*]}" >&2
     apt-get update -qq
