@@ -11,7 +11,7 @@
 //! all left, or were not heard from for a lease, is forgotten.
 //!
 //! The table lives in the service's memory and is **reclaimed** after a failover or a
-//! restart (issue 33; docs/architecture.md "Metadata group", *A new term*): the new leader
+//! restart (issue 33; docs/architecture-log.md "Metadata group", *A new term*): the new leader
 //! starts with no job and a grace period ([`JobTable::begin_grace`]); a member whose request
 //! names a job (or a member) the table does not know is answered `NotFound` and presents
 //! what it knows (`JobReclaim`: its index, its next generation, the highest generations it

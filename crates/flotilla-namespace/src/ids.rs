@@ -8,8 +8,8 @@
 //! drawn from the operating system's random source when the database is created and kept
 //! in the database's `keys` table. The key never leaves the metadata service, so to a
 //! client the ids of consecutive creates look unrelated and an id it was not given is as
-//! hard to guess as a random 64-bit number (see docs/architecture.md, "Namespace
-//! addressed by identity").
+//! hard to guess as a random 64-bit number (see docs/architecture-log.md, "Inode ids:
+//! a keyed permutation of a counter").
 //!
 //! The root directory is sequence number 0 and keeps id [`ROOT_ID`]; every other sequence
 //! number whose id would be 0 or [`ROOT_ID`] is never handed out. Inodes created before

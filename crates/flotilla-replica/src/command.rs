@@ -10,7 +10,8 @@ use flotilla_types::TargetId;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResyncScope {
     /// The ranges serving members recorded since the member left at this version, plus the
-    /// ranges the member itself holds unsettled (see `docs/architecture.md`).
+    /// ranges the member itself holds unsettled (see `docs/architecture-log.md`,
+    /// "What a returning member misses").
     MissedSince(ChainVersion),
     /// Every fork of every subfile on the chain (a replacement).
     Full,

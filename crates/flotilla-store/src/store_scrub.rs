@@ -7,7 +7,7 @@
 //! runs meanwhile may be checked half-written (a false mismatch, which a second look
 //! clears) or be overwritten by a rewrite, so callers that rewrite keep writes of the fork
 //! out for the duration (the I/O server does it under its chain's lock, see
-//! `docs/architecture.md` "Read repair and scrub").
+//! `docs/architecture-log.md` "Read repair and scrub").
 
 use super::Store;
 use crate::checksum;

@@ -169,7 +169,8 @@ impl EnwrichFile {
     /// Joins the job group of `options` with `file`, open for writing (`Client::open_enwrich`).
     pub(crate) fn join(file: File, options: EnwrichOptions) -> Result<EnwrichFile, ClientError> {
         // A replicated file (issue 32): each subfile's part goes to its chain's head, which
-        // applies the pulled data through the chain (docs/architecture.md "ENWRICH").
+        // applies the pulled data through the chain (docs/architecture-log.md, "ENWRICH
+        // flushes of replicated files").
         let group = format!("{}/{}", options.job_name, file.id());
         let request = MetaRequest::JobJoin { name: group.clone(), size: options.job_size };
         let (member, epoch, event) = match file.client.meta(request)? {

@@ -1,6 +1,6 @@
 //! Which metadata requests are sent again after an attempt of unknown outcome (a connection
 //! that broke after the request was sent, a node that lost its quorum), on the same node or
-//! another one of the group. The rule (docs/architecture.md "Callers follow the leader"):
+//! another one of the group. The rule (docs/architecture-log.md "Callers follow the leader"):
 //! a request is resent when doing it twice does what doing it once does, or when the retry's
 //! answer is judged (`outage::after_retry`) — until the reply table makes every change
 //! exactly-once, and then by its `(session, sequence)` identity.
