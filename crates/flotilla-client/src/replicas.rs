@@ -66,7 +66,8 @@ pub(crate) fn access_of(request: &IoRequest) -> Access {
         IoRequest::Read { .. }
         | IoRequest::ForkSize { .. }
         | IoRequest::ListForks { .. }
-        | IoRequest::BlockChecksums { .. } => Access::Read,
+        | IoRequest::BlockChecksums { .. }
+        | IoRequest::Hsm { action: flotilla_proto::HsmAction::State, .. } => Access::Read,
         _ => Access::Change,
     }
 }

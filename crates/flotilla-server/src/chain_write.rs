@@ -361,8 +361,12 @@ pub(crate) fn access_of(request: &IoRequest) -> Result<Access, WireError> {
         IoRequest::Read { .. }
         | IoRequest::ForkSize { .. }
         | IoRequest::ListForks { .. }
-        | IoRequest::BlockChecksums { .. } => Ok(Access::Read),
-        IoRequest::Write { .. }
+        | IoRequest::BlockChecksums { .. }
+        | IoRequest::Hsm { action: flotilla_proto::HsmAction::State, .. } => Ok(Access::Read),
+        // Archive, release and recall: ordered by the head and applied by every member to
+        // its own copy (each member's archive object is its own, keyed by its target).
+        IoRequest::Hsm { .. }
+        | IoRequest::Write { .. }
         | IoRequest::Truncate { .. }
         | IoRequest::Extend { .. }
         | IoRequest::CreateSubfile { .. }
@@ -504,7 +508,8 @@ pub(crate) fn kind_of(request: &IoRequest) -> EntryKind<ForkKey, ()> {
         | IoRequest::Truncate { fork, .. }
         | IoRequest::Extend { fork, .. }
         | IoRequest::CreateFork { fork }
-        | IoRequest::RemoveFork { fork } => write(fork_key(fork), whole()),
+        | IoRequest::RemoveFork { fork }
+        | IoRequest::Hsm { fork, .. } => write(fork_key(fork), whole()),
         IoRequest::CreateSubfile { target, file, subfile }
         | IoRequest::RemoveSubfile { target, file, subfile } => {
             write((*target, file.0, subfile.0, String::new()), whole())
