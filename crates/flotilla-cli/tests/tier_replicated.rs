@@ -30,7 +30,8 @@ const GROUPS: [&str; 2] = ["rack-a", "rack-b"];
 /// `s3`; returns once both targets are up and the chain table is built.
 fn cluster(s3: &S3Server) -> Cluster {
     let url = format!("s3://{}/flotilla", s3.bucket);
-    let setting = format!("archive = {{ url = {url:?}, timeout_ms = 3000, retries_max = 0, archive_age_s = 3600 }}");
+    let setting =
+        format!("archive = {{ url = {url:?}, timeout_ms = 3000, retries_max = 0, archive_age_s = 3600 }}");
     let mut cluster = Cluster::start_configured(0, MEMBERSHIP, &setting);
     cluster.server_env = s3.env();
     let (config, meta) = (cluster.config(), cluster.meta_addr());
@@ -115,9 +116,19 @@ fn a_replicated_file_is_archived_released_and_recalled_on_every_member() {
         let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("subfile=")).collect();
         ok && lines.len() == 1 && lines.iter().all(|l| l.contains(&fenced))
     });
-    let states = client.open("/r").expect("open").hsm(HsmAction::State).expect("state without the killed member");
-    assert!(states.iter().all(|fork| fork.server != killed_addr), "a fenced member is never asked: {states:?}");
-    assert_eq!(all_in(&states, Residency::Archived, "after the read"), BTreeSet::from([states[0].server.clone()]));
-    assert!(states[0].state.resident_bytes >= data.len() as u64, "the survivor recalled its copy: {states:?}");
+    let states =
+        client.open("/r").expect("open").hsm(HsmAction::State).expect("state without the killed member");
+    assert!(
+        states.iter().all(|fork| fork.server != killed_addr),
+        "a fenced member is never asked: {states:?}"
+    );
+    assert_eq!(
+        all_in(&states, Residency::Archived, "after the read"),
+        BTreeSet::from([states[0].server.clone()])
+    );
+    assert!(
+        states[0].state.resident_bytes >= data.len() as u64,
+        "the survivor recalled its copy: {states:?}"
+    );
     assert_eq!(states.len(), 1, "one copy is left serving: {states:?}");
 }

@@ -784,6 +784,38 @@ mod tests {
     use flotilla_replica::ChainId;
     use flotilla_types::{FileId, SubfileIndex};
 
+    #[test]
+    fn an_hsm_state_is_a_chained_read_and_an_action_a_change_of_its_fork() {
+        use flotilla_proto::HsmAction;
+        let fork =
+            ForkRef { target: TargetId(3), file: FileId(9), subfile: SubfileIndex(1), fork: "data".into() };
+        let hsm = |action| IoRequest::Hsm { fork: fork.clone(), action };
+        assert_eq!(access_of(&hsm(HsmAction::State)).expect("chained"), Access::Read);
+        for action in [HsmAction::Archive, HsmAction::Release, HsmAction::Restore] {
+            assert_eq!(access_of(&hsm(action)).expect("chained"), Access::Write, "{action:?}");
+            match kind_of(&hsm(action)) {
+                EntryKind::Write { fork: key, range, .. } => {
+                    assert_eq!(key, fork_key(&fork), "{action:?} orders against its own fork");
+                    assert_eq!(range, whole(), "{action:?}");
+                }
+                other => panic!("{action:?}: {other:?}"),
+            }
+            let forward = ChainForward {
+                chain: 1,
+                version: 1,
+                position: 1,
+                entry: ForwardEntry::Request { request: Box::new(hsm(action)) },
+            };
+            assert!(forwardable(&forward).is_ok(), "{action:?} travels down the chain");
+            let moved = retarget_entry(&forward.entry, TargetId(4));
+            let ForwardEntry::Request { request } = moved else { panic!("{moved:?}") };
+            assert_eq!(
+                *request,
+                IoRequest::Hsm { fork: ForkRef { target: TargetId(4), ..fork.clone() }, action }
+            );
+        }
+    }
+
     fn forward(chain: u32, version: u64, position: u64, target: u64) -> ChainForward {
         let fork = ForkRef {
             target: TargetId(target),
