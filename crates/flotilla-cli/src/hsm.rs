@@ -57,12 +57,19 @@ pub fn summarize(forks: &[ForkHsm]) -> Summary {
     } else {
         Residency::Archived
     };
+    // A replicated subfile's fork appears once per copy: its data counts once, its bytes on
+    // disk and in the archive once per copy (each member holds and archives its own).
+    let mut sizes = std::collections::BTreeMap::new();
+    for fork in forks {
+        let size = sizes.entry((fork.subfile, fork.fork.as_str())).or_insert(0u64);
+        *size = (*size).max(fork.state.size_bytes);
+    }
     Summary {
         residency,
-        size_bytes: forks.iter().map(|fork| fork.state.size_bytes).sum(),
+        size_bytes: sizes.values().sum(),
         resident_bytes: forks.iter().map(|fork| fork.state.resident_bytes).sum(),
         archived_bytes: forks.iter().map(|fork| fork.state.archived_bytes).sum(),
-        forks: forks.len(),
+        forks: sizes.len(),
     }
 }
 

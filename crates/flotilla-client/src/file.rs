@@ -152,14 +152,17 @@ impl File {
         Ok(found)
     }
 
-    /// `flotilla hsm` on every fork of every subfile: the action, then each fork's state. A
-    /// subfile not yet created on its server (created on first write) has no forks.
-    /// A release is refused whole, before any fork is released, if some fork's archive copy
-    /// does not hold all of its bytes.
+    /// `flotilla hsm` on every fork of every subfile: the action, then each fork's state on
+    /// every server holding a copy (one per serving member of a replicated subfile's chain).
+    /// A subfile not yet created on its server (created on first write) has no forks.
+    /// A release is refused whole, before any fork is released, if some copy's archive
+    /// object does not hold all of its bytes. On a replicated subfile an archive, release or
+    /// recall is a chained change: the head applies it to its copy and forwards it, and
+    /// every member applies it to its own.
     pub fn hsm(&self, action: flotilla_proto::HsmAction) -> Result<Vec<ForkHsm>, ClientError> {
         use flotilla_proto::{HsmAction, Residency};
         if action == HsmAction::Release {
-            let states = self.hsm_each(HsmAction::State)?;
+            let states = self.hsm_states()?;
             let unready = states
                 .iter()
                 .find(|fork| matches!(fork.state.residency, Residency::Resident | Residency::Modified));
@@ -182,16 +185,24 @@ impl File {
                 });
             }
         }
-        self.hsm_each(action)
+        if action != HsmAction::State {
+            for (subfile, forks) in self.forks_of_every_subfile()? {
+                for info in forks {
+                    self.fork(subfile, &info.name)?.hsm(action)?;
+                }
+            }
+        }
+        self.hsm_states()
     }
 
-    fn hsm_each(&self, action: flotilla_proto::HsmAction) -> Result<Vec<ForkHsm>, ClientError> {
+    /// Each fork's state on every server holding a copy of it.
+    fn hsm_states(&self) -> Result<Vec<ForkHsm>, ClientError> {
         let mut states = Vec::new();
         for (subfile, forks) in self.forks_of_every_subfile()? {
             for info in forks {
-                let fork = self.fork(subfile, &info.name)?;
-                let state = fork.hsm(action)?;
-                states.push(ForkHsm { subfile, fork: info.name, server: fork.server.clone(), state });
+                for (server, state) in self.fork(subfile, &info.name)?.hsm_states()? {
+                    states.push(ForkHsm { subfile, fork: info.name.clone(), server, state });
+                }
             }
         }
         Ok(states)

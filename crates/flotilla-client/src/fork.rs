@@ -111,6 +111,20 @@ impl Fork {
         }
     }
 
+    /// The `flotilla hsm` state of this fork on every server holding a copy: the one server,
+    /// or for a replicated subfile each serving member of its chain (each holds, archives
+    /// and recalls its own copy), as (server address, state).
+    pub fn hsm_states(&self) -> Result<Vec<(String, flotilla_proto::HsmForkState)>, ClientError> {
+        let Some(chain) = crate::replicas::route_chain(&self.server) else {
+            return Ok(vec![(self.server.clone(), self.hsm(flotilla_proto::HsmAction::State)?)]);
+        };
+        let core = self.client.core.clone();
+        let fork = self.fork.clone();
+        self.client.block_on(async move {
+            core.transport.outlast(Service::Server, |_| member_states(&core, chain, &fork)).await
+        })
+    }
+
     /// Scrub (`flotilla scrub`): the checksums of `length` bytes from `offset` (at most
     /// `SCRUB_BLOCKS_MAX` checksum blocks), each block checked on disk by the member that
     /// answers; for a replicated subfile that member also asks every other serving member,
@@ -194,6 +208,34 @@ async fn simple_call(
         | IoReply::BlockChecksums(_)) => Ok(reply),
         other => Err(unexpected(what, &other)),
     }
+}
+
+/// One `hsm state` call to each serving member of `chain` (never a fenced or syncing one),
+/// under the chain's current view.
+async fn member_states(
+    core: &Core,
+    chain: u32,
+    fork: &ForkRef,
+) -> Result<Vec<(String, flotilla_proto::HsmForkState)>, ClientError> {
+    use crate::replicas::{chain_route, Access, Destination, Member};
+    let (transport, chains) = (&core.transport, core.chains());
+    // Learns (or refetches) the chain's view.
+    destination(transport, chains, &chain_route(chain), Access::Read).await?;
+    let view = chains
+        .get(chain)
+        .ok_or_else(|| ClientError::ChainUnavailable { chain, why: "its view is unknown".into() })?;
+    let request = IoRequest::Hsm { fork: fork.clone(), action: flotilla_proto::HsmAction::State };
+    let mut states = Vec::new();
+    for member in view.members.iter().filter(|m| m.state == flotilla_proto::ChainMemberState::Serving) {
+        let at = Member { chain, version: view.version, target: member.target };
+        let destination = Destination { addr: member.server.clone(), chained: Some(at) };
+        let server = connect(transport, chains, &destination).await?;
+        match call(transport, chains, &destination, &server, &request, Bytes::new(), 0).await?.0 {
+            IoReply::Hsm(state) => states.push((member.server.clone(), state)),
+            other => return Err(unexpected("hsm state", &other)),
+        }
+    }
+    Ok(states)
 }
 
 /// The fork reference of `fork` in subfile `subfile` of `entry`.

@@ -66,7 +66,8 @@ pub(crate) fn access_of(request: &IoRequest) -> Access {
         IoRequest::Read { .. }
         | IoRequest::ForkSize { .. }
         | IoRequest::ListForks { .. }
-        | IoRequest::BlockChecksums { .. } => Access::Read,
+        | IoRequest::BlockChecksums { .. }
+        | IoRequest::Hsm { action: flotilla_proto::HsmAction::State, .. } => Access::Read,
         _ => Access::Change,
     }
 }
@@ -606,7 +607,14 @@ mod tests {
         }
         assert_eq!(Destination::direct("a:1").wrap(&sync), sync, "a direct destination sends it as it is");
         assert_eq!(access_of(&sync), Access::Change);
-        assert_eq!(access_of(&IoRequest::ForkSize { fork }), Access::Read);
+        assert_eq!(access_of(&IoRequest::ForkSize { fork: fork.clone() }), Access::Read);
+        // The tier: a state is read from any serving member, an action goes to the head.
+        use flotilla_proto::HsmAction;
+        let hsm = |action| IoRequest::Hsm { fork: fork.clone(), action };
+        assert_eq!(access_of(&hsm(HsmAction::State)), Access::Read);
+        for action in [HsmAction::Archive, HsmAction::Release, HsmAction::Restore] {
+            assert_eq!(access_of(&hsm(action)), Access::Change, "{action:?}");
+        }
     }
 
     #[test]

@@ -361,8 +361,12 @@ pub(crate) fn access_of(request: &IoRequest) -> Result<Access, WireError> {
         IoRequest::Read { .. }
         | IoRequest::ForkSize { .. }
         | IoRequest::ListForks { .. }
-        | IoRequest::BlockChecksums { .. } => Ok(Access::Read),
-        IoRequest::Write { .. }
+        | IoRequest::BlockChecksums { .. }
+        | IoRequest::Hsm { action: flotilla_proto::HsmAction::State, .. } => Ok(Access::Read),
+        // Archive, release and recall: ordered by the head and applied by every member to
+        // its own copy (each member's archive object is its own, keyed by its target).
+        IoRequest::Hsm { .. }
+        | IoRequest::Write { .. }
         | IoRequest::Truncate { .. }
         | IoRequest::Extend { .. }
         | IoRequest::CreateSubfile { .. }
@@ -504,7 +508,8 @@ pub(crate) fn kind_of(request: &IoRequest) -> EntryKind<ForkKey, ()> {
         | IoRequest::Truncate { fork, .. }
         | IoRequest::Extend { fork, .. }
         | IoRequest::CreateFork { fork }
-        | IoRequest::RemoveFork { fork } => write(fork_key(fork), whole()),
+        | IoRequest::RemoveFork { fork }
+        | IoRequest::Hsm { fork, .. } => write(fork_key(fork), whole()),
         IoRequest::CreateSubfile { target, file, subfile }
         | IoRequest::RemoveSubfile { target, file, subfile } => {
             write((*target, file.0, subfile.0, String::new()), whole())
@@ -778,6 +783,38 @@ mod tests {
     use flotilla_proto::ChainMember;
     use flotilla_replica::ChainId;
     use flotilla_types::{FileId, SubfileIndex};
+
+    #[test]
+    fn an_hsm_state_is_a_chained_read_and_an_action_a_change_of_its_fork() {
+        use flotilla_proto::HsmAction;
+        let fork =
+            ForkRef { target: TargetId(3), file: FileId(9), subfile: SubfileIndex(1), fork: "data".into() };
+        let hsm = |action| IoRequest::Hsm { fork: fork.clone(), action };
+        assert_eq!(access_of(&hsm(HsmAction::State)).expect("chained"), Access::Read);
+        for action in [HsmAction::Archive, HsmAction::Release, HsmAction::Restore] {
+            assert_eq!(access_of(&hsm(action)).expect("chained"), Access::Write, "{action:?}");
+            match kind_of(&hsm(action)) {
+                EntryKind::Write { fork: key, range, .. } => {
+                    assert_eq!(key, fork_key(&fork), "{action:?} orders against its own fork");
+                    assert_eq!(range, whole(), "{action:?}");
+                }
+                other => panic!("{action:?}: {other:?}"),
+            }
+            let forward = ChainForward {
+                chain: 1,
+                version: 1,
+                position: 1,
+                entry: ForwardEntry::Request { request: Box::new(hsm(action)) },
+            };
+            assert!(forwardable(&forward).is_ok(), "{action:?} travels down the chain");
+            let moved = retarget_entry(&forward.entry, TargetId(4));
+            let ForwardEntry::Request { request } = moved else { panic!("{moved:?}") };
+            assert_eq!(
+                *request,
+                IoRequest::Hsm { fork: ForkRef { target: TargetId(4), ..fork.clone() }, action }
+            );
+        }
+    }
 
     fn forward(chain: u32, version: u64, position: u64, target: u64) -> ChainForward {
         let fork = ForkRef {
