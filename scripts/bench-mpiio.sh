@@ -7,10 +7,16 @@
 #   local  ufs:DIR/f              ROMIO's POSIX driver on local disk (same disk as the cluster)
 # each in collective (`coll`: write_all/read_all) and independent (`indep`) form, the sides in
 # alternation for ROUNDS rounds; prints every run, then medians (MB/s) and the ratios
-# mpiio/mount and mpiio/local. Cleans up (unmount, stop the cluster, delete the data).
-# Usage: ROUNDS=3 N=256 scripts/bench-mpiio.sh      (N: cube edge, a multiple of 4; the cube
-#        and the record file are N^3*8 bytes each)
-# Debug build (as the tests); needs mpich, libmpich-dev, fuse3.
+# mpiio/mount and mpiio/local. With HDF5=1 also parallel HDF5 (c/bench/hdf5_bench.c, an N^3
+# contiguous dataset written and read by hyperslabs, h5pcc.openmpi, Open MPI with ROMIO
+# `--mca io romio321`; libflotilla_mpiio preloaded for the flotilla: side) on the same three
+# sides. Cleans up (unmount, stop the cluster, delete the data).
+# (HDF5=only: the HDF5 part alone). A run that fails or times out (RUN_TIMEOUT_S) is reported
+# and left out of the medians.
+# Usage: ROUNDS=3 N=256 [HDF5=1|only] scripts/bench-mpiio.sh   (N: cube edge, a multiple of 4; the
+#        cube, the record file and the HDF5 dataset are N^3*8 bytes each)
+# Debug build (as the tests); needs mpich, libmpich-dev, fuse3 (HDF5=1: openmpi-bin,
+# libhdf5-openmpi-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${ROUNDS:-3}"
@@ -18,7 +24,9 @@ n="${N:-256}"
 timeout_s="${RUN_TIMEOUT_S:-900}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 
-lib="$(scripts/build-mpiio.sh | grep '/mpich/libflotilla_mpiio.so$')"
+hdf5="${HDF5:-0}"
+libs="$(scripts/build-mpiio.sh)"
+lib="$(echo "$libs" | grep '/mpich/libflotilla_mpiio.so$')"
 cargo build -p flotilla-cli
 flotilla="$CARGO_TARGET_DIR/debug/flotilla"
 
@@ -28,6 +36,10 @@ source=crates/flotilla-mpiio/c/bench/mpiio_bench.c
 mpicc.mpich -std=c11 -Wall -Wextra -O2 "$source" -o "$work/bin/romio"
 mpicc.mpich -std=c11 -Wall -Wextra -O2 "$source" -L "$(dirname "$lib")" -lflotilla_mpiio \
     -Wl,-rpath,"$(dirname "$lib")" -o "$work/bin/flotilla"
+if [ "$hdf5" != 0 ]; then
+    openmpi_lib="$(echo "$libs" | grep '/openmpi/libflotilla_mpiio.so$')"
+    h5pcc.openmpi -Wall -Werror -O2 crates/flotilla-mpiio/c/bench/hdf5_bench.c -o "$work/bin/hdf5"
+fi
 
 cluster=""
 cleanup() {
@@ -58,18 +70,30 @@ echo "bench-mpiio: N=$n ($((n * n * n * 8 / 1048576)) MiB per file), $rounds rou
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 results="$work/results"
 : >"$results"
-run() { # side program path mode
-    timeout "$timeout_s" mpiexec.mpich -n 4 "$work/bin/$2" "$3" "$4" "$n" |
+mpich=(mpiexec.mpich -n 4)
+openmpi=(mpirun.openmpi --allow-run-as-root --oversubscribe --mca io romio321 -x FLOTILLA_META -x FLOTILLA_KEY -n 4)
+run() { # side program path mode [launcher...]
+    local side="$1" program="$2" path="$3" mode="$4"
+    shift 4
+    [ $# -gt 0 ] || set -- "${mpich[@]}"
+    timeout "$timeout_s" "$@" "$work/bin/$program" "$path" "$mode" "$n" |
         while read -r phase mode rate; do
-            echo "$1 $phase $mode $rate" | tee -a "$results"
-        done
+            echo "$side $phase $mode $rate" | tee -a "$results"
+        done || echo "$side $program $mode: failed or timed out (left out)"
 }
 for round in $(seq 1 "$rounds"); do
     echo "round $round (load average $(cut -d' ' -f1-3 /proc/loadavg))"
     for mode in coll indep; do
-        run mpiio flotilla "flotilla:/bench/f" "$mode"
-        run mount romio "ufs:$work/mnt/bench/f" "$mode"
-        run local romio "ufs:$work/local/f" "$mode"
+        if [ "$hdf5" != only ]; then
+            run mpiio flotilla "flotilla:/bench/f" "$mode"
+            run mount romio "ufs:$work/mnt/bench/f" "$mode"
+            run local romio "ufs:$work/local/f" "$mode"
+        fi
+        if [ "$hdf5" != 0 ]; then
+            run mpiio hdf5 "flotilla:/bench/h.h5" "$mode" "${openmpi[@]}" -x LD_PRELOAD="$openmpi_lib"
+            run mount hdf5 "ufs:$work/mnt/bench/h.h5" "$mode" "${openmpi[@]}"
+            run local hdf5 "ufs:$work/local/h.h5" "$mode" "${openmpi[@]}"
+        fi
     done
 done
 
@@ -81,7 +105,10 @@ median() { # side phase mode
 }
 printf '| %-13s | %-5s | %10s | %10s | %10s | %11s | %11s |\n' phase mode mpiio mount local mpiio/mount mpiio/local
 printf '|%s|\n' "---------------|-------|------------|------------|------------|-------------|------------"
-for phase in cube_write cube_read records_write; do
+phases="cube_write cube_read records_write"
+[ "$hdf5" = only ] && phases=""
+[ "$hdf5" != 0 ] && phases="$phases h5_write h5_read"
+for phase in $phases; do
     for mode in coll indep; do
         a="$(median mpiio $phase $mode)"
         b="$(median mount $phase $mode)"
