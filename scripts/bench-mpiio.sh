@@ -38,7 +38,8 @@ mpicc.mpich -std=c11 -Wall -Wextra -O2 "$source" -L "$(dirname "$lib")" -lflotil
     -Wl,-rpath,"$(dirname "$lib")" -o "$work/bin/flotilla"
 if [ "$hdf5" != 0 ]; then
     openmpi_lib="$(echo "$libs" | grep '/openmpi/libflotilla_mpiio.so$')"
-    h5pcc.openmpi -Wall -Werror -O2 crates/flotilla-mpiio/c/bench/hdf5_bench.c -o "$work/bin/hdf5"
+    # in $work: h5pcc leaves its object file in the current folder
+    (cd "$work" && h5pcc.openmpi -Wall -Werror -O2 "$OLDPWD/crates/flotilla-mpiio/c/bench/hdf5_bench.c" -o bin/hdf5)
 fi
 
 cluster=""
