@@ -137,7 +137,7 @@ pub struct MetaConfig {
     /// Largest subfile count a layout may name, at most 65536 (the default).
     pub layout_count_max: u32,
     /// Replication (issue 32): how long a heartbeat reply lets a server serve chain I/O,
-    /// from when it sent the heartbeat.
+    /// from when it sent the heartbeat; must exceed `heartbeat_ms` (checked).
     pub lease_ms: u64,
     /// Allowance for clock rate drift between the service and a server.
     pub clock_margin_ms: u64,
@@ -242,6 +242,14 @@ impl MetaConfig {
                 _ => ("fence_after_ms", self.fence_after_ms),
             };
             return Err(ConfigError { name, value, reason: error.to_string() });
+        }
+        if self.lease_ms <= self.heartbeat_ms {
+            let reason = format!(
+                "must exceed heartbeat_ms ({}): servers heartbeat at that period, and a lease \
+                 shorter than it runs out between two heartbeats, stalling every replicated write",
+                self.heartbeat_ms
+            );
+            return Err(ConfigError { name: "lease_ms", value: self.lease_ms, reason });
         }
         let cpt_max = flotilla_replica::CHAINS_PER_TARGET_MAX;
         if !(1..=cpt_max).contains(&self.chains_per_target) {
@@ -368,6 +376,16 @@ mod tests {
         assert!(dead.membership().unwrap_err().to_string().contains("dead_after_ms = 10"));
         let wide = MetaConfig { chains_per_target: 65, ..MetaConfig::default() };
         assert!(wide.membership().unwrap_err().to_string().contains("chains_per_target = 65"));
+        let between = MetaConfig {
+            lease_ms: 400,
+            clock_margin_ms: 100,
+            fence_after_ms: 1_000,
+            ..MetaConfig::default()
+        };
+        let text = between.membership().unwrap_err().to_string();
+        assert!(text.contains("lease_ms = 400") && text.contains("heartbeat_ms (1000)"), "{text}");
+        let short = MetaConfig { heartbeat_ms: 200, ..between };
+        assert!(short.membership().is_ok());
         let many = MetaConfig { chain_replicas: 8, ..MetaConfig::default() };
         assert!(many.membership().unwrap_err().to_string().contains("chain_replicas = 8"));
     }
