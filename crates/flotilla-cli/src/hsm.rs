@@ -226,9 +226,9 @@ mod tests {
     use super::*;
     use flotilla_proto::HsmForkState;
 
-    fn fork(residency: Residency, size: u64, on_disk: u64, archived: u64) -> ForkHsm {
+    fn fork(subfile: u32, residency: Residency, size: u64, on_disk: u64, archived: u64) -> ForkHsm {
         ForkHsm {
-            subfile: 0,
+            subfile,
             fork: "data".into(),
             server: "s".into(),
             state: HsmForkState {
@@ -244,10 +244,10 @@ mod tests {
 
     #[test]
     fn a_file_is_as_far_from_its_disks_as_its_worst_fork() {
-        let archived = fork(Residency::Archived, 10, 10, 10);
-        let released = fork(Residency::Released, 10, 0, 10);
-        let resident = fork(Residency::Resident, 10, 10, 0);
-        let modified = fork(Residency::Modified, 12, 12, 10);
+        let archived = fork(0, Residency::Archived, 10, 10, 10);
+        let released = fork(1, Residency::Released, 10, 0, 10);
+        let resident = fork(2, Residency::Resident, 10, 10, 0);
+        let modified = fork(3, Residency::Modified, 12, 12, 10);
         assert_eq!(summarize(&[]).residency, Residency::Resident);
         assert_eq!(summarize(&[archived.clone(), archived.clone()]).residency, Residency::Archived);
         assert_eq!(summarize(&[archived.clone(), resident.clone()]).residency, Residency::Resident);
@@ -255,5 +255,14 @@ mod tests {
         let all = summarize(&[archived, released, resident, modified]);
         assert_eq!(all.residency, Residency::Modified);
         assert_eq!((all.size_bytes, all.resident_bytes, all.archived_bytes, all.forks), (42, 32, 30, 4));
+    }
+
+    #[test]
+    fn a_replicated_forks_data_counts_once_and_its_copies_bytes_each() {
+        let head = fork(0, Residency::Archived, 10, 10, 10);
+        let tail = ForkHsm { server: "t".into(), ..fork(0, Residency::Released, 10, 0, 10) };
+        let both = summarize(&[head, tail]);
+        assert_eq!(both.residency, Residency::Released);
+        assert_eq!((both.size_bytes, both.resident_bytes, both.archived_bytes, both.forks), (10, 10, 20, 1));
     }
 }
