@@ -141,18 +141,31 @@ pub fn mount_at(
 /// process left there (stat answers ENOTCONN) detached first, so the new mount takes its
 /// place even while processes still have files or their working directory in the old one.
 fn prepare_mount_point(mountpoint: &Path) -> anyhow::Result<()> {
-    if let Err(error) = std::fs::metadata(mountpoint) {
-        if error.raw_os_error() == Some(libc::ENOTCONN) {
-            eprintln!(
-                "{}: a mount whose process died is still there; detaching it (lazily: it goes when its last user leaves)",
-                mountpoint.display()
-            );
-            flotilla_fuse::unmount(mountpoint, true)
-                .with_context(|| format!("detach the dead mount on {}", mountpoint.display()))?;
-        }
+    if dead_mount(mountpoint) {
+        eprintln!(
+            "{}: a mount whose process died is still there; detaching it (lazily: it goes when its last user leaves)",
+            mountpoint.display()
+        );
+        flotilla_fuse::unmount(mountpoint, true)
+            .with_context(|| format!("detach the dead mount on {}", mountpoint.display()))?;
     }
     std::fs::create_dir_all(mountpoint)
         .with_context(|| format!("create mount point {}", mountpoint.display()))
+}
+
+/// Whether `mountpoint` holds a FUSE mount whose process is gone: `statfs` answers ENOTCONN.
+/// (`stat` is no test: the kernel may answer it from attributes it caches for minutes under
+/// inode tokens, while `statfs` always asks the mount's process.)
+fn dead_mount(mountpoint: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `path` is a valid NUL-terminated string and `buf` is large enough for the
+    // `statfs` the call writes; `buf` is not read.
+    let rc = unsafe { libc::statfs(path.as_ptr(), buf.as_mut_ptr()) };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
 }
 
 /// Serves until a signal (then unmounts) or until someone else unmounts.
