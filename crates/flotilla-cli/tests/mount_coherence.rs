@@ -16,21 +16,11 @@ use std::io::ErrorKind;
 /// Rounds of each check: one stale kernel entry in any of them fails the test.
 const ROUNDS: usize = 10;
 
-/// The metadata service's counter `name` (its metrics endpoint).
-fn counter(local: &Local, name: &str) -> u64 {
-    let addr = local.metrics.as_deref().expect("a metrics endpoint");
-    let text = common::http_get(addr, "/metrics").expect("scrape the metrics");
-    text.lines()
-        .filter(|line| line.split(['{', ' ']).next() == Some(name))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// Every revocation was answered by its holder (none left to `token_wait_ms_max`): the
 /// invalidations, not the timeout, made the checks pass.
 fn assert_revocations_answered(local: &Local) {
-    let revoked = counter(local, "flotilla_meta_inode_token_revocations_total");
-    let unanswered = counter(local, "flotilla_meta_inode_token_revocations_unanswered_total");
+    let revoked = local.meta_counter("flotilla_meta_inode_token_revocations_total");
+    let unanswered = local.meta_counter("flotilla_meta_inode_token_revocations_unanswered_total");
     assert!(revoked >= ROUNDS as u64, "{revoked} revocations for {ROUNDS} rounds");
     assert_eq!(unanswered, 0, "{unanswered} of {revoked} revocations unanswered");
 }

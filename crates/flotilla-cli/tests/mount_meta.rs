@@ -48,16 +48,6 @@ fn counted(local: &Local, phase: impl FnOnce()) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// The metadata service's counter `name` (its metrics endpoint).
-fn counter(local: &Local, name: &str) -> u64 {
-    let addr = local.metrics.as_deref().expect("a metrics endpoint");
-    let text = common::http_get(addr, "/metrics").expect("scrape the metrics");
-    text.lines()
-        .filter(|line| line.split(['{', ' ']).next() == Some(name))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 fn total(kinds: &BTreeMap<String, u64>) -> u64 {
     kinds.values().sum()
 }
@@ -167,7 +157,7 @@ fn requests_per_metadata_operation_through_the_mount() {
     // The mount's own changes never wait for its own revocations (they go as `ChangedBy`;
     // a revocation of its `Names(work)` would wait for the kernel's lock on `work`, held
     // by the very unlink or rename, until `token_wait_ms_max` gave up on it).
-    let unanswered = counter(&local, "flotilla_meta_inode_token_revocations_unanswered_total");
+    let unanswered = local.meta_counter("flotilla_meta_inode_token_revocations_unanswered_total");
     assert_eq!(unanswered, 0, "revocations left unanswered");
 }
 

@@ -477,6 +477,19 @@ pub struct Local {
 }
 
 impl Local {
+    /// The sum of the metadata service's counter `name` over its labels (its metrics
+    /// endpoint; 0 if it is not listed).
+    pub fn meta_counter(&self, name: &str) -> u64 {
+        let addr = self.metrics.as_deref().expect("a metrics endpoint");
+        let text = http_get(addr, "/metrics").expect("scrape the metrics");
+        text.lines()
+            .filter(|line| line.split(['{', ' ']).next() == Some(name))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+}
+
+impl Local {
     pub fn start(servers: usize, metrics: bool) -> Local {
         let servers = servers.to_string();
         Local::start_with(&[], &["--servers", &servers], metrics)
